@@ -1,0 +1,19 @@
+//! Configures kernel compilation for this package.
+//!
+//! `#[tile_kernel]` runs inside rustc and reads its settings from the
+//! environment. Cargo cannot tell that a proc macro read an environment
+//! variable, so this script declares them: changing one rebuilds the kernels.
+//!
+//! - `TILE_ARCHS`: comma-separated PTX targets to embed (default `sm_80,sm_90a`).
+//! - `TILE_PTXAS`: path to `ptxas`; when set, every kernel is assembled for
+//!   every target at build time and a failure is a compile error.
+//! - `TILE_DUMP`: a folder; each kernel's Tile IR, Thread IR and PTX (and the
+//!   `ptxas -v` report when `TILE_PTXAS` is set) are written there.
+fn main() {
+    for var in ["TILE_ARCHS", "TILE_PTXAS", "TILE_DUMP"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    let archs = std::env::var("TILE_ARCHS").unwrap_or_else(|_| "sm_80,sm_90a".to_string());
+    println!("cargo:rustc-env=TILE_ARCHS={archs}");
+}

@@ -1,0 +1,504 @@
+//! The Tile IR: what one thread block does, in tile-level operations.
+//!
+//! A [`Kernel`] owns two arenas, [`Kernel::vars`] (scalar variables) and
+//! [`Kernel::buffers`] (tensors, shared tiles, fragments, locals), addressed by
+//! the typed handles [`VarId`] and [`BufferId`]. Expressions are small owned
+//! trees ([`Expr`]) that are free of side effects; statements ([`Stmt`]) form
+//! a tree and say when things happen.
+//!
+//! Semantics are *block-level*: the body is executed once per thread block.
+//! Tile operations (`Copy`, `Fill`, `Reduce`) are collective. A `Parallel`
+//! loop nest says its iterations are independent; the compiler maps them to
+//! threads (layout inference). Code outside parallel loops is *uniform*: every
+//! thread computes the same scalars; its side effects on shared or global
+//! memory happen once.
+//!
+//! Types are explicit: every expression has a [`DType`] computable with
+//! [`Kernel::expr_type`]; binary operators take operands of one type (the
+//! frontend inserts `Cast`s); indices are `I32`.
+//!
+//! Invariants that [`crate::verify`] checks: handles are in range; shapes of
+//! shared/fragment/local buffers are constant; fragments are only indexed
+//! inside parallel loops, by the loop variables; copy extents agree; reduce
+//! dims exist; stores to read-only tensors are absent.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Index of a scalar variable in [`Kernel::vars`]. Prints as `%3`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct VarId(pub u32);
+
+/// Index of a buffer in [`Kernel::buffers`]. Prints as `@2`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufferId(pub u32);
+
+/// Opaque source location. The frontend keeps a table from `SpanId` to its
+/// own spans so that errors found by passes point at the user's code.
+/// `SpanId::NONE` when there is no source (IR built by hand).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpanId(pub u32);
+
+impl SpanId {
+    pub const NONE: SpanId = SpanId(u32::MAX);
+}
+
+impl fmt::Display for VarId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+impl fmt::Display for BufferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "@{}", self.0)
+    }
+}
+
+/// Element and scalar types.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    F16,
+    BF16,
+    F32,
+    I32,
+    U32,
+    I64,
+    Bool,
+}
+
+impl DType {
+    /// Size in bytes in memory (`Bool` is stored as one byte).
+    pub fn size_bytes(self) -> u32 {
+        match self {
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::I64 => 8,
+            DType::Bool => 1,
+        }
+    }
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32)
+    }
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::U32 | DType::I64)
+    }
+    /// The spelling users write: `f16`, `bf16`, `f32`, `i32`, `u32`, `i64`, `bool`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I64 => "i64",
+            DType::Bool => "bool",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<DType> {
+        Some(match name {
+            "f16" => DType::F16,
+            "bf16" => DType::BF16,
+            "f32" => DType::F32,
+            "i32" => DType::I32,
+            "u32" => DType::U32,
+            "i64" => DType::I64,
+            "bool" => DType::Bool,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A constant. Floats of 16 bits are kept as their bit patterns (`half`).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Value {
+    F16(half::f16),
+    BF16(half::bf16),
+    F32(f32),
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    Bool(bool),
+}
+
+impl Value {
+    pub fn dtype(self) -> DType {
+        match self {
+            Value::F16(_) => DType::F16,
+            Value::BF16(_) => DType::BF16,
+            Value::F32(_) => DType::F32,
+            Value::I32(_) => DType::I32,
+            Value::U32(_) => DType::U32,
+            Value::I64(_) => DType::I64,
+            Value::Bool(_) => DType::Bool,
+        }
+    }
+}
+
+/// Where a buffer lives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Scope {
+    /// A kernel parameter in device memory. Row-major and contiguous.
+    Global,
+    /// Shared memory of the block; every thread can read every element.
+    Shared,
+    /// A tile distributed over the block's threads in registers; its layout
+    /// (which thread holds which element) is inferred by the compiler.
+    Fragment,
+    /// A small block-uniform array (every thread holds a full copy).
+    Local,
+}
+
+/// One extent of a buffer's shape.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Extent {
+    Const(i64),
+    /// A dynamic dimension: the variable (of kind [`VarKind::Dim`]) bound at
+    /// launch from the tensor's shape. Only global buffers have these.
+    Dyn(VarId),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub name: String,
+    pub scope: Scope,
+    pub dtype: DType,
+    pub shape: Vec<Extent>,
+    /// For global buffers: whether the kernel may write it (`&mut Tensor`).
+    pub mutable: bool,
+    pub span: SpanId,
+}
+
+impl Buffer {
+    /// The shape as constants, if every extent is constant.
+    pub fn const_shape(&self) -> Option<Vec<i64>> {
+        self.shape
+            .iter()
+            .map(|e| match e {
+                Extent::Const(c) => Some(*c),
+                Extent::Dyn(_) => None,
+            })
+            .collect()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+/// What a scalar variable is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VarKind {
+    /// A dynamic dimension of a tensor parameter (an `i32` kernel argument).
+    Dim,
+    /// A scalar kernel parameter.
+    Param,
+    /// The block index along axis 0 (x), 1 (y) or 2 (z), from `grid(...)`.
+    BlockIdx(u8),
+    /// A loop induction variable.
+    Loop,
+    /// Bound once by `let`.
+    Let,
+    /// Bound by `let mut`, reassigned by [`StmtKind::Assign`].
+    Mut,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Var {
+    pub name: String,
+    pub dtype: DType,
+    pub kind: VarKind,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnOp {
+    Neg,
+    /// Logical not on `Bool`, bitwise not on integers.
+    Not,
+    Exp2,
+    Exp,
+    Log2,
+    Log,
+    Abs,
+    Sqrt,
+    Rsqrt,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Integer division truncates toward zero (Rust semantics).
+    Div,
+    /// Integer remainder has the sign of the dividend (Rust semantics).
+    Rem,
+    Min,
+    Max,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    /// Logical on `Bool`, bitwise on integers.
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+impl BinOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne)
+    }
+}
+
+/// A side-effect-free expression tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    Const(Value),
+    Var(VarId),
+    /// Element read. Global reads out of bounds give zero.
+    Load { buf: BufferId, index: Vec<Expr> },
+    Unary { op: UnOp, arg: Box<Expr> },
+    Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    /// `a * b + c`, rounded once for floats.
+    Fma { a: Box<Expr>, b: Box<Expr>, c: Box<Expr> },
+    /// Numeric conversion (`as`): float→int truncates and saturates, as Rust.
+    Cast { to: DType, arg: Box<Expr> },
+    Select { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
+}
+
+impl Expr {
+    pub fn i32(v: i32) -> Expr {
+        Expr::Const(Value::I32(v))
+    }
+    pub fn f32(v: f32) -> Expr {
+        Expr::Const(Value::F32(v))
+    }
+    pub fn var(v: VarId) -> Expr {
+        Expr::Var(v)
+    }
+    pub fn binary(op: BinOp, lhs: Expr, rhs: Expr) -> Expr {
+        Expr::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }
+    }
+    pub fn unary(op: UnOp, arg: Expr) -> Expr {
+        Expr::Unary { op, arg: Box::new(arg) }
+    }
+    pub fn cast(to: DType, arg: Expr) -> Expr {
+        Expr::Cast { to, arg: Box::new(arg) }
+    }
+    pub fn load(buf: BufferId, index: Vec<Expr>) -> Expr {
+        Expr::Load { buf, index }
+    }
+    /// `ceil(a / b)` for non-negative integers.
+    pub fn cdiv(a: Expr, b: Expr) -> Expr {
+        let sum = Expr::binary(BinOp::Add, a, Expr::binary(BinOp::Sub, b.clone(), Expr::i32(1)));
+        Expr::binary(BinOp::Div, sum, b)
+    }
+}
+
+/// A rectangular window of a buffer. For shared, fragment and local buffers
+/// `origin` is empty: the whole buffer. For a global tensor it holds one
+/// coordinate per tensor dimension (`t.tile([r, c])`), and the window's
+/// extent is the shape of the other side of the copy, right-aligned with the
+/// tensor's dims (missing leading extents are 1). Elements of the window that
+/// fall outside the tensor are masked: reads give the fill value (default
+/// zero), writes are skipped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TileRef {
+    pub buf: BufferId,
+    pub origin: Vec<Expr>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LoopKind {
+    /// Iterations run in order, uniformly across the block.
+    Serial,
+    /// Iterations are independent; mapped to threads. Constant bounds.
+    Parallel,
+    /// Serial, with the copies of the body software-pipelined over `stages`
+    /// buffers (issue: tensor cores). Until pipelining exists it runs as `Serial`.
+    Pipelined { stages: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: SpanId,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum StmtKind {
+    /// Bind a `Let` or `Mut` variable.
+    Let { var: VarId, value: Expr },
+    /// Reassign a `Mut` variable.
+    Assign { var: VarId, value: Expr },
+    /// Element write. Global writes out of bounds are skipped.
+    Store { buf: BufferId, index: Vec<Expr>, value: Expr },
+    /// `for var in start..end` (step 1).
+    For { var: VarId, start: Expr, end: Expr, kind: LoopKind, body: Vec<Stmt> },
+    If { cond: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt> },
+    /// Collective copy, converting the element type if the two differ.
+    /// `fill` (of the destination's dtype) replaces masked reads.
+    Copy { src: TileRef, dst: TileRef, fill: Option<Expr> },
+    /// Set every element of a shared, fragment or local buffer.
+    Fill { buf: BufferId, value: Expr },
+    /// `dst = reduce(src, dim)`; `dst`'s shape is `src`'s without `dim`.
+    /// With `keep`, `dst = op(dst, reduce(src, dim))`.
+    Reduce { op: ReduceOp, src: BufferId, dst: BufferId, dim: usize, keep: bool },
+    /// Atomic `+=` on one element of a global tensor (skipped out of bounds).
+    AtomicAdd { buf: BufferId, index: Vec<Expr>, value: Expr },
+    /// Explicit block-wide barrier (escape hatch; the compiler inserts the
+    /// ones that shared-memory dependences need).
+    Barrier,
+}
+
+/// A kernel parameter, in the order the user wrote them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Param {
+    pub name: String,
+    pub kind: ParamKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ParamKind {
+    /// `&Tensor<T, [..]>` or `&mut Tensor<T, [..]>`: a global buffer.
+    Tensor(BufferId),
+    /// A scalar (`f32`, `i32`, `u32`, `f16`, `bf16`).
+    Scalar(VarId),
+}
+
+/// One kernel.
+///
+/// The launch ABI (the PTX parameter list, the same for every target) is:
+/// one `.u64` pointer per tensor parameter in `params` order, then one `.s32`
+/// per dynamic dimension in `dims` order, then each scalar parameter in
+/// `params` order (`.f32`, `.s32`, `.u32`, `.b16` for f16/bf16).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    pub name: String,
+    /// Threads per block (1-D).
+    pub threads: u32,
+    pub params: Vec<Param>,
+    /// The dynamic dimensions (variables of kind `Dim`), in first-seen order.
+    pub dims: Vec<VarId>,
+    /// Grid extents (x, y, z); expressions over `Dim` variables and constants,
+    /// evaluated on the host at launch.
+    pub grid: [Expr; 3],
+    pub vars: Vec<Var>,
+    pub buffers: Vec<Buffer>,
+    pub body: Vec<Stmt>,
+}
+
+impl Kernel {
+    pub fn new(name: impl Into<String>, threads: u32) -> Kernel {
+        Kernel {
+            name: name.into(),
+            threads,
+            params: Vec::new(),
+            dims: Vec::new(),
+            grid: [Expr::i32(1), Expr::i32(1), Expr::i32(1)],
+            vars: Vec::new(),
+            buffers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn var(&self, id: VarId) -> &Var {
+        &self.vars[id.0 as usize]
+    }
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    pub fn add_var(&mut self, name: impl Into<String>, dtype: DType, kind: VarKind) -> VarId {
+        self.vars.push(Var { name: name.into(), dtype, kind });
+        VarId(self.vars.len() as u32 - 1)
+    }
+
+    pub fn add_buffer(&mut self, buffer: Buffer) -> BufferId {
+        self.buffers.push(buffer);
+        BufferId(self.buffers.len() as u32 - 1)
+    }
+
+    /// Adds a dynamic dimension (an `i32` variable of kind `Dim`) and records
+    /// it in `dims`.
+    pub fn add_dim(&mut self, name: impl Into<String>) -> VarId {
+        let v = self.add_var(name, DType::I32, VarKind::Dim);
+        self.dims.push(v);
+        v
+    }
+
+    /// Adds a tensor parameter (a global buffer) and records it in `params`.
+    pub fn add_tensor_param(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<Extent>,
+        mutable: bool,
+    ) -> BufferId {
+        let name = name.into();
+        let id = self.add_buffer(Buffer {
+            name: name.clone(),
+            scope: Scope::Global,
+            dtype,
+            shape,
+            mutable,
+            span: SpanId::NONE,
+        });
+        self.params.push(Param { name, kind: ParamKind::Tensor(id) });
+        id
+    }
+
+    /// Adds a scalar parameter and records it in `params`.
+    pub fn add_scalar_param(&mut self, name: impl Into<String>, dtype: DType) -> VarId {
+        let name = name.into();
+        let v = self.add_var(name.clone(), dtype, VarKind::Param);
+        self.params.push(Param { name, kind: ParamKind::Scalar(v) });
+        v
+    }
+
+    /// The type of an expression. Assumes the kernel verifies (operands agree).
+    pub fn expr_type(&self, e: &Expr) -> DType {
+        match e {
+            Expr::Const(v) => v.dtype(),
+            Expr::Var(v) => self.var(*v).dtype,
+            Expr::Load { buf, .. } => self.buffer(*buf).dtype,
+            Expr::Unary { arg, .. } => self.expr_type(arg),
+            Expr::Binary { op, lhs, .. } => {
+                if op.is_comparison() {
+                    DType::Bool
+                } else {
+                    self.expr_type(lhs)
+                }
+            }
+            Expr::Fma { a, .. } => self.expr_type(a),
+            Expr::Cast { to, .. } => *to,
+            Expr::Select { then, .. } => self.expr_type(then),
+        }
+    }
+}
+
+impl Stmt {
+    pub fn new(kind: StmtKind) -> Stmt {
+        Stmt { kind, span: SpanId::NONE }
+    }
+    pub fn spanned(kind: StmtKind, span: SpanId) -> Stmt {
+        Stmt { kind, span }
+    }
+}

@@ -1,0 +1,1 @@
+//! Runtime for tile kernels.
