@@ -9,8 +9,17 @@
 //! lowering) → Thread IR → PTX. The pass list lives in [`compile`].
 
 pub mod abi;
+pub mod compile;
+pub mod interp;
 pub mod ir;
+pub mod layout;
+pub mod passes;
+pub mod print;
+pub mod ptx;
+pub mod thread_ir;
+pub mod verify;
 
+pub use compile::{compile, Compiled};
 pub use ir::*;
 
 /// A code-generation target.

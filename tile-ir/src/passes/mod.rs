@@ -1,0 +1,1 @@
+//! The passes, one per file (placeholder: owned by the backend work).
