@@ -1,0 +1,101 @@
+//! GPU tests (feature `gpu`): every kernel on the GPU at awkward sizes,
+//! against a CPU reference, and against the interpreter's output.
+//!
+//! `cargo test --release --features gpu --test gpu` on a machine with an
+//! NVIDIA GPU; scripts/dist.sh gathers the binary for a GPU machine.
+#![cfg(feature = "gpu")]
+#[path = "../examples/kernels/common.rs"]
+mod common;
+#[path = "kernels/mod.rs"]
+mod kernels;
+mod examples {
+    #[path = "../../examples/kernels/softmax.rs"]
+    pub mod softmax;
+    #[path = "../../examples/kernels/vector_add.rs"]
+    pub mod vector_add;
+}
+use kernels::checks;
+use tile::prelude::*;
+
+fn gpu() -> Device {
+    Device::cuda(0).expect("the gpu tests need an NVIDIA GPU and driver")
+}
+
+fn cpu() -> Device {
+    Device::interpreter()
+}
+
+/// Runs `check` on the GPU and in the interpreter; both must pass their
+/// reference check and agree with each other within `tol` (relative).
+fn both<T: Copy + Into<f64>>(tol: f64, check: impl Fn(&Device) -> checks::Res<Vec<T>>) {
+    let on_gpu = check(&gpu()).unwrap();
+    let on_cpu = check(&cpu()).unwrap();
+    let a: Vec<f64> = on_gpu.iter().map(|&x| x.into()).collect();
+    let b: Vec<f64> = on_cpu.iter().map(|&x| x.into()).collect();
+    let err = tile::rel_error(&a, &b);
+    assert!(err <= tol, "GPU and interpreter disagree: relative difference {err:.3e} > {tol:.1e}");
+}
+
+#[test]
+fn vector_add() {
+    for n in [1, 999, 4097, 1 << 20, (1 << 22) + 3] {
+        checks::vector_add(&gpu(), n, n as u64).unwrap();
+    }
+    both(0.0, |d| checks::vector_add(d, 10_001, 1));
+}
+
+#[test]
+fn softmax() {
+    for (m, n) in [(1, 1), (333, 1000), (1031, 4096), (64, 4095), (3, 4097), (9, 12_345)] {
+        checks::softmax(&gpu(), m, n, (m * n) as u64).unwrap();
+    }
+    both(2e-3, |d| checks::softmax(d, 13, 777, 2));
+    both(2e-3, |d| checks::softmax(d, 3, 5000, 3));
+}
+
+#[test]
+fn scale_shift() {
+    checks::scale_shift(&gpu(), 1000, 1999, 1).unwrap();
+    both(1e-2, |d| checks::scale_shift(d, 37, 101, 1));
+}
+
+#[test]
+fn col_sum() {
+    checks::col_sum(&gpu(), 4095, 1001, 2).unwrap();
+    both(1e-5, |d| checks::col_sum(d, 77, 300, 2));
+}
+
+#[test]
+fn transpose() {
+    checks::transpose(&gpu(), 1000, 1999, 3).unwrap();
+    both(0.0, |d| checks::transpose(d, 45, 70, 3));
+}
+
+#[test]
+fn row_range() {
+    checks::row_range(&gpu(), 1001, 3333, 4).unwrap();
+    both(0.0, |d| checks::row_range(d, 9, 700, 4).map(|(h, l)| [h, l].concat()));
+}
+
+#[test]
+fn histogram() {
+    checks::histogram(&gpu(), 1_000_003, 97, 5).unwrap();
+    both(0.0, |d| checks::histogram(d, 3001, 37, 5));
+}
+
+#[test]
+fn scalar_walk() {
+    checks::scalar_walk(&gpu(), 300, 1000).unwrap();
+    both(0.0, |d| checks::scalar_walk(d, 5, 17));
+}
+
+#[test]
+fn shape_mismatch_is_an_error() {
+    let d = gpu();
+    let s = d.stream().unwrap();
+    let x = DeviceTensor::<f16>::zeros(&s, &[4, 8]).unwrap();
+    let mut y = DeviceTensor::<f16>::zeros(&s, &[4, 9]).unwrap();
+    let err = examples::softmax::softmax::launch(&s, &x, &mut y).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains('N') && msg.contains('y'), "unhelpful message: {msg}");
+}

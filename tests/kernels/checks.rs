@@ -1,0 +1,121 @@
+//! One check per kernel: random inputs of the given size, launched on the
+//! given device, compared with an independent CPU reference. Returns the
+//! outputs so that GPU tests can also compare them with the interpreter's.
+#![allow(dead_code)]
+use super::*;
+use crate::common::Rng;
+use crate::examples;
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn as_f64<T: Copy + Into<f64>>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|&x| x.into()).collect()
+}
+
+pub fn vector_add(dev: &Device, n: usize, seed: u64) -> Res<Vec<f32>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let (a, b) = (rng.vec(n, -1.0, 1.0), rng.vec(n, -1.0, 1.0));
+    let da = DeviceTensor::from_slice(&s, &a, &[n])?;
+    let db = DeviceTensor::from_slice(&s, &b, &[n])?;
+    let mut dc = DeviceTensor::from_slice(&s, &vec![f32::NAN; n], &[n])?;
+    examples::vector_add::vector_add::launch(&s, &da, &db, &mut dc)?;
+    let c = dc.to_vec(&s)?;
+    assert_close(&c, &examples::vector_add::reference(&a, &b), 1e-6)?;
+    Ok(c)
+}
+
+pub fn softmax(dev: &Device, m: usize, n: usize, seed: u64) -> Res<Vec<f16>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x: Vec<f16> = rng.vec(m * n, -6.0, 6.0).into_iter().map(f16::from_f32).collect();
+    let dx = DeviceTensor::from_slice(&s, &x, &[m, n])?;
+    let mut dy = DeviceTensor::from_slice(&s, &vec![f16::NAN; m * n], &[m, n])?;
+    examples::softmax::softmax::launch(&s, &dx, &mut dy)?;
+    let y = dy.to_vec(&s)?;
+    assert_close(&y, &examples::softmax::reference(&x, n, 0..m), 5e-3)?;
+    Ok(y)
+}
+
+pub fn scale_shift(dev: &Device, m: usize, n: usize, seed: u64) -> Res<Vec<bf16>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(m * n, -3.0, 3.0);
+    let (alpha, beta) = (rng.uniform(-2.0, 2.0), rng.uniform(-1.0, 1.0));
+    let dx = DeviceTensor::from_slice(&s, &x, &[m, n])?;
+    let mut dy = DeviceTensor::from_slice(&s, &vec![bf16::NAN; m * n], &[m, n])?;
+    scale_shift::launch(&s, &dx, &mut dy, alpha, beta)?;
+    let y = dy.to_vec(&s)?;
+    assert_close(&y, &scale_shift_ref(&x, alpha, beta), 1e-2)?;
+    Ok(y)
+}
+
+pub fn col_sum(dev: &Device, m: usize, n: usize, seed: u64) -> Res<Vec<f32>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(m * n, -1.0, 1.0);
+    let dx = DeviceTensor::from_slice(&s, &x, &[m, n])?;
+    let mut out = DeviceTensor::<f32>::zeros(&s, &[n])?;
+    col_sum::launch(&s, &dx, &mut out)?;
+    let y = out.to_vec(&s)?;
+    assert_close(&y, &col_sum_ref(&x, m, n), 1e-5)?;
+    Ok(y)
+}
+
+pub fn transpose(dev: &Device, m: usize, n: usize, seed: u64) -> Res<Vec<f16>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x: Vec<f16> = rng.vec(m * n, -1.0, 1.0).into_iter().map(f16::from_f32).collect();
+    let dx = DeviceTensor::from_slice(&s, &x, &[m, n])?;
+    let mut dy = DeviceTensor::from_slice(&s, &vec![f16::NAN; m * n], &[n, m])?;
+    transpose::launch(&s, &dx, &mut dy)?;
+    let y = dy.to_vec(&s)?;
+    let reference: Vec<f64> = (0..n * m).map(|k| x[(k % m) * n + k / m].to_f64()).collect();
+    assert_close(&y, &reference, 0.0)?;
+    Ok(y)
+}
+
+pub fn row_range(dev: &Device, m: usize, n: usize, seed: u64) -> Res<(Vec<f32>, Vec<f32>)> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(m * n, -100.0, 100.0);
+    let dx = DeviceTensor::from_slice(&s, &x, &[m, n])?;
+    let mut hi = DeviceTensor::from_slice(&s, &vec![f32::NAN; m], &[m])?;
+    let mut lo = DeviceTensor::from_slice(&s, &vec![f32::NAN; m], &[m])?;
+    row_range::launch(&s, &dx, &mut hi, &mut lo)?;
+    let (h, l) = (hi.to_vec(&s)?, lo.to_vec(&s)?);
+    let rows = |f: fn(f64, f64) -> f64, init: f64| -> Vec<f64> {
+        (0..m).map(|i| x[i * n..(i + 1) * n].iter().fold(init, |a, &v| f(a, v as f64))).collect()
+    };
+    assert_close(&h, &rows(f64::max, f64::NEG_INFINITY), 0.0)?;
+    assert_close(&l, &rows(f64::min, f64::INFINITY), 0.0)?;
+    Ok((h, l))
+}
+
+pub fn histogram(dev: &Device, n: usize, bins: usize, seed: u64) -> Res<Vec<u32>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x: Vec<i32> = (0..n).map(|_| (rng.next_u64() % bins as u64) as i32).collect();
+    let dx = DeviceTensor::from_slice(&s, &x, &[n])?;
+    let mut dh = DeviceTensor::<u32>::zeros(&s, &[bins])?;
+    histogram::launch(&s, &dx, &mut dh)?;
+    let h = dh.to_vec(&s)?;
+    let mut reference = vec![0f64; bins];
+    for &v in &x {
+        reference[v as usize] += 1.0;
+    }
+    assert_close(&as_f64(&h), &reference, 0.0)?;
+    Ok(h)
+}
+
+pub fn scalar_walk(dev: &Device, k: usize, n: i32) -> Res<Vec<i32>> {
+    let s = dev.stream()?;
+    let mut out = DeviceTensor::from_slice(&s, &vec![i32::MIN; k], &[k])?;
+    scalar_walk::launch(&s, &mut out, n)?;
+    let got = out.to_vec(&s)?;
+    let want = scalar_walk_ref(k, n);
+    if got != want {
+        return Err(format!("scalar_walk: got {:?}.. want {:?}..", &got[..k.min(8)], &want[..k.min(8)]).into());
+    }
+    Ok(got)
+}
