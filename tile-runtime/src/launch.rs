@@ -361,7 +361,7 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
             let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
             String::from_utf8_lossy(&buf[..end]).trim().to_string()
         };
-        let mut log = format!("{}", describe(cudarc::driver::DriverError(status)));
+        let mut log = describe(cudarc::driver::DriverError(status));
         for part in [text(&error_log), text(&info_log)] {
             if !part.is_empty() {
                 log.push('\n');

@@ -282,10 +282,25 @@ fn bench_and_time_on_the_interpreter_use_the_host_clock() {
     assert!(result.min_ms <= result.mean_ms && result.mean_ms <= result.max_ms, "{result:?}");
     assert!((result.gbps(1e9) - 1e3 / result.median_ms).abs() < 1e-9);
 
-    let ms = stream.time(|| Ok(std::thread::sleep(std::time::Duration::from_millis(4)))).unwrap();
+    let ms = stream
+        .time(|| {
+            std::thread::sleep(std::time::Duration::from_millis(4));
+            Ok(())
+        })
+        .unwrap();
     assert!(ms >= 4.0, "{ms}");
 
     // An error inside the closure stops the benchmark and comes back unchanged.
     let r = bench(&stream, 0, 3, || Err(Error::Usage("boom".into())));
     assert_eq!(r.unwrap_err(), Error::Usage("boom".into()));
+}
+
+#[test]
+fn runtime_handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Device>();
+    check::<Stream>();
+    check::<DeviceTensor<f16>>();
+    check::<tile_runtime::Event>();
+    check::<KernelMeta>();
 }
