@@ -1,6 +1,6 @@
 //! Timing and checking helpers for tests, examples and benchmarks.
 //!
-//! [`bench`] times one closure per iteration with events on the stream (CUDA
+//! [`bench()`] times one closure per iteration with events on the stream (CUDA
 //! events on a GPU, host clocks on the interpreter) after a warm-up, and
 //! reports the median, minimum and mean. [`rel_error`] and [`assert_close`]
 //! compare a result against an `f64` reference by relative L2 error, the
@@ -10,7 +10,7 @@ use crate::device::Stream;
 use crate::element::Element;
 use crate::error::{Error, Result};
 
-/// Timings of [`bench`], in milliseconds per iteration.
+/// Timings of [`bench()`], in milliseconds per iteration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchResult {
     pub median_ms: f64,

@@ -18,12 +18,8 @@ pub enum Error {
     Driver { call: String, message: String },
 
     /// The driver could not JIT-compile a kernel's PTX. `log` is the driver's
-    /// error log (and info log, if any).
-    #[error(
-        "the CUDA driver could not load the {arch} PTX of kernel `{kernel}`: {log}\n\
-         (this is a bug in the tile compiler; build with TILE_DUMP=<dir> to inspect the PTX, \
-         and TILE_PTXAS=<ptxas> to catch it at build time)"
-    )]
+    /// status, its error log (and info log, if any) and a hint.
+    #[error("the CUDA driver could not load the {arch} PTX of kernel `{kernel}`: {log}")]
     Jit { kernel: String, arch: String, log: String },
 
     /// The kernel carries no PTX that this GPU can run.

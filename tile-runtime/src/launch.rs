@@ -368,6 +368,12 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
                 log.push_str(&part);
             }
         }
+        log.push_str(if status == sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+            "\nhint: the PTX's ISA version is newer than this NVIDIA driver accepts; update the driver"
+        } else {
+            "\nhint: this is a bug in the tile compiler; build with TILE_DUMP=<dir> to inspect the PTX, \
+             and with TILE_PTXAS=<ptxas> to catch it at build time"
+        });
         return Err(Error::Jit { kernel: k.name.clone(), arch: target.arch.to_string(), log });
     }
     let mut loaded = LoadedKernel { ctx: dev.ctx.clone(), module, function: std::ptr::null_mut(), shared_bytes: target.shared_bytes };
