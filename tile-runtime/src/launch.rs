@@ -20,7 +20,8 @@ use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{result, safe::CudaContext, sys};
+use cudarc::driver::safe::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+use cudarc::driver::{result, sys};
 use half::{bf16, f16};
 use tile_ir::interp::{Arg as InterpArg, TensorData};
 use tile_ir::{DType, Kernel, ParamKind, Value};
@@ -411,36 +412,67 @@ impl ParamSlot {
 /// The launch parameters in ABI order: tensor pointers (params order), each
 /// dynamic dimension as i32 (`dims` order), scalars (params order; 16-bit
 /// floats as their bits).
-fn abi_params(k: &Kernel, args: &[KernelArg<'_>], dims: &[i64]) -> Vec<ParamSlot> {
-    let mut slots = Vec::with_capacity(args.len() + dims.len());
-    for arg in args {
-        if let Some(t) = arg.raw() {
-            slots.push(ParamSlot::new(&t.device_ptr().unwrap_or(0).to_le_bytes()));
-        }
+///
+/// Pointers are taken through cudarc's `DevicePtr`/`DevicePtrMut` on
+/// `stream` (writable tensors as writes), so cudarc's multi-stream tracking
+/// sees the kernel's accesses: the returned guards record them when dropped,
+/// which must happen after the launch is issued. Host tensors (the
+/// interpreter, in tests) give null pointers.
+fn abi_params<'a>(
+    k: &Kernel,
+    args: &'a mut [KernelArg<'_>],
+    dims: &[i64],
+    stream: Option<&'a CudaStream>,
+) -> (Vec<ParamSlot>, Vec<SyncOnDrop<'a>>) {
+    let scalars: Vec<ParamSlot> = args
+        .iter()
+        .filter_map(|arg| match *arg {
+            KernelArg::F32(v) => Some(ParamSlot::new(&v.to_le_bytes())),
+            KernelArg::I32(v) => Some(ParamSlot::new(&v.to_le_bytes())),
+            KernelArg::U32(v) => Some(ParamSlot::new(&v.to_le_bytes())),
+            KernelArg::F16(v) => Some(ParamSlot::new(&v.to_bits().to_le_bytes())),
+            KernelArg::BF16(v) => Some(ParamSlot::new(&v.to_bits().to_le_bytes())),
+            KernelArg::Tensor(_) | KernelArg::TensorMut(_) => None,
+        })
+        .collect();
+    let mut slots = Vec::with_capacity(k.params.len() + k.dims.len());
+    let mut guards = Vec::new();
+    for arg in args.iter_mut() {
+        let (ptr, guard) = match (arg, stream) {
+            (KernelArg::Tensor(t), Some(stream)) => match &t.storage {
+                Storage::Cuda { slice: Some(slice), .. } => {
+                    let (ptr, guard) = slice.device_ptr(stream);
+                    (ptr, Some(guard))
+                }
+                _ => (0, None),
+            },
+            (KernelArg::TensorMut(t), Some(stream)) => match &mut t.storage {
+                Storage::Cuda { slice: Some(slice), .. } => {
+                    let (ptr, guard) = slice.device_ptr_mut(stream);
+                    (ptr, Some(guard))
+                }
+                _ => (0, None),
+            },
+            (KernelArg::Tensor(_) | KernelArg::TensorMut(_), None) => (0, None),
+            _ => continue,
+        };
+        slots.push(ParamSlot::new(&ptr.to_le_bytes()));
+        guards.extend(guard);
     }
     for &d in dims {
         // `bind_dims` guarantees every dimension fits in i32.
         slots.push(ParamSlot::new(&(d as i32).to_le_bytes()));
     }
-    for arg in args {
-        match *arg {
-            KernelArg::F32(v) => slots.push(ParamSlot::new(&v.to_le_bytes())),
-            KernelArg::I32(v) => slots.push(ParamSlot::new(&v.to_le_bytes())),
-            KernelArg::U32(v) => slots.push(ParamSlot::new(&v.to_le_bytes())),
-            KernelArg::F16(v) => slots.push(ParamSlot::new(&v.to_bits().to_le_bytes())),
-            KernelArg::BF16(v) => slots.push(ParamSlot::new(&v.to_bits().to_le_bytes())),
-            KernelArg::Tensor(_) | KernelArg::TensorMut(_) => {}
-        }
-    }
+    slots.extend(scalars);
     debug_assert_eq!(slots.len(), k.params.len() + k.dims.len());
-    slots
+    (slots, guards)
 }
 
 fn launch_cuda(
     dev: &Arc<CudaDevice>,
     meta: &'static KernelMeta,
     k: &Kernel,
-    args: &[KernelArg<'_>],
+    args: &mut [KernelArg<'_>],
     dims: &[i64],
     grid: [u32; 3],
 ) -> Result<()> {
@@ -449,7 +481,7 @@ fn launch_cuda(
         return Err(launch_err(format!("{} threads per block; a block has 1 to 1024 threads", k.threads)));
     }
     let loaded = loaded_kernel(dev, meta, k)?;
-    let mut slots = abi_params(k, args, dims);
+    let (mut slots, _access_guards) = abi_params(k, args, dims, Some(&dev.stream));
     let mut pointers: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut ParamSlot).cast()).collect();
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
     // SAFETY: `function` is live (held by `loaded`); `pointers` has one entry
@@ -516,7 +548,7 @@ mod tests {
         let mut y = RawTensor { shape: vec![3], dtype: DType::F32, storage: Storage::Host(vec![0; 12]) };
         let h = f16::from_f32(-2.5);
         let b = bf16::from_f32(0.75);
-        let args = [
+        let mut args = [
             KernelArg::Tensor(&x),
             KernelArg::F16(h),
             KernelArg::TensorMut(&mut y),
@@ -524,7 +556,8 @@ mod tests {
             KernelArg::U32(0xDEAD_BEEF),
             KernelArg::F32(1.25),
         ];
-        let slots = abi_params(&k, &args, &[3, 5]);
+        let (slots, guards) = abi_params(&k, &mut args, &[3, 5], None);
+        assert!(guards.is_empty());
         let words: Vec<u64> = slots.iter().map(|s| u64::from_le_bytes(s.0)).collect();
         assert_eq!(
             words,
