@@ -202,7 +202,10 @@ fn a_valid_launch_reaches_the_interpreter() {
         &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(alpha), KernelArg::U32(beta)],
     );
     match r {
-        Err(Error::Interpreter(message)) => assert!(message.starts_with("kernel `affine`: "), "{message}"),
+        // The placeholder interpreter of tile-ir (until the real one lands).
+        Err(Error::Interpreter(message)) if message.contains("not built yet") => {
+            assert!(message.starts_with("kernel `affine`: "), "{message}")
+        }
         Ok(()) => {
             let reference: Vec<f64> =
                 x.iter().map(|v| f16::from_f64(v.to_f64() * alpha.to_f64()).to_f64() + beta as f64).collect();
