@@ -1,4 +1,4 @@
-//! GPU tests: need an NVIDIA GPU (compute capability 8.0+) and its driver.
+//! Runtime GPU tests: need an NVIDIA GPU (compute capability 8.0+) and its driver.
 //! Run with `cargo test -p tile-runtime --features gpu`.
 //!
 //! The kernels are hand-written PTX that follows the launch ABI (checked by
