@@ -1,6 +1,44 @@
 //! tile: a tile-level GPU kernel language for Rust.
 //!
 //! Write a kernel as a Rust function under [`tile_kernel`]; `cargo build`
-//! compiles it to PTX and generates a typed `launch` wrapper.
+//! compiles it to PTX and generates a typed `launch` wrapper. Kernels run on
+//! an NVIDIA GPU (the driver is loaded at run time) or on the CPU interpreter
+//! ([`Device::interpreter`], or `TILE_INTERPRET=1` with [`Device::auto`]).
+//!
+//! ```ignore
+//! use tile::prelude::*;
+//!
+//! let device = Device::auto()?;
+//! let stream = device.stream()?;
+//! let a = DeviceTensor::from_slice(&stream, &a_host, &[n])?;
+//! let b = DeviceTensor::from_slice(&stream, &b_host, &[n])?;
+//! let mut c = DeviceTensor::<f32>::zeros(&stream, &[n])?;
+//! vector_add::launch(&stream, &a, &b, &mut c)?;
+//! let c_host = c.to_vec(&stream)?;
+//! ```
+//!
+//! This crate only re-exports: the compiler is `tile-ir`, the macro
+//! `tile-macros`, the runtime `tile-runtime`.
 
 pub use tile_macros::tile_kernel;
+pub use tile_runtime::{
+    assert_close, bench, bf16, cudarc, f16, rel_error, BenchResult, Device, DeviceTensor, Element, Error, Event,
+    KernelMeta, KernelTarget, Result, Stream, INTERPRET_ENV,
+};
+
+/// The Tile IR and compiler, for tools and tests that build kernels by hand.
+pub use tile_ir as ir;
+
+/// Everything a program that writes and launches kernels needs.
+pub mod prelude {
+    pub use crate::tile_kernel;
+    pub use tile_runtime::{
+        assert_close, bench, bf16, f16, rel_error, BenchResult, Device, DeviceTensor, Element, Error, Stream,
+    };
+}
+
+/// What `#[tile_kernel]` generates calls to. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use tile_runtime::__private::{launch, KernelArg};
+}

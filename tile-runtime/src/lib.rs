@@ -1,1 +1,37 @@
-//! Runtime for tile kernels.
+//! Runtime for tile kernels: devices (a CUDA GPU through cudarc with the
+//! driver loaded at run time, or the CPU interpreter), streams and events,
+//! device tensors, the launch path that generated `launch` wrappers call,
+//! and timing/checking helpers.
+//!
+//! Architecture invariant: nothing here panics on a machine without an
+//! NVIDIA driver; every CUDA entry point first checks that `libcuda` loads
+//! and returns [`Error::NoDriver`] otherwise. The GPU and interpreter paths
+//! share argument checking, dimension binding and grid evaluation
+//! (`tile_ir::abi`), so a launch that is wrong on one is wrong on the other
+//! with the same message.
+
+mod bench;
+mod device;
+mod element;
+mod error;
+mod launch;
+mod tensor;
+
+pub use bench::{assert_close, bench, rel_error, BenchResult};
+pub use device::{Device, Event, Stream, INTERPRET_ENV};
+pub use element::Element;
+pub use error::{Error, Result};
+pub use half::{bf16, f16};
+pub use launch::{KernelMeta, KernelTarget};
+pub use tensor::DeviceTensor;
+
+/// The cudarc version the runtime uses, for calling other CUDA libraries
+/// (cuBLAS) on the same context, stream and memory.
+pub use cudarc;
+
+/// What generated code calls. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::launch::{launch, KernelArg};
+    pub use crate::tensor::RawTensor;
+}

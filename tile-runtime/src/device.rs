@@ -1,0 +1,331 @@
+//! Devices, streams and events.
+//!
+//! A [`Device`] is a CUDA GPU (through cudarc, with `libcuda` loaded at run
+//! time) or the CPU interpreter. The driver library is probed before any
+//! cudarc call, because cudarc panics when it is absent: no driver gives
+//! [`Error::NoDriver`], never a panic. Each CUDA device is opened once per
+//! process (its primary context) and shared by every `Device` value for that
+//! ordinal, together with its module cache; so a kernel's PTX is loaded once
+//! per device.
+//!
+//! A [`Stream`] is the device's default stream (work on it runs in order).
+//! On the interpreter everything is synchronous.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::{result, safe::CudaContext, safe::CudaEvent, safe::CudaStream, sys, DriverError};
+
+use crate::error::{Error, Result};
+use crate::launch::LoadedKernel;
+
+/// The environment variable that makes [`Device::auto`] pick the interpreter.
+pub const INTERPRET_ENV: &str = "TILE_INTERPRET";
+
+/// A device that runs kernels: a CUDA GPU or the CPU interpreter.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) kind: DeviceKind,
+}
+
+#[derive(Clone)]
+pub(crate) enum DeviceKind {
+    Interpreter,
+    Cuda(Arc<CudaDevice>),
+}
+
+/// One opened CUDA device: its primary context, default stream, properties
+/// and the kernels loaded into it. Lives for the rest of the process.
+pub(crate) struct CudaDevice {
+    pub(crate) ordinal: usize,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) name: String,
+    pub(crate) compute_capability: (u32, u32),
+    /// The most dynamic shared memory a block may opt into, in bytes.
+    pub(crate) max_shared_optin: u32,
+    /// Loaded kernels, keyed by the address of their `&'static KernelMeta`.
+    pub(crate) kernels: Mutex<HashMap<usize, Arc<LoadedKernel>>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            DeviceKind::Interpreter => f.write_str("Device(CPU interpreter)"),
+            DeviceKind::Cuda(d) => write!(
+                f,
+                "Device(cuda:{} {}, sm_{}{})",
+                d.ordinal, d.name, d.compute_capability.0, d.compute_capability.1
+            ),
+        }
+    }
+}
+
+/// The driver error as "CUDA_ERROR_X: description".
+pub(crate) fn describe(err: DriverError) -> String {
+    let name = err.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", err.0));
+    match err.error_string() {
+        Ok(text) => format!("{name}: {}", text.to_string_lossy()),
+        Err(_) => name,
+    }
+}
+
+/// Maps a driver error of `call` to [`Error::Driver`].
+pub(crate) fn driver_err(call: &str) -> impl FnOnce(DriverError) -> Error + '_ {
+    move |err| Error::Driver { call: call.to_string(), message: describe(err) }
+}
+
+fn no_driver_message(detail: &str) -> String {
+    format!(
+        "no NVIDIA driver was found: {detail}. Kernels can run on the CPU instead: use \
+         Device::interpreter(), or Device::auto() with TILE_INTERPRET=1 (auto also falls back to \
+         the interpreter when there is no GPU)"
+    )
+}
+
+/// Whether `libcuda` can be loaded. Probed once; cudarc is touched only after this succeeds.
+fn driver_library() -> Result<()> {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: `is_culib_present` only tries to open the library (dlopen) and
+    // drops the handle; it runs no driver code besides the library's initializers.
+    let present = *PRESENT.get_or_init(|| catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false));
+    if present {
+        Ok(())
+    } else {
+        Err(Error::NoDriver(no_driver_message(
+            "the CUDA driver library (libcuda.so / libcuda.so.1) could not be loaded",
+        )))
+    }
+}
+
+/// Runs a cudarc call that may panic (a symbol missing from an old driver),
+/// turning a panic into an error.
+pub(crate) fn guarded<R>(call: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".to_string());
+        Err(Error::Driver {
+            call: call.to_string(),
+            message: format!("the driver binding failed ({what}); the installed NVIDIA driver may be too old"),
+        })
+    })
+}
+
+/// Opened CUDA devices, by ordinal.
+fn cuda_devices() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+    DEVICES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
+    if let Err(err) = result::init() {
+        return Err(Error::NoDriver(no_driver_message(&format!(
+            "the CUDA driver library loaded but cuInit failed with {} (no GPU, or a driver/kernel-module mismatch)",
+            describe(err)
+        ))));
+    }
+    let count = result::device::get_count().map_err(driver_err("cuDeviceGetCount"))?;
+    if count <= 0 {
+        return Err(Error::NoDriver(no_driver_message("the NVIDIA driver reports no CUDA device")));
+    }
+    if ordinal >= count as usize {
+        return Err(Error::Driver {
+            call: "cuDeviceGet".into(),
+            message: format!("there is no CUDA device {ordinal}: this machine has {count} (ordinals 0..{count})"),
+        });
+    }
+    let ctx = CudaContext::new(ordinal).map_err(driver_err("cuDevicePrimaryCtxRetain"))?;
+    let name = ctx.name().map_err(driver_err("cuDeviceGetName"))?;
+    let (major, minor) = ctx.compute_capability().map_err(driver_err("cuDeviceGetAttribute"))?;
+    let max_shared_optin = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(driver_err("cuDeviceGetAttribute"))?;
+    let stream = ctx.default_stream();
+    Ok(Arc::new(CudaDevice {
+        ordinal,
+        ctx,
+        stream,
+        name,
+        compute_capability: (major.max(0) as u32, minor.max(0) as u32),
+        max_shared_optin: max_shared_optin.max(0) as u32,
+        kernels: Mutex::new(HashMap::new()),
+    }))
+}
+
+impl Device {
+    /// CUDA device `ordinal`. [`Error::NoDriver`] when there is no NVIDIA
+    /// driver or no GPU; never panics.
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        driver_library()?;
+        let mut devices = cuda_devices().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(dev) = devices.get(&ordinal) {
+            return Ok(Device { kind: DeviceKind::Cuda(dev.clone()) });
+        }
+        let dev = guarded("cuInit", || open_cuda(ordinal))?;
+        devices.insert(ordinal, dev.clone());
+        Ok(Device { kind: DeviceKind::Cuda(dev) })
+    }
+
+    /// The CPU interpreter: runs kernels from their Tile IR, one block at a time.
+    pub fn interpreter() -> Device {
+        Device { kind: DeviceKind::Interpreter }
+    }
+
+    /// The interpreter if `TILE_INTERPRET` is set (to anything but `0` or
+    /// empty); else CUDA device 0 if there is a driver and a GPU; else the
+    /// interpreter. Other CUDA failures (a GPU that is there but cannot be
+    /// opened) are returned, not hidden.
+    pub fn auto() -> Result<Device> {
+        if interpret_requested() {
+            return Ok(Device::interpreter());
+        }
+        match Device::cuda(0) {
+            Ok(dev) => Ok(dev),
+            Err(Error::NoDriver(_)) => Ok(Device::interpreter()),
+            Err(err) => Err(err),
+        }
+    }
+
+    pub fn is_interpreter(&self) -> bool {
+        matches!(self.kind, DeviceKind::Interpreter)
+    }
+
+    /// The GPU's name, or `"CPU interpreter"`.
+    pub fn name(&self) -> &str {
+        match &self.kind {
+            DeviceKind::Interpreter => "CPU interpreter",
+            DeviceKind::Cuda(d) => &d.name,
+        }
+    }
+
+    /// `(major, minor)` of a GPU; `None` for the interpreter.
+    pub fn compute_capability(&self) -> Option<(u32, u32)> {
+        match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(d.compute_capability),
+        }
+    }
+
+    /// The CUDA ordinal; `None` for the interpreter.
+    pub fn ordinal(&self) -> Option<usize> {
+        match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(d.ordinal),
+        }
+    }
+
+    /// A stream on this device (the device's default stream).
+    pub fn stream(&self) -> Result<Stream> {
+        Ok(Stream { device: self.clone() })
+    }
+
+    /// The cudarc context of a GPU device (for calling other CUDA libraries, e.g. cuBLAS).
+    pub fn cuda_context(&self) -> Option<&Arc<CudaContext>> {
+        match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(&d.ctx),
+        }
+    }
+
+    /// Whether two values denote the same device.
+    pub fn same_as(&self, other: &Device) -> bool {
+        match (&self.kind, &other.kind) {
+            (DeviceKind::Interpreter, DeviceKind::Interpreter) => true,
+            (DeviceKind::Cuda(a), DeviceKind::Cuda(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+fn interpret_requested() -> bool {
+    std::env::var_os(INTERPRET_ENV).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// An ordered queue of work on a device. Kernels, copies and events on one
+/// stream run in the order they were issued.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    pub(crate) device: Device,
+}
+
+impl Stream {
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Waits until all work issued on this stream has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.device.kind {
+            DeviceKind::Interpreter => Ok(()),
+            DeviceKind::Cuda(d) => d.stream.synchronize().map_err(driver_err("cuStreamSynchronize")),
+        }
+    }
+
+    /// Records an event: a point in this stream's work, for timing.
+    pub fn record_event(&self) -> Result<Event> {
+        match &self.device.kind {
+            DeviceKind::Interpreter => Ok(Event { kind: EventKind::Host(Instant::now()) }),
+            DeviceKind::Cuda(d) => {
+                let event = d
+                    .stream
+                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(driver_err("cuEventRecord"))?;
+                Ok(Event { kind: EventKind::Cuda(event) })
+            }
+        }
+    }
+
+    /// Runs `f` (which issues work on this stream) and returns the device
+    /// time it took in milliseconds, measured with events around it.
+    pub fn time(&self, f: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let start = self.record_event()?;
+        f()?;
+        let end = self.record_event()?;
+        start.elapsed_ms(&end)
+    }
+
+    /// The cudarc stream of a GPU device (for calling other CUDA libraries).
+    pub fn cuda_stream(&self) -> Option<&Arc<CudaStream>> {
+        match &self.device.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(&d.stream),
+        }
+    }
+}
+
+/// A recorded point in a stream's work: a CUDA event with timing, or a host
+/// time stamp on the interpreter (which runs synchronously).
+pub struct Event {
+    kind: EventKind,
+}
+
+enum EventKind {
+    Host(Instant),
+    Cuda(CudaEvent),
+}
+
+impl Event {
+    /// Milliseconds from `self` to `end` (waits for `end` to complete).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f64> {
+        match (&self.kind, &end.kind) {
+            (EventKind::Host(a), EventKind::Host(b)) => Ok(b.saturating_duration_since(*a).as_secs_f64() * 1e3),
+            (EventKind::Cuda(a), EventKind::Cuda(b)) => {
+                a.elapsed_ms(b).map(f64::from).map_err(driver_err("cuEventElapsedTime"))
+            }
+            _ => Err(Error::Usage("cannot time between events of different devices".into())),
+        }
+    }
+
+    /// Waits until the work recorded before this event has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.kind {
+            EventKind::Host(_) => Ok(()),
+            EventKind::Cuda(e) => e.synchronize().map_err(driver_err("cuEventSynchronize")),
+        }
+    }
+}
