@@ -6,11 +6,11 @@
 use tile::prelude::*;
 
 #[tile_kernel(threads = 256, consts(BN = 4096))]
-pub fn softmax(x: &Tensor<f16, [M, N]>, y: &mut Tensor<f16, [M, N]>) {
+pub fn softmax(x: &Tensor<f16, M, N>, y: &mut Tensor<f16, M, N>) {
     let row = grid(M);
-    let mut t = fragment::<f32, [1, BN]>();
-    let mut row_max = fragment::<f32, [1]>();
-    let mut row_sum = fragment::<f32, [1]>();
+    let mut t = fragment::<f32, 1, BN>();
+    let mut row_max = fragment::<f32, 1>();
+    let mut row_sum = fragment::<f32, 1>();
     if N <= BN {
         copy(x.tile([row, 0]), &mut t).fill(f32::NEG_INFINITY);
         reduce_max(&t, &mut row_max, 1);
@@ -23,8 +23,8 @@ pub fn softmax(x: &Tensor<f16, [M, N]>, y: &mut Tensor<f16, [M, N]>) {
         }
         copy(&t, y.tile([row, 0]));
     } else {
-        let mut prev_max = fragment::<f32, [1]>();
-        let mut tile_sum = fragment::<f32, [1]>();
+        let mut prev_max = fragment::<f32, 1>();
+        let mut tile_sum = fragment::<f32, 1>();
         fill(&mut row_max, f32::NEG_INFINITY);
         clear(&mut row_sum);
         for c in 0..cdiv(N, BN) {

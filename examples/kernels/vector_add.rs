@@ -2,10 +2,10 @@
 use tile::prelude::*;
 
 #[tile_kernel(threads = 256, consts(BLOCK = 2048))]
-pub fn vector_add(a: &Tensor<f32, [N]>, b: &Tensor<f32, [N]>, c: &mut Tensor<f32, [N]>) {
+pub fn vector_add(a: &Tensor<f32, N>, b: &Tensor<f32, N>, c: &mut Tensor<f32, N>) {
     let bx = grid(cdiv(N, BLOCK));
-    let mut x = fragment::<f32, [BLOCK]>();
-    let mut y = fragment::<f32, [BLOCK]>();
+    let mut x = fragment::<f32, BLOCK>();
+    let mut y = fragment::<f32, BLOCK>();
     copy(a.tile([bx * BLOCK]), &mut x);
     copy(b.tile([bx * BLOCK]), &mut y);
     for i in parallel(BLOCK) {

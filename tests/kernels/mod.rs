@@ -7,10 +7,10 @@ pub mod checks;
 
 /// `y = bf16(alpha * x + beta)` over a 2-D tile: casts and scalar params.
 #[tile_kernel(threads = 128, consts(BM = 16, BN = 64))]
-pub fn scale_shift(x: &Tensor<f32, [M, N]>, y: &mut Tensor<bf16, [M, N]>, alpha: f32, beta: f32) {
+pub fn scale_shift(x: &Tensor<f32, M, N>, y: &mut Tensor<bf16, M, N>, alpha: f32, beta: f32) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    let mut t = fragment::<f32, [BM, BN]>();
-    let mut out = fragment::<bf16, [BM, BN]>();
+    let mut t = fragment::<f32, BM, BN>();
+    let mut out = fragment::<bf16, BM, BN>();
     copy(x.tile([by * BM, bx * BN]), &mut t);
     for (i, j) in parallel((BM, BN)) {
         out[(i, j)] = (alpha * t[(i, j)] + beta) as bf16;
@@ -24,10 +24,10 @@ pub fn scale_shift_ref(x: &[f32], alpha: f32, beta: f32) -> Vec<f64> {
 
 /// Column sums: reduce over dim 0 of a tile, then atomics across row blocks.
 #[tile_kernel(threads = 256, consts(BM = 32, BN = 128))]
-pub fn col_sum(x: &Tensor<f32, [M, N]>, out: &mut Tensor<f32, [N]>) {
+pub fn col_sum(x: &Tensor<f32, M, N>, out: &mut Tensor<f32, N>) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    let mut t = fragment::<f32, [BM, BN]>();
-    let mut s = fragment::<f32, [BN]>();
+    let mut t = fragment::<f32, BM, BN>();
+    let mut s = fragment::<f32, BN>();
     copy(x.tile([by * BM, bx * BN]), &mut t);
     reduce_sum(&t, &mut s, 0);
     for j in parallel(BN) {
@@ -41,10 +41,10 @@ pub fn col_sum_ref(x: &[f32], m: usize, n: usize) -> Vec<f64> {
 
 /// Transpose through shared memory (shared indexed with swapped loop vars).
 #[tile_kernel(threads = 256, consts(T = 32))]
-pub fn transpose(x: &Tensor<f16, [M, N]>, y: &mut Tensor<f16, [N, M]>) {
+pub fn transpose(x: &Tensor<f16, M, N>, y: &mut Tensor<f16, N, M>) {
     let (bx, by) = grid(cdiv(N, T), cdiv(M, T));
-    let mut s = shared::<f16, [T, T]>();
-    let mut t = fragment::<f16, [T, T]>();
+    let mut s = shared::<f16, T, T>();
+    let mut t = fragment::<f16, T, T>();
     copy(x.tile([by * T, bx * T]), &mut s);
     for (i, j) in parallel((T, T)) {
         t[(i, j)] = s[(j, i)];
@@ -55,11 +55,11 @@ pub fn transpose(x: &Tensor<f16, [M, N]>, y: &mut Tensor<f16, [N, M]>) {
 /// Row max and min over a dynamic number of column tiles (serial loop with
 /// `keep`), for 4 rows per block.
 #[tile_kernel(threads = 128, consts(BM = 4, BN = 256))]
-pub fn row_range(x: &Tensor<f32, [M, N]>, hi: &mut Tensor<f32, [M]>, lo: &mut Tensor<f32, [M]>) {
+pub fn row_range(x: &Tensor<f32, M, N>, hi: &mut Tensor<f32, M>, lo: &mut Tensor<f32, M>) {
     let bx = grid(cdiv(M, BM));
-    let mut t = fragment::<f32, [BM, BN]>();
-    let mut mx = fragment::<f32, [BM]>();
-    let mut mn = fragment::<f32, [BM]>();
+    let mut t = fragment::<f32, BM, BN>();
+    let mut mx = fragment::<f32, BM>();
+    let mut mn = fragment::<f32, BM>();
     fill(&mut mx, f32::NEG_INFINITY);
     fill(&mut mn, f32::INFINITY);
     for c in 0..cdiv(N, BN) {
@@ -78,9 +78,9 @@ pub fn row_range(x: &Tensor<f32, [M, N]>, hi: &mut Tensor<f32, [M]>, lo: &mut Te
 
 /// Histogram with u32 atomics indexed by data.
 #[tile_kernel(threads = 256, consts(BLOCK = 1024))]
-pub fn histogram(x: &Tensor<i32, [N]>, h: &mut Tensor<u32, [B]>) {
+pub fn histogram(x: &Tensor<i32, N>, h: &mut Tensor<u32, B>) {
     let bx = grid(cdiv(N, BLOCK));
-    let mut v = fragment::<i32, [BLOCK]>();
+    let mut v = fragment::<i32, BLOCK>();
     copy(x.tile([bx * BLOCK]), &mut v).fill(-1);
     for i in parallel(BLOCK) {
         if v[i] >= 0 {
@@ -92,7 +92,7 @@ pub fn histogram(x: &Tensor<i32, [N]>, h: &mut Tensor<u32, [B]>) {
 /// Uniform scalar code: serial loops with dynamic bounds, if/else, `let mut`,
 /// integer ops, and a uniform global store (done once per block).
 #[tile_kernel(threads = 64)]
-pub fn scalar_walk(out: &mut Tensor<i32, [K]>, n: i32) {
+pub fn scalar_walk(out: &mut Tensor<i32, K>, n: i32) {
     let bx = grid(K);
     let mut acc = 0;
     for i in 0..n + bx {
