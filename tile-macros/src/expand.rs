@@ -101,6 +101,24 @@ fn kept_attributes(sig: &Signature, errors: &mut Errors) -> Vec<syn::Attribute> 
     kept
 }
 
+/// `tokens` with every span set to `span`, so that rustc's notes about the
+/// generated `launch` point at the user's parameter.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tt = TokenTree::Group(group);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
+}
+
 fn rust_type(dtype: DType) -> TokenStream {
     match dtype {
         DType::F16 => quote!(::tile::f16),
@@ -135,7 +153,7 @@ fn describe_param(ty: &ParamType) -> String {
                     DimDecl::Name(i) => i.to_string(),
                 })
                 .collect();
-            format!("&{}Tensor<{dtype}, [{}]>", if *mutable { "mut " } else { "" }, dims.join(", "))
+            format!("&{}Tensor<{dtype}, {}>", if *mutable { "mut " } else { "" }, dims.join(", "))
         }
         ParamType::Scalar(d) => d.to_string(),
         ParamType::Invalid => "(invalid)".into(),
@@ -160,7 +178,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
         let ty_span = p.ty_tokens.clone().into_iter().next().map_or(pname.span(), |t| t.span());
         match &p.ty {
             ParamType::Tensor { mutable, dtype, .. } => {
-                let elem = rust_type(*dtype);
+                let elem = respan(rust_type(*dtype), ty_span);
                 if *mutable {
                     params.push(quote_spanned!(ty_span=> #pname: &mut ::tile::DeviceTensor<#elem>));
                     args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)));
@@ -170,7 +188,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
                 }
             }
             ParamType::Scalar(dtype) => {
-                let ty = rust_type(*dtype);
+                let ty = respan(rust_type(*dtype), ty_span);
                 params.push(quote_spanned!(ty_span=> #pname: #ty));
                 match scalar_arg(*dtype) {
                     Some(variant) => args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname))),

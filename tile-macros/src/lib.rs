@@ -2,7 +2,7 @@
 //!
 //! The pipeline, one module per step (as in serde_derive / thiserror):
 //! [`attr`] parses the attribute, [`sig`] the function (its own parser:
-//! `Tensor<f16, [M, K]>` is not Rust type syntax), [`lower`] turns the body
+//! `&Tensor<f16, M, K>` is DSL, not a Rust type), [`lower`] turns the body
 //! into a `tile_ir::Kernel`, [`backend`] verifies and compiles it for each
 //! target, and [`expand`] quotes the `mod name { META; fn launch }` that the
 //! runtime uses. Every rejection is a `syn::Error` at a span; all errors of a

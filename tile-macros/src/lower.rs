@@ -498,13 +498,13 @@ impl Lowerer<'_> {
         }
     }
 
-    /// `let mut x = shared::<f16, [BM, BK]>();` (also `fragment`, `local`).
+    /// `let mut x = shared::<f16, BM, BK>();` (also `fragment`, `local`).
     fn buffer_decl(&mut self, local: &syn::Local, call: &syn::ExprCall) -> Lowered<()> {
         let ident = match &local.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => &p.ident,
             other => {
                 self.bind_pattern_poisoned(other);
-                return Err(self.errors.spanned(other, "a buffer is bound to one name: `let mut x = shared::<T, [..]>();`"));
+                return Err(self.errors.spanned(other, "a buffer is bound to one name: `let mut x = shared::<T, D0, D1, ..>();`"));
             }
         };
         match self.buffer_type(call) {
@@ -530,7 +530,7 @@ impl Lowerer<'_> {
 
     fn buffer_type(&mut self, call: &syn::ExprCall) -> Lowered<(Scope, DType, Vec<i64>)> {
         let SynExpr::Path(path) = &*call.func else {
-            return Err(self.errors.spanned(call, "expected `shared::<T, [..]>()`"));
+            return Err(self.errors.spanned(call, "expected `shared::<T, D0, D1, ..>()`"));
         };
         let seg = &path.path.segments[path.path.segments.len() - 1];
         let kind = seg.ident.to_string();
@@ -539,7 +539,7 @@ impl Lowerer<'_> {
             "fragment" => Scope::Fragment,
             _ => Scope::Local,
         };
-        let usage = format!("a buffer is declared as `{kind}::<T, [d0, d1, ..]>()`, e.g. `{kind}::<f32, [64, 64]>()`");
+        let usage = format!("a buffer is declared as `{kind}::<T, D0, D1, ..>()`, e.g. `{kind}::<f32, 64, BN>()`");
         if !call.args.is_empty() {
             return Err(self.errors.spanned(&call.args, format!("`{kind}` takes no arguments; {usage}")));
         }
@@ -547,7 +547,7 @@ impl Lowerer<'_> {
             return Err(self.errors.spanned(call, format!("missing element type and shape: {usage}")));
         };
         let args: Vec<&syn::GenericArgument> = generics.args.iter().collect();
-        if args.len() != 2 {
+        if args.len() < 2 {
             return Err(self.errors.spanned(generics, format!("expected an element type and a shape: {usage}")));
         }
         let dtype = match args[0] {
@@ -560,20 +560,30 @@ impl Lowerer<'_> {
             }
             other => return Err(self.errors.spanned(other, format!("expected an element type: {usage}"))),
         };
-        // `sig::rewrite_turbofish_shapes` wrapped `[..]` as `{ [..] }`.
-        let dims: Vec<&SynExpr> = match args[1] {
-            syn::GenericArgument::Const(SynExpr::Block(b)) => match b.block.stmts.as_slice() {
-                [SynStmt::Expr(SynExpr::Array(a), None)] => a.elems.iter().collect(),
-                _ => return Err(self.errors.spanned(args[1], format!("expected a shape in brackets: {usage}"))),
-            },
-            other => return Err(self.errors.spanned(other, format!("expected a shape in brackets: {usage}"))),
+        // `shared::<T, BM, BK>()`, or the whole shape as one tuple `(BM, BK)` / slice `[BM]`.
+        let dims: Vec<SynExpr> = match &args[1..] {
+            [syn::GenericArgument::Type(syn::Type::Tuple(t))] => {
+                let mut v = Vec::new();
+                for ty in &t.elems {
+                    v.push(self.dim_expr(&syn::GenericArgument::Type(ty.clone()), &usage)?);
+                }
+                v
+            }
+            [syn::GenericArgument::Type(syn::Type::Slice(s))] => vec![self.dim_expr(&syn::GenericArgument::Type((*s.elem).clone()), &usage)?],
+            rest => {
+                let mut v = Vec::new();
+                for a in rest {
+                    v.push(self.dim_expr(a, &usage)?);
+                }
+                v
+            }
         };
         if dims.is_empty() {
             return Err(self.errors.spanned(args[1], "a buffer has at least one dimension"));
         }
         let mut shape = Vec::new();
         let mut failed = false;
-        for d in dims {
+        for d in &dims {
             match self.const_int(d, &format!("the shape of a `{kind}` buffer")) {
                 Ok(v) if v > 0 => shape.push(v),
                 Ok(v) => {
@@ -587,6 +597,23 @@ impl Lowerer<'_> {
             return Err(Reported);
         }
         Ok((scope, dtype, shape))
+    }
+
+    /// One dimension of a buffer's shape, written as a generic argument
+    /// (`BM`, `64`, `{ BK * 2 }`), as an expression.
+    fn dim_expr(&mut self, arg: &syn::GenericArgument, usage: &str) -> Lowered<SynExpr> {
+        match arg {
+            syn::GenericArgument::Type(syn::Type::Path(tp)) if tp.qself.is_none() => {
+                Ok(SynExpr::Path(syn::ExprPath { attrs: Vec::new(), qself: None, path: tp.path.clone() }))
+            }
+            syn::GenericArgument::Type(syn::Type::Paren(p)) => self.dim_expr(&syn::GenericArgument::Type((*p.elem).clone()), usage),
+            syn::GenericArgument::Const(SynExpr::Block(b)) => match b.block.stmts.as_slice() {
+                [SynStmt::Expr(e, None)] => Ok(e.clone()),
+                _ => Err(self.errors.spanned(b, format!("expected one constant expression in the braces: {usage}"))),
+            },
+            syn::GenericArgument::Const(e) => Ok(e.clone()),
+            other => Err(self.errors.spanned(other, format!("expected a dimension: {usage}"))),
+        }
     }
 
     /// A compile-time integer: literals, `consts(..)` names and arithmetic on them.
@@ -1166,9 +1193,10 @@ impl Lowerer<'_> {
                 let (s, d) = (self.k.buffer(src).clone(), self.k.buffer(dst).clone());
                 let (s_shape, d_shape) = (s.const_shape().unwrap_or_default(), d.const_shape().unwrap_or_default());
                 if dim < 0 || dim as usize >= s.rank() {
-                    let dims = match s.rank() {
-                        1 => "its only dimension is 0".to_string(),
-                        r => format!("its dimensions are 0 to {}", r - 1),
+                    let valid: Vec<String> = (0..s.rank()).map(|d| d.to_string()).collect();
+                    let dims = match valid.split_last() {
+                        Some((last, rest)) if !rest.is_empty() => format!("valid dimensions: {} and {last}", rest.join(", ")),
+                        _ => "valid dimension: 0".to_string(),
                     };
                     return Err(self.errors.spanned(
                         args[2],
@@ -1231,7 +1259,7 @@ impl Lowerer<'_> {
             }
             "grid" => return self.grid(None, call, whole),
             "shared" | "fragment" | "local" => {
-                return Err(self.errors.spanned(call, format!("a buffer is declared with a name: `let mut x = {name}::<T, [..]>();`")))
+                return Err(self.errors.spanned(call, format!("a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`")))
             }
             "parallel" | "pipelined" => {
                 return Err(self.errors.spanned(call, format!("`{name}(..)` is only valid as the iterator of a `for` loop")))
@@ -1638,7 +1666,7 @@ impl Lowerer<'_> {
                 return Err(self.errors.spanned(whole, "`grid(..)` must be the first statement of the kernel: `let (bx, by) = grid(..);`"))
             }
             "shared" | "fragment" | "local" => {
-                return Err(self.errors.spanned(whole, format!("a buffer is declared with a name: `let mut x = {name}::<T, [..]>();`")))
+                return Err(self.errors.spanned(whole, format!("a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`")))
             }
             "parallel" | "pipelined" => {
                 return Err(self.errors.spanned(whole, format!("`{name}(..)` is only valid as the iterator of a `for` loop")))

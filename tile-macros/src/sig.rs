@@ -1,11 +1,14 @@
 //! The kernel's signature: `vis fn name(params) { body }`.
 //!
-//! `Tensor<f16, [M, K]>` is not Rust type syntax, so `syn::ItemFn` cannot
-//! parse a kernel: this module parses the function itself (attributes,
-//! visibility, `fn`, name, parameters with its own type parser), then the
-//! body with `syn::Block` after rewriting the one non-Rust construct inside
-//! it (shape lists in turbofish, `shared::<f16, [BM, BK]>()`; see
-//! [`rewrite_turbofish_shapes`]).
+//! A parameter type such as `&Tensor<f16, M, K>` is DSL, not a Rust type
+//! (`M`, `K` are dimensions), so this module parses the function itself
+//! (attributes, visibility, `fn`, name, parameters with its own type parser)
+//! rather than through `syn::ItemFn`, then the body with `syn::Block`.
+//!
+//! Shapes are generic arguments (`&Tensor<f16, M, K>`); the tuple form
+//! `Tensor<f16, (M, K)>` and the 1-D `Tensor<f32, [N]>` are accepted too.
+//! `[M, K]` cannot be: rustc parses the item before the macro runs, and
+//! `[M, K]` is not Rust type syntax.
 //!
 //! Expects the item's tokens. Guarantees either a [`Signature`] (parameter
 //! errors are pushed to [`Errors`] and the bad parameter is kept as
@@ -13,7 +16,7 @@
 //! arity) or a fatal `syn::Error` when the item is not a function at all.
 
 use crate::diag::Errors;
-use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::parse::{ParseStream, Parser};
 use syn::{Attribute, Block, Ident, Token, Visibility};
@@ -64,7 +67,7 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
         input.parse::<Token![fn]>()?;
         let ident: Ident = input.parse()?;
         if input.peek(Token![<]) {
-            return Err(input.error("a tile kernel cannot be generic; element types are written in the parameters (`&Tensor<f16, [M, N]>`)"));
+            return Err(input.error("a tile kernel cannot be generic; element types are written in the parameters (`&Tensor<f16, M, N>`)"));
         }
         let content;
         let paren = syn::parenthesized!(content in input);
@@ -92,16 +95,14 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
         if !input.is_empty() {
             return Err(input.error("unexpected tokens after the kernel's body"));
         }
-        let mut braced = Group::new(Delimiter::Brace, rewrite_turbofish_shapes(group.stream()));
-        braced.set_span(group.span());
-        let body: Block = syn::parse2(braced.into_token_stream())?;
+        let body: Block = syn::parse2(TokenTree::Group(group).into_token_stream())?;
         Ok(Signature { attrs, vis, ident, params, body })
     };
     parser.parse2(item)
 }
 
 /// Splits the parameter list at top-level commas (commas inside `<..>` do
-/// not count: `Tensor<f16, [M]>` is one parameter) and parses each.
+/// not count: `Tensor<f16, M, K>` is one parameter) and parses each.
 fn parse_params(tokens: TokenStream, errors: &mut Errors) -> Vec<ParamDecl> {
     let mut params = Vec::new();
     let mut current: Vec<TokenTree> = Vec::new();
@@ -162,7 +163,7 @@ fn parse_param(tokens: TokenStream, errors: &mut Errors) -> Option<ParamDecl> {
 fn unsupported_type(tokens: &TokenStream) -> syn::Error {
     syn::Error::new_spanned(
         tokens,
-        "unsupported parameter type: a kernel parameter is `&Tensor<T, [d0, d1, ..]>` (read-only), `&mut Tensor<T, [..]>`, or a scalar `f32`, `i32`, `u32`, `f16` or `bf16`",
+        "unsupported parameter type: a kernel parameter is `&Tensor<T, D0, D1, ..>` (read-only), `&mut Tensor<T, D0, D1, ..>`, or a scalar `f32`, `i32`, `u32`, `f16` or `bf16`",
     )
 }
 
@@ -183,26 +184,26 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
             input.parse::<Token![<]>()?;
             let dtype_ident: Ident = input.parse()?;
             let dtype = element_type(&dtype_ident)?;
-            input.parse::<Token![,]>()?;
-            let shape = match input.parse::<TokenTree>() {
-                Ok(TokenTree::Group(g)) if g.delimiter() == Delimiter::Bracket => g,
-                Ok(other) => {
-                    return Err(syn::Error::new(other.span(), "expected the tensor's shape in brackets, e.g. `Tensor<f16, [M, K]>`"))
+            // The dims: `Tensor<T, M, K>`; also `Tensor<T, (M, K)>` and `Tensor<T, [N]>`.
+            let mut dim_tokens: Vec<TokenTree> = Vec::new();
+            while !input.peek(Token![>]) {
+                if input.is_empty() {
+                    return Err(input.error("expected `>` closing the tensor type"));
                 }
-                Err(e) => return Err(e),
-            };
-            let dims = parse_dims(shape)?;
-            input.parse::<Token![>]>()?;
+                dim_tokens.push(input.parse()?);
+            }
+            let close: Token![>] = input.parse()?;
             if !input.is_empty() {
                 return Err(input.error("unexpected tokens after the tensor type"));
             }
+            let dims = parse_dims(dim_tokens, close.span)?;
             Ok(ParamType::Tensor { mutable, dtype, dims })
         } else {
             let ident: Ident = input.parse().map_err(|_| unsupported_type(&whole))?;
             if ident == "Tensor" {
                 return Err(syn::Error::new(
                     ident.span(),
-                    "a tensor parameter is passed by reference: `&Tensor<T, [..]>` or `&mut Tensor<T, [..]>`",
+                    "a tensor parameter is passed by reference: `&Tensor<T, D0, D1, ..>` or `&mut Tensor<T, D0, D1, ..>`",
                 ));
             }
             match DType::from_name(&ident.to_string()) {
@@ -224,76 +225,70 @@ fn element_type(ident: &Ident) -> syn::Result<DType> {
     }
 }
 
-fn parse_dims(group: Group) -> syn::Result<Vec<DimDecl>> {
+/// The dims after the element type: `, M, K` or `, (M, K)` or `, [N]`.
+/// (`[M, K]` would be nicer, but rustc parses the item before the macro sees
+/// it, and `[M, K]` is not a Rust type.)
+fn parse_dims(tokens: Vec<TokenTree>, close: proc_macro2::Span) -> syn::Result<Vec<DimDecl>> {
+    let stream: TokenStream = tokens.into_iter().collect();
+    let usage = "a tensor type is `Tensor<T, D0, D1, ..>` where each dimension is an integer literal, a constant from `consts(..)`, or a name for a dynamic dimension (e.g. `&Tensor<f16, M, K>`)";
+    let one_dim = |input: ParseStream| -> syn::Result<DimDecl> {
+        if input.peek(syn::LitInt) {
+            let lit: syn::LitInt = input.parse()?;
+            let v: i64 = lit.base10_parse()?;
+            if v <= 0 {
+                return Err(syn::Error::new(lit.span(), "a tensor dimension must be positive"));
+            }
+            Ok(DimDecl::Literal(v))
+        } else if input.peek(Ident) {
+            Ok(DimDecl::Name(input.parse()?))
+        } else {
+            Err(input.error(usage))
+        }
+    };
     let parser = |input: ParseStream| -> syn::Result<Vec<DimDecl>> {
         let mut dims = Vec::new();
-        while !input.is_empty() {
-            if input.peek(syn::LitInt) {
-                let lit: syn::LitInt = input.parse()?;
-                let v: i64 = lit.base10_parse()?;
-                if v <= 0 {
-                    return Err(syn::Error::new(lit.span(), "a tensor dimension must be positive"));
-                }
-                dims.push(DimDecl::Literal(v));
-            } else if input.peek(Ident) {
-                dims.push(DimDecl::Name(input.parse()?));
-            } else {
-                return Err(input.error(
-                    "a tensor dimension is an integer literal, a constant from `consts(..)`, or a name for a dynamic dimension",
-                ));
+        if input.is_empty() {
+            return Err(syn::Error::new(close, format!("missing the tensor's shape: {usage}")));
+        }
+        input.parse::<Token![,]>()?;
+        // `(M, K)` or `[N]`: one group holding the whole shape.
+        let grouped = input.fork().parse::<TokenTree>().ok().and_then(|tt| match tt {
+            TokenTree::Group(g) if matches!(g.delimiter(), Delimiter::Parenthesis | Delimiter::Bracket) => Some(g),
+            _ => None,
+        });
+        if let Some(g) = grouped {
+            input.parse::<TokenTree>()?;
+            if !input.is_empty() {
+                return Err(input.error(usage));
             }
+            let inner = |input: ParseStream| -> syn::Result<Vec<DimDecl>> {
+                let mut dims = Vec::new();
+                while !input.is_empty() {
+                    dims.push(one_dim(input)?);
+                    if input.is_empty() {
+                        break;
+                    }
+                    input.parse::<Token![,]>()?;
+                }
+                Ok(dims)
+            };
+            dims = inner.parse2(g.stream())?;
+            if dims.is_empty() {
+                return Err(syn::Error::new(g.span(), "a tensor has at least one dimension"));
+            }
+            return Ok(dims);
+        }
+        while !input.is_empty() {
+            dims.push(one_dim(input)?);
             if input.is_empty() {
                 break;
             }
             input.parse::<Token![,]>()?;
         }
         if dims.is_empty() {
-            return Err(syn::Error::new(group.span(), "a tensor has at least one dimension"));
+            return Err(syn::Error::new(close, format!("missing the tensor's shape: {usage}")));
         }
         Ok(dims)
     };
-    parser.parse2(group.stream())
-}
-
-/// Makes the body parseable by syn: inside a turbofish (`name::<..>`), a
-/// bracketed shape `[BM, BK]` is not a Rust generic argument, so it is
-/// wrapped in braces (`{ [BM, BK] }`, a const-generic block argument) with
-/// the bracket's span. The lowering unwraps it again.
-pub(crate) fn rewrite_turbofish_shapes(tokens: TokenStream) -> TokenStream {
-    let trees: Vec<TokenTree> = tokens.into_iter().collect();
-    let mut out = Vec::with_capacity(trees.len());
-    // Depth of `<` inside a turbofish; 0 outside one.
-    let mut angle = 0usize;
-    for (i, tt) in trees.iter().enumerate() {
-        match tt {
-            TokenTree::Punct(p) if p.as_char() == '<' => {
-                let after_path_sep = i >= 2
-                    && matches!(&trees[i - 1], TokenTree::Punct(q) if q.as_char() == ':')
-                    && matches!(&trees[i - 2], TokenTree::Punct(q) if q.as_char() == ':');
-                if angle > 0 || after_path_sep {
-                    angle += 1;
-                }
-                out.push(tt.clone());
-            }
-            TokenTree::Punct(p) if p.as_char() == '>' && angle > 0 => {
-                angle -= 1;
-                out.push(tt.clone());
-            }
-            TokenTree::Group(g) if angle == 1 && g.delimiter() == Delimiter::Bracket => {
-                let inner = Group::new(Delimiter::Bracket, rewrite_turbofish_shapes(g.stream()));
-                let mut inner = inner;
-                inner.set_span(g.span());
-                let mut wrapped = Group::new(Delimiter::Brace, TokenTree::Group(inner).into());
-                wrapped.set_span(g.span());
-                out.push(TokenTree::Group(wrapped));
-            }
-            TokenTree::Group(g) => {
-                let mut ng = Group::new(g.delimiter(), rewrite_turbofish_shapes(g.stream()));
-                ng.set_span(g.span());
-                out.push(TokenTree::Group(ng));
-            }
-            _ => out.push(tt.clone()),
-        }
-    }
-    out.into_iter().collect()
+    parser.parse2(stream)
 }

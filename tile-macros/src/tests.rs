@@ -58,10 +58,10 @@ fn all_stmts(k: &Kernel) -> Vec<&Stmt> {
 }
 
 const VECTOR_ADD: &str = r#"
-pub fn vector_add(a: &Tensor<f32, [N]>, b: &Tensor<f32, [N]>, c: &mut Tensor<f32, [N]>) {
+pub fn vector_add(a: &Tensor<f32, N>, b: &Tensor<f32, N>, c: &mut Tensor<f32, N>) {
     let bx = grid(cdiv(N, BLOCK));
-    let mut x = fragment::<f32, [BLOCK]>();
-    let mut y = fragment::<f32, [BLOCK]>();
+    let mut x = fragment::<f32, BLOCK>();
+    let mut y = fragment::<f32, BLOCK>();
     copy(a.tile([bx * BLOCK]), &mut x);
     copy(b.tile([bx * BLOCK]), &mut y);
     for i in parallel(BLOCK) {
@@ -120,12 +120,12 @@ fn vector_add_lowers() {
 
 const SOFTMAX: &str = r#"
 /// Row softmax.
-pub fn softmax(x: &Tensor<f16, [M, N]>, y: &mut Tensor<f16, [M, N]>, scale: f32) {
+pub fn softmax(x: &Tensor<f16, M, N>, y: &mut Tensor<f16, M, N>, scale: f32) {
     let row = grid(cdiv(M, BM));
-    let mut t = fragment::<f32, [BM, BN]>();
-    let mut m = fragment::<f32, [BM]>();
-    let mut l = fragment::<f32, [BM]>();
-    let mut o = fragment::<f16, [BM, BN]>();
+    let mut t = fragment::<f32, BM, BN>();
+    let mut m = fragment::<f32, BM>();
+    let mut l = fragment::<f32, BM>();
+    let mut o = fragment::<f16, BM, BN>();
     copy(x.tile([row * BM, 0]), &mut t).fill(f32::NEG_INFINITY);
     fill(&mut m, f32::NEG_INFINITY);
     reduce_max(&t, &mut m, 1).keep();
@@ -165,7 +165,7 @@ fn softmax_lowers() {
 fn untyped_literals_adopt_the_other_operand_type() {
     let k = lower_ok(
         "threads = 32",
-        r#"fn k(a: &mut Tensor<f16, [64]>, s: u32) {
+        r#"fn k(a: &mut Tensor<f16, 64>, s: u32) {
             for i in parallel(64) {
                 a[i] = a[i] * 2 + 0.5;
             }
@@ -196,10 +196,10 @@ fn untyped_literals_adopt_the_other_operand_type() {
 fn constants_fold_and_loops_lower() {
     let k = lower_ok(
         "threads = 64, consts(BK = 32, STAGES = 3)",
-        r#"fn k(a: &Tensor<f32, [M, K]>, out: &mut Tensor<f32, [M]>) {
+        r#"fn k(a: &Tensor<f32, M, K>, out: &mut Tensor<f32, M>) {
             let (bx, by) = grid(cdiv(M, 64), 2);
-            let mut acc = local::<f32, [BK * 2 - 60]>();
-            let mut s = shared::<f32, [64, BK]>();
+            let mut acc = local::<f32, { BK * 2 - 60 }>();
+            let mut s = shared::<f32, 64, BK>();
             clear(&mut acc);
             for k in pipelined(cdiv(K, BK), STAGES) {
                 copy(a.tile([bx * 64, k * BK]), &mut s);
@@ -234,32 +234,59 @@ fn constants_fold_and_loops_lower() {
     let StmtKind::AtomicAdd { buf: BufferId(1), .. } = &k.body[3].kind else { panic!() };
 }
 
+#[test]
+fn shape_spellings() {
+    // Generic-argument dims are the main form; a tuple or a 1-D slice type
+    // holding the whole shape is accepted too.
+    let k = lower_ok(
+        "threads = 32, consts(BM = 8, BK = 4)",
+        r#"fn k(a: &Tensor<f32, (M, K)>, b: &mut Tensor<f32, [N]>, c: &Tensor<i32, 7, K>) {
+            let mut s = shared::<f32, (BM, BK)>();
+            let mut t = local::<f32, [BM]>();
+            let mut u = fragment::<f32, 16, { BM * 2 }>();
+        }"#,
+    );
+    let shapes: Vec<Vec<Extent>> = k.buffers.iter().map(|b| b.shape.clone()).collect();
+    let (m, kd, n) = (k.dims[0], k.dims[1], k.dims[2]);
+    assert_eq!(
+        shapes,
+        vec![
+            vec![Extent::Dyn(m), Extent::Dyn(kd)],
+            vec![Extent::Dyn(n)],
+            vec![Extent::Const(7), Extent::Dyn(kd)],
+            vec![Extent::Const(8), Extent::Const(4)],
+            vec![Extent::Const(8)],
+            vec![Extent::Const(16), Extent::Const(16)],
+        ]
+    );
+}
+
 // ------------------------------------------------------------------ errors
 
 #[test]
 fn unknown_function_suggests() {
     lower_err(
         "threads = 32",
-        "fn k(a: &mut Tensor<f32, [32]>) { for i in parallel(32) { a[i] = exp3(a[i]); } }",
+        "fn k(a: &mut Tensor<f32, 32>) { for i in parallel(32) { a[i] = exp3(a[i]); } }",
         &["unknown function `exp3`", "did you mean `exp2`?"],
     );
-    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, [32]>) { reduce_mx(&a, &a, 0); }", &["did you mean `reduce_max`?"]);
+    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, 32>) { reduce_mx(&a, &a, 0); }", &["did you mean `reduce_max`?"]);
 }
 
 #[test]
 fn name_errors() {
-    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, [32]>) { let x = 1; let y = z + 1; }", &["cannot find `z`"]);
-    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, [32]>) { let count = 1; let y = cuont + 1; }", &["did you mean `count`?"]);
+    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, 32>) { let x = 1; let y = z + 1; }", &["cannot find `z`"]);
+    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, 32>) { let count = 1; let y = cuont + 1; }", &["did you mean `count`?"]);
     let errs = lower_err(
         "threads = 32",
-        "fn k(a: &mut Tensor<f32, [32]>) { let mut s = shared::<f32, [TILE]>(); }",
+        "fn k(a: &mut Tensor<f32, 32>) { let mut s = shared::<f32, TILE>(); }",
         &["`TILE` is not a kernel constant", "cannot see `const` items", "consts(TILE = ..)"],
     );
     assert_eq!(errs.len(), 1, "{errs:?}");
     // A failed declaration does not cascade into "unknown variable" errors.
     let errs = lower_err(
         "threads = 32",
-        "fn k(a: &mut Tensor<f32, [32]>) { let x = nope + 1; let y = x * 2; let z = y; }",
+        "fn k(a: &mut Tensor<f32, 32>) { let x = nope + 1; let y = x * 2; let z = y; }",
         &["cannot find `nope`"],
     );
     assert_eq!(errs.len(), 1, "{errs:?}");
@@ -269,47 +296,47 @@ fn name_errors() {
 fn shape_errors() {
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [M, K]>) { let mut s = shared::<f32, [64, K]>(); }",
+        "fn k(a: &Tensor<f32, M, K>) { let mut s = shared::<f32, 64, K>(); }",
         &["must be a compile-time constant", "`K` is a dynamic dimension"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>, n: i32) { let mut s = fragment::<f32, [n]>(); }",
+        "fn k(a: &Tensor<f32, 64>, n: i32) { let mut s = fragment::<f32, n>(); }",
         &["`n` is a kernel parameter"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut s = shared::<f32, [64, 32]>(); let mut f = fragment::<f32, [32, 64]>(); copy(&s, &mut f); }",
+        "fn k(a: &Tensor<f32, 64>) { let mut s = shared::<f32, 64, 32>(); let mut f = fragment::<f32, 32, 64>(); copy(&s, &mut f); }",
         &["shape mismatch in `copy`", "[64, 32]", "[32, 64]"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>, b: &mut Tensor<f32, [64]>) { copy(a.tile([0]), b.tile([0])); }",
+        "fn k(a: &Tensor<f32, 64>, b: &mut Tensor<f32, 64>) { copy(a.tile([0]), b.tile([0])); }",
         &["between two tensor parameters", "`a` → `b`"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut f = fragment::<f32, [64]>(); copy(&f, a.tile([0])); }",
+        "fn k(a: &Tensor<f32, 64>) { let mut f = fragment::<f32, 64>(); copy(&f, a.tile([0])); }",
         &["cannot write to `a`", "read-only"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { for i in parallel(64) { a[i] = 1.0; } }",
+        "fn k(a: &Tensor<f32, 64>) { for i in parallel(64) { a[i] = 1.0; } }",
         &["cannot write to `a`"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { atomic_add(&mut a[0], 1.0); }",
+        "fn k(a: &Tensor<f32, 64>) { atomic_add(&mut a[0], 1.0); }",
         &["cannot write to `a`"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut s = fragment::<f32, [4, 8]>(); let mut m = fragment::<f32, [4]>(); reduce_max(&s, &mut m, 2); }",
+        "fn k(a: &Tensor<f32, 64>) { let mut s = fragment::<f32, 4, 8>(); let mut m = fragment::<f32, 4>(); reduce_max(&s, &mut m, 2); }",
         &["over dimension 2", "has rank 2"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut s = fragment::<f32, [4, 8]>(); let mut m = fragment::<f32, [8]>(); reduce_sum(&s, &mut m, 1); }",
+        "fn k(a: &Tensor<f32, 64>) { let mut s = fragment::<f32, 4, 8>(); let mut m = fragment::<f32, 8>(); reduce_sum(&s, &mut m, 1); }",
         &["shape mismatch in `reduce_sum`", "gives [4]", "`m` is [8]"],
     );
 }
@@ -318,22 +345,22 @@ fn shape_errors() {
 fn fragment_rules() {
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut f = fragment::<f32, [64]>(); f[0] = 1.0; }",
+        "fn k(a: &Tensor<f32, 64>) { let mut f = fragment::<f32, 64>(); f[0] = 1.0; }",
         &["outside a `parallel` loop"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut f = fragment::<f32, [64]>(); for i in parallel(63) { f[i + 1] = 1.0; } }",
+        "fn k(a: &Tensor<f32, 64>) { let mut f = fragment::<f32, 64>(); for i in parallel(63) { f[i + 1] = 1.0; } }",
         &["can only be indexed by the variables of enclosing `parallel` loops"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut f = fragment::<f32, [64]>(); let mut acc = 0.0; for i in parallel(64) { acc += f[i]; } }",
+        "fn k(a: &Tensor<f32, 64>) { let mut f = fragment::<f32, 64>(); let mut acc = 0.0; for i in parallel(64) { acc += f[i]; } }",
         &["cannot assign to `acc` inside a `parallel` loop"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>) { let mut f = fragment::<f32, [64]>(); for i in parallel(64) { copy(a.tile([0]), &mut f); } }",
+        "fn k(a: &Tensor<f32, 64>) { let mut f = fragment::<f32, 64>(); for i in parallel(64) { copy(a.tile([0]), &mut f); } }",
         &["block-wide operation"],
     );
 }
@@ -342,59 +369,59 @@ fn fragment_rules() {
 fn type_errors() {
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f16, [64]>, b: &mut Tensor<f32, [64]>) { for i in parallel(64) { b[i] = a[i] + b[i]; } }",
+        "fn k(a: &Tensor<f16, 64>, b: &mut Tensor<f32, 64>) { for i in parallel(64) { b[i] = a[i] + b[i]; } }",
         &["mismatched types in `+`", "`f16`", "`f32`"],
     );
     lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f16, [64]>, b: &mut Tensor<f32, [64]>) { for i in parallel(64) { b[i] = a[i]; } }",
+        "fn k(a: &Tensor<f16, 64>, b: &mut Tensor<f32, 64>) { for i in parallel(64) { b[i] = a[i]; } }",
         &["`b` holds `f32` elements", "`as f32`"],
     );
-    lower_err("threads = 32", "fn k(a: &Tensor<i32, [64]>) { let x = a[0] + 1.5; }", &["expected `i32`, found a float literal"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { if a[0] { barrier(); } }", &["must be a `bool`"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<i32, [64]>) { let x = exp2(a[0]); }", &["`exp2` needs a float argument"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { let x = max(a[0]); }", &["`max` takes 2 arguments, but 1 was given"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { let x = a[0] as f64; }", &["unsupported type"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<i32, 64>) { let x = a[0] + 1.5; }", &["expected `i32`, found a float literal"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { if a[0] { barrier(); } }", &["must be a `bool`"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<i32, 64>) { let x = exp2(a[0]); }", &["`exp2` needs a float argument"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { let x = max(a[0]); }", &["`max` takes 2 arguments, but 1 was given"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { let x = a[0] as f64; }", &["unsupported type"]);
 }
 
 #[test]
 fn attribute_errors() {
-    lower_err("consts(B = 4)", "fn k(a: &Tensor<f32, [64]>) { }", &["missing `threads = N`"]);
-    lower_err("threads = 100", "fn k(a: &Tensor<f32, [64]>) { }", &["multiple of 32"]);
-    lower_err("threads = 2048", "fn k(a: &Tensor<f32, [64]>) { }", &["between 32 and 1024"]);
-    lower_err("threads = 32, thread = 4", "fn k(a: &Tensor<f32, [64]>) { }", &["did you mean `threads`?"]);
-    lower_err("threads = 32, consts(A = 1, A = 2)", "fn k(a: &Tensor<f32, [64]>) { }", &["defined twice"]);
+    lower_err("consts(B = 4)", "fn k(a: &Tensor<f32, 64>) { }", &["missing `threads = N`"]);
+    lower_err("threads = 100", "fn k(a: &Tensor<f32, 64>) { }", &["multiple of 32"]);
+    lower_err("threads = 2048", "fn k(a: &Tensor<f32, 64>) { }", &["between 32 and 1024"]);
+    lower_err("threads = 32, thread = 4", "fn k(a: &Tensor<f32, 64>) { }", &["did you mean `threads`?"]);
+    lower_err("threads = 32, consts(A = 1, A = 2)", "fn k(a: &Tensor<f32, 64>) { }", &["defined twice"]);
 }
 
 #[test]
 fn signature_errors() {
     lower_err("threads = 32", "fn k(a: Vec<f32>) { }", &["unsupported parameter type"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f64, [N]>) { }", &["unsupported element type `f64`"]);
-    lower_err("threads = 32", "fn k(a: Tensor<f32, [N]>) { }", &["passed by reference"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) -> f32 { }", &["returns nothing"]);
-    lower_err("threads = 32", "fn k<T>(a: &Tensor<T, [64]>) { }", &["cannot be generic"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f64, N>) { }", &["unsupported element type `f64`"]);
+    lower_err("threads = 32", "fn k(a: Tensor<f32, N>) { }", &["passed by reference"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) -> f32 { }", &["returns nothing"]);
+    lower_err("threads = 32", "fn k<T>(a: &Tensor<T, 64>) { }", &["cannot be generic"]);
     lower_err("threads = 32", "struct S;", &["goes on a function"]);
 }
 
 #[test]
 fn statement_errors() {
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { let mut i = 0; while i < 4 { i += 1; } }", &["`while` loops are not supported", "for i in parallel(n)"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { println!(\"hi\"); }", &["macros are not supported"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { const X: i32 = 4; }", &["consts(X = ..)"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [64]>) { let x = 1; let b = grid(4); }", &["must be the first statement"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [N]>) { let b = grid(N); let c = grid(N); }", &["called twice", "first declared here"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [N]>, n: i32) { let b = grid(n); }", &["only tensor dimensions and constants"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [N]>) { let x = 1; x = 2; }", &["cannot assign twice to `x`"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [N]>) { for i in 0..4 { if i == 2 { break; } } }", &["`break` is not supported"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [N]>) { for i in (0..4).rev() { } }", &["unsupported loop iterator"]);
-    lower_err("threads = 32", "fn k(a: &Tensor<f32, [N]>) { for i in paralel(4) { } }", &["did you mean `parallel`?"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { let mut i = 0; while i < 4 { i += 1; } }", &["`while` loops are not supported", "for i in parallel(n)"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { println!(\"hi\"); }", &["macros are not supported"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { const X: i32 = 4; }", &["consts(X = ..)"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { let x = 1; let b = grid(4); }", &["must be the first statement"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { let b = grid(N); let c = grid(N); }", &["called twice", "first declared here"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>, n: i32) { let b = grid(n); }", &["only tensor dimensions and constants"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { let x = 1; x = 2; }", &["cannot assign twice to `x`"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { for i in 0..4 { if i == 2 { break; } } }", &["`break` is not supported"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { for i in (0..4).rev() { } }", &["unsupported loop iterator"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { for i in paralel(4) { } }", &["did you mean `parallel`?"]);
 }
 
 #[test]
 fn errors_are_all_collected() {
     let errs = lower_err(
         "threads = 32",
-        "fn k(a: &Tensor<f32, [64]>, b: &mut Tensor<f16, [64]>) { let x = foo(1); let mut f = fragment::<f32, [64]>(); f[0] = 1.0; while true { } }",
+        "fn k(a: &Tensor<f32, 64>, b: &mut Tensor<f16, 64>) { let x = foo(1); let mut f = fragment::<f32, 64>(); f[0] = 1.0; while true { } }",
         &["unknown function `foo`", "outside a `parallel` loop", "`while`"],
     );
     assert_eq!(errs.len(), 3, "{errs:#?}");
@@ -425,7 +452,7 @@ fn generated_module() {
     // On error: the module with an empty META and the same launch, plus the errors.
     let out = crate::expand::tile_kernel(
         "threads = 256".parse().unwrap(),
-        "fn bad(x: &Tensor<bf16, [N]>, s: f16, q: Vec<u8>) { let y = nope; }".parse().unwrap(),
+        "fn bad(x: &Tensor<bf16, N>, s: f16, q: Vec<u8>) { let y = nope; }".parse().unwrap(),
     )
     .to_string();
     assert!(out.contains("mod bad"), "{out}");
@@ -436,7 +463,7 @@ fn generated_module() {
     assert!(out.contains("compile_error"), "{out}");
     // An unknown target is an error.
     std::env::set_var("TILE_ARCHS", "sm_75");
-    let out = crate::expand::tile_kernel("threads = 32".parse().unwrap(), "fn k(a: &Tensor<f32, [4]>) { }".parse().unwrap()).to_string();
+    let out = crate::expand::tile_kernel("threads = 32".parse().unwrap(), "fn k(a: &Tensor<f32, 4>) { }".parse().unwrap()).to_string();
     assert!(out.contains("unknown target `sm_75`"), "{out}");
     std::env::set_var("TILE_ARCHS", "");
 }
