@@ -154,6 +154,47 @@ fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diag::SpanRange;
+
+    const PTXAS: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
+
+    #[test]
+    fn compile_errors_merge_across_targets() {
+        let mut spans = SpanTable::new(Span::call_site());
+        let s0 = spans.add_range(SpanRange::single(Span::call_site()));
+        let mut errors = Errors::default();
+        let failures = vec![
+            (CompileError::new(s0, "layout conflict"), Some("sm_80")),
+            (CompileError::new(s0, "layout conflict"), Some("sm_90a")),
+            (CompileError::new(SpanId::NONE, "too much shared memory"), Some("sm_80")),
+            (CompileError::new(SpanId(77), "verifier: bad handle"), None),
+        ];
+        report(failures, &spans, &mut errors);
+        assert_eq!(
+            errors.messages(),
+            vec![
+                "layout conflict (compiling for sm_80, sm_90a)".to_string(),
+                "too much shared memory (compiling for sm_80)".to_string(),
+                "verifier: bad handle".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn ptxas_reports_and_failures() {
+        if !Path::new(PTXAS).exists() {
+            eprintln!("ptxas not found at {PTXAS}; skipping");
+            return;
+        }
+        let good = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
+        let report = run_ptxas(PTXAS, "sm_80", "k", good).expect("valid PTX assembles");
+        assert!(report.contains("Compiling entry function 'k'"), "{report}");
+        let bad = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate;\n}\n";
+        let err = run_ptxas(PTXAS, "sm_80", "k", bad).expect_err("invalid PTX fails");
+        assert!(err.contains("frobnicate") || err.contains("syntax error"), "{err}");
+        let missing = run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
+        assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
+    }
 
     #[test]
     fn target_lists() {
