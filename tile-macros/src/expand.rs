@@ -237,7 +237,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
             #[allow(dead_code, clippy::too_many_arguments)]
             pub fn #launch(#stream: &::tile::Stream, #(#params),*) -> ::core::result::Result<(), ::tile::Error> {
                 #(let _ = #unused;)*
-                ::tile::__private::launch(#stream, &META, &mut [#(#args),*])
+                ::tile::__private::launch(#stream, &self::META, &mut [#(#args),*])
             }
         }
     };

@@ -91,6 +91,12 @@ impl Val {
     }
 }
 
+/// The left side of `+=` and friends.
+enum Target {
+    Var(VarId),
+    Element(BufferId, Vec<Expr>),
+}
+
 /// One side of a `copy`.
 struct Side {
     tile: TileRef,
@@ -964,14 +970,14 @@ impl Lowerer<'_> {
         let Some(op) = compound_op(&b.op) else {
             return Err(self.errors.spanned(b, "expected an assignment"));
         };
-        let (current, dtype, target): (Expr, DType, Result<(BufferId, Vec<Expr>), VarId>) = match &*b.left {
+        let (current, dtype, target) = match &*b.left {
             SynExpr::Index(ix) => {
                 let (buf, index) = self.element(ix, true)?;
-                (Expr::load(buf, index.clone()), self.k.buffer(buf).dtype, Ok((buf, index)))
+                (Expr::load(buf, index.clone()), self.k.buffer(buf).dtype, Target::Element(buf, index))
             }
             left => {
                 let var = self.assignable_var(left)?;
-                (Expr::var(var), self.k.var(var).dtype, Err(var))
+                (Expr::var(var), self.k.var(var).dtype, Target::Var(var))
             }
         };
         let rhs = self.expr(&b.right)?;
@@ -982,8 +988,8 @@ impl Lowerer<'_> {
             }
         };
         let kind = match target {
-            Ok((buf, index)) => StmtKind::Store { buf, index, value },
-            Err(var) => StmtKind::Assign { var, value },
+            Target::Element(buf, index) => StmtKind::Store { buf, index, value },
+            Target::Var(var) => StmtKind::Assign { var, value },
         };
         out.push(Stmt::spanned(kind, span));
         Ok(())
@@ -1597,6 +1603,11 @@ impl Lowerer<'_> {
             Val::Float(x) => Ok(Val::Typed(self.literal(Val::Int(x as i64), to, c)?, to)),
             Val::Typed(_, DType::Bool) => Err(self.errors.spanned(c, "cannot cast a `bool`; use `if c { 1 } else { 0 }`")),
             Val::Typed(e, t) if t == to => Ok(Val::Typed(e, t)),
+            // `f32::NEG_INFINITY as f16`: fold the constant.
+            Val::Typed(Expr::Const(v), _) => match cast_value(v, to) {
+                Some(c) => Ok(Val::Typed(Expr::Const(c), to)),
+                None => Ok(Val::Typed(Expr::cast(to, Expr::Const(v)), to)),
+            },
             Val::Typed(e, _) => Ok(Val::Typed(Expr::cast(to, e), to)),
         }
     }
@@ -1925,6 +1936,33 @@ impl Lowerer<'_> {
         };
         Ok(Expr::Const(value))
     }
+}
+
+/// A constant converted as Rust's `as` does (float → int truncates and
+/// saturates, NaN → 0). `None` for conversions the frontend leaves to `Cast`.
+fn cast_value(v: Value, to: DType) -> Option<Value> {
+    let as_f64 = match v {
+        Value::F16(x) => x.to_f64(),
+        Value::BF16(x) => x.to_f64(),
+        Value::F32(x) => x as f64,
+        Value::I32(x) => x as f64,
+        Value::U32(x) => x as f64,
+        Value::I64(_) | Value::Bool(_) => return None,
+    };
+    Some(match to {
+        DType::F32 => Value::F32(as_f64 as f32),
+        DType::F16 => Value::F16(half::f16::from_f64(as_f64)),
+        DType::BF16 => Value::BF16(half::bf16::from_f64(as_f64)),
+        DType::I32 => match v {
+            Value::U32(x) => Value::I32(x as i32),
+            _ => Value::I32(as_f64 as i32),
+        },
+        DType::U32 => match v {
+            Value::I32(x) => Value::U32(x as u32),
+            _ => Value::U32(as_f64 as u32),
+        },
+        DType::I64 | DType::Bool => return None,
+    })
 }
 
 fn scope_name(scope: Scope) -> &'static str {

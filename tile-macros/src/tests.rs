@@ -173,6 +173,10 @@ fn untyped_literals_adopt_the_other_operand_type() {
             n += 3;
             let e = 1e-5;
             let mx = max(a[0], 0.0);
+            let lo = f32::NEG_INFINITY as f16;
+            let big = 70000.0 as f16;
+            let t = -2.7 as i32;
+            let u = 3u32 as i32;
         }"#,
     );
     let StmtKind::For { body, .. } = &k.body[0].kind else { panic!() };
@@ -190,6 +194,15 @@ fn untyped_literals_adopt_the_other_operand_type() {
     assert_eq!((k.var(*var).dtype, value), (DType::F32, &Expr::f32(1e-5)));
     let StmtKind::Let { var, .. } = &k.body[4].kind else { panic!() };
     assert_eq!(k.var(*var).dtype, DType::F16);
+    // Casts of constants fold, with Rust's `as` semantics.
+    let consts: Vec<&Expr> = k.body[5..].iter().map(|s| match &s.kind {
+        StmtKind::Let { value, .. } => value,
+        other => panic!("{other:?}"),
+    }).collect();
+    assert_eq!(consts[0], &Expr::Const(Value::F16(half::f16::NEG_INFINITY)));
+    assert_eq!(consts[1], &Expr::Const(Value::F16(half::f16::INFINITY)));
+    assert_eq!(consts[2], &Expr::i32(-2));
+    assert_eq!(consts[3], &Expr::i32(3));
 }
 
 #[test]
@@ -445,7 +458,7 @@ fn generated_module() {
         "name : \"vector_add\"",
         "targets : & []",
         "pub fn launch (stream : & :: tile :: Stream , a : & :: tile :: DeviceTensor < f32 > , b : & :: tile :: DeviceTensor < f32 > , c : & mut :: tile :: DeviceTensor < f32 >)",
-        ":: tile :: __private :: launch (stream , & META , & mut [:: tile :: __private :: KernelArg :: tensor (a) , :: tile :: __private :: KernelArg :: tensor (b) , :: tile :: __private :: KernelArg :: tensor_mut (c)])",
+        ":: tile :: __private :: launch (stream , & self :: META , & mut [:: tile :: __private :: KernelArg :: tensor (a) , :: tile :: __private :: KernelArg :: tensor (b) , :: tile :: __private :: KernelArg :: tensor_mut (c)])",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in {out}");
     }
