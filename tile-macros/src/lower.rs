@@ -431,7 +431,12 @@ impl Lowerer<'_> {
         if names.len() != n {
             let e = self.errors.spanned(
                 pat.map(|p| p as &dyn ToTokens).unwrap_or(call as &dyn ToTokens),
-                format!("the pattern binds {} block indices but `grid` has {n} extents", names.len()),
+                format!(
+                    "the pattern binds {} block ind{} but `grid` has {n} extent{}",
+                    names.len(),
+                    if names.len() == 1 { "ex" } else { "ices" },
+                    if n == 1 { "" } else { "s" }
+                ),
             );
             if let Some(p) = pat {
                 self.bind_pattern_poisoned(p);
@@ -824,7 +829,13 @@ impl Lowerer<'_> {
                 if idents.len() != sizes.len() {
                     return Err(self.errors.spanned(
                         &*f.pat,
-                        format!("the pattern binds {} loop variables but `parallel` has {} extents", idents.len(), sizes.len()),
+                        format!(
+                            "the pattern binds {} loop variable{} but `parallel` has {} extent{}",
+                            idents.len(),
+                            if idents.len() == 1 { "" } else { "s" },
+                            sizes.len(),
+                            if sizes.len() == 1 { "" } else { "s" }
+                        ),
                     ));
                 }
                 let (vars, body) = self.loop_body(&f.body, &idents, true);
@@ -850,7 +861,11 @@ impl Lowerer<'_> {
                 if call.args.len() != 2 {
                     return Err(self.errors.spanned(
                         call,
-                        format!("`pipelined` takes 2 arguments (the trip count and the number of stages), but {} were given", call.args.len()),
+                        format!(
+                            "`pipelined` takes 2 arguments (the trip count and the number of stages), but {} {} given",
+                            call.args.len(),
+                            if call.args.len() == 1 { "was" } else { "were" }
+                        ),
                     ));
                 }
                 let end = self.index_value(&call.args[0], "the trip count of `pipelined`");
@@ -1133,12 +1148,15 @@ impl Lowerer<'_> {
         }
         if let Some(m) = modifier {
             let method = m.method.to_string();
-            let expected = if name == "copy" { "fill" } else { "keep" };
+            let (expected, usage) = if name == "copy" { ("fill", ".fill(value)") } else { ("keep", ".keep()") };
             if method != expected {
                 return Err(self.errors.at(
                     m.method.span(),
-                    format!("unknown method `.{method}()` on `{name}(..)`; it supports `.{expected}(..)`"),
+                    format!("unknown method `.{method}()` on `{name}(..)`; it supports `{usage}`"),
                 ));
+            }
+            if expected == "keep" && !m.args.is_empty() {
+                return Err(self.errors.spanned(&m.args, "`.keep()` takes no arguments"));
             }
         }
         let arity = |n: usize| -> Option<String> {
@@ -1494,6 +1512,8 @@ impl Lowerer<'_> {
             )),
             SynExpr::Tuple(_) | SynExpr::Array(_) => Err(self.errors.spanned(e, "tuples and arrays are not values in a tile kernel; they only appear as indices (`x[(i, j)]`) and tile origins")),
             SynExpr::Macro(m) => Err(self.errors.spanned(&m.mac, "macros are not supported inside a tile kernel")),
+            SynExpr::Field(f) => Err(self.errors.spanned(f, "field access (`x.field`) is not supported in a tile kernel: its values are scalars, buffers and tensors")),
+            SynExpr::Let(l) => Err(self.errors.spanned(l, "`let` patterns (`if let`, `while let`) are not supported in a tile kernel; a condition is a `bool` expression")),
             SynExpr::Block(_) => Err(self.errors.spanned(e, "a block is not a value in a tile kernel")),
             other => Err(self.errors.spanned(other, format!("this expression is not supported in a tile kernel; {STATEMENTS_HELP}"))),
         }
@@ -1823,7 +1843,10 @@ impl Lowerer<'_> {
                 };
                 match v {
                     Some(v) => Ok(Some(Val::Int(v))),
-                    None => Err(self.errors.spanned(whole, format!("`{a} {symbol} {b}` overflows or divides by zero"))),
+                    None if b == 0 && matches!(op, BinOp::Div | BinOp::Rem) => {
+                        Err(self.errors.spanned(whole, format!("`{a} {symbol} {b}` divides by zero")))
+                    }
+                    None => Err(self.errors.spanned(whole, format!("`{a} {symbol} {b}` overflows"))),
                 }
             }
             (Val::Int(_) | Val::Float(_), Val::Int(_) | Val::Float(_)) => {

@@ -440,9 +440,12 @@ fn errors_are_all_collected() {
     assert_eq!(errs.len(), 3, "{errs:#?}");
 }
 
+/// Serializes the tests that set environment variables.
+static ENV_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn generated_module() {
-    // The only test that touches the environment.
+    let _env = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("TILE_ARCHS", "");
     std::env::remove_var("TILE_DUMP");
     std::env::remove_var("TILE_PTXAS");
@@ -479,4 +482,158 @@ fn generated_module() {
     let out = crate::expand::tile_kernel("threads = 32".parse().unwrap(), "fn k(a: &Tensor<f32, 4>) { }".parse().unwrap()).to_string();
     assert!(out.contains("unknown target `sm_75`"), "{out}");
     std::env::set_var("TILE_ARCHS", "");
+}
+
+/// Malformed kernels: each must give errors (never a panic, which the
+/// expansion would turn into an "internal error").
+#[test]
+fn malformed_kernels_never_panic() {
+    let cases: &[(&str, &str)] = &[
+        ("threads = 0", "fn k() {}"),
+        ("threads = \"x\"", "fn k() {}"),
+        ("threads = 32, consts(A = 1.5)", "fn k() {}"),
+        ("threads = 32, consts(A)", "fn k() {}"),
+        ("threads = 32,,", "fn k() {}"),
+        ("threads = 32", "fn k(a: &Tensor<f32>) {}"),
+        ("threads = 32", "fn k(a: &Tensor<f32, >) {}"),
+        ("threads = 32", "fn k(a: &Tensor<, N>) {}"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 0>) {}"),
+        ("threads = 32", "fn k(a: &Tensor<f32, ()>) {}"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, N>, a: f32) {}"),
+        ("threads = 32", "fn k(a: &'a Tensor<f32, N>) {}"),
+        ("threads = 32", "fn k(mut a: f32) {}"),
+        ("threads = 32", "fn k(a) {}"),
+        ("threads = 32", "fn k(a: &Tensor<f32, N>, N: i32) {}"),
+        ("threads = 32", "fn k() { let (a, b) = grid(1); }"),
+        ("threads = 32", "fn k() { let x; }"),
+        ("threads = 32", "fn k() { let a = grid(); }"),
+        ("threads = 32", "fn k() { let a = grid(1, 2, 3, 4); }"),
+        ("threads = 32", "fn k() { for (i, j) in parallel(4) {} }"),
+        ("threads = 32", "fn k() { for i in parallel((4, 4)) {} }"),
+        ("threads = 32", "fn k() { for i in parallel(0) {} }"),
+        ("threads = 32", "fn k() { for i in parallel() {} }"),
+        ("threads = 32", "fn k() { for i in pipelined(4) {} }"),
+        ("threads = 32", "fn k() { for i in pipelined(4, 0) {} }"),
+        ("threads = 32", "fn k() { for i in 0.. {} }"),
+        ("threads = 32", "fn k() { for mut i in 0..4 {} }"),
+        ("threads = 32", "fn k() { 'outer: for i in 0..4 {} }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let x = a[()]; }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4, 4>) { let x = a[0][1]; }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let x = a; }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let x = a.len(); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let x = a.tile([0]); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { copy(); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { copy(&a); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let s = shared::<f32, 4>(); copy(a, s); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(a.tile(0, 1), &mut s); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(a.tile([0, 1]), &mut s); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &s); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(s.tile([0]), &mut s); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s).keep(); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s).fill(); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&s, &mut s); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&a, &mut s, 0); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&s, &mut s, -1); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&s, &mut s, 0).fill(1); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f16, 4, 2>(); let mut m = shared::<f32, 4>(); reduce_sum(&s, &mut m, 1); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { atomic_add(a[0], 1.0); }"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, 4>) { atomic_add(&a[0], 1.0); }"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); atomic_add(&mut s[0], 1.0); }"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, 4>) { fill(&mut a, 1.0); }"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, 4>) { fill(a, 1.0); }"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, 4>) { clear(&mut nothing); }"),
+        ("threads = 32", "fn k(a: &mut Tensor<f32, 4>) { barrier(1); }"),
+        ("threads = 32", "fn k() { let s = shared::<f32>(); }"),
+        ("threads = 32", "fn k() { let s = shared::<f32, 0>(); }"),
+        ("threads = 32", "fn k() { let s = shared::<f32, { -1 }>(); }"),
+        ("threads = 32", "fn k() { let s = shared::<bool, 4>(); }"),
+        ("threads = 32", "fn k() { let s = shared(); }"),
+        ("threads = 32", "fn k() { let s = shared::<f32, 4>(1); }"),
+        ("threads = 32", "fn k() { let (s, t) = shared::<f32, 4>(); }"),
+        ("threads = 32", "fn k() { let s = shared::<f32, { let x = 1; x }>(); }"),
+        ("threads = 32", "fn k() { let x = 1 << 70; }"),
+        ("threads = 32", "fn k() { let x = 1 / 0; }"),
+        ("threads = 32", "fn k() { let x = 5_000_000_000; }"),
+        ("threads = 32", "fn k() { let x: u32 = -1; }"),
+        ("threads = 32", "fn k() { let x = i32::MAX; }"),
+        ("threads = 32", "fn k() { let x = 1usize; }"),
+        ("threads = 32", "fn k() { let x = 1.0f64; }"),
+        ("threads = 32", "fn k() { let x = \"s\"; }"),
+        ("threads = 32", "fn k() { let x = true + 1; }"),
+        ("threads = 32", "fn k() { let x = 1.5 & 2.0; }"),
+        ("threads = 32", "fn k() { let x = 1.0; let y = x << 1; }"),
+        ("threads = 32", "fn k() { let x = 1u32; let y = -x; }"),
+        ("threads = 32", "fn k() { let x = 1.0; let y = !x; }"),
+        ("threads = 32", "fn k() { let x = 1; let y = *x; }"),
+        ("threads = 32", "fn k() { let x = 1 && 2; }"),
+        ("threads = 32", "fn k() { let x = true as i32; }"),
+        ("threads = 32", "fn k() { let x = 1 as bool; }"),
+        ("threads = 32", "fn k() { let x = if true { 1 }; }"),
+        ("threads = 32", "fn k() { let x = if true { 1 } else { 1.5f32 as i32; 2 }; }"),
+        ("threads = 32", "fn k() { let x = if 1 { 1 } else { 2 }; }"),
+        ("threads = 32", "fn k() { let x = (1, 2); }"),
+        ("threads = 32", "fn k() { let x = [1, 2]; }"),
+        ("threads = 32", "fn k() { let x = { 1 }; }"),
+        ("threads = 32", "fn k() { let x = |y| y; }"),
+        ("threads = 32", "fn k() { let x = s.field; }"),
+        ("threads = 32", "fn k() { let x = cdiv(1.0, 2); }"),
+        ("threads = 32", "fn k() { let x = cdiv(4, 0); }"),
+        ("threads = 32", "fn k() { let x = fma(1.0, 2.0); }"),
+        ("threads = 32", "fn k() { let x = fma(true, true, true); }"),
+        ("threads = 32", "fn k() { let x = max(true, false); }"),
+        ("threads = 32", "fn k() { let x = sqrt(1u32); }"),
+        ("threads = 32", "fn k() { let x = copy(); }"),
+        ("threads = 32", "fn k() { let x = parallel(4); }"),
+        ("threads = 32", "fn k() { let x = f32::max(1.0, 2.0); }"),
+        ("threads = 32", "fn k() { let x = 1.0.frobnicate(); }"),
+        ("threads = 32", "fn k() { let x = 1; x += 1.5; }"),
+        ("threads = 32", "fn k() { let mut x = 1; x += 1.5; }"),
+        ("threads = 32", "fn k() { let mut x = 1; x < 2; }"),
+        ("threads = 32", "fn k() { let mut x = 1; x; }"),
+        ("threads = 32", "fn k() { 1 }"),
+        ("threads = 32", "fn k() { exp2(1.0); }"),
+        ("threads = 32", "fn k() { x.max(1.0); }"),
+        ("threads = 32", "fn k() { parallel(4); }"),
+        ("threads = 32", "fn k() { shared::<f32, 4>(); }"),
+        ("threads = 32", "fn k() { foo::bar(); }"),
+        ("threads = 32", "fn k() { (foo)(); }"),
+        ("threads = 32", "fn k() { loop {} }"),
+        ("threads = 32", "fn k() { match 1 { _ => {} } }"),
+        ("threads = 32", "fn k() { return; }"),
+        ("threads = 32", "fn k() { for i in 0..4 { continue; } }"),
+        ("threads = 32", "fn k() { unsafe {} }"),
+        ("threads = 32", "fn k() { fn inner() {} }"),
+        ("threads = 32", "fn k() { if let Some(x) = y {} }"),
+        ("threads = 32", "fn k() { let Some(x) = y else { return; }; }"),
+        ("threads = 32", "fn k() { let _ = 1; }"),
+        ("threads = 32", "fn k() { let mut i = 0; for i2 in parallel(4) { i = 1; } }"),
+        ("threads = 32", "fn k(n: i32) { n = 1; }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, N>) { N = 1; }"),
+        ("threads = 32, consts(C = 1)", "fn k() { C = 1; }"),
+        ("threads = 32", "fn k() { for i in 0..4 { i = 1; } }"),
+        ("threads = 32", "fn k() { let b = grid(1); b = 1; }"),
+        ("threads = 32", "fn k() { let mut s = shared::<f32, 4>(); s = 1; }"),
+        ("threads = 32", "fn k() { (1) = 2; }"),
+        ("threads = 32", "fn k() { let x = 1; x[0] = 1; }"),
+        ("threads = 32", "fn k() { let mut f = fragment::<f32, 4>(); for i in parallel(4) { f[i] = f; } }"),
+        ("threads = 32", "async fn k() {}"),
+        ("threads = 32", "const fn k() {}"),
+        ("threads = 32", "fn k() where {}"),
+        ("threads = 32", "fn k()"),
+        ("threads = 32", "fn k() {} fn j() {}"),
+        ("threads = 32", "#[inline] fn k() {}"),
+        ("threads = 32", ""),
+    ];
+    let _env = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::set_var("TILE_ARCHS", "");
+    for (attr, item) in cases {
+        let (Ok(attr_ts), Ok(item_ts)) = (attr.parse(), item.parse()) else { panic!("bad test tokens: {item}") };
+        let out = crate::expand::tile_kernel(attr_ts, item_ts).to_string();
+        assert!(out.contains("compile_error"), "no error for #[tile_kernel({attr})] {item}\n{out}");
+        assert!(!out.contains("internal error"), "panic for #[tile_kernel({attr})] {item}\n{out}");
+        if std::env::var_os("TILE_TEST_SHOW").is_some() {
+            let msgs: Vec<&str> = out.split("compile_error ! {").skip(1).map(|m| m.split(" }").next().unwrap_or("")).collect();
+            eprintln!("{item}\n    {}", msgs.join("\n    "));
+        }
+    }
 }
