@@ -1,4 +1,5 @@
 use tile::prelude::*;
+use tile::{DeviceTensor, Stream};
 
 #[tile_kernel(threads = 128, consts(BLOCK = 512))]
 pub fn axpy(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>, alpha: f32) {

@@ -1,4 +1,5 @@
 use tile::prelude::*;
+use tile::{DeviceTensor, Stream};
 
 #[tile_kernel(threads = 128, consts(BLOCK = 512))]
 pub fn scale(x: &Tensor<f16, N>, y: &mut Tensor<f16, N>, s: f32) {

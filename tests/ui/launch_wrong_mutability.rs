@@ -1,4 +1,5 @@
 use tile::prelude::*;
+use tile::{DeviceTensor, Stream};
 
 #[tile_kernel(threads = 256, consts(BLOCK = 1024))]
 pub fn vector_add(a: &Tensor<f32, N>, b: &Tensor<f32, N>, c: &mut Tensor<f32, N>) {

@@ -1,4 +1,5 @@
 use tile::prelude::*;
+use tile::{DeviceTensor, Stream};
 
 // Every mistake of a kernel is reported at once.
 #[tile_kernel(threads = 100, consts(BLOCK = 512))]

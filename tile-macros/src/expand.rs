@@ -163,7 +163,7 @@ fn describe_param(ty: &ParamType) -> String {
 fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compiled: Option<&Compiled>) -> TokenStream {
     let vis = &sig.vis;
     let ident = &sig.ident;
-    let name = ident.to_string();
+    let name = syn::ext::IdentExt::unraw(ident).to_string();
     let span = ident.span();
     let stream = if sig.params.iter().any(|p| p.name == "stream") {
         format_ident!("__tile_stream", span = span)

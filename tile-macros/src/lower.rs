@@ -22,6 +22,7 @@ use crate::sig::{DimDecl, ParamType, Signature};
 use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::HashMap;
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr as SynExpr, Ident, Pat, Stmt as SynStmt};
 use tile_ir::{
@@ -43,7 +44,7 @@ const DTYPES: [&str; 5] = ["f16", "bf16", "f32", "i32", "u32"];
 const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `atomic_add` and `barrier`";
 
 pub(crate) fn lower(attr: &KernelAttr, sig: &Signature, errors: &mut Errors) -> (Kernel, SpanTable) {
-    let kernel = Kernel::new(sig.ident.to_string(), attr.threads.unwrap_or(128));
+    let kernel = Kernel::new(sig.ident.unraw().to_string(), attr.threads.unwrap_or(128));
     let mut lowerer = Lowerer {
         k: kernel,
         spans: SpanTable::new(sig.ident.span()),
@@ -1738,7 +1739,15 @@ impl Lowerer<'_> {
                 if !t.is_int() {
                     return Err(self.errors.spanned(whole, format!("`cdiv` needs integers, found `{t}`")));
                 }
-                Ok(Val::Typed(Expr::cdiv(a, b), t))
+                // With a constant divisor, fold `b - 1`.
+                let e = match &b {
+                    Expr::Const(Value::I32(d)) if *d > 0 => Expr::binary(BinOp::Div, Expr::binary(BinOp::Add, a, Expr::i32(d - 1)), b),
+                    Expr::Const(Value::U32(d)) if *d > 0 => {
+                        Expr::binary(BinOp::Div, Expr::binary(BinOp::Add, a, Expr::Const(Value::U32(d - 1))), b)
+                    }
+                    _ => Expr::cdiv(a, b),
+                };
+                Ok(Val::Typed(e, t))
             }
             "fma" => {
                 let (a, b, t) = self.unify(vals[0].clone(), vals[1].clone(), whole, "the arguments of `fma`")?;

@@ -88,9 +88,14 @@ fn vector_add_lowers() {
         assert_eq!(buf.shape, vec![Extent::Dyn(n)]);
         assert_eq!(buf.mutable, mutable);
     }
-    // grid = cdiv(N, 1024) = (N + (1024 - 1)) / 1024, then 1, 1.
-    let dims = [5000i64];
-    assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[0], &dims), Ok(5));
+    // grid = cdiv(N, 1024) = (N + 1023) / 1024, then 1, 1.
+    assert_eq!(
+        k.grid[0],
+        Expr::binary(BinOp::Div, Expr::binary(BinOp::Add, Expr::var(n), Expr::i32(1023)), Expr::i32(1024))
+    );
+    for (len, blocks) in [(5000i64, 5i64), (1024, 1), (1025, 2), (1, 1)] {
+        assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[0], &[len]), Ok(blocks));
+    }
     assert_eq!(k.grid[1], Expr::i32(1));
     let x = k.buffer(BufferId(3));
     assert_eq!((x.name.as_str(), x.scope, x.dtype, x.shape.clone()), ("x", Scope::Fragment, DType::F32, vec![Extent::Const(1024)]));

@@ -1,4 +1,5 @@
 use tile::prelude::*;
+use tile::{DeviceTensor, Stream};
 
 /// Row-wise softmax of an `[M, N]` matrix with `N <= BN`, `scale` applied to
 /// the logits first.

@@ -1,4 +1,5 @@
 use tile::prelude::*;
+use tile::{DeviceTensor, Stream};
 
 /// c = a + b.
 #[tile_kernel(threads = 256, consts(BLOCK = 1024))]
