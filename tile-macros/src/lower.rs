@@ -55,6 +55,7 @@ pub(crate) fn lower(attr: &KernelAttr, sig: &Signature, errors: &mut Errors) -> 
         grid_at: None,
         at_kernel_start: false,
         first_stmt: false,
+        buffer_depth: HashMap::new(),
     };
     lowerer.params(sig);
     lowerer.at_kernel_start = true;
@@ -114,6 +115,8 @@ struct Lowerer<'e> {
     parallel_depth: u32,
     /// Where `grid(..)` was called, once it has been.
     grid_at: Option<Span>,
+    /// How many `parallel` loops enclose each buffer's declaration.
+    buffer_depth: HashMap<BufferId, u32>,
     /// True until the kernel body's first statement starts lowering.
     at_kernel_start: bool,
     /// True while lowering the kernel body's first statement (before any
@@ -531,6 +534,7 @@ impl Lowerer<'_> {
                     span,
                 });
                 self.bind(ident, Binding::Buffer(id));
+                self.buffer_depth.insert(id, self.parallel_depth);
                 Ok(())
             }
             Err(r) => {
@@ -1075,6 +1079,15 @@ impl Lowerer<'_> {
         if write && buffer.scope == Scope::Global && !buffer.mutable {
             return Err(self.read_only(ident));
         }
+        let declared_depth = self.buffer_depth.get(&buf).copied().unwrap_or(0);
+        if write && buffer.scope == Scope::Local && self.parallel_depth > declared_depth {
+            return Err(self.errors.spanned(
+                ix,
+                format!(
+                    "cannot write the local buffer `{name}` inside a `parallel` loop: every thread holds its own copy of a local buffer, so writes from parallel iterations would make the copies differ; use a fragment or a shared buffer"
+                ),
+            ));
+        }
         let idx = index_list(&ix.index);
         if idx.len() != buffer.rank() {
             return Err(self.errors.spanned(
@@ -1301,6 +1314,12 @@ impl Lowerer<'_> {
 
     fn unknown_function(&mut self, ident: &Ident) -> Reported {
         let name = ident.to_string();
+        if name == "gemm" {
+            return self.errors.at(
+                ident.span(),
+                "`gemm` is not supported yet: the Tile IR has no matrix-multiply operation; write the product as a `parallel` loop over the output with a serial loop over K",
+            );
+        }
         let hint = did_you_mean(&name, FUNCTIONS.iter().copied());
         let list = if hint.is_empty() {
             "; a kernel can call `copy`, `fill`, `clear`, `reduce_max`, `reduce_sum`, `reduce_min`, `atomic_add`, `barrier`, `exp2`, `exp`, `log2`, `log`, `abs`, `sqrt`, `rsqrt`, `max`, `min`, `fma` and `cdiv`"

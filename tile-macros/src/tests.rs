@@ -381,6 +381,12 @@ fn fragment_rules() {
         "fn k(a: &Tensor<f32, 64>) { let mut f = fragment::<f32, 64>(); for i in parallel(64) { copy(a.tile([0]), &mut f); } }",
         &["block-wide operation"],
     );
+    lower_err(
+        "threads = 32",
+        "fn k(a: &Tensor<f32, 64>) { let mut l = local::<f32, 64>(); for i in parallel(64) { l[i] = a[i]; } }",
+        &["cannot write the local buffer `l` inside a `parallel` loop"],
+    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f16, 64, 64>) { gemm(&a, &a, &a); }", &["`gemm` is not supported yet"]);
 }
 
 #[test]
@@ -641,4 +647,93 @@ fn malformed_kernels_never_panic() {
             eprintln!("{item}\n    {}", msgs.join("\n    "));
         }
     }
+}
+
+/// The FlashAttention forward pass in the DSL (products as loops, since the
+/// IR has no `gemm` yet): the vocabulary of the design's north star lowers.
+#[test]
+fn flash_attention_lowers() {
+    let k = lower_ok(
+        "threads = 128, consts(BM = 32, BN = 32, D = 64)",
+        r#"
+        /// o = softmax(q kᵀ · scale) v, per (batch, head).
+        pub fn flash_fwd(
+            q: &Tensor<f16, B, H, S, D>,
+            key: &Tensor<f16, B, H, SK, D>,
+            value: &Tensor<f16, B, H, SK, D>,
+            o: &mut Tensor<f16, B, H, S, D>,
+            scale: f32,
+        ) {
+            let (bx, bh) = grid(cdiv(S, BM), B * H);
+            let b = bh / H;
+            let h = bh % H;
+            let mut q_s = shared::<f16, BM, D>();
+            let mut k_s = shared::<f16, BN, D>();
+            let mut v_s = shared::<f16, BN, D>();
+            let mut p_s = shared::<f32, BM, BN>();
+            let mut s = fragment::<f32, BM, BN>();
+            let mut acc = fragment::<f32, BM, D>();
+            let mut m = fragment::<f32, BM>();
+            let mut m_prev = fragment::<f32, BM>();
+            let mut l = fragment::<f32, BM>();
+            let mut r = fragment::<f32, BM>();
+            let mut row_sum = fragment::<f32, BM>();
+            let mut out = fragment::<f16, BM, D>();
+            let log2e = 1.4426950408889634;
+            copy(q.tile([b, h, bx * BM, 0]), &mut q_s);
+            clear(&mut acc);
+            clear(&mut l);
+            fill(&mut m, f32::NEG_INFINITY);
+            for kb in pipelined(cdiv(SK, BN), 2) {
+                copy(key.tile([b, h, kb * BN, 0]), &mut k_s);
+                copy(value.tile([b, h, kb * BN, 0]), &mut v_s);
+                for (i, j) in parallel((BM, BN)) {
+                    let mut dot = 0.0;
+                    for d in 0..D {
+                        dot += (q_s[(i, d)] as f32) * (k_s[(j, d)] as f32);
+                    }
+                    s[(i, j)] = if kb * BN + j < SK { dot * scale * log2e } else { f32::NEG_INFINITY };
+                }
+                copy(&m, &mut m_prev);
+                reduce_max(&s, &mut m, 1).keep();
+                for i in parallel(BM) {
+                    r[i] = exp2(m_prev[i] - m[i]);
+                }
+                for (i, j) in parallel((BM, BN)) {
+                    s[(i, j)] = exp2(s[(i, j)] - m[i]);
+                }
+                reduce_sum(&s, &mut row_sum, 1);
+                for i in parallel(BM) {
+                    l[i] = l[i] * r[i] + row_sum[i];
+                }
+                // A thread owns some (i, d): it reads row i of the
+                // probabilities from shared memory, not from the fragment.
+                copy(&s, &mut p_s);
+                for (i, d) in parallel((BM, D)) {
+                    let mut sum = acc[(i, d)] * r[i];
+                    for j in 0..BN {
+                        sum = fma(p_s[(i, j)], v_s[(j, d)] as f32, sum);
+                    }
+                    acc[(i, d)] = sum;
+                }
+            }
+            for (i, d) in parallel((BM, D)) {
+                out[(i, d)] = (acc[(i, d)] / l[i]) as f16;
+            }
+            copy(&out, o.tile([b, h, bx * BM, 0]));
+        }
+        "#,
+    );
+    assert_eq!(k.dims.iter().map(|d| k.var(*d).name.as_str()).collect::<Vec<_>>(), ["B", "H", "S", "SK"]);
+    assert_eq!(k.buffers.iter().filter(|b| b.scope == Scope::Fragment).count(), 8);
+    let stmts = all_stmts(&k);
+    let count = |f: &dyn Fn(&StmtKind) -> bool| stmts.iter().filter(|s| f(&s.kind)).count();
+    assert_eq!(count(&|s| matches!(s, StmtKind::Copy { .. })), 6);
+    assert_eq!(count(&|s| matches!(s, StmtKind::Reduce { keep: true, .. })), 1);
+    assert_eq!(count(&|s| matches!(s, StmtKind::For { kind: LoopKind::Pipelined { stages: 2 }, .. })), 1);
+    assert_eq!(count(&|s| matches!(s, StmtKind::For { kind: LoopKind::Parallel, .. })), 10);
+    assert!(stmts.iter().all(|s| s.span != SpanId::NONE));
+    // The grid's second axis is B * H, evaluated on the host.
+    assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[1], &[2, 3, 100, 100]), Ok(6));
+    assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[0], &[2, 3, 100, 100]), Ok(4));
 }
