@@ -21,7 +21,10 @@ pub(crate) struct KernelAttr {
 const OPTIONS: [&str; 2] = ["threads", "consts"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
-    let mut attr = KernelAttr { threads: None, consts: Vec::new() };
+    let mut attr = KernelAttr {
+        threads: None,
+        consts: Vec::new(),
+    };
     let mut threads_seen = false;
     let parser = |input: ParseStream| -> syn::Result<()> {
         while !input.is_empty() {
@@ -47,7 +50,10 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         match lit.base10_parse::<i64>() {
                             Ok(v) => {
                                 if attr.consts.iter().any(|(n, _)| *n == name) {
-                                    errors.at(name.span(), format!("the constant `{name}` is defined twice"));
+                                    errors.at(
+                                        name.span(),
+                                        format!("the constant `{name}` is defined twice"),
+                                    );
                                 } else {
                                     attr.consts.push((name, if negative { -v } else { v }));
                                 }

@@ -47,7 +47,12 @@ fn non_empty_env(name: &str) -> Option<String> {
 }
 
 /// Verifies and compiles `kernel` for every target. Errors go to `errors`.
-pub(crate) fn compile_all(kernel: &Kernel, spans: &SpanTable, name_span: Span, errors: &mut Errors) -> Vec<TargetCode> {
+pub(crate) fn compile_all(
+    kernel: &Kernel,
+    spans: &SpanTable,
+    name_span: Span,
+    errors: &mut Errors,
+) -> Vec<TargetCode> {
     let targets = match targets_from_env() {
         Ok(t) => t,
         Err(msg) => {
@@ -59,7 +64,13 @@ pub(crate) fn compile_all(kernel: &Kernel, spans: &SpanTable, name_span: Span, e
     let ptxas = non_empty_env("TILE_PTXAS");
     let name = &kernel.name;
     if let Some(dir) = &dump {
-        write_dump(dir, &format!("{name}.tile"), &tile_ir::print::print_kernel(kernel), name_span, errors);
+        write_dump(
+            dir,
+            &format!("{name}.tile"),
+            &tile_ir::print::print_kernel(kernel),
+            name_span,
+            errors,
+        );
     }
     if let Err(errs) = tile_ir::verify::verify(kernel) {
         report(errs.into_iter().map(|e| (e, None)).collect(), spans, errors);
@@ -72,14 +83,32 @@ pub(crate) fn compile_all(kernel: &Kernel, spans: &SpanTable, name_span: Span, e
         match tile_ir::compile(kernel, target) {
             Ok(compiled) => {
                 if let Some(dir) = &dump {
-                    write_dump(dir, &format!("{name}.{arch}.thread"), &compiled.thread_ir, name_span, errors);
-                    write_dump(dir, &format!("{name}.{arch}.ptx"), &compiled.ptx, name_span, errors);
+                    write_dump(
+                        dir,
+                        &format!("{name}.{arch}.thread"),
+                        &compiled.thread_ir,
+                        name_span,
+                        errors,
+                    );
+                    write_dump(
+                        dir,
+                        &format!("{name}.{arch}.ptx"),
+                        &compiled.ptx,
+                        name_span,
+                        errors,
+                    );
                 }
                 if let Some(ptxas) = &ptxas {
                     match run_ptxas(ptxas, arch, name, &compiled.ptx) {
                         Ok(report) => {
                             if let Some(dir) = &dump {
-                                write_dump(dir, &format!("{name}.{arch}.ptxas.txt"), &report, name_span, errors);
+                                write_dump(
+                                    dir,
+                                    &format!("{name}.{arch}.ptxas.txt"),
+                                    &report,
+                                    name_span,
+                                    errors,
+                                );
                             }
                         }
                         Err(msg) => {
@@ -87,7 +116,11 @@ pub(crate) fn compile_all(kernel: &Kernel, spans: &SpanTable, name_span: Span, e
                         }
                     }
                 }
-                out.push(TargetCode { arch, ptx: compiled.ptx, shared_bytes: compiled.shared_bytes });
+                out.push(TargetCode {
+                    arch,
+                    ptx: compiled.ptx,
+                    shared_bytes: compiled.shared_bytes,
+                });
             }
             Err(errs) => failures.extend(errs.into_iter().map(|e| (e, Some(arch)))),
         }
@@ -98,10 +131,17 @@ pub(crate) fn compile_all(kernel: &Kernel, spans: &SpanTable, name_span: Span, e
 
 /// Turns `tile-ir` errors into spanned errors, merging the same error
 /// reported by several targets.
-fn report(failures: Vec<(CompileError, Option<&'static str>)>, spans: &SpanTable, errors: &mut Errors) {
+fn report(
+    failures: Vec<(CompileError, Option<&'static str>)>,
+    spans: &SpanTable,
+    errors: &mut Errors,
+) {
     let mut merged: Vec<(SpanId, String, Vec<&'static str>)> = Vec::new();
     for (e, arch) in failures {
-        match merged.iter_mut().find(|(s, m, _)| *s == e.span && *m == e.message) {
+        match merged
+            .iter_mut()
+            .find(|(s, m, _)| *s == e.span && *m == e.message)
+        {
             Some((_, _, archs)) => archs.extend(arch),
             None => merged.push((e.span, e.message, arch.into_iter().collect())),
         }
@@ -120,18 +160,28 @@ fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, errors: &mut E
     let path = dir.join(file);
     let result = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, contents));
     if let Err(e) = result {
-        errors.at(span, format!("TILE_DUMP: cannot write `{}`: {e}", path.display()));
+        errors.at(
+            span,
+            format!("TILE_DUMP: cannot write `{}`: {e}", path.display()),
+        );
     }
 }
 
 /// Runs `ptxas -arch=<arch> -v <file> -o <tmp>`; returns its `-v` report,
 /// or its message on failure.
 fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<String, String> {
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let stem = std::env::temp_dir().join(format!("tile-{}-{kernel}-{arch}-{nonce}", std::process::id()));
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let stem = std::env::temp_dir().join(format!(
+        "tile-{}-{kernel}-{arch}-{nonce}",
+        std::process::id()
+    ));
     let ptx_path = stem.with_extension("ptx");
     let cubin_path = stem.with_extension("cubin");
-    std::fs::write(&ptx_path, ptx).map_err(|e| format!("cannot write `{}`: {e}", ptx_path.display()))?;
+    std::fs::write(&ptx_path, ptx)
+        .map_err(|e| format!("cannot write `{}`: {e}", ptx_path.display()))?;
     let output = std::process::Command::new(ptxas)
         .arg(format!("-arch={arch}"))
         .arg("-v")
@@ -156,7 +206,8 @@ mod tests {
     use super::*;
     use crate::diag::SpanRange;
 
-    const PTXAS: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
+    const PTXAS: &str =
+        "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
 
     #[test]
     fn compile_errors_merge_across_targets() {
@@ -166,7 +217,10 @@ mod tests {
         let failures = vec![
             (CompileError::new(s0, "layout conflict"), Some("sm_80")),
             (CompileError::new(s0, "layout conflict"), Some("sm_90a")),
-            (CompileError::new(SpanId::NONE, "too much shared memory"), Some("sm_80")),
+            (
+                CompileError::new(SpanId::NONE, "too much shared memory"),
+                Some("sm_80"),
+            ),
             (CompileError::new(SpanId(77), "verifier: bad handle"), None),
         ];
         report(failures, &spans, &mut errors);
@@ -186,21 +240,31 @@ mod tests {
             eprintln!("ptxas not found at {PTXAS}; skipping");
             return;
         }
-        let good = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
+        let good =
+            ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
         let report = run_ptxas(PTXAS, "sm_80", "k", good).expect("valid PTX assembles");
         assert!(report.contains("Compiling entry function 'k'"), "{report}");
         let bad = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate;\n}\n";
         let err = run_ptxas(PTXAS, "sm_80", "k", bad).expect_err("invalid PTX fails");
-        assert!(err.contains("frobnicate") || err.contains("syntax error"), "{err}");
-        let missing = run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
+        assert!(
+            err.contains("frobnicate") || err.contains("syntax error"),
+            "{err}"
+        );
+        let missing =
+            run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
         assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
     }
 
     #[test]
     fn target_lists() {
-        assert_eq!(parse_targets("sm_80,sm_90a"), Ok(vec![Target::Sm80, Target::Sm90a]));
+        assert_eq!(
+            parse_targets("sm_80,sm_90a"),
+            Ok(vec![Target::Sm80, Target::Sm90a])
+        );
         assert_eq!(parse_targets(" sm_90a , sm_90a"), Ok(vec![Target::Sm90a]));
         assert_eq!(parse_targets(""), Ok(vec![]));
-        assert!(parse_targets("sm_80,sm_70").unwrap_err().contains("`sm_70`"));
+        assert!(parse_targets("sm_80,sm_70")
+            .unwrap_err()
+            .contains("`sm_70`"));
     }
 }

@@ -27,8 +27,11 @@ pub(crate) fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            syn::Error::new(name_span, format!("internal error in `#[tile_kernel]` (a bug; please report it): {msg}"))
-                .to_compile_error()
+            syn::Error::new(
+                name_span,
+                format!("internal error in `#[tile_kernel]` (a bug; please report it): {msg}"),
+            )
+            .to_compile_error()
         }
     }
 }
@@ -59,7 +62,10 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(sig) => sig,
         Err(e) => {
             errors.push(e);
-            return errors.combined().map(|e| e.to_compile_error()).unwrap_or_default();
+            return errors
+                .combined()
+                .map(|e| e.to_compile_error())
+                .unwrap_or_default();
         }
     };
     let kept_attrs = kept_attributes(&sig, &mut errors);
@@ -70,7 +76,10 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         match serde_json::to_string(&kernel) {
             Ok(ir_json) => compiled = Some(Compiled { ir_json, targets }),
             Err(e) => {
-                errors.at(sig.ident.span(), format!("internal error in `#[tile_kernel]`: cannot serialize the kernel: {e}"));
+                errors.at(
+                    sig.ident.span(),
+                    format!("internal error in `#[tile_kernel]`: cannot serialize the kernel: {e}"),
+                );
             }
         }
     }
@@ -88,7 +97,9 @@ fn kept_attributes(sig: &Signature, errors: &mut Errors) -> Vec<syn::Attribute> 
     let mut kept = Vec::new();
     for a in &sig.attrs {
         let path = a.path();
-        let known = ["doc", "cfg", "cfg_attr", "allow", "warn", "deny", "expect", "forbid"];
+        let known = [
+            "doc", "cfg", "cfg_attr", "allow", "warn", "deny", "expect", "forbid",
+        ];
         if known.iter().any(|k| path.is_ident(k)) {
             kept.push(a.clone());
         } else {
@@ -145,7 +156,11 @@ fn scalar_arg(dtype: DType) -> Option<TokenStream> {
 /// How a parameter was written, for the generated docs.
 fn describe_param(ty: &ParamType) -> String {
     match ty {
-        ParamType::Tensor { mutable, dtype, dims } => {
+        ParamType::Tensor {
+            mutable,
+            dtype,
+            dims,
+        } => {
             let dims: Vec<String> = dims
                 .iter()
                 .map(|d| match d {
@@ -153,14 +168,23 @@ fn describe_param(ty: &ParamType) -> String {
                     DimDecl::Name(i) => i.to_string(),
                 })
                 .collect();
-            format!("&{}Tensor<{dtype}, {}>", if *mutable { "mut " } else { "" }, dims.join(", "))
+            format!(
+                "&{}Tensor<{dtype}, {}>",
+                if *mutable { "mut " } else { "" },
+                dims.join(", ")
+            )
         }
         ParamType::Scalar(d) => d.to_string(),
         ParamType::Invalid => "(invalid)".into(),
     }
 }
 
-fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compiled: Option<&Compiled>) -> TokenStream {
+fn module(
+    sig: &Signature,
+    attrs: &[syn::Attribute],
+    threads: Option<u32>,
+    compiled: Option<&Compiled>,
+) -> TokenStream {
     let vis = &sig.vis;
     let ident = &sig.ident;
     let name = syn::ext::IdentExt::unraw(ident).to_string();
@@ -175,23 +199,34 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
     let mut unused = Vec::new();
     for p in &sig.params {
         let pname = &p.name;
-        let ty_span = p.ty_tokens.clone().into_iter().next().map_or(pname.span(), |t| t.span());
+        let ty_span = p
+            .ty_tokens
+            .clone()
+            .into_iter()
+            .next()
+            .map_or(pname.span(), |t| t.span());
         match &p.ty {
             ParamType::Tensor { mutable, dtype, .. } => {
                 let elem = respan(rust_type(*dtype), ty_span);
                 if *mutable {
                     params.push(quote_spanned!(ty_span=> #pname: &mut ::tile::DeviceTensor<#elem>));
-                    args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)));
+                    args.push(
+                        quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)),
+                    );
                 } else {
                     params.push(quote_spanned!(ty_span=> #pname: &::tile::DeviceTensor<#elem>));
-                    args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor(#pname)));
+                    args.push(
+                        quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor(#pname)),
+                    );
                 }
             }
             ParamType::Scalar(dtype) => {
                 let ty = respan(rust_type(*dtype), ty_span);
                 params.push(quote_spanned!(ty_span=> #pname: #ty));
                 match scalar_arg(*dtype) {
-                    Some(variant) => args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname))),
+                    Some(variant) => args.push(
+                        quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname)),
+                    ),
                     None => unused.push(pname.clone()),
                 }
             }
@@ -212,13 +247,25 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
         }
         None => (String::new(), quote!()),
     };
-    let signature: Vec<String> = sig.params.iter().map(|p| format!("`{}: {}`", p.name, describe_param(&p.ty))).collect();
+    let signature: Vec<String> = sig
+        .params
+        .iter()
+        .map(|p| format!("`{}: {}`", p.name, describe_param(&p.ty)))
+        .collect();
     let launch_doc = format!(
         " Launches the kernel `{name}` on `{stream}` ({} threads per block; dynamic dimensions and the grid come from the tensors' shapes).",
         threads.map_or_else(|| "?".to_string(), |t| t.to_string())
     );
-    let params_doc = format!(" Parameters: {}.", if signature.is_empty() { "none".to_string() } else { signature.join(", ") });
-    let meta_doc = format!(" The compiled kernel `{name}`: its Tile IR (JSON) and the PTX of each target.");
+    let params_doc = format!(
+        " Parameters: {}.",
+        if signature.is_empty() {
+            "none".to_string()
+        } else {
+            signature.join(", ")
+        }
+    );
+    let meta_doc =
+        format!(" The compiled kernel `{name}`: its Tile IR (JSON) and the PTX of each target.");
     let launch = quote_spanned!(span=> launch);
     let mod_tokens = quote! {
         #(#attrs)*
