@@ -1639,12 +1639,14 @@ impl Lowerer<'_> {
                 StmtKind::Barrier
             }
             "grid" => return self.grid(None, call, whole),
-            "shared" | "fragment" | "local" => return Err(self.errors.spanned(
-                call,
-                format!(
+            "shared" | "fragment" | "local" => {
+                return Err(self.errors.spanned(
+                    call,
+                    format!(
                     "a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"
                 ),
-            )),
+                ))
+            }
             "parallel" | "pipelined" => {
                 return Err(self.errors.spanned(
                     call,
@@ -2196,12 +2198,14 @@ impl Lowerer<'_> {
                 whole,
                 "`grid(..)` must be the first statement of the kernel: `let (bx, by) = grid(..);`",
             )),
-            "shared" | "fragment" | "local" => return Err(self.errors.spanned(
-                whole,
-                format!(
+            "shared" | "fragment" | "local" => {
+                return Err(self.errors.spanned(
+                    whole,
+                    format!(
                     "a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"
                 ),
-            )),
+                ))
+            }
             "parallel" | "pipelined" => {
                 return Err(self.errors.spanned(
                     whole,

@@ -773,6 +773,9 @@ fn generated_module() {
         VECTOR_ADD.parse().unwrap(),
     )
     .to_string();
+    if std::env::var_os("TILE_TEST_SHOW").is_some() {
+        eprintln!("{out}");
+    }
     assert!(out.starts_with("pub mod vector_add"), "{out}");
     assert!(!out.contains("compile_error"), "{out}");
     for needle in [
