@@ -1,7 +1,112 @@
 //! `#[tile_kernel]`: a thin frontend over `tile-ir`.
+//!
+//! The pipeline, one module per step (as in serde_derive / thiserror):
+//! `attr` parses the attribute, `sig` the function (its own parser:
+//! `&Tensor<f16, M, K>` is DSL, not a Rust type), `lower` turns the body
+//! into a `tile_ir::Kernel`, `backend` verifies and compiles it for each
+//! target, and `expand` quotes the `mod name { META; fn launch }` that the
+//! runtime uses. Every rejection is a `syn::Error` at a span; all errors of a
+//! kernel are reported together; the macro never panics.
 use proc_macro::TokenStream;
 
+mod attr;
+mod backend;
+mod diag;
+mod expand;
+mod lower;
+mod sig;
+
+/// Compiles a kernel function to PTX at build time and replaces it with a
+/// module holding its metadata (`META`) and a typed `launch` function.
+///
+/// ```ignore
+/// use tile::prelude::*;
+///
+/// #[tile_kernel(threads = 256, consts(BLOCK = 1024))]
+/// pub fn vector_add(a: &Tensor<f32, N>, b: &Tensor<f32, N>, c: &mut Tensor<f32, N>) {
+///     let bx = grid(cdiv(N, BLOCK));
+///     let mut x = fragment::<f32, BLOCK>();
+///     let mut y = fragment::<f32, BLOCK>();
+///     copy(a.tile([bx * BLOCK]), &mut x);
+///     copy(b.tile([bx * BLOCK]), &mut y);
+///     for i in parallel(BLOCK) {
+///         x[i] = x[i] + y[i];
+///     }
+///     copy(&x, c.tile([bx * BLOCK]));
+/// }
+///
+/// // vector_add::launch(&stream, &a, &b, &mut c)?;  // DeviceTensor<f32>s
+/// ```
+///
+/// # The attribute
+/// `threads = N` (required: a multiple of 32, at most 1024) and
+/// `consts(NAME = integer, ..)`: the compile-time constants of the kernel. A
+/// `const` item outside the kernel is invisible to a macro; put it here.
+///
+/// # Parameters
+/// `&Tensor<T, D0, D1, ..>` (read-only), `&mut Tensor<T, D0, D1, ..>`, and
+/// scalars `f32`, `i32`, `u32`, `f16`, `bf16`. `T` is one of those types. A
+/// dimension is an integer literal, a name from `consts(..)`, or any other
+/// name: a dynamic dimension, bound at launch from the tensors' shapes
+/// (tensors naming the same dimension must agree). `Tensor<T, (M, K)>` and
+/// 1-D `Tensor<T, [N]>` are accepted too; `[M, K]` is not Rust syntax.
+///
+/// # The body
+/// What one thread block does.
+/// - `let bx = grid(x);` / `let (bx, by) = grid(x, y);` (up to 3 axes) as
+///   the first statement; the extents use dimensions and constants only.
+/// - Buffers: `let mut s = shared::<T, D0, D1>();`, `fragment::<..>()` (a
+///   tile spread over the threads' registers), `local::<..>()` (a small
+///   array every thread holds); constant shapes (`{ BK * 2 }` for an
+///   expression).
+/// - Loops: `for i in a..b` (or `a..=b`), `for i in parallel(N)`,
+///   `for (i, j) in parallel((M, N))` (up to 3-D, constant extents,
+///   iterations spread over the threads), `for k in pipelined(n, stages)`.
+/// - `if`/`else` (also as a value: `if c { a } else { b }`), `let`,
+///   `let mut`, `=`, `+=` (and the other compound operators) on variables
+///   and elements.
+/// - Operators `+ - * / % & | ^ << >> == != < <= > >= && || ! -`, casts
+///   `as f16|bf16|f32|i32|u32`. Operands have one type: no implicit
+///   conversions, except that untyped literals and constants adopt the
+///   other operand's type (`x * 2` with `x: f16`).
+/// - Math: `exp2 exp log2 log abs sqrt rsqrt` (also as methods, `x.exp2()`),
+///   `max min` (`x.max(y)`), `fma(a, b, c)`, `cdiv(a, b)`; `f32::INFINITY`,
+///   `f32::NEG_INFINITY`, `f32::MAX`, `f32::MIN`.
+/// - Elements: `x[i]`, `x[(i, j)]`, `x[[i, j]]`. A fragment only inside a
+///   `parallel` loop, indexed by its loop variables. Tensors: reads out of
+///   bounds give 0, writes out of bounds are skipped.
+/// - Tile operations (block-wide, not inside `parallel`):
+///   `copy(src, dst)` with `&buf`, `&mut buf` or `t.tile([origin..])` on
+///   each side (one side a buffer), `.fill(v)` for masked reads;
+///   `fill(&mut buf, v)`; `clear(&mut buf)`;
+///   `reduce_max(&src, &mut dst, dim)` (`reduce_sum`, `reduce_min`),
+///   `.keep()` to combine with `dst`; `barrier()`. And
+///   `atomic_add(&mut t[(i, j)], v)` on a `&mut Tensor`.
+///
+/// # What it generates
+/// ```ignore
+/// pub mod vector_add {
+///     pub static META: ::tile::KernelMeta = /* name, Tile IR (JSON), PTX per target */;
+///     pub fn launch(stream: &::tile::Stream, a: &::tile::DeviceTensor<f32>,
+///                   b: &::tile::DeviceTensor<f32>, c: &mut ::tile::DeviceTensor<f32>)
+///         -> Result<(), ::tile::Error>;
+/// }
+/// ```
+///
+/// # Environment (read at build time)
+/// - `TILE_ARCHS`: comma-separated targets (`sm_80`, `sm_90a`; default
+///   both; empty: none, the interpreter only).
+/// - `TILE_DUMP=<dir>`: writes `<kernel>.tile`, `<kernel>.<arch>.thread`,
+///   `<kernel>.<arch>.ptx` (and `<kernel>.<arch>.ptxas.txt`).
+/// - `TILE_PTXAS=<path>`: assembles each target's PTX; a failure is a
+///   compile error at the kernel.
+///
+/// Every mistake is a compile error at the offending tokens, all of a
+/// kernel's mistakes at once.
 #[proc_macro_attribute]
-pub fn tile_kernel(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::tile_kernel(attr.into(), item.into()).into()
 }
+
+#[cfg(test)]
+mod tests;

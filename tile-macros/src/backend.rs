@@ -1,0 +1,270 @@
+//! Driving `tile-ir` at expansion time: verify, compile for each target of
+//! `TILE_ARCHS`, write `TILE_DUMP` files, assemble with `TILE_PTXAS`.
+//!
+//! Expects a kernel that lowered without errors and its [`SpanTable`].
+//! Guarantees that every problem (a verifier or code-generation error, an
+//! unknown target, a ptxas failure, a dump that cannot be written) becomes
+//! a `syn::Error` at the statement it concerns or, without one, at the
+//! kernel's name; identical errors from several targets are reported once,
+//! naming the targets.
+
+use crate::diag::{Errors, SpanTable};
+use proc_macro2::Span;
+use std::path::{Path, PathBuf};
+use tile_ir::{CompileError, Kernel, SpanId, Target};
+
+/// One compiled target, ready to embed.
+pub(crate) struct TargetCode {
+    pub arch: &'static str,
+    pub ptx: String,
+    pub shared_bytes: u32,
+}
+
+/// `TILE_ARCHS`: unset → `sm_80,sm_90a`; empty → no targets (interpreter only).
+pub(crate) fn targets_from_env() -> Result<Vec<Target>, String> {
+    let spec = std::env::var("TILE_ARCHS").unwrap_or_else(|_| "sm_80,sm_90a".to_string());
+    parse_targets(&spec)
+}
+
+pub(crate) fn parse_targets(spec: &str) -> Result<Vec<Target>, String> {
+    let mut targets = Vec::new();
+    for name in spec.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match Target::from_name(name) {
+            Some(t) if !targets.contains(&t) => targets.push(t),
+            Some(_) => {}
+            None => {
+                return Err(format!(
+                    "TILE_ARCHS names an unknown target `{name}`; the known targets are `sm_80` and `sm_90a` (an empty TILE_ARCHS embeds none: interpreter only)"
+                ))
+            }
+        }
+    }
+    Ok(targets)
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Verifies and compiles `kernel` for every target. Errors go to `errors`.
+pub(crate) fn compile_all(
+    kernel: &Kernel,
+    spans: &SpanTable,
+    name_span: Span,
+    errors: &mut Errors,
+) -> Vec<TargetCode> {
+    let targets = match targets_from_env() {
+        Ok(t) => t,
+        Err(msg) => {
+            errors.at(name_span, msg);
+            return Vec::new();
+        }
+    };
+    let dump = non_empty_env("TILE_DUMP").map(PathBuf::from);
+    let ptxas = non_empty_env("TILE_PTXAS");
+    let name = &kernel.name;
+    if let Some(dir) = &dump {
+        write_dump(
+            dir,
+            &format!("{name}.tile"),
+            &tile_ir::print::print_kernel(kernel),
+            name_span,
+            errors,
+        );
+    }
+    if let Err(errs) = tile_ir::verify::verify(kernel) {
+        report(errs.into_iter().map(|e| (e, None)).collect(), spans, errors);
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut failures: Vec<(CompileError, Option<&'static str>)> = Vec::new();
+    for target in targets {
+        let arch = target.name();
+        match tile_ir::compile(kernel, target) {
+            Ok(compiled) => {
+                if let Some(dir) = &dump {
+                    write_dump(
+                        dir,
+                        &format!("{name}.{arch}.thread"),
+                        &compiled.thread_ir,
+                        name_span,
+                        errors,
+                    );
+                    write_dump(
+                        dir,
+                        &format!("{name}.{arch}.ptx"),
+                        &compiled.ptx,
+                        name_span,
+                        errors,
+                    );
+                }
+                if let Some(ptxas) = &ptxas {
+                    match run_ptxas(ptxas, arch, name, &compiled.ptx) {
+                        Ok(report) => {
+                            if let Some(dir) = &dump {
+                                write_dump(
+                                    dir,
+                                    &format!("{name}.{arch}.ptxas.txt"),
+                                    &report,
+                                    name_span,
+                                    errors,
+                                );
+                            }
+                        }
+                        Err(msg) => {
+                            errors.at(name_span, format!("ptxas rejected the PTX generated for `{name}` ({arch}):\n{msg}"));
+                        }
+                    }
+                }
+                out.push(TargetCode {
+                    arch,
+                    ptx: compiled.ptx,
+                    shared_bytes: compiled.shared_bytes,
+                });
+            }
+            Err(errs) => failures.extend(errs.into_iter().map(|e| (e, Some(arch)))),
+        }
+    }
+    report(failures, spans, errors);
+    out
+}
+
+/// Turns `tile-ir` errors into spanned errors, merging the same error
+/// reported by several targets.
+fn report(
+    failures: Vec<(CompileError, Option<&'static str>)>,
+    spans: &SpanTable,
+    errors: &mut Errors,
+) {
+    let mut merged: Vec<(SpanId, String, Vec<&'static str>)> = Vec::new();
+    for (e, arch) in failures {
+        match merged
+            .iter_mut()
+            .find(|(s, m, _)| *s == e.span && *m == e.message)
+        {
+            Some((_, _, archs)) => archs.extend(arch),
+            None => merged.push((e.span, e.message, arch.into_iter().collect())),
+        }
+    }
+    for (span, message, archs) in merged {
+        let message = if archs.is_empty() {
+            message
+        } else {
+            format!("{message} (compiling for {})", archs.join(", "))
+        };
+        errors.push(spans.range(span).error(message));
+    }
+}
+
+fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, errors: &mut Errors) {
+    let path = dir.join(file);
+    let result = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, contents));
+    if let Err(e) = result {
+        errors.at(
+            span,
+            format!("TILE_DUMP: cannot write `{}`: {e}", path.display()),
+        );
+    }
+}
+
+/// Runs `ptxas -arch=<arch> -v <file> -o <tmp>`; returns its `-v` report,
+/// or its message on failure.
+fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<String, String> {
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let stem = std::env::temp_dir().join(format!(
+        "tile-{}-{kernel}-{arch}-{nonce}",
+        std::process::id()
+    ));
+    let ptx_path = stem.with_extension("ptx");
+    let cubin_path = stem.with_extension("cubin");
+    std::fs::write(&ptx_path, ptx)
+        .map_err(|e| format!("cannot write `{}`: {e}", ptx_path.display()))?;
+    let output = std::process::Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(&cubin_path)
+        .output();
+    let _ = std::fs::remove_file(&ptx_path);
+    let _ = std::fs::remove_file(&cubin_path);
+    let output = output.map_err(|e| format!("cannot run TILE_PTXAS=`{ptxas}`: {e}"))?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    if output.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("{} ({})", text.trim_end(), output.status))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::SpanRange;
+
+    const PTXAS: &str =
+        "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
+
+    #[test]
+    fn compile_errors_merge_across_targets() {
+        let mut spans = SpanTable::new(Span::call_site());
+        let s0 = spans.add_range(SpanRange::single(Span::call_site()));
+        let mut errors = Errors::default();
+        let failures = vec![
+            (CompileError::new(s0, "layout conflict"), Some("sm_80")),
+            (CompileError::new(s0, "layout conflict"), Some("sm_90a")),
+            (
+                CompileError::new(SpanId::NONE, "too much shared memory"),
+                Some("sm_80"),
+            ),
+            (CompileError::new(SpanId(77), "verifier: bad handle"), None),
+        ];
+        report(failures, &spans, &mut errors);
+        assert_eq!(
+            errors.messages(),
+            vec![
+                "layout conflict (compiling for sm_80, sm_90a)".to_string(),
+                "too much shared memory (compiling for sm_80)".to_string(),
+                "verifier: bad handle".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn ptxas_reports_and_failures() {
+        if !Path::new(PTXAS).exists() {
+            eprintln!("ptxas not found at {PTXAS}; skipping");
+            return;
+        }
+        let good =
+            ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
+        let report = run_ptxas(PTXAS, "sm_80", "k", good).expect("valid PTX assembles");
+        assert!(report.contains("Compiling entry function 'k'"), "{report}");
+        let bad = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate;\n}\n";
+        let err = run_ptxas(PTXAS, "sm_80", "k", bad).expect_err("invalid PTX fails");
+        assert!(
+            err.contains("frobnicate") || err.contains("syntax error"),
+            "{err}"
+        );
+        let missing =
+            run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
+        assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
+    }
+
+    #[test]
+    fn target_lists() {
+        assert_eq!(
+            parse_targets("sm_80,sm_90a"),
+            Ok(vec![Target::Sm80, Target::Sm90a])
+        );
+        assert_eq!(parse_targets(" sm_90a , sm_90a"), Ok(vec![Target::Sm90a]));
+        assert_eq!(parse_targets(""), Ok(vec![]));
+        assert!(parse_targets("sm_80,sm_70")
+            .unwrap_err()
+            .contains("`sm_70`"));
+    }
+}
