@@ -1,5 +1,53 @@
-//! The CPU interpreter (placeholder: API only).
-use crate::ir::{Kernel, Value};
+//! The CPU interpreter: executes the Tile IR block by block.
+//!
+//! Expects: a kernel (it is verified first; a kernel that does not verify is
+//! an error listing every problem), its arguments in `kernel.params` order,
+//! the values of `kernel.dims` (as from [`crate::abi::bind_dims`]) and the
+//! grid (as from [`crate::abi::eval_grid`]). Guarantees: never panics; every
+//! malformed input or run-time fault is an [`InterpError`] with a message
+//! naming the tensor, buffer or block concerned.
+//!
+//! Semantics (block-level, as documented in [`crate::ir`]):
+//! - Blocks run one after another, x fastest, then y, then z. The body runs
+//!   once per block; tile ops act on whole tiles; the iterations of every loop
+//!   (serial, parallel, pipelined) run in order.
+//! - Shared, fragment and local buffers are fresh per block and start zeroed
+//!   (on the GPU their contents are undefined: a kernel must not rely on it).
+//!   Every buffer, global or not, is kept as little-endian bytes of its dtype,
+//!   so values are rounded to f16/bf16 (round to nearest even) whenever they
+//!   are stored in such a buffer.
+//! - Arithmetic: f32 in f32 (not f64); f16/bf16 computed in f32 and rounded
+//!   to the type; integers wrap; integer division and remainder truncate, and
+//!   division by zero is an error; shifts read the amount as unsigned and
+//!   give 0 (or the sign for `>>` on i32) from the bit width on (as PTX);
+//!   `min`/`max` on floats return the non-NaN operand; `rsqrt(x)` is
+//!   `1 / sqrt(x)`; `fma` rounds once in f32.
+//! - Casts and copy conversions follow Rust `as` (float→int truncates and
+//!   saturates, NaN → 0; int→int wraps; to f16/bf16 rounds to nearest even).
+//! - `select` evaluates only the chosen operand.
+//! - Global element loads out of bounds give 0; stores and atomics out of
+//!   bounds are skipped. Out-of-bounds accesses to shared/fragment/local
+//!   buffers are errors (undefined on the GPU).
+//! - `Copy`: a global side's window is the other side's shape right-aligned
+//!   with the tensor's dims (leading extents 1), its corner the origin;
+//!   masked reads give the fill value (else 0), masked writes are skipped;
+//!   elements are converted to the destination dtype.
+//! - `Reduce` accumulates floats in f32 (integers in their type), in index
+//!   order, then converts to the destination's dtype; `keep` combines the
+//!   result with the destination's current value. Identities: 0 for sum,
+//!   -inf (integer minimum) for max, +inf (integer maximum) for min.
+//! - `AtomicAdd` reads, adds in the element type (f16/bf16 via f32), writes.
+//! - A write to a tensor passed as [`TensorData::Ro`] is an error.
+
+mod scalar;
+
+pub use scalar::cast;
+
+use crate::ir::{
+    Buffer, BufferId, DType, Expr, Extent, Kernel, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, Value, VarId,
+    VarKind,
+};
+use crate::verify::verify;
 
 /// The bytes of one tensor argument: little-endian elements of its dtype, row-major.
 pub enum TensorData<'a> {
@@ -17,7 +65,456 @@ pub enum Arg<'a> {
 #[error("interpreter: {0}")]
 pub struct InterpError(pub String);
 
+fn fail<T>(msg: impl Into<String>) -> Result<T, InterpError> {
+    Err(InterpError(msg.into()))
+}
+
 /// Runs every block of the grid. `dims` are the values of `kernel.dims`.
-pub fn run(_kernel: &Kernel, _args: &mut [Arg<'_>], _dims: &[i64], _grid: [u32; 3]) -> Result<(), InterpError> {
-    Err(InterpError("the interpreter is not built yet".into()))
+pub fn run(kernel: &Kernel, args: &mut [Arg<'_>], dims: &[i64], grid: [u32; 3]) -> Result<(), InterpError> {
+    if let Err(errors) = verify(kernel) {
+        let list: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
+        return fail(format!("kernel `{}` does not verify: {}", kernel.name, list.join("; ")));
+    }
+    let mut m = Machine::new(kernel, args, dims)?;
+    for z in 0..grid[2] {
+        for y in 0..grid[1] {
+            for x in 0..grid[0] {
+                m.run_block([x, y, z]).map_err(|e| InterpError(format!("block ({x}, {y}, {z}): {}", e.0)))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The memory behind one buffer.
+enum Mem<'a> {
+    Ro(&'a [u8]),
+    Rw(&'a mut [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Mem<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Mem::Ro(b) => b,
+            Mem::Rw(b) => b,
+            Mem::Owned(b) => b,
+        }
+    }
+}
+
+/// A buffer with its shape resolved for this launch.
+struct Buf<'k, 'a> {
+    decl: &'k Buffer,
+    mem: Mem<'a>,
+    shape: Vec<usize>,
+    len: usize,
+}
+
+impl<'k> Buf<'k, '_> {
+    fn is_global(&self) -> bool {
+        self.decl.scope == Scope::Global
+    }
+
+    /// The bytes to write, or an error if the buffer may not be written.
+    fn bytes_mut(&mut self) -> Result<&mut [u8], InterpError> {
+        if self.is_global() && !self.decl.mutable {
+            return fail(format!("the kernel writes `{}`, a read-only tensor", self.decl.name));
+        }
+        match &mut self.mem {
+            Mem::Ro(_) => fail(format!("the kernel writes `{}`, but it was passed read-only", self.decl.name)),
+            Mem::Rw(b) => Ok(b),
+            Mem::Owned(b) => Ok(b),
+        }
+    }
+}
+
+/// Two distinct elements of a slice, mutably.
+fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
+    debug_assert_ne!(i, j);
+    if i < j {
+        let (a, b) = v.split_at_mut(j);
+        (&mut a[i], &mut b[0])
+    } else {
+        let (a, b) = v.split_at_mut(i);
+        (&mut b[0], &mut a[j])
+    }
+}
+
+struct Machine<'k, 'a> {
+    k: &'k Kernel,
+    vars: Vec<Option<Value>>,
+    bufs: Vec<Buf<'k, 'a>>,
+}
+
+impl<'k, 'a> Machine<'k, 'a> {
+    fn new(k: &'k Kernel, args: &'a mut [Arg<'_>], dims: &[i64]) -> Result<Self, InterpError> {
+        if args.len() != k.params.len() {
+            return fail(format!("kernel `{}` takes {} arguments, got {}", k.name, k.params.len(), args.len()));
+        }
+        if dims.len() != k.dims.len() {
+            return fail(format!("kernel `{}` has {} dynamic dimensions, got {} values", k.name, k.dims.len(), dims.len()));
+        }
+        let mut vars: Vec<Option<Value>> = vec![None; k.vars.len()];
+        for (&d, &value) in k.dims.iter().zip(dims) {
+            if !(0..=i32::MAX as i64).contains(&value) {
+                return fail(format!("dimension `{}` = {value} is outside 0..=i32::MAX", k.var(d).name));
+            }
+            vars[d.0 as usize] = Some(Value::I32(value as i32));
+        }
+        let dim_vars = vars.clone();
+        let dim_value = |e: &Extent| -> usize {
+            match e {
+                Extent::Const(c) => *c as usize,
+                // Verified: every Dyn var is listed in dims and bound above.
+                Extent::Dyn(v) => match dim_vars[v.0 as usize] {
+                    Some(Value::I32(x)) => x as usize,
+                    _ => 0,
+                },
+            }
+        };
+        let mut globals: Vec<Option<(Mem<'a>, Vec<usize>)>> = (0..k.buffers.len()).map(|_| None).collect();
+        for (param, arg) in k.params.iter().zip(args.iter_mut()) {
+            match (param.kind.clone(), arg) {
+                (ParamKind::Scalar(v), Arg::Scalar(value)) => {
+                    let want = k.var(v).dtype;
+                    if value.dtype() != want {
+                        return fail(format!("scalar `{}` expects {want}, got {}", param.name, value.dtype()));
+                    }
+                    vars[v.0 as usize] = Some(*value);
+                }
+                (ParamKind::Tensor(b), Arg::Tensor { data, shape }) => {
+                    let decl = k.buffer(b);
+                    let want: Vec<usize> = decl.shape.iter().map(dim_value).collect();
+                    if *shape != want {
+                        return fail(format!("tensor `{}` expects shape {want:?}, got {shape:?}", param.name));
+                    }
+                    let elems: usize = want.iter().product();
+                    let bytes = elems * decl.dtype.size_bytes() as usize;
+                    let mem = match data {
+                        TensorData::Ro(d) => Mem::Ro(&**d),
+                        TensorData::Rw(d) => Mem::Rw(&mut **d),
+                    };
+                    if mem.bytes().len() != bytes {
+                        return fail(format!(
+                            "tensor `{}` of shape {want:?} and type {} needs {bytes} bytes, got {}",
+                            param.name,
+                            decl.dtype,
+                            mem.bytes().len()
+                        ));
+                    }
+                    globals[b.0 as usize] = Some((mem, want));
+                }
+                (ParamKind::Scalar(_), Arg::Tensor { .. }) => {
+                    return fail(format!("argument `{}` must be a scalar, got a tensor", param.name))
+                }
+                (ParamKind::Tensor(_), Arg::Scalar(_)) => {
+                    return fail(format!("argument `{}` must be a tensor, got a scalar", param.name))
+                }
+            }
+        }
+        let mut bufs = Vec::with_capacity(k.buffers.len());
+        for (decl, global) in k.buffers.iter().zip(globals) {
+            let (mem, shape) = match global {
+                Some(g) => g,
+                None if decl.scope == Scope::Global => return fail(format!("tensor `{}` has no argument", decl.name)),
+                None => {
+                    let shape: Vec<usize> = decl.shape.iter().map(dim_value).collect();
+                    let n: usize = shape.iter().product();
+                    (Mem::Owned(vec![0; n * decl.dtype.size_bytes() as usize]), shape)
+                }
+            };
+            let len = shape.iter().product();
+            bufs.push(Buf { decl, mem, shape, len });
+        }
+        Ok(Machine { k, vars, bufs })
+    }
+
+    fn run_block(&mut self, block: [u32; 3]) -> Result<(), InterpError> {
+        for buf in &mut self.bufs {
+            if let Mem::Owned(b) = &mut buf.mem {
+                b.fill(0);
+            }
+        }
+        for (i, var) in self.k.vars.iter().enumerate() {
+            match var.kind {
+                VarKind::BlockIdx(axis) => {
+                    let b = block.get(axis as usize).copied().unwrap_or(0);
+                    self.vars[i] = Some(cast(Value::I64(b as i64), var.dtype));
+                }
+                VarKind::Let | VarKind::Mut | VarKind::Loop => self.vars[i] = None,
+                VarKind::Dim | VarKind::Param => {}
+            }
+        }
+        let body = &self.k.body;
+        self.block(body)
+    }
+
+    fn block(&mut self, stmts: &'k [Stmt]) -> Result<(), InterpError> {
+        for s in stmts {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &'k Stmt) -> Result<(), InterpError> {
+        match &s.kind {
+            StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
+                let v = self.eval(value)?;
+                self.vars[var.0 as usize] = Some(v);
+            }
+            StmtKind::Store { buf, index, value } => {
+                let v = self.eval(value)?;
+                if let Some(i) = self.element(*buf, index)? {
+                    let b = &mut self.bufs[buf.0 as usize];
+                    let t = b.decl.dtype;
+                    scalar::write(b.bytes_mut()?, t, i, v);
+                }
+            }
+            StmtKind::AtomicAdd { buf, index, value } => {
+                let v = self.eval(value)?;
+                if let Some(i) = self.element(*buf, index)? {
+                    let b = &mut self.bufs[buf.0 as usize];
+                    let t = b.decl.dtype;
+                    let bytes = b.bytes_mut()?;
+                    let old = scalar::read(bytes, t, i);
+                    let new = scalar::binary(crate::ir::BinOp::Add, old, cast(v, t))?;
+                    scalar::write(bytes, t, i, new);
+                }
+            }
+            StmtKind::For { var, start, end, kind: _, body } => {
+                let a = scalar::as_index(self.eval(start)?)?;
+                let b = scalar::as_index(self.eval(end)?)?;
+                let t = self.k.var(*var).dtype;
+                for i in a..b {
+                    self.vars[var.0 as usize] = Some(cast(Value::I64(i), t));
+                    self.block(body)?;
+                }
+            }
+            StmtKind::If { cond, then, otherwise } => {
+                if scalar::as_bool(self.eval(cond)?)? {
+                    self.block(then)?;
+                } else {
+                    self.block(otherwise)?;
+                }
+            }
+            StmtKind::Copy { src, dst, fill } => self.copy(src, dst, fill.as_ref())?,
+            StmtKind::Fill { buf, value } => {
+                let v = self.eval(value)?;
+                let b = &mut self.bufs[buf.0 as usize];
+                let t = b.decl.dtype;
+                let n = b.len;
+                let bytes = b.bytes_mut()?;
+                for i in 0..n {
+                    scalar::write(bytes, t, i, v);
+                }
+            }
+            StmtKind::Reduce { op, src, dst, dim, keep } => self.reduce(*op, *src, *dst, *dim, *keep)?,
+            StmtKind::Barrier => {}
+        }
+        Ok(())
+    }
+
+    /// The linear index of an element, or `None` for a global access out of
+    /// bounds. Out of bounds elsewhere is an error.
+    fn element(&self, buf: BufferId, index: &[Expr]) -> Result<Option<usize>, InterpError> {
+        let b = &self.bufs[buf.0 as usize];
+        if index.len() != b.shape.len() {
+            return fail(format!("`{}` has rank {}, indexed with {} indices", b.decl.name, b.shape.len(), index.len()));
+        }
+        let mut linear = 0usize;
+        let mut inside = true;
+        for (d, e) in index.iter().enumerate() {
+            let i = scalar::as_index(self.eval(e)?)?;
+            let n = b.shape[d];
+            if i < 0 || i as u64 >= n as u64 {
+                if !b.is_global() {
+                    let mut all = Vec::with_capacity(index.len());
+                    for e in index {
+                        all.push(scalar::as_index(self.eval(e)?)?);
+                    }
+                    return fail(format!(
+                        "index {all:?} is out of bounds for {} `{}` of shape {:?}",
+                        scope_word(b.decl.scope),
+                        b.decl.name,
+                        b.shape
+                    ));
+                }
+                inside = false;
+            }
+            linear = linear * n + i.clamp(0, n as i64) as usize;
+        }
+        Ok(if inside { Some(linear) } else { None })
+    }
+
+    fn eval(&self, e: &Expr) -> Result<Value, InterpError> {
+        Ok(match e {
+            Expr::Const(v) => *v,
+            Expr::Var(v) => match self.vars.get(v.0 as usize) {
+                Some(Some(x)) => *x,
+                _ => return fail(format!("variable {} is used before it is bound", self.var_name(*v))),
+            },
+            Expr::Load { buf, index } => {
+                let b = &self.bufs[buf.0 as usize];
+                match self.element(*buf, index)? {
+                    Some(i) => scalar::read(b.mem.bytes(), b.decl.dtype, i),
+                    None => scalar::zero(b.decl.dtype),
+                }
+            }
+            Expr::Unary { op, arg } => scalar::unary(*op, self.eval(arg)?)?,
+            Expr::Binary { op, lhs, rhs } => scalar::binary(*op, self.eval(lhs)?, self.eval(rhs)?)?,
+            Expr::Fma { a, b, c } => scalar::fma(self.eval(a)?, self.eval(b)?, self.eval(c)?)?,
+            Expr::Cast { to, arg } => cast(self.eval(arg)?, *to),
+            Expr::Select { cond, then, otherwise } => {
+                if scalar::as_bool(self.eval(cond)?)? {
+                    self.eval(then)?
+                } else {
+                    self.eval(otherwise)?
+                }
+            }
+        })
+    }
+
+    fn var_name(&self, v: VarId) -> String {
+        self.k.vars.get(v.0 as usize).map_or_else(|| v.to_string(), |x| format!("`{}`", x.name))
+    }
+
+    fn copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> Result<(), InterpError> {
+        let (s, d) = (src.buf.0 as usize, dst.buf.0 as usize);
+        let fill = match fill {
+            Some(f) => Some(self.eval(f)?),
+            None => None,
+        };
+        let src_global = self.bufs[s].is_global();
+        let dst_global = self.bufs[d].is_global();
+        if src_global && dst_global {
+            return fail("copy between two global tensors");
+        }
+        if !src_global && !dst_global {
+            if self.bufs[s].shape != self.bufs[d].shape {
+                return fail(format!("copy from `{}` to `{}`: the shapes differ", self.bufs[s].decl.name, self.bufs[d].decl.name));
+            }
+            if s == d {
+                return Ok(());
+            }
+            let (sb, db) = two_mut(&mut self.bufs, s, d);
+            let (st, dt) = (sb.decl.dtype, db.decl.dtype);
+            let src_bytes = sb.mem.bytes();
+            let dst_bytes = db.bytes_mut()?;
+            for i in 0..sb.len {
+                scalar::write(dst_bytes, dt, i, scalar::read(src_bytes, st, i));
+            }
+            return Ok(());
+        }
+        // One global side: evaluate the origin, then walk the local side.
+        let (g, gref, l) = if src_global { (s, src, d) } else { (d, dst, s) };
+        let mut origin = Vec::with_capacity(gref.origin.len());
+        for e in &gref.origin {
+            origin.push(scalar::as_index(self.eval(e)?)?);
+        }
+        let gshape = self.bufs[g].shape.clone();
+        let lshape = self.bufs[l].shape.clone();
+        if origin.len() != gshape.len() || lshape.len() > gshape.len() {
+            return fail(format!("copy: the tile of `{}` does not match its rank", self.bufs[g].decl.name));
+        }
+        let lead = gshape.len() - lshape.len();
+        let (gb, lb) = two_mut(&mut self.bufs, g, l);
+        let (gt, lt) = (gb.decl.dtype, lb.decl.dtype);
+        let n = lb.len;
+        let mut counter = vec![0usize; lshape.len()];
+        // The global linear index of the tile element at `counter`, if inside.
+        let global_index = |counter: &[usize]| -> Option<usize> {
+            let mut linear = 0usize;
+            for (dim, &ext) in gshape.iter().enumerate() {
+                let c = origin[dim] + if dim >= lead { counter[dim - lead] as i64 } else { 0 };
+                if c < 0 || c >= ext as i64 {
+                    return None;
+                }
+                linear = linear * ext + c as usize;
+            }
+            Some(linear)
+        };
+        let advance = |counter: &mut [usize]| {
+            for dim in (0..counter.len()).rev() {
+                counter[dim] += 1;
+                if counter[dim] < lshape[dim] {
+                    return;
+                }
+                counter[dim] = 0;
+            }
+        };
+        if src_global {
+            let fill = fill.unwrap_or_else(|| scalar::zero(lt));
+            let gbytes = gb.mem.bytes();
+            let lbytes = lb.bytes_mut()?;
+            for i in 0..n {
+                let v = match global_index(&counter) {
+                    Some(j) => scalar::read(gbytes, gt, j),
+                    None => fill,
+                };
+                scalar::write(lbytes, lt, i, v);
+                advance(&mut counter);
+            }
+        } else {
+            let lbytes = lb.mem.bytes();
+            let gbytes = gb.bytes_mut()?;
+            for i in 0..n {
+                if let Some(j) = global_index(&counter) {
+                    scalar::write(gbytes, gt, j, scalar::read(lbytes, lt, i));
+                }
+                advance(&mut counter);
+            }
+        }
+        Ok(())
+    }
+
+    fn reduce(&mut self, op: ReduceOp, src: BufferId, dst: BufferId, dim: usize, keep: bool) -> Result<(), InterpError> {
+        let sb = &self.bufs[src.0 as usize];
+        let db = &self.bufs[dst.0 as usize];
+        if dim >= sb.shape.len() {
+            return fail(format!("reduce of `{}` along dim {dim}, but it has rank {}", sb.decl.name, sb.shape.len()));
+        }
+        let outer: usize = sb.shape[..dim].iter().product();
+        let n = sb.shape[dim];
+        let inner: usize = sb.shape[dim + 1..].iter().product();
+        if outer * inner != db.len {
+            return fail(format!("reduce from `{}` into `{}`: the shapes do not match", sb.decl.name, db.decl.name));
+        }
+        let (st, dt) = (sb.decl.dtype, db.decl.dtype);
+        // Floats accumulate in f32, integers in their own type.
+        let acc_t = if st.is_float() { DType::F32 } else { st };
+        let (bin, init) = match op {
+            ReduceOp::Sum => (crate::ir::BinOp::Add, scalar::zero(acc_t)),
+            ReduceOp::Max => (crate::ir::BinOp::Max, scalar::extreme(acc_t, true)),
+            ReduceOp::Min => (crate::ir::BinOp::Min, scalar::extreme(acc_t, false)),
+        };
+        let sbytes = sb.mem.bytes();
+        let mut results = Vec::with_capacity(outer * inner);
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = init;
+                for j in 0..n {
+                    let x = cast(scalar::read(sbytes, st, (o * n + j) * inner + i), acc_t);
+                    acc = scalar::binary(bin, acc, x)?;
+                }
+                results.push(acc);
+            }
+        }
+        let db = &mut self.bufs[dst.0 as usize];
+        let dbytes = db.bytes_mut()?;
+        for (i, r) in results.into_iter().enumerate() {
+            let r = if keep { scalar::binary(bin, cast(scalar::read(dbytes, dt, i), acc_t), r)? } else { r };
+            scalar::write(dbytes, dt, i, r);
+        }
+        Ok(())
+    }
+}
+
+fn scope_word(s: Scope) -> &'static str {
+    match s {
+        Scope::Global => "tensor",
+        Scope::Shared => "shared buffer",
+        Scope::Fragment => "fragment",
+        Scope::Local => "local buffer",
+    }
 }
