@@ -324,10 +324,12 @@ impl<'k, 'a> Machine<'k, 'a> {
         }
         let mut linear = 0usize;
         let mut inside = true;
-        for (d, e) in index.iter().enumerate() {
-            let i = scalar::as_index(self.eval(e)?)?;
+        for d in 0..index.len() {
+            let i = scalar::as_index(self.eval(&index[d])?)?;
             let n = b.shape[d];
-            if i < 0 || i as u64 >= n as u64 {
+            if i >= 0 && (i as u64) < n as u64 {
+                linear = linear * n + i as usize;
+            } else {
                 if !b.is_global() {
                     let mut all = Vec::with_capacity(index.len());
                     for e in index {
@@ -342,7 +344,6 @@ impl<'k, 'a> Machine<'k, 'a> {
                 }
                 inside = false;
             }
-            linear = linear * n + i.clamp(0, n as i64) as usize;
         }
         Ok(if inside { Some(linear) } else { None })
     }
@@ -417,53 +418,13 @@ impl<'k, 'a> Machine<'k, 'a> {
         if origin.len() != gshape.len() || lshape.len() > gshape.len() {
             return fail(format!("copy: the tile of `{}` does not match its rank", self.bufs[g].decl.name));
         }
-        let lead = gshape.len() - lshape.len();
         let (gb, lb) = two_mut(&mut self.bufs, g, l);
         let (gt, lt) = (gb.decl.dtype, lb.decl.dtype);
-        let n = lb.len;
-        let mut counter = vec![0usize; lshape.len()];
-        // The global linear index of the tile element at `counter`, if inside.
-        let global_index = |counter: &[usize]| -> Option<usize> {
-            let mut linear = 0usize;
-            for (dim, &ext) in gshape.iter().enumerate() {
-                let c = origin[dim] + if dim >= lead { counter[dim - lead] as i64 } else { 0 };
-                if c < 0 || c >= ext as i64 {
-                    return None;
-                }
-                linear = linear * ext + c as usize;
-            }
-            Some(linear)
-        };
-        let advance = |counter: &mut [usize]| {
-            for dim in (0..counter.len()).rev() {
-                counter[dim] += 1;
-                if counter[dim] < lshape[dim] {
-                    return;
-                }
-                counter[dim] = 0;
-            }
-        };
         if src_global {
             let fill = fill.unwrap_or_else(|| scalar::zero(lt));
-            let gbytes = gb.mem.bytes();
-            let lbytes = lb.bytes_mut()?;
-            for i in 0..n {
-                let v = match global_index(&counter) {
-                    Some(j) => scalar::read(gbytes, gt, j),
-                    None => fill,
-                };
-                scalar::write(lbytes, lt, i, v);
-                advance(&mut counter);
-            }
+            copy_window(gb.mem.bytes(), gt, &gshape, &origin, lb.bytes_mut()?, lt, &lshape, fill);
         } else {
-            let lbytes = lb.mem.bytes();
-            let gbytes = gb.bytes_mut()?;
-            for i in 0..n {
-                if let Some(j) = global_index(&counter) {
-                    scalar::write(gbytes, gt, j, scalar::read(lbytes, lt, i));
-                }
-                advance(&mut counter);
-            }
+            copy_window_store(gb.bytes_mut()?, gt, &gshape, &origin, lb.mem.bytes(), lt, &lshape);
         }
         Ok(())
     }
@@ -490,7 +451,37 @@ impl<'k, 'a> Machine<'k, 'a> {
         };
         let sbytes = sb.mem.bytes();
         let mut results = Vec::with_capacity(outer * inner);
-        for o in 0..outer {
+        if st.is_float() {
+            // The common case, without the generic `Value` arithmetic.
+            let combine: fn(f32, f32) -> f32 = match op {
+                ReduceOp::Sum => |a, b| a + b,
+                ReduceOp::Max => f32::max,
+                ReduceOp::Min => f32::min,
+            };
+            let init = match init {
+                Value::F32(x) => x,
+                _ => 0.0,
+            };
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut acc = init;
+                    for j in 0..n {
+                        let idx = (o * n + j) * inner + i;
+                        let x = match st {
+                            DType::F32 => scalar::read_f32(sbytes, idx),
+                            _ => match scalar::read(sbytes, st, idx) {
+                                Value::F16(h) => h.to_f32(),
+                                Value::BF16(h) => h.to_f32(),
+                                _ => 0.0,
+                            },
+                        };
+                        acc = combine(acc, x);
+                    }
+                    results.push(Value::F32(acc));
+                }
+            }
+        }
+        for o in 0..if st.is_float() { 0 } else { outer } {
             for i in 0..inner {
                 let mut acc = init;
                 for j in 0..n {
@@ -508,6 +499,104 @@ impl<'k, 'a> Machine<'k, 'a> {
         }
         Ok(())
     }
+}
+
+/// Calls `f(local_start, global_start, len, lo, hi)` for each row of the
+/// local buffer (its last dimension): the row's elements `lo..hi` lie inside
+/// the tensor, at global linear indices `global_start + lo..`; the others are
+/// masked. `lo == hi` when the whole row is outside.
+fn for_each_row(gshape: &[usize], origin: &[i64], lshape: &[usize], mut f: impl FnMut(usize, usize, usize, usize, usize)) {
+    let r = gshape.len();
+    let l = lshape.len();
+    let lead = r - l;
+    let row_len = if l == 0 { 1 } else { lshape[l - 1] };
+    let rows: usize = if l == 0 { 1 } else { lshape[..l - 1].iter().product() };
+    let mut counter = vec![0usize; l.saturating_sub(1)];
+    for row in 0..rows {
+        let local_start = row * row_len;
+        if r == 0 {
+            f(local_start, 0, row_len, 0, row_len);
+            continue;
+        }
+        let mut linear = 0i64;
+        let mut valid = true;
+        for dim in 0..r - 1 {
+            let c = origin[dim] + if dim >= lead { counter[dim - lead] as i64 } else { 0 };
+            if c < 0 || c >= gshape[dim] as i64 {
+                valid = false;
+            }
+            linear = linear * gshape[dim] as i64 + c;
+        }
+        let last = gshape[r - 1] as i64;
+        let col0 = origin[r - 1];
+        let (lo, hi) = if valid {
+            let lo = (-col0).clamp(0, row_len as i64);
+            let hi = (last - col0).clamp(lo, row_len as i64);
+            (lo as usize, hi as usize)
+        } else {
+            (0, 0)
+        };
+        // Only used for lo..hi, where it is a valid (non-negative) index.
+        let global_start = if lo < hi { (linear * last + col0) as usize } else { 0 };
+        f(local_start, global_start, row_len, lo, hi);
+        for dim in (0..counter.len()).rev() {
+            counter[dim] += 1;
+            if counter[dim] < lshape[dim] {
+                break;
+            }
+            counter[dim] = 0;
+        }
+    }
+}
+
+/// Copies the window of the tensor at `origin` into the local buffer;
+/// masked elements get `fill`.
+#[allow(clippy::too_many_arguments)]
+fn copy_window(
+    gbytes: &[u8],
+    gt: DType,
+    gshape: &[usize],
+    origin: &[i64],
+    lbytes: &mut [u8],
+    lt: DType,
+    lshape: &[usize],
+    fill: Value,
+) {
+    let size = gt.size_bytes() as usize;
+    for_each_row(gshape, origin, lshape, |ls, gs, len, lo, hi| {
+        for j in (0..lo).chain(hi..len) {
+            scalar::write(lbytes, lt, ls + j, fill);
+        }
+        if lo < hi {
+            if gt == lt {
+                // `global_start + lo` is the element at column `lo`.
+                let g0 = gs.wrapping_add(lo);
+                lbytes[(ls + lo) * size..(ls + hi) * size].copy_from_slice(&gbytes[g0 * size..(g0 + hi - lo) * size]);
+            } else {
+                for j in lo..hi {
+                    scalar::write(lbytes, lt, ls + j, scalar::read(gbytes, gt, gs.wrapping_add(j)));
+                }
+            }
+        }
+    });
+}
+
+/// Copies the local buffer into the window of the tensor at `origin`,
+/// skipping masked elements.
+fn copy_window_store(gbytes: &mut [u8], gt: DType, gshape: &[usize], origin: &[i64], lbytes: &[u8], lt: DType, lshape: &[usize]) {
+    let size = gt.size_bytes() as usize;
+    for_each_row(gshape, origin, lshape, |ls, gs, _len, lo, hi| {
+        if lo < hi {
+            if gt == lt {
+                let g0 = gs.wrapping_add(lo);
+                gbytes[g0 * size..(g0 + hi - lo) * size].copy_from_slice(&lbytes[(ls + lo) * size..(ls + hi) * size]);
+            } else {
+                for j in lo..hi {
+                    scalar::write(gbytes, gt, gs.wrapping_add(j), scalar::read(lbytes, lt, ls + j));
+                }
+            }
+        }
+    });
 }
 
 fn scope_word(s: Scope) -> &'static str {

@@ -307,33 +307,45 @@ pub fn fma(a: Value, b: Value, c: Value) -> Result<Value, InterpError> {
 /// Reads element `i` of a little-endian array of `t`. The caller checks bounds.
 #[inline]
 pub fn read(bytes: &[u8], t: DType, i: usize) -> Value {
-    let n = t.size_bytes() as usize;
-    let b = &bytes[i * n..i * n + n];
-    let mut w = [0u8; 8];
-    w[..n].copy_from_slice(b);
     match t {
-        DType::F16 => Value::F16(f16::from_bits(u16::from_le_bytes([w[0], w[1]]))),
-        DType::BF16 => Value::BF16(bf16::from_bits(u16::from_le_bytes([w[0], w[1]]))),
-        DType::F32 => Value::F32(f32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-        DType::I32 => Value::I32(i32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-        DType::U32 => Value::U32(u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-        DType::I64 => Value::I64(i64::from_le_bytes(w)),
-        DType::Bool => Value::Bool(w[0] != 0),
+        DType::F16 => Value::F16(f16::from_bits(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]))),
+        DType::BF16 => Value::BF16(bf16::from_bits(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]))),
+        DType::F32 => Value::F32(f32::from_le_bytes(word4(bytes, i))),
+        DType::I32 => Value::I32(i32::from_le_bytes(word4(bytes, i))),
+        DType::U32 => Value::U32(u32::from_le_bytes(word4(bytes, i))),
+        DType::I64 => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            Value::I64(i64::from_le_bytes(w))
+        }
+        DType::Bool => Value::Bool(bytes[i] != 0),
     }
+}
+
+#[inline]
+fn word4(bytes: &[u8], i: usize) -> [u8; 4] {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&bytes[4 * i..4 * i + 4]);
+    w
+}
+
+/// Reads element `i` of an f32 array.
+#[inline]
+pub fn read_f32(bytes: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes(word4(bytes, i))
 }
 
 /// Writes `v`, converted to `t` (rounded for f16/bf16), as element `i`.
 #[inline]
 pub fn write(bytes: &mut [u8], t: DType, i: usize, v: Value) {
-    let n = t.size_bytes() as usize;
-    let dst = &mut bytes[i * n..i * n + n];
-    match cast(v, t) {
-        Value::F16(x) => dst.copy_from_slice(&x.to_bits().to_le_bytes()),
-        Value::BF16(x) => dst.copy_from_slice(&x.to_bits().to_le_bytes()),
-        Value::F32(x) => dst.copy_from_slice(&x.to_le_bytes()),
-        Value::I32(x) => dst.copy_from_slice(&x.to_le_bytes()),
-        Value::U32(x) => dst.copy_from_slice(&x.to_le_bytes()),
-        Value::I64(x) => dst.copy_from_slice(&x.to_le_bytes()),
-        Value::Bool(x) => dst[0] = x as u8,
+    let v = if v.dtype() == t { v } else { cast(v, t) };
+    match v {
+        Value::F16(x) => bytes[2 * i..2 * i + 2].copy_from_slice(&x.to_bits().to_le_bytes()),
+        Value::BF16(x) => bytes[2 * i..2 * i + 2].copy_from_slice(&x.to_bits().to_le_bytes()),
+        Value::F32(x) => bytes[4 * i..4 * i + 4].copy_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => bytes[4 * i..4 * i + 4].copy_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => bytes[4 * i..4 * i + 4].copy_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => bytes[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => bytes[i] = x as u8,
     }
 }
