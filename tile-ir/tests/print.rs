@@ -1,0 +1,195 @@
+//! Snapshot tests of the text form: the expected text is inline.
+
+mod interp_kernels;
+
+use half::{bf16, f16};
+use interp_kernels::*;
+use tile_ir::print::{print_expr, print_kernel};
+use tile_ir::*;
+
+#[track_caller]
+fn snapshot(k: &Kernel, want: &str) {
+    let got = print_kernel(k);
+    assert_eq!(got.trim_end(), want.trim(), "\n--- got ---\n{got}");
+}
+
+#[test]
+fn vector_add_text() {
+    snapshot(
+        &vector_add(256),
+        r#"
+kernel vector_add<%0 N>(@0 a: &f32[N], @1 b: &f32[N], @2 c: &mut f32[N]) threads=128 grid=((N + (256 - 1)) / 256, 1, 1) {
+  %1 bx = block_idx.x
+  @3 x: fragment f32[256]
+  @4 y: fragment f32[256]
+  copy a[bx * 256] -> x
+  copy b[bx * 256] -> y
+  for %2 i in parallel 0..256 {
+    x[i] = x[i] + y[i]
+  }
+  copy x -> c[bx * 256]
+}
+"#,
+    );
+}
+
+#[test]
+fn softmax_text() {
+    snapshot(
+        &softmax(4, 1024),
+        r#"
+kernel softmax<%0 M, %1 N>(@0 x: &f16[M, N], @1 y: &mut f16[M, N]) threads=128 grid=((M + (4 - 1)) / 4, 1, 1) {
+  %2 bx = block_idx.x
+  @2 row: fragment f32[4, 1024]
+  @3 mx: fragment f32[4]
+  @4 sum: fragment f32[4]
+  copy x[bx * 4, 0] -> row fill(-inf)
+  reduce.max row -> mx, dim=1
+  for %3 i in parallel 0..4 {
+    for %4 j in parallel 0..1024 {
+      row[i, j] = exp2((row[i, j] - mx[i]) * 1.442695)
+    }
+  }
+  reduce.sum row -> sum, dim=1
+  for %5 i2 in parallel 0..4 {
+    for %6 j2 in parallel 0..1024 {
+      row[i2, j2] = row[i2, j2] / sum[i2]
+    }
+  }
+  copy row -> y[bx * 4, 0]
+}
+"#,
+    );
+}
+
+/// A kernel (not meant to verify) with every statement and expression form,
+/// duplicate names (printed by id) and every constant type.
+#[test]
+fn every_construct_text() {
+    let mut k = Kernel::new("all", 64);
+    let n = k.add_dim("N");
+    let t = k.add_tensor_param("t", DType::I32, vec![Extent::Dyn(n), Extent::Const(4)], true);
+    let alpha = k.add_scalar_param("alpha", DType::F32);
+    k.grid = [v(n), Expr::i32(2), Expr::cast(DType::I32, Expr::Const(Value::U32(3)))];
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
+    let sh = local(&mut k, "sh", Scope::Shared, DType::BF16, &[8, 4]);
+    let lo = local(&mut k, "lo", Scope::Local, DType::F16, &[2]);
+    let d1 = local(&mut k, "dup", Scope::Fragment, DType::F32, &[8]);
+    let d2 = local(&mut k, "dup", Scope::Fragment, DType::F32, &[]);
+    let i1 = k.add_var("i", DType::I32, VarKind::Loop);
+    let i2 = k.add_var("i", DType::I32, VarKind::Loop);
+    let m = k.add_var("m", DType::F32, VarKind::Mut);
+    let c = k.add_var("c", DType::Bool, VarKind::Let);
+    let bin = |op, a, b| Expr::binary(op, a, b);
+    k.body = vec![
+        st(StmtKind::Let { var: m, value: Expr::unary(UnOp::Neg, v(alpha)) }),
+        st(StmtKind::Let {
+            var: c,
+            value: bin(
+                BinOp::Or,
+                bin(BinOp::Lt, v(by), Expr::i32(-1)),
+                Expr::unary(UnOp::Not, bin(BinOp::Eq, Expr::Const(Value::I64(5)), Expr::Const(Value::I64(-6)))),
+            ),
+        }),
+        st(StmtKind::If {
+            cond: v(c),
+            then: vec![st(StmtKind::Assign {
+                var: m,
+                value: Expr::Fma { a: Box::new(v(m)), b: Box::new(Expr::f32(2.5)), c: Box::new(Expr::f32(1e-7)) },
+            })],
+            otherwise: vec![st(StmtKind::Assign {
+                var: m,
+                value: Expr::Select {
+                    cond: Box::new(Expr::Const(Value::Bool(false))),
+                    then: Box::new(bin(BinOp::Max, v(m), Expr::f32(f32::NAN))),
+                    otherwise: Box::new(Expr::unary(UnOp::Rsqrt, Expr::f32(f32::INFINITY))),
+                },
+            })],
+        }),
+        st(StmtKind::If { cond: Expr::Const(Value::Bool(true)), then: vec![st(StmtKind::Barrier)], otherwise: vec![] }),
+        st(StmtKind::Fill { buf: lo, value: Expr::Const(Value::F16(f16::from_f32(-1.5))) }),
+        st(StmtKind::Fill { buf: sh, value: Expr::Const(Value::BF16(bf16::from_f32(0.25))) }),
+        st(StmtKind::Copy { src: tile(t, vec![mul(v(by), Expr::i32(8)), Expr::i32(0)]), dst: tile(sh, vec![]), fill: None }),
+        st(StmtKind::For {
+            var: i1,
+            start: Expr::i32(0),
+            end: sub(v(n), Expr::i32(1)),
+            kind: LoopKind::Pipelined { stages: 3 },
+            body: vec![st(StmtKind::AtomicAdd {
+                buf: t,
+                index: vec![v(i1), bin(BinOp::Rem, bin(BinOp::Shl, v(i1), Expr::i32(2)), Expr::i32(4))],
+                value: Expr::cast(DType::I32, bin(BinOp::Mul, add(v(m), Expr::f32(1.0)), Expr::f32(-2.0))),
+            })],
+        }),
+        pfor(i2, 8, vec![store(d1, vec![v(i2)], Expr::cast(DType::F32, Expr::Const(Value::U32(7))))]),
+        st(StmtKind::Reduce { op: ReduceOp::Sum, src: d1, dst: d2, dim: 0, keep: true }),
+        st(StmtKind::Reduce { op: ReduceOp::Min, src: d1, dst: d2, dim: 0, keep: false }),
+        st(StmtKind::Copy {
+            src: tile(sh, vec![]),
+            dst: tile(t, vec![Expr::i32(0), Expr::i32(0)]),
+            fill: Some(Expr::Const(Value::BF16(bf16::ZERO))),
+        }),
+        st(StmtKind::For { var: i1, start: Expr::i32(0), end: Expr::i32(2), kind: LoopKind::Serial, body: vec![] }),
+    ];
+    snapshot(
+        &k,
+        r#"
+kernel all<%0 N>(@0 t: &mut i32[N, 4], %1 alpha: f32) threads=64 grid=(N, 2, 3u32 as i32) {
+  %2 by = block_idx.y
+  @1 sh: shared bf16[8, 4]
+  @2 lo: local f16[2]
+  @3 dup: fragment f32[8]
+  @4 dup: fragment f32[]
+  let mut %5 m: f32 = -alpha
+  let %6 c: bool = (by < -1) | !(5i64 == -6i64)
+  if c {
+    m = fma(m, 2.5, 1e-7)
+  } else {
+    m = select(false, max(m, NaN), rsqrt(inf))
+  }
+  if true {
+    barrier
+  }
+  fill lo, -1.5f16
+  fill sh, 0.25bf16
+  copy t[by * 8, 0] -> sh
+  for %3 i in pipelined(3) 0..N - 1 {
+    atomic_add t[%3, (%3 << 2) % 4], ((m + 1.0) * -2.0) as i32
+  }
+  for %4 i in parallel 0..8 {
+    @3[%4] = 7u32 as f32
+  }
+  reduce.sum @3 -> @4, dim=0, keep
+  reduce.min @3 -> @4, dim=0
+  copy sh -> t[0, 0] fill(0.0bf16)
+  for %3 i in 0..2 {
+  }
+}
+"#,
+    );
+}
+
+#[test]
+fn expression_precedence_is_kept() {
+    let k = Kernel::new("e", 32);
+    let (a, b, c) = (Expr::i32(1), Expr::i32(2), Expr::i32(3));
+    // (1 - 2) - 3 vs 1 - (2 - 3)
+    assert_eq!(print_expr(&k, &sub(sub(a.clone(), b.clone()), c.clone())), "1 - 2 - 3");
+    assert_eq!(print_expr(&k, &sub(a.clone(), sub(b.clone(), c.clone()))), "1 - (2 - 3)");
+    assert_eq!(print_expr(&k, &mul(add(a.clone(), b.clone()), c.clone())), "(1 + 2) * 3");
+    assert_eq!(print_expr(&k, &add(a.clone(), mul(b.clone(), c.clone()))), "1 + 2 * 3");
+    assert_eq!(print_expr(&k, &Expr::cast(DType::F32, add(a.clone(), b.clone()))), "(1 + 2) as f32");
+    assert_eq!(print_expr(&k, &Expr::unary(UnOp::Neg, Expr::i32(-4))), "--4");
+    assert_eq!(print_expr(&k, &Expr::unary(UnOp::Neg, add(a.clone(), b))), "-(1 + 2)");
+    assert_eq!(print_expr(&k, &lt(lt(a.clone(), c.clone()), Expr::Const(Value::Bool(true)))), "(1 < 3) < true");
+}
+
+#[test]
+fn dangling_handles_do_not_panic() {
+    let mut k = Kernel::new("bad", 32);
+    k.body = vec![store(BufferId(9), vec![Expr::Var(VarId(4))], Expr::f32(0.0))];
+    k.params.push(Param { name: "ghost".into(), kind: ParamKind::Tensor(BufferId(3)) });
+    let text = print_kernel(&k);
+    assert!(text.contains("@9?[%4?] = 0.0"), "{text}");
+    assert!(text.contains("@3? ghost"), "{text}");
+}
