@@ -129,6 +129,15 @@ impl<'k> Buf<'k, '_> {
     }
 }
 
+/// The largest shared/fragment/local buffer the interpreter allocates (far
+/// above what any GPU block holds; it guards against absurd shapes).
+const MAX_BLOCK_BUFFER_BYTES: usize = 1 << 28;
+
+/// The size in bytes of an array of `shape`, if it fits in `usize`.
+fn byte_size(shape: &[usize], t: DType) -> Option<usize> {
+    shape.iter().try_fold(t.size_bytes() as usize, |acc, &n| acc.checked_mul(n))
+}
+
 /// Two distinct elements of a slice, mutably.
 fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
     debug_assert_ne!(i, j);
@@ -189,8 +198,9 @@ impl<'k, 'a> Machine<'k, 'a> {
                     if *shape != want {
                         return fail(format!("tensor `{}` expects shape {want:?}, got {shape:?}", param.name));
                     }
-                    let elems: usize = want.iter().product();
-                    let bytes = elems * decl.dtype.size_bytes() as usize;
+                    let Some(bytes) = byte_size(&want, decl.dtype) else {
+                        return fail(format!("tensor `{}` of shape {want:?} is too large to address", param.name));
+                    };
                     let mem = match data {
                         TensorData::Ro(d) => Mem::Ro(&**d),
                         TensorData::Rw(d) => Mem::Rw(&mut **d),
@@ -220,8 +230,16 @@ impl<'k, 'a> Machine<'k, 'a> {
                 None if decl.scope == Scope::Global => return fail(format!("tensor `{}` has no argument", decl.name)),
                 None => {
                     let shape: Vec<usize> = decl.shape.iter().map(dim_value).collect();
-                    let n: usize = shape.iter().product();
-                    (Mem::Owned(vec![0; n * decl.dtype.size_bytes() as usize]), shape)
+                    match byte_size(&shape, decl.dtype) {
+                        Some(bytes) if bytes <= MAX_BLOCK_BUFFER_BYTES => (Mem::Owned(vec![0; bytes]), shape),
+                        _ => {
+                            return fail(format!(
+                                "{} `{}` of shape {shape:?} is larger than the interpreter's limit of {MAX_BLOCK_BUFFER_BYTES} bytes",
+                                scope_word(decl.scope),
+                                decl.name
+                            ))
+                        }
+                    }
                 }
             };
             let len = shape.iter().product();
