@@ -87,7 +87,10 @@ fn mutate(j: &mut Json, target: usize, counter: &mut usize, rng: &mut XorShift) 
     }
 }
 
-fn exercise(k: &Kernel, make_args: &dyn Fn(&mut Vec<Vec<u8>>) -> (Vec<Vec<usize>>, Vec<i64>, [u32; 3])) -> (usize, usize) {
+/// Fills the argument buffers; returns their shapes, the dims and the grid.
+type MakeArgs = dyn Fn(&mut Vec<Vec<u8>>) -> (Vec<Vec<usize>>, Vec<i64>, [u32; 3]);
+
+fn exercise(k: &Kernel, make_args: &MakeArgs) -> (usize, usize) {
     let base = serde_json::to_value(k).expect("serialize");
     let mut total = 0;
     leaves(&base, &mut total);

@@ -202,8 +202,8 @@ impl<'k, 'a> Machine<'k, 'a> {
                         return fail(format!("tensor `{}` of shape {want:?} is too large to address", param.name));
                     };
                     let mem = match data {
-                        TensorData::Ro(d) => Mem::Ro(&**d),
-                        TensorData::Rw(d) => Mem::Rw(&mut **d),
+                        TensorData::Ro(d) => Mem::Ro(d),
+                        TensorData::Rw(d) => Mem::Rw(d),
                     };
                     if mem.bytes().len() != bytes {
                         return fail(format!(
