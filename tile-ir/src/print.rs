@@ -40,6 +40,13 @@
 //!   is `t[origin..]`, the tile's corner), `fill buf, e`,
 //!   `reduce.sum|max|min src -> dst, dim=D[, keep]`,
 //!   `atomic_add t[i, j], e`, `barrier`.
+//!
+//! [`parse_kernel`] reads this form back (tests written as text, replaying a
+//! `TILE_DUMP`).
+
+mod parse;
+
+pub use parse::{parse_kernel, ParseError};
 
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef,
@@ -82,9 +89,11 @@ fn is_ident(s: &str) -> bool {
         && !matches!(
             s,
             "let" | "mut" | "for" | "in" | "if" | "else" | "copy" | "fill" | "reduce" | "atomic_add" | "barrier"
-                | "parallel" | "pipelined" | "kernel" | "true" | "false" | "inf" | "NaN" | "as" | "select" | "fma"
-                | "min" | "max" | "block_idx"
+                | "parallel" | "pipelined" | "kernel" | "true" | "false" | "as" | "select" | "fma" | "min" | "max"
+                | "block_idx" | "threads" | "grid" | "dim" | "keep" | "shared" | "fragment" | "local" | "global"
+                | "exp2" | "exp" | "log2" | "log" | "abs" | "sqrt" | "rsqrt"
         )
+        && !(s.starts_with("inf") || s.starts_with("NaN"))
         && DType::from_name(s).is_none()
 }
 
@@ -312,6 +321,12 @@ impl<'k> Printer<'k> {
             Expr::Const(v) => out.push_str(&value_text(*v)),
             Expr::Var(v) => out.push_str(&self.var_ref(*v)),
             Expr::Load { buf, index } => self.index(out, *buf, index),
+            // `-(1)`, not `-1`: that is the constant -1.
+            Expr::Unary { op: UnOp::Neg, arg } if matches!(**arg, Expr::Const(c) if c.dtype() != DType::Bool) => {
+                out.push_str("-(");
+                self.expr(out, arg, 0);
+                out.push(')');
+            }
             Expr::Unary { op: UnOp::Neg, arg } => {
                 out.push('-');
                 self.expr(out, arg, 12);

@@ -593,3 +593,31 @@ fn copy_windows_are_right_aligned_and_masked() {
     want[1] = 5;
     assert_eq!(got, want);
 }
+
+/// A kernel written in the text form, parsed and run.
+#[test]
+fn kernel_from_text_runs() {
+    let text = r#"
+kernel scale_relu<%0 N>(@0 x: &f32[N], @1 y: &mut f32[N], %1 s: f32) threads=128 grid=((N + 127) / 128, 1, 1) {
+  %2 bx = block_idx.x
+  @2 t: fragment f32[128]
+  copy x[bx * 128] -> t
+  for %3 i in parallel 0..128 {
+    t[i] = max(t[i] * s, 0.0)
+  }
+  copy t -> y[bx * 128]
+}
+"#;
+    let k = tile_ir::print::parse_kernel(text).unwrap();
+    tile_ir::verify::verify(&k).unwrap();
+    let n = 300;
+    let mut rng = XorShift(3);
+    let x: Vec<f32> = (0..n).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let xb = f32_bytes(&x);
+    let mut yb = vec![0u8; 4 * n];
+    launch(&k, &mut [ro(&xb, &[n]), rw(&mut yb, &[n]), Arg::Scalar(Value::F32(1.5))]).unwrap();
+    let y = bytes_f32(&yb);
+    for i in 0..n {
+        assert_eq!(y[i], (x[i] * 1.5).max(0.0));
+    }
+}

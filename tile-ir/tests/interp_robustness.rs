@@ -107,7 +107,15 @@ fn exercise(k: &Kernel, make_args: &MakeArgs) -> (usize, usize) {
         parsed += 1;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let _ = tile_ir::verify::verify(&m);
-            let _ = tile_ir::print::print_kernel(&m);
+            // The text form reads back to the same text (when every name is declared).
+            let text = tile_ir::print::print_kernel(&m);
+            // (Variables that appear nowhere in the text cannot come back; then names
+            // printed as ids for ambiguity may print as names.)
+            if let Ok(back) = tile_ir::print::parse_kernel(&text) {
+                if back.vars.len() == m.vars.len() && back.buffers.len() == m.buffers.len() {
+                    assert_eq!(tile_ir::print::print_kernel(&back), text);
+                }
+            }
             let mut bufs = Vec::new();
             let (shapes, dims, grid) = make_args(&mut bufs);
             let mut args: Vec<Arg> = bufs

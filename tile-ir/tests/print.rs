@@ -4,7 +4,7 @@ mod interp_kernels;
 
 use half::{bf16, f16};
 use interp_kernels::*;
-use tile_ir::print::{print_expr, print_kernel};
+use tile_ir::print::{parse_kernel, print_expr, print_kernel};
 use tile_ir::*;
 
 #[track_caller]
@@ -64,8 +64,7 @@ kernel softmax<%0 M, %1 N>(@0 x: &f16[M, N], @1 y: &mut f16[M, N]) threads=128 g
 
 /// A kernel (not meant to verify) with every statement and expression form,
 /// duplicate names (printed by id) and every constant type.
-#[test]
-fn every_construct_text() {
+fn every_construct() -> Kernel {
     let mut k = Kernel::new("all", 64);
     let n = k.add_dim("N");
     let t = k.add_tensor_param("t", DType::I32, vec![Extent::Dyn(n), Extent::Const(4)], true);
@@ -131,8 +130,13 @@ fn every_construct_text() {
         }),
         st(StmtKind::For { var: i1, start: Expr::i32(0), end: Expr::i32(2), kind: LoopKind::Serial, body: vec![] }),
     ];
+    k
+}
+
+#[test]
+fn every_construct_text() {
     snapshot(
-        &k,
+        &every_construct(),
         r#"
 kernel all<%0 N>(@0 t: &mut i32[N, 4], %1 alpha: f32) threads=64 grid=(N, 2, 3u32 as i32) {
   %2 by = block_idx.y
@@ -179,7 +183,7 @@ fn expression_precedence_is_kept() {
     assert_eq!(print_expr(&k, &mul(add(a.clone(), b.clone()), c.clone())), "(1 + 2) * 3");
     assert_eq!(print_expr(&k, &add(a.clone(), mul(b.clone(), c.clone()))), "1 + 2 * 3");
     assert_eq!(print_expr(&k, &Expr::cast(DType::F32, add(a.clone(), b.clone()))), "(1 + 2) as f32");
-    assert_eq!(print_expr(&k, &Expr::unary(UnOp::Neg, Expr::i32(-4))), "--4");
+    assert_eq!(print_expr(&k, &Expr::unary(UnOp::Neg, Expr::i32(-4))), "-(-4)");
     assert_eq!(print_expr(&k, &Expr::unary(UnOp::Neg, add(a.clone(), b))), "-(1 + 2)");
     assert_eq!(print_expr(&k, &lt(lt(a.clone(), c.clone()), Expr::Const(Value::Bool(true)))), "(1 < 3) < true");
 }
@@ -192,4 +196,53 @@ fn dangling_handles_do_not_panic() {
     let text = print_kernel(&k);
     assert!(text.contains("@9?[%4?] = 0.0"), "{text}");
     assert!(text.contains("@3? ghost"), "{text}");
+}
+
+#[test]
+fn text_form_round_trips() {
+    for k in [vector_add(256), softmax(4, 1024), every_construct()] {
+        let text = print_kernel(&k);
+        let back = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        // Through JSON: NaN constants are not `==` to themselves.
+        assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&k).unwrap(), "\n{text}");
+        assert_eq!(print_kernel(&back), text);
+    }
+}
+
+#[test]
+fn expressions_round_trip() {
+    // Negative constants vs negations, casts of negatives, nested comparisons.
+    let mut k = Kernel::new("e", 32);
+    let x = k.add_scalar_param("x", DType::I32);
+    let y = k.add_var("y", DType::I32, VarKind::Let);
+    let exprs = [
+        Expr::unary(UnOp::Neg, Expr::i32(1)),
+        Expr::unary(UnOp::Neg, Expr::i32(-1)),
+        Expr::unary(UnOp::Neg, Expr::unary(UnOp::Neg, v(x))),
+        sub(v(x), Expr::i32(-1)),
+        Expr::cast(DType::I32, Expr::cast(DType::F32, Expr::i32(-3))),
+        Expr::cast(DType::I32, Expr::unary(UnOp::Neg, Expr::cast(DType::F32, v(x)))),
+        lt(lt(v(x), Expr::i32(2)), Expr::Const(Value::Bool(true))),
+        Expr::cast(DType::I32, Expr::Const(Value::F32(f32::NEG_INFINITY))),
+        Expr::cast(DType::I32, Expr::Const(Value::F16(half::f16::NEG_INFINITY))),
+        Expr::binary(BinOp::Shr, Expr::binary(BinOp::Xor, v(x), Expr::i32(i32::MIN)), Expr::i32(3)),
+        Expr::cast(DType::I32, Expr::Const(Value::I64(i64::MIN))),
+    ];
+    for e in exprs {
+        k.body = vec![st(StmtKind::Let { var: y, value: e.clone() })];
+        let text = print_kernel(&k);
+        let back = parse_kernel(&text).unwrap_or_else(|err| panic!("{err}\n{text}"));
+        assert_eq!(back.body, k.body, "\n{text}");
+    }
+}
+
+#[test]
+fn parse_errors_name_the_line() {
+    let text = "kernel k() threads=32 grid=(1, 1, 1) {\n  fill nothing, 0.0\n}\n";
+    let e = parse_kernel(text).unwrap_err();
+    assert_eq!((e.line, e.message.as_str()), (2, "unknown buffer `nothing`"));
+    let e = parse_kernel("kernel k() threads=32 grid=(1, 1, 1) {\n  barrier\n  let %0 a: f32 = 1.0 +\n}").unwrap_err();
+    assert_eq!((e.line, e.message.as_str()), (4, "expected an expression, found `}`"));
+    let e = parse_kernel("kernel k() threads=32 grid=(1, 1, 1) {\n  let %1 a: f32 = 1.0\n}").unwrap_err();
+    assert!(e.message.contains("variable %0 is never declared"), "{e}");
 }
