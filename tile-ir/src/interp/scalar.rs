@@ -349,3 +349,108 @@ pub fn write(bytes: &mut [u8], t: DType, i: usize, v: Value) {
         Value::Bool(x) => bytes[i] = x as u8,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn casts_follow_rust_as() {
+        assert_eq!(cast(Value::F32(f32::NAN), DType::I32), Value::I32(0));
+        assert_eq!(cast(Value::F32(-1e20), DType::I32), Value::I32(i32::MIN));
+        assert_eq!(cast(Value::F32(1e20), DType::U32), Value::U32(u32::MAX));
+        assert_eq!(cast(Value::F32(-7.9), DType::U32), Value::U32(0));
+        assert_eq!(cast(Value::F32(-7.9), DType::I32), Value::I32(-7));
+        assert_eq!(cast(Value::I32(-1), DType::U32), Value::U32(u32::MAX));
+        assert_eq!(cast(Value::U32(u32::MAX), DType::I32), Value::I32(-1));
+        assert_eq!(cast(Value::I64(1 << 40), DType::I32), Value::I32(0));
+        assert_eq!(cast(Value::Bool(true), DType::I32), Value::I32(1));
+        assert_eq!(cast(Value::I32(3), DType::Bool), Value::Bool(true));
+        // i32 → f16 rounds once: 2049 is a tie between 2048 and 2050 (even: 2048).
+        assert_eq!(cast(Value::I32(2049), DType::F16), Value::F16(f16::from_f32(2048.0)));
+        assert_eq!(cast(Value::I32(2051), DType::F16), Value::F16(f16::from_f32(2052.0)));
+        assert_eq!(cast(Value::I32(70000), DType::F16), Value::F16(f16::INFINITY));
+        assert_eq!(cast(Value::F16(f16::from_f32(-2.5)), DType::I32), Value::I32(-2));
+        // 16777217 is not an f32: `as` rounds to even.
+        assert_eq!(cast(Value::I32(16_777_217), DType::F32), Value::F32(16_777_216.0));
+    }
+
+    #[test]
+    fn f16_arithmetic_rounds_to_the_type() {
+        let h = |x: f32| Value::F16(f16::from_f32(x));
+        // 2048 + 1 is not an f16: rounds to even.
+        assert_eq!(binary(BinOp::Add, h(2048.0), h(1.0)).unwrap(), h(2048.0));
+        assert_eq!(binary(BinOp::Add, h(2048.0), h(3.0)).unwrap(), h(2052.0));
+        assert_eq!(binary(BinOp::Mul, h(300.0), h(300.0)).unwrap(), Value::F16(f16::INFINITY));
+        assert_eq!(binary(BinOp::Lt, h(1.0), h(2.0)).unwrap(), Value::Bool(true));
+        let b = |x: f32| Value::BF16(bf16::from_f32(x));
+        assert_eq!(binary(BinOp::Add, b(256.0), b(1.0)).unwrap(), b(256.0));
+    }
+
+    #[test]
+    fn integer_edge_cases() {
+        let i = Value::I32;
+        assert_eq!(binary(BinOp::Add, i(i32::MAX), i(1)).unwrap(), i(i32::MIN));
+        assert_eq!(binary(BinOp::Div, i(i32::MIN), i(-1)).unwrap(), i(i32::MIN));
+        assert_eq!(binary(BinOp::Rem, i(i32::MIN), i(-1)).unwrap(), i(0));
+        assert_eq!(binary(BinOp::Div, i(-7), i(2)).unwrap(), i(-3));
+        assert_eq!(binary(BinOp::Rem, i(-7), i(2)).unwrap(), i(-1));
+        assert!(binary(BinOp::Div, i(1), i(0)).unwrap_err().0.contains("division by zero"));
+        assert!(binary(BinOp::Rem, Value::U32(1), Value::U32(0)).is_err());
+        assert_eq!(binary(BinOp::Shl, i(1), i(31)).unwrap(), i(i32::MIN));
+        assert_eq!(binary(BinOp::Shl, i(1), i(32)).unwrap(), i(0));
+        assert_eq!(binary(BinOp::Shr, i(-8), i(100)).unwrap(), i(-1));
+        assert_eq!(binary(BinOp::Shr, i(-8), i(-1)).unwrap(), i(-1));
+        assert_eq!(binary(BinOp::Shr, Value::U32(u32::MAX), Value::U32(31)).unwrap(), Value::U32(1));
+        assert_eq!(binary(BinOp::Shr, Value::U32(u32::MAX), Value::U32(32)).unwrap(), Value::U32(0));
+        assert_eq!(binary(BinOp::Sub, Value::U32(0), Value::U32(1)).unwrap(), Value::U32(u32::MAX));
+        assert_eq!(binary(BinOp::Mul, Value::U32(u32::MAX), Value::U32(u32::MAX)).unwrap(), Value::U32(1));
+        assert_eq!(binary(BinOp::Lt, Value::U32(u32::MAX), Value::U32(1)).unwrap(), Value::Bool(false));
+        assert_eq!(binary(BinOp::Max, Value::I64(-1), Value::I64(i64::MIN)).unwrap(), Value::I64(-1));
+        assert_eq!(unary(UnOp::Neg, i(i32::MIN)).unwrap(), i(i32::MIN));
+        assert_eq!(unary(UnOp::Not, i(0)).unwrap(), i(-1));
+        assert_eq!(unary(UnOp::Abs, i(-5)).unwrap(), i(5));
+        assert_eq!(fma(i(3), i(4), i(5)).unwrap(), i(17));
+    }
+
+    #[test]
+    fn mismatched_operands_are_errors() {
+        assert!(binary(BinOp::Add, Value::I32(1), Value::F32(1.0)).is_err());
+        assert!(binary(BinOp::Add, Value::Bool(true), Value::Bool(true)).is_err());
+        assert!(binary(BinOp::Shl, Value::F32(1.0), Value::F32(1.0)).is_err());
+        assert!(unary(UnOp::Exp2, Value::I32(1)).is_err());
+        assert!(unary(UnOp::Not, Value::F32(1.0)).is_err());
+        assert!(fma(Value::F32(1.0), Value::F32(1.0), Value::I32(1)).is_err());
+    }
+
+    #[test]
+    fn float_min_max_ignore_nan() {
+        let f = Value::F32;
+        assert_eq!(binary(BinOp::Max, f(f32::NAN), f(1.0)).unwrap(), f(1.0));
+        assert_eq!(binary(BinOp::Min, f(2.0), f(f32::NAN)).unwrap(), f(2.0));
+    }
+
+    #[test]
+    fn memory_round_trips_every_type() {
+        let values = [
+            Value::F16(f16::from_f32(-1.5)),
+            Value::BF16(bf16::from_f32(3.0)),
+            Value::F32(-0.1),
+            Value::I32(-5),
+            Value::U32(7),
+            Value::I64(-1 << 40),
+            Value::Bool(true),
+        ];
+        for v in values {
+            let t = v.dtype();
+            let mut bytes = vec![0u8; 3 * t.size_bytes() as usize];
+            write(&mut bytes, t, 2, v);
+            assert_eq!(read(&bytes, t, 2), v);
+            assert_eq!(read(&bytes, t, 0), zero(t));
+        }
+        // Writing converts: f32 into f16 memory rounds.
+        let mut bytes = vec![0u8; 2];
+        write(&mut bytes, DType::F16, 0, Value::F32(1.0 + 2f32.powi(-11)));
+        assert_eq!(read(&bytes, DType::F16, 0), Value::F16(f16::ONE));
+    }
+}
