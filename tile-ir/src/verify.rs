@@ -309,8 +309,13 @@ impl<'k> Verifier<'k> {
             self.span = SpanId::NONE;
             let mut bad = Vec::new();
             grid_check(k, e, &mut bad);
+            let placed_ok = bad.is_empty();
             for b in bad {
                 self.err(format!("grid extent {axis}: {b}"));
+            }
+            // Type-check only what uses allowed names, to report each mistake once.
+            if !placed_ok {
+                continue;
             }
             if let Some(t) = self.expr_type_quiet(e) {
                 if !t.is_int() {

@@ -154,6 +154,10 @@ fn grid_uses_only_dims_params_and_constants() {
     b.k.grid[1] = v(b.bx);
     expect_one(&b.k, SpanId::NONE, "grid extent 1: `bx` is not a dimension or scalar parameter");
     let mut b = base();
+    let t = b.k.add_var("t", DType::I32, VarKind::Let);
+    b.k.grid[1] = v(t);
+    expect_one(&b.k, SpanId::NONE, "grid extent 1: `t` is not a dimension or scalar parameter");
+    let mut b = base();
     b.k.grid[2] = Expr::f32(1.0);
     expect_one(&b.k, SpanId::NONE, "grid extent 2 has type f32, expected an integer");
 }
