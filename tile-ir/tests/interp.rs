@@ -621,3 +621,109 @@ kernel scale_relu<%0 N>(@0 x: &f32[N], @1 y: &mut f32[N], %1 s: f32) threads=128
         assert_eq!(y[i], (x[i] * 1.5).max(0.0));
     }
 }
+
+/// Math intrinsics on f32 (as std) and f16 (computed in f32, rounded), and
+/// `select` evaluating only the chosen operand.
+#[test]
+fn math_intrinsics_and_select() {
+    let ops = [UnOp::Exp2, UnOp::Exp, UnOp::Log2, UnOp::Log, UnOp::Abs, UnOp::Sqrt, UnOp::Rsqrt, UnOp::Neg];
+    let reference = |op: UnOp, x: f32| match op {
+        UnOp::Exp2 => x.exp2(),
+        UnOp::Exp => x.exp(),
+        UnOp::Log2 => x.log2(),
+        UnOp::Log => x.ln(),
+        UnOp::Abs => x.abs(),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::Rsqrt => 1.0 / x.sqrt(),
+        _ => -x,
+    };
+    for dtype in [DType::F32, DType::F16] {
+        let mut k = Kernel::new("math", 32);
+        let x = k.add_tensor_param("x", DType::F32, vec![Extent::Const(64)], false);
+        let y = k.add_tensor_param("y", DType::F32, vec![Extent::Const(8), Extent::Const(64)], true);
+        let i = k.add_var("i", DType::I32, VarKind::Loop);
+        let xi = Expr::cast(dtype, Expr::load(x, vec![v(i)]));
+        k.body = vec![sfor(
+            i,
+            Expr::i32(0),
+            Expr::i32(64),
+            ops.iter()
+                .enumerate()
+                .map(|(r, &op)| store(y, vec![Expr::i32(r as i32), v(i)], Expr::cast(DType::F32, Expr::unary(op, xi.clone()))))
+                .collect(),
+        )];
+        let mut rng = XorShift(8);
+        let xs: Vec<f32> = (0..64).map(|_| rng.f32(-4.0, 4.0)).collect();
+        let xb = f32_bytes(&xs);
+        let mut yb = vec![0u8; 8 * 64 * 4];
+        launch(&k, &mut [ro(&xb, &[64]), rw(&mut yb, &[8, 64])]).unwrap();
+        let got = bytes_f32(&yb);
+        for (r, &op) in ops.iter().enumerate() {
+            for c in 0..64 {
+                let want = match dtype {
+                    DType::F32 => reference(op, xs[c]),
+                    _ => f16::from_f32(reference(op, f16::from_f32(xs[c]).to_f32())).to_f32(),
+                };
+                let g = got[r * 64 + c];
+                assert!(g == want || (g.is_nan() && want.is_nan()), "{dtype} {op:?}({}) = {g}, want {want}", xs[c]);
+            }
+        }
+    }
+
+    // select(d != 0, 10 / d, -1): the division is not evaluated when d == 0.
+    let mut k = Kernel::new("sel", 32);
+    let d = k.add_scalar_param("d", DType::I32);
+    let out = k.add_tensor_param("out", DType::I32, vec![Extent::Const(1)], true);
+    k.body = vec![store(
+        out,
+        vec![Expr::i32(0)],
+        Expr::Select {
+            cond: Box::new(Expr::binary(BinOp::Ne, v(d), Expr::i32(0))),
+            then: Box::new(Expr::binary(BinOp::Div, Expr::i32(10), v(d))),
+            otherwise: Box::new(Expr::i32(-1)),
+        },
+    )];
+    for (dv, want) in [(0, -1), (3, 3), (-4, -2)] {
+        let mut ob = vec![0u8; 4];
+        launch(&k, &mut [Arg::Scalar(Value::I32(dv)), rw(&mut ob, &[1])]).unwrap();
+        assert_eq!(bytes_i32(&ob), vec![want]);
+    }
+}
+
+/// Local buffers, bf16 shared memory, copies between non-global buffers with
+/// conversion, fills.
+#[test]
+fn local_and_bf16_buffers() {
+    let mut k = Kernel::new("bufs", 32);
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Const(4), Extent::Const(3)], false);
+    let y = k.add_tensor_param("y", DType::F32, vec![Extent::Const(4), Extent::Const(3)], true);
+    let sh = local(&mut k, "sh", Scope::Shared, DType::BF16, &[4, 3]);
+    let fr = local(&mut k, "fr", Scope::Fragment, DType::F32, &[4, 3]);
+    let lo = local(&mut k, "lo", Scope::Local, DType::I32, &[3]);
+    let (i, j, c) = (
+        k.add_var("i", DType::I32, VarKind::Loop),
+        k.add_var("j", DType::I32, VarKind::Loop),
+        k.add_var("c", DType::I32, VarKind::Loop),
+    );
+    k.body = vec![
+        st(StmtKind::Fill { buf: lo, value: Expr::i32(5) }),
+        sfor(c, Expr::i32(1), Expr::i32(3), vec![store(lo, vec![v(c)], mul(Expr::load(lo, vec![sub(v(c), Expr::i32(1))]), Expr::i32(2)))]),
+        copy(tile(x, vec![Expr::i32(0), Expr::i32(0)]), tile(sh, vec![])),
+        copy(tile(sh, vec![]), tile(fr, vec![])),
+        pfor(i, 4, vec![pfor(j, 3, vec![store(
+            fr,
+            vec![v(i), v(j)],
+            add(Expr::load(fr, vec![v(i), v(j)]), Expr::cast(DType::F32, Expr::load(lo, vec![v(j)]))),
+        )])]),
+        copy(tile(fr, vec![]), tile(y, vec![Expr::i32(0), Expr::i32(0)])),
+    ];
+    let xs: Vec<f32> = (0..12).map(|q| 1.0 + q as f32 / 300.0).collect();
+    let xb = f32_bytes(&xs);
+    let mut yb = vec![0u8; 48];
+    launch(&k, &mut [ro(&xb, &[4, 3]), rw(&mut yb, &[4, 3])]).unwrap();
+    let got = bytes_f32(&yb);
+    let lo_vals = [5.0f32, 10.0, 20.0];
+    for q in 0..12 {
+        assert_eq!(got[q], bf16::from_f32(xs[q]).to_f32() + lo_vals[q % 3], "element {q}");
+    }
+}
