@@ -44,7 +44,7 @@ mod scalar;
 pub use scalar::cast;
 
 use crate::ir::{
-    Buffer, BufferId, DType, Expr, Extent, Kernel, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, Value, VarId,
+    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, Value, VarId,
     VarKind,
 };
 use crate::verify::verify;
@@ -296,7 +296,7 @@ impl<'k, 'a> Machine<'k, 'a> {
                     let t = b.decl.dtype;
                     let bytes = b.bytes_mut()?;
                     let old = scalar::read(bytes, t, i);
-                    let new = scalar::binary(crate::ir::BinOp::Add, old, cast(v, t))?;
+                    let new = scalar::binary(BinOp::Add, old, cast(v, t))?;
                     scalar::write(bytes, t, i, new);
                 }
             }
@@ -305,7 +305,8 @@ impl<'k, 'a> Machine<'k, 'a> {
                 let b = scalar::as_index(self.eval(end)?)?;
                 let t = self.k.var(*var).dtype;
                 for i in a..b {
-                    self.vars[var.0 as usize] = Some(cast(Value::I64(i), t));
+                    let value = if t == DType::I32 { Value::I32(i as i32) } else { cast(Value::I64(i), t) };
+                    self.vars[var.0 as usize] = Some(value);
                     self.block(body)?;
                 }
             }
@@ -343,7 +344,14 @@ impl<'k, 'a> Machine<'k, 'a> {
         let mut linear = 0usize;
         let mut inside = true;
         for d in 0..index.len() {
-            let i = scalar::as_index(self.eval(&index[d])?)?;
+            // Indices are mostly loop variables: read them without `eval`.
+            let i = match &index[d] {
+                Expr::Var(v) => match self.vars.get(v.0 as usize) {
+                    Some(Some(Value::I32(x))) => *x as i64,
+                    _ => scalar::as_index(self.eval(&index[d])?)?,
+                },
+                e => scalar::as_index(self.eval(e)?)?,
+            };
             let n = b.shape[d];
             if i >= 0 && (i as u64) < n as u64 {
                 linear = linear * n + i as usize;
@@ -381,7 +389,20 @@ impl<'k, 'a> Machine<'k, 'a> {
                 }
             }
             Expr::Unary { op, arg } => scalar::unary(*op, self.eval(arg)?)?,
-            Expr::Binary { op, lhs, rhs } => scalar::binary(*op, self.eval(lhs)?, self.eval(rhs)?)?,
+            Expr::Binary { op, lhs, rhs } => {
+                let (a, b) = (self.eval(lhs)?, self.eval(rhs)?);
+                // Fast paths for the common f32 math and i32 index arithmetic.
+                match (op, a, b) {
+                    (BinOp::Add, Value::F32(x), Value::F32(y)) => Value::F32(x + y),
+                    (BinOp::Sub, Value::F32(x), Value::F32(y)) => Value::F32(x - y),
+                    (BinOp::Mul, Value::F32(x), Value::F32(y)) => Value::F32(x * y),
+                    (BinOp::Div, Value::F32(x), Value::F32(y)) => Value::F32(x / y),
+                    (BinOp::Add, Value::I32(x), Value::I32(y)) => Value::I32(x.wrapping_add(y)),
+                    (BinOp::Sub, Value::I32(x), Value::I32(y)) => Value::I32(x.wrapping_sub(y)),
+                    (BinOp::Mul, Value::I32(x), Value::I32(y)) => Value::I32(x.wrapping_mul(y)),
+                    _ => scalar::binary(*op, a, b)?,
+                }
+            }
             Expr::Fma { a, b, c } => scalar::fma(self.eval(a)?, self.eval(b)?, self.eval(c)?)?,
             Expr::Cast { to, arg } => cast(self.eval(arg)?, *to),
             Expr::Select { cond, then, otherwise } => {
@@ -463,9 +484,9 @@ impl<'k, 'a> Machine<'k, 'a> {
         // Floats accumulate in f32, integers in their own type.
         let acc_t = if st.is_float() { DType::F32 } else { st };
         let (bin, init) = match op {
-            ReduceOp::Sum => (crate::ir::BinOp::Add, scalar::zero(acc_t)),
-            ReduceOp::Max => (crate::ir::BinOp::Max, scalar::extreme(acc_t, true)),
-            ReduceOp::Min => (crate::ir::BinOp::Min, scalar::extreme(acc_t, false)),
+            ReduceOp::Sum => (BinOp::Add, scalar::zero(acc_t)),
+            ReduceOp::Max => (BinOp::Max, scalar::extreme(acc_t, true)),
+            ReduceOp::Min => (BinOp::Min, scalar::extreme(acc_t, false)),
         };
         let sbytes = sb.mem.bytes();
         let mut results = Vec::with_capacity(outer * inner);
