@@ -26,7 +26,8 @@
 //! - `Copy`: at most one side global; a global side has one origin coordinate
 //!   per tensor dim, a non-global side none; a non-global side facing a global
 //!   one has rank ≤ the tensor's; two non-global sides have equal shapes;
-//!   `fill` has the destination's dtype; the destination global is mutable;
+//!   `fill` has the destination's dtype and only comes with a global source;
+//!   the destination global is mutable;
 //! - `Reduce`: src and dst are fragments; `dim < rank(src)`; dst's shape is
 //!   src's without `dim` (for a rank-1 src, `[]` or `[1]`); dst's dtype is
 //!   src's, or `f32` for a float src (accumulate f16/bf16 in f32);
@@ -591,6 +592,14 @@ impl<'k> Verifier<'k> {
             self.err(format!("copy from {sl} to {dl}: no such buffer"));
             return;
         };
+        if fill.is_some() && sb.scope != Scope::Global {
+            self.err(format!(
+                "copy from `{}` with a fill value: fill replaces masked reads of a global tensor, and `{}` is a {}",
+                sb.name,
+                sb.name,
+                scope_name(sb.scope)
+            ));
+        }
         if let Some(ft) = ft {
             if ft != db.dtype {
                 self.err(format!("copy into `{}`: the fill value has type {ft}, the destination's elements {}", db.name, db.dtype));

@@ -87,10 +87,16 @@ fn mutate(j: &mut Json, target: usize, counter: &mut usize, rng: &mut XorShift) 
     }
 }
 
-/// Fills the argument buffers; returns their shapes, the dims and the grid.
-type MakeArgs = dyn Fn(&mut Vec<Vec<u8>>) -> (Vec<Vec<usize>>, Vec<i64>, [u32; 3]);
+/// The arguments of one launch: tensor bytes and shapes, scalars (with their
+/// position among the arguments), dims and grid.
+struct Launch {
+    tensors: Vec<(Vec<u8>, Vec<usize>)>,
+    scalars: Vec<(usize, Value)>,
+    dims: Vec<i64>,
+    grid: [u32; 3],
+}
 
-fn exercise(k: &Kernel, make_args: &MakeArgs) -> (usize, usize) {
+fn exercise(k: &Kernel, launch: &Launch) -> (usize, usize) {
     let base = serde_json::to_value(k).expect("serialize");
     let mut total = 0;
     leaves(&base, &mut total);
@@ -116,14 +122,12 @@ fn exercise(k: &Kernel, make_args: &MakeArgs) -> (usize, usize) {
                     assert_eq!(tile_ir::print::print_kernel(&back), text);
                 }
             }
-            let mut bufs = Vec::new();
-            let (shapes, dims, grid) = make_args(&mut bufs);
-            let mut args: Vec<Arg> = bufs
-                .iter_mut()
-                .zip(&shapes)
-                .map(|(b, s)| rw(b.as_mut_slice(), s))
-                .collect();
-            interp::run(&m, &mut args, &dims, grid).is_ok()
+            let mut tensors = launch.tensors.clone();
+            let mut args: Vec<Arg> = tensors.iter_mut().map(|(b, s)| rw(b.as_mut_slice(), s)).collect();
+            for &(at, value) in &launch.scalars {
+                args.insert(at, Arg::Scalar(value));
+            }
+            interp::run(&m, &mut args, &launch.dims, launch.grid).is_ok()
         }));
         match outcome {
             Ok(ok) => ran_ok += ok as usize,
@@ -135,20 +139,30 @@ fn exercise(k: &Kernel, make_args: &MakeArgs) -> (usize, usize) {
 
 #[test]
 fn mutated_vector_add_never_panics() {
-    let (parsed, ok) = exercise(&vector_add(64), &|bufs| {
-        *bufs = vec![vec![0u8; 400]; 3];
-        (vec![vec![100]; 3], vec![100], [2, 1, 1])
-    });
+    let launch = Launch { tensors: vec![(vec![0u8; 400], vec![100]); 3], scalars: vec![], dims: vec![100], grid: [2, 1, 1] };
+    let (parsed, ok) = exercise(&vector_add(64), &launch);
     eprintln!("vector_add: {parsed} mutants parsed, {ok} ran");
     assert!(parsed > 300 && ok > 10, "the mutator should produce runnable mutants ({parsed}, {ok})");
 }
 
 #[test]
 fn mutated_softmax_never_panics() {
-    let (parsed, ok) = exercise(&softmax(2, 8), &|bufs| {
-        *bufs = vec![vec![0u8; 2 * 3 * 7]; 2];
-        (vec![vec![3, 7]; 2], vec![3, 7], [2, 1, 1])
-    });
+    let launch = Launch { tensors: vec![(vec![0u8; 2 * 3 * 7], vec![3, 7]); 2], scalars: vec![], dims: vec![3, 7], grid: [2, 1, 1] };
+    let (parsed, ok) = exercise(&softmax(2, 8), &launch);
     eprintln!("softmax: {parsed} mutants parsed, {ok} ran");
+    assert!(parsed > 300 && ok > 10, "the mutator should produce runnable mutants ({parsed}, {ok})");
+}
+
+/// Mutants of the kernel with every statement and expression kind.
+#[test]
+fn mutated_every_construct_never_panics() {
+    let launch = Launch {
+        tensors: vec![(vec![0u8; 4 * 4 * 9], vec![9, 4])],
+        scalars: vec![(1, Value::F32(0.5))],
+        dims: vec![9],
+        grid: [2, 2, 1],
+    };
+    let (parsed, ok) = exercise(&every_construct(), &launch);
+    eprintln!("every_construct: {parsed} mutants parsed, {ok} ran");
     assert!(parsed > 300 && ok > 10, "the mutator should produce runnable mutants ({parsed}, {ok})");
 }

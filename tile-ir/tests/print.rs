@@ -2,7 +2,6 @@
 
 mod interp_kernels;
 
-use half::{bf16, f16};
 use interp_kernels::*;
 use tile_ir::print::{parse_kernel, print_expr, print_kernel};
 use tile_ir::*;
@@ -62,77 +61,6 @@ kernel softmax<%0 M, %1 N>(@0 x: &f16[M, N], @1 y: &mut f16[M, N]) threads=128 g
     );
 }
 
-/// A kernel (not meant to verify) with every statement and expression form,
-/// duplicate names (printed by id) and every constant type.
-fn every_construct() -> Kernel {
-    let mut k = Kernel::new("all", 64);
-    let n = k.add_dim("N");
-    let t = k.add_tensor_param("t", DType::I32, vec![Extent::Dyn(n), Extent::Const(4)], true);
-    let alpha = k.add_scalar_param("alpha", DType::F32);
-    k.grid = [v(n), Expr::i32(2), Expr::cast(DType::I32, Expr::Const(Value::U32(3)))];
-    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
-    let sh = local(&mut k, "sh", Scope::Shared, DType::BF16, &[8, 4]);
-    let lo = local(&mut k, "lo", Scope::Local, DType::F16, &[2]);
-    let d1 = local(&mut k, "dup", Scope::Fragment, DType::F32, &[8]);
-    let d2 = local(&mut k, "dup", Scope::Fragment, DType::F32, &[]);
-    let i1 = k.add_var("i", DType::I32, VarKind::Loop);
-    let i2 = k.add_var("i", DType::I32, VarKind::Loop);
-    let m = k.add_var("m", DType::F32, VarKind::Mut);
-    let c = k.add_var("c", DType::Bool, VarKind::Let);
-    let bin = |op, a, b| Expr::binary(op, a, b);
-    k.body = vec![
-        st(StmtKind::Let { var: m, value: Expr::unary(UnOp::Neg, v(alpha)) }),
-        st(StmtKind::Let {
-            var: c,
-            value: bin(
-                BinOp::Or,
-                bin(BinOp::Lt, v(by), Expr::i32(-1)),
-                Expr::unary(UnOp::Not, bin(BinOp::Eq, Expr::Const(Value::I64(5)), Expr::Const(Value::I64(-6)))),
-            ),
-        }),
-        st(StmtKind::If {
-            cond: v(c),
-            then: vec![st(StmtKind::Assign {
-                var: m,
-                value: Expr::Fma { a: Box::new(v(m)), b: Box::new(Expr::f32(2.5)), c: Box::new(Expr::f32(1e-7)) },
-            })],
-            otherwise: vec![st(StmtKind::Assign {
-                var: m,
-                value: Expr::Select {
-                    cond: Box::new(Expr::Const(Value::Bool(false))),
-                    then: Box::new(bin(BinOp::Max, v(m), Expr::f32(f32::NAN))),
-                    otherwise: Box::new(Expr::unary(UnOp::Rsqrt, Expr::f32(f32::INFINITY))),
-                },
-            })],
-        }),
-        st(StmtKind::If { cond: Expr::Const(Value::Bool(true)), then: vec![st(StmtKind::Barrier)], otherwise: vec![] }),
-        st(StmtKind::Fill { buf: lo, value: Expr::Const(Value::F16(f16::from_f32(-1.5))) }),
-        st(StmtKind::Fill { buf: sh, value: Expr::Const(Value::BF16(bf16::from_f32(0.25))) }),
-        st(StmtKind::Copy { src: tile(t, vec![mul(v(by), Expr::i32(8)), Expr::i32(0)]), dst: tile(sh, vec![]), fill: None }),
-        st(StmtKind::For {
-            var: i1,
-            start: Expr::i32(0),
-            end: sub(v(n), Expr::i32(1)),
-            kind: LoopKind::Pipelined { stages: 3 },
-            body: vec![st(StmtKind::AtomicAdd {
-                buf: t,
-                index: vec![v(i1), bin(BinOp::Rem, bin(BinOp::Shl, v(i1), Expr::i32(2)), Expr::i32(4))],
-                value: Expr::cast(DType::I32, bin(BinOp::Mul, add(v(m), Expr::f32(1.0)), Expr::f32(-2.0))),
-            })],
-        }),
-        pfor(i2, 8, vec![store(d1, vec![v(i2)], Expr::cast(DType::F32, Expr::Const(Value::U32(7))))]),
-        st(StmtKind::Reduce { op: ReduceOp::Sum, src: d1, dst: d2, dim: 0, keep: true }),
-        st(StmtKind::Reduce { op: ReduceOp::Min, src: d1, dst: d2, dim: 0, keep: false }),
-        st(StmtKind::Copy {
-            src: tile(sh, vec![]),
-            dst: tile(t, vec![Expr::i32(0), Expr::i32(0)]),
-            fill: Some(Expr::Const(Value::BF16(bf16::ZERO))),
-        }),
-        st(StmtKind::For { var: i1, start: Expr::i32(0), end: Expr::i32(2), kind: LoopKind::Serial, body: vec![] }),
-    ];
-    k
-}
-
 #[test]
 fn every_construct_text() {
     snapshot(
@@ -156,7 +84,7 @@ kernel all<%0 N>(@0 t: &mut i32[N, 4], %1 alpha: f32) threads=64 grid=(N, 2, 3u3
   }
   fill lo, -1.5f16
   fill sh, 0.25bf16
-  copy t[by * 8, 0] -> sh
+  copy t[by * 8, 0] -> sh fill(0.0bf16)
   for %3 i in pipelined(3) 0..N - 1 {
     atomic_add t[%3, (%3 << 2) % 4], ((m + 1.0) * -2.0) as i32
   }
@@ -165,8 +93,8 @@ kernel all<%0 N>(@0 t: &mut i32[N, 4], %1 alpha: f32) threads=64 grid=(N, 2, 3u3
   }
   reduce.sum @3 -> @4, dim=0, keep
   reduce.min @3 -> @4, dim=0
-  copy sh -> t[0, 0] fill(0.0bf16)
-  for %3 i in 0..2 {
+  copy sh -> t[0, 0]
+  for %7 k in 0..2 {
   }
 }
 "#,
@@ -245,4 +173,11 @@ fn parse_errors_name_the_line() {
     assert_eq!((e.line, e.message.as_str()), (4, "expected an expression, found `}`"));
     let e = parse_kernel("kernel k() threads=32 grid=(1, 1, 1) {\n  let %1 a: f32 = 1.0\n}").unwrap_err();
     assert!(e.message.contains("variable %0 is never declared"), "{e}");
+}
+
+#[test]
+fn every_construct_verifies() {
+    if let Err(e) = tile_ir::verify::verify(&every_construct()) {
+        panic!("{e:#?}");
+    }
 }

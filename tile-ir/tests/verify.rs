@@ -451,3 +451,10 @@ fn dims_must_be_bound_by_a_tensor() {
     b.k.add_dim("K");
     expect_one(&b.k, SpanId::NONE, "dimension `K` appears in no tensor parameter's shape");
 }
+
+#[test]
+fn copy_fill_only_with_a_global_source() {
+    let mut b = base();
+    b.k.body.push(sp(StmtKind::Copy { src: tile(b.f, vec![]), dst: tile(b.c, vec![Expr::i32(0)]), fill: Some(Expr::f32(0.0)) }));
+    expect_one(&b.k, SP, "copy from `f` with a fill value: fill replaces masked reads of a global tensor");
+}
