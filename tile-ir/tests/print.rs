@@ -181,3 +181,46 @@ fn every_construct_verifies() {
         panic!("{e:#?}");
     }
 }
+
+/// Garbled text gives errors, never panics (a panic fails the test).
+#[test]
+fn parser_survives_garbled_text() {
+    let text = print_kernel(&every_construct()) + &print_kernel(&softmax(4, 1024));
+    let chars: Vec<char> = text.chars().collect();
+    let alphabet: Vec<char> = "%@[](){}<>=-+*/.,:&|^!0123456789aefinxNamut_ \n".chars().collect();
+    let mut rng = XorShift(2024);
+    let mut parsed = 0;
+    for _ in 0..3000 {
+        let mut c = chars.clone();
+        for _ in 0..1 + rng.below(3) {
+            let at = rng.below(c.len() as u64) as usize;
+            match rng.below(3) {
+                0 => {
+                    c.remove(at);
+                }
+                1 => c.insert(at, alphabet[rng.below(alphabet.len() as u64) as usize]),
+                _ => c[at] = alphabet[rng.below(alphabet.len() as u64) as usize],
+            }
+        }
+        let garbled: String = c.into_iter().collect();
+        parsed += parse_kernel(&garbled).is_ok() as usize;
+    }
+    // Two kernels back to back never parse; the point is that nothing panics.
+    assert_eq!(parsed, 0);
+    // One kernel, garbled inside an expression, sometimes still parses.
+    let one: Vec<char> = print_kernel(&every_construct()).chars().collect();
+    let mut ok = 0;
+    for _ in 0..2000 {
+        let mut c = one.clone();
+        let at = rng.below(c.len() as u64) as usize;
+        c[at] = alphabet[rng.below(alphabet.len() as u64) as usize];
+        let s: String = c.into_iter().collect();
+        if let Ok(k) = parse_kernel(&s) {
+            ok += 1;
+            // What parses prints back to a fixed point.
+            let again = print_kernel(&k);
+            assert_eq!(print_kernel(&parse_kernel(&again).unwrap()), again);
+        }
+    }
+    assert!(ok > 0);
+}

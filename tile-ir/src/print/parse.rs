@@ -114,7 +114,7 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
 /// Parses the text form of one kernel.
 pub fn parse_kernel(text: &str) -> Result<Kernel, ParseError> {
     let toks = lex(text)?;
-    let mut p = Parser { toks, pos: 0, var_names: HashMap::new(), buf_names: HashMap::new(), vars: Vec::new(), bufs: Vec::new() };
+    let mut p = Parser { toks, pos: 0, var_names: HashMap::new(), buf_names: HashMap::new(), vars: Vec::new(), bufs: Vec::new(), depth: 0, var_refs: Vec::new(), buf_refs: Vec::new() };
     p.prescan();
     p.kernel()
 }
@@ -127,6 +127,11 @@ struct Parser {
     buf_names: HashMap<String, Vec<u32>>,
     vars: Vec<Option<Var>>,
     bufs: Vec<Option<Buffer>>,
+    /// Nesting of `{ }` blocks (a guard against stack exhaustion).
+    depth: usize,
+    /// Every id referred to, checked against the declarations at the end.
+    var_refs: Vec<(u32, usize)>,
+    buf_refs: Vec<(u32, usize)>,
 }
 
 type PResult<T> = Result<T, ParseError>;
@@ -321,27 +326,33 @@ impl Parser {
 
     /// A variable reference: `%id` or a unique name.
     fn var_ref(&mut self) -> PResult<VarId> {
-        match self.next()? {
-            Tok::VarRef(id) => Ok(VarId(id)),
-            Tok::Ident(name) => Ok(VarId(self.resolve(&self.var_names, &name, "variable")?)),
+        let line = self.line();
+        let id = match self.next()? {
+            Tok::VarRef(id) => id,
+            Tok::Ident(name) => self.resolve(&self.var_names, &name, "variable")?,
             _ => {
                 self.pos -= 1;
                 let found = self.describe();
-                self.err(format!("expected a variable, found {found}"))
+                return self.err(format!("expected a variable, found {found}"));
             }
-        }
+        };
+        self.var_refs.push((id, line));
+        Ok(VarId(id))
     }
 
     fn buf_ref(&mut self) -> PResult<BufferId> {
-        match self.next()? {
-            Tok::BufRef(id) => Ok(BufferId(id)),
-            Tok::Ident(name) => Ok(BufferId(self.resolve(&self.buf_names, &name, "buffer")?)),
+        let line = self.line();
+        let id = match self.next()? {
+            Tok::BufRef(id) => id,
+            Tok::Ident(name) => self.resolve(&self.buf_names, &name, "buffer")?,
             _ => {
                 self.pos -= 1;
                 let found = self.describe();
-                self.err(format!("expected a buffer, found {found}"))
+                return self.err(format!("expected a buffer, found {found}"));
             }
-        }
+        };
+        self.buf_refs.push((id, line));
+        Ok(BufferId(id))
     }
 
     fn shape(&mut self) -> PResult<Vec<Extent>> {
@@ -461,6 +472,11 @@ impl Parser {
             let found = self.describe();
             return self.err(format!("unexpected {found} after the kernel"));
         }
+        for (refs, declared, sigil) in [(&self.var_refs, self.vars.len(), '%'), (&self.buf_refs, self.bufs.len(), '@')] {
+            if let Some(&(id, line)) = refs.iter().find(|(id, _)| *id as usize >= declared) {
+                return Err(ParseError { line, message: format!("{sigil}{id} is never declared") });
+            }
+        }
         for (i, v) in std::mem::take(&mut self.vars).into_iter().enumerate() {
             match v {
                 Some(v) => k.vars.push(v),
@@ -487,7 +503,13 @@ impl Parser {
 
     fn block(&mut self) -> PResult<Vec<Stmt>> {
         self.expect_punct("{")?;
-        self.stmts()
+        self.depth += 1;
+        if self.depth > 200 {
+            return self.err("blocks nested too deeply");
+        }
+        let body = self.stmts();
+        self.depth -= 1;
+        body
     }
 
     fn tile(&mut self) -> PResult<TileRef> {
@@ -777,10 +799,7 @@ impl Parser {
                 let buf = self.buf_ref()?;
                 Ok(Expr::Load { buf, index: self.index()? })
             }
-            Some(Tok::VarRef(id)) => {
-                self.pos += 1;
-                Ok(Expr::Var(VarId(id)))
-            }
+            Some(Tok::VarRef(_)) => Ok(Expr::Var(self.var_ref()?)),
             Some(Tok::Ident(name)) => {
                 let call = matches!(self.peek_at(1), Some(Tok::Punct("(")));
                 let load = matches!(self.peek_at(1), Some(Tok::Punct("[")));
