@@ -2,8 +2,9 @@
 //!
 //! Expects: a kernel (it is verified first; a kernel that does not verify is
 //! an error listing every problem), its arguments in `kernel.params` order,
-//! the values of `kernel.dims` (as from [`crate::abi::bind_dims`]) and the
-//! grid (as from [`crate::abi::eval_grid`]). Guarantees: never panics; every
+//! and for [`run`] the values of `kernel.dims` (as from
+//! [`crate::abi::bind_dims`]) and the grid (as from [`crate::abi::eval_grid`]);
+//! [`launch`] computes both from the arguments' shapes. Guarantees: never panics; every
 //! malformed input or run-time fault is an [`InterpError`] with a message
 //! naming the tensor, buffer or block concerned.
 //!
@@ -84,6 +85,29 @@ pub fn run(kernel: &Kernel, args: &mut [Arg<'_>], dims: &[i64], grid: [u32; 3]) 
         }
     }
     Ok(())
+}
+
+/// Binds the dynamic dims from the tensor arguments' shapes
+/// ([`crate::abi::bind_dims`]), evaluates the grid ([`crate::abi::eval_grid`])
+/// and runs every block: the whole launch, as the GPU path does it.
+pub fn launch(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), InterpError> {
+    if args.len() != kernel.params.len() {
+        return fail(format!("kernel `{}` takes {} arguments, got {}", kernel.name, kernel.params.len(), args.len()));
+    }
+    if let Err(errors) = verify(kernel) {
+        let list: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
+        return fail(format!("kernel `{}` does not verify: {}", kernel.name, list.join("; ")));
+    }
+    let shapes: Vec<Option<&[usize]>> = args
+        .iter()
+        .map(|a| match a {
+            Arg::Tensor { shape, .. } => Some(shape.as_slice()),
+            Arg::Scalar(_) => None,
+        })
+        .collect();
+    let dims = crate::abi::bind_dims(kernel, &shapes).map_err(|e| InterpError(e.message))?;
+    let grid = crate::abi::eval_grid(kernel, &dims).map_err(InterpError)?;
+    run(kernel, args, &dims, grid)
 }
 
 /// The memory behind one buffer.

@@ -56,20 +56,9 @@ pub fn rw<'a>(data: &'a mut [u8], shape: &[usize]) -> Arg<'a> {
     Arg::Tensor { data: TensorData::Rw(data), shape: shape.to_vec() }
 }
 
-/// Binds dims and evaluates the grid from the arguments' shapes (as the
-/// runtime does), then runs the interpreter.
+/// The whole launch: dims from shapes, grid from dims, then every block.
 pub fn launch(k: &Kernel, args: &mut [Arg<'_>]) -> Result<(), interp::InterpError> {
-    let shapes: Vec<Option<Vec<usize>>> = args
-        .iter()
-        .map(|a| match a {
-            Arg::Tensor { shape, .. } => Some(shape.clone()),
-            Arg::Scalar(_) => None,
-        })
-        .collect();
-    let shapes_ref: Vec<Option<&[usize]>> = shapes.iter().map(|s| s.as_deref()).collect();
-    let dims = abi::bind_dims(k, &shapes_ref).map_err(|e| interp::InterpError(e.message))?;
-    let grid = abi::eval_grid(k, &dims).map_err(interp::InterpError)?;
-    interp::run(k, args, &dims, grid)
+    interp::launch(k, args)
 }
 
 pub fn st(kind: StmtKind) -> Stmt {
