@@ -350,7 +350,11 @@ impl<'k> Verifier<'k> {
 
     fn bind(&mut self, v: VarId) {
         let i = v.0 as usize;
-        if i >= self.visible.len() {
+        // Dims, params and block indices stay visible everywhere (binding one
+        // is reported by the caller; do not cascade into "unbound" errors).
+        if i >= self.visible.len()
+            || matches!(self.kernel.vars[i].kind, VarKind::Dim | VarKind::Param | VarKind::BlockIdx(_))
+        {
             return;
         }
         if self.bound[i] {

@@ -458,3 +458,11 @@ fn copy_fill_only_with_a_global_source() {
     b.k.body.push(sp(StmtKind::Copy { src: tile(b.f, vec![]), dst: tile(b.c, vec![Expr::i32(0)]), fill: Some(Expr::f32(0.0)) }));
     expect_one(&b.k, SP, "copy from `f` with a fill value: fill replaces masked reads of a global tensor");
 }
+
+#[test]
+fn binding_a_block_index_is_reported_once() {
+    let mut b = base();
+    b.k.body.push(sp(StmtKind::Let { var: b.bx, value: Expr::i32(0) }));
+    b.k.body.push(st(StmtKind::Store { buf: b.c, index: vec![v(b.bx)], value: Expr::f32(0.0) }));
+    expect_one(&b.k, SP, "let binds `bx`, a BlockIdx(0) variable");
+}
