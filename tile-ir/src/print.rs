@@ -49,8 +49,8 @@ mod parse;
 pub use parse::{parse_kernel, ParseError};
 
 use crate::ir::{
-    BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef,
-    UnOp, Value, VarId, VarKind,
+    BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, UnOp,
+    Value, VarId, VarKind,
 };
 use crate::verify::unop_name;
 use std::collections::HashMap;
@@ -88,10 +88,43 @@ fn is_ident(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !matches!(
             s,
-            "let" | "mut" | "for" | "in" | "if" | "else" | "copy" | "fill" | "reduce" | "atomic_add" | "barrier"
-                | "parallel" | "pipelined" | "kernel" | "true" | "false" | "as" | "select" | "fma" | "min" | "max"
-                | "block_idx" | "threads" | "grid" | "dim" | "keep" | "shared" | "fragment" | "local" | "global"
-                | "exp2" | "exp" | "log2" | "log" | "abs" | "sqrt" | "rsqrt"
+            "let"
+                | "mut"
+                | "for"
+                | "in"
+                | "if"
+                | "else"
+                | "copy"
+                | "fill"
+                | "reduce"
+                | "atomic_add"
+                | "barrier"
+                | "parallel"
+                | "pipelined"
+                | "kernel"
+                | "true"
+                | "false"
+                | "as"
+                | "select"
+                | "fma"
+                | "min"
+                | "max"
+                | "block_idx"
+                | "threads"
+                | "grid"
+                | "dim"
+                | "keep"
+                | "shared"
+                | "fragment"
+                | "local"
+                | "global"
+                | "exp2"
+                | "exp"
+                | "log2"
+                | "log"
+                | "abs"
+                | "sqrt"
+                | "rsqrt"
         )
         && !(s.starts_with("inf") || s.starts_with("NaN"))
         && DType::from_name(s).is_none()
@@ -161,7 +194,11 @@ fn float_text(v: f32) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "inf".into() } else { "-inf".into() }
+        if v > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
     } else {
         format!("{v:?}")
     }
@@ -336,7 +373,9 @@ impl<'k> Printer<'k> {
                 self.expr(out, arg, 12);
             }
             Expr::Unary { op, arg } => self.args(out, unop_name(*op), &[arg]),
-            Expr::Binary { op: op @ (BinOp::Min | BinOp::Max), lhs, rhs } => self.args(out, binop_symbol(*op), &[lhs, rhs]),
+            Expr::Binary { op: op @ (BinOp::Min | BinOp::Max), lhs, rhs } => {
+                self.args(out, binop_symbol(*op), &[lhs, rhs])
+            }
             Expr::Binary { op, lhs, rhs } => {
                 // Left-associative; comparisons do not chain (as in Rust).
                 let lp = if op.is_comparison() { p + 1 } else { p };

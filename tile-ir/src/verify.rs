@@ -40,8 +40,8 @@
 //!   (its iterations would race on the GPU).
 
 use crate::ir::{
-    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, Scope, SpanId, Stmt,
-    StmtKind, TileRef, UnOp, Value, VarId, VarKind,
+    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, Scope, SpanId, Stmt, StmtKind, TileRef,
+    UnOp, Value, VarId, VarKind,
 };
 use crate::CompileError;
 
@@ -169,22 +169,18 @@ impl<'k> Verifier<'k> {
         for (i, var) in k.vars.iter().enumerate() {
             let id = VarId(i as u32);
             match var.kind {
-                VarKind::Dim if var.dtype != DType::I32 => self.err_at(
-                    SpanId::NONE,
-                    format!("dimension `{}` has type {}, expected i32", var.name, var.dtype),
-                ),
-                VarKind::Dim if !k.dims.contains(&id) => self.err_at(
-                    SpanId::NONE,
-                    format!("dimension `{}` is not listed in the kernel's dims", var.name),
-                ),
+                VarKind::Dim if var.dtype != DType::I32 => {
+                    self.err_at(SpanId::NONE, format!("dimension `{}` has type {}, expected i32", var.name, var.dtype))
+                }
+                VarKind::Dim if !k.dims.contains(&id) => {
+                    self.err_at(SpanId::NONE, format!("dimension `{}` is not listed in the kernel's dims", var.name))
+                }
                 VarKind::BlockIdx(axis) if axis > 2 => self.err_at(
                     SpanId::NONE,
                     format!("block index `{}` has axis {axis}, expected 0 (x), 1 (y) or 2 (z)", var.name),
                 ),
-                VarKind::BlockIdx(_) if var.dtype != DType::I32 => self.err_at(
-                    SpanId::NONE,
-                    format!("block index `{}` has type {}, expected i32", var.name, var.dtype),
-                ),
+                VarKind::BlockIdx(_) if var.dtype != DType::I32 => self
+                    .err_at(SpanId::NONE, format!("block index `{}` has type {}, expected i32", var.name, var.dtype)),
                 VarKind::Param if !k.params.iter().any(|p| p.kind == ParamKind::Scalar(id)) => self.err_at(
                     SpanId::NONE,
                     format!("scalar parameter variable `{}` is not listed in the kernel's params", var.name),
@@ -205,15 +201,16 @@ impl<'k> Verifier<'k> {
                 self.err_at(SpanId::NONE, format!("dimension `{}` is listed twice in dims", var.name));
             }
             let used = k.params.iter().any(|p| match p.kind {
-                ParamKind::Tensor(b) => {
-                    self.buffer(b).is_some_and(|b| b.shape.contains(&Extent::Dyn(d)))
-                }
+                ParamKind::Tensor(b) => self.buffer(b).is_some_and(|b| b.shape.contains(&Extent::Dyn(d))),
                 ParamKind::Scalar(_) => false,
             });
             if !used {
                 self.err_at(
                     SpanId::NONE,
-                    format!("dimension `{}` appears in no tensor parameter's shape, so nothing binds it at launch", var.name),
+                    format!(
+                        "dimension `{}` appears in no tensor parameter's shape, so nothing binds it at launch",
+                        var.name
+                    ),
                 );
             }
         }
@@ -221,12 +218,19 @@ impl<'k> Verifier<'k> {
         for (i, p) in k.params.iter().enumerate() {
             match p.kind {
                 ParamKind::Tensor(b) => match self.buffer(b) {
-                    None => self.err_at(SpanId::NONE, format!("parameter `{}` refers to {b}, which does not exist", p.name)),
+                    None => {
+                        self.err_at(SpanId::NONE, format!("parameter `{}` refers to {b}, which does not exist", p.name))
+                    }
                     Some(buf) => {
                         if buf.scope != Scope::Global {
                             self.err_at(
                                 buf.span,
-                                format!("tensor parameter `{}` must be a global buffer, `{}` is a {}", p.name, buf.name, scope_name(buf.scope)),
+                                format!(
+                                    "tensor parameter `{}` must be a global buffer, `{}` is a {}",
+                                    p.name,
+                                    buf.name,
+                                    scope_name(buf.scope)
+                                ),
                             );
                         }
                         if k.params[..i].iter().any(|q| q.kind == p.kind) {
@@ -235,15 +239,23 @@ impl<'k> Verifier<'k> {
                     }
                 },
                 ParamKind::Scalar(v) => match self.var(v) {
-                    None => self.err_at(SpanId::NONE, format!("parameter `{}` refers to {v}, which does not exist", p.name)),
+                    None => {
+                        self.err_at(SpanId::NONE, format!("parameter `{}` refers to {v}, which does not exist", p.name))
+                    }
                     Some(var) => {
                         if var.kind != VarKind::Param {
-                            self.err_at(SpanId::NONE, format!("scalar parameter `{}` must be a variable of kind Param", p.name));
+                            self.err_at(
+                                SpanId::NONE,
+                                format!("scalar parameter `{}` must be a variable of kind Param", p.name),
+                            );
                         }
                         if !matches!(var.dtype, DType::F32 | DType::I32 | DType::U32 | DType::F16 | DType::BF16) {
                             self.err_at(
                                 SpanId::NONE,
-                                format!("scalar parameter `{}` has type {}; scalars are f32, i32, u32, f16 or bf16", p.name, var.dtype),
+                                format!(
+                                    "scalar parameter `{}` has type {}; scalars are f32, i32, u32, f16 or bf16",
+                                    p.name, var.dtype
+                                ),
                             );
                         }
                     }
@@ -261,7 +273,10 @@ impl<'k> Verifier<'k> {
                     if buf.dtype == DType::Bool || buf.dtype == DType::I64 {
                         self.err_at(
                             buf.span,
-                            format!("tensor `{}` has element type {}; tensors hold f16, bf16, f32, i32 or u32", buf.name, buf.dtype),
+                            format!(
+                                "tensor `{}` has element type {}; tensors hold f16, bf16, f32, i32 or u32",
+                                buf.name, buf.dtype
+                            ),
                         );
                     }
                     for (d, e) in buf.shape.iter().enumerate() {
@@ -290,14 +305,22 @@ impl<'k> Verifier<'k> {
                         match *e {
                             Extent::Const(c) if c <= 0 || c > i32::MAX as i64 => self.err_at(
                                 buf.span,
-                                format!("{} `{}`: dimension {d} is {c}, expected a positive constant", scope_name(scope), buf.name),
+                                format!(
+                                    "{} `{}`: dimension {d} is {c}, expected a positive constant",
+                                    scope_name(scope),
+                                    buf.name
+                                ),
                             ),
                             Extent::Const(_) => {}
                             Extent::Dyn(v) => {
                                 let vl = self.vl(v);
                                 self.err_at(
                                     buf.span,
-                                    format!("{} `{}`: dimension {d} is {vl}; only global tensors have dynamic dimensions", scope_name(scope), buf.name),
+                                    format!(
+                                        "{} `{}`: dimension {d} is {vl}; only global tensors have dynamic dimensions",
+                                        scope_name(scope),
+                                        buf.name
+                                    ),
                                 )
                             }
                         }
@@ -380,7 +403,10 @@ impl<'k> Verifier<'k> {
                     None => self.err(format!("let binds {var}, which does not exist")),
                     Some(v) => {
                         if !matches!(v.kind, VarKind::Let | VarKind::Mut) {
-                            self.err(format!("let binds `{}`, a {:?} variable; let binds only Let or Mut variables", v.name, v.kind));
+                            self.err(format!(
+                                "let binds `{}`, a {:?} variable; let binds only Let or Mut variables",
+                                v.name, v.kind
+                            ));
                         }
                         if let Some(t) = t {
                             if t != v.dtype {
@@ -410,7 +436,10 @@ impl<'k> Verifier<'k> {
                         }
                         if let Some(t) = t {
                             if t != v.dtype {
-                                self.err(format!("assignment to `{}`: the value has type {t}, the variable {}", v.name, v.dtype));
+                                self.err(format!(
+                                    "assignment to `{}`: the value has type {t}, the variable {}",
+                                    v.name, v.dtype
+                                ));
                             }
                         }
                     }
@@ -425,7 +454,10 @@ impl<'k> Verifier<'k> {
                     }
                     if let Some(t) = t {
                         if t != b.dtype {
-                            self.err(format!("store to `{}`: the value has type {t}, the buffer's elements {}", b.name, b.dtype));
+                            self.err(format!(
+                                "store to `{}`: the value has type {t}, the buffer's elements {}",
+                                b.name, b.dtype
+                            ));
                         }
                     }
                 }
@@ -435,7 +467,11 @@ impl<'k> Verifier<'k> {
                 self.access(*buf, index, "atomic_add on");
                 if let Some(b) = self.buffer(*buf) {
                     if b.scope != Scope::Global {
-                        self.err(format!("atomic_add on `{}`, a {}; atomics apply to global tensors only", b.name, scope_name(b.scope)));
+                        self.err(format!(
+                            "atomic_add on `{}`, a {}; atomics apply to global tensors only",
+                            b.name,
+                            scope_name(b.scope)
+                        ));
                     } else if !b.mutable {
                         self.err(format!("atomic_add on `{}`, a read-only tensor; declare it `&mut Tensor`", b.name));
                     }
@@ -444,7 +480,10 @@ impl<'k> Verifier<'k> {
                     }
                     if let Some(t) = t {
                         if t != b.dtype {
-                            self.err(format!("atomic_add on `{}`: the value has type {t}, the tensor's elements {}", b.name, b.dtype));
+                            self.err(format!(
+                                "atomic_add on `{}`: the value has type {t}, the tensor's elements {}",
+                                b.name, b.dtype
+                            ));
                         }
                     }
                 }
@@ -520,11 +559,17 @@ impl<'k> Verifier<'k> {
                     None => self.err(format!("fill of {buf}, which does not exist")),
                     Some(b) => {
                         if b.scope == Scope::Global {
-                            self.err(format!("fill of `{}`, a global tensor; fill applies to shared, fragment and local buffers", b.name));
+                            self.err(format!(
+                                "fill of `{}`, a global tensor; fill applies to shared, fragment and local buffers",
+                                b.name
+                            ));
                         }
                         if let Some(t) = t {
                             if t != b.dtype {
-                                self.err(format!("fill of `{}`: the value has type {t}, the buffer's elements {}", b.name, b.dtype));
+                                self.err(format!(
+                                    "fill of `{}`: the value has type {t}, the buffer's elements {}",
+                                    b.name, b.dtype
+                                ));
                             }
                         }
                     }
@@ -540,7 +585,11 @@ impl<'k> Verifier<'k> {
                 };
                 for b in [sb, db] {
                     if b.scope != Scope::Fragment {
-                        self.err(format!("reduce_{opn}: `{}` is a {}, expected a fragment", b.name, scope_name(b.scope)));
+                        self.err(format!(
+                            "reduce_{opn}: `{}` is a {}, expected a fragment",
+                            b.name,
+                            scope_name(b.scope)
+                        ));
                     }
                 }
                 if *dim >= sb.rank() {
@@ -606,7 +655,10 @@ impl<'k> Verifier<'k> {
         }
         if let Some(ft) = ft {
             if ft != db.dtype {
-                self.err(format!("copy into `{}`: the fill value has type {ft}, the destination's elements {}", db.name, db.dtype));
+                self.err(format!(
+                    "copy into `{}`: the fill value has type {ft}, the destination's elements {}",
+                    db.name, db.dtype
+                ));
             }
         }
         if db.scope == Scope::Global && !db.mutable {
@@ -622,7 +674,11 @@ impl<'k> Verifier<'k> {
             (false, false) => {
                 for (b, r) in [(sb, src), (db, dst)] {
                     if !r.origin.is_empty() {
-                        self.err(format!("copy: `{}` is a {} and takes no origin (the whole buffer is copied)", b.name, scope_name(b.scope)));
+                        self.err(format!(
+                            "copy: `{}` is a {} and takes no origin (the whole buffer is copied)",
+                            b.name,
+                            scope_name(b.scope)
+                        ));
                     }
                 }
                 if sb.shape != db.shape {
@@ -646,7 +702,11 @@ impl<'k> Verifier<'k> {
                     ));
                 }
                 if !lr.origin.is_empty() {
-                    self.err(format!("copy: `{}` is a {} and takes no origin (the whole buffer is copied)", l.name, scope_name(l.scope)));
+                    self.err(format!(
+                        "copy: `{}` is a {} and takes no origin (the whole buffer is copied)",
+                        l.name,
+                        scope_name(l.scope)
+                    ));
                 }
                 if l.rank() > g.rank() {
                     self.err(format!(
@@ -750,7 +810,9 @@ impl<'k> Verifier<'k> {
                     return None;
                 }
                 let ok = match op {
-                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Min | BinOp::Max => a != DType::Bool,
+                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Min | BinOp::Max => {
+                        a != DType::Bool
+                    }
                     BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => true,
                     BinOp::And | BinOp::Or | BinOp::Xor => a == DType::Bool || a.is_int(),
                     BinOp::Shl | BinOp::Shr => a.is_int(),
@@ -807,14 +869,16 @@ fn grid_check(k: &Kernel, e: &Expr, bad: &mut Vec<String>) {
         Expr::Const(_) => {}
         Expr::Var(v) => match k.vars.get(v.0 as usize) {
             None => bad.push(format!("{v} does not exist")),
-            Some(var) if !matches!(var.kind, VarKind::Dim | VarKind::Param) => {
-                bad.push(format!("`{}` is not a dimension or scalar parameter; the grid may use only those and constants", var.name))
-            }
+            Some(var) if !matches!(var.kind, VarKind::Dim | VarKind::Param) => bad.push(format!(
+                "`{}` is not a dimension or scalar parameter; the grid may use only those and constants",
+                var.name
+            )),
             Some(_) => {}
         },
-        Expr::Load { buf, .. } => {
-            bad.push(format!("it loads from {}; the grid may use only dimensions, scalar parameters and constants", buf_label(k, *buf)))
-        }
+        Expr::Load { buf, .. } => bad.push(format!(
+            "it loads from {}; the grid may use only dimensions, scalar parameters and constants",
+            buf_label(k, *buf)
+        )),
         Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => grid_check(k, arg, bad),
         Expr::Binary { lhs, rhs, .. } => {
             grid_check(k, lhs, bad);

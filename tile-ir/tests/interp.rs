@@ -241,17 +241,21 @@ fn histogram_kernel() -> Kernel {
     let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
     let i = k.add_var("i", DType::I32, VarKind::Loop);
     let g = k.add_var("g", DType::I32, VarKind::Let);
-    k.body = vec![pfor(i, B, vec![
-        st(StmtKind::Let { var: g, value: add(mul(v(bx), Expr::i32(B)), v(i)) }),
-        st(StmtKind::If {
-            cond: lt(v(g), v(n)),
-            then: vec![
-                st(StmtKind::AtomicAdd { buf: hist, index: vec![Expr::load(x, vec![v(g)])], value: Expr::i32(1) }),
-                st(StmtKind::AtomicAdd { buf: total, index: vec![Expr::i32(0)], value: Expr::load(w, vec![v(g)]) }),
-            ],
-            otherwise: vec![],
-        }),
-    ])];
+    k.body = vec![pfor(
+        i,
+        B,
+        vec![
+            st(StmtKind::Let { var: g, value: add(mul(v(bx), Expr::i32(B)), v(i)) }),
+            st(StmtKind::If {
+                cond: lt(v(g), v(n)),
+                then: vec![
+                    st(StmtKind::AtomicAdd { buf: hist, index: vec![Expr::load(x, vec![v(g)])], value: Expr::i32(1) }),
+                    st(StmtKind::AtomicAdd { buf: total, index: vec![Expr::i32(0)], value: Expr::load(w, vec![v(g)]) }),
+                ],
+                otherwise: vec![],
+            }),
+        ],
+    )];
     k
 }
 
@@ -292,13 +296,18 @@ fn cast_kernel() -> Kernel {
     let ow = k.add_tensor_param("ow", DType::F32, vec![Extent::Dyn(n)], true);
     let i = k.add_var("i", DType::I32, VarKind::Loop);
     let xi = || Expr::load(x, vec![v(i)]);
-    k.body = vec![sfor(i, Expr::i32(0), v(n), vec![
-        store(oi, vec![v(i)], Expr::cast(DType::I32, xi())),
-        store(ou, vec![v(i)], Expr::cast(DType::U32, xi())),
-        store(oh, vec![v(i)], Expr::cast(DType::F16, xi())),
-        store(ob, vec![v(i)], Expr::cast(DType::BF16, xi())),
-        store(ow, vec![v(i)], Expr::cast(DType::F32, Expr::cast(DType::U32, Expr::cast(DType::I32, xi())))),
-    ])];
+    k.body = vec![sfor(
+        i,
+        Expr::i32(0),
+        v(n),
+        vec![
+            store(oi, vec![v(i)], Expr::cast(DType::I32, xi())),
+            store(ou, vec![v(i)], Expr::cast(DType::U32, xi())),
+            store(oh, vec![v(i)], Expr::cast(DType::F16, xi())),
+            store(ob, vec![v(i)], Expr::cast(DType::BF16, xi())),
+            store(ow, vec![v(i)], Expr::cast(DType::F32, Expr::cast(DType::U32, Expr::cast(DType::I32, xi())))),
+        ],
+    )];
     k
 }
 
@@ -327,10 +336,18 @@ fn casts_saturate_and_round_like_rust() {
     x.extend((0..50).map(|_| rng.f32(-1e5, 1e5)));
     let n = x.len();
     let xb = f32_bytes(&x);
-    let (mut bi, mut bu, mut bh, mut bb, mut bw) = (vec![0u8; 4 * n], vec![0u8; 4 * n], vec![0u8; 2 * n], vec![0u8; 2 * n], vec![0u8; 4 * n]);
+    let (mut bi, mut bu, mut bh, mut bb, mut bw) =
+        (vec![0u8; 4 * n], vec![0u8; 4 * n], vec![0u8; 2 * n], vec![0u8; 2 * n], vec![0u8; 4 * n]);
     launch(
         &k,
-        &mut [ro(&xb, &[n]), rw(&mut bi, &[n]), rw(&mut bu, &[n]), rw(&mut bh, &[n]), rw(&mut bb, &[n]), rw(&mut bw, &[n])],
+        &mut [
+            ro(&xb, &[n]),
+            rw(&mut bi, &[n]),
+            rw(&mut bu, &[n]),
+            rw(&mut bh, &[n]),
+            rw(&mut bb, &[n]),
+            rw(&mut bw, &[n]),
+        ],
     )
     .unwrap();
     let (gi, gu, gh, gw) = (bytes_i32(&bi), bytes_u32(&bu), bytes_f16(&bh), bytes_f32(&bw));
@@ -494,7 +511,11 @@ fn integer_semantics() {
     let b = k.add_scalar_param("b", DType::I32);
     let out = k.add_tensor_param("out", DType::I32, vec![Extent::Const(8)], true);
     let ops = [BinOp::Add, BinOp::Mul, BinOp::Div, BinOp::Rem, BinOp::Shl, BinOp::Shr, BinOp::Xor, BinOp::Min];
-    k.body = ops.iter().enumerate().map(|(i, &op)| store(out, vec![Expr::i32(i as i32)], Expr::binary(op, v(a), v(b)))).collect();
+    k.body = ops
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| store(out, vec![Expr::i32(i as i32)], Expr::binary(op, v(a), v(b))))
+        .collect();
     let cases = [(i32::MAX, 1), (-7, 2), (i32::MIN, -1), (-1, 40), (5, -3), (-8, 31)];
     for (x, y) in cases {
         let mut ob = vec![0u8; 32];
@@ -649,7 +670,9 @@ fn math_intrinsics_and_select() {
             Expr::i32(64),
             ops.iter()
                 .enumerate()
-                .map(|(r, &op)| store(y, vec![Expr::i32(r as i32), v(i)], Expr::cast(DType::F32, Expr::unary(op, xi.clone()))))
+                .map(|(r, &op)| {
+                    store(y, vec![Expr::i32(r as i32), v(i)], Expr::cast(DType::F32, Expr::unary(op, xi.clone())))
+                })
                 .collect(),
         )];
         let mut rng = XorShift(8);
@@ -707,14 +730,27 @@ fn local_and_bf16_buffers() {
     );
     k.body = vec![
         st(StmtKind::Fill { buf: lo, value: Expr::i32(5) }),
-        sfor(c, Expr::i32(1), Expr::i32(3), vec![store(lo, vec![v(c)], mul(Expr::load(lo, vec![sub(v(c), Expr::i32(1))]), Expr::i32(2)))]),
+        sfor(
+            c,
+            Expr::i32(1),
+            Expr::i32(3),
+            vec![store(lo, vec![v(c)], mul(Expr::load(lo, vec![sub(v(c), Expr::i32(1))]), Expr::i32(2)))],
+        ),
         copy(tile(x, vec![Expr::i32(0), Expr::i32(0)]), tile(sh, vec![])),
         copy(tile(sh, vec![]), tile(fr, vec![])),
-        pfor(i, 4, vec![pfor(j, 3, vec![store(
-            fr,
-            vec![v(i), v(j)],
-            add(Expr::load(fr, vec![v(i), v(j)]), Expr::cast(DType::F32, Expr::load(lo, vec![v(j)]))),
-        )])]),
+        pfor(
+            i,
+            4,
+            vec![pfor(
+                j,
+                3,
+                vec![store(
+                    fr,
+                    vec![v(i), v(j)],
+                    add(Expr::load(fr, vec![v(i), v(j)]), Expr::cast(DType::F32, Expr::load(lo, vec![v(j)]))),
+                )],
+            )],
+        ),
         copy(tile(fr, vec![]), tile(y, vec![Expr::i32(0), Expr::i32(0)])),
     ];
     let xs: Vec<f32> = (0..12).map(|q| 1.0 + q as f32 / 300.0).collect();

@@ -12,8 +12,8 @@ use tile_ir::*;
 /// Every enum variant name that a mutation may swap in for another.
 const NAMES: &[&str] = &[
     "F16", "BF16", "F32", "I32", "U32", "I64", "Bool", "Global", "Shared", "Fragment", "Local", "Dim", "Param", "Loop",
-    "Let", "Mut", "Neg", "Not", "Exp2", "Abs", "Add", "Sub", "Div", "Rem", "Max", "Lt", "Eq", "And", "Shl", "Shr", "Sum",
-    "Min", "Serial", "Parallel", "Barrier",
+    "Let", "Mut", "Neg", "Not", "Exp2", "Abs", "Add", "Sub", "Div", "Rem", "Max", "Lt", "Eq", "And", "Shl", "Shr",
+    "Sum", "Min", "Serial", "Parallel", "Barrier",
 ];
 
 fn leaves(j: &Json, out: &mut usize) {
@@ -139,7 +139,8 @@ fn exercise(k: &Kernel, launch: &Launch) -> (usize, usize) {
 
 #[test]
 fn mutated_vector_add_never_panics() {
-    let launch = Launch { tensors: vec![(vec![0u8; 400], vec![100]); 3], scalars: vec![], dims: vec![100], grid: [2, 1, 1] };
+    let launch =
+        Launch { tensors: vec![(vec![0u8; 400], vec![100]); 3], scalars: vec![], dims: vec![100], grid: [2, 1, 1] };
     let (parsed, ok) = exercise(&vector_add(64), &launch);
     eprintln!("vector_add: {parsed} mutants parsed, {ok} ran");
     assert!(parsed > 300 && ok > 10, "the mutator should produce runnable mutants ({parsed}, {ok})");
@@ -147,7 +148,12 @@ fn mutated_vector_add_never_panics() {
 
 #[test]
 fn mutated_softmax_never_panics() {
-    let launch = Launch { tensors: vec![(vec![0u8; 2 * 3 * 7], vec![3, 7]); 2], scalars: vec![], dims: vec![3, 7], grid: [2, 1, 1] };
+    let launch = Launch {
+        tensors: vec![(vec![0u8; 2 * 3 * 7], vec![3, 7]); 2],
+        scalars: vec![],
+        dims: vec![3, 7],
+        grid: [2, 1, 1],
+    };
     let (parsed, ok) = exercise(&softmax(2, 8), &launch);
     eprintln!("softmax: {parsed} mutants parsed, {ok} ran");
     assert!(parsed > 300 && ok > 10, "the mutator should produce runnable mutants ({parsed}, {ok})");

@@ -106,7 +106,9 @@ fn indices_must_be_i32() {
 
 #[test]
 fn casts_to_bool_and_from_bool_to_float_are_rejected() {
-    for (from, to) in [(Expr::i32(1), DType::Bool), (Expr::f32(1.0), DType::Bool), (Expr::Const(Value::Bool(true)), DType::F32)] {
+    for (from, to) in
+        [(Expr::i32(1), DType::Bool), (Expr::f32(1.0), DType::Bool), (Expr::Const(Value::Bool(true)), DType::F32)]
+    {
         let mut b = base();
         let t = b.k.add_var("t", to, VarKind::Let);
         let from_t = b.k.expr_type(&from);
@@ -206,14 +208,22 @@ fn index_arity_is_the_rank() {
 #[test]
 fn copy_between_two_globals() {
     let mut b = base();
-    b.k.body.push(sp(StmtKind::Copy { src: tile(b.a, vec![Expr::i32(0)]), dst: tile(b.c, vec![Expr::i32(0)]), fill: None }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(b.a, vec![Expr::i32(0)]),
+        dst: tile(b.c, vec![Expr::i32(0)]),
+        fill: None,
+    }));
     expect_one(&b.k, SP, "copy from `a` to `c`: both sides are global tensors");
 }
 
 #[test]
 fn copy_origin_arity_is_the_tensor_rank() {
     let mut b = base();
-    b.k.body.push(sp(StmtKind::Copy { src: tile(b.a, vec![Expr::i32(0), Expr::i32(0)]), dst: tile(b.f, vec![]), fill: None }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(b.a, vec![Expr::i32(0), Expr::i32(0)]),
+        dst: tile(b.f, vec![]),
+        fill: None,
+    }));
     expect_one(&b.k, SP, "the tile of `a` has 2 origin coordinates, but the tensor has rank 1");
 }
 
@@ -254,7 +264,11 @@ fn reduce_checks() {
     let mut b = base();
     b.k.body.push(sp(StmtKind::Reduce { op: ReduceOp::Sum, src: b.s, dst: b.f, dim: 0, keep: false }));
     let errs = verify(&b.k).unwrap_err();
-    assert!(errs.iter().any(|e| e.span == SP && e.message.contains("reduce_sum: `s` is a shared buffer, expected a fragment")), "{errs:#?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.span == SP && e.message.contains("reduce_sum: `s` is a shared buffer, expected a fragment")),
+        "{errs:#?}"
+    );
 
     let mut b = base();
     b.k.body.push(sp(StmtKind::Reduce { op: ReduceOp::Max, src: b.g, dst: b.f, dim: 2, keep: false }));
@@ -317,30 +331,33 @@ fn fragments_only_inside_parallel_loops() {
     expect_one(&b.k, SP, "store to fragment `f` outside a parallel loop");
     // In a serial loop: still outside.
     let mut b = base();
-    b.k.body.push(sfor(b.i, Expr::i32(0), Expr::i32(128), vec![sp(StmtKind::Store {
-        buf: b.f,
-        index: vec![v(b.i)],
-        value: Expr::f32(0.0),
-    })]));
+    b.k.body.push(sfor(
+        b.i,
+        Expr::i32(0),
+        Expr::i32(128),
+        vec![sp(StmtKind::Store { buf: b.f, index: vec![v(b.i)], value: Expr::f32(0.0) })],
+    ));
     expect_one(&b.k, SP, "store to fragment `f` outside a parallel loop");
 }
 
 #[test]
 fn fragments_indexed_by_parallel_loop_vars() {
     let mut b = base();
-    b.k.body.push(pfor(b.i, 127, vec![sp(StmtKind::Store {
-        buf: b.f,
-        index: vec![add(v(b.i), Expr::i32(1))],
-        value: Expr::f32(0.0),
-    })]));
+    b.k.body.push(pfor(
+        b.i,
+        127,
+        vec![sp(StmtKind::Store { buf: b.f, index: vec![add(v(b.i), Expr::i32(1))], value: Expr::f32(0.0) })],
+    ));
     expect_one(&b.k, SP, "store to fragment `f`: index 0 must be a variable of the enclosing parallel loops");
     // A load of another fragment, indexed by a serial loop's variable.
     let mut b = base();
     let t = b.k.add_var("t", DType::F32, VarKind::Let);
-    b.k.body.push(sfor(b.j, Expr::i32(0), Expr::i32(4), vec![pfor(b.i, 8, vec![sp(StmtKind::Let {
-        var: t,
-        value: Expr::load(b.g, vec![v(b.j), v(b.i)]),
-    })])]));
+    b.k.body.push(sfor(
+        b.j,
+        Expr::i32(0),
+        Expr::i32(4),
+        vec![pfor(b.i, 8, vec![sp(StmtKind::Let { var: t, value: Expr::load(b.g, vec![v(b.j), v(b.i)]) })])],
+    ));
     expect_one(&b.k, SP, "load from fragment `g`: index 0 must be a variable of the enclosing parallel loops");
 }
 
@@ -357,11 +374,11 @@ fn parallel_loops_have_constant_bounds() {
 #[test]
 fn no_tile_ops_inside_parallel_loops() {
     let mut b = base();
-    b.k.body.push(pfor(b.i, 128, vec![sp(StmtKind::Copy {
-        src: tile(b.a, vec![Expr::i32(0)]),
-        dst: tile(b.s, vec![]),
-        fill: None,
-    })]));
+    b.k.body.push(pfor(
+        b.i,
+        128,
+        vec![sp(StmtKind::Copy { src: tile(b.a, vec![Expr::i32(0)]), dst: tile(b.s, vec![]), fill: None })],
+    ));
     expect_one(&b.k, SP, "copy inside the parallel loop over `i`: tile operations are collective");
     let mut b = base();
     b.k.body.push(pfor(b.i, 128, vec![sp(StmtKind::Barrier)]));
@@ -424,10 +441,11 @@ fn no_assignment_to_outer_vars_in_parallel_loops() {
     let mut b = base();
     let acc = b.k.add_var("acc", DType::F32, VarKind::Mut);
     b.k.body.push(st(StmtKind::Let { var: acc, value: Expr::f32(0.0) }));
-    b.k.body.push(pfor(b.i, 128, vec![sp(StmtKind::Assign {
-        var: acc,
-        value: add(v(acc), Expr::load(b.f, vec![v(b.i)])),
-    })]));
+    b.k.body.push(pfor(
+        b.i,
+        128,
+        vec![sp(StmtKind::Assign { var: acc, value: add(v(acc), Expr::load(b.f, vec![v(b.i)])) })],
+    ));
     expect_one(&b.k, SP, "assignment to `acc` inside a parallel loop, but it is declared outside it");
 }
 
@@ -455,7 +473,11 @@ fn dims_must_be_bound_by_a_tensor() {
 #[test]
 fn copy_fill_only_with_a_global_source() {
     let mut b = base();
-    b.k.body.push(sp(StmtKind::Copy { src: tile(b.f, vec![]), dst: tile(b.c, vec![Expr::i32(0)]), fill: Some(Expr::f32(0.0)) }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(b.f, vec![]),
+        dst: tile(b.c, vec![Expr::i32(0)]),
+        fill: Some(Expr::f32(0.0)),
+    }));
     expect_one(&b.k, SP, "copy from `f` with a fill value: fill replaces masked reads of a global tensor");
 }
 

@@ -45,8 +45,8 @@ mod scalar;
 pub use scalar::cast;
 
 use crate::ir::{
-    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, Value, VarId,
-    VarKind,
+    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, Value,
+    VarId, VarKind,
 };
 use crate::verify::verify;
 
@@ -186,7 +186,12 @@ impl<'k, 'a> Machine<'k, 'a> {
             return fail(format!("kernel `{}` takes {} arguments, got {}", k.name, k.params.len(), args.len()));
         }
         if dims.len() != k.dims.len() {
-            return fail(format!("kernel `{}` has {} dynamic dimensions, got {} values", k.name, k.dims.len(), dims.len()));
+            return fail(format!(
+                "kernel `{}` has {} dynamic dimensions, got {} values",
+                k.name,
+                k.dims.len(),
+                dims.len()
+            ));
         }
         let mut vars: Vec<Option<Value>> = vec![None; k.vars.len()];
         for (&d, &value) in k.dims.iter().zip(dims) {
@@ -456,7 +461,10 @@ impl<'k, 'a> Machine<'k, 'a> {
         }
         if !src_global && !dst_global {
             if self.bufs[s].shape != self.bufs[d].shape {
-                return fail(format!("copy from `{}` to `{}`: the shapes differ", self.bufs[s].decl.name, self.bufs[d].decl.name));
+                return fail(format!(
+                    "copy from `{}` to `{}`: the shapes differ",
+                    self.bufs[s].decl.name, self.bufs[d].decl.name
+                ));
             }
             if s == d {
                 return Ok(());
@@ -492,7 +500,14 @@ impl<'k, 'a> Machine<'k, 'a> {
         Ok(())
     }
 
-    fn reduce(&mut self, op: ReduceOp, src: BufferId, dst: BufferId, dim: usize, keep: bool) -> Result<(), InterpError> {
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        src: BufferId,
+        dst: BufferId,
+        dim: usize,
+        keep: bool,
+    ) -> Result<(), InterpError> {
         let sb = &self.bufs[src.0 as usize];
         let db = &self.bufs[dst.0 as usize];
         if dim >= sb.shape.len() {
@@ -568,7 +583,12 @@ impl<'k, 'a> Machine<'k, 'a> {
 /// local buffer (its last dimension): the row's elements `lo..hi` lie inside
 /// the tensor, at global linear indices `global_start + lo..`; the others are
 /// masked. `lo == hi` when the whole row is outside.
-fn for_each_row(gshape: &[usize], origin: &[i64], lshape: &[usize], mut f: impl FnMut(usize, usize, usize, usize, usize)) {
+fn for_each_row(
+    gshape: &[usize],
+    origin: &[i64],
+    lshape: &[usize],
+    mut f: impl FnMut(usize, usize, usize, usize, usize),
+) {
     let r = gshape.len();
     let l = lshape.len();
     let lead = r - l;
@@ -646,7 +666,15 @@ fn copy_window(
 
 /// Copies the local buffer into the window of the tensor at `origin`,
 /// skipping masked elements.
-fn copy_window_store(gbytes: &mut [u8], gt: DType, gshape: &[usize], origin: &[i64], lbytes: &[u8], lt: DType, lshape: &[usize]) {
+fn copy_window_store(
+    gbytes: &mut [u8],
+    gt: DType,
+    gshape: &[usize],
+    origin: &[i64],
+    lbytes: &[u8],
+    lt: DType,
+    lshape: &[usize],
+) {
     let size = gt.size_bytes() as usize;
     for_each_row(gshape, origin, lshape, |ls, gs, _len, lo, hi| {
         if lo < hi {

@@ -38,8 +38,8 @@ enum Tok {
 }
 
 const PUNCTS: &[&str] = &[
-    "->", "..", "<<", ">>", "<=", ">=", "==", "!=", "(", ")", "[", "]", "{", "}", "<", ">", "=", "+", "-", "*", "/", "%",
-    "&", "|", "^", "!", ",", ":", ".",
+    "->", "..", "<<", ">>", "<=", ">=", "==", "!=", "(", ")", "[", "]", "{", "}", "<", ">", "=", "+", "-", "*", "/",
+    "%", "&", "|", "^", "!", ",", ":", ".",
 ];
 
 fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
@@ -114,7 +114,17 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
 /// Parses the text form of one kernel.
 pub fn parse_kernel(text: &str) -> Result<Kernel, ParseError> {
     let toks = lex(text)?;
-    let mut p = Parser { toks, pos: 0, var_names: HashMap::new(), buf_names: HashMap::new(), vars: Vec::new(), bufs: Vec::new(), depth: 0, var_refs: Vec::new(), buf_refs: Vec::new() };
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        var_names: HashMap::new(),
+        buf_names: HashMap::new(),
+        vars: Vec::new(),
+        bufs: Vec::new(),
+        depth: 0,
+        var_refs: Vec::new(),
+        buf_refs: Vec::new(),
+    };
     p.prescan();
     p.kernel()
 }
@@ -472,7 +482,8 @@ impl Parser {
             let found = self.describe();
             return self.err(format!("unexpected {found} after the kernel"));
         }
-        for (refs, declared, sigil) in [(&self.var_refs, self.vars.len(), '%'), (&self.buf_refs, self.bufs.len(), '@')] {
+        for (refs, declared, sigil) in [(&self.var_refs, self.vars.len(), '%'), (&self.buf_refs, self.bufs.len(), '@')]
+        {
             if let Some(&(id, line)) = refs.iter().find(|(id, _)| *id as usize >= declared) {
                 return Err(ParseError { line, message: format!("{sigil}{id} is never declared") });
             }
@@ -561,7 +572,8 @@ impl Parser {
                     let stages = self.int()?;
                     self.expect_punct(")")?;
                     LoopKind::Pipelined {
-                        stages: u32::try_from(stages).or_else(|_| self.err(format!("{stages} stages is out of range")))?,
+                        stages: u32::try_from(stages)
+                            .or_else(|_| self.err(format!("{stages} stages is out of range")))?,
                     }
                 } else {
                     LoopKind::Serial

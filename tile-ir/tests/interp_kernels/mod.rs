@@ -155,17 +155,33 @@ pub fn softmax(rows: i32, cols: i32) -> Kernel {
             fill: Some(Expr::f32(f32::NEG_INFINITY)),
         }),
         st(StmtKind::Reduce { op: ReduceOp::Max, src: row, dst: mx, dim: 1, keep: false }),
-        pfor(i, rows, vec![pfor(j, cols, vec![store(
-            row,
-            vec![v(i), v(j)],
-            Expr::unary(UnOp::Exp2, mul(sub(el(i, j), Expr::load(mx, vec![v(i)])), log2e)),
-        )])]),
+        pfor(
+            i,
+            rows,
+            vec![pfor(
+                j,
+                cols,
+                vec![store(
+                    row,
+                    vec![v(i), v(j)],
+                    Expr::unary(UnOp::Exp2, mul(sub(el(i, j), Expr::load(mx, vec![v(i)])), log2e)),
+                )],
+            )],
+        ),
         st(StmtKind::Reduce { op: ReduceOp::Sum, src: row, dst: sum, dim: 1, keep: false }),
-        pfor(i2, rows, vec![pfor(j2, cols, vec![store(
-            row,
-            vec![v(i2), v(j2)],
-            Expr::binary(BinOp::Div, el(i2, j2), Expr::load(sum, vec![v(i2)])),
-        )])]),
+        pfor(
+            i2,
+            rows,
+            vec![pfor(
+                j2,
+                cols,
+                vec![store(
+                    row,
+                    vec![v(i2), v(j2)],
+                    Expr::binary(BinOp::Div, el(i2, j2), Expr::load(sum, vec![v(i2)])),
+                )],
+            )],
+        ),
         copy(tile(row, vec![]), tile(y, origin)),
     ];
     k
@@ -256,4 +272,3 @@ pub fn every_construct() -> Kernel {
     ];
     k
 }
-
