@@ -120,7 +120,7 @@ impl fmt::Display for DType {
 pub enum Value {
     F16(half::f16),
     BF16(half::bf16),
-    F32(f32),
+    F32(#[serde(with = "f32_json")] f32),
     I32(i32),
     U32(u32),
     I64(i64),
@@ -137,6 +137,44 @@ impl Value {
             Value::U32(_) => DType::U32,
             Value::I64(_) => DType::I64,
             Value::Bool(_) => DType::Bool,
+        }
+    }
+}
+
+/// JSON cannot hold infinities or NaN (serde_json writes them as `null`,
+/// which does not read back): finite f32 constants are numbers, the others
+/// the strings `"inf"`, `"-inf"`, `"NaN"`.
+mod f32_json {
+    use serde::{de, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f32(*v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrName {
+        Number(f32),
+        Name(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+        match NumberOrName::deserialize(d)? {
+            NumberOrName::Number(v) => Ok(v),
+            NumberOrName::Name(n) => match n.as_str() {
+                "inf" => Ok(f32::INFINITY),
+                "-inf" => Ok(f32::NEG_INFINITY),
+                "NaN" => Ok(f32::NAN),
+                other => Err(de::Error::custom(format!("expected an f32 or \"inf\", \"-inf\", \"NaN\", got {other:?}"))),
+            },
         }
     }
 }
