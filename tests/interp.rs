@@ -4,10 +4,9 @@
 mod common;
 #[path = "kernels/mod.rs"]
 mod kernels;
+#[path = "../examples/kernels"]
 mod examples {
-    #[path = "../../examples/kernels/softmax.rs"]
     pub mod softmax;
-    #[path = "../../examples/kernels/vector_add.rs"]
     pub mod vector_add;
 }
 use kernels::checks;
