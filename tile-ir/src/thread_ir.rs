@@ -98,10 +98,16 @@ impl Space {
     }
 }
 
-/// A region of shared memory (a shared buffer or a compiler scratch area):
-/// the unit of dependence for barrier insertion.
+/// A region of shared memory (a shared buffer or a compiler scratch area,
+/// `id`) as touched by one collective operation (`op`): the unit of
+/// dependence for barrier insertion. Accesses of one region by one operation
+/// never conflict with each other (a tile op touches each element once, from
+/// the thread that owns it); accesses by different operations may.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Region(pub u32);
+pub struct Region {
+    pub id: u32,
+    pub op: u32,
+}
 
 /// `[base + offset]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -271,7 +277,7 @@ fn print_block(f: &Function, body: &[Stmt], depth: usize, out: &mut String) {
         match s {
             Stmt::Inst { inst, guard } => {
                 let region = match inst {
-                    Inst::Ld { region: Some(r), .. } | Inst::St { region: Some(r), .. } => format!("  // region {}", r.0),
+                    Inst::Ld { region: Some(r), .. } | Inst::St { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
                     _ => String::new(),
                 };
                 let _ = writeln!(out, "{ind}{}{}{region}", guard_text(f, guard), fmt_inst(f, inst));

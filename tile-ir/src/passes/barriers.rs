@@ -33,8 +33,9 @@ impl State {
     }
     /// Whether an access set `acc` (reads, writes) conflicts with pending accesses.
     fn conflicts(&self, acc: &State) -> bool {
-        acc.reads.iter().any(|r| self.writes.contains(r))
-            || acc.writes.iter().any(|w| self.writes.contains(w) || self.reads.contains(w))
+        let clash = |a: &Region, set: &BTreeSet<Region>| set.iter().any(|b| b.id == a.id && b.op != a.op);
+        acc.reads.iter().any(|r| clash(r, &self.writes))
+            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads))
     }
 }
 
@@ -138,15 +139,19 @@ mod tests {
     use super::*;
     use crate::thread_ir::{Address, Operand, Reg};
 
+    fn next_op() -> u32 {
+        static OP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        OP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
     fn st(r: u32) -> Stmt {
         Stmt::Inst {
-            inst: Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region(r)) },
+            inst: Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region { id: r, op: next_op() }) },
             guard: None,
         }
     }
     fn ld(r: u32) -> Stmt {
         Stmt::Inst {
-            inst: Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region(r)) },
+            inst: Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region { id: r, op: next_op() }) },
             guard: None,
         }
     }
@@ -177,6 +182,19 @@ mod tests {
         insert_barriers(&mut b);
         assert_eq!(count(&b), 1);
         let mut b = vec![ld(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 0);
+        // Accesses of one region by one collective operation never conflict.
+        let one = Region { id: 7, op: 1 };
+        let mk = |store: bool| Stmt::Inst {
+            inst: if store {
+                Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(one) }
+            } else {
+                Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(one) }
+            },
+            guard: None,
+        };
+        let mut b = vec![mk(true), mk(true), mk(false)];
         insert_barriers(&mut b);
         assert_eq!(count(&b), 0);
     }

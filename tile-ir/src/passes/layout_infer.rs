@@ -121,13 +121,27 @@ struct Infer<'k> {
     /// Preferred vector width of each fragment (from its global copies).
     vec_hint: HashMap<BufferId, i64>,
     errors: Vec<CompileError>,
+    phase: Phase,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Phase {
+    Reductions,
+    Nests,
+    Rest,
 }
 
 /// Infers the layouts of `kernel`'s fragments and parallel nests.
 pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
-    let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![] };
+    let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![], phase: Phase::Reductions };
     inf.collect_hints(&kernel.body);
-    inf.block(&kernel.body);
+    // Reductions constrain the most (their results must be replicated rows
+    // of their sources), then parallel nests and fragment-to-fragment
+    // copies; copies to/from memory and fills accept any layout.
+    for phase in [Phase::Reductions, Phase::Nests, Phase::Rest] {
+        inf.phase = phase;
+        inf.block(&kernel.body);
+    }
     if inf.errors.is_empty() {
         Ok(inf.plan)
     } else {
@@ -210,6 +224,9 @@ impl Infer<'_> {
 
     fn stmt(&mut self, s: &Stmt) {
         if let Some(nest) = parallel_nest(s) {
+            if self.phase != Phase::Nests {
+                return;
+            }
             match nest {
                 Ok(n) => self.nest(&n, s.span),
                 Err(e) => self.errors.push(e),
@@ -225,6 +242,9 @@ impl Infer<'_> {
             StmtKind::Copy { src, dst, .. } => {
                 let (sf, df) = (self.is_frag(src.buf), self.is_frag(dst.buf));
                 if sf && df {
+                    if self.phase != Phase::Nests {
+                        return;
+                    }
                     let (a, b) = (src.buf, dst.buf);
                     let why = format!("the copy from `{}` to `{}`", self.name(a), self.name(b));
                     match (self.plan.frags.get(&a).cloned(), self.plan.frags.get(&b).cloned()) {
@@ -236,7 +256,7 @@ impl Infer<'_> {
                             self.constrain(b, la, why, s.span);
                         }
                     }
-                } else {
+                } else if self.phase == Phase::Rest {
                     for b in [src.buf, dst.buf] {
                         if self.is_frag(b) {
                             let (sn, dn) = (self.name(src.buf).to_string(), self.name(dst.buf).to_string());
@@ -245,12 +265,12 @@ impl Infer<'_> {
                     }
                 }
             }
-            StmtKind::Fill { buf, .. } if self.is_frag(*buf) => {
+            StmtKind::Fill { buf, .. } if self.is_frag(*buf) && self.phase == Phase::Rest => {
                 let n = self.name(*buf).to_string();
                 self.ensure(*buf, || format!("the fill of `{n}`"));
             }
             StmtKind::Reduce { src, dst, dim, .. } => {
-                if !self.is_frag(*src) || !self.is_frag(*dst) {
+                if !self.is_frag(*src) || !self.is_frag(*dst) || self.phase != Phase::Reductions {
                     return;
                 }
                 let sn = self.name(*src).to_string();

@@ -133,6 +133,7 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         smem: Reg(0),
         tensors: HashMap::new(),
         shared: HashMap::new(),
+        cur_op: 0,
         smem_top: 0,
         next_region: kernel.buffers.len() as u32,
         frags: HashMap::new(),
@@ -173,7 +174,9 @@ struct Lx<'a> {
     is_t0: Reg,
     smem: Reg,
     tensors: HashMap<BufferId, TensorInfo>,
-    shared: HashMap<BufferId, (i64, Region)>,
+    shared: HashMap<BufferId, (i64, u32)>,
+    /// The collective operation being lowered (see [`Region`]).
+    cur_op: u32,
     smem_top: i64,
     next_region: u32,
     frags: HashMap<BufferId, Vec<Reg>>,
@@ -362,7 +365,7 @@ impl<'a> Lx<'a> {
             match b.scope {
                 Scope::Shared => {
                     let off = self.alloc_smem(n * b.dtype.size_bytes() as i64);
-                    self.shared.insert(id, (off, Region(i as u32)));
+                    self.shared.insert(id, (off, i as u32));
                 }
                 Scope::Fragment => {
                     if let Some(l) = self.plan.frags.get(&id) {
@@ -377,6 +380,10 @@ impl<'a> Lx<'a> {
                 Scope::Global => {}
             }
         }
+    }
+
+    fn region_of(&self, buf: BufferId) -> Option<Region> {
+        self.shared.get(&buf).map(|s| Region { id: s.1, op: self.cur_op })
     }
 
     fn alloc_smem(&mut self, bytes: i64) -> i64 {
@@ -1006,7 +1013,7 @@ impl<'a> Lx<'a> {
             Scope::Shared => {
                 let idx = self.index_ops(index)?;
                 let addr = self.shared_addr(buf, &idx)?;
-                let region = self.shared.get(&buf).map(|s| s.1);
+                let region = self.region_of(buf);
                 let r = self.load_vec(Space::Shared, region, &addr, t, 1);
                 Ok(Val { op: r[0].into(), ty: t })
             }
@@ -1053,6 +1060,9 @@ impl<'a> Lx<'a> {
 
     fn stmt(&mut self, s: &TStmt) -> R<()> {
         self.span = s.span;
+        if self.nest.is_none() {
+            self.cur_op += 1;
+        }
         if let Some(n) = parallel_nest(s) {
             let n = n?;
             if self.nest.is_some() {
@@ -1208,7 +1218,7 @@ impl<'a> Lx<'a> {
                 let v = self.convert(v, t)?;
                 let vr = self.to_reg(&v);
                 let addr = self.shared_addr(buf, &idx)?;
-                let region = self.shared.get(&buf).map(|s| s.1);
+                let region = self.region_of(buf);
                 let g = self.side_effect_guard();
                 let body = self.capture(|s| {
                     s.store_vec(Space::Shared, region, &addr, t, &[vr]);
@@ -1499,7 +1509,7 @@ impl<'a> Lx<'a> {
             }
             Side::Shared(b) => {
                 let addr = self.shared_addr(*b, coords)?;
-                let region = self.shared.get(b).map(|s| s.1);
+                let region = self.region_of(*b);
                 let mut raw = Vec::new();
                 let body = self.capture(|s| {
                     raw = s.load_vec(Space::Shared, region, &addr, sdt, v);
@@ -1586,7 +1596,7 @@ impl<'a> Lx<'a> {
             }
             Side::Shared(b) => {
                 let addr = self.shared_addr(*b, coords)?;
-                let region = self.shared.get(b).map(|s| s.1);
+                let region = self.region_of(*b);
                 let body = self.capture(|s| {
                     s.store_vec(Space::Shared, region, &addr, ddt, vals);
                     Ok(())
@@ -1701,7 +1711,7 @@ impl<'a> Lx<'a> {
             Side::Local(b) => self.local_read(*b, c)?,
             Side::Shared(b) => {
                 let addr = self.shared_addr(*b, c)?;
-                let region = self.shared.get(b).map(|s| s.1);
+                let region = self.region_of(*b);
                 let r = self.load_vec(Space::Shared, region, &addr, sdt, 1);
                 Val { op: r[0].into(), ty: sdt }
             }
@@ -1730,7 +1740,7 @@ impl<'a> Lx<'a> {
         match side {
             Side::Shared(b) => {
                 let addr = self.shared_addr(*b, c)?;
-                let region = self.shared.get(b).map(|s| s.1);
+                let region = self.region_of(*b);
                 self.store_vec(Space::Shared, region, &addr, ddt, &[x]);
                 Ok(())
             }
@@ -1774,7 +1784,7 @@ impl<'a> Lx<'a> {
                 let lay = FragLayout::full(Blocked::new(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
                 let x = self.to_reg(&v);
                 let vw = lay.vec_width() as usize;
-                let region = self.shared.get(&buf).map(|s| s.1);
+                let region = self.region_of(buf);
                 for r0 in (0..lay.num_regs()).step_by(vw) {
                     let l = lay.unflatten(r0);
                     let coords: Vec<Operand> = (0..lay.rank()).map(|a| self.coord(&lay, a, l[a])).collect();
@@ -1887,8 +1897,10 @@ impl<'a> Lx<'a> {
             let rows = active / thr;
             let nd = partials.len() as i64;
             let off = self.alloc_smem(nd * rows * h * 4);
-            let region = Region(self.next_region);
+            let region = Region { id: self.next_region, op: self.cur_op };
             self.next_region += 1;
+            self.cur_op += 1;
+            let read_region = Region { id: region.id, op: self.cur_op };
             let tid = self.tid;
             let lower = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm(stride - 1)]);
             let upper = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride * thr))]);
@@ -1923,7 +1935,7 @@ impl<'a> Lx<'a> {
                     for j in 0..h {
                         let y = s.new_reg(c);
                         let a = Address { base: raddr.into(), offset: off + (rd as i64 * rows * h + j) * 4 };
-                        s.emit(Inst::Ld { space: Space::Shared, ty: ty_b32(ty), dsts: vec![y], addr: a, region: Some(region) });
+                        s.emit(Inst::Ld { space: Space::Shared, ty: ty_b32(ty), dsts: vec![y], addr: a, region: Some(read_region) });
                         s.op_into(opname.clone(), *p, vec![(*p).into(), y.into()]);
                     }
                 }
