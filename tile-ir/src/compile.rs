@@ -20,6 +20,8 @@ pub struct Compiled {
     pub thread_ir: String,
     /// The layout chosen for each fragment, by name (for dumps and tests).
     pub layouts: Vec<(String, String)>,
+    /// The Thread IR itself (for later passes, simulators and tests).
+    pub function: thread_ir::Function,
 }
 
 /// Compiles a kernel for one target.
@@ -38,5 +40,6 @@ pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileE
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
     layouts.sort();
-    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir: thread_ir::print_function(&func), layouts })
+    let thread_ir = thread_ir::print_function(&func);
+    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func })
 }

@@ -1113,6 +1113,16 @@ impl<'a> Lx<'a> {
                 let s0 = self.convert(s0, DType::I32)?.op;
                 let e0 = self.expr(end)?;
                 let e0 = self.convert(e0, DType::I32)?.op;
+                // The range is evaluated once (Rust semantics): snapshot a
+                // register bound so that the body may reassign its variable.
+                let e0 = match e0 {
+                    Operand::Reg(r) => {
+                        let c = self.new_reg(RegClass::B32);
+                        self.mov(c, r.into(), DType::I32);
+                        Operand::Reg(c)
+                    }
+                    other => other,
+                };
                 let vr = self.new_reg(RegClass::B32);
                 let exit = self.new_reg(RegClass::Pred);
                 self.vars.insert(*var, vr);
@@ -1462,12 +1472,26 @@ impl<'a> Lx<'a> {
     #[allow(clippy::too_many_arguments)]
     fn copy_groups(&mut self, lay: &FragLayout, src: &Side, dst: &Side, sdt: DType, ddt: DType, fill: &Val, vectorize: bool) -> R<()> {
         let v = lay.vec_width() as usize;
+        // A replicated layout (a reduction's result) writes memory from its
+        // first replica only.
+        let mut primary = None;
+        if matches!(dst, Side::Global { .. } | Side::Shared(_)) {
+            for d in 0..lay.root.rank() {
+                if lay.kept.contains(&d) || lay.root.thr[d] == 1 {
+                    continue;
+                }
+                let b = self.tbase(&lay.root.clone(), d);
+                let q = self.op("setp.eq.u32", RegClass::Pred, vec![b, Operand::Imm(0)]);
+                primary = self.and_pred(primary, Some(q));
+            }
+        }
         for r0 in (0..lay.num_regs()).step_by(v) {
             let l = lay.unflatten(r0);
             let coords: Vec<Operand> = (0..lay.rank()).map(|a| self.coord(lay, a, l[a])).collect();
             let fvalid = self.valid_pred(lay, &l);
             let vals = self.read_side(src, &coords, r0, v, fvalid, sdt, ddt, fill, vectorize)?;
-            self.write_side(dst, &coords, r0, fvalid, ddt, &vals, vectorize)?;
+            let wvalid = self.and_pred(fvalid, primary);
+            self.write_side(dst, &coords, r0, wvalid, ddt, &vals, vectorize)?;
         }
         Ok(())
     }
