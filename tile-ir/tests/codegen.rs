@@ -157,3 +157,27 @@ fn loop_with_shared_if_atomics_and_locals() {
         assert!(c.ptx.matches("bar.sync").count() >= 2, "{}", c.thread_ir);
     }
 }
+
+#[test]
+fn casts_kernel_assembles() {
+    let k = casts_kernel(128, 512);
+    let b = build(&k);
+    for c in [&b.sm80, &b.sm90] {
+        assert!(c.ptx.contains("cvt.rn.bf16.f32"));
+        assert!(c.ptx.contains("div.s32") && c.ptx.contains("rem.s32"));
+        assert!(!c.ptx.contains("bar.sync"));
+    }
+}
+
+#[test]
+fn copies_kernel_assembles_with_exactly_the_needed_barriers() {
+    let k = copies_kernel(128);
+    let b = build(&k);
+    for c in [&b.sm80, &b.sm90] {
+        // f → sh then sh → g (RAW); fill sl then thread 0 stores sl[3] (WAW);
+        // then sl → z (RAW).
+        assert_eq!(c.ptx.matches("bar.sync").count(), 3, "{}", c.thread_ir);
+        assert!(c.ptx.contains("ld.global.f32"), "unaligned origin: scalar loads");
+        assert!(c.ptx.contains("st.global.v4.b32"), "aligned f16 stores: 16-byte vectors");
+    }
+}

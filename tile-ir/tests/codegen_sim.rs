@@ -268,3 +268,78 @@ fn casts_and_integer_ops_match_rust_semantics() {
         }
     }
 }
+
+#[test]
+fn copies_in_every_direction_match_reference() {
+    let k = copies_kernel(128);
+    let mut rng = Rng(11);
+    for (b, m, n) in [(2usize, 20usize, 70usize), (1, 16, 64), (3, 5, 9), (1, 33, 128)] {
+        let x: Vec<f32> = (0..b * m * n).map(|_| rng.f32(-100.0, 100.0)).collect();
+        let w = [1.5f32, -2.0, 42.9, 3.25];
+        let out = run(
+            &k,
+            Target::Sm80,
+            vec![bytes_f32(&x), vec![0u8; 2 * b * m * n], vec![0u8; 32], bytes_f32(&w), vec![0u8; 16]],
+            &[b as i64, m as i64, n as i64],
+            &[],
+        );
+        let y = f16s(&out[1]);
+        for bb in 0..b {
+            for i in 0..m {
+                for j in 0..n {
+                    let src = if j + 1 < n { x[(bb * m + i) * n + j + 1] } else { 7.0 };
+                    assert_eq!(y[(bb * m + i) * n + j], f16::from_f32(src).to_f32(), "y[{bb},{i},{j}] (b {b} m {m} n {n})");
+                }
+            }
+        }
+        assert_eq!(i32s(&out[2]), vec![0, 0, 0, 42, 0, 0, 0, 0]);
+        assert_eq!(f32s(&out[4]), w.to_vec());
+    }
+}
+
+#[test]
+fn unsupported_constructs_are_errors_not_panics() {
+    // Layout conflict: `m` is a reduction of `s` ([8, 64]) but read in a
+    // nest over `o` ([8, 32]) whose rows are laid out differently.
+    let mut k = Kernel::new("conflict", 128);
+    let s_ = frag(&mut k, "s", DType::F32, &[8, 64]);
+    let o = frag(&mut k, "o", DType::F32, &[8, 32]);
+    let mm = frag(&mut k, "m", DType::F32, &[8]);
+    let lp = par2(&mut k, 8, 32, |i, j| vec![store(o, vec![v(i), v(j)], ld(mm, vec![v(i)]))]);
+    k.body = vec![
+        s(StmtKind::Fill { buf: s_, value: Expr::f32(0.0) }),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mm, dim: 1, keep: false }),
+        lp,
+    ];
+    let e = compile(&k, Target::Sm80).unwrap_err();
+    assert!(e[0].message.contains("`m`") && e[0].message.contains("reduction of `s`"), "{e:?}");
+
+    // Fragment element access outside a parallel loop.
+    let mut k = Kernel::new("outside", 128);
+    let f = frag(&mut k, "f", DType::F32, &[128]);
+    let t = k.add_tensor_param("t", DType::F32, vec![Extent::Const(4)], true);
+    k.body = vec![store(t, vec![Expr::i32(0)], ld(f, vec![Expr::i32(0)]))];
+    let e = compile(&k, Target::Sm80).unwrap_err();
+    assert!(e[0].message.contains("only be indexed inside a parallel loop"), "{e:?}");
+
+    // bf16 atomics need sm_90.
+    let mut k = Kernel::new("atom", 32);
+    let t = k.add_tensor_param("t", DType::BF16, vec![Extent::Const(4)], true);
+    k.body = vec![s(StmtKind::AtomicAdd { buf: t, index: vec![Expr::i32(0)], value: Expr::Const(Value::BF16(bf16::ONE)) })];
+    assert!(compile(&k, Target::Sm80).unwrap_err()[0].message.contains("bf16"));
+    assert!(compile(&k, Target::Sm90a).is_ok());
+
+    // Collective ops inside a parallel loop; global → global copies; bad thread counts.
+    let mut k = Kernel::new("coll", 64);
+    let a = k.add_tensor_param("a", DType::F32, vec![Extent::Const(64)], false);
+    let b = k.add_tensor_param("b", DType::F32, vec![Extent::Const(64)], true);
+    let f = frag(&mut k, "f", DType::F32, &[64]);
+    let lp = par(&mut k, "i", 64, |_| vec![s(StmtKind::Fill { buf: f, value: Expr::f32(0.0) })]);
+    k.body = vec![lp, copy(a, vec![Expr::i32(0)], b, vec![Expr::i32(0)])];
+    let e = compile(&k, Target::Sm80).unwrap_err();
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].message.contains("block-wide"));
+    assert!(e[1].message.contains("needs a shared, fragment or local side"));
+    k.threads = 48;
+    assert!(compile(&k, Target::Sm80).is_err());
+}

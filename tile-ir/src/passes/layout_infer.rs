@@ -118,8 +118,9 @@ struct Infer<'k> {
     plan: LayoutPlan,
     /// Where each fragment's layout was fixed (for conflict messages).
     origin: HashMap<BufferId, String>,
-    /// Preferred vector width of each fragment (from its global copies).
-    vec_hint: HashMap<BufferId, i64>,
+    /// Preferred vector width of each fragment (from its copies), and
+    /// whether it comes from a global copy.
+    vec_hint: HashMap<BufferId, (bool, i64)>,
     errors: Vec<CompileError>,
     phase: Phase,
 }
@@ -164,8 +165,17 @@ impl Infer<'_> {
                     for (a, b) in [(src.buf, dst.buf), (dst.buf, src.buf)] {
                         let other = self.k.buffer(b);
                         if self.is_frag(a) && matches!(other.scope, Scope::Global | Scope::Shared) {
+                            // Global copies decide (16-byte global vectors
+                            // matter most); shared ones only when no global does.
                             let v = (16 / other.dtype.size_bytes() as i64).max(1);
-                            self.vec_hint.entry(a).or_insert(v);
+                            let global = other.scope == Scope::Global;
+                            match self.vec_hint.get(&a) {
+                                Some((true, _)) => {}
+                                Some((false, _)) if !global => {}
+                                _ => {
+                                    self.vec_hint.insert(a, (global, v));
+                                }
+                            }
                         }
                     }
                 }
@@ -182,7 +192,7 @@ impl Infer<'_> {
     fn default_layout(&self, b: BufferId) -> FragLayout {
         let buf = self.k.buffer(b);
         let shape = buf.const_shape().unwrap_or_default();
-        let hint = self.vec_hint.get(&b).copied().unwrap_or((16 / buf.dtype.size_bytes() as i64).max(1));
+        let hint = self.vec_hint.get(&b).map(|h| h.1).unwrap_or((16 / buf.dtype.size_bytes() as i64).max(1));
         FragLayout::full(Blocked::new(&shape, self.k.threads, hint))
     }
 

@@ -267,3 +267,45 @@ pub fn casts_kernel(threads: u32, block: i64) -> Kernel {
     k.body = vec![lp];
     k
 }
+
+/// Copies in every direction: a 2-D tile of a 3-D tensor with an unaligned
+/// origin and a fill value, fragment → shared → fragment (f32 → f16) →
+/// global, global → local, local → global, shared fill and a thread-0 store.
+pub fn copies_kernel(threads: u32) -> Kernel {
+    let mut k = Kernel::new("copies", threads);
+    let b = k.add_dim("B");
+    let m = k.add_dim("M");
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(b), Extent::Dyn(m), Extent::Dyn(n)], false);
+    let y = k.add_tensor_param("y", DType::F16, vec![Extent::Dyn(b), Extent::Dyn(m), Extent::Dyn(n)], true);
+    let z = k.add_tensor_param("z", DType::I32, vec![Extent::Const(8)], true);
+    let w = k.add_tensor_param("w", DType::F32, vec![Extent::Const(4)], false);
+    let w2 = k.add_tensor_param("w2", DType::F32, vec![Extent::Const(4)], true);
+    k.grid = [Expr::cdiv(v(n), Expr::i32(64)), Expr::cdiv(v(m), Expr::i32(16)), v(b)];
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
+    let bz = k.add_var("bz", DType::I32, VarKind::BlockIdx(2));
+    let f = frag(&mut k, "f", DType::F32, &[16, 64]);
+    let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[16, 64]);
+    let g = frag(&mut k, "g", DType::F16, &[16, 64]);
+    let loc = buffer(&mut k, "loc", Scope::Local, DType::F32, &[4]);
+    let sl = buffer(&mut k, "sl", Scope::Shared, DType::I32, &[8]);
+    let row = bin(BinOp::Mul, v(by), Expr::i32(16));
+    let col = bin(BinOp::Mul, v(bx), Expr::i32(64));
+    k.body = vec![
+        s(StmtKind::Copy {
+            src: TileRef { buf: x, origin: vec![v(bz), row.clone(), bin(BinOp::Add, col.clone(), Expr::i32(1))] },
+            dst: TileRef { buf: f, origin: vec![] },
+            fill: Some(Expr::f32(7.0)),
+        }),
+        copy(f, vec![], sh, vec![]),
+        copy(sh, vec![], g, vec![]),
+        copy(g, vec![], y, vec![v(bz), row, col]),
+        copy(w, vec![Expr::i32(0)], loc, vec![]),
+        s(StmtKind::Fill { buf: sl, value: Expr::i32(0) }),
+        store(sl, vec![Expr::i32(3)], Expr::cast(DType::I32, ld(loc, vec![Expr::i32(2)]))),
+        copy(sl, vec![], z, vec![Expr::i32(0)]),
+        copy(loc, vec![], w2, vec![Expr::i32(0)]),
+    ];
+    k
+}

@@ -20,6 +20,11 @@ pub struct Sim<'f> {
     shared: Vec<u8>,
     threads: usize,
     pub steps: u64,
+    /// Race detection on shared memory: per byte, the last writer and the
+    /// barrier epoch of the write, the last reader (or `usize::MAX` for
+    /// several) and the epoch of the reads.
+    epoch: u64,
+    shadow: Vec<(usize, u64, usize, u64)>,
 }
 
 fn f32b(x: u64) -> f32 {
@@ -38,7 +43,7 @@ fn bh2f(x: u64) -> f32 {
 impl<'f> Sim<'f> {
     pub fn new(f: &'f Function, tensors: Vec<Vec<u8>>, params: HashMap<String, u64>) -> Sim<'f> {
         let threads = f.threads as usize;
-        Sim { f, tensors, params, ctaid: [0; 3], regs: vec![], shared: vec![], threads, steps: 0 }
+        Sim { f, tensors, params, ctaid: [0; 3], regs: vec![], shared: vec![], threads, steps: 0, epoch: 1, shadow: vec![] }
     }
 
     pub fn run_grid(&mut self, grid: [u32; 3]) {
@@ -56,6 +61,8 @@ impl<'f> Sim<'f> {
         self.regs = vec![vec![0xDEAD_BEEF_DEAD_BEEF; self.f.regs.len()]; self.threads];
         // Garbage in shared memory: reads of unwritten data poison results.
         self.shared = vec![0x7F; self.f.shared_bytes as usize];
+        self.shadow = vec![(usize::MAX, 0, usize::MAX, 0); self.f.shared_bytes as usize];
+        self.epoch += 1;
         let mask = vec![true; self.threads];
         let body = &self.f.body;
         self.exec(body, &mask);
@@ -81,6 +88,7 @@ impl<'f> Sim<'f> {
                 Stmt::Inst { inst, guard } => {
                     if let Inst::BarSync = inst {
                         assert!(mask.iter().all(|m| *m), "bar.sync in divergent code");
+                        self.epoch += 1;
                         continue;
                     }
                     if let Inst::ShflBfly { dst, src, lane_mask } = inst {
@@ -175,6 +183,28 @@ impl<'f> Sim<'f> {
         }
     }
 
+    /// Checks and records a shared-memory access by thread `t`.
+    fn race_check(&mut self, t: usize, addr: u64, len: usize, write: bool) {
+        let e = self.epoch;
+        for b in addr as usize..addr as usize + len {
+            let (w, we, r, re) = self.shadow[b];
+            if we == e && w != t {
+                panic!("shared-memory race at byte {b}: thread {t} {} after thread {w}'s write with no barrier between", if write { "writes" } else { "reads" });
+            }
+            if write {
+                if re == e && r != t {
+                    panic!("shared-memory race at byte {b}: thread {t} writes after another thread's read with no barrier between");
+                }
+                self.shadow[b].0 = t;
+                self.shadow[b].1 = e;
+            } else {
+                let nr = if re == e && r != t { usize::MAX - 1 } else { t };
+                self.shadow[b].2 = nr;
+                self.shadow[b].3 = e;
+            }
+        }
+    }
+
     fn addr(&self, t: usize, a: &Address) -> u64 {
         self.val(t, &a.base).wrapping_add(a.offset as u64)
     }
@@ -202,6 +232,9 @@ impl<'f> Sim<'f> {
                 let size = ty_size(ty);
                 let base = self.addr(t, addr);
                 let n = dsts.len();
+                if *space == Space::Shared {
+                    self.race_check(t, base, size * n, false);
+                }
                 let bytes = self.mem(*space, base, size * n).to_vec();
                 for (e, d) in dsts.iter().enumerate() {
                     let mut v = 0u64;
@@ -218,6 +251,11 @@ impl<'f> Sim<'f> {
                 let size = ty_size(ty);
                 let base = self.addr(t, addr);
                 let vals: Vec<u64> = srcs.iter().map(|s| self.val(t, s)).collect();
+                let m = self.mem(*space, base, size * vals.len());
+                let _ = m;
+                if *space == Space::Shared {
+                    self.race_check(t, base, size * vals.len(), true);
+                }
                 let m = self.mem(*space, base, size * vals.len());
                 for (e, v) in vals.iter().enumerate() {
                     for b in 0..size {
