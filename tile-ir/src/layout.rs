@@ -82,6 +82,66 @@ impl Blocked {
         Blocked { shape: shape.to_vec(), spt, thr, reps, stride, threads }
     }
 
+    /// A blocked layout of `shape` whose outer dims `0..fixed.len()` are
+    /// distributed exactly as given (`(thr, spt, reps, stride)` per dim, e.g.
+    /// the rows of a reduction's result), with the inner dims sharing the
+    /// threads that the outer dims' stride leaves (vector width up to
+    /// `max_vec` on the innermost). `None` when that is impossible.
+    pub fn with_outer_fixed(shape: &[i64], threads: u32, max_vec: i64, fixed: &[(i64, i64, i64, i64)]) -> Option<Blocked> {
+        let n = shape.len();
+        let p = fixed.len();
+        if p == 0 || p > n {
+            return None;
+        }
+        let mut spt = vec![1i64; n];
+        let mut thr = vec![1i64; n];
+        let mut reps = vec![1i64; n];
+        let mut stride = vec![1i64; n];
+        for (d, &(t, s, r, st)) in fixed.iter().enumerate() {
+            if t < 1 || t.count_ones() != 1 || s < 1 || (d + 1 < n && d + 1 != p && s != 1) {
+                return None;
+            }
+            thr[d] = t;
+            spt[d] = s;
+            reps[d] = r;
+            stride[d] = st;
+        }
+        // Inner (free) dims share `stride[p-1]` threads.
+        let mut avail = stride[p - 1];
+        if p < n {
+            let last = shape[n - 1].max(1);
+            let mut v = prev_pow2(max_vec.max(1));
+            while v > 1 && last % v != 0 {
+                v /= 2;
+            }
+            spt[n - 1] = v;
+            for d in (p..n).rev() {
+                let need = (shape[d].max(1) + spt[d] - 1) / spt[d];
+                thr[d] = if d == p { avail } else { prev_pow2(need).min(avail) };
+                avail /= thr[d];
+                reps[d] = (shape[d].max(1) + thr[d] * spt[d] - 1) / (thr[d] * spt[d]);
+            }
+        } else if avail != 1 {
+            return None;
+        }
+        for d in (0..n.saturating_sub(1)).rev() {
+            let want = stride[d + 1] * thr[d + 1];
+            if d >= p || stride[d] != want {
+                if d < p {
+                    return None;
+                }
+                stride[d] = want;
+            }
+        }
+        for d in 0..p {
+            if (shape[d].max(1) + thr[d] * spt[d] - 1) / (thr[d] * spt[d]) != reps[d] {
+                return None;
+            }
+        }
+        let b = Blocked { shape: shape.to_vec(), spt, thr, reps, stride, threads };
+        (b.active_threads() <= threads as i64).then_some(b)
+    }
+
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -282,6 +342,33 @@ mod tests {
                     check_root(shape, threads, vec);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn outer_fixed_layouts_agree_with_reduced_rows() {
+        // The rows of a reduction over [BM, BN] can drive a nest over [BM, D].
+        for (bm, bn, d, threads) in [(8i64, 64i64, 32i64, 128u32), (16, 256, 64, 256), (64, 64, 128, 128), (4, 1024, 100, 256)] {
+            let s = FragLayout::full(Blocked::new(&[bm, bn], threads, 4));
+            let m = s.reduced(1);
+            let r = &m.root;
+            let fixed = [(r.thr[0], r.spt[0], r.reps[0], r.stride[0])];
+            let o = Blocked::with_outer_fixed(&[bm, d], threads, 4, &fixed).expect("layout");
+            let of = FragLayout::full(o.clone());
+            check_root(&[bm, d], threads, 4);
+            let view = FragLayout { root: o, kept: vec![0] };
+            assert!(view.agrees(&m), "{bm} {bn} {d} {threads}: {} vs {}", view.describe(), m.describe());
+            // And it is a bijection over [bm, d].
+            let mut seen = std::collections::HashSet::new();
+            for t in 0..threads as i64 {
+                for reg in 0..of.num_regs() {
+                    let (c, valid) = of.coords(t, reg);
+                    if valid {
+                        assert!(seen.insert(c));
+                    }
+                }
+            }
+            assert_eq!(seen.len() as i64, bm * d);
         }
     }
 

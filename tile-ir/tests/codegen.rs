@@ -181,3 +181,11 @@ fn copies_kernel_assembles_with_exactly_the_needed_barriers() {
         assert!(c.ptx.contains("st.global.v4.b32"), "aligned f16 stores: 16-byte vectors");
     }
 }
+
+#[test]
+fn row_scale_kernel_assembles() {
+    for (threads, bm, bn, d) in [(128u32, 8i64, 64i64, 32i64), (256, 64, 128, 128)] {
+        let b = build(&row_scale_kernel(threads, bm, bn, d));
+        no_spills(&b);
+    }
+}

@@ -299,20 +299,20 @@ fn copies_in_every_direction_match_reference() {
 
 #[test]
 fn unsupported_constructs_are_errors_not_panics() {
-    // Layout conflict: `m` is a reduction of `s` ([8, 64]) but read in a
-    // nest over `o` ([8, 32]) whose rows are laid out differently.
+    // Layout conflict: `m` is the reduction of `s` ([8, 64], 128 threads
+    // active) and also of `t` ([8, 32], 64 threads active).
     let mut k = Kernel::new("conflict", 128);
     let s_ = frag(&mut k, "s", DType::F32, &[8, 64]);
-    let o = frag(&mut k, "o", DType::F32, &[8, 32]);
+    let t_ = frag(&mut k, "t", DType::F32, &[8, 32]);
     let mm = frag(&mut k, "m", DType::F32, &[8]);
-    let lp = par2(&mut k, 8, 32, |i, j| vec![store(o, vec![v(i), v(j)], ld(mm, vec![v(i)]))]);
     k.body = vec![
         s(StmtKind::Fill { buf: s_, value: Expr::f32(0.0) }),
+        s(StmtKind::Fill { buf: t_, value: Expr::f32(0.0) }),
         s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mm, dim: 1, keep: false }),
-        lp,
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: t_, dst: mm, dim: 1, keep: true }),
     ];
     let e = compile(&k, Target::Sm80).unwrap_err();
-    assert!(e[0].message.contains("`m`") && e[0].message.contains("reduction of `s`"), "{e:?}");
+    assert!(e[0].message.contains("`m`") && e[0].message.contains("reduction of `s`") && e[0].message.contains("reduction of `t`"), "{e:?}");
 
     // Fragment element access outside a parallel loop.
     let mut k = Kernel::new("outside", 128);
@@ -342,4 +342,24 @@ fn unsupported_constructs_are_errors_not_panics() {
     assert!(e[1].message.contains("needs a shared, fragment or local side"));
     k.threads = 48;
     assert!(compile(&k, Target::Sm80).is_err());
+}
+
+#[test]
+fn reduced_rows_drive_a_nest_of_another_width() {
+    for (threads, bm, bn, d) in [(128u32, 8i64, 64i64, 32i64), (256, 16, 256, 64), (128, 64, 64, 128), (64, 4, 100, 12)] {
+        let k = row_scale_kernel(threads, bm, bn, d);
+        let mut rng = Rng(3);
+        for m in [bm as usize, bm as usize * 2 + 3, 1] {
+            let x: Vec<f32> = (0..m * bn as usize).map(|_| rng.f32(-5.0, 5.0)).collect();
+            let z: Vec<f32> = (0..m * d as usize).map(|_| rng.f32(-5.0, 5.0)).collect();
+            let out = run(&k, Target::Sm80, vec![bytes_f32(&x), bytes_f32(&z), vec![0u8; 4 * m * d as usize]], &[m as i64], &[]);
+            let o = f32s(&out[2]);
+            for i in 0..m {
+                let mx = x[i * bn as usize..(i + 1) * bn as usize].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                for j in 0..d as usize {
+                    assert_eq!(o[i * d as usize + j], z[i * d as usize + j] * mx, "t{threads} bm{bm} bn{bn} d{d} m{m} [{i},{j}]");
+                }
+            }
+        }
+    }
 }

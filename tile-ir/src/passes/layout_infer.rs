@@ -139,10 +139,37 @@ pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
     // Reductions constrain the most (their results must be replicated rows
     // of their sources), then parallel nests and fragment-to-fragment
     // copies; copies to/from memory and fills accept any layout.
-    for phase in [Phase::Reductions, Phase::Nests, Phase::Rest] {
-        inf.phase = phase;
-        inf.block(&kernel.body);
+    inf.phase = Phase::Reductions;
+    inf.block(&kernel.body);
+    // Nests and fragment copies: those that touch a fragment whose layout is
+    // already fixed go first (they propagate it); when none is left, the
+    // first remaining one picks a default layout, and so on.
+    inf.phase = Phase::Nests;
+    let mut items = Vec::new();
+    collect_nest_items(kernel, &kernel.body, &mut items);
+    let mut done = vec![false; items.len()];
+    loop {
+        let mut progress = false;
+        for (i, s) in items.iter().enumerate() {
+            if !done[i] && inf.touches_fixed(s) {
+                inf.stmt(s);
+                done[i] = true;
+                progress = true;
+            }
+        }
+        if progress {
+            continue;
+        }
+        match done.iter().position(|d| !d) {
+            Some(i) => {
+                inf.stmt(items[i]);
+                done[i] = true;
+            }
+            None => break,
+        }
     }
+    inf.phase = Phase::Rest;
+    inf.block(&kernel.body);
     if inf.errors.is_empty() {
         Ok(inf.plan)
     } else {
@@ -150,7 +177,46 @@ pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
     }
 }
 
+/// The parallel nests and fragment-to-fragment copies of `body`, in program order.
+fn collect_nest_items<'a>(k: &Kernel, body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
+    for s in body {
+        if parallel_nest(s).is_some() {
+            out.push(s);
+            continue;
+        }
+        match &s.kind {
+            StmtKind::For { body, .. } => collect_nest_items(k, body, out),
+            StmtKind::If { then, otherwise, .. } => {
+                collect_nest_items(k, then, out);
+                collect_nest_items(k, otherwise, out);
+            }
+            StmtKind::Copy { src, dst, .. }
+                if k.buffer(src.buf).scope == Scope::Fragment && k.buffer(dst.buf).scope == Scope::Fragment =>
+            {
+                out.push(s)
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Infer<'_> {
+    /// Whether a nest or fragment copy touches a fragment with a fixed layout.
+    fn touches_fixed(&self, s: &Stmt) -> bool {
+        match &s.kind {
+            StmtKind::Copy { src, dst, .. } => {
+                self.plan.frags.contains_key(&src.buf) || self.plan.frags.contains_key(&dst.buf)
+            }
+            _ => {
+                let mut any = false;
+                if let Some(Ok(n)) = parallel_nest(s) {
+                    visit_frag_accesses(self.k, n.body, &mut |b, _| any |= self.plan.frags.contains_key(&b));
+                }
+                any
+            }
+        }
+    }
+
     fn is_frag(&self, b: BufferId) -> bool {
         self.k.buffer(b).scope == Scope::Fragment
     }
@@ -297,6 +363,36 @@ impl Infer<'_> {
         }
     }
 
+    /// A layout for nest `n` that agrees with the fragments it reads that
+    /// already have layouts and cover its outer dims (e.g. `m[i]` from a
+    /// reduction read in a nest over `(i, j)`), when there is one.
+    fn layout_from_rows(&self, n: &Nest<'_>, uses: &[(BufferId, Vec<usize>)], full: Option<BufferId>) -> Option<FragLayout> {
+        let mut fixed: Vec<Option<(i64, i64, i64, i64)>> = vec![None; n.vars.len()];
+        for (b, p) in uses {
+            let Some(l) = self.plan.frags.get(b) else { continue };
+            for (a, &nd) in p.iter().enumerate() {
+                let d = l.kept[a];
+                let r = &l.root;
+                let want = (r.thr[d], r.spt[d], r.reps[d], r.stride[d]);
+                match fixed[nd] {
+                    None => fixed[nd] = Some(want),
+                    Some(x) if x == want => {}
+                    Some(_) => return None,
+                }
+            }
+        }
+        let prefix: Vec<(i64, i64, i64, i64)> = fixed.iter().map_while(|x| *x).collect();
+        if prefix.is_empty() || fixed[prefix.len()..].iter().any(|x| x.is_some()) {
+            return None;
+        }
+        let hint = match full {
+            Some(b) => self.default_layout(b).vec_width().max(1),
+            None => 1,
+        };
+        let hint = full.and_then(|b| self.vec_hint.get(&b).map(|h| h.1)).unwrap_or(hint);
+        Blocked::with_outer_fixed(&n.extents, self.k.threads, hint, &prefix).map(FragLayout::full)
+    }
+
     fn nest(&mut self, n: &Nest<'_>, span: SpanId) {
         // Fragment accesses in the body: (buffer, positions).
         let mut uses: Vec<(BufferId, Vec<usize>)> = Vec::new();
@@ -318,6 +414,8 @@ impl Infer<'_> {
         let full: Vec<BufferId> = uses.iter().filter(|(_, p)| p.len() == rank).map(|(b, _)| *b).collect();
         let nest_layout = if let Some(&b) = full.iter().find(|b| self.plan.frags.contains_key(b)) {
             self.plan.frags[&b].clone()
+        } else if let Some(l) = self.layout_from_rows(n, &uses, full.first().copied()) {
+            l
         } else if let Some(&b) = full.first() {
             let why = format!("{loop_desc} (first use of `{}`)", self.name(b));
             self.ensure(b, || why);

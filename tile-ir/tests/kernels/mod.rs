@@ -309,3 +309,28 @@ pub fn copies_kernel(threads: u32) -> Kernel {
     ];
     k
 }
+
+/// `out = z * rowmax(x)`: the rows of a reduction over `[BM, BN]` drive a
+/// nest over `[BM, D]` (the FlashAttention rescale pattern).
+pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
+    let mut k = Kernel::new("row_scale", threads);
+    let m = k.add_dim("M");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Const(bn)], false);
+    let z = k.add_tensor_param("z", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(0));
+    let s_ = frag(&mut k, "s", DType::F32, &[bm, bn]);
+    let mx = frag(&mut k, "mx", DType::F32, &[bm]);
+    let o = frag(&mut k, "o", DType::F32, &[bm, d]);
+    let row = || vec![bin(BinOp::Mul, v(by), Expr::i32(bm as i32)), Expr::i32(0)];
+    let lp = par2(&mut k, bm, d, |i, j| vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))]);
+    k.body = vec![
+        copy(x, row(), s_, vec![]),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mx, dim: 1, keep: false }),
+        copy(z, row(), o, vec![]),
+        lp,
+        copy(o, vec![], out, row()),
+    ];
+    k
+}
