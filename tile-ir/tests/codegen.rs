@@ -189,3 +189,13 @@ fn row_scale_kernel_assembles() {
         no_spills(&b);
     }
 }
+
+#[test]
+fn divergent_kernel_assembles() {
+    let b = build(&divergent_kernel(128, 256));
+    for c in [&b.sm80, &b.sm90] {
+        assert!(c.ptx.contains("lg2.approx.ftz.f32") && c.ptx.contains("rsqrt.approx.ftz.f32"));
+        // The explicit barrier is kept and also covers the shared-memory RAW.
+        assert_eq!(c.ptx.matches("bar.sync").count(), 1, "{}", c.thread_ir);
+    }
+}

@@ -363,3 +363,37 @@ fn reduced_rows_drive_a_nest_of_another_width() {
         }
     }
 }
+
+#[test]
+fn divergent_control_flow_inside_parallel_loops() {
+    let k = divergent_kernel(128, 256);
+    let mut rng = Rng(17);
+    for n in [256usize, 700, 5] {
+        let x: Vec<f32> = (0..n).map(|_| rng.f32(-3.0, 3.0)).collect();
+        let out = run(&k, Target::Sm90a, vec![bytes_f32(&x), vec![0u8; 2 * n], vec![0u8; 4 * n]], &[n as i64], &[]);
+        let y = f16s(&out[1]);
+        let w = f32s(&out[2]);
+        // Elements past the end are loaded as 0 and go through the loop body too.
+        let padded = n.div_ceil(256) * 256;
+        let mut fv = vec![0f32; padded];
+        for g in 0..padded {
+            let i = g % 256;
+            let xg = x.get(g).copied().unwrap_or(0.0);
+            let mut acc = 0f32;
+            for t in 0..(i % 5) {
+                acc += t as f32 * xg;
+            }
+            fv[g] = if i % 2 == 0 { acc + 0.5f32.exp() } else { (acc.abs() + 1.0).ln() - acc };
+            if g < n {
+                close(y[g], f16::from_f32(fv[g]).to_f32() as f64, 1e-3, &format!("y[{g}]"));
+            }
+        }
+        for g in 0..n {
+            // w[bx*B + i] = sh[i] = rsqrt(|f[B-1-i]| + 1) (for elements of the block).
+            let b0 = g / 256 * 256;
+            let src = b0 + 255 - (g - b0);
+            let fsrc = fv[src];
+            close(w[g], 1.0 / (fsrc.abs() as f64 + 1.0).sqrt(), 1e-5, &format!("w[{g}]"));
+        }
+    }
+}

@@ -334,3 +334,58 @@ pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
     ];
     k
 }
+
+/// Divergent control flow inside a parallel loop: a serial loop whose bound
+/// depends on the element, an if/else, a `let mut` updated in the loop,
+/// math functions, a shared store per element, a fragment → fragment copy
+/// (f32 → f16) and an explicit barrier.
+pub fn divergent_kernel(threads: u32, block: i64) -> Kernel {
+    let mut k = Kernel::new("divergent", threads);
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(n)], false);
+    let y = k.add_tensor_param("y", DType::F16, vec![Extent::Dyn(n)], true);
+    let w = k.add_tensor_param("w", DType::F32, vec![Extent::Dyn(n)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let f = frag(&mut k, "f", DType::F32, &[block]);
+    let h = frag(&mut k, "h", DType::F16, &[block]);
+    let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[block]);
+    let acc = k.add_var("acc", DType::F32, VarKind::Mut);
+    let t = k.add_var("t", DType::I32, VarKind::Loop);
+    let origin = || vec![bin(BinOp::Mul, v(bx), Expr::i32(block as i32))];
+    let lp = par(&mut k, "i", block, |i| {
+        vec![
+            s(StmtKind::Let { var: acc, value: Expr::f32(0.0) }),
+            s(StmtKind::For {
+                var: t,
+                start: Expr::i32(0),
+                end: bin(BinOp::Rem, v(i), Expr::i32(5)),
+                kind: LoopKind::Serial,
+                body: vec![s(StmtKind::Assign {
+                    var: acc,
+                    value: bin(BinOp::Add, v(acc), bin(BinOp::Mul, Expr::cast(DType::F32, v(t)), ld(f, vec![v(i)]))),
+                })],
+            }),
+            s(StmtKind::If {
+                cond: bin(BinOp::Eq, bin(BinOp::Rem, v(i), Expr::i32(2)), Expr::i32(0)),
+                then: vec![store(f, vec![v(i)], bin(BinOp::Add, v(acc), Expr::unary(UnOp::Exp, Expr::f32(0.5))))],
+                otherwise: vec![store(
+                    f,
+                    vec![v(i)],
+                    bin(BinOp::Sub, Expr::unary(UnOp::Log, bin(BinOp::Add, Expr::unary(UnOp::Abs, v(acc)), Expr::f32(1.0))), v(acc)),
+                )],
+            }),
+            store(sh, vec![bin(BinOp::Sub, Expr::i32(block as i32 - 1), v(i))], Expr::unary(UnOp::Rsqrt, bin(BinOp::Add, Expr::unary(UnOp::Abs, ld(f, vec![v(i)])), Expr::f32(1.0)))),
+        ]
+    });
+    let lp2 = par(&mut k, "i2", block, |i| vec![store(w, vec![bin(BinOp::Add, origin()[0].clone(), v(i))], ld(sh, vec![v(i)]))]);
+    k.body = vec![
+        copy(x, origin(), f, vec![]),
+        lp,
+        copy(f, vec![], h, vec![]),
+        copy(h, vec![], y, origin()),
+        s(StmtKind::Barrier),
+        lp2,
+    ];
+    k
+}
