@@ -199,3 +199,17 @@ fn divergent_kernel_assembles() {
         assert_eq!(c.ptx.matches("bar.sync").count(), 1, "{}", c.thread_ir);
     }
 }
+
+#[test]
+fn atomics_assemble() {
+    let b = build(&atomics_kernel(64, 128, false));
+    for c in [&b.sm80, &b.sm90] {
+        assert!(c.ptx.contains("atom.global.add.u32"));
+        assert!(c.ptx.contains("atom.global.add.noftz.f16"));
+    }
+    let k = atomics_kernel(64, 128, true);
+    assert!(compile(&k, Target::Sm80).is_err());
+    let c = compile(&k, Target::Sm90a).unwrap();
+    assert!(c.ptx.contains("atom.global.add.noftz.bf16"));
+    assemble("atomics_bf16", &c.ptx, "sm_90a");
+}

@@ -397,3 +397,28 @@ fn divergent_control_flow_inside_parallel_loops() {
         }
     }
 }
+
+#[test]
+fn atomics_from_parallel_loops_match_reference() {
+    for (k, target) in [(atomics_kernel(64, 128, false), Target::Sm80), (atomics_kernel(64, 128, true), Target::Sm90a)] {
+        let mut rng = Rng(23);
+        for n in [300usize, 128, 7] {
+            let x: Vec<i32> = (0..n).map(|_| (rng.next() % 20) as i32 - 2).collect();
+            let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let out = run(&k, target, vec![xb, vec![0u8; 64], vec![0u8; 4], vec![0u8; 4], vec![0u8; 2]], &[n as i64], &[]);
+            let hist = i32s(&out[1]);
+            for b in 0..16 {
+                assert_eq!(hist[b], x.iter().filter(|v| **v == b as i32).count() as i32, "bin {b}");
+            }
+            let sums = f16s(&out[2]);
+            assert_eq!(sums[0], 0.0);
+            assert_eq!(sums[1], x.iter().sum::<i32>() as f32);
+            assert_eq!(i32s(&out[3])[0], x.iter().sum::<i32>());
+            if k.name == "atomics_bf16" {
+                let padded = n.div_ceil(128) * 128;
+                let b = bf16::from_bits(u16::from_le_bytes([out[4][0], out[4][1]])).to_f32();
+                assert_eq!(b, (padded as f32).min(256.0), "one bf16 add per iteration (bf16 saturates its integer range at 256)");
+            }
+        }
+    }
+}

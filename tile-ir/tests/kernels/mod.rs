@@ -389,3 +389,37 @@ pub fn divergent_kernel(threads: u32, block: i64) -> Kernel {
     ];
     k
 }
+
+/// Atomics from a parallel loop: a histogram (u32), integer and f16 sums,
+/// and an i64 counter; `hist` has 16 bins, indices out of range are skipped.
+pub fn atomics_kernel(threads: u32, block: i64, with_bf16: bool) -> Kernel {
+    let mut k = Kernel::new(if with_bf16 { "atomics_bf16" } else { "atomics" }, threads);
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::I32, vec![Extent::Dyn(n)], false);
+    let hist = k.add_tensor_param("hist", DType::U32, vec![Extent::Const(16)], true);
+    let sums = k.add_tensor_param("sums", DType::F16, vec![Extent::Const(2)], true);
+    let big = k.add_tensor_param("big", DType::I32, vec![Extent::Const(1)], true);
+    let bsum = k.add_tensor_param("bsum", DType::BF16, vec![Extent::Const(1)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let lp = par(&mut k, "i", block, |i| {
+        let g = bin(BinOp::Add, bin(BinOp::Mul, v(bx), Expr::i32(block as i32)), v(i));
+        let xv = ld(x, vec![g.clone()]);
+        let in_range = bin(BinOp::Lt, g.clone(), v(n));
+        let mut body = vec![s(StmtKind::If {
+            cond: in_range,
+            then: vec![
+                s(StmtKind::AtomicAdd { buf: hist, index: vec![xv.clone()], value: Expr::Const(Value::U32(1)) }),
+                s(StmtKind::AtomicAdd { buf: sums, index: vec![Expr::i32(1)], value: Expr::cast(DType::F16, Expr::cast(DType::F32, xv.clone())) }),
+                s(StmtKind::AtomicAdd { buf: big, index: vec![Expr::i32(0)], value: xv.clone() }),
+            ],
+            otherwise: vec![],
+        })];
+        if with_bf16 {
+            body.push(s(StmtKind::AtomicAdd { buf: bsum, index: vec![Expr::i32(0)], value: Expr::Const(Value::BF16(half::bf16::ONE)) }));
+        }
+        body
+    });
+    k.body = vec![lp];
+    k
+}
