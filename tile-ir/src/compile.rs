@@ -25,6 +25,7 @@ pub struct Compiled {
 }
 
 /// Compiles a kernel for one target.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
     crate::verify::verify(kernel)?;
     if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {

@@ -24,7 +24,7 @@ pub fn emit(f: &Function, target: Target) -> String {
     }
     let _ = writeln!(out, ")\n.maxntid {}, 1, 1\n{{", f.threads);
     for class in [RegClass::Pred, RegClass::B16, RegClass::B32, RegClass::B64, RegClass::F32] {
-        if f.regs.iter().any(|c| *c == class) {
+        if f.regs.contains(&class) {
             let _ = writeln!(out, "    .reg {} {}<{}>;", class.decl_type(), class.prefix(), f.regs.len());
         }
     }

@@ -17,6 +17,7 @@
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
+//!
 //! No barriers are inserted here except for explicit `Barrier` statements:
 //! [`super::barriers`] does that.
 
@@ -222,7 +223,7 @@ impl<'a> Lx<'a> {
     fn mov(&mut self, dst: Reg, src: Operand, t: DType) {
         self.op_into(format!("mov.{}", mov_ty(t)), dst, vec![src]);
     }
-    fn to_reg(&mut self, v: &Val) -> Reg {
+    fn materialize(&mut self, v: &Val) -> Reg {
         match v.op {
             Operand::Reg(r) => r,
             _ => {
@@ -442,7 +443,7 @@ impl<'a> Lx<'a> {
             let q = if bound <= 0 {
                 self.const_pred(false)
             } else {
-                let b = self.to_reg(&Val { op: base, ty: DType::I32 });
+                let b = self.materialize(&Val { op: base, ty: DType::I32 });
                 self.op("setp.lt.s32", RegClass::Pred, vec![b.into(), Operand::Imm(bound)])
             };
             p = self.and_pred(p, Some(q));
@@ -476,7 +477,7 @@ impl<'a> Lx<'a> {
         }
         off
     }
-    fn to_s64(&mut self, x: Operand) -> Operand {
+    fn widen_s64(&mut self, x: Operand) -> Operand {
         match x {
             Operand::Imm(_) => x,
             _ => Operand::Reg(self.op("cvt.s64.s32", RegClass::B64, vec![x])),
@@ -490,7 +491,7 @@ impl<'a> Lx<'a> {
         let ptr = info.ptr;
         let mut off = Operand::Imm(0);
         for (d, c) in coords.iter().enumerate() {
-            let c64 = self.to_s64(c.clone());
+            let c64 = self.widen_s64(c.clone());
             if d == 0 {
                 off = c64;
                 continue;
@@ -530,7 +531,7 @@ impl<'a> Lx<'a> {
                     self.const_pred(false)
                 }
                 (Operand::Imm(_), _) => {
-                    let r = self.to_reg(&Val { op: c, ty: DType::I32 });
+                    let r = self.materialize(&Val { op: c, ty: DType::I32 });
                     self.op("setp.lt.u32", RegClass::Pred, vec![r.into(), dims[d].clone()])
                 }
                 _ => self.op("setp.lt.u32", RegClass::Pred, vec![c, dims[d].clone()]),
@@ -579,7 +580,7 @@ impl<'a> Lx<'a> {
             let mid = self.convert(v, F32)?;
             return self.convert(mid, to);
         }
-        let src = self.to_reg(&v);
+        let src = self.materialize(&v);
         let c = class_of(to);
         let r = match (from, to) {
             (F32, F16) => self.op("cvt.rn.f16.f32", c, vec![src.into()]),
@@ -655,12 +656,12 @@ impl<'a> Lx<'a> {
             }
             Expr::Select { cond, then, otherwise } => {
                 let c = self.expr(cond)?;
-                let c = self.to_reg(&c);
+                let c = self.materialize(&c);
                 let a = self.expr(then)?;
                 let b = self.expr(otherwise)?;
                 let t = a.ty;
                 if t == DType::Bool {
-                    let (a, b) = (self.to_reg(&a), self.to_reg(&b));
+                    let (a, b) = (self.materialize(&a), self.materialize(&b));
                     let x = self.op("and.pred", RegClass::Pred, vec![c.into(), a.into()]);
                     let nc = self.op("not.pred", RegClass::Pred, vec![c.into()]);
                     let y = self.op("and.pred", RegClass::Pred, vec![nc.into(), b.into()]);
@@ -688,7 +689,7 @@ impl<'a> Lx<'a> {
 
     fn fma(&mut self, a: Val, b: Val, c: Val) -> R<Val> {
         let t = a.ty;
-        let ra = self.to_reg(&a);
+        let ra = self.materialize(&a);
         let op = match t {
             DType::F32 => "fma.rn.f32".to_string(),
             DType::I32 | DType::U32 | DType::I64 => format!("mad.lo.{}", int_ty(t).unwrap_or("s32")),
@@ -706,7 +707,7 @@ impl<'a> Lx<'a> {
             let y = self.unary(op, x)?;
             return self.convert(y, t);
         }
-        let x = self.to_reg(&a);
+        let x = self.materialize(&a);
         let c = class_of(t);
         let f32_only = |s: &Self| s.err(format!("`{op:?}` needs a float operand, found {t}"));
         let r = match (op, t) {
@@ -762,10 +763,10 @@ impl<'a> Lx<'a> {
             let r = self.binary(op, x, y)?;
             return if op.is_comparison() { Ok(r) } else { self.convert(r, t) };
         }
-        let x = self.to_reg(&a);
+        let x = self.materialize(&a);
         let y = b.op.clone();
         if t == DType::Bool {
-            let y = self.to_reg(&b);
+            let y = self.materialize(&b);
             let r = match op {
                 BinOp::And => self.op("and.pred", RegClass::Pred, vec![x.into(), y.into()]),
                 BinOp::Or => self.op("or.pred", RegClass::Pred, vec![x.into(), y.into()]),
@@ -825,7 +826,7 @@ impl<'a> Lx<'a> {
             let it = int_ty(t).ok_or_else(|| self.err(format!("`{op:?}` is not defined on {t}")))?;
             let bt = bits_ty(t);
             let y = if matches!(op, BinOp::Shl | BinOp::Shr) && t == DType::I64 {
-                let yr = self.to_reg(&b);
+                let yr = self.materialize(&b);
                 Operand::Reg(self.op("cvt.u32.u64", RegClass::B32, vec![yr.into()]))
             } else {
                 y
@@ -990,7 +991,7 @@ impl<'a> Lx<'a> {
             self.mov(r, v.op, t);
             return Ok(());
         }
-        let src = self.to_reg(&v);
+        let src = self.materialize(&v);
         for (i, r) in regs.iter().enumerate() {
             let p = self.op("setp.eq.s32", RegClass::Pred, vec![flat.clone(), Operand::Imm(i as i64)]);
             self.emit_guarded(Inst::Op { op: format!("mov.{}", mov_ty(t)), dst: *r, args: vec![src.into()] }, Some((p, false)));
@@ -1138,7 +1139,7 @@ impl<'a> Lx<'a> {
             }
             StmtKind::If { cond, then, otherwise } => {
                 let c = self.expr(cond)?;
-                let c = self.to_reg(&c);
+                let c = self.materialize(&c);
                 let t = self.capture(|s| {
                     s.lower_block(then);
                     Ok(())
@@ -1226,7 +1227,7 @@ impl<'a> Lx<'a> {
                 let idx = self.index_ops(index)?;
                 let v = self.expr(value)?;
                 let v = self.convert(v, t)?;
-                let vr = self.to_reg(&v);
+                let vr = self.materialize(&v);
                 let addr = self.shared_addr(buf, &idx)?;
                 let region = self.region_of(buf);
                 let g = self.side_effect_guard();
@@ -1241,7 +1242,7 @@ impl<'a> Lx<'a> {
                 let idx = self.index_ops(index)?;
                 let v = self.expr(value)?;
                 let v = self.convert(v, t)?;
-                let vr = self.to_reg(&v);
+                let vr = self.materialize(&v);
                 let p = self.in_bounds(buf, &idx, 0)?;
                 let g = self.side_effect_guard();
                 let p = self.and_pred(p, g);
@@ -1276,7 +1277,7 @@ impl<'a> Lx<'a> {
         let idx = self.index_ops(index)?;
         let v = self.expr(value)?;
         let v = self.convert(v, t)?;
-        let vr = self.to_reg(&v);
+        let vr = self.materialize(&v);
         let p = self.in_bounds(buf, &idx, 0)?;
         let g = self.side_effect_guard();
         let p = self.and_pred(p, g);
@@ -1377,16 +1378,14 @@ impl<'a> Lx<'a> {
         }
         let tile_buf = if sb.scope == Scope::Global { db } else { sb };
         let shape = tile_buf.const_shape().ok_or_else(|| self.err("the tile side of a copy needs a constant shape"))?;
-        if sb.scope != Scope::Global && db.scope != Scope::Global {
-            if sb.const_shape() != db.const_shape() {
-                return Err(self.err(format!("copy from `{}` to `{}`: shapes differ", sb.name, db.name)));
-            }
+        if sb.scope != Scope::Global && db.scope != Scope::Global && sb.const_shape() != db.const_shape() {
+            return Err(self.err(format!("copy from `{}` to `{}`: shapes differ", sb.name, db.name)));
         }
         let fill_val = match fill {
             Some(e) => {
                 let v = self.expr(e)?;
                 let v = self.convert(v, ddt)?;
-                Val { op: Operand::Reg(self.to_reg(&v)), ty: ddt }
+                Val { op: Operand::Reg(self.materialize(&v)), ty: ddt }
             }
             None => Val { op: self.zero(ddt), ty: ddt },
         };
@@ -1527,7 +1526,7 @@ impl<'a> Lx<'a> {
                 for e in 0..v {
                     let r = *regs.get(r0 + e).ok_or_else(|| self.err("internal: fragment register out of range"))?;
                     let c = self.convert(Val { op: r.into(), ty: sdt }, ddt)?;
-                    out.push(self.to_reg(&c));
+                    out.push(self.materialize(&c));
                 }
                 Ok(out)
             }
@@ -1543,7 +1542,7 @@ impl<'a> Lx<'a> {
                 let mut out = Vec::new();
                 for r in raw {
                     let c = self.convert(Val { op: r.into(), ty: sdt }, ddt)?;
-                    out.push(self.to_reg(&c));
+                    out.push(self.materialize(&c));
                 }
                 Ok(out)
             }
@@ -1717,7 +1716,7 @@ impl<'a> Lx<'a> {
                         let c = unflat(f);
                         let x = s.local_read(*sb, &c)?;
                         let x = s.convert(x, ddt)?;
-                        let xr = s.to_reg(&x);
+                        let xr = s.materialize(&x);
                         s.write_elem(dst, &c, ddt, xr)?;
                     }
                     Ok(())
@@ -1806,7 +1805,7 @@ impl<'a> Lx<'a> {
             Scope::Shared => {
                 let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
                 let lay = FragLayout::full(Blocked::new(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
-                let x = self.to_reg(&v);
+                let x = self.materialize(&v);
                 let vw = lay.vec_width() as usize;
                 let region = self.region_of(buf);
                 for r0 in (0..lay.num_regs()).step_by(vw) {
@@ -1887,14 +1886,14 @@ impl<'a> Lx<'a> {
                 let rs = ls.flatten(&l);
                 let x = *src_regs.get(rs).ok_or_else(|| self.err("internal: fragment register out of range"))?;
                 let x = self.convert(Val { op: x.into(), ty: sdt }, acc_t)?;
-                let mut x = self.to_reg(&x);
+                let mut x = self.materialize(&x);
                 if root.dim_padded(rk) {
                     let bound = root.shape[rk] - (lk / root.spt[rk]) * root.thr[rk] * root.spt[rk];
                     if bound <= 0 {
                         continue;
                     }
                     if bound < root.thr[rk] * root.spt[rk] {
-                        let b = self.to_reg(&Val { op: base_k.clone(), ty: DType::I32 });
+                        let b = self.materialize(&Val { op: base_k.clone(), ty: DType::I32 });
                         let p = self.op("setp.lt.s32", RegClass::Pred, vec![b.into(), Operand::Imm(bound)]);
                         x = self.op(format!("selp.{}", mov_ty(acc_t)), c, vec![x.into(), ident.clone(), p.into()]);
                     }
@@ -1973,7 +1972,7 @@ impl<'a> Lx<'a> {
             let mut x = *p;
             if keep {
                 let old = self.convert(Val { op: d.into(), ty: ddt }, acc_t)?;
-                let old = self.to_reg(&old);
+                let old = self.materialize(&old);
                 x = self.op(opname.clone(), c, vec![old.into(), x.into()]);
             }
             let y = self.convert(Val { op: x.into(), ty: acc_t }, ddt)?;
