@@ -153,6 +153,10 @@ fn loop_with_shared_if_atomics_and_locals() {
         assert!(c.ptx.contains("atom.global.add.s32"));
         assert!(c.ptx.contains("cvt.rzi.s32.f32"));
         assert!(c.ptx.contains("bra.uni"));
+        // Launch ABI: tensors, then dims, then scalars, each in order.
+        let order = [".param .u64 p0_x", ".param .u64 p1_total", ".param .u64 p2_counts", ".param .s32 p3_N", ".param .f32 p4_alpha", ".param .u32 p5_lim", ".param .b16 p6_h"];
+        let pos: Vec<usize> = order.iter().map(|p| c.ptx.find(p).unwrap_or_else(|| panic!("{p} missing"))).collect();
+        assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
         // Barrier before the nest (RAW) and at the loop head (WAR across the back-edge).
         assert!(c.ptx.matches("bar.sync").count() >= 2, "{}", c.thread_ir);
     }

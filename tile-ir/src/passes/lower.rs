@@ -122,7 +122,7 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         k: kernel,
         target,
         plan,
-        f: Function { name: kernel.name.clone(), threads: kernel.threads, ..Function::default() },
+        f: Function { name: ptx_identifier(&kernel.name), threads: kernel.threads, ..Function::default() },
         prologue: Vec::new(),
         blocks: vec![Vec::new()],
         span: SpanId::NONE,
@@ -277,9 +277,11 @@ impl<'a> Lx<'a> {
         self.emit_pro(Inst::Op { op: "mov.u32".into(), dst: sm, args: vec![Operand::Symbol(SMEM.into())] });
 
         let mut pi = 0usize;
+        // PTX identifiers: ASCII letters, digits and `_` (names are only hints).
         let mut pname = |n: &str| {
             pi += 1;
-            format!("p{}_{}", pi - 1, n)
+            let clean: String = n.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+            format!("p{}_{}", pi - 1, clean)
         };
         // Tensor pointers.
         let mut ptrs = Vec::new();
@@ -1980,6 +1982,16 @@ impl<'a> Lx<'a> {
         }
         Ok(())
     }
+}
+
+/// `name` as a PTX identifier: other characters become `_`, and a leading
+/// digit gets a `_` prefix.
+pub fn ptx_identifier(name: &str) -> String {
+    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, '_');
+    }
+    s
 }
 
 fn ty_b32(ty: &str) -> &'static str {
