@@ -1,5 +1,12 @@
-//! The pass pipeline, in order, in one place (placeholder: API only).
-use crate::{ir::Kernel, CompileError, Target};
+//! The pass pipeline, in order, in one place (see [`crate::passes`]).
+//!
+//! Expects a kernel as the frontend builds it; verifies it first. Guarantees
+//! PTX for the requested target or a list of errors located at the
+//! statements they concern; never panics on a kernel it cannot lower.
+
+use crate::ir::{Kernel, SpanId};
+use crate::passes::{barriers, layout_infer, lower};
+use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
 #[derive(Clone, Debug)]
@@ -11,10 +18,29 @@ pub struct Compiled {
     pub shared_bytes: u32,
     /// The Thread IR in its text form (for `TILE_DUMP`).
     pub thread_ir: String,
+    /// The layout chosen for each fragment, by name (for dumps and tests).
+    pub layouts: Vec<(String, String)>,
+    /// The Thread IR itself (for later passes, simulators and tests).
+    pub function: thread_ir::Function,
 }
 
-/// Compiles a verified kernel for one target.
+/// Compiles a kernel for one target.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
-    let _ = (kernel, target);
-    Err(vec![CompileError::new(crate::ir::SpanId::NONE, "code generation is not built yet")])
+    crate::verify::verify(kernel)?;
+    if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {
+        return Err(vec![CompileError::new(
+            SpanId::NONE,
+            format!("threads = {} must be a multiple of 32 between 32 and 1024", kernel.threads),
+        )]);
+    }
+    let plan = layout_infer::infer_layouts(kernel)?;
+    let mut func = lower::lower(kernel, target, &plan)?;
+    barriers::insert_barriers(&mut func.body);
+    let ptx = crate::ptx::emit(&func, target);
+    let mut layouts: Vec<(String, String)> =
+        plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
+    layouts.sort();
+    let thread_ir = thread_ir::print_function(&func);
+    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func })
 }

@@ -1,1 +1,17 @@
-//! The passes, one per file (placeholder: owned by the backend work).
+//! The passes, in the order [`crate::compile`] runs them:
+//!
+//! 1. `verify` ([`crate::verify`]): the Tile IR invariants (types, shapes,
+//!    scopes, extents).
+//! 2. [`layout_infer`]: a layout for every fragment and parallel nest
+//!    (blocked distributions; reductions derive replicated layouts; conflicts
+//!    are errors naming both uses).
+//! 3. [`lower`]: Tile IR → Thread IR (uniform scalar code, unrolled parallel
+//!    nests, vectorized masked copies, reductions by registers → shuffles →
+//!    shared memory, thread-0 side effects).
+//! 4. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
+//!    one (RAW, WAR, WAW, across loop back-edges).
+//! 5. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+
+pub mod barriers;
+pub mod layout_infer;
+pub mod lower;

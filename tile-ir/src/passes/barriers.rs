@@ -1,0 +1,226 @@
+//! Barrier insertion on the Thread IR.
+//!
+//! Expects a Thread IR body whose shared-memory instructions name their
+//! [`Region`], where non-uniform `If`/`For` statements contain no barriers,
+//! and where every explicit `bar.sync` sits in uniform code.
+//!
+//! Guarantees a `bar.sync 0` (placed in uniform code) between a write to a
+//! region and a later read or write of it (RAW, WAW), and between a read and a
+//! later write (WAR), including dependences carried around uniform loop
+//! back-edges; no barrier is added where no such dependence exists.
+//! Non-uniform control flow is treated as one compound access (a barrier
+//! cannot be placed inside it), so a barrier goes before it when needed.
+//! Dependences are tracked per region, conservatively assuming that any two
+//! accesses of a region may touch the same bytes from different threads.
+
+use crate::thread_ir::{Inst, Region, Space, Stmt};
+use std::collections::BTreeSet;
+
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+struct State {
+    reads: BTreeSet<Region>,
+    writes: BTreeSet<Region>,
+}
+
+impl State {
+    fn union(&mut self, o: &State) {
+        self.reads.extend(o.reads.iter().copied());
+        self.writes.extend(o.writes.iter().copied());
+    }
+    fn clear(&mut self) {
+        self.reads.clear();
+        self.writes.clear();
+    }
+    /// Whether an access set `acc` (reads, writes) conflicts with pending accesses.
+    fn conflicts(&self, acc: &State) -> bool {
+        let clash = |a: &Region, set: &BTreeSet<Region>| set.iter().any(|b| b.id == a.id && b.op != a.op);
+        acc.reads.iter().any(|r| clash(r, &self.writes))
+            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads))
+    }
+}
+
+/// Inserts the barriers that shared-memory dependences need.
+pub fn insert_barriers(body: &mut Vec<Stmt>) {
+    let mut st = State::default();
+    walk(body, &mut st, true);
+}
+
+/// The shared accesses of a statement (recursively).
+fn accesses(s: &Stmt, acc: &mut State) {
+    match s {
+        Stmt::Inst { inst: Inst::Ld { space: Space::Shared, region: Some(r), .. }, .. } => {
+            acc.reads.insert(*r);
+        }
+        Stmt::Inst { inst: Inst::St { space: Space::Shared, region: Some(r), .. }, .. } => {
+            acc.writes.insert(*r);
+        }
+        Stmt::Inst { .. } | Stmt::Comment(_) => {}
+        Stmt::If { then, otherwise, .. } => {
+            for x in then.iter().chain(otherwise) {
+                accesses(x, acc);
+            }
+        }
+        Stmt::For { body, .. } => {
+            for x in body {
+                accesses(x, acc);
+            }
+        }
+    }
+}
+
+fn bar() -> Stmt {
+    Stmt::Inst { inst: Inst::BarSync, guard: None }
+}
+
+/// Walks `body` from state `st`; with `apply`, inserts the barriers.
+fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
+    let old = std::mem::take(body);
+    let mut out = Vec::with_capacity(old.len());
+    for mut s in old {
+        match &mut s {
+            Stmt::Inst { inst: Inst::BarSync, .. } => st.clear(),
+            Stmt::If { uniform: true, then, otherwise, .. } => {
+                let mut a = st.clone();
+                walk(then, &mut a, apply);
+                let mut b = st.clone();
+                walk(otherwise, &mut b, apply);
+                a.union(&b);
+                *st = a;
+            }
+            Stmt::For { uniform: true, body, .. } => {
+                // A dependence on code before the loop is resolved once, before
+                // it, rather than on every iteration inside it.
+                let mut acc = State::default();
+                for x in body.iter() {
+                    accesses(x, &mut acc);
+                }
+                if st.conflicts(&acc) {
+                    if apply {
+                        out.push(bar());
+                    }
+                    st.clear();
+                }
+                // Fixpoint of the state at the loop head (entry ∪ back-edge).
+                let mut head = st.clone();
+                loop {
+                    let mut s2 = head.clone();
+                    let mut copy = body.clone();
+                    walk(&mut copy, &mut s2, false);
+                    let mut next = head.clone();
+                    next.union(&s2);
+                    if next == head {
+                        break;
+                    }
+                    head = next;
+                }
+                let mut s2 = head.clone();
+                walk(body, &mut s2, apply);
+                *st = head;
+            }
+            other => {
+                let mut acc = State::default();
+                accesses(other, &mut acc);
+                if st.conflicts(&acc) {
+                    if apply {
+                        out.push(bar());
+                    }
+                    st.clear();
+                }
+                st.union(&acc);
+            }
+        }
+        out.push(s);
+    }
+    *body = out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thread_ir::{Address, Operand, Reg};
+
+    fn next_op() -> u32 {
+        static OP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        OP.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+    fn st(r: u32) -> Stmt {
+        Stmt::Inst {
+            inst: Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region { id: r, op: next_op() }) },
+            guard: None,
+        }
+    }
+    fn ld(r: u32) -> Stmt {
+        Stmt::Inst {
+            inst: Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region { id: r, op: next_op() }) },
+            guard: None,
+        }
+    }
+    fn count(b: &[Stmt]) -> usize {
+        b.iter()
+            .map(|s| match s {
+                Stmt::Inst { inst: Inst::BarSync, .. } => 1,
+                Stmt::If { then, otherwise, .. } => count(then) + count(otherwise),
+                Stmt::For { body, .. } => count(body),
+                _ => 0,
+            })
+            .sum()
+    }
+    fn lp(body: Vec<Stmt>) -> Stmt {
+        Stmt::For { var: Reg(1), start: Operand::Imm(0), end: Operand::Imm(4), exit: Reg(2), uniform: true, body }
+    }
+
+    #[test]
+    fn raw_war_and_independent_regions() {
+        let mut b = vec![st(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1);
+        assert!(matches!(b[1], Stmt::Inst { inst: Inst::BarSync, .. }));
+        let mut b = vec![st(0), ld(1), st(2)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 0);
+        let mut b = vec![ld(0), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1);
+        let mut b = vec![ld(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 0);
+        // Accesses of one region by one collective operation never conflict.
+        let one = Region { id: 7, op: 1 };
+        let mk = |store: bool| Stmt::Inst {
+            inst: if store {
+                Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(one) }
+            } else {
+                Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(one) }
+            },
+            guard: None,
+        };
+        let mut b = vec![mk(true), mk(true), mk(false)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 0);
+    }
+
+    #[test]
+    fn loop_back_edge_needs_a_barrier() {
+        // for { write S; read S }: RAW inside, WAR across the back-edge.
+        let mut b = vec![lp(vec![st(0), ld(0)])];
+        insert_barriers(&mut b);
+        let Stmt::For { body, .. } = &b[0] else { panic!() };
+        assert_eq!(count(body), 2, "{body:?}");
+        assert!(matches!(body[0], Stmt::Inst { inst: Inst::BarSync, .. }));
+        // Reads only: nothing.
+        let mut b = vec![st(0), lp(vec![ld(0)])];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1);
+        let Stmt::For { body, .. } = &b[2] else { panic!() };
+        assert_eq!(count(body), 0);
+    }
+
+    #[test]
+    fn divergent_blocks_get_barriers_outside() {
+        let div = |x: Vec<Stmt>| Stmt::If { cond: Reg(3), negate: false, uniform: false, then: x, otherwise: vec![] };
+        let mut b = vec![div(vec![st(0)]), div(vec![ld(0)])];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 3);
+        assert!(matches!(b[1], Stmt::Inst { inst: Inst::BarSync, .. }));
+    }
+}

@@ -1,0 +1,509 @@
+//! Layout inference: gives every fragment a [`FragLayout`] and every
+//! parallel loop nest the layout its iterations are distributed by.
+//!
+//! Expects a verified kernel. Walks the body in program order; the first
+//! statement that touches a fragment fixes its layout:
+//! - a copy from/to global or shared memory: a [`Blocked`] layout whose
+//!   vector width is 16 bytes of the other side's element type (so global
+//!   accesses can be 16-byte vectors);
+//! - a reduction: the destination gets the source's layout without the
+//!   reduced dim (replicated across the threads that held a row);
+//! - a fragment-to-fragment copy: both sides share one layout;
+//! - a parallel nest: the nest takes the layout of a fragment indexed by all
+//!   its loop variables (in order); fragments indexed by a subset take the
+//!   nest's layout restricted to those dims.
+//!
+//! Later uses must agree (same threads and registers for every coordinate,
+//! [`FragLayout::agrees`]); otherwise a [`CompileError`] names both uses.
+//! Guarantees: every fragment that is used has a layout whose shape is the
+//! fragment's shape; every parallel nest (keyed by its outermost loop
+//! variable) has a layout whose shape is its iteration space.
+
+use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind, VarId};
+use crate::layout::{Blocked, FragLayout};
+use crate::CompileError;
+use std::collections::HashMap;
+
+/// The layouts chosen for a kernel.
+#[derive(Clone, Debug, Default)]
+pub struct LayoutPlan {
+    pub frags: HashMap<BufferId, FragLayout>,
+    /// The layout of each parallel nest, keyed by its outermost loop variable.
+    pub nests: HashMap<VarId, FragLayout>,
+}
+
+/// A maximal nest of `Parallel` loops.
+pub struct Nest<'a> {
+    pub vars: Vec<VarId>,
+    pub starts: Vec<i64>,
+    pub extents: Vec<i64>,
+    pub body: &'a [Stmt],
+}
+
+/// Evaluates an integer expression made of constants only.
+pub fn const_int(e: &Expr) -> Option<i64> {
+    use crate::ir::{BinOp, Value};
+    match e {
+        Expr::Const(Value::I32(v)) => Some(*v as i64),
+        Expr::Const(Value::U32(v)) => Some(*v as i64),
+        Expr::Const(Value::I64(v)) => Some(*v),
+        Expr::Cast { arg, to } if to.is_int() => const_int(arg),
+        Expr::Binary { op, lhs, rhs } => {
+            let (a, b) = (const_int(lhs)?, const_int(rhs)?);
+            Some(match op {
+                BinOp::Add => a.checked_add(b)?,
+                BinOp::Sub => a.checked_sub(b)?,
+                BinOp::Mul => a.checked_mul(b)?,
+                BinOp::Div if b != 0 => a / b,
+                BinOp::Rem if b != 0 => a % b,
+                BinOp::Min => a.min(b),
+                BinOp::Max => a.max(b),
+                _ => return None,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// If `stmt` is a parallel loop, the maximal nest it starts: the chain of
+/// parallel loops each of which is the only statement of its parent's body.
+pub fn parallel_nest(stmt: &Stmt) -> Option<Result<Nest<'_>, CompileError>> {
+    let StmtKind::For { kind: LoopKind::Parallel, .. } = &stmt.kind else { return None };
+    let mut nest = Nest { vars: vec![], starts: vec![], extents: vec![], body: &[] };
+    let mut cur = stmt;
+    loop {
+        let StmtKind::For { var, start, end, body, .. } = &cur.kind else {
+            return Some(Err(CompileError::new(cur.span, "internal: parallel nest chain contains a non-loop")));
+        };
+        let (Some(s), Some(e)) = (const_int(start), const_int(end)) else {
+            return Some(Err(CompileError::new(cur.span, "a parallel loop needs constant bounds")));
+        };
+        if e <= s {
+            return Some(Err(CompileError::new(cur.span, "a parallel loop needs a non-empty constant range")));
+        }
+        nest.vars.push(*var);
+        nest.starts.push(s);
+        nest.extents.push(e - s);
+        match body.as_slice() {
+            [inner @ Stmt { kind: StmtKind::For { kind: LoopKind::Parallel, .. }, .. }] => cur = inner,
+            _ => {
+                nest.body = body;
+                break;
+            }
+        }
+    }
+    if nest.vars.len() > 3 {
+        return Some(Err(CompileError::new(stmt.span, "parallel loop nests may have at most 3 dimensions")));
+    }
+    Some(Ok(nest))
+}
+
+/// Which nest dims a fragment index names: `Some(positions)` when every index
+/// is a distinct nest variable in increasing nest order.
+pub fn nest_positions(nest_vars: &[VarId], index: &[Expr]) -> Option<Vec<usize>> {
+    let mut pos = Vec::new();
+    for e in index {
+        let Expr::Var(v) = e else { return None };
+        let p = nest_vars.iter().position(|x| x == v)?;
+        if pos.last().is_some_and(|&l| l >= p) {
+            return None;
+        }
+        pos.push(p);
+    }
+    Some(pos)
+}
+
+struct Infer<'k> {
+    k: &'k Kernel,
+    plan: LayoutPlan,
+    /// Where each fragment's layout was fixed (for conflict messages).
+    origin: HashMap<BufferId, String>,
+    /// Preferred vector width of each fragment (from its copies), and
+    /// whether it comes from a global copy.
+    vec_hint: HashMap<BufferId, (bool, i64)>,
+    errors: Vec<CompileError>,
+    phase: Phase,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Phase {
+    Reductions,
+    Nests,
+    Rest,
+}
+
+/// Infers the layouts of `kernel`'s fragments and parallel nests.
+pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
+    let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![], phase: Phase::Reductions };
+    inf.collect_hints(&kernel.body);
+    // Reductions constrain the most (their results must be replicated rows
+    // of their sources), then parallel nests and fragment-to-fragment
+    // copies; copies to/from memory and fills accept any layout.
+    inf.phase = Phase::Reductions;
+    inf.block(&kernel.body);
+    // Nests and fragment copies: those that touch a fragment whose layout is
+    // already fixed go first (they propagate it); when none is left, the
+    // first remaining one picks a default layout, and so on.
+    inf.phase = Phase::Nests;
+    let mut items = Vec::new();
+    collect_nest_items(kernel, &kernel.body, &mut items);
+    let mut done = vec![false; items.len()];
+    loop {
+        let mut progress = false;
+        for (i, s) in items.iter().enumerate() {
+            if !done[i] && inf.touches_fixed(s) {
+                inf.stmt(s);
+                done[i] = true;
+                progress = true;
+            }
+        }
+        if progress {
+            continue;
+        }
+        match done.iter().position(|d| !d) {
+            Some(i) => {
+                inf.stmt(items[i]);
+                done[i] = true;
+            }
+            None => break,
+        }
+    }
+    inf.phase = Phase::Rest;
+    inf.block(&kernel.body);
+    if inf.errors.is_empty() {
+        Ok(inf.plan)
+    } else {
+        Err(inf.errors)
+    }
+}
+
+/// The parallel nests and fragment-to-fragment copies of `body`, in program order.
+fn collect_nest_items<'a>(k: &Kernel, body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
+    for s in body {
+        if parallel_nest(s).is_some() {
+            out.push(s);
+            continue;
+        }
+        match &s.kind {
+            StmtKind::For { body, .. } => collect_nest_items(k, body, out),
+            StmtKind::If { then, otherwise, .. } => {
+                collect_nest_items(k, then, out);
+                collect_nest_items(k, otherwise, out);
+            }
+            StmtKind::Copy { src, dst, .. }
+                if k.buffer(src.buf).scope == Scope::Fragment && k.buffer(dst.buf).scope == Scope::Fragment =>
+            {
+                out.push(s)
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Infer<'_> {
+    /// Whether a nest or fragment copy touches a fragment with a fixed layout.
+    fn touches_fixed(&self, s: &Stmt) -> bool {
+        match &s.kind {
+            StmtKind::Copy { src, dst, .. } => {
+                self.plan.frags.contains_key(&src.buf) || self.plan.frags.contains_key(&dst.buf)
+            }
+            _ => {
+                let mut any = false;
+                if let Some(Ok(n)) = parallel_nest(s) {
+                    visit_frag_accesses(self.k, n.body, &mut |b, _| any |= self.plan.frags.contains_key(&b));
+                }
+                any
+            }
+        }
+    }
+
+    fn is_frag(&self, b: BufferId) -> bool {
+        self.k.buffer(b).scope == Scope::Fragment
+    }
+    fn name(&self, b: BufferId) -> &str {
+        &self.k.buffer(b).name
+    }
+
+    fn collect_hints(&mut self, body: &[Stmt]) {
+        for s in body {
+            match &s.kind {
+                StmtKind::Copy { src, dst, .. } => {
+                    for (a, b) in [(src.buf, dst.buf), (dst.buf, src.buf)] {
+                        let other = self.k.buffer(b);
+                        if self.is_frag(a) && matches!(other.scope, Scope::Global | Scope::Shared) {
+                            // Global copies decide (16-byte global vectors
+                            // matter most); shared ones only when no global does.
+                            let v = (16 / other.dtype.size_bytes() as i64).max(1);
+                            let global = other.scope == Scope::Global;
+                            match self.vec_hint.get(&a) {
+                                Some((true, _)) => {}
+                                Some((false, _)) if !global => {}
+                                _ => {
+                                    self.vec_hint.insert(a, (global, v));
+                                }
+                            }
+                        }
+                    }
+                }
+                StmtKind::For { body, .. } => self.collect_hints(body),
+                StmtKind::If { then, otherwise, .. } => {
+                    self.collect_hints(then);
+                    self.collect_hints(otherwise);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn default_layout(&self, b: BufferId) -> FragLayout {
+        let buf = self.k.buffer(b);
+        let shape = buf.const_shape().unwrap_or_default();
+        let hint = self.vec_hint.get(&b).map(|h| h.1).unwrap_or((16 / buf.dtype.size_bytes() as i64).max(1));
+        FragLayout::full(Blocked::new(&shape, self.k.threads, hint))
+    }
+
+    fn ensure(&mut self, b: BufferId, why: impl FnOnce() -> String) {
+        if !self.plan.frags.contains_key(&b) {
+            let l = self.default_layout(b);
+            self.plan.frags.insert(b, l);
+            self.origin.insert(b, why());
+        }
+    }
+
+    /// Gives `b` the layout `want` (set by `why`), or checks that its layout agrees.
+    fn constrain(&mut self, b: BufferId, want: FragLayout, why: String, span: SpanId) {
+        match self.plan.frags.get(&b) {
+            None => {
+                self.plan.frags.insert(b, want);
+                self.origin.insert(b, why);
+            }
+            Some(have) if have.agrees(&want) => {}
+            Some(have) => {
+                let msg = format!(
+                    "layout conflict on fragment `{}`: {} gives it {}, but {} needs {}",
+                    self.name(b),
+                    self.origin.get(&b).cloned().unwrap_or_default(),
+                    have.describe(),
+                    why,
+                    want.describe()
+                );
+                self.errors.push(CompileError::new(span, msg));
+            }
+        }
+    }
+
+    fn block(&mut self, body: &[Stmt]) {
+        for s in body {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        if let Some(nest) = parallel_nest(s) {
+            if self.phase != Phase::Nests {
+                return;
+            }
+            match nest {
+                Ok(n) => self.nest(&n, s.span),
+                Err(e) => self.errors.push(e),
+            }
+            return;
+        }
+        match &s.kind {
+            StmtKind::For { body, .. } => self.block(body),
+            StmtKind::If { then, otherwise, .. } => {
+                self.block(then);
+                self.block(otherwise);
+            }
+            StmtKind::Copy { src, dst, .. } => {
+                let (sf, df) = (self.is_frag(src.buf), self.is_frag(dst.buf));
+                if sf && df {
+                    if self.phase != Phase::Nests {
+                        return;
+                    }
+                    let (a, b) = (src.buf, dst.buf);
+                    let why = format!("the copy from `{}` to `{}`", self.name(a), self.name(b));
+                    match (self.plan.frags.get(&a).cloned(), self.plan.frags.get(&b).cloned()) {
+                        (Some(la), _) => self.constrain(b, la, why, s.span),
+                        (None, Some(lb)) => self.constrain(a, lb, why, s.span),
+                        (None, None) => {
+                            self.ensure(a, || why.clone());
+                            let la = self.plan.frags[&a].clone();
+                            self.constrain(b, la, why, s.span);
+                        }
+                    }
+                } else if self.phase == Phase::Rest {
+                    for b in [src.buf, dst.buf] {
+                        if self.is_frag(b) {
+                            let (sn, dn) = (self.name(src.buf).to_string(), self.name(dst.buf).to_string());
+                            self.ensure(b, || format!("the copy from `{sn}` to `{dn}`"));
+                        }
+                    }
+                }
+            }
+            StmtKind::Fill { buf, .. } if self.is_frag(*buf) && self.phase == Phase::Rest => {
+                let n = self.name(*buf).to_string();
+                self.ensure(*buf, || format!("the fill of `{n}`"));
+            }
+            StmtKind::Reduce { src, dst, dim, .. } => {
+                if !self.is_frag(*src) || !self.is_frag(*dst) || self.phase != Phase::Reductions {
+                    return;
+                }
+                let sn = self.name(*src).to_string();
+                self.ensure(*src, || format!("the reduction of `{sn}`"));
+                let sl = self.plan.frags[src].clone();
+                if *dim >= sl.rank() {
+                    self.errors.push(CompileError::new(s.span, format!("reduce dim {dim} is out of range for `{sn}`")));
+                    return;
+                }
+                let why = format!("the reduction of `{sn}` along dim {dim}");
+                self.constrain(*dst, sl.reduced(*dim), why, s.span);
+            }
+            _ => {}
+        }
+    }
+
+    /// A layout for nest `n` that agrees with the fragments it reads that
+    /// already have layouts and cover its outer dims (e.g. `m[i]` from a
+    /// reduction read in a nest over `(i, j)`), when there is one.
+    fn layout_from_rows(&self, n: &Nest<'_>, uses: &[(BufferId, Vec<usize>)], full: Option<BufferId>) -> Option<FragLayout> {
+        let mut fixed: Vec<Option<(i64, i64, i64, i64)>> = vec![None; n.vars.len()];
+        for (b, p) in uses {
+            let Some(l) = self.plan.frags.get(b) else { continue };
+            for (a, &nd) in p.iter().enumerate() {
+                let d = l.kept[a];
+                let r = &l.root;
+                let want = (r.thr[d], r.spt[d], r.reps[d], r.stride[d]);
+                match fixed[nd] {
+                    None => fixed[nd] = Some(want),
+                    Some(x) if x == want => {}
+                    Some(_) => return None,
+                }
+            }
+        }
+        let prefix: Vec<(i64, i64, i64, i64)> = fixed.iter().map_while(|x| *x).collect();
+        if prefix.is_empty() || fixed[prefix.len()..].iter().any(|x| x.is_some()) {
+            return None;
+        }
+        let hint = match full {
+            Some(b) => self.default_layout(b).vec_width().max(1),
+            None => 1,
+        };
+        let hint = full.and_then(|b| self.vec_hint.get(&b).map(|h| h.1)).unwrap_or(hint);
+        Blocked::with_outer_fixed(&n.extents, self.k.threads, hint, &prefix).map(FragLayout::full)
+    }
+
+    fn nest(&mut self, n: &Nest<'_>, span: SpanId) {
+        // Fragment accesses in the body: (buffer, positions).
+        let mut uses: Vec<(BufferId, Vec<usize>)> = Vec::new();
+        let mut bad: Vec<String> = Vec::new();
+        visit_frag_accesses(self.k, n.body, &mut |b, index| match nest_positions(&n.vars, index) {
+            Some(p) => uses.push((b, p)),
+            None => bad.push(self.k.buffer(b).name.clone()),
+        });
+        for name in bad {
+            self.errors.push(CompileError::new(
+                span,
+                format!("fragment `{name}` must be indexed by the enclosing parallel loop variables, in loop order"),
+            ));
+        }
+        let vars: Vec<String> = n.vars.iter().map(|v| self.k.var(*v).name.clone()).collect();
+        let loop_desc = format!("the parallel loop over ({})", vars.join(", "));
+        let rank = n.vars.len();
+        // The nest's layout: from a fragment indexed by every loop variable.
+        let full: Vec<BufferId> = uses.iter().filter(|(_, p)| p.len() == rank).map(|(b, _)| *b).collect();
+        let nest_layout = if let Some(&b) = full.iter().find(|b| self.plan.frags.contains_key(b)) {
+            self.plan.frags[&b].clone()
+        } else if let Some(l) = self.layout_from_rows(n, &uses, full.first().copied()) {
+            l
+        } else if let Some(&b) = full.first() {
+            let why = format!("{loop_desc} (first use of `{}`)", self.name(b));
+            self.ensure(b, || why);
+            self.plan.frags[&b].clone()
+        } else {
+            FragLayout::full(Blocked::new(&n.extents, self.k.threads, 1))
+        };
+        if nest_layout.shape() != n.extents {
+            self.errors.push(CompileError::new(
+                span,
+                format!(
+                    "{loop_desc} has extents {:?} but the fragments it indexes have shape {:?}",
+                    n.extents,
+                    nest_layout.shape()
+                ),
+            ));
+            return;
+        }
+        for (b, p) in uses {
+            let view = FragLayout { root: nest_layout.root.clone(), kept: p.iter().map(|&i| nest_layout.kept[i]).collect() };
+            let why = format!("{loop_desc} (its access to `{}`)", self.name(b));
+            self.constrain(b, view, why, span);
+        }
+        self.plan.nests.insert(n.vars[0], nest_layout);
+    }
+}
+
+/// Calls `f(buffer, index)` for every fragment element access in `body`.
+pub fn visit_frag_accesses(k: &Kernel, body: &[Stmt], f: &mut dyn FnMut(BufferId, &[Expr])) {
+    fn expr(k: &Kernel, e: &Expr, f: &mut dyn FnMut(BufferId, &[Expr])) {
+        match e {
+            Expr::Load { buf, index } => {
+                if k.buffer(*buf).scope == Scope::Fragment {
+                    f(*buf, index);
+                }
+                for i in index {
+                    expr(k, i, f);
+                }
+            }
+            Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr(k, arg, f),
+            Expr::Binary { lhs, rhs, .. } => {
+                expr(k, lhs, f);
+                expr(k, rhs, f);
+            }
+            Expr::Fma { a, b, c } => {
+                expr(k, a, f);
+                expr(k, b, f);
+                expr(k, c, f);
+            }
+            Expr::Select { cond, then, otherwise } => {
+                expr(k, cond, f);
+                expr(k, then, f);
+                expr(k, otherwise, f);
+            }
+            Expr::Const(_) | Expr::Var(_) => {}
+        }
+    }
+    for s in body {
+        match &s.kind {
+            StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => expr(k, value, f),
+            StmtKind::Store { buf, index, value } => {
+                if k.buffer(*buf).scope == Scope::Fragment {
+                    f(*buf, index);
+                }
+                for i in index {
+                    expr(k, i, f);
+                }
+                expr(k, value, f);
+            }
+            StmtKind::AtomicAdd { index, value, .. } => {
+                for i in index {
+                    expr(k, i, f);
+                }
+                expr(k, value, f);
+            }
+            StmtKind::For { start, end, body, .. } => {
+                expr(k, start, f);
+                expr(k, end, f);
+                visit_frag_accesses(k, body, f);
+            }
+            StmtKind::If { cond, then, otherwise } => {
+                expr(k, cond, f);
+                visit_frag_accesses(k, then, f);
+                visit_frag_accesses(k, otherwise, f);
+            }
+            StmtKind::Fill { value, .. } => expr(k, value, f),
+            StmtKind::Copy { fill: Some(v), .. } => expr(k, v, f),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Kernels built by hand with the `Kernel` builder, shared by the codegen tests.
+#![allow(dead_code)]
+
+use tile_ir::*;
+
+pub fn frag(k: &mut Kernel, name: &str, dt: DType, shape: &[i64]) -> BufferId {
+    buffer(k, name, Scope::Fragment, dt, shape)
+}
+
+pub fn buffer(k: &mut Kernel, name: &str, scope: Scope, dt: DType, shape: &[i64]) -> BufferId {
+    k.add_buffer(Buffer {
+        name: name.into(),
+        scope,
+        dtype: dt,
+        shape: shape.iter().map(|&c| Extent::Const(c)).collect(),
+        mutable: true,
+        span: SpanId::NONE,
+    })
+}
+
+pub fn s(kind: StmtKind) -> Stmt {
+    Stmt::new(kind)
+}
+
+pub fn v(x: VarId) -> Expr {
+    Expr::var(x)
+}
+
+pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+    Expr::binary(op, a, b)
+}
+
+pub fn copy(src: BufferId, so: Vec<Expr>, dst: BufferId, dor: Vec<Expr>) -> Stmt {
+    s(StmtKind::Copy { src: TileRef { buf: src, origin: so }, dst: TileRef { buf: dst, origin: dor }, fill: None })
+}
+
+pub fn par(k: &mut Kernel, name: &str, n: i64, body: impl FnOnce(VarId) -> Vec<Stmt>) -> Stmt {
+    let i = k.add_var(name, DType::I32, VarKind::Loop);
+    s(StmtKind::For { var: i, start: Expr::i32(0), end: Expr::i32(n as i32), kind: LoopKind::Parallel, body: body(i) })
+}
+
+pub fn par2(k: &mut Kernel, n0: i64, n1: i64, body: impl FnOnce(VarId, VarId) -> Vec<Stmt>) -> Stmt {
+    let i = k.add_var("i", DType::I32, VarKind::Loop);
+    let j = k.add_var("j", DType::I32, VarKind::Loop);
+    let inner = s(StmtKind::For { var: j, start: Expr::i32(0), end: Expr::i32(n1 as i32), kind: LoopKind::Parallel, body: body(i, j) });
+    s(StmtKind::For { var: i, start: Expr::i32(0), end: Expr::i32(n0 as i32), kind: LoopKind::Parallel, body: vec![inner] })
+}
+
+pub fn vector_add(threads: u32, block: i64) -> Kernel {
+    let mut k = Kernel::new("vector_add", threads);
+    let n = k.add_dim("N");
+    let a = k.add_tensor_param("a", DType::F32, vec![Extent::Dyn(n)], false);
+    let b = k.add_tensor_param("b", DType::F32, vec![Extent::Dyn(n)], false);
+    let c = k.add_tensor_param("c", DType::F32, vec![Extent::Dyn(n)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let x = frag(&mut k, "x", DType::F32, &[block]);
+    let y = frag(&mut k, "y", DType::F32, &[block]);
+    let origin = || vec![bin(BinOp::Mul, v(bx), Expr::i32(block as i32))];
+    let lp = par(&mut k, "i", block, |i| {
+        vec![s(StmtKind::Store {
+            buf: x,
+            index: vec![v(i)],
+            value: bin(BinOp::Add, Expr::load(x, vec![v(i)]), Expr::load(y, vec![v(i)])),
+        })]
+    });
+    k.body = vec![copy(a, origin(), x, vec![]), copy(b, origin(), y, vec![]), lp, copy(x, vec![], c, origin())];
+    k
+}
+
+/// Row softmax: one block per row of an f16 [M, N] tensor, N ≤ BN.
+pub fn softmax(threads: u32, bn: i64) -> Kernel {
+    let mut k = Kernel::new("softmax", threads);
+    let m = k.add_dim("M");
+    let n = k.add_dim("N");
+    let xin = k.add_tensor_param("x", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(n)], false);
+    let yout = k.add_tensor_param("y", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(n)], true);
+    k.grid[0] = v(m);
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let xs = frag(&mut k, "s", DType::F32, &[1, bn]);
+    let mx = frag(&mut k, "mx", DType::F32, &[1]);
+    let sum = frag(&mut k, "sum", DType::F32, &[1]);
+    let scale = std::f32::consts::LOG2_E;
+    let e1 = par2(&mut k, 1, bn, |i, j| {
+        vec![s(StmtKind::Store {
+            buf: xs,
+            index: vec![v(i), v(j)],
+            value: Expr::unary(
+                UnOp::Exp2,
+                bin(BinOp::Mul, bin(BinOp::Sub, Expr::load(xs, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)])), Expr::f32(scale)),
+            ),
+        })]
+    });
+    let e2 = par2(&mut k, 1, bn, |i, j| {
+        vec![s(StmtKind::Store {
+            buf: xs,
+            index: vec![v(i), v(j)],
+            value: bin(BinOp::Div, Expr::load(xs, vec![v(i), v(j)]), Expr::load(sum, vec![v(i)])),
+        })]
+    });
+    k.body = vec![
+        s(StmtKind::Copy {
+            src: TileRef { buf: xin, origin: vec![v(bx), Expr::i32(0)] },
+            dst: TileRef { buf: xs, origin: vec![] },
+            fill: Some(Expr::f32(f32::NEG_INFINITY)),
+        }),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: xs, dst: mx, dim: 1, keep: false }),
+        e1,
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: xs, dst: sum, dim: 1, keep: false }),
+        e2,
+        copy(xs, vec![], yout, vec![v(bx), Expr::i32(0)]),
+    ];
+    k
+}
+
+pub fn store(buf: BufferId, index: Vec<Expr>, value: Expr) -> Stmt {
+    s(StmtKind::Store { buf, index, value })
+}
+
+pub fn ld(buf: BufferId, index: Vec<Expr>) -> Expr {
+    Expr::load(buf, index)
+}
+
+pub fn reduce_kernel(shape: &[i64], dim: usize, op: ReduceOp, dt: DType, threads: u32) -> Kernel {
+    let mut k = Kernel::new(format!("reduce_{}d_dim{dim}_{:?}_{}", shape.len(), op, dt.name()), threads);
+    let dims: Vec<VarId> = (0..shape.len()).map(|d| k.add_dim(format!("D{d}"))).collect();
+    let x = k.add_tensor_param("x", dt, dims.iter().map(|&d| Extent::Dyn(d)).collect(), false);
+    let mut out_shape: Vec<Extent> = dims.iter().map(|&d| Extent::Dyn(d)).collect();
+    out_shape.remove(dim);
+    let y = k.add_tensor_param("y", DType::F32, out_shape, true);
+    let f = frag(&mut k, "f", DType::F32, shape);
+    let mut rshape = shape.to_vec();
+    rshape.remove(dim);
+    let r = frag(&mut k, "r", DType::F32, &rshape);
+    let zeros = |n: usize| (0..n).map(|_| Expr::i32(0)).collect::<Vec<_>>();
+    k.body = vec![
+        copy(x, zeros(shape.len()), f, vec![]),
+        s(StmtKind::Fill { buf: r, value: Expr::f32(1.0) }),
+        s(StmtKind::Reduce { op, src: f, dst: r, dim, keep: true }),
+        copy(r, vec![], y, zeros(rshape.len())),
+    ];
+    k
+}
+
+pub fn shared_transpose(threads: u32, r: i64, c: i64) -> Kernel {
+    let mut k = Kernel::new("transpose", threads);
+    let m = k.add_dim("M");
+    let n = k.add_dim("N");
+    let a = k.add_tensor_param("a", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(n)], false);
+    let b = k.add_tensor_param("b", DType::F16, vec![Extent::Dyn(n), Extent::Dyn(m)], true);
+    k.grid = [Expr::cdiv(v(n), Expr::i32(c as i32)), Expr::cdiv(v(m), Expr::i32(r as i32)), Expr::i32(1)];
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
+    let sa = buffer(&mut k, "sa", Scope::Shared, DType::F16, &[r, c]);
+    let t = frag(&mut k, "t", DType::F16, &[c, r]);
+    let lp = par2(&mut k, c, r, |i, j| vec![store(t, vec![v(i), v(j)], ld(sa, vec![v(j), v(i)]))]);
+    k.body = vec![
+        copy(a, vec![bin(BinOp::Mul, v(by), Expr::i32(r as i32)), bin(BinOp::Mul, v(bx), Expr::i32(c as i32))], sa, vec![]),
+        lp,
+        copy(t, vec![], b, vec![bin(BinOp::Mul, v(bx), Expr::i32(c as i32)), bin(BinOp::Mul, v(by), Expr::i32(r as i32))]),
+    ];
+    k
+}
+
+pub fn loop_kernel(threads: u32) -> Kernel {
+    let mut k = Kernel::new("looped", threads);
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::BF16, vec![Extent::Dyn(n)], false);
+    let total = k.add_tensor_param("total", DType::F32, vec![Extent::Const(4)], true);
+    let counts = k.add_tensor_param("counts", DType::I32, vec![Extent::Const(4)], true);
+    let alpha = k.add_scalar_param("alpha", DType::F32);
+    let lim = k.add_scalar_param("lim", DType::U32);
+    let h = k.add_scalar_param("h", DType::F16);
+    let xs = buffer(&mut k, "xs", Scope::Shared, DType::F32, &[256]);
+    let acc = frag(&mut k, "acc", DType::F32, &[1, 256]);
+    let red = frag(&mut k, "red", DType::F32, &[1]);
+    let loc = buffer(&mut k, "loc", Scope::Local, DType::I32, &[4]);
+    let it = k.add_var("it", DType::I32, VarKind::Loop);
+    let cnt = k.add_var("cnt", DType::I32, VarKind::Mut);
+    let q = k.add_var("q", DType::F32, VarKind::Let);
+    let lp = par2(&mut k, 1, 256, |i, j| {
+        vec![store(
+            acc,
+            vec![v(i), v(j)],
+            Expr::Fma {
+                a: Box::new(ld(xs, vec![v(j)])),
+                b: Box::new(v(alpha)),
+                c: Box::new(ld(acc, vec![v(i), v(j)])),
+            },
+        )]
+    });
+    let body = vec![
+        copy(x, vec![bin(BinOp::Mul, v(it), Expr::i32(256))], xs, vec![]),
+        lp,
+        s(StmtKind::If {
+            cond: bin(BinOp::Lt, Expr::cast(DType::U32, v(it)), v(lim)),
+            then: vec![s(StmtKind::Assign { var: cnt, value: bin(BinOp::Add, v(cnt), Expr::i32(1)) })],
+            otherwise: vec![s(StmtKind::Assign { var: cnt, value: bin(BinOp::Sub, v(cnt), Expr::i32(1)) })],
+        }),
+        store(loc, vec![bin(BinOp::Rem, v(it), Expr::i32(4))], v(cnt)),
+    ];
+    k.body = vec![
+        s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
+        s(StmtKind::Fill { buf: loc, value: Expr::i32(0) }),
+        s(StmtKind::Let { var: cnt, value: Expr::i32(0) }),
+        s(StmtKind::For { var: it, start: Expr::i32(0), end: Expr::cdiv(v(n), Expr::i32(256)), kind: LoopKind::Serial, body }),
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: acc, dst: red, dim: 1, keep: false }),
+        copy(red, vec![], total, vec![Expr::i32(1)]),
+        s(StmtKind::Let { var: q, value: bin(BinOp::Mul, Expr::cast(DType::F32, v(h)), Expr::cast(DType::F32, ld(loc, vec![Expr::i32(1)]))) }),
+        s(StmtKind::AtomicAdd { buf: total, index: vec![Expr::i32(0)], value: Expr::unary(UnOp::Sqrt, Expr::unary(UnOp::Abs, v(q))) }),
+        s(StmtKind::AtomicAdd { buf: counts, index: vec![Expr::i32(1)], value: v(cnt) }),
+        s(StmtKind::Store { buf: counts, index: vec![Expr::i32(2)], value: Expr::cast(DType::I32, Expr::unary(UnOp::Exp, v(alpha))) }),
+    ];
+    k
+}
+
+/// Element-wise casts and integer arithmetic in a parallel loop, with
+/// global loads and stores inside the loop (bounds-checked per element).
+pub fn casts_kernel(threads: u32, block: i64) -> Kernel {
+    let mut k = Kernel::new("casts", threads);
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(n)], false);
+    let oi = k.add_tensor_param("oi", DType::I32, vec![Extent::Dyn(n)], true);
+    let ou = k.add_tensor_param("ou", DType::U32, vec![Extent::Dyn(n)], true);
+    let oh = k.add_tensor_param("oh", DType::F16, vec![Extent::Dyn(n)], true);
+    let ob = k.add_tensor_param("ob", DType::BF16, vec![Extent::Dyn(n)], true);
+    let od = k.add_tensor_param("od", DType::I32, vec![Extent::Dyn(n)], true);
+    let of = k.add_tensor_param("of", DType::F32, vec![Extent::Dyn(n)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let g = k.add_var("g", DType::I32, VarKind::Let);
+    let xv = k.add_var("xv", DType::F32, VarKind::Let);
+    let lp = par(&mut k, "i", block, |i| {
+        let gi = bin(BinOp::Add, bin(BinOp::Mul, v(bx), Expr::i32(block as i32)), v(i));
+        let c = bin(BinOp::Sub, v(g), Expr::i32(500));
+        vec![
+            s(StmtKind::Let { var: g, value: gi }),
+            s(StmtKind::Let { var: xv, value: ld(x, vec![v(g)]) }),
+            store(oi, vec![v(g)], Expr::cast(DType::I32, v(xv))),
+            store(ou, vec![v(g)], Expr::cast(DType::U32, v(xv))),
+            store(oh, vec![v(g)], Expr::cast(DType::F16, v(xv))),
+            store(ob, vec![v(g)], Expr::cast(DType::BF16, bin(BinOp::Mul, v(xv), Expr::f32(3.0)))),
+            store(
+                od,
+                vec![v(g)],
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Div, c.clone(), Expr::i32(7)),
+                    bin(BinOp::Mul, bin(BinOp::Rem, c.clone(), Expr::i32(7)), Expr::i32(1000)),
+                ),
+            ),
+            store(
+                of,
+                vec![v(g)],
+                Expr::Select {
+                    cond: Box::new(bin(BinOp::Ge, v(xv), Expr::f32(0.0))),
+                    then: Box::new(Expr::unary(UnOp::Sqrt, v(xv))),
+                    otherwise: Box::new(bin(
+                        BinOp::Add,
+                        Expr::cast(DType::F32, Expr::cast(DType::BF16, v(xv))),
+                        Expr::cast(DType::F32, bin(BinOp::Max, Expr::cast(DType::F16, v(xv)), Expr::Const(Value::F16(half::f16::from_f32(-2.5))))),
+                    )),
+                },
+            ),
+        ]
+    });
+    k.body = vec![lp];
+    k
+}
+
+/// Copies in every direction: a 2-D tile of a 3-D tensor with an unaligned
+/// origin and a fill value, fragment → shared → fragment (f32 → f16) →
+/// global, global → local, local → global, shared fill and a thread-0 store.
+pub fn copies_kernel(threads: u32) -> Kernel {
+    let mut k = Kernel::new("copies", threads);
+    let b = k.add_dim("B");
+    let m = k.add_dim("M");
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(b), Extent::Dyn(m), Extent::Dyn(n)], false);
+    let y = k.add_tensor_param("y", DType::F16, vec![Extent::Dyn(b), Extent::Dyn(m), Extent::Dyn(n)], true);
+    let z = k.add_tensor_param("z", DType::I32, vec![Extent::Const(8)], true);
+    let w = k.add_tensor_param("w", DType::F32, vec![Extent::Const(4)], false);
+    let w2 = k.add_tensor_param("w2", DType::F32, vec![Extent::Const(4)], true);
+    k.grid = [Expr::cdiv(v(n), Expr::i32(64)), Expr::cdiv(v(m), Expr::i32(16)), v(b)];
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
+    let bz = k.add_var("bz", DType::I32, VarKind::BlockIdx(2));
+    let f = frag(&mut k, "f", DType::F32, &[16, 64]);
+    let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[16, 64]);
+    let g = frag(&mut k, "g", DType::F16, &[16, 64]);
+    let loc = buffer(&mut k, "loc", Scope::Local, DType::F32, &[4]);
+    let sl = buffer(&mut k, "sl", Scope::Shared, DType::I32, &[8]);
+    let row = bin(BinOp::Mul, v(by), Expr::i32(16));
+    let col = bin(BinOp::Mul, v(bx), Expr::i32(64));
+    k.body = vec![
+        s(StmtKind::Copy {
+            src: TileRef { buf: x, origin: vec![v(bz), row.clone(), bin(BinOp::Add, col.clone(), Expr::i32(1))] },
+            dst: TileRef { buf: f, origin: vec![] },
+            fill: Some(Expr::f32(7.0)),
+        }),
+        copy(f, vec![], sh, vec![]),
+        copy(sh, vec![], g, vec![]),
+        copy(g, vec![], y, vec![v(bz), row, col]),
+        copy(w, vec![Expr::i32(0)], loc, vec![]),
+        s(StmtKind::Fill { buf: sl, value: Expr::i32(0) }),
+        store(sl, vec![Expr::i32(3)], Expr::cast(DType::I32, ld(loc, vec![Expr::i32(2)]))),
+        copy(sl, vec![], z, vec![Expr::i32(0)]),
+        copy(loc, vec![], w2, vec![Expr::i32(0)]),
+    ];
+    k
+}
+
+/// `out = z * rowmax(x)`: the rows of a reduction over `[BM, BN]` drive a
+/// nest over `[BM, D]` (the FlashAttention rescale pattern).
+pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
+    let mut k = Kernel::new("row_scale", threads);
+    let m = k.add_dim("M");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Const(bn)], false);
+    let z = k.add_tensor_param("z", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(0));
+    let s_ = frag(&mut k, "s", DType::F32, &[bm, bn]);
+    let mx = frag(&mut k, "mx", DType::F32, &[bm]);
+    let o = frag(&mut k, "o", DType::F32, &[bm, d]);
+    let row = || vec![bin(BinOp::Mul, v(by), Expr::i32(bm as i32)), Expr::i32(0)];
+    let lp = par2(&mut k, bm, d, |i, j| vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))]);
+    k.body = vec![
+        copy(x, row(), s_, vec![]),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mx, dim: 1, keep: false }),
+        copy(z, row(), o, vec![]),
+        lp,
+        copy(o, vec![], out, row()),
+    ];
+    k
+}
+
+/// Divergent control flow inside a parallel loop: a serial loop whose bound
+/// depends on the element, an if/else, a `let mut` updated in the loop,
+/// math functions, a shared store per element, a fragment → fragment copy
+/// (f32 → f16) and an explicit barrier.
+pub fn divergent_kernel(threads: u32, block: i64) -> Kernel {
+    let mut k = Kernel::new("divergent", threads);
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(n)], false);
+    let y = k.add_tensor_param("y", DType::F16, vec![Extent::Dyn(n)], true);
+    let w = k.add_tensor_param("w", DType::F32, vec![Extent::Dyn(n)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let f = frag(&mut k, "f", DType::F32, &[block]);
+    let h = frag(&mut k, "h", DType::F16, &[block]);
+    let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[block]);
+    let acc = k.add_var("acc", DType::F32, VarKind::Mut);
+    let t = k.add_var("t", DType::I32, VarKind::Loop);
+    let origin = || vec![bin(BinOp::Mul, v(bx), Expr::i32(block as i32))];
+    let lp = par(&mut k, "i", block, |i| {
+        vec![
+            s(StmtKind::Let { var: acc, value: Expr::f32(0.0) }),
+            s(StmtKind::For {
+                var: t,
+                start: Expr::i32(0),
+                end: bin(BinOp::Rem, v(i), Expr::i32(5)),
+                kind: LoopKind::Serial,
+                body: vec![s(StmtKind::Assign {
+                    var: acc,
+                    value: bin(BinOp::Add, v(acc), bin(BinOp::Mul, Expr::cast(DType::F32, v(t)), ld(f, vec![v(i)]))),
+                })],
+            }),
+            s(StmtKind::If {
+                cond: bin(BinOp::Eq, bin(BinOp::Rem, v(i), Expr::i32(2)), Expr::i32(0)),
+                then: vec![store(f, vec![v(i)], bin(BinOp::Add, v(acc), Expr::unary(UnOp::Exp, Expr::f32(0.5))))],
+                otherwise: vec![store(
+                    f,
+                    vec![v(i)],
+                    bin(BinOp::Sub, Expr::unary(UnOp::Log, bin(BinOp::Add, Expr::unary(UnOp::Abs, v(acc)), Expr::f32(1.0))), v(acc)),
+                )],
+            }),
+            store(sh, vec![bin(BinOp::Sub, Expr::i32(block as i32 - 1), v(i))], Expr::unary(UnOp::Rsqrt, bin(BinOp::Add, Expr::unary(UnOp::Abs, ld(f, vec![v(i)])), Expr::f32(1.0)))),
+        ]
+    });
+    let lp2 = par(&mut k, "i2", block, |i| vec![store(w, vec![bin(BinOp::Add, origin()[0].clone(), v(i))], ld(sh, vec![v(i)]))]);
+    k.body = vec![
+        copy(x, origin(), f, vec![]),
+        lp,
+        copy(f, vec![], h, vec![]),
+        copy(h, vec![], y, origin()),
+        s(StmtKind::Barrier),
+        lp2,
+    ];
+    k
+}
+
+/// Atomics from a parallel loop: a histogram (u32), integer and f16 sums,
+/// and an i64 counter; `hist` has 16 bins, indices out of range are skipped.
+pub fn atomics_kernel(threads: u32, block: i64, with_bf16: bool) -> Kernel {
+    let mut k = Kernel::new(if with_bf16 { "atomics_bf16" } else { "atomics" }, threads);
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::I32, vec![Extent::Dyn(n)], false);
+    let hist = k.add_tensor_param("hist", DType::U32, vec![Extent::Const(16)], true);
+    let sums = k.add_tensor_param("sums", DType::F16, vec![Extent::Const(2)], true);
+    let big = k.add_tensor_param("big", DType::I32, vec![Extent::Const(1)], true);
+    let bsum = k.add_tensor_param("bsum", DType::BF16, vec![Extent::Const(1)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let lp = par(&mut k, "i", block, |i| {
+        let g = bin(BinOp::Add, bin(BinOp::Mul, v(bx), Expr::i32(block as i32)), v(i));
+        let xv = ld(x, vec![g.clone()]);
+        let in_range = bin(BinOp::Lt, g.clone(), v(n));
+        let mut body = vec![s(StmtKind::If {
+            cond: in_range,
+            then: vec![
+                s(StmtKind::AtomicAdd { buf: hist, index: vec![xv.clone()], value: Expr::Const(Value::U32(1)) }),
+                s(StmtKind::AtomicAdd { buf: sums, index: vec![Expr::i32(1)], value: Expr::cast(DType::F16, Expr::cast(DType::F32, xv.clone())) }),
+                s(StmtKind::AtomicAdd { buf: big, index: vec![Expr::i32(0)], value: xv.clone() }),
+            ],
+            otherwise: vec![],
+        })];
+        if with_bf16 {
+            body.push(s(StmtKind::AtomicAdd { buf: bsum, index: vec![Expr::i32(0)], value: Expr::Const(Value::BF16(half::bf16::ONE)) }));
+        }
+        body
+    });
+    k.body = vec![lp];
+    k
+}
