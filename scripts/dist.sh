@@ -30,6 +30,7 @@ for ex in examples/*.rs; do
   cp "target/release/examples/$name" "dist/bin/example-$name"
   echo "example dist/bin/example-$name"
 done
+strip --strip-debug dist/bin/* 2>/dev/null || true
 cp scripts/run-dist.sh dist/run.sh
 chmod +x dist/run.sh
 du -sh dist
