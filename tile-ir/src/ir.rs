@@ -363,6 +363,17 @@ pub enum ReduceOp {
     Min,
 }
 
+/// How the warps of a block split the `M × N` output of a [`StmtKind::Gemm`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WarpPolicy {
+    /// As square as the warp count allows (the default).
+    Square,
+    /// Each warp owns whole rows of the output (warps split M only).
+    FullRow,
+    /// Each warp owns whole columns of the output (warps split N only).
+    FullCol,
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LoopKind {
     /// Iterations run in order, uniformly across the block.
@@ -399,6 +410,21 @@ pub enum StmtKind {
     /// `dst = reduce(src, dim)`; `dst`'s shape is `src`'s without `dim`.
     /// With `keep`, `dst = op(dst, reduce(src, dim))`.
     Reduce { op: ReduceOp, src: BufferId, dst: BufferId, dim: usize, keep: bool },
+    /// Matrix multiply on tensor cores: `c = op(a) · op(b)` (with `clear`) or
+    /// `c += op(a) · op(b)`, where `op` transposes when `trans_*` is set.
+    /// `a` is `[M, K]` (`[K, M]` with `trans_a`), a shared buffer or a
+    /// fragment; `b` is `[K, N]` (`[N, K]` with `trans_b`), a shared buffer;
+    /// both f16 or both bf16. `c` is an f32 fragment `[M, N]`. Products are
+    /// accumulated in f32.
+    Gemm {
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        trans_a: bool,
+        trans_b: bool,
+        clear: bool,
+        policy: WarpPolicy,
+    },
     /// Atomic `+=` on one element of a global tensor (skipped out of bounds).
     AtomicAdd { buf: BufferId, index: Vec<Expr>, value: Expr },
     /// Explicit block-wide barrier (escape hatch; the compiler inserts the

@@ -490,6 +490,7 @@ impl<'k> Printer<'k> {
                 self.expr(out, value, 0);
             }
             StmtKind::Barrier => out.push_str("barrier"),
+            StmtKind::Gemm { a, b, c, .. } => out.push_str(&format!("gemm {a}, {b} -> {c}")),
         }
         out.push('\n');
     }

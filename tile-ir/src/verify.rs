@@ -617,6 +617,7 @@ impl<'k> Verifier<'k> {
                 }
             }
             StmtKind::Barrier => self.no_tile_op_in_parallel("barrier"),
+            StmtKind::Gemm { .. } => self.err("gemm is not supported by this version of the compiler"),
         }
     }
 

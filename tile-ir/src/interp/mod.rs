@@ -359,6 +359,7 @@ impl<'k, 'a> Machine<'k, 'a> {
             }
             StmtKind::Reduce { op, src, dst, dim, keep } => self.reduce(*op, *src, *dst, *dim, *keep)?,
             StmtKind::Barrier => {}
+            StmtKind::Gemm { .. } => return Err(InterpError("gemm is not supported by this version of the interpreter".into())),
         }
         Ok(())
     }

@@ -1171,6 +1171,7 @@ impl<'a> Lx<'a> {
                 }
                 self.lower_reduce(*op, *src, *dst, *dim, *keep)
             }
+            StmtKind::Gemm { .. } => Err(CompileError::new(self.span, "gemm is not supported by this version of the code generator")),
             StmtKind::Barrier => {
                 if in_nest {
                     return Err(collective(self, "barrier"));
