@@ -422,3 +422,24 @@ fn atomics_from_parallel_loops_match_reference() {
         }
     }
 }
+
+#[test]
+fn resource_limits_are_errors() {
+    // 256×256 f32 fragment with 64 threads: 1024 registers per thread.
+    let mut k = Kernel::new("huge", 64);
+    let f = frag(&mut k, "f", DType::F32, &[256, 256]);
+    k.body = vec![s(StmtKind::Fill { buf: f, value: Expr::f32(0.0) })];
+    let e = compile(&k, Target::Sm80).unwrap_err();
+    assert!(e[0].message.contains("registers per thread"), "{e:?}");
+    // 200 KB of shared memory: fine on sm_90a, too much on sm_80.
+    let mut k = Kernel::new("smem", 128);
+    let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[50 * 1024]);
+    k.body = vec![s(StmtKind::Fill { buf: sh, value: Expr::f32(0.0) })];
+    assert!(compile(&k, Target::Sm90a).is_ok());
+    assert!(compile(&k, Target::Sm80).unwrap_err()[0].message.contains("shared memory"));
+    // Wrong index count on a shared buffer.
+    let mut k = Kernel::new("rank", 32);
+    let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[4, 4]);
+    k.body = vec![store(sh, vec![Expr::i32(0)], Expr::f32(1.0))];
+    assert!(compile(&k, Target::Sm80).unwrap_err()[0].message.contains("indexed with 1"));
+}
