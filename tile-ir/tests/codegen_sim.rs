@@ -447,3 +447,24 @@ fn resource_limits_are_errors() {
     k.body = vec![store(sh, vec![Expr::i32(0)], Expr::f32(1.0))];
     assert!(compile(&k, Target::Sm80).is_err());
 }
+
+#[test]
+fn online_softmax_matches_reference() {
+    let mut rng = Rng(77);
+    for (threads, bn) in [(256u32, 1024i64), (128, 256)] {
+        let k = softmax_online(threads, bn);
+        for (m, n) in [(2usize, bn as usize), (2, bn as usize * 3 - 5), (1, bn as usize + 1), (2, 7)] {
+            let x: Vec<f32> = (0..m * n).map(|_| rng.f32(-8.0, 8.0)).collect();
+            let out = run(&k, Target::Sm90a, vec![bytes_f16(&x), vec![0u8; 2 * m * n]], &[m as i64, n as i64], &[]);
+            let y = f16s(&out[1]);
+            for r in 0..m {
+                let row: Vec<f64> = (0..n).map(|j| f16::from_f32(x[r * n + j]).to_f64()).collect();
+                let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = row.iter().map(|v| (v - mx).exp()).sum();
+                for j in 0..n {
+                    close(y[r * n + j], (row[j] - mx).exp() / sum, 3e-3, &format!("online softmax t{threads} bn{bn} {m}x{n} [{r},{j}]"));
+                }
+            }
+        }
+    }
+}
