@@ -78,7 +78,7 @@ fn close(got: f32, want: f64, rel: f64, what: &str) {
 #[test]
 fn vector_add_matches_reference_at_awkward_sizes() {
     let mut rng = Rng(0x1234_5678);
-    for (threads, block) in [(256u32, 1024i64), (128, 256), (64, 96)] {
+    for (threads, block) in [(256u32, 1024i64), (128, 256), (64, 96), (96, 256)] {
         let k = vector_add(threads, block);
         for n in [1usize, 3, 4, 1000, 1023, 1024, 1025, 3001] {
             let a: Vec<f32> = (0..n).map(|_| rng.f32(-10.0, 10.0)).collect();
@@ -95,7 +95,7 @@ fn vector_add_matches_reference_at_awkward_sizes() {
 #[test]
 fn softmax_matches_reference() {
     let mut rng = Rng(42);
-    for (threads, bn) in [(256u32, 4096i64), (128, 1024), (64, 100)] {
+    for (threads, bn) in [(256u32, 4096i64), (128, 1024), (64, 100), (96, 512)] {
         let k = softmax(threads, bn);
         for (m, n) in [(3usize, bn as usize), (2, (bn as usize * 3) / 4), (2, bn as usize - 1), (1, 8), (2, 1)] {
             let x: Vec<f32> = (0..m * n).map(|_| rng.f32(-4.0, 4.0)).collect();
@@ -119,7 +119,9 @@ fn reductions_match_reference_along_every_dim() {
     let cases: &[&[i64]] = &[&[4, 64], &[16, 256], &[3, 100], &[64, 8], &[2, 4, 8], &[8, 3, 64], &[4, 32, 32], &[1, 1024], &[5, 7, 9]];
     for shape in cases {
         for dim in 0..shape.len() {
-            for (op, dt, threads) in [(ReduceOp::Sum, DType::F32, 128u32), (ReduceOp::Max, DType::F16, 256), (ReduceOp::Min, DType::BF16, 64)] {
+            for (op, dt, threads) in
+                [(ReduceOp::Sum, DType::F32, 128u32), (ReduceOp::Max, DType::F16, 256), (ReduceOp::Min, DType::BF16, 64), (ReduceOp::Sum, DType::F32, 96)]
+            {
                 let k = reduce_kernel(shape, dim, op, dt, threads);
                 let total: usize = shape.iter().product::<i64>() as usize;
                 let x: Vec<f32> = (0..total).map(|_| rng.f32(-3.0, 3.0)).collect();
