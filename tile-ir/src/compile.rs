@@ -37,6 +37,23 @@ pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileE
     let plan = layout_infer::infer_layouts(kernel)?;
     let mut func = lower::lower(kernel, target, &plan)?;
     barriers::insert_barriers(&mut func.body);
+    // Dynamic shared memory a block may opt into: A100 (sm_80) 163 KB, H100/H200 227 KB.
+    let limit = match target {
+        Target::Sm80 => 166_912,
+        Target::Sm90a => 232_448,
+    };
+    if func.shared_bytes > limit {
+        return Err(vec![CompileError::new(
+            SpanId::NONE,
+            format!(
+                "kernel `{}` needs {} bytes of shared memory, more than the {} bytes a block can have on {}",
+                kernel.name,
+                func.shared_bytes,
+                limit,
+                target.name()
+            ),
+        )]);
+    }
     let ptx = crate::ptx::emit(&func, target);
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();

@@ -244,3 +244,9 @@ fn dump_ptx_for_gpu_runs() {
         }
     }
 }
+
+#[test]
+fn online_softmax_assembles_without_spills() {
+    let b = build(&softmax_online(256, 4096));
+    no_spills(&b);
+}

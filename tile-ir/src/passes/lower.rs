@@ -33,6 +33,10 @@ use std::collections::{HashMap, HashSet};
 
 type R<T> = Result<T, CompileError>;
 
+/// Registers one fragment or local buffer may take per thread (the
+/// hardware has 255; beyond that the unrolled code would only spill).
+const MAX_REGS_PER_THREAD: usize = 256;
+
 #[derive(Clone, Debug)]
 struct Val {
     op: Operand,
@@ -372,11 +376,30 @@ impl<'a> Lx<'a> {
                 }
                 Scope::Fragment => {
                     if let Some(l) = self.plan.frags.get(&id) {
+                        if l.num_regs() > MAX_REGS_PER_THREAD {
+                            self.errors.push(CompileError::new(
+                                b.span,
+                                format!(
+                                    "fragment `{}` needs {} registers per thread with {} threads (at most {MAX_REGS_PER_THREAD}); use a smaller tile or more threads",
+                                    b.name,
+                                    l.num_regs(),
+                                    k.threads
+                                ),
+                            ));
+                            continue;
+                        }
                         let regs = (0..l.num_regs()).map(|_| self.f.new_reg(class_of(b.dtype))).collect();
                         self.frags.insert(id, regs);
                     }
                 }
                 Scope::Local => {
+                    if n > MAX_REGS_PER_THREAD as i64 {
+                        self.errors.push(CompileError::new(
+                            b.span,
+                            format!("local `{}` has {n} elements (at most {MAX_REGS_PER_THREAD}); use shared memory", b.name),
+                        ));
+                        continue;
+                    }
                     let regs = (0..n.max(0)).map(|_| self.f.new_reg(class_of(b.dtype))).collect();
                     self.locals.insert(id, regs);
                 }
@@ -926,6 +949,15 @@ impl<'a> Lx<'a> {
         }
     }
 
+    /// Checks that `index` has one coordinate per dim of `buf`.
+    fn check_rank(&self, buf: BufferId, index: &[Expr]) -> R<()> {
+        let b = self.k.buffer(buf);
+        if index.len() != b.rank() {
+            return Err(self.err(format!("`{}` has {} dimensions but is indexed with {}", b.name, b.rank(), index.len())));
+        }
+        Ok(())
+    }
+
     fn index_ops(&mut self, index: &[Expr]) -> R<Vec<Operand>> {
         index
             .iter()
@@ -1002,6 +1034,7 @@ impl<'a> Lx<'a> {
     }
 
     fn load(&mut self, buf: BufferId, index: &[Expr]) -> R<Val> {
+        self.check_rank(buf, index)?;
         let b = self.k.buffer(buf);
         let t = b.dtype;
         match b.scope {
@@ -1205,6 +1238,7 @@ impl<'a> Lx<'a> {
     }
 
     fn lower_store(&mut self, buf: BufferId, index: &[Expr], value: &Expr) -> R<()> {
+        self.check_rank(buf, index)?;
         let b = self.k.buffer(buf);
         let t = b.dtype;
         match b.scope {
@@ -1261,6 +1295,7 @@ impl<'a> Lx<'a> {
     }
 
     fn lower_atomic(&mut self, buf: BufferId, index: &[Expr], value: &Expr) -> R<()> {
+        self.check_rank(buf, index)?;
         let b = self.k.buffer(buf);
         let t = b.dtype;
         if b.scope != Scope::Global {
@@ -1305,6 +1340,12 @@ impl<'a> Lx<'a> {
             .ok_or_else(|| self.err("internal: parallel loop has no layout"))?;
         if layout.shape() != n.extents {
             return Err(self.err("internal: parallel loop layout does not match its extents"));
+        }
+        if layout.num_regs() > MAX_REGS_PER_THREAD {
+            return Err(self.err(format!(
+                "this parallel loop gives each thread {} iterations to unroll (at most {MAX_REGS_PER_THREAD}); use a serial loop around a smaller parallel loop",
+                layout.num_regs()
+            )));
         }
         // Replicas (threads that differ only along dims the layout drops) run
         // the same iterations; only the first one may touch memory.

@@ -423,3 +423,81 @@ pub fn atomics_kernel(threads: u32, block: i64, with_bf16: bool) -> Kernel {
     k.body = vec![lp];
     k
 }
+
+/// The softmax of `examples/kernels/softmax.rs`: one pass for rows of up to
+/// BN columns, else an online max/sum pass over column tiles (reduce with
+/// `keep`, fragment-to-fragment copy, a 1-iteration parallel loop over
+/// reduced fragments) and a normalizing pass.
+pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
+    let mut k = Kernel::new("softmax_online", threads);
+    let m = k.add_dim("M");
+    let n = k.add_dim("N");
+    let x = k.add_tensor_param("x", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(n)], false);
+    let y = k.add_tensor_param("y", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(n)], true);
+    k.grid[0] = v(m);
+    let row = k.add_var("row", DType::I32, VarKind::BlockIdx(0));
+    let t = frag(&mut k, "t", DType::F32, &[1, bn]);
+    let row_max = frag(&mut k, "row_max", DType::F32, &[1]);
+    let row_sum = frag(&mut k, "row_sum", DType::F32, &[1]);
+    let prev_max = frag(&mut k, "prev_max", DType::F32, &[1]);
+    let tile_sum = frag(&mut k, "tile_sum", DType::F32, &[1]);
+    let l2e = 1.442_695_f32;
+    let c1 = k.add_var("c", DType::I32, VarKind::Loop);
+    let c2 = k.add_var("c2", DType::I32, VarKind::Loop);
+    let tiles = || Expr::cdiv(v(n), Expr::i32(bn as i32));
+    let ex = |a: Expr, b: Expr| Expr::unary(UnOp::Exp2, bin(BinOp::Mul, bin(BinOp::Sub, a, b), Expr::f32(l2e)));
+    let fill_neg = |src: TileRef| s(StmtKind::Copy { src, dst: TileRef { buf: t, origin: vec![] }, fill: Some(Expr::f32(f32::NEG_INFINITY)) });
+    let p1 = par2(&mut k, 1, bn, |i, j| vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]);
+    let p2 = par2(&mut k, 1, bn, |i, j| vec![store(t, vec![v(i), v(j)], bin(BinOp::Div, ld(t, vec![v(i), v(j)]), ld(row_sum, vec![v(i)])))]);
+    let p3 = par2(&mut k, 1, bn, |i, j| vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]);
+    let p4 = par(&mut k, "i4", 1, |i| {
+        vec![store(
+            row_sum,
+            vec![v(i)],
+            bin(
+                BinOp::Add,
+                bin(BinOp::Mul, ld(row_sum, vec![v(i)]), ex(ld(prev_max, vec![v(i)]), ld(row_max, vec![v(i)]))),
+                ld(tile_sum, vec![v(i)]),
+            ),
+        )]
+    });
+    let p5 = par2(&mut k, 1, bn, |i, j| {
+        vec![store(t, vec![v(i), v(j)], bin(BinOp::Div, ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])), ld(row_sum, vec![v(i)])))]
+    });
+    let col = |c: VarId| bin(BinOp::Mul, v(c), Expr::i32(bn as i32));
+    let short = vec![
+        fill_neg(TileRef { buf: x, origin: vec![v(row), Expr::i32(0)] }),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: t, dst: row_max, dim: 1, keep: false }),
+        p1,
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: t, dst: row_sum, dim: 1, keep: false }),
+        p2,
+        copy(t, vec![], y, vec![v(row), Expr::i32(0)]),
+    ];
+    let long = vec![
+        s(StmtKind::Fill { buf: row_max, value: Expr::f32(f32::NEG_INFINITY) }),
+        s(StmtKind::Fill { buf: row_sum, value: Expr::f32(0.0) }),
+        s(StmtKind::For {
+            var: c1,
+            start: Expr::i32(0),
+            end: tiles(),
+            kind: LoopKind::Serial,
+            body: vec![
+                fill_neg(TileRef { buf: x, origin: vec![v(row), col(c1)] }),
+                copy(row_max, vec![], prev_max, vec![]),
+                s(StmtKind::Reduce { op: ReduceOp::Max, src: t, dst: row_max, dim: 1, keep: true }),
+                p3,
+                s(StmtKind::Reduce { op: ReduceOp::Sum, src: t, dst: tile_sum, dim: 1, keep: false }),
+                p4,
+            ],
+        }),
+        s(StmtKind::For {
+            var: c2,
+            start: Expr::i32(0),
+            end: tiles(),
+            kind: LoopKind::Serial,
+            body: vec![copy(x, vec![v(row), col(c2)], t, vec![]), p5, copy(t, vec![], y, vec![v(row), col(c2)])],
+        }),
+    ];
+    k.body = vec![s(StmtKind::If { cond: bin(BinOp::Le, v(n), Expr::i32(bn as i32)), then: short, otherwise: long })];
+    k
+}
