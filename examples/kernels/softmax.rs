@@ -1,11 +1,15 @@
 //! Row softmax: fp16 in and out, fp32 math; one block per row.
 //!
+//! 128 threads per row (32 elements each) measured fastest on the H200 at
+//! 65536 × 4096: 0.89 of copy bandwidth, against 0.82 with 256 threads, 0.73
+//! with 512 and 0.75 with two rows per 256-thread block (`examples/softmax_tune.rs`).
+//!
 //! Rows of up to `BN` columns are read once and written once (the kernel is
 //! memory-bound). Longer rows take a second path: an online pass over column
 //! tiles for the row's max and sum, then a pass that normalizes.
 use tile::prelude::*;
 
-#[tile_kernel(threads = 256, consts(BN = 4096))]
+#[tile_kernel(threads = 128, consts(BN = 4096))]
 pub fn softmax(x: &Tensor<f16, M, N>, y: &mut Tensor<f16, M, N>) {
     let row = grid(M);
     let mut t = fragment::<f32, 1, BN>();
