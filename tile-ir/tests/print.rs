@@ -314,3 +314,34 @@ fn gemm_text_errors() {
         StmtKind::Gemm { trans_a: true, trans_b: false, clear: true, policy: WarpPolicy::FullCol, .. }
     ));
 }
+
+/// Garbled gemm text gives errors, never panics; what still parses and
+/// verifies also runs in the interpreter without panicking.
+#[test]
+fn garbled_gemm_text_never_panics() {
+    let text = print_kernel(&gemm_kernel(gemm_config(false, true, true, Some(2))));
+    let chars: Vec<char> = text.chars().collect();
+    let alphabet: Vec<char> = "%@[](){}<>=-+*/.,:&|^!0123456789aefinxNamut_ \n".chars().collect();
+    let mut rng = XorShift(77);
+    let (mut parsed, mut verified) = (0, 0);
+    for _ in 0..1500 {
+        let mut c = chars.clone();
+        let at = rng.below(c.len() as u64) as usize;
+        c[at] = alphabet[rng.below(alphabet.len() as u64) as usize];
+        let garbled: String = c.into_iter().collect();
+        let Ok(k) = parse_kernel(&garbled) else { continue };
+        parsed += 1;
+        if tile_ir::verify::verify(&k).is_err() {
+            continue;
+        }
+        verified += 1;
+        let (m, n, kd) = (9usize, 7usize, 5usize);
+        let a = vec![0u8; 2 * m * kd];
+        let b = vec![0u8; 2 * n * kd];
+        let c0 = vec![0u8; 4 * m * n];
+        let mut out = vec![0u8; 4 * m * n];
+        // Any result (often a shape error) is fine; a panic is not.
+        let _ = launch(&k, &mut [ro(&a, &[m, kd]), ro(&b, &[n, kd]), ro(&c0, &[m, n]), rw(&mut out, &[m, n])]);
+    }
+    assert!(parsed > 0 && verified > 0, "parsed {parsed}, verified {verified}");
+}
