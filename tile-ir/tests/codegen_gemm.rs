@@ -263,3 +263,93 @@ fn unsupported_gemm_shapes_are_errors() {
     let e = compile_err(&gemm_kernel(&cfg(128, 256, 256, 16)));
     assert!(e.contains("registers per thread"), "{e}");
 }
+
+// -------------------------------------------------------------------- ptxas
+
+fn ptxas() -> Option<String> {
+    if let Ok(p) = std::env::var("TILE_PTXAS") {
+        if !p.is_empty() {
+            return Some(p);
+        }
+    }
+    if std::process::Command::new("ptxas").arg("--version").output().is_ok() {
+        return Some("ptxas".into());
+    }
+    if std::env::var("CI").is_ok() {
+        panic!("ptxas not found (set TILE_PTXAS) and CI is set");
+    }
+    None
+}
+
+/// Assembles `ptx` for `arch`; returns ptxas's `-v` report (None without ptxas).
+fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
+    let Some(bin) = ptxas() else {
+        eprintln!("skipping ptxas check of {name} ({arch}): no ptxas (set TILE_PTXAS)");
+        return None;
+    };
+    let dir = std::env::temp_dir().join(format!("tile-codegen-gemm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.{arch}.ptx"));
+    std::fs::write(&src, ptx).unwrap();
+    let out = dir.join(format!("{name}.{arch}.cubin"));
+    let res = std::process::Command::new(&bin).arg(format!("-arch={arch}")).arg("-v").arg(&src).arg("-o").arg(&out).output().expect("run ptxas");
+    let report = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
+    assert!(res.status.success(), "ptxas failed on {name} ({arch}):\n{report}");
+    Some(report)
+}
+
+/// Compiles for both targets, checks the PTX structure, assembles without spills.
+fn assemble_both(k: &Kernel, ldmatrix: &[&str]) -> Vec<String> {
+    let mut reports = vec![];
+    for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
+        let c = compile_verified(k, target).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
+        assert!(c.ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32."), "no mma.sync in {}", k.name);
+        for l in ldmatrix {
+            assert!(c.ptx.contains(l), "no `{l}` in {}", k.name);
+        }
+        if let Some(r) = assemble(&k.name, &c.ptx, arch) {
+            assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{} ({arch}) spills:\n{r}", k.name);
+            reports.push(r);
+        }
+    }
+    reports
+}
+
+#[test]
+fn gemm_128x128x32_256_threads_assembles_without_spills() {
+    for (dt, ta, tb) in [(DType::F16, false, false), (DType::BF16, false, true), (DType::F16, true, false)] {
+        let c = Cfg { dt, trans_a: ta, trans_b: tb, ..cfg(256, 128, 128, 32) };
+        let k = gemm_kernel(&c);
+        let want: &[&str] = match (ta, tb) {
+            (false, false) => &["ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"],
+            (false, true) => &["ldmatrix.sync.aligned.m8n8.x4.shared.b16"],
+            _ => &["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"],
+        };
+        for r in assemble_both(&k, want) {
+            eprintln!("{c:?}:\n{r}");
+        }
+    }
+}
+
+#[test]
+fn gemm_128x256x32_and_64x64_tiles_assemble() {
+    for c in [cfg(256, 128, 256, 32), cfg(128, 64, 64, 64), Cfg { policy: WarpPolicy::FullCol, ..cfg(128, 32, 32, 64) }] {
+        assemble_both(&gemm_kernel(&c), &["ldmatrix.sync.aligned.m8n8"]);
+    }
+}
+
+/// Writes the PTX of the example configurations to `TILE_GEMM_DUMP` (a
+/// directory) when set, for inspection and GPU runs.
+#[test]
+fn dump_gemm_ptx() {
+    let Ok(dir) = std::env::var("TILE_GEMM_DUMP") else { return };
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, c) in [("gemm_128x128x32_t256", cfg(256, 128, 128, 32)), ("gemm_128x256x32_t256", cfg(256, 128, 256, 32))] {
+        let k = gemm_kernel(&c);
+        for t in [Target::Sm80, Target::Sm90a] {
+            let comp = compile_verified(&k, t).unwrap();
+            std::fs::write(format!("{dir}/{name}.{}.ptx", t.name()), &comp.ptx).unwrap();
+            std::fs::write(format!("{dir}/{name}.{}.tir", t.name()), &comp.thread_ir).unwrap();
+        }
+    }
+}

@@ -1585,6 +1585,12 @@ impl<'a> Lx<'a> {
         if matches!(s_side, Side::Local(_)) || matches!(d_side, Side::Local(_)) {
             return self.copy_local(&s_side, &d_side, &shape, sdt, ddt, &fill_val);
         }
+        if let (Side::Frag(fb), Side::Global { buf, origin, lead: 0 }) = (&s_side, &d_side) {
+            // Accumulator epilogues: per-thread base address, immediate column offsets.
+            if self.store_fragment_2d(*fb, *buf, origin, global_origin_expr.map(|e| e.0))? {
+                return Ok(());
+            }
+        }
         let layout = match (&s_side, &d_side) {
             (Side::Frag(a), Side::Frag(b)) => {
                 let (la, lb) = (self.plan.frags.get(a), self.plan.frags.get(b));

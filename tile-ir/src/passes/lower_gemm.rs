@@ -20,7 +20,8 @@
 //! has no address arithmetic at all.
 
 use super::{Lx, Val, R};
-use crate::ir::{BufferId, DType, Scope, WarpPolicy};
+use crate::ir::{BufferId, DType, Expr, Extent, Scope, WarpPolicy};
+use crate::thread_ir::Space;
 use crate::layout::{mma_warp_grid, FragLayout, RootLayout, ThreadField};
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 
@@ -255,5 +256,105 @@ impl Lx<'_> {
         })?;
         self.prologue.extend(code);
         self.ldm_bases.get(&(p.buf, p.row_fields.clone(), p.col_fields.clone(), col)).copied().ok_or_else(|| self.err("internal: ldmatrix base"))
+    }
+
+    /// The epilogue store of a full 2-D fragment (an accumulator) to a 2-D
+    /// tensor tile at `origin`: one 64-bit base address per thread, one row
+    /// step per distinct row register, column offsets as immediates, so each
+    /// vector group costs an add, a bounds test and a store. Returns `false`
+    /// (nothing emitted) when the copy is not of that shape; the generic copy
+    /// path handles it then.
+    pub(super) fn store_fragment_2d(&mut self, frag: BufferId, dst: BufferId, origin: &[Operand], origin_last: Option<&Expr>) -> R<bool> {
+        let k = self.k;
+        let (fb, gb) = (k.buffer(frag), k.buffer(dst));
+        let Some(lay) = self.plan.frags.get(&frag).cloned() else { return Ok(false) };
+        let root = &lay.root;
+        if lay.kept != [0, 1] || gb.rank() != 2 || origin.len() != 2 || root.active_threads() != k.threads as i64 || root.dim_padded(0) || root.dim_padded(1) {
+            return Ok(false);
+        }
+        let (sdt, ddt) = (fb.dtype, gb.dtype);
+        if sdt == DType::Bool || ddt == DType::Bool {
+            return Ok(false);
+        }
+        let info = self.tensors.get(&dst).ok_or_else(|| self.err("internal: tensor parameter not bound"))?;
+        let (rows, cols, cols64) = (info.dims[0].clone(), info.dims[1].clone(), info.dims64[1].clone());
+        let size = ddt.size_bytes() as i64;
+        let v = lay.vec_width();
+        let tr = self.tbase(root, 0);
+        let tc = self.tbase(root, 1);
+        let rb = self.add_i32(origin[0].clone(), tr);
+        let cb = self.add_i32(origin[1].clone(), tc);
+        let rb = self.materialize(&Val { op: rb, ty: DType::I32 });
+        let cb = self.materialize(&Val { op: cb, ty: DType::I32 });
+        let base = self.global_addr(dst, &[rb.into(), cb.into()])?;
+        let regs = self.frags.get(&frag).cloned().unwrap_or_default();
+        // Vector stores need the row length and the tile's first column to be multiples of `v`.
+        let origin_ok = origin_last.map(|e| self.known_multiple(e) % v == 0).unwrap_or(false);
+        let body = |s: &mut Self, vectorize: bool| -> R<()> {
+            for lr in 0..root.regs_along(0) {
+                let roff = root.reg_offset(0, lr);
+                let row = s.add_i32(rb.into(), Operand::Imm(roff));
+                let prow = s.op("setp.lt.u32", RegClass::Pred, vec![row, rows.clone()]);
+                let row_addr = match &cols64 {
+                    Operand::Imm(n) => Address { base: base.into(), offset: roff * n * size },
+                    n => {
+                        let step = s.op("mul.lo.s64", RegClass::B64, vec![n.clone(), Operand::Imm(roff * size)]);
+                        let a = s.op("add.s64", RegClass::B64, vec![base.into(), step.into()]);
+                        Address { base: a.into(), offset: 0 }
+                    }
+                };
+                let group = if vectorize { v } else { 1 };
+                let mut lc = 0;
+                while lc < root.regs_along(1) {
+                    let coff = root.reg_offset(1, lc);
+                    let mut vals = Vec::new();
+                    for e in 0..group {
+                        let x = regs[lay.flatten(&[lr, lc + e])];
+                        let y = s.convert(Val { op: x.into(), ty: sdt }, ddt)?;
+                        vals.push(s.materialize(&y));
+                    }
+                    let last = s.add_i32(cb.into(), Operand::Imm(coff + group - 1));
+                    let pcol = s.op("setp.lt.u32", RegClass::Pred, vec![last, cols.clone()]);
+                    let p = s.op("and.pred", RegClass::Pred, vec![prow.into(), pcol.into()]);
+                    let a = Address { base: row_addr.base.clone(), offset: row_addr.offset + coff * size };
+                    let st = s.capture(|s| {
+                        s.store_vec(Space::Global, None, &a, ddt, &vals);
+                        Ok(())
+                    })?;
+                    let edge = if group > 1 {
+                        // The tile sticks out of the tensor: element by element.
+                        s.capture(|s| {
+                            for (e, x) in vals.iter().enumerate() {
+                                let c = s.add_i32(cb.into(), Operand::Imm(coff + e as i64));
+                                let pc = s.op("setp.lt.u32", RegClass::Pred, vec![c, cols.clone()]);
+                                let pe = s.op("and.pred", RegClass::Pred, vec![prow.into(), pc.into()]);
+                                let ae = Address { base: a.base.clone(), offset: a.offset + e as i64 * size };
+                                s.emit_guarded(Inst::St { space: Space::Global, ty: super::mem_ty(ddt), srcs: vec![(*x).into()], addr: ae, region: None }, Some((pe, false)));
+                            }
+                            Ok(())
+                        })?
+                    } else {
+                        vec![]
+                    };
+                    s.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then: st, otherwise: edge });
+                    lc += group;
+                }
+            }
+            Ok(())
+        };
+        let last_extent = gb.shape[1];
+        match (v > 1 && origin_ok, last_extent) {
+            (true, Extent::Const(c)) if c % v == 0 => body(self, true)?,
+            (true, Extent::Dyn(_)) => {
+                let cr = self.materialize(&Val { op: cols.clone(), ty: DType::I32 });
+                let m = self.op("and.b32", RegClass::B32, vec![cr.into(), Operand::Imm(v - 1)]);
+                let p = self.op("setp.eq.u32", RegClass::Pred, vec![m.into(), Operand::Imm(0)]);
+                let then = self.capture(|s| body(s, true))?;
+                let other = self.capture(|s| body(s, false))?;
+                self.cur().push(Stmt::If { cond: p, negate: false, uniform: true, then, otherwise: other });
+            }
+            _ => body(self, false)?,
+        }
+        Ok(true)
     }
 }
