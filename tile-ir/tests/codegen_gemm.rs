@@ -353,3 +353,138 @@ fn dump_gemm_ptx() {
         }
     }
 }
+
+// ----------------------------------------------------------- attention pattern
+
+/// One FlashAttention-style step per block of `bm` query rows against all
+/// `bn` keys: S = Q·Kᵀ, m = rowmax(S), P = exp2(S − m), l = rowsum(P),
+/// O = (P as dt)·V / l. `policy2` is the second gemm's policy.
+fn attention_kernel(threads: u32, bm: i64, bn: i64, d: i64, dt: DType, policy1: WarpPolicy, policy2: WarpPolicy) -> Kernel {
+    let mut k = Kernel::new("attention", threads);
+    let m = k.add_dim("M");
+    let q = k.add_tensor_param("q", dt, vec![Extent::Dyn(m), Extent::Const(d)], false);
+    let kt = k.add_tensor_param("k", dt, vec![Extent::Const(bn), Extent::Const(d)], false);
+    let vt = k.add_tensor_param("v", dt, vec![Extent::Const(bn), Extent::Const(d)], false);
+    let o = k.add_tensor_param("o", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let q_s = buffer(&mut k, "q_s", Scope::Shared, dt, &[bm, d]);
+    let k_s = buffer(&mut k, "k_s", Scope::Shared, dt, &[bn, d]);
+    let v_s = buffer(&mut k, "v_s", Scope::Shared, dt, &[bn, d]);
+    let sc = buffer(&mut k, "s", Scope::Fragment, DType::F32, &[bm, bn]);
+    let p = buffer(&mut k, "p", Scope::Fragment, dt, &[bm, bn]);
+    let mx = buffer(&mut k, "m", Scope::Fragment, DType::F32, &[bm]);
+    let l = buffer(&mut k, "l", Scope::Fragment, DType::F32, &[bm]);
+    let acc = buffer(&mut k, "acc", Scope::Fragment, DType::F32, &[bm, d]);
+    let row0 = mul(v(bx), bm);
+    let exp = par2(&mut k, bm, bn, |i, j| {
+        let x = Expr::binary(BinOp::Sub, Expr::load(sc, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)]));
+        vec![s(StmtKind::Store { buf: sc, index: vec![v(i), v(j)], value: Expr::unary(UnOp::Exp2, x) })]
+    });
+    let norm = par2(&mut k, bm, d, |i, j| {
+        let x = Expr::binary(BinOp::Div, Expr::load(acc, vec![v(i), v(j)]), Expr::load(l, vec![v(i)]));
+        vec![s(StmtKind::Store { buf: acc, index: vec![v(i), v(j)], value: x })]
+    });
+    let g = |a, b, c, trans_b, policy| s(StmtKind::Gemm { a, b, c, trans_a: false, trans_b, clear: true, policy });
+    k.body = vec![
+        copy(q, vec![row0.clone(), Expr::i32(0)], q_s, vec![]),
+        copy(kt, vec![Expr::i32(0), Expr::i32(0)], k_s, vec![]),
+        copy(vt, vec![Expr::i32(0), Expr::i32(0)], v_s, vec![]),
+        g(q_s, k_s, sc, true, policy1),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: sc, dst: mx, dim: 1, keep: false }),
+        exp,
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: sc, dst: l, dim: 1, keep: false }),
+        copy(sc, vec![], p, vec![]),
+        g(p, v_s, acc, false, policy2),
+        norm,
+        copy(acc, vec![], o, vec![row0, Expr::i32(0)]),
+    ];
+    k
+}
+
+fn check_attention(threads: u32, bm: i64, bn: i64, d: i64, dt: DType, m: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let k = attention_kernel(threads, bm, bn, d, dt, WarpPolicy::FullRow, WarpPolicy::FullRow);
+    let (bn_, d_) = (bn as usize, d as usize);
+    let qf: Vec<f32> = (0..m * d_).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let kf: Vec<f32> = (0..bn_ * d_).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let vf: Vec<f32> = (0..bn_ * d_).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let ((qb, qv), (kb, kv), (vb, vv)) = (encode(dt, &qf), encode(dt, &kf), encode(dt, &vf));
+    let out = run(&k, Target::Sm80, vec![qb, kb, vb, vec![0u8; 4 * m * d_]], &[m as i64]);
+    let got = f32s(&out[3]);
+    let round = |x: f64| encode(dt, &[x as f32]).1[0];
+    for i in 0..m {
+        let srow: Vec<f64> = (0..bn_).map(|j| (0..d_).map(|c| qv[i * d_ + c] * kv[j * d_ + c]).sum()).collect();
+        let mxv = srow.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let prow: Vec<f64> = srow.iter().map(|x| (x - mxv).exp2()).collect();
+        let lsum: f64 = prow.iter().sum();
+        for c in 0..d_ {
+            let want: f64 = (0..bn_).map(|j| round(prow[j]) * vv[j * d_ + c]).sum::<f64>() / lsum;
+            let g = got[i * d_ + c] as f64;
+            assert!((g - want).abs() <= 2e-3 * (1.0 + want.abs()), "attention t{threads} {dt:?} m{m}: O[{i},{c}] = {g}, want {want}");
+        }
+    }
+}
+
+#[test]
+fn attention_step_with_a_from_registers() {
+    check_attention(128, 64, 64, 64, DType::F16, 100, 11);
+    check_attention(128, 64, 32, 32, DType::BF16, 64, 12);
+    check_attention(256, 128, 64, 64, DType::F16, 130, 13);
+}
+
+#[test]
+fn a_from_registers_needs_warps_along_m_only() {
+    // Square on 64×64 with 4 warps splits N: P cannot feed the second gemm.
+    let k = attention_kernel(128, 64, 64, 64, DType::F16, WarpPolicy::Square, WarpPolicy::Square);
+    let e = compile_err(&k);
+    eprintln!("{e}");
+    assert!(e.contains("A from fragment") || e.contains("layout conflict"), "{e}");
+}
+
+/// S = A·B with warps splitting N (Square), then S − rowmax(S) stored: the
+/// row reduction crosses warps through shared memory.
+#[test]
+fn gemm_then_row_max_across_warps() {
+    for (threads, bm, bn, policy) in [(128u32, 64i64, 64i64, WarpPolicy::Square), (256, 64, 128, WarpPolicy::FullCol), (256, 128, 128, WarpPolicy::Square)] {
+        let mut k = Kernel::new("gemm_rowmax", threads);
+        let kk = 32i64;
+        let a = k.add_tensor_param("a", DType::F16, vec![Extent::Const(bm), Extent::Const(kk)], false);
+        let b = k.add_tensor_param("b", DType::F16, vec![Extent::Const(kk), Extent::Const(bn)], false);
+        let o = k.add_tensor_param("o", DType::F32, vec![Extent::Const(bm), Extent::Const(bn)], true);
+        let a_s = buffer(&mut k, "a_s", Scope::Shared, DType::F16, &[bm, kk]);
+        let b_s = buffer(&mut k, "b_s", Scope::Shared, DType::F16, &[kk, bn]);
+        let sc = buffer(&mut k, "s", Scope::Fragment, DType::F32, &[bm, bn]);
+        let mx = buffer(&mut k, "m", Scope::Fragment, DType::F32, &[bm]);
+        let sub = par2(&mut k, bm, bn, |i, j| {
+            let x = Expr::binary(BinOp::Sub, Expr::load(sc, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)]));
+            vec![s(StmtKind::Store { buf: sc, index: vec![v(i), v(j)], value: x })]
+        });
+        k.body = vec![
+            copy(a, vec![Expr::i32(0), Expr::i32(0)], a_s, vec![]),
+            copy(b, vec![Expr::i32(0), Expr::i32(0)], b_s, vec![]),
+            s(StmtKind::Gemm { a: a_s, b: b_s, c: sc, trans_a: false, trans_b: false, clear: true, policy }),
+            s(StmtKind::Reduce { op: ReduceOp::Max, src: sc, dst: mx, dim: 1, keep: false }),
+            sub,
+            copy(sc, vec![], o, vec![Expr::i32(0), Expr::i32(0)]),
+        ];
+        let mut rng = Rng(21);
+        let (mm, nn, kk_) = (bm as usize, bn as usize, kk as usize);
+        let af: Vec<f32> = (0..mm * kk_).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let bf_: Vec<f32> = (0..kk_ * nn).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let ((ab, av), (bb, bv)) = (encode(DType::F16, &af), encode(DType::F16, &bf_));
+        let out = run(&k, Target::Sm80, vec![ab, bb, vec![0u8; 4 * mm * nn]], &[]);
+        let got = f32s(&out[2]);
+        for i in 0..mm {
+            let row: Vec<f64> = (0..nn).map(|j| (0..kk_).map(|p| av[i * kk_ + p] * bv[p * nn + j]).sum()).collect();
+            let mxv = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            for j in 0..nn {
+                let g = got[i * nn + j] as f64;
+                assert!((g - (row[j] - mxv)).abs() <= 1e-3 * (1.0 + mxv.abs()), "t{threads} {policy:?}: [{i},{j}] = {g}, want {}", row[j] - mxv);
+            }
+        }
+        if let Some(r) = assemble(&k.name, &compile_verified(&k, Target::Sm80).unwrap().ptx, "sm_80") {
+            assert!(r.contains("0 bytes spill stores"), "{r}");
+        }
+    }
+}
