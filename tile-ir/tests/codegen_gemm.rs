@@ -287,8 +287,12 @@ fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
         eprintln!("skipping ptxas check of {name} ({arch}): no ptxas (set TILE_PTXAS)");
         return None;
     };
+    // Tests run in parallel and share kernel names: one file per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("tile-codegen-gemm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("{name}-{n}");
     let src = dir.join(format!("{name}.{arch}.ptx"));
     std::fs::write(&src, ptx).unwrap();
     let out = dir.join(format!("{name}.{arch}.cubin"));
