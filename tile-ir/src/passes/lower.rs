@@ -13,7 +13,10 @@
 //!   local buffers in registers of every thread (dynamic indices become
 //!   unrolled selects);
 //! - shared buffers and reduction scratch are carved out of the dynamic
-//!   shared memory; every shared access names its [`Region`];
+//!   shared memory; every shared access names its [`Region`] and computes
+//!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
+//!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
+//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
