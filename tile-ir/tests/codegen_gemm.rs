@@ -268,6 +268,8 @@ fn gemm_odd_warp_tiles_and_k64() {
     check_gemm(&c, 40, 32, 100, 7);
     let c = Cfg { policy: WarpPolicy::FullCol, trans_b: true, ..cfg(128, 32, 32, 64) };
     check_gemm(&c, 32, 40, 64, 8);
+    // 96 threads: the largest power of two of warps (2) computes, the third warp idles.
+    check_gemm(&cfg(96, 64, 64, 32), 64, 70, 32, 10);
     // M 128, N 64, K 16 (32-byte rows), 64 threads.
     let c = Cfg { trans_a: true, ..cfg(64, 128, 64, 16) };
     check_gemm(&c, 128, 64, 48, 9);

@@ -231,6 +231,7 @@ impl Lx<'_> {
         let dsts: Vec<Reg> = (0..num).map(|_| self.new_reg(RegClass::B32)).collect();
         let region = self.region_of(p.buf);
         let addr = Address { base: base.into(), offset: buf_off + row * lay.row_stride };
+        let addr = self.with_stage(p.buf, addr);
         self.emit(Inst::Ldmatrix { trans: p.trans, dsts: dsts.clone(), addr, region });
         Ok(dsts)
     }
