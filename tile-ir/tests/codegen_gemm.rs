@@ -268,6 +268,13 @@ fn gemm_odd_warp_tiles_and_k64() {
     check_gemm(&c, 40, 32, 100, 7);
     let c = Cfg { policy: WarpPolicy::FullCol, trans_b: true, ..cfg(128, 32, 32, 64) };
     check_gemm(&c, 32, 40, 64, 8);
+    // K tile 16 (32-byte rows: Swizzle<1,4,3>), K tile 48 (96-byte rows: padded to 112).
+    check_gemm(&cfg(128, 64, 64, 16), 64, 64, 40, 14);
+    check_gemm(&cfg(128, 64, 64, 48), 64, 64, 100, 15);
+    check_gemm(&Cfg { trans_a: true, trans_b: true, ..cfg(128, 64, 64, 48) }, 64, 64, 96, 16);
+    // N tile 24 (48-byte B rows, row-major; three n8 atoms per warp: ldmatrix .x4 + .x2).
+    check_gemm(&Cfg { policy: WarpPolicy::FullRow, ..cfg(128, 64, 24, 32) }, 64, 30, 64, 17);
+    check_gemm(&Cfg { policy: WarpPolicy::FullRow, trans_b: true, ..cfg(128, 64, 24, 32) }, 64, 24, 64, 18);
     // 96 threads: the largest power of two of warps (2) computes, the third warp idles.
     check_gemm(&cfg(96, 64, 64, 32), 64, 70, 32, 10);
     // M 128, N 64, K 16 (32-byte rows), 64 threads.
