@@ -292,6 +292,17 @@ fn compile_err(k: &Kernel) -> String {
 }
 
 #[test]
+fn accumulator_layout_conflicts_name_both_gemms() {
+    // The same accumulator from a FullRow and a FullCol gemm.
+    let mut k = gemm_kernel(&Cfg { policy: WarpPolicy::FullRow, ..cfg(128, 64, 64, 32) });
+    let StmtKind::For { body, .. } = &mut k.body[1].kind else { panic!("loop") };
+    let StmtKind::Gemm { a, b, c, .. } = body[2].kind.clone() else { panic!("gemm") };
+    body.push(s(StmtKind::Gemm { a, b, c, trans_a: false, trans_b: false, clear: false, policy: WarpPolicy::FullCol }));
+    let e = compile_err(&k);
+    assert!(e.contains("layout conflict on fragment `acc`") && e.contains("warps 4×1") && e.contains("warps 1×4"), "{e}");
+}
+
+#[test]
 fn unsupported_gemm_shapes_are_errors() {
     let e = compile_err(&gemm_kernel(&cfg(128, 64, 64, 24)));
     assert!(e.contains("K a multiple of 16"), "{e}");
