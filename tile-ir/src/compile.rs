@@ -18,7 +18,8 @@ pub struct Compiled {
     pub shared_bytes: u32,
     /// The Thread IR in its text form (for `TILE_DUMP`).
     pub thread_ir: String,
-    /// The layout chosen for each fragment, by name (for dumps and tests).
+    /// The layout chosen for each fragment, and for each shared buffer whose
+    /// layout is not row-major (prefixed `shared`), by name (for dumps and tests).
     pub layouts: Vec<(String, String)>,
     /// The Thread IR itself (for later passes, simulators and tests).
     pub function: thread_ir::Function,
@@ -28,6 +29,14 @@ pub struct Compiled {
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
     crate::verify::verify(kernel)?;
+    compile_verified(kernel, target)
+}
+
+/// Compiles a kernel that the caller has verified (or built by hand with
+/// statements the verifier does not know yet): every pass after `verify`.
+/// The passes still report what they cannot lower as errors.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
     if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {
         return Err(vec![CompileError::new(
             SpanId::NONE,
@@ -57,6 +66,7 @@ pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileE
     let ptx = crate::ptx::emit(&func, target);
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
+    layouts.extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));
     layouts.sort();
     let thread_ir = thread_ir::print_function(&func);
     Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func })

@@ -54,6 +54,9 @@ fn accesses(s: &Stmt, acc: &mut State) {
         Stmt::Inst { inst: Inst::St { space: Space::Shared, region: Some(r), .. }, .. } => {
             acc.writes.insert(*r);
         }
+        Stmt::Inst { inst: Inst::Ldmatrix { region: Some(r), .. }, .. } => {
+            acc.reads.insert(*r);
+        }
         Stmt::Inst { .. } | Stmt::Comment(_) => {}
         Stmt::If { then, otherwise, .. } => {
             for x in then.iter().chain(otherwise) {

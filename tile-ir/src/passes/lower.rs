@@ -13,7 +13,10 @@
 //!   local buffers in registers of every thread (dynamic indices become
 //!   unrolled selects);
 //! - shared buffers and reduction scratch are carved out of the dynamic
-//!   shared memory; every shared access names its [`Region`];
+//!   shared memory; every shared access names its [`Region`] and computes
+//!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
+//!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
+//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
@@ -26,10 +29,13 @@ use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt, StmtKind,
     TileRef, UnOp, Value, VarId, VarKind,
 };
-use crate::layout::{Blocked, FragLayout};
+use crate::layout::{FragLayout, RootLayout, SharedLayout, ThreadField};
 use crate::thread_ir::{Address, Function, Inst, Operand, Reg, RegClass, Region, Space, Special, Stmt, SMEM};
 use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};
+
+#[path = "lower_gemm.rs"]
+mod gemm;
 
 type R<T> = Result<T, CompileError>;
 
@@ -145,6 +151,10 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         locals: HashMap::new(),
         nest: None,
         tbases: HashMap::new(),
+        ldm_bases: HashMap::new(),
+        shared_stage: HashMap::new(),
+        affine: HashMap::new(),
+        shared_bases: HashMap::new(),
         errors: Vec::new(),
     };
     lx.setup();
@@ -187,7 +197,20 @@ struct Lx<'a> {
     frags: HashMap<BufferId, Vec<Reg>>,
     locals: HashMap<BufferId, Vec<Reg>>,
     nest: Option<NestCtx>,
-    tbases: HashMap<(i64, i64, i64), Reg>,
+    tbases: HashMap<Vec<ThreadField>, Reg>,
+    /// Registers known to be `base + constant` (from `add_i32`).
+    affine: HashMap<Reg, (Reg, i64)>,
+    /// Per-thread shared addresses (with the `smem` base) of thread-part
+    /// coordinates, computed in the prologue: (buffer, row, column) → register.
+    shared_bases: HashMap<(BufferId, Option<Reg>, Option<Reg>), Reg>,
+    /// An extra byte offset added to every address of a shared buffer while
+    /// it is set (a software-pipelining stage's copy of the buffer: the
+    /// pipelining pass allocates `stages` slots of `shared_layout(buf).bytes()`
+    /// and sets the slot's offset here around the code that uses it). An
+    /// immediate costs nothing; a register costs one add per access.
+    pub(crate) shared_stage: HashMap<BufferId, Operand>,
+    /// Per-thread ldmatrix row addresses (see `lower_gemm.rs`).
+    ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
     errors: Vec<CompileError>,
 }
 
@@ -371,7 +394,8 @@ impl<'a> Lx<'a> {
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
             match b.scope {
                 Scope::Shared => {
-                    let off = self.alloc_smem(n * b.dtype.size_bytes() as i64);
+                    let bytes = self.shared_layout(id).map(|l| l.bytes()).unwrap_or(n * b.dtype.size_bytes() as i64);
+                    let off = self.alloc_smem(bytes);
                     self.shared.insert(id, (off, i as u32));
                 }
                 Scope::Fragment => {
@@ -418,24 +442,71 @@ impl<'a> Lx<'a> {
         off
     }
 
-    /// `t_d · spt_d` for the calling thread (computed once, in the prologue).
-    fn tbase(&mut self, root: &Blocked, d: usize) -> Operand {
-        if root.thr[d] == 1 {
+    /// The thread part of dim `d`'s coordinate for the calling thread
+    /// (computed once, in the prologue).
+    pub(crate) fn tbase(&mut self, root: &RootLayout, d: usize) -> Operand {
+        let fields = root.dims[d].fields.clone();
+        self.thread_bits_value(&fields)
+    }
+
+    /// `Σ ((tid >> shift) & (count - 1)) · mult` over `fields`, in the prologue.
+    pub(crate) fn thread_bits_value(&mut self, fields: &[ThreadField]) -> Operand {
+        if fields.is_empty() {
             return Operand::Imm(0);
         }
-        let key = (root.stride[d], root.thr[d], root.spt[d]);
-        if let Some(r) = self.tbases.get(&key) {
+        if let Some(r) = self.tbases.get(fields) {
             return Operand::Reg(*r);
         }
         let tid = self.tid;
-        let a = self.new_reg(RegClass::B32);
-        self.emit_pro(Inst::Op { op: "shr.u32".into(), dst: a, args: vec![tid.into(), Operand::Imm(log2(root.stride[d]))] });
-        let b = self.new_reg(RegClass::B32);
-        self.emit_pro(Inst::Op { op: "and.b32".into(), dst: b, args: vec![a.into(), Operand::Imm(root.thr[d] - 1)] });
-        let c = self.new_reg(RegClass::B32);
-        self.emit_pro(Inst::Op { op: "shl.b32".into(), dst: c, args: vec![b.into(), Operand::Imm(log2(root.spt[d]))] });
-        self.tbases.insert(key, c);
-        Operand::Reg(c)
+        let mut acc: Option<Reg> = None;
+        for f in fields {
+            let a = self.new_reg(RegClass::B32);
+            self.emit_pro(Inst::Op { op: "shr.u32".into(), dst: a, args: vec![tid.into(), Operand::Imm(f.shift as i64)] });
+            let b = self.new_reg(RegClass::B32);
+            self.emit_pro(Inst::Op { op: "and.b32".into(), dst: b, args: vec![a.into(), Operand::Imm(f.count - 1)] });
+            let c = self.new_reg(RegClass::B32);
+            match acc {
+                None if f.mult.count_ones() == 1 => {
+                    self.emit_pro(Inst::Op { op: "shl.b32".into(), dst: c, args: vec![b.into(), Operand::Imm(log2(f.mult))] })
+                }
+                None => self.emit_pro(Inst::Op { op: "mul.lo.s32".into(), dst: c, args: vec![b.into(), Operand::Imm(f.mult)] }),
+                Some(prev) => self.emit_pro(Inst::Op {
+                    op: "mad.lo.s32".into(),
+                    dst: c,
+                    args: vec![b.into(), Operand::Imm(f.mult), prev.into()],
+                }),
+            }
+            acc = Some(c);
+        }
+        let r = acc.unwrap_or(tid);
+        self.tbases.insert(fields.to_vec(), r);
+        Operand::Reg(r)
+    }
+
+    /// The bits of `x` selected by `mask`, packed to the low end (`pext`).
+    fn extract_bits(&mut self, x: Reg, mask: u64) -> Operand {
+        let mut out: Option<Operand> = None;
+        let mut packed = 0u32;
+        let mut b = 0u32;
+        while b < 32 {
+            if mask & (1 << b) == 0 {
+                b += 1;
+                continue;
+            }
+            let start = b;
+            while b < 32 && mask & (1 << b) != 0 {
+                b += 1;
+            }
+            let width = b - start;
+            let s = self.op("shr.u32", RegClass::B32, vec![x.into(), Operand::Imm(start as i64)]);
+            let v = self.op("and.b32", RegClass::B32, vec![s.into(), Operand::Imm((1i64 << width) - 1)]);
+            out = Some(match out {
+                None => Operand::Reg(v),
+                Some(prev) => Operand::Reg(self.op("mad.lo.s32", RegClass::B32, vec![v.into(), Operand::Imm(1i64 << packed), prev])),
+            });
+            packed += width;
+        }
+        out.unwrap_or(Operand::Imm(0))
     }
 
     /// Coordinate along kept dim `a` of per-dim register index `l`.
@@ -459,9 +530,9 @@ impl<'a> Lx<'a> {
             if !root.dim_padded(d) {
                 continue;
             }
-            let rep_off = (l[a] / root.spt[d]) * root.thr[d] * root.spt[d];
-            let bound = root.shape[d] - rep_off;
-            if bound >= root.thr[d] * root.spt[d] {
+            // Valid when thread part + register offset < extent.
+            let bound = root.shape[d] - root.reg_offset(d, l[a]);
+            if bound > root.dims[d].max_thread_part() {
                 continue;
             }
             let base = self.tbase(&lay.root.clone(), d);
@@ -483,7 +554,14 @@ impl<'a> Lx<'a> {
             (Operand::Imm(x), Operand::Imm(y)) => Operand::Imm((*x as i32).wrapping_add(*y as i32) as i64),
             (_, Operand::Imm(0)) => a,
             (Operand::Imm(0), _) => b,
-            (Operand::Imm(_), _) => Operand::Reg(self.op("add.s32", RegClass::B32, vec![b, a])),
+            (Operand::Imm(x), Operand::Reg(r)) | (Operand::Reg(r), Operand::Imm(x)) => {
+                let (x, r) = (*x, *r);
+                let d = self.op("add.s32", RegClass::B32, vec![r.into(), Operand::Imm(x)]);
+                // Remember `d = r + x` so that shared addresses can fold `x`.
+                let (base, off) = self.affine.get(&r).copied().unwrap_or((r, 0));
+                self.affine.insert(d, (base, off + x));
+                Operand::Reg(d)
+            }
             _ => Operand::Reg(self.op("add.s32", RegClass::B32, vec![a, b])),
         }
     }
@@ -566,20 +644,157 @@ impl<'a> Lx<'a> {
         Ok(p)
     }
 
-    fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
+    /// The address of element `idx` of shared buffer `buf`.
+    ///
+    /// Every access to a shared buffer goes through here (or through
+    /// [`Lx::shared_offset`]), so that a buffer whose layout the compiler
+    /// chose (a swizzled tensor-core operand, [`LayoutPlan::shared`]) is
+    /// read and written consistently.
+    pub(crate) fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
         let (base, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
+        let addr = if let Some((reg, imm)) = self.shared_addr_hoisted(buf, idx)? {
+            Address { base: reg.into(), offset: base + imm }
+        } else {
+            let off = self.shared_offset(buf, idx)?;
+            let sm = self.smem;
+            match off {
+                Operand::Imm(o) => Address { base: sm.into(), offset: base + o },
+                _ => {
+                    let a = self.op("add.s32", RegClass::B32, vec![off, sm.into()]);
+                    Address { base: a.into(), offset: base }
+                }
+            }
+        };
+        Ok(self.with_stage(buf, addr))
+    }
+
+    /// `addr` moved to the buffer's current pipelining slot ([`Lx::shared_stage`]).
+    pub(crate) fn with_stage(&mut self, buf: BufferId, addr: Address) -> Address {
+        match self.shared_stage.get(&buf).cloned() {
+            None => addr,
+            Some(Operand::Imm(x)) => Address { base: addr.base, offset: addr.offset + x },
+            Some(extra) => {
+                let b = self.op("add.s32", RegClass::B32, vec![addr.base, extra]);
+                Address { base: b.into(), offset: addr.offset }
+            }
+        }
+    }
+
+    /// `Some((reg, imm))` with address = `reg + imm` (plus the buffer's
+    /// offset) when `idx` is 2-D, each coordinate is a prologue (per-thread)
+    /// register plus a constant, and the constants commute with the layout
+    /// (the row constant is a whole number of swizzle periods; the column
+    /// constant is zero or the layout is not swizzled): `reg` is then
+    /// computed once, in the prologue, and the access costs no arithmetic.
+    fn shared_addr_hoisted(&mut self, buf: BufferId, idx: &[Operand]) -> R<Option<(Reg, i64)>> {
+        if idx.len() != 2 {
+            return Ok(None);
+        }
+        let lay = self.shared_layout(buf)?;
+        let split = |s: &Self, o: &Operand| -> Option<(Operand, i64)> {
+            match o {
+                Operand::Imm(x) => Some((Operand::Imm(0), *x)),
+                Operand::Reg(r) => {
+                    let (b, x) = s.affine.get(r).copied().unwrap_or((*r, 0));
+                    s.tbases.values().any(|t| *t == b).then_some((Operand::Reg(b), x))
+                }
+                _ => None,
+            }
+        };
+        let (Some((rt, cr)), Some((ct, cc))) = (split(self, &idx[0]), split(self, &idx[1])) else { return Ok(None) };
+        if cr % lay.row_period() != 0 || (cr * lay.row_stride) % 256 != 0 || (cc != 0 && lay.swizzle.is_some()) {
+            return Ok(None);
+        }
+        let as_reg = |o: &Operand| if let Operand::Reg(r) = o { Some(*r) } else { None };
+        let key = (buf, as_reg(&rt), as_reg(&ct));
+        let reg = match self.shared_bases.get(&key) {
+            Some(r) => *r,
+            None => {
+                let mut reg = None;
+                let code = self.capture(|s| {
+                    let off = s.shared_offset(buf, &[rt, ct])?;
+                    let sm = s.smem;
+                    let a = s.add_i32(Operand::Reg(sm), off);
+                    reg = Some(s.materialize(&Val { op: a, ty: DType::I32 }));
+                    Ok(())
+                })?;
+                self.prologue.extend(code);
+                let r = reg.ok_or_else(|| self.err("internal: shared base"))?;
+                self.shared_bases.insert(key, r);
+                r
+            }
+        };
+        Ok(Some((reg, cr * lay.row_stride + cc * lay.elem)))
+    }
+
+    /// The layout of shared buffer `buf` (row-major unless layout inference chose another).
+    pub(crate) fn shared_layout(&self, buf: BufferId) -> R<SharedLayout> {
+        if let Some(l) = self.plan.shared.get(&buf) {
+            return Ok(*l);
+        }
         let b = self.k.buffer(buf);
         let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
-        let size = b.dtype.size_bytes() as i64;
-        let off = self.rowmajor_i32(idx, &shape);
-        let sm = self.smem;
-        Ok(match off {
-            Operand::Imm(o) => Address { base: sm.into(), offset: base + o * size },
-            _ => {
-                let a = self.op("mad.lo.s32", RegClass::B32, vec![off, Operand::Imm(size), sm.into()]);
-                Address { base: a.into(), offset: base }
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = shape.iter().rev().skip(1).product::<i64>();
+        Ok(SharedLayout::row_major(rows, cols, b.dtype.size_bytes() as i64))
+    }
+
+    /// The byte offset of element `idx` of shared buffer `buf` from the
+    /// buffer's start, through the buffer's [`SharedLayout`] (swizzled for
+    /// tensor-core operands). THE one place that maps shared coordinates to
+    /// bytes: copies, element accesses in nests, ldmatrix (via the same
+    /// layout) and the cp.async writes of pipelining must all use it.
+    /// Constant coordinates fold to an immediate.
+    ///
+    /// For the pipelining pass (cp.async writes of a global→shared copy):
+    /// call [`Lx::shared_addr`] with the tile coordinates of each 16-byte
+    /// chunk. It returns `[reg + imm]` with `reg` computed once in the
+    /// prologue when the coordinates are per-thread layout coordinates plus
+    /// constants (what `coord()` gives), honours [`Lx::shared_stage`] (set
+    /// it to a stage slot's byte offset while lowering that stage's copy or
+    /// gemm), and the buffer's size is `shared_layout(buf).bytes()`. A
+    /// 16-byte chunk never straddles swizzle units (the XOR moves whole
+    /// 16-byte chunks), so a chunk that is contiguous in the tile is
+    /// contiguous in shared memory.
+    pub(crate) fn shared_offset(&mut self, buf: BufferId, idx: &[Operand]) -> R<Operand> {
+        let b = self.k.buffer(buf);
+        let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
+        let lay = self.shared_layout(buf)?;
+        if idx.len() != shape.len() || idx.is_empty() {
+            return Err(self.err(format!("`{}` has {} dimensions but is indexed with {}", b.name, shape.len(), idx.len())));
+        }
+        let n = idx.len();
+        let row = self.rowmajor_i32(&idx[..n - 1], &shape[..n - 1]);
+        let col = idx[n - 1].clone();
+        if let (Operand::Imm(r), Operand::Imm(c)) = (&row, &col) {
+            return Ok(Operand::Imm(lay.offset(*r, *c)));
+        }
+        // row · stride + col · elem
+        let lin = match &row {
+            Operand::Imm(r) => {
+                let c = self.mad_i32(col, lay.elem, Operand::Imm(0));
+                self.add_i32(c, Operand::Imm(r * lay.row_stride))
             }
-        })
+            _ => {
+                let c = self.mad_i32(col, lay.elem, Operand::Imm(0));
+                self.mad_i32(row.clone(), lay.row_stride, c)
+            }
+        };
+        let Some((bits, shift)) = lay.swizzle else { return Ok(lin) };
+        // XOR the chunk bits with bits [shift + 4, +bits) of the row's byte offset.
+        let x = match &row {
+            Operand::Imm(r) => Operand::Imm(lay.xor_of_row(*r)),
+            _ => {
+                let rb = self.op("mul.lo.s32", RegClass::B32, vec![row.clone(), Operand::Imm(lay.row_stride)]);
+                let sh = self.op("shr.u32", RegClass::B32, vec![rb.into(), Operand::Imm(shift as i64)]);
+                Operand::Reg(self.op("and.b32", RegClass::B32, vec![sh.into(), Operand::Imm(((1i64 << bits) - 1) << 4)]))
+            }
+        };
+        if x == Operand::Imm(0) {
+            return Ok(lin);
+        }
+        let l = self.materialize(&Val { op: lin, ty: DType::I32 });
+        Ok(Operand::Reg(self.op("xor.b32", RegClass::B32, vec![l.into(), x])))
     }
 
     // ----------------------------------------------------------- conversions
@@ -1204,7 +1419,12 @@ impl<'a> Lx<'a> {
                 }
                 self.lower_reduce(*op, *src, *dst, *dim, *keep)
             }
-            StmtKind::Gemm { .. } => Err(CompileError::new(self.span, "gemm is not supported by this version of the code generator")),
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } => {
+                if in_nest {
+                    return Err(collective(self, "gemm"));
+                }
+                self.lower_gemm(*a, *b, *c, *trans_a, *trans_b, *clear, *policy)
+            }
             StmtKind::Barrier => {
                 if in_nest {
                     return Err(collective(self, "barrier"));
@@ -1351,7 +1571,7 @@ impl<'a> Lx<'a> {
         // the same iterations; only the first one may touch memory.
         let mut primary = None;
         for d in 0..layout.root.rank() {
-            if layout.kept.contains(&d) || layout.root.thr[d] == 1 {
+            if layout.kept.contains(&d) || layout.root.dims[d].fields.is_empty() {
                 continue;
             }
             let b = self.tbase(&layout.root.clone(), d);
@@ -1461,6 +1681,12 @@ impl<'a> Lx<'a> {
         if matches!(s_side, Side::Local(_)) || matches!(d_side, Side::Local(_)) {
             return self.copy_local(&s_side, &d_side, &shape, sdt, ddt, &fill_val);
         }
+        if let (Side::Frag(fb), Side::Global { buf, origin, lead: 0 }) = (&s_side, &d_side) {
+            // Accumulator epilogues: per-thread base address, immediate column offsets.
+            if self.store_fragment_2d(*fb, *buf, origin, global_origin_expr.map(|e| e.0))? {
+                return Ok(());
+            }
+        }
         let layout = match (&s_side, &d_side) {
             (Side::Frag(a), Side::Frag(b)) => {
                 let (la, lb) = (self.plan.frags.get(a), self.plan.frags.get(b));
@@ -1479,7 +1705,7 @@ impl<'a> Lx<'a> {
             }
             _ => {
                 let other = if sb.scope == Scope::Global { sdt } else { ddt };
-                FragLayout::full(Blocked::new(&shape, self.k.threads, (16 / other.size_bytes() as i64).max(1)))
+                FragLayout::full(RootLayout::blocked(&shape, self.k.threads, (16 / other.size_bytes() as i64).max(1)))
             }
         };
         if layout.shape() != shape {
@@ -1520,7 +1746,7 @@ impl<'a> Lx<'a> {
         let mut primary = None;
         if matches!(dst, Side::Global { .. } | Side::Shared(_)) {
             for d in 0..lay.root.rank() {
-                if lay.kept.contains(&d) || lay.root.thr[d] == 1 {
+                if lay.kept.contains(&d) || lay.root.dims[d].fields.is_empty() {
                     continue;
                 }
                 let b = self.tbase(&lay.root.clone(), d);
@@ -1848,7 +2074,7 @@ impl<'a> Lx<'a> {
             }
             Scope::Shared => {
                 let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
-                let lay = FragLayout::full(Blocked::new(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
+                let lay = FragLayout::full(RootLayout::blocked(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
                 let x = self.materialize(&v);
                 let vw = lay.vec_width() as usize;
                 let region = self.region_of(buf);
@@ -1932,11 +2158,11 @@ impl<'a> Lx<'a> {
                 let x = self.convert(Val { op: x.into(), ty: sdt }, acc_t)?;
                 let mut x = self.materialize(&x);
                 if root.dim_padded(rk) {
-                    let bound = root.shape[rk] - (lk / root.spt[rk]) * root.thr[rk] * root.spt[rk];
+                    let bound = root.shape[rk] - root.reg_offset(rk, lk);
                     if bound <= 0 {
                         continue;
                     }
-                    if bound < root.thr[rk] * root.spt[rk] {
+                    if bound <= root.dims[rk].max_thread_part() {
                         let b = self.materialize(&Val { op: base_k.clone(), ty: DType::I32 });
                         let p = self.op("setp.lt.s32", RegClass::Pred, vec![b.into(), Operand::Imm(bound)]);
                         x = self.op(format!("selp.{}", mov_ty(acc_t)), c, vec![x.into(), ident.clone(), p.into()]);
@@ -1947,21 +2173,25 @@ impl<'a> Lx<'a> {
             partials.push(acc);
         }
         // 2. Butterfly within a warp over the thread bits of `dim`.
-        let (stride, thr) = (root.stride[rk], root.thr[rk]);
-        let mut lanes = 1;
-        while lanes < thr && stride * lanes < 32 {
+        let mask = root.dims[rk].thread_mask();
+        for bit in 0..5 {
+            if mask & (1 << bit) == 0 {
+                continue;
+            }
             for &p in &partials {
                 let y = self.new_reg(c);
-                self.emit(Inst::ShflBfly { dst: y, src: p, lane_mask: (stride * lanes) as u32 });
+                self.emit(Inst::ShflBfly { dst: y, src: p, lane_mask: 1 << bit });
                 self.op_into(opname.clone(), p, vec![p.into(), y.into()]);
             }
-            lanes *= 2;
         }
-        // 3. Across warps through shared memory.
-        let h = thr / lanes;
+        // 3. Across warps through shared memory: the threads with zero lane
+        // bits of `dim` write their partial to slot (row key, warp key);
+        // every thread then combines the `h` slots of its row key.
+        let warp_mask = mask & !31;
+        let h = 1i64 << warp_mask.count_ones();
         if h > 1 {
             let active = root.active_threads();
-            let rows = active / thr;
+            let rows = active / root.dims[rk].threads_along();
             let nd = partials.len() as i64;
             let off = self.alloc_smem(nd * rows * h * 4);
             let region = Region { id: self.next_region, op: self.cur_op };
@@ -1969,14 +2199,11 @@ impl<'a> Lx<'a> {
             self.cur_op += 1;
             let read_region = Region { id: region.id, op: self.cur_op };
             let tid = self.tid;
-            let lower = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm(stride - 1)]);
-            let upper = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride * thr))]);
-            let rowkey = self.op("mad.lo.s32", RegClass::B32, vec![upper.into(), Operand::Imm(stride), lower.into()]);
-            let hk0 = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride * lanes))]);
-            let hk = self.op("and.b32", RegClass::B32, vec![hk0.into(), Operand::Imm(h - 1)]);
-            let lane0 = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride))]);
-            let lane1 = self.op("and.b32", RegClass::B32, vec![lane0.into(), Operand::Imm(lanes - 1)]);
-            let writer = self.op("setp.eq.u32", RegClass::Pred, vec![lane1.into(), Operand::Imm(0)]);
+            let all_bits = (active as u64).saturating_sub(1);
+            let rowkey = self.extract_bits(tid, all_bits & !mask);
+            let hk = self.extract_bits(tid, warp_mask);
+            let lane_bits = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm((mask & 31) as i64)]);
+            let writer = self.op("setp.eq.u32", RegClass::Pred, vec![lane_bits.into(), Operand::Imm(0)]);
             let live = if active < self.k.threads as i64 {
                 Some(self.op("setp.lt.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(active)]))
             } else {
@@ -1984,9 +2211,10 @@ impl<'a> Lx<'a> {
             };
             let writer = self.and_pred(Some(writer), live);
             let sm = self.smem;
-            let slot = self.op("mad.lo.s32", RegClass::B32, vec![rowkey.into(), Operand::Imm(h), hk.into()]);
+            let rowkey = Operand::Reg(self.materialize(&Val { op: rowkey, ty: DType::I32 }));
+            let slot = self.op("mad.lo.s32", RegClass::B32, vec![rowkey.clone(), Operand::Imm(h), hk]);
             let waddr = self.op("mad.lo.s32", RegClass::B32, vec![slot.into(), Operand::Imm(4), sm.into()]);
-            let raddr = self.op("mad.lo.s32", RegClass::B32, vec![rowkey.into(), Operand::Imm(h * 4), sm.into()]);
+            let raddr = self.op("mad.lo.s32", RegClass::B32, vec![rowkey, Operand::Imm(h * 4), sm.into()]);
             let parts = partials.clone();
             let body = self.capture(|s| {
                 for (rd, p) in parts.iter().enumerate() {
