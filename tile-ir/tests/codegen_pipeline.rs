@@ -344,3 +344,115 @@ fn pipeline_stages_over_the_shared_budget_are_an_error() {
     // Two stages of 2 × 32 KB fit.
     compile(&pipelined_rowsum(256, 64, 128, 2, DType::F32), Target::Sm80).unwrap();
 }
+
+/// The row sums again, with the pipelined loop inside a serial loop
+/// (`for r in 0..R { for k in pipelined(r, r + n, stages) {..} }`): the loop
+/// starts at a dynamic, non-zero index and its stages are refilled on every
+/// run, so the prologue must not overwrite stages other threads still read.
+fn repeated_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, reps: i32) -> Kernel {
+    let mut k = Kernel::new(format!("rowsum_rep_s{stages}"), threads);
+    let m = k.add_dim("M");
+    let kd = k.add_dim("K");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Dyn(kd)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let a_s = buffer(&mut k, "a_s", Scope::Shared, DType::F32, &[bm, bk]);
+    let acc = frag(&mut k, "acc", DType::F32, &[bm, bk]);
+    let row = frag(&mut k, "row", DType::F32, &[bm]);
+    let rv = k.add_var("r", DType::I32, VarKind::Loop);
+    let kv = k.add_var("k", DType::I32, VarKind::Loop);
+    let f = |e: Expr| Expr::cast(DType::F32, e);
+    let nest = par2(&mut k, bm, bk, |i, j| {
+        // weight (k - r + 1) · (r + 1)
+        let w = bin(BinOp::Mul, f(bin(BinOp::Add, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(1))), f(bin(BinOp::Add, v(rv), Expr::i32(1))));
+        let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, ld(a_s, vec![v(i), v(j)]), w));
+        vec![store(acc, vec![v(i), v(j)], sum)]
+    });
+    let origin = vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32)), bin(BinOp::Mul, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(bk as i32))];
+    let n = Expr::cdiv(v(kd), Expr::i32(bk as i32));
+    let inner = s(StmtKind::For {
+        var: kv,
+        start: v(rv),
+        end: bin(BinOp::Add, v(rv), n),
+        kind: LoopKind::Pipelined { stages },
+        body: vec![copy(x, origin, a_s, vec![]), nest],
+    });
+    k.body = vec![
+        s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
+        s(StmtKind::For { var: rv, start: Expr::i32(0), end: Expr::i32(reps), kind: LoopKind::Serial, body: vec![inner] }),
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: acc, dst: row, dim: 1, keep: false }),
+        copy(row, vec![], out, vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32))]),
+    ];
+    k
+}
+
+#[test]
+fn pipelined_loop_inside_a_serial_loop_with_a_dynamic_start() {
+    let mut rng = Rng(0xABCDEF);
+    let (bm, bk, reps) = (8i64, 16i64, 3i32);
+    for stages in 1..=4u32 {
+        let k = repeated_rowsum(64, bm, bk, stages, reps);
+        let c = compile(&k, Target::Sm80).unwrap();
+        for kk in [0usize, 5, 16, 45, 112] {
+            let m = 11usize;
+            let x: Vec<f32> = (0..m * kk).map(|_| rng.f32(-2.0, 2.0)).collect();
+            let t = vec![bytes_of(&x, DType::F32), vec![0u8; 4 * m]];
+            let (out, _) = run_fn(&c.function, &k, t, &[m as i64, kk as i64]);
+            let got = f32s(&out[1]);
+            let tri = (1..=reps).sum::<i32>() as f64;
+            for r in 0..m {
+                let want: f64 = (0..kk).map(|col| x[r * kk + col] as f64 * ((col / bk as usize) as f64 + 1.0)).sum::<f64>() * tri;
+                assert!((got[r] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0), "stages {stages} K {kk} row {r}: {} vs {want}", got[r]);
+            }
+        }
+    }
+}
+
+#[test]
+fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
+    // vector_add-like: global → shared → global; the shared tile is read by
+    // other threads (transposed), so a barrier follows the wait.
+    for (fill, want_async) in [(None, true), (Some(Expr::f32(0.0)), true), (Some(Expr::f32(-1.5)), false)] {
+        let mut k = Kernel::new("stage_copy", 128);
+        let n = k.add_dim("N");
+        let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(n), Extent::Const(64)], false);
+        let y = k.add_tensor_param("y", DType::F32, vec![Extent::Dyn(n), Extent::Const(64)], true);
+        let t = buffer(&mut k, "t", Scope::Shared, DType::F32, &[16, 64]);
+        let o = frag(&mut k, "o", DType::F32, &[16, 64]);
+        let nest = par2(&mut k, 16, 64, |i, j| vec![store(o, vec![v(i), v(j)], ld(t, vec![bin(BinOp::Sub, Expr::i32(15), v(i)), v(j)]))]);
+        k.body = vec![
+            s(StmtKind::Copy {
+                src: TileRef { buf: x, origin: vec![Expr::i32(0), Expr::i32(0)] },
+                dst: TileRef { buf: t, origin: vec![] },
+                fill: fill.clone(),
+            }),
+            nest,
+            copy(o, vec![], y, vec![Expr::i32(0), Expr::i32(0)]),
+        ];
+        let c = compile(&k, Target::Sm80).unwrap();
+        let ptx = &c.ptx;
+        assert_eq!(ptx.contains("cp.async.cg.shared.global"), want_async, "{fill:?}\n{ptx}");
+        if want_async {
+            let w = ptx.find("cp.async.wait_group 0;").expect("wait");
+            let b = ptx.find("bar.sync 0;").expect("barrier");
+            let commit = ptx.find("cp.async.commit_group;").expect("commit");
+            assert!(commit < w && w < b, "issue, commit, wait, barrier");
+        }
+        assemble("stage_copy", ptx, "sm_80");
+        let rows = 13usize; // fewer rows than the tile: the rest is the fill
+        let xv: Vec<f32> = (0..rows * 64).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let tensors = vec![bytes_of(&xv, DType::F32), vec![0u8; 4 * rows * 64]];
+        let (out, issued) = run_fn(&c.function, &k, tensors, &[rows as i64]);
+        assert_eq!(issued > 0, want_async);
+        let got = f32s(&out[1]);
+        let fv = if want_async { 0.0 } else { -1.5 };
+        for i in 0..rows {
+            for j in 0..64 {
+                let src = 15 - i;
+                let want = if src < rows { xv[src * 64 + j] } else { fv };
+                assert_eq!(got[i * 64 + j], want, "fill {fill:?} [{i},{j}]");
+            }
+        }
+    }
+}
