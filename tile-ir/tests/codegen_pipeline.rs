@@ -58,7 +58,10 @@ fn pipelined_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, dt: DType) -> K
     let kv = k.add_var("k", DType::I32, VarKind::Loop);
     let f = |e: Expr| Expr::cast(DType::F32, e);
     let nest = par2(&mut k, bm, bk, |i, j| {
-        let prod = bin(BinOp::Mul, f(ld(a_s, vec![v(i), v(j)])), f(ld(b_s, vec![v(i), v(j)])));
+        // Columns reversed: threads read elements other threads copied (row
+        // sums do not change).
+        let jr = || bin(BinOp::Sub, Expr::i32(bk as i32 - 1), v(j));
+        let prod = bin(BinOp::Mul, f(ld(a_s, vec![v(i), jr()])), f(ld(b_s, vec![v(i), jr()])));
         let w = f(bin(BinOp::Add, v(kv), Expr::i32(1)));
         let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, prod, w));
         vec![store(acc, vec![v(i), v(j)], sum)]
@@ -366,7 +369,8 @@ fn repeated_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, reps: i32) -> Ke
     let nest = par2(&mut k, bm, bk, |i, j| {
         // weight (k - r + 1) · (r + 1)
         let w = bin(BinOp::Mul, f(bin(BinOp::Add, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(1))), f(bin(BinOp::Add, v(rv), Expr::i32(1))));
-        let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, ld(a_s, vec![v(i), v(j)]), w));
+        let jr = bin(BinOp::Sub, Expr::i32(bk as i32 - 1), v(j));
+        let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, ld(a_s, vec![v(i), jr]), w));
         vec![store(acc, vec![v(i), v(j)], sum)]
     });
     let origin = vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32)), bin(BinOp::Mul, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(bk as i32))];
@@ -456,3 +460,4 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
         }
     }
 }
+
