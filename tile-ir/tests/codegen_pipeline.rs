@@ -131,7 +131,12 @@ fn pipelined_rowsum_matches_reference_for_every_stage_count() {
                         let got = f32s(&out[2]);
                         for r in 0..m {
                             let err = (got[r] as f64 - want[r]).abs();
-                            assert!(err <= 1e-4 * want[r].abs().max(1.0), "{what} row {r}: got {}, want {}", got[r], want[r]);
+                            assert!(
+                                err <= 1e-4 * want[r].abs().max(1.0),
+                                "{what} row {r}: got {}, want {}",
+                                got[r],
+                                want[r]
+                            );
                         }
                         // The schedule does not change the arithmetic: bit-identical results.
                         match &first {
@@ -214,7 +219,14 @@ fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
     let src = dir.join(format!("{name}.{arch}.ptx"));
     std::fs::write(&src, ptx).unwrap();
     let out = dir.join(format!("{name}.{arch}.cubin"));
-    let res = std::process::Command::new(&bin).arg(format!("-arch={arch}")).arg("-v").arg(&src).arg("-o").arg(&out).output().expect("run ptxas");
+    let res = std::process::Command::new(&bin)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run ptxas");
     let report = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
     assert!(res.status.success(), "ptxas failed on {name} ({arch}):\n{report}\n--- PTX ---\n{ptx}");
     Some(report)
@@ -267,7 +279,11 @@ fn pipelined_loops_have_the_schedule_and_assemble() {
                     let lp = body
                         .iter()
                         .find_map(|s| match s {
-                            TStmt::For { body, .. } if count_inst(body, &|i| matches!(i, Inst::CpAsyncWait { .. })) > 0 => Some(body),
+                            TStmt::For { body, .. }
+                                if count_inst(body, &|i| matches!(i, Inst::CpAsyncWait { .. })) > 0 =>
+                            {
+                                Some(body)
+                            }
                             _ => None,
                         })
                         .expect("the pipelined loop");
@@ -295,7 +311,11 @@ fn pipeline_plan_keeps_other_copies_in_place() {
     let acc = frag(&mut k, "acc", DType::F32, &[16, 32]);
     let kv = k.add_var("k", DType::I32, VarKind::Loop);
     let nest = par2(&mut k, 16, 32, |i, j| {
-        let e = bin(BinOp::Add, ld(a_s, vec![v(i), v(j)]), bin(BinOp::Add, ld(fixed, vec![v(i), v(j)]), ld(kept, vec![v(i), v(j)])));
+        let e = bin(
+            BinOp::Add,
+            ld(a_s, vec![v(i), v(j)]),
+            bin(BinOp::Add, ld(fixed, vec![v(i), v(j)]), ld(kept, vec![v(i), v(j)])),
+        );
         vec![store(acc, vec![v(i), v(j)], bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), e))]
     });
     let kt = || vec![Expr::i32(0), bin(BinOp::Mul, v(kv), Expr::i32(32))];
@@ -306,7 +326,12 @@ fn pipeline_plan_keeps_other_copies_in_place() {
             start: Expr::i32(0),
             end: Expr::i32(8),
             kind: LoopKind::Pipelined { stages: 3 },
-            body: vec![copy(x, kt(), a_s, vec![]), copy(x, vec![Expr::i32(0), Expr::i32(0)], fixed, vec![]), copy(x, kt(), kept, vec![]), nest],
+            body: vec![
+                copy(x, kt(), a_s, vec![]),
+                copy(x, vec![Expr::i32(0), Expr::i32(0)], fixed, vec![]),
+                copy(x, kt(), kept, vec![]),
+                nest,
+            ],
         }),
         copy(kept, vec![], out, vec![Expr::i32(0), Expr::i32(0)]),
         copy(acc, vec![], out, vec![Expr::i32(0), Expr::i32(0)]),
@@ -331,7 +356,11 @@ fn pipeline_plan_keeps_other_copies_in_place() {
             for kk in 0..8 {
                 want += xv[r * 256 + kk * 32 + j] + (xv[r * 256 + j] + xv[r * 256 + kk * 32 + j]);
             }
-            assert!((got[r * 32 + j] - want).abs() <= 1e-4 * want.abs().max(1.0), "[{r},{j}]: {} vs {want}", got[r * 32 + j]);
+            assert!(
+                (got[r * 32 + j] - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "[{r},{j}]: {} vs {want}",
+                got[r * 32 + j]
+            );
         }
     }
 }
@@ -368,12 +397,19 @@ fn repeated_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, reps: i32) -> Ke
     let f = |e: Expr| Expr::cast(DType::F32, e);
     let nest = par2(&mut k, bm, bk, |i, j| {
         // weight (k - r + 1) · (r + 1)
-        let w = bin(BinOp::Mul, f(bin(BinOp::Add, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(1))), f(bin(BinOp::Add, v(rv), Expr::i32(1))));
+        let w = bin(
+            BinOp::Mul,
+            f(bin(BinOp::Add, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(1))),
+            f(bin(BinOp::Add, v(rv), Expr::i32(1))),
+        );
         let jr = bin(BinOp::Sub, Expr::i32(bk as i32 - 1), v(j));
         let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, ld(a_s, vec![v(i), jr]), w));
         vec![store(acc, vec![v(i), v(j)], sum)]
     });
-    let origin = vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32)), bin(BinOp::Mul, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(bk as i32))];
+    let origin = vec![
+        bin(BinOp::Mul, v(bx), Expr::i32(bm as i32)),
+        bin(BinOp::Mul, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(bk as i32)),
+    ];
     let n = Expr::cdiv(v(kd), Expr::i32(bk as i32));
     let inner = s(StmtKind::For {
         var: kv,
@@ -384,7 +420,13 @@ fn repeated_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, reps: i32) -> Ke
     });
     k.body = vec![
         s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
-        s(StmtKind::For { var: rv, start: Expr::i32(0), end: Expr::i32(reps), kind: LoopKind::Serial, body: vec![inner] }),
+        s(StmtKind::For {
+            var: rv,
+            start: Expr::i32(0),
+            end: Expr::i32(reps),
+            kind: LoopKind::Serial,
+            body: vec![inner],
+        }),
         s(StmtKind::Reduce { op: ReduceOp::Sum, src: acc, dst: row, dim: 1, keep: false }),
         copy(row, vec![], out, vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32))]),
     ];
@@ -406,8 +448,13 @@ fn pipelined_loop_inside_a_serial_loop_with_a_dynamic_start() {
             let got = f32s(&out[1]);
             let tri = (1..=reps).sum::<i32>() as f64;
             for r in 0..m {
-                let want: f64 = (0..kk).map(|col| x[r * kk + col] as f64 * ((col / bk as usize) as f64 + 1.0)).sum::<f64>() * tri;
-                assert!((got[r] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0), "stages {stages} K {kk} row {r}: {} vs {want}", got[r]);
+                let want: f64 =
+                    (0..kk).map(|col| x[r * kk + col] as f64 * ((col / bk as usize) as f64 + 1.0)).sum::<f64>() * tri;
+                assert!(
+                    (got[r] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "stages {stages} K {kk} row {r}: {} vs {want}",
+                    got[r]
+                );
             }
         }
     }
@@ -424,7 +471,9 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
         let y = k.add_tensor_param("y", DType::F32, vec![Extent::Dyn(n), Extent::Const(64)], true);
         let t = buffer(&mut k, "t", Scope::Shared, DType::F32, &[16, 64]);
         let o = frag(&mut k, "o", DType::F32, &[16, 64]);
-        let nest = par2(&mut k, 16, 64, |i, j| vec![store(o, vec![v(i), v(j)], ld(t, vec![bin(BinOp::Sub, Expr::i32(15), v(i)), v(j)]))]);
+        let nest = par2(&mut k, 16, 64, |i, j| {
+            vec![store(o, vec![v(i), v(j)], ld(t, vec![bin(BinOp::Sub, Expr::i32(15), v(i)), v(j)]))]
+        });
         k.body = vec![
             s(StmtKind::Copy {
                 src: TileRef { buf: x, origin: vec![Expr::i32(0), Expr::i32(0)] },
@@ -460,4 +509,3 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
         }
     }
 }
-

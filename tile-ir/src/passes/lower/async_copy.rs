@@ -216,7 +216,11 @@ impl Lx<'_> {
             if let StmtKind::Copy { dst, .. } = &body[i].kind {
                 let base = self.stage_base_reg(dst.buf, stage);
                 let refill = self.refill_region(dst.buf);
-                saved.push((dst.buf, self.stage_base.insert(dst.buf, base), self.region_override.insert(dst.buf, refill)));
+                saved.push((
+                    dst.buf,
+                    self.stage_base.insert(dst.buf, base),
+                    self.region_override.insert(dst.buf, refill),
+                ));
             }
         }
         self.in_pipeline_issue = true;
@@ -270,7 +274,14 @@ impl Lx<'_> {
     }
 
     /// Lowers a software-pipelined loop (see the module doc for the schedule).
-    pub(super) fn lower_pipelined(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[TStmt], pl: &PipelinedLoop) -> R<()> {
+    pub(super) fn lower_pipelined(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[TStmt],
+        pl: &PipelinedLoop,
+    ) -> R<()> {
         let stages = pl.stages as i64;
         let s0 = self.expr(start)?;
         let s0 = self.convert(s0, DType::I32)?;
