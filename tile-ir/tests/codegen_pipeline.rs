@@ -43,7 +43,14 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 /// nest accumulates it into a fragment with a weight that depends on the
 /// iteration (so a tile used in the wrong iteration changes the result).
 fn pipelined_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, dt: DType) -> Kernel {
-    let mut k = Kernel::new(format!("rowsum_s{stages}_{}", dt.name()), threads);
+    pipelined_rowsum_via(threads, bm, bk, stages, dt, dt)
+}
+
+/// [`pipelined_rowsum`] with shared tiles of type `sdt` (a converting copy
+/// cannot be a cp.async: it is pipelined with plain loads and stores).
+fn pipelined_rowsum_via(threads: u32, bm: i64, bk: i64, stages: u32, dt: DType, sdt: DType) -> Kernel {
+    let suffix = if sdt == dt { String::new() } else { format!("_via_{}", sdt.name()) };
+    let mut k = Kernel::new(format!("rowsum_s{stages}_{}{suffix}", dt.name()), threads);
     let m = k.add_dim("M");
     let kd = k.add_dim("K");
     let x = k.add_tensor_param("x", dt, vec![Extent::Dyn(m), Extent::Dyn(kd)], false);
@@ -51,8 +58,8 @@ fn pipelined_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, dt: DType) -> K
     let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m)], true);
     k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
     let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
-    let a_s = buffer(&mut k, "a_s", Scope::Shared, dt, &[bm, bk]);
-    let b_s = buffer(&mut k, "b_s", Scope::Shared, dt, &[bm, bk]);
+    let a_s = buffer(&mut k, "a_s", Scope::Shared, sdt, &[bm, bk]);
+    let b_s = buffer(&mut k, "b_s", Scope::Shared, sdt, &[bm, bk]);
     let acc = frag(&mut k, "acc", DType::F32, &[bm, bk]);
     let row = frag(&mut k, "row", DType::F32, &[bm]);
     let kv = k.add_var("k", DType::I32, VarKind::Loop);
@@ -145,6 +152,37 @@ fn pipelined_rowsum_matches_reference_for_every_stage_count() {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn converting_copies_are_pipelined_with_plain_stores() {
+    let mut rng = Rng(0xF00D);
+    let (bm, bk) = (16i64, 32i64);
+    for stages in 1..=3u32 {
+        let k = pipelined_rowsum_via(128, bm, bk, stages, DType::F16, DType::F32);
+        let c = compile(&k, Target::Sm80).unwrap();
+        assert!(!c.ptx.contains("cp.async.cg"), "a converting copy is not a cp.async");
+        if stages > 1 {
+            assert_eq!(c.shared_bytes as i64, 2 * stages as i64 * bm * bk * 4, "stage copies");
+        }
+        assemble(&k.name, &c.ptx, "sm_80");
+        for kk in [0usize, 29, 64, 100] {
+            let m = 21usize;
+            let x: Vec<f32> = (0..m * kk).map(|_| rng.f32(-2.0, 2.0)).collect();
+            let y: Vec<f32> = (0..m * kk).map(|_| rng.f32(-2.0, 2.0)).collect();
+            let want = reference(&x, &y, m, kk, bk as usize, DType::F16);
+            let t = vec![bytes_of(&x, DType::F16), bytes_of(&y, DType::F16), vec![0u8; 4 * m]];
+            let (out, issued) = run_fn(&c.function, &k, t, &[m as i64, kk as i64]);
+            assert_eq!(issued, 0);
+            let got = f32s(&out[2]);
+            for r in 0..m {
+                assert!(
+                    (got[r] as f64 - want[r]).abs() <= 1e-4 * want[r].abs().max(1.0),
+                    "stages {stages} K {kk} row {r}"
+                );
             }
         }
     }
