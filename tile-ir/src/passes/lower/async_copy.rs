@@ -206,6 +206,19 @@ impl Lx<'_> {
         }
     }
 
+    /// `addr` (a shared address computed from `smem`) moved to the stage of
+    /// `buf` being accessed, when `buf` is multi-buffered.
+    pub(super) fn stage_shifted(&mut self, buf: BufferId, addr: Reg) -> Reg {
+        match self.stage_base.get(&buf).copied() {
+            None => addr,
+            Some(stage) => {
+                let sm = self.smem;
+                let off = self.op("sub.s32", RegClass::B32, vec![stage.into(), sm.into()]);
+                self.op("add.s32", RegClass::B32, vec![addr.into(), off.into()])
+            }
+        }
+    }
+
     /// Issues (without committing) the pipelined copies of the iteration
     /// whose loop variable is in `k`, into stage `stage`.
     fn issue_stage(&mut self, var: VarId, k: Reg, stage: &Operand, body: &[TStmt], pl: &PipelinedLoop) -> R<()> {
