@@ -13,7 +13,10 @@
 //!   local buffers in registers of every thread (dynamic indices become
 //!   unrolled selects);
 //! - shared buffers and reduction scratch are carved out of the dynamic
-//!   shared memory; every shared access names its [`Region`];
+//!   shared memory; every shared access names its [`Region`] and computes
+//!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
+//!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
+//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
@@ -157,10 +160,13 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         nest: None,
         tbases: HashMap::new(),
         ldm_bases: HashMap::new(),
+        affine: HashMap::new(),
+        shared_bases: HashMap::new(),
         errors: Vec::new(),
         pipe: pipeline::plan(kernel),
         stage_stride: HashMap::new(),
         stage_base: HashMap::new(),
+        stage_off: HashMap::new(),
         region_override: HashMap::new(),
         in_pipeline_issue: false,
         loop_depth: 0,
@@ -207,6 +213,11 @@ struct Lx<'a> {
     locals: HashMap<BufferId, Vec<Reg>>,
     nest: Option<NestCtx>,
     tbases: HashMap<Vec<ThreadField>, Reg>,
+    /// Registers known to be `base + constant` (from `add_i32`).
+    affine: HashMap<Reg, (Reg, i64)>,
+    /// Per-thread shared addresses (with the `smem` base) of thread-part
+    /// coordinates, computed in the prologue: (buffer, row, column) → register.
+    shared_bases: HashMap<(BufferId, Option<Reg>, Option<Reg>), Reg>,
     /// Per-thread ldmatrix row addresses (see `lower_gemm.rs`).
     ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
     errors: Vec<CompileError>,
@@ -217,6 +228,9 @@ struct Lx<'a> {
     /// For a multi-buffered shared buffer: the register holding the shared
     /// address of the stage being accessed (replaces the `smem` base).
     stage_base: HashMap<BufferId, Reg>,
+    /// For a multi-buffered shared buffer: the byte offset of that stage
+    /// (`stage_base - smem`), for addresses computed from `smem`.
+    stage_off: HashMap<BufferId, Operand>,
     /// Region used for the accesses of a buffer instead of its own (the
     /// pipeline's stage refills, which never touch the stage being read).
     region_override: HashMap<BufferId, Region>,
@@ -579,7 +593,14 @@ impl<'a> Lx<'a> {
             (Operand::Imm(x), Operand::Imm(y)) => Operand::Imm((*x as i32).wrapping_add(*y as i32) as i64),
             (_, Operand::Imm(0)) => a,
             (Operand::Imm(0), _) => b,
-            (Operand::Imm(_), _) => Operand::Reg(self.op("add.s32", RegClass::B32, vec![b, a])),
+            (Operand::Imm(x), Operand::Reg(r)) | (Operand::Reg(r), Operand::Imm(x)) => {
+                let (x, r) = (*x, *r);
+                let d = self.op("add.s32", RegClass::B32, vec![r.into(), Operand::Imm(x)]);
+                // Remember `d = r + x` so that shared addresses can fold `x`.
+                let (base, off) = self.affine.get(&r).copied().unwrap_or((r, 0));
+                self.affine.insert(d, (base, off + x));
+                Operand::Reg(d)
+            }
             _ => Operand::Reg(self.op("add.s32", RegClass::B32, vec![a, b])),
         }
     }
@@ -670,6 +691,11 @@ impl<'a> Lx<'a> {
     /// read and written consistently.
     pub(crate) fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
         let (base, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
+        if let Some((reg, imm)) = self.shared_addr_hoisted(buf, idx)? {
+            // Hoisted from `smem`: moved to the current pipeline stage, if any.
+            let reg = self.stage_shifted(buf, reg);
+            return Ok(Address { base: reg.into(), offset: base + imm });
+        }
         let off = self.shared_offset(buf, idx)?;
         // A multi-buffered buffer is addressed from the current stage's base.
         let sm = self.stage_base.get(&buf).copied().unwrap_or(self.smem);
@@ -680,6 +706,53 @@ impl<'a> Lx<'a> {
                 Address { base: a.into(), offset: base }
             }
         })
+    }
+
+    /// `Some((reg, imm))` with address = `reg + imm` (plus the buffer's
+    /// offset) when `idx` is 2-D, each coordinate is a prologue (per-thread)
+    /// register plus a constant, and the constants commute with the layout
+    /// (the row constant is a whole number of swizzle periods; the column
+    /// constant is zero or the layout is not swizzled): `reg` is then
+    /// computed once, in the prologue, and the access costs no arithmetic.
+    fn shared_addr_hoisted(&mut self, buf: BufferId, idx: &[Operand]) -> R<Option<(Reg, i64)>> {
+        if idx.len() != 2 {
+            return Ok(None);
+        }
+        let lay = self.shared_layout(buf)?;
+        let split = |s: &Self, o: &Operand| -> Option<(Operand, i64)> {
+            match o {
+                Operand::Imm(x) => Some((Operand::Imm(0), *x)),
+                Operand::Reg(r) => {
+                    let (b, x) = s.affine.get(r).copied().unwrap_or((*r, 0));
+                    s.tbases.values().any(|t| *t == b).then_some((Operand::Reg(b), x))
+                }
+                _ => None,
+            }
+        };
+        let (Some((rt, cr)), Some((ct, cc))) = (split(self, &idx[0]), split(self, &idx[1])) else { return Ok(None) };
+        if cr % lay.row_period() != 0 || (cr * lay.row_stride) % 256 != 0 || (cc != 0 && lay.swizzle.is_some()) {
+            return Ok(None);
+        }
+        let as_reg = |o: &Operand| if let Operand::Reg(r) = o { Some(*r) } else { None };
+        let key = (buf, as_reg(&rt), as_reg(&ct));
+        let reg = match self.shared_bases.get(&key) {
+            Some(r) => *r,
+            None => {
+                let mut reg = None;
+                let code = self.capture(|s| {
+                    let off = s.shared_offset(buf, &[rt, ct])?;
+                    let sm = s.smem;
+                    let a = s.add_i32(Operand::Reg(sm), off);
+                    reg = Some(s.materialize(&Val { op: a, ty: DType::I32 }));
+                    Ok(())
+                })?;
+                self.prologue.extend(code);
+                let r = reg.ok_or_else(|| self.err("internal: shared base"))?;
+                self.shared_bases.insert(key, r);
+                r
+            }
+        };
+        Ok(Some((reg, cr * lay.row_stride + cc * lay.elem)))
     }
 
     /// The layout of shared buffer `buf` (row-major unless layout inference chose another).

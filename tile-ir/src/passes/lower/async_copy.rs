@@ -196,26 +196,38 @@ impl Lx<'_> {
         ));
     }
 
-    /// The shared address of stage `stage` of `buf` (as a base register).
-    fn stage_base_reg(&mut self, buf: BufferId, stage: &Operand) -> Reg {
+    /// Makes stage `stage` of `buf` the one its accesses address: sets its
+    /// base register (`smem + stage · stride`) and byte offset; returns the
+    /// previous ones, for [`Lx::restore_stage`].
+    fn select_stage(&mut self, buf: BufferId, stage: &Operand) -> (BufferId, Option<Reg>, Option<Operand>) {
         let stride = self.stage_stride.get(&buf).copied().unwrap_or(0);
         let sm = self.smem;
-        match stage {
-            Operand::Imm(s) => self.op("add.s32", RegClass::B32, vec![sm.into(), Operand::Imm(s * stride)]),
-            other => self.op("mad.lo.s32", RegClass::B32, vec![other.clone(), Operand::Imm(stride), sm.into()]),
-        }
+        let off = match stage {
+            Operand::Imm(s) => Operand::Imm(s * stride),
+            other => Operand::Reg(self.op("mul.lo.s32", RegClass::B32, vec![other.clone(), Operand::Imm(stride)])),
+        };
+        let base = self.op("add.s32", RegClass::B32, vec![sm.into(), off.clone()]);
+        (buf, self.stage_base.insert(buf, base), self.stage_off.insert(buf, off))
+    }
+
+    fn restore_stage(&mut self, saved: (BufferId, Option<Reg>, Option<Operand>)) {
+        let (buf, base, off) = saved;
+        match base {
+            Some(r) => self.stage_base.insert(buf, r),
+            None => self.stage_base.remove(&buf),
+        };
+        match off {
+            Some(o) => self.stage_off.insert(buf, o),
+            None => self.stage_off.remove(&buf),
+        };
     }
 
     /// `addr` (a shared address computed from `smem`) moved to the stage of
     /// `buf` being accessed, when `buf` is multi-buffered.
     pub(super) fn stage_shifted(&mut self, buf: BufferId, addr: Reg) -> Reg {
-        match self.stage_base.get(&buf).copied() {
-            None => addr,
-            Some(stage) => {
-                let sm = self.smem;
-                let off = self.op("sub.s32", RegClass::B32, vec![stage.into(), sm.into()]);
-                self.op("add.s32", RegClass::B32, vec![addr.into(), off.into()])
-            }
+        match self.stage_off.get(&buf).cloned() {
+            None | Some(Operand::Imm(0)) => addr,
+            Some(off) => self.op("add.s32", RegClass::B32, vec![addr.into(), off]),
         }
     }
 
@@ -225,15 +237,12 @@ impl Lx<'_> {
         let saved_var = self.vars.insert(var, k);
         let saved_span = self.span;
         let mut saved = Vec::new();
+        let mut saved_regions = Vec::new();
         for &i in &pl.copies {
             if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                let base = self.stage_base_reg(dst.buf, stage);
+                saved.push(self.select_stage(dst.buf, stage));
                 let refill = self.refill_region(dst.buf);
-                saved.push((
-                    dst.buf,
-                    self.stage_base.insert(dst.buf, base),
-                    self.region_override.insert(dst.buf, refill),
-                ));
+                saved_regions.push((dst.buf, self.region_override.insert(dst.buf, refill)));
             }
         }
         self.in_pipeline_issue = true;
@@ -249,11 +258,10 @@ impl Lx<'_> {
             }
         }
         self.in_pipeline_issue = false;
-        for (b, base, region) in saved {
-            match base {
-                Some(r) => self.stage_base.insert(b, r),
-                None => self.stage_base.remove(&b),
-            };
+        for st in saved {
+            self.restore_stage(st);
+        }
+        for (b, region) in saved_regions {
             match region {
                 Some(r) => self.region_override.insert(b, r),
                 None => self.region_override.remove(&b),
@@ -338,8 +346,7 @@ impl Lx<'_> {
             let mut saved = Vec::new();
             for &i in &pl.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                    let base = x.stage_base_reg(dst.buf, &cur);
-                    saved.push((dst.buf, x.stage_base.insert(dst.buf, base)));
+                    saved.push(x.select_stage(dst.buf, &cur));
                 }
             }
             for (i, s) in body.iter().enumerate() {
@@ -349,11 +356,8 @@ impl Lx<'_> {
                     }
                 }
             }
-            for (buf, base) in saved {
-                match base {
-                    Some(r) => x.stage_base.insert(buf, r),
-                    None => x.stage_base.remove(&buf),
-                };
+            for st in saved {
+                x.restore_stage(st);
             }
             Ok(())
         });
