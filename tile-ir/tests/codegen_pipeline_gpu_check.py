@@ -47,11 +47,11 @@ def func(name, arch):
     return mods[key]
 
 
-def launch(name, arch, grid, threads, args):
+def launch(name, arch, grid, threads, args, grid_y=1):
     f, smem = func(name, arch)
     cargs = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args]
     arr = (ctypes.c_void_p * len(cargs))(*[ctypes.cast(ctypes.pointer(c), ctypes.c_void_p) for c in cargs])
-    check(cuda.cuLaunchKernel(f, grid, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), arr, None), f"launch {name}")
+    check(cuda.cuLaunchKernel(f, grid, grid_y, 1, threads, 1, 1, smem, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), arr, None), f"launch {name}")
     torch.cuda.synchronize()
 
 
@@ -96,5 +96,45 @@ for m in ms:
                 launch(f"rowsum_rep_s{stages}", arch, (m + 7) // 8, 64, [x, out, i32(m), i32(k)])
                 err = (out.double() - want).abs().max().item() if m else 0.0
                 expect(err <= 1e-4 * max(1.0, want.abs().max().item()), f"repeated rowsum stages {stages} {arch} M {m} K {k}: err {err:.2e}")
+# Pipelined mma.sync gemm, 128x128x32 tiles, 256 threads: C = A·B (f16 in, f32 out).
+def gemm(stages, arch, a, b, c=None):
+    m, kk = a.shape
+    n = b.shape[1]
+    c = torch.full((m, n), float("nan"), device="cuda") if c is None else c
+    launch(f"gemm_f16_s{stages}", arch, (n + 127) // 128, 256, [a, b, c, i32(m), i32(n), i32(kk)], grid_y=(m + 127) // 128)
+    return c
+
+
+shapes = [(1, 1, 1), (130, 70, 33), (256, 384, 0), (300, 260, 1000)] if not QUICK else [(130, 70, 40)]
+for (m, n, kk) in shapes:
+    a = torch.randn(m, kk, device="cuda").half()
+    b = torch.randn(kk, n, device="cuda").half()
+    want = a.double() @ b.double()
+    for stages in range(1, 5):
+        for arch in archs:
+            got = gemm(stages, arch, a, b)
+            err = (got.double() - want).abs().max().item() if m * n else 0.0
+            expect(err <= 1e-3 * max(1.0, want.abs().max().item()), f"gemm stages {stages} {arch} {m}x{n}x{kk}: err {err:.2e}")
+if not QUICK:
+    m = n = kk = 8192
+    a = torch.randn(m, kk, device="cuda").half()
+    b = torch.randn(kk, n, device="cuda").half()
+    def timed(fn):
+        for _ in range(3):
+            fn()
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        for _ in range(10):
+            fn()
+        t1.record()
+        torch.cuda.synchronize()
+        return t0.elapsed_time(t1) / 10 / 1e3
+    ref = timed(lambda: a @ b)
+    print(f"torch.matmul f16 8192^3: {2 * m * n * kk / ref / 1e12:.1f} TFLOP/s", flush=True)
+    for stages in range(1, 5):
+        for arch in archs:
+            c = torch.empty(m, n, device="cuda")
+            t = timed(lambda: gemm(stages, arch, a, b, c))
+            print(f"gemm stages {stages} {arch} 8192^3: {2 * m * n * kk / t / 1e12:.1f} TFLOP/s ({ref / t:.2f}x torch)", flush=True)
 print("FAILURES:", fails)
 sys.exit(1 if fails else 0)
