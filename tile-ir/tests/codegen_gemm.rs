@@ -268,6 +268,15 @@ fn gemm_odd_warp_tiles_and_k64() {
     check_gemm(&c, 40, 32, 100, 7);
     let c = Cfg { policy: WarpPolicy::FullCol, trans_b: true, ..cfg(128, 32, 32, 64) };
     check_gemm(&c, 32, 40, 64, 8);
+    // K tile 16 (32-byte rows: Swizzle<1,4,3>), K tile 48 (96-byte rows: padded to 112).
+    check_gemm(&cfg(128, 64, 64, 16), 64, 64, 40, 14);
+    check_gemm(&cfg(128, 64, 64, 48), 64, 64, 100, 15);
+    check_gemm(&Cfg { trans_a: true, trans_b: true, ..cfg(128, 64, 64, 48) }, 64, 64, 96, 16);
+    // N tile 24 (48-byte B rows, row-major; three n8 atoms per warp: ldmatrix .x4 + .x2).
+    check_gemm(&Cfg { policy: WarpPolicy::FullRow, ..cfg(128, 64, 24, 32) }, 64, 30, 64, 17);
+    check_gemm(&Cfg { policy: WarpPolicy::FullRow, trans_b: true, ..cfg(128, 64, 24, 32) }, 64, 24, 64, 18);
+    // 96 threads: the largest power of two of warps (2) computes, the third warp idles.
+    check_gemm(&cfg(96, 64, 64, 32), 64, 70, 32, 10);
     // M 128, N 64, K 16 (32-byte rows), 64 threads.
     let c = Cfg { trans_a: true, ..cfg(64, 128, 64, 16) };
     check_gemm(&c, 128, 64, 48, 9);
@@ -280,6 +289,17 @@ fn compile_err(k: &Kernel) -> String {
         Ok(_) => panic!("expected an error"),
         Err(e) => e.iter().map(|e| e.message.clone()).collect::<Vec<_>>().join("\n"),
     }
+}
+
+#[test]
+fn accumulator_layout_conflicts_name_both_gemms() {
+    // The same accumulator from a FullRow and a FullCol gemm.
+    let mut k = gemm_kernel(&Cfg { policy: WarpPolicy::FullRow, ..cfg(128, 64, 64, 32) });
+    let StmtKind::For { body, .. } = &mut k.body[1].kind else { panic!("loop") };
+    let StmtKind::Gemm { a, b, c, .. } = body[2].kind.clone() else { panic!("gemm") };
+    body.push(s(StmtKind::Gemm { a, b, c, trans_a: false, trans_b: false, clear: false, policy: WarpPolicy::FullCol }));
+    let e = compile_err(&k);
+    assert!(e.contains("layout conflict on fragment `acc`") && e.contains("warps 4×1") && e.contains("warps 1×4"), "{e}");
 }
 
 #[test]

@@ -160,13 +160,12 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         nest: None,
         tbases: HashMap::new(),
         ldm_bases: HashMap::new(),
+        shared_stage: HashMap::new(),
         affine: HashMap::new(),
         shared_bases: HashMap::new(),
         errors: Vec::new(),
         pipe: pipeline::plan(kernel),
         stage_stride: HashMap::new(),
-        stage_base: HashMap::new(),
-        stage_off: HashMap::new(),
         region_override: HashMap::new(),
         in_pipeline_issue: false,
         loop_depth: 0,
@@ -218,6 +217,12 @@ struct Lx<'a> {
     /// Per-thread shared addresses (with the `smem` base) of thread-part
     /// coordinates, computed in the prologue: (buffer, row, column) → register.
     shared_bases: HashMap<(BufferId, Option<Reg>, Option<Reg>), Reg>,
+    /// An extra byte offset added to every address of a shared buffer while
+    /// it is set (a software-pipelining stage's copy of the buffer: the
+    /// pipelining pass allocates `stages` slots of `shared_layout(buf).bytes()`
+    /// and sets the slot's offset here around the code that uses it). An
+    /// immediate costs nothing; a register costs one add per access.
+    pub(crate) shared_stage: HashMap<BufferId, Operand>,
     /// Per-thread ldmatrix row addresses (see `lower_gemm.rs`).
     ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
     errors: Vec<CompileError>,
@@ -225,12 +230,6 @@ struct Lx<'a> {
     pipe: PipelinePlan,
     /// Bytes between consecutive stage copies of a multi-buffered shared buffer.
     stage_stride: HashMap<BufferId, i64>,
-    /// For a multi-buffered shared buffer: the register holding the shared
-    /// address of the stage being accessed (replaces the `smem` base).
-    stage_base: HashMap<BufferId, Reg>,
-    /// For a multi-buffered shared buffer: the byte offset of that stage
-    /// (`stage_base - smem`), for addresses computed from `smem`.
-    stage_off: HashMap<BufferId, Operand>,
     /// Region used for the accesses of a buffer instead of its own (the
     /// pipeline's stage refills, which never touch the stage being read).
     region_override: HashMap<BufferId, Region>,
@@ -421,10 +420,7 @@ impl<'a> Lx<'a> {
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
             match b.scope {
                 Scope::Shared => {
-                    let bytes = match self.plan.shared.get(&id) {
-                        Some(l) => l.bytes(),
-                        None => n * b.dtype.size_bytes() as i64,
-                    };
+                    let bytes = self.shared_layout(id).map(|l| l.bytes()).unwrap_or(n * b.dtype.size_bytes() as i64);
                     let stages = self.pipe.stages_of(id) as i64;
                     // Stage copies start 128-byte aligned, like buffers.
                     let stride = (bytes + 127) / 128 * 128;
@@ -691,21 +687,32 @@ impl<'a> Lx<'a> {
     /// read and written consistently.
     pub(crate) fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
         let (base, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
-        if let Some((reg, imm)) = self.shared_addr_hoisted(buf, idx)? {
-            // Hoisted from `smem`: moved to the current pipeline stage, if any.
-            let reg = self.stage_shifted(buf, reg);
-            return Ok(Address { base: reg.into(), offset: base + imm });
-        }
-        let off = self.shared_offset(buf, idx)?;
-        // A multi-buffered buffer is addressed from the current stage's base.
-        let sm = self.stage_base.get(&buf).copied().unwrap_or(self.smem);
-        Ok(match off {
-            Operand::Imm(o) => Address { base: sm.into(), offset: base + o },
-            _ => {
-                let a = self.op("add.s32", RegClass::B32, vec![off, sm.into()]);
-                Address { base: a.into(), offset: base }
+        let addr = if let Some((reg, imm)) = self.shared_addr_hoisted(buf, idx)? {
+            Address { base: reg.into(), offset: base + imm }
+        } else {
+            let off = self.shared_offset(buf, idx)?;
+            let sm = self.smem;
+            match off {
+                Operand::Imm(o) => Address { base: sm.into(), offset: base + o },
+                _ => {
+                    let a = self.op("add.s32", RegClass::B32, vec![off, sm.into()]);
+                    Address { base: a.into(), offset: base }
+                }
             }
-        })
+        };
+        Ok(self.with_stage(buf, addr))
+    }
+
+    /// `addr` moved to the buffer's current pipelining slot ([`Lx::shared_stage`]).
+    pub(crate) fn with_stage(&mut self, buf: BufferId, addr: Address) -> Address {
+        match self.shared_stage.get(&buf).cloned() {
+            None => addr,
+            Some(Operand::Imm(x)) => Address { base: addr.base, offset: addr.offset + x },
+            Some(extra) => {
+                let b = self.op("add.s32", RegClass::B32, vec![addr.base, extra]);
+                Address { base: b.into(), offset: addr.offset }
+            }
+        }
     }
 
     /// `Some((reg, imm))` with address = `reg + imm` (plus the buffer's

@@ -196,39 +196,23 @@ impl Lx<'_> {
         ));
     }
 
-    /// Makes stage `stage` of `buf` the one its accesses address: sets its
-    /// base register (`smem + stage · stride`) and byte offset; returns the
-    /// previous ones, for [`Lx::restore_stage`].
-    fn select_stage(&mut self, buf: BufferId, stage: &Operand) -> (BufferId, Option<Reg>, Option<Operand>) {
+    /// Makes stage `stage` of `buf` the one its accesses address (through
+    /// [`Lx::shared_stage`], which every shared address and ldmatrix
+    /// applies); returns the previous setting, for [`Lx::restore_stage`].
+    fn select_stage(&mut self, buf: BufferId, stage: &Operand) -> (BufferId, Option<Operand>) {
         let stride = self.stage_stride.get(&buf).copied().unwrap_or(0);
-        let sm = self.smem;
         let off = match stage {
             Operand::Imm(s) => Operand::Imm(s * stride),
             other => Operand::Reg(self.op("mul.lo.s32", RegClass::B32, vec![other.clone(), Operand::Imm(stride)])),
         };
-        let base = self.op("add.s32", RegClass::B32, vec![sm.into(), off.clone()]);
-        (buf, self.stage_base.insert(buf, base), self.stage_off.insert(buf, off))
+        (buf, self.shared_stage.insert(buf, off))
     }
 
-    fn restore_stage(&mut self, saved: (BufferId, Option<Reg>, Option<Operand>)) {
-        let (buf, base, off) = saved;
-        match base {
-            Some(r) => self.stage_base.insert(buf, r),
-            None => self.stage_base.remove(&buf),
+    fn restore_stage(&mut self, saved: (BufferId, Option<Operand>)) {
+        match saved {
+            (buf, Some(o)) => self.shared_stage.insert(buf, o),
+            (buf, None) => self.shared_stage.remove(&buf),
         };
-        match off {
-            Some(o) => self.stage_off.insert(buf, o),
-            None => self.stage_off.remove(&buf),
-        };
-    }
-
-    /// `addr` (a shared address computed from `smem`) moved to the stage of
-    /// `buf` being accessed, when `buf` is multi-buffered.
-    pub(super) fn stage_shifted(&mut self, buf: BufferId, addr: Reg) -> Reg {
-        match self.stage_off.get(&buf).cloned() {
-            None | Some(Operand::Imm(0)) => addr,
-            Some(off) => self.op("add.s32", RegClass::B32, vec![addr.into(), off]),
-        }
     }
 
     /// Issues (without committing) the pipelined copies of the iteration
