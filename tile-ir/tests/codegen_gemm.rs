@@ -252,6 +252,16 @@ fn gemm_policies_and_init_modes() {
 }
 
 #[test]
+fn gemm_layouts_are_reported() {
+    let c = compile_verified(&gemm_kernel(&cfg(256, 128, 128, 32)), Target::Sm80).unwrap();
+    let get = |n: &str| c.layouts.iter().find(|(b, _)| b == n).map(|x| x.1.clone()).unwrap_or_default();
+    // 8 warps as 4×2: 32×64 per warp; A rows of 64 bytes, B rows of 256 bytes.
+    assert!(get("acc").contains("t[2+:3]*1 + t[6+:2]*32") && get("acc").contains("t[0+:2]*2 + t[5+:1]*64"), "{}", get("acc"));
+    assert_eq!(get("a_s"), "shared swizzle<2,4,3>(rows=128, row_bytes=64)");
+    assert_eq!(get("b_s"), "shared swizzle<3,4,4>(rows=32, row_bytes=256)");
+}
+
+#[test]
 fn gemm_128x128x32_256_threads() {
     for dt in [DType::F16, DType::BF16] {
         let c = Cfg { dt, ..cfg(256, 128, 128, 32) };
