@@ -183,6 +183,10 @@ fn run(k: &Kernel, target: Target, tensors: Vec<Vec<u8>>, dims: &[i64]) -> Vec<V
 }
 
 fn check_gemm(cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
+    check_gemm_on(Target::Sm80, cfg, m, n, kk, seed)
+}
+
+fn check_gemm_on(target: Target, cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
     let mut rng = Rng(seed);
     let k = gemm_kernel(cfg);
     let a: Vec<f32> = (0..m * kk).map(|_| rng.f32(-1.0, 1.0)).collect();
@@ -193,7 +197,7 @@ fn check_gemm(cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
     // Element (i, p) of op(A) and (p, j) of op(B) in the stored arrays.
     let a_at = |i: usize, p: usize| if cfg.trans_a { av[p * m + i] } else { av[i * kk + p] };
     let b_at = |p: usize, j: usize| if cfg.trans_b { bv[j * kk + p] } else { bv[p * n + j] };
-    let out = run(&k, Target::Sm80, vec![ab, bb, encode(DType::F32, &c0).0], &[m as i64, n as i64, kk as i64]);
+    let out = run(&k, target, vec![ab, bb, encode(DType::F32, &c0).0], &[m as i64, n as i64, kk as i64]);
     let got = f32s(&out[2]);
     for i in 0..m {
         for j in 0..n {
@@ -237,6 +241,8 @@ fn gemm_both_transposes_and_bf16() {
         for dt in [DType::F16, DType::BF16] {
             let c = Cfg { trans_a: ta, trans_b: tb, dt, ..cfg(128, 64, 64, 32) };
             check_gemm(&c, 70, 64, 48, 3);
+            // sm_90a uses the same mma.sync path.
+            check_gemm_on(Target::Sm90a, &c, 64, 66, 32, 19);
         }
     }
 }

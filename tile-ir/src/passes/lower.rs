@@ -780,6 +780,17 @@ impl<'a> Lx<'a> {
     /// bytes: copies, element accesses in nests, ldmatrix (via the same
     /// layout) and the cp.async writes of pipelining must all use it.
     /// Constant coordinates fold to an immediate.
+    ///
+    /// For the pipelining pass (cp.async writes of a global→shared copy):
+    /// call [`Lx::shared_addr`] with the tile coordinates of each 16-byte
+    /// chunk. It returns `[reg + imm]` with `reg` computed once in the
+    /// prologue when the coordinates are per-thread layout coordinates plus
+    /// constants (what `coord()` gives), honours [`Lx::shared_stage`] (set
+    /// it to a stage slot's byte offset while lowering that stage's copy or
+    /// gemm), and the buffer's size is `shared_layout(buf).bytes()`. A
+    /// 16-byte chunk never straddles swizzle units (the XOR moves whole
+    /// 16-byte chunks), so a chunk that is contiguous in the tile is
+    /// contiguous in shared memory.
     pub(crate) fn shared_offset(&mut self, buf: BufferId, idx: &[Operand]) -> R<Operand> {
         let b = self.k.buffer(buf);
         let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
