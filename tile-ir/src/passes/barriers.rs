@@ -12,6 +12,15 @@
 //! cannot be placed inside it), so a barrier goes before it when needed.
 //! Dependences are tracked per region, conservatively assuming that any two
 //! accesses of a region may touch the same bytes from different threads.
+//!
+//! A `cp.async` is a write of its region whose data lands only when a
+//! `cp.async.wait_group` retires its group. A barrier after such a write
+//! resolves a dependence only if a wait came first: when a barrier is needed
+//! against a cp.async write that no `wait_group 0` has retired yet, the pass
+//! puts `cp.async.commit_group; cp.async.wait_group 0` before it. (The
+//! lowering already waits after every copy outside pipelined loops, and the
+//! pipeline schedule orders its stage refills itself, so this is a safety
+//! net.) `wait_group N` with `N > 0` is taken to retire nothing.
 
 use crate::thread_ir::{Inst, Region, Space, Stmt};
 use std::collections::BTreeSet;
@@ -20,22 +29,33 @@ use std::collections::BTreeSet;
 struct State {
     reads: BTreeSet<Region>,
     writes: BTreeSet<Region>,
+    /// Regions written by cp.asyncs not yet retired by a `wait_group 0`.
+    in_flight: BTreeSet<Region>,
 }
 
 impl State {
     fn union(&mut self, o: &State) {
         self.reads.extend(o.reads.iter().copied());
         self.writes.extend(o.writes.iter().copied());
+        self.in_flight.extend(o.in_flight.iter().copied());
     }
+    /// After a barrier (cp.asyncs still in flight stay in flight).
     fn clear(&mut self) {
         self.reads.clear();
         self.writes.clear();
     }
+    /// Whether a barrier against `acc` must first wait for cp.asyncs: an
+    /// access of `acc` conflicts with an in-flight cp.async write.
+    fn needs_wait(&self, acc: &State) -> bool {
+        let clash = |a: &Region| self.in_flight.iter().any(|b| b.id == a.id && b.op != a.op);
+        acc.reads.iter().chain(&acc.writes).any(clash)
+    }
     /// Whether an access set `acc` (reads, writes) conflicts with pending accesses.
     fn conflicts(&self, acc: &State) -> bool {
         let clash = |a: &Region, set: &BTreeSet<Region>| set.iter().any(|b| b.id == a.id && b.op != a.op);
-        acc.reads.iter().any(|r| clash(r, &self.writes))
-            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads))
+        // An in-flight cp.async write stays pending across barriers.
+        acc.reads.iter().any(|r| clash(r, &self.writes) || clash(r, &self.in_flight))
+            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads) || clash(w, &self.in_flight))
     }
 }
 
@@ -53,6 +73,10 @@ fn accesses(s: &Stmt, acc: &mut State) {
         }
         Stmt::Inst { inst: Inst::St { space: Space::Shared, region: Some(r), .. }, .. } => {
             acc.writes.insert(*r);
+        }
+        Stmt::Inst { inst: Inst::CpAsync { region: Some(r), .. }, .. } => {
+            acc.writes.insert(*r);
+            acc.in_flight.insert(*r);
         }
         Stmt::Inst { inst: Inst::Ldmatrix { region: Some(r), .. }, .. } => {
             acc.reads.insert(*r);
@@ -75,6 +99,22 @@ fn bar() -> Stmt {
     Stmt::Inst { inst: Inst::BarSync, guard: None }
 }
 
+/// Emits the barrier that `acc` needs after `st` (preceded by a cp.async
+/// wait when an in-flight cp.async write is involved) and updates `st`.
+fn barrier_before(acc: &State, st: &mut State, out: &mut Vec<Stmt>, apply: bool) {
+    if st.needs_wait(acc) {
+        if apply {
+            out.push(Stmt::Inst { inst: Inst::CpAsyncCommit, guard: None });
+            out.push(Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None });
+        }
+        st.in_flight.clear();
+    }
+    if apply {
+        out.push(bar());
+    }
+    st.clear();
+}
+
 /// Walks `body` from state `st`; with `apply`, inserts the barriers.
 fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
     let old = std::mem::take(body);
@@ -82,6 +122,7 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
     for mut s in old {
         match &mut s {
             Stmt::Inst { inst: Inst::BarSync, .. } => st.clear(),
+            Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None } => st.in_flight.clear(),
             Stmt::If { uniform: true, then, otherwise, .. } => {
                 let mut a = st.clone();
                 walk(then, &mut a, apply);
@@ -98,10 +139,7 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
                     accesses(x, &mut acc);
                 }
                 if st.conflicts(&acc) {
-                    if apply {
-                        out.push(bar());
-                    }
-                    st.clear();
+                    barrier_before(&acc, st, &mut out, apply);
                 }
                 // Fixpoint of the state at the loop head (entry ∪ back-edge).
                 let mut head = st.clone();
@@ -124,10 +162,7 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
                 let mut acc = State::default();
                 accesses(other, &mut acc);
                 if st.conflicts(&acc) {
-                    if apply {
-                        out.push(bar());
-                    }
-                    st.clear();
+                    barrier_before(&acc, st, &mut out, apply);
                 }
                 st.union(&acc);
             }
@@ -216,6 +251,70 @@ mod tests {
         assert_eq!(count(&b), 1);
         let Stmt::For { body, .. } = &b[2] else { panic!() };
         assert_eq!(count(body), 0);
+    }
+
+    fn cp(r: u32) -> Stmt {
+        Stmt::Inst {
+            inst: Inst::CpAsync {
+                bytes: 16,
+                dst: Address { base: Operand::Imm(0), offset: 0 },
+                src: Address { base: Operand::Imm(0), offset: 0 },
+                src_bytes: Operand::Imm(16),
+                region: Some(Region { id: r, op: next_op() }),
+            },
+            guard: None,
+        }
+    }
+    fn commit() -> Stmt {
+        Stmt::Inst { inst: Inst::CpAsyncCommit, guard: None }
+    }
+    fn wait(n: u32) -> Stmt {
+        Stmt::Inst { inst: Inst::CpAsyncWait { pending: n }, guard: None }
+    }
+    fn waits(b: &[Stmt]) -> usize {
+        b.iter().filter(|s| matches!(s, Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, .. })).count()
+    }
+
+    #[test]
+    fn cp_async_writes_need_a_wait_before_the_barrier() {
+        // Waited for by the lowering: only the barrier is added, after the wait.
+        let mut b = vec![cp(0), commit(), wait(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1);
+        assert!(matches!(b[3], Stmt::Inst { inst: Inst::BarSync, .. }), "{b:?}");
+        assert_eq!(waits(&b), 1);
+        // Not waited for: the pass commits and waits before the barrier.
+        let mut b = vec![cp(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 5, "{b:?}");
+        assert!(matches!(b[1], Stmt::Inst { inst: Inst::CpAsyncCommit, .. }));
+        assert!(matches!(b[2], Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, .. }));
+        assert!(matches!(b[3], Stmt::Inst { inst: Inst::BarSync, .. }));
+        // A barrier alone does not land a cp.async; `wait_group 1` retires nothing.
+        let mut b = vec![cp(0), commit(), wait(1), Stmt::Inst { inst: Inst::BarSync, guard: None }, ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(waits(&b), 1, "{b:?}");
+        assert_eq!(count(&b), 2);
+        // A read before the cp.async (WAR) needs a barrier but no wait.
+        let mut b = vec![ld(0), cp(0), commit(), wait(0)];
+        insert_barriers(&mut b);
+        assert_eq!((count(&b), waits(&b)), (1, 1));
+        assert!(matches!(b[1], Stmt::Inst { inst: Inst::BarSync, .. }));
+        // Other regions are unaffected.
+        let mut b = vec![cp(0), ld(1)];
+        insert_barriers(&mut b);
+        assert_eq!((count(&b), waits(&b)), (0, 0));
+    }
+
+    #[test]
+    fn cp_async_in_a_loop_is_waited_for_around_the_back_edge() {
+        // for { cp S; read S }: the wait + barrier go before the read; the
+        // back-edge WAR (read, then next iteration's cp) needs a barrier too.
+        let mut b = vec![lp(vec![cp(0), ld(0)])];
+        insert_barriers(&mut b);
+        let Stmt::For { body, .. } = &b[0] else { panic!() };
+        assert_eq!(count(body), 2, "{body:?}");
+        assert_eq!(waits(body), 1, "{body:?}");
     }
 
     #[test]
