@@ -11,6 +11,8 @@ mod sim;
 
 use half::{bf16, f16};
 use std::collections::HashMap;
+mod ptxas;
+use ptxas::assemble;
 use tile_ir::*;
 
 // ------------------------------------------------------------------ builders
@@ -331,48 +333,7 @@ fn unsupported_gemm_shapes_are_errors() {
 
 // -------------------------------------------------------------------- ptxas
 
-fn ptxas() -> Option<String> {
-    if let Ok(p) = std::env::var("TILE_PTXAS") {
-        if !p.is_empty() {
-            return Some(p);
-        }
-    }
-    if std::process::Command::new("ptxas").arg("--version").output().is_ok() {
-        return Some("ptxas".into());
-    }
-    if std::env::var("CI").is_ok() {
-        panic!("ptxas not found (set TILE_PTXAS) and CI is set");
-    }
-    None
-}
 
-/// Assembles `ptx` for `arch`; returns ptxas's `-v` report (None without ptxas).
-fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
-    let Some(bin) = ptxas() else {
-        eprintln!("skipping ptxas check of {name} ({arch}): no ptxas (set TILE_PTXAS)");
-        return None;
-    };
-    // Tests run in parallel and share kernel names: one file per call.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("tile-codegen-gemm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let name = format!("{name}-{n}");
-    let src = dir.join(format!("{name}.{arch}.ptx"));
-    std::fs::write(&src, ptx).unwrap();
-    let out = dir.join(format!("{name}.{arch}.cubin"));
-    let res = std::process::Command::new(&bin)
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("run ptxas");
-    let report = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
-    assert!(res.status.success(), "ptxas failed on {name} ({arch}):\n{report}");
-    Some(report)
-}
 
 /// Compiles for both targets, checks the PTX structure, assembles without spills.
 fn assemble_both(k: &Kernel, ldmatrix: &[&str]) -> Vec<String> {

@@ -11,6 +11,8 @@ mod sim;
 use half::f16;
 use kernels::*;
 use std::collections::HashMap;
+mod ptxas;
+use ptxas::assemble;
 use tile_ir::passes::pipeline;
 use tile_ir::thread_ir::{Inst, Stmt as TStmt};
 use tile_ir::*;
@@ -232,43 +234,7 @@ fn the_simulator_catches_reads_before_the_wait() {
     run_fn(&c.function, &k, t, &[m as i64, kk as i64]);
 }
 
-fn ptxas() -> Option<String> {
-    if let Ok(p) = std::env::var("TILE_PTXAS") {
-        if !p.is_empty() {
-            return Some(p);
-        }
-    }
-    if std::process::Command::new("ptxas").arg("--version").output().is_ok() {
-        return Some("ptxas".into());
-    }
-    if std::env::var("CI").is_ok() {
-        panic!("ptxas not found (set TILE_PTXAS) and CI is set");
-    }
-    None
-}
 
-fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
-    let Some(bin) = ptxas() else {
-        eprintln!("skipping ptxas check of {name} ({arch}): no ptxas (set TILE_PTXAS)");
-        return None;
-    };
-    let dir = std::env::temp_dir().join(format!("tile-pipeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join(format!("{name}.{arch}.ptx"));
-    std::fs::write(&src, ptx).unwrap();
-    let out = dir.join(format!("{name}.{arch}.cubin"));
-    let res = std::process::Command::new(&bin)
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("run ptxas");
-    let report = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
-    assert!(res.status.success(), "ptxas failed on {name} ({arch}):\n{report}\n--- PTX ---\n{ptx}");
-    Some(report)
-}
 
 #[test]
 fn pipelined_loops_have_the_schedule_and_assemble() {
