@@ -1,5 +1,7 @@
 //! The launch contract shared by the GPU path and the interpreter: binding
-//! dynamic dimensions from tensor shapes, and evaluating the grid.
+//! dynamic dimensions from tensor shapes, evaluating the grid, and the
+//! threadblock rasterization of `use_swizzle` ([`rasterize`], and the same
+//! formula as IR expressions for the code generator, [`rasterize_exprs`]).
 //!
 //! Expects a verified kernel. Guarantees that both execution paths see the
 //! same dimension values and grid, and that every mismatch is reported with
@@ -165,4 +167,126 @@ pub fn eval_host_int(kernel: &Kernel, e: &Expr, dims: &[i64]) -> Result<i64, Str
         }
         other => return Err(format!("expression {other:?} is not allowed in the grid")),
     })
+}
+
+/// Threadblock rasterization (`use_swizzle(panel)`, [`crate::ir::Kernel::rasterize`]):
+/// the block `(bx, by)` that the block with hardware linear id
+/// `linear = ctaid.y * gx + ctaid.x` runs as, on a `gx × gy` grid.
+///
+/// The grid is cut into panels of `panel` columns (the last one narrower when
+/// `gx % panel != 0`); consecutive linear ids walk a panel row by row (across
+/// its columns, then down), and the next panel starts when one is done. Blocks
+/// that run at the same time then share rows of A (the same `by`) and columns
+/// of B (the panel's few `bx`), which keeps both in L2.
+///
+/// A bijection of `0..gx*gy` onto the grid (tested). Expects
+/// `linear < gx * gy`; a `panel` of 0 is read as 1 and a panel wider than the
+/// grid as `gx`, so the function never panics (an out-of-range `linear` gives
+/// a block outside the grid).
+pub fn rasterize(panel: u32, gx: u32, gy: u32, linear: u64) -> (u32, u32) {
+    if gx == 0 || gy == 0 {
+        return (0, 0);
+    }
+    let p = u64::from(panel.clamp(1, gx));
+    let (gx, gy) = (u64::from(gx), u64::from(gy));
+    let panel_blocks = p * gy;
+    let panel_index = linear / panel_blocks;
+    let first_col = panel_index * p;
+    let width = p.min(gx.saturating_sub(first_col)).max(1);
+    let r = linear - panel_index * panel_blocks;
+    ((first_col + r % width) as u32, (r / width) as u32)
+}
+
+/// [`rasterize`] as `i32` IR expressions over the grid extents and the linear
+/// block id, for the code generator: returns `(bx, by)`. `gx`, `gy` and
+/// `linear` are `i32` expressions (typically `nctaid.x`, `nctaid.y` and
+/// `ctaid.y * nctaid.x + ctaid.x`); they are cloned into the result, so pass
+/// variables rather than large trees. Valid while `gx * gy` fits in `i32`.
+/// Uses only `+ - * / % min` on non-negative values (the same result as
+/// [`rasterize`] for `1 <= panel`, tested by evaluating both).
+pub fn rasterize_exprs(panel: u32, gx: &Expr, gy: &Expr, linear: &Expr) -> (Expr, Expr) {
+    let p = Expr::i32(panel.clamp(1, i32::MAX as u32) as i32);
+    // A panel wider than the grid is the whole grid: min(panel, gx).
+    let p = Expr::binary(BinOp::Min, p, gx.clone());
+    let panel_blocks = Expr::binary(BinOp::Mul, p.clone(), gy.clone());
+    let panel_index = Expr::binary(BinOp::Div, linear.clone(), panel_blocks.clone());
+    let first_col = Expr::binary(BinOp::Mul, panel_index, p.clone());
+    let width = Expr::binary(BinOp::Min, p, Expr::binary(BinOp::Sub, gx.clone(), first_col.clone()));
+    let r = Expr::binary(BinOp::Rem, linear.clone(), panel_blocks);
+    let bx = Expr::binary(BinOp::Add, first_col, Expr::binary(BinOp::Rem, r.clone(), width.clone()));
+    let by = Expr::binary(BinOp::Div, r, width);
+    (bx, by)
+}
+
+#[cfg(test)]
+mod rasterize_tests {
+    use super::*;
+    use crate::ir::Kernel;
+
+    /// Every linear id maps to a distinct block inside the grid, and each
+    /// panel is walked row by row.
+    #[test]
+    fn rasterize_is_a_bijection_on_awkward_grids() {
+        for gx in [1u32, 2, 3, 5, 7, 8, 13, 16, 31, 33] {
+            for gy in [1u32, 2, 3, 4, 9, 17] {
+                for panel in [1u32, 2, 3, 4, 5, 8, 16, 40] {
+                    let n = u64::from(gx) * u64::from(gy);
+                    let mut seen = vec![false; n as usize];
+                    for l in 0..n {
+                        let (bx, by) = rasterize(panel, gx, gy, l);
+                        assert!(bx < gx && by < gy, "panel {panel} grid {gx}x{gy}: {l} -> ({bx}, {by})");
+                        let i = (by * gx + bx) as usize;
+                        assert!(!seen[i], "panel {panel} grid {gx}x{gy}: ({bx}, {by}) twice");
+                        seen[i] = true;
+                    }
+                    // Panel structure, from an independent enumeration.
+                    let p = panel.min(gx);
+                    let mut order = Vec::new();
+                    let mut c0 = 0;
+                    while c0 < gx {
+                        let w = p.min(gx - c0);
+                        for y in 0..gy {
+                            for x in c0..c0 + w {
+                                order.push((x, y));
+                            }
+                        }
+                        c0 += w;
+                    }
+                    let got: Vec<(u32, u32)> = (0..n).map(|l| rasterize(panel, gx, gy, l)).collect();
+                    assert_eq!(got, order, "panel {panel} grid {gx}x{gy}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rasterize_exprs_agree_with_rasterize() {
+        let k = Kernel::new("k", 32);
+        let mut state = 0x2545f4914f6cdd1du64;
+        for _ in 0..2000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let gx = (state % 50 + 1) as u32;
+            let gy = ((state >> 8) % 40 + 1) as u32;
+            let panel = ((state >> 16) % 12 + 1) as u32;
+            let l = (state >> 24) % (u64::from(gx) * u64::from(gy));
+            let (ex, ey) =
+                rasterize_exprs(panel, &Expr::i32(gx as i32), &Expr::i32(gy as i32), &Expr::i32(l as i32));
+            let got = (eval_host_int(&k, &ex, &[]).unwrap(), eval_host_int(&k, &ey, &[]).unwrap());
+            let (bx, by) = rasterize(panel, gx, gy, l);
+            assert_eq!(got, (i64::from(bx), i64::from(by)), "panel {panel} grid {gx}x{gy} linear {l}");
+        }
+    }
+
+    #[test]
+    fn rasterize_with_panel_one_is_column_major_and_wide_panel_row_major() {
+        // panel = 1: down each column; panel >= gx: the hardware's row-major order.
+        assert_eq!(rasterize(1, 3, 2, 1), (0, 1));
+        assert_eq!(rasterize(1, 3, 2, 2), (1, 0));
+        for l in 0..12 {
+            assert_eq!(rasterize(8, 4, 3, l), ((l % 4) as u32, (l / 4) as u32));
+        }
+        assert_eq!(rasterize(0, 0, 5, 0), (0, 0));
+    }
 }

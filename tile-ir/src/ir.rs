@@ -467,6 +467,14 @@ pub struct Kernel {
     pub vars: Vec<Var>,
     pub buffers: Vec<Buffer>,
     pub body: Vec<Stmt>,
+    /// Threadblock rasterization for L2 reuse (`use_swizzle(panel)`): when
+    /// set, the block with hardware linear id `L = ctaid.y * gx + ctaid.x`
+    /// runs as block `(bx, by) = abi::rasterize(panel, gx, gy, L)`, which
+    /// visits the 2-D grid in panels of `panel` columns (x), walking down each
+    /// panel before moving to the next. Every block still runs exactly once,
+    /// so the kernel's meaning does not change. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rasterize: Option<u32>,
 }
 
 impl Kernel {
@@ -480,6 +488,7 @@ impl Kernel {
             vars: Vec::new(),
             buffers: Vec::new(),
             body: Vec::new(),
+            rasterize: None,
         }
     }
 

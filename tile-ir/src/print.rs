@@ -39,7 +39,11 @@
 //!   `if c { .. } else { .. }`, `copy SRC -> DST[ fill(e)]` (a global side
 //!   is `t[origin..]`, the tile's corner), `fill buf, e`,
 //!   `reduce.sum|max|min src -> dst, dim=D[, keep]`,
+//!   `gemm a[.t], b[.t] -> c[, clear][, policy=full_row|full_col]`
+//!   (`.t`: the operand is stored transposed; no policy printed: `square`),
 //!   `atomic_add t[i, j], e`, `barrier`.
+//! - Rasterization (`use_swizzle`), when set, follows the grid in the header:
+//!   `grid=(X, Y, Z) swizzle=8`.
 //!
 //! [`parse_kernel`] reads this form back (tests written as text, replaying a
 //! `TILE_DUMP`).
@@ -50,7 +54,7 @@ pub use parse::{parse_kernel, ParseError};
 
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, UnOp,
-    Value, VarId, VarKind,
+    Value, VarId, VarKind, WarpPolicy,
 };
 use crate::verify::unop_name;
 use std::collections::HashMap;
@@ -99,6 +103,8 @@ fn is_ident(s: &str) -> bool {
                 | "reduce"
                 | "atomic_add"
                 | "barrier"
+                | "gemm"
+                | "swizzle"
                 | "parallel"
                 | "pipelined"
                 | "kernel"
@@ -289,7 +295,11 @@ impl<'k> Printer<'k> {
             })
             .collect();
         let grid: Vec<String> = k.grid.iter().map(|e| self.expr_text(e)).collect();
-        let _ = writeln!(out, "({}) threads={} grid=({}) {{", params.join(", "), k.threads, grid.join(", "));
+        let _ = write!(out, "({}) threads={} grid=({})", params.join(", "), k.threads, grid.join(", "));
+        if let Some(panel) = k.rasterize {
+            let _ = write!(out, " swizzle={panel}");
+        }
+        out.push_str(" {\n");
         for (i, v) in k.vars.iter().enumerate() {
             if let VarKind::BlockIdx(axis) = v.kind {
                 let axis = match axis {
@@ -490,9 +500,35 @@ impl<'k> Printer<'k> {
                 self.expr(out, value, 0);
             }
             StmtKind::Barrier => out.push_str("barrier"),
-            StmtKind::Gemm { a, b, c, .. } => out.push_str(&format!("gemm {a}, {b} -> {c}")),
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } => {
+                let t = |trans: &bool| if *trans { ".t" } else { "" };
+                let _ = write!(
+                    out,
+                    "gemm {}{}, {}{} -> {}",
+                    self.buf_ref(*a),
+                    t(trans_a),
+                    self.buf_ref(*b),
+                    t(trans_b),
+                    self.buf_ref(*c)
+                );
+                if *clear {
+                    out.push_str(", clear");
+                }
+                if *policy != WarpPolicy::Square {
+                    let _ = write!(out, ", policy={}", policy_text(*policy));
+                }
+            }
         }
         out.push('\n');
+    }
+}
+
+/// The text of a warp policy: `square`, `full_row`, `full_col`.
+pub fn policy_text(p: WarpPolicy) -> &'static str {
+    match p {
+        WarpPolicy::Square => "square",
+        WarpPolicy::FullRow => "full_row",
+        WarpPolicy::FullCol => "full_col",
     }
 }
 

@@ -27,7 +27,7 @@ use syn::spanned::Spanned;
 use syn::{Expr as SynExpr, Ident, Pat, Stmt as SynStmt};
 use tile_ir::{
     BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ReduceOp, Scope, SpanId, Stmt,
-    StmtKind, TileRef, UnOp, Value, VarId, VarKind,
+    StmtKind, TileRef, UnOp, Value, VarId, VarKind, WarpPolicy,
 };
 
 /// Every function a kernel body may call (for "did you mean" suggestions).
@@ -44,6 +44,8 @@ const FUNCTIONS: &[&str] = &[
     "reduce_min",
     "atomic_add",
     "barrier",
+    "gemm",
+    "use_swizzle",
     "parallel",
     "pipelined",
     "exp2",
@@ -65,7 +67,7 @@ const MATH: &[&str] = &[
 /// Element types of buffers and the targets of `as`.
 const DTYPES: [&str; 5] = ["f16", "bf16", "f32", "i32", "u32"];
 
-const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `atomic_add` and `barrier`";
+const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `gemm`, `atomic_add` and `barrier` (and `use_swizzle(panel)` right after `grid(..)`)";
 
 pub(crate) fn lower(
     attr: &KernelAttr,
@@ -88,6 +90,10 @@ pub(crate) fn lower(
         at_kernel_start: false,
         first_stmt: false,
         buffer_depth: HashMap::new(),
+        grid_axes: 0,
+        grid_just_declared: false,
+        right_after_grid: false,
+        swizzle_at: None,
     };
     lowerer.params(sig);
     lowerer.at_kernel_start = true;
@@ -158,6 +164,15 @@ struct Lowerer<'e> {
     /// True while lowering the kernel body's first statement (before any
     /// statement nested in it).
     first_stmt: bool,
+    /// How many axes `grid(..)` declared (0 before it is seen).
+    grid_axes: usize,
+    /// Set by `grid(..)`; taken by the next statement.
+    grid_just_declared: bool,
+    /// True while lowering the statement right after `grid(..)`, the only
+    /// place for `use_swizzle(..)`.
+    right_after_grid: bool,
+    /// Where `use_swizzle(..)` was called, once it has been.
+    swizzle_at: Option<Span>,
 }
 
 fn is_upper_case_name(name: &str) -> bool {
@@ -200,6 +215,42 @@ fn call_name(call: &syn::ExprCall) -> Option<&Ident> {
         }
         _ => None,
     }
+}
+
+/// `gemm(..)` and the modifiers chained on it (`.clear()`, `.policy(..)`),
+/// in source order, if `e` is such a statement.
+fn gemm_chain(e: &SynExpr) -> Option<(&syn::ExprCall, Vec<&syn::ExprMethodCall>)> {
+    let mut modifiers = Vec::new();
+    let mut cur = e;
+    loop {
+        match cur {
+            SynExpr::MethodCall(m) => {
+                modifiers.push(m);
+                cur = &m.receiver;
+            }
+            SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "gemm") => {
+                modifiers.reverse();
+                return Some((c, modifiers));
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The `x.t()` in `x.t()`, `&x.t()` or `&(x.t())`, if `e` is one.
+fn transposed(e: &SynExpr) -> Option<&syn::ExprMethodCall> {
+    match e {
+        SynExpr::Reference(r) => transposed(&r.expr),
+        SynExpr::Paren(p) => transposed(&p.expr),
+        SynExpr::Group(g) => transposed(&g.expr),
+        SynExpr::MethodCall(m) if m.method == "t" => Some(m),
+        _ => None,
+    }
+}
+
+/// A buffer's shape as constants (buffers declared in a kernel body are constant).
+fn const_shape_of(b: &Buffer) -> Vec<i64> {
+    b.const_shape().unwrap_or_default()
 }
 
 fn binop_symbol(op: &syn::BinOp) -> String {
@@ -349,6 +400,7 @@ impl Lowerer<'_> {
     fn stmt(&mut self, s: &SynStmt, out: &mut Vec<Stmt>) -> Lowered<()> {
         // Only the kernel's very first statement may declare the grid.
         self.first_stmt = std::mem::take(&mut self.at_kernel_start);
+        self.right_after_grid = std::mem::take(&mut self.grid_just_declared);
         match s {
             SynStmt::Local(local) => self.let_stmt(local, out),
             SynStmt::Expr(e, semi) => self.expr_stmt(e, semi.is_some(), out),
@@ -506,7 +558,9 @@ impl Lowerer<'_> {
             ));
         }
         self.grid_at = Some(name_span);
+        self.grid_just_declared = true;
         let n = call.args.len();
+        self.grid_axes = n;
         if !(1..=3).contains(&n) {
             if let Some(p) = pat {
                 self.bind_pattern_poisoned(p);
@@ -864,6 +918,9 @@ impl Lowerer<'_> {
     }
 
     fn expr_stmt(&mut self, e: &SynExpr, has_semi: bool, out: &mut Vec<Stmt>) -> Lowered<()> {
+        if let Some((call, modifiers)) = gemm_chain(e) {
+            return self.gemm_stmt(call, &modifiers, e, out);
+        }
         match e {
             SynExpr::ForLoop(f) => self.for_loop(f, out),
             SynExpr::If(i) => {
@@ -883,6 +940,7 @@ impl Lowerer<'_> {
                 SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "copy" || n.to_string().starts_with("reduce_")) => {
                     self.call_stmt(c, Some(m), e, out)
                 }
+                SynExpr::MethodCall(m) if m.method == "t" => Err(self.transpose_misplaced(m)),
                 _ => {
                     let known = ["max", "min", "exp2", "exp", "log2", "log", "abs", "sqrt", "rsqrt", "tile"];
                     if known.contains(&m.method.to_string().as_str()) {
@@ -1639,6 +1697,7 @@ impl Lowerer<'_> {
                 StmtKind::Barrier
             }
             "grid" => return self.grid(None, call, whole),
+            "use_swizzle" => return self.use_swizzle(call, whole),
             "shared" | "fragment" | "local" => {
                 return Err(self.errors.spanned(
                     call,
@@ -1665,17 +1724,312 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// `.t()` used anywhere but on an operand of `gemm`.
+    fn transpose_misplaced(&mut self, m: &syn::ExprMethodCall) -> Reported {
+        self.errors.spanned(
+            m,
+            "`.t()` (transpose) is only valid on an operand of `gemm`: `gemm(&a, &b.t(), &mut acc)` reads `b` as transposed; elsewhere, transpose with a `parallel` loop (`t[(j, i)] = x[(i, j)]`)",
+        )
+    }
+
+    /// `gemm(&a, &b, &mut acc)` with optional `.t()` on `a`/`b` and the
+    /// modifiers `.clear()` and `.policy(FullRow | FullCol | Square)`.
+    fn gemm_stmt(
+        &mut self,
+        call: &syn::ExprCall,
+        modifiers: &[&syn::ExprMethodCall],
+        whole: &SynExpr,
+        out: &mut Vec<Stmt>,
+    ) -> Lowered<()> {
+        let span = self.span_id(whole);
+        let mut failed = false;
+        if self.parallel_depth > 0 {
+            self.errors.spanned(
+                &*call.func,
+                "`gemm` is a block-wide operation and cannot be used inside a `parallel` loop, whose iterations run on different threads; call it once per tile, outside the loop",
+            );
+            failed = true;
+        }
+        let mut clear: Option<&syn::Ident> = None;
+        let mut policy: Option<(WarpPolicy, &syn::Ident)> = None;
+        for m in modifiers {
+            let method = m.method.to_string();
+            match method.as_str() {
+                "clear" => {
+                    if !m.args.is_empty() {
+                        self.errors.spanned(&m.args, "`.clear()` takes no arguments");
+                        failed = true;
+                    } else if let Some(prev) = clear {
+                        let mut e = syn::Error::new(m.method.span(), "`.clear()` is given twice");
+                        e.combine(syn::Error::new(prev.span(), "first given here"));
+                        self.errors.push(e);
+                        failed = true;
+                    }
+                    clear = Some(&m.method);
+                }
+                "policy" => {
+                    let parsed = match m.args.first() {
+                        Some(arg) if m.args.len() == 1 => warp_policy(arg),
+                        _ => None,
+                    };
+                    match parsed {
+                        None => {
+                            self.errors.spanned(
+                                *m,
+                                "`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N) or `Square`",
+                            );
+                            failed = true;
+                        }
+                        Some(p) => {
+                            if let Some((_, prev)) = policy {
+                                let mut e = syn::Error::new(m.method.span(), "`.policy(..)` is given twice");
+                                e.combine(syn::Error::new(prev.span(), "first given here"));
+                                self.errors.push(e);
+                                failed = true;
+                            }
+                            policy = Some((p, &m.method));
+                        }
+                    }
+                }
+                "t" => {
+                    self.errors.at(
+                        m.method.span(),
+                        "`.t()` transposes an operand of `gemm`, not its result: write `gemm(&a, &b.t(), &mut acc)`",
+                    );
+                    failed = true;
+                }
+                _ => {
+                    self.errors.at(
+                        m.method.span(),
+                        format!("unknown method `.{method}()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square)`"),
+                    );
+                    failed = true;
+                }
+            }
+        }
+        if call.args.len() != 3 {
+            let n = call.args.len();
+            self.errors.spanned(
+                call,
+                format!(
+                    "`gemm` takes 3 arguments, but {n} {} given: `gemm(&a, &b, &mut acc)` computes acc += a · b",
+                    if n == 1 { "was" } else { "were" }
+                ),
+            );
+            return Err(Reported);
+        }
+        let args: Vec<&SynExpr> = call.args.iter().collect();
+        let a = self.gemm_operand(args[0], 'A');
+        let b = self.gemm_operand(args[1], 'B');
+        let c = self.gemm_accumulator(args[2]);
+        let (Ok((a, trans_a)), Ok((b, trans_b)), Ok(c)) = (a, b, c) else {
+            return Err(Reported);
+        };
+        let (ab, bb, cb) = (self.k.buffer(a).clone(), self.k.buffer(b).clone(), self.k.buffer(c).clone());
+        // Element types: f16/bf16 operands of one type (checked per operand
+        // in `gemm_operand`), an f32 accumulator (in `gemm_accumulator`).
+        let is_half = |t: DType| matches!(t, DType::F16 | DType::BF16);
+        if is_half(ab.dtype) && is_half(bb.dtype) && ab.dtype != bb.dtype {
+            self.errors.spanned(
+                args[1],
+                format!(
+                    "`gemm` operands must hold the same element type, but `{}` holds `{}` and `{}` holds `{}`; convert one with `copy` into a buffer of the other type",
+                    ab.name, ab.dtype, bb.name, bb.dtype
+                ),
+            );
+            failed = true;
+        }
+        let (sa, sb, sc) = (const_shape_of(&ab), const_shape_of(&bb), const_shape_of(&cb));
+        if sa.len() == 2 && sb.len() == 2 && sc.len() == 2 {
+            let (m_a, k_a) = if trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+            let (k_b, n_b) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+            if let Some(what) = tile_ir::verify::gemm_mismatch((m_a, k_a), (k_b, n_b), (sc[0], sc[1])) {
+                let t = |x: bool| if x { ".t()" } else { "" };
+                self.errors.spanned(
+                    call,
+                    format!(
+                        "shape mismatch in `gemm`: `{}{}` {} is M×K = {m_a}×{k_a}, `{}{}` {} is K×N = {k_b}×{n_b}, and `{}` {} is M×N = {}×{}: {what}",
+                        ab.name,
+                        t(trans_a),
+                        format_shape(&sa),
+                        bb.name,
+                        t(trans_b),
+                        format_shape(&sb),
+                        cb.name,
+                        format_shape(&sc),
+                        sc[0],
+                        sc[1]
+                    ),
+                );
+                failed = true;
+            }
+        }
+        if failed {
+            return Err(Reported);
+        }
+        let kind = StmtKind::Gemm {
+            a,
+            b,
+            c,
+            trans_a,
+            trans_b,
+            clear: clear.is_some(),
+            policy: policy.map_or(WarpPolicy::Square, |(p, _)| p),
+        };
+        out.push(Stmt::spanned(kind, span));
+        Ok(())
+    }
+
+    /// Operand `A` (a shared buffer or a fragment) or `B` (a shared buffer)
+    /// of `gemm`: `&x` or `&x.t()`, a rank-2 f16/bf16 buffer. Returns the
+    /// buffer and whether it is transposed.
+    fn gemm_operand(&mut self, e: &SynExpr, which: char) -> Lowered<(BufferId, bool)> {
+        let SynExpr::Reference(r) = e else {
+            let fix = match transposed(e) {
+                Some(t) => format!("`&{}`", t.to_token_stream()),
+                None => format!("`&{}`", e.to_token_stream()),
+            };
+            return Err(self.errors.spanned(e, format!("pass the operand of `gemm` by reference: {fix}")));
+        };
+        let (inner, trans) = match transposed(&r.expr) {
+            Some(t) => {
+                if !t.args.is_empty() {
+                    return Err(self.errors.spanned(&t.args, "`.t()` takes no arguments"));
+                }
+                if transposed(&t.receiver).is_some() {
+                    return Err(self.errors.spanned(t, "`.t()` twice is no transpose; remove both"));
+                }
+                (&*t.receiver, true)
+            }
+            None => (&*r.expr, false),
+        };
+        let Some(ident) = path_ident(inner) else {
+            return Err(self.errors.spanned(
+                e,
+                format!("operand {which} of `gemm` is a buffer by name: `&{}` (or `&{}.t()` for a transposed one)", if which == 'A' { "a" } else { "b" }, if which == 'A' { "a" } else { "b" }),
+            ));
+        };
+        let buf = match self.lookup(&ident.to_string()) {
+            Some(Binding::Buffer(b)) => b,
+            Some(Binding::Poisoned) => return Err(Reported),
+            Some(Binding::Var { .. }) => {
+                return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar; `gemm` multiplies buffers")))
+            }
+            None => return Err(self.unknown_name(ident)),
+        };
+        let b = self.k.buffer(buf).clone();
+        let scope_ok = match which {
+            'A' => matches!(b.scope, Scope::Shared | Scope::Fragment),
+            _ => b.scope == Scope::Shared,
+        };
+        if !scope_ok {
+            let expected = if which == 'A' { "a shared buffer or a fragment" } else { "a shared buffer" };
+            let fix = if b.scope == Scope::Global {
+                "; copy a tile of the tensor into a `shared::<..>()` buffer first"
+            } else {
+                ""
+            };
+            return Err(self.errors.at(
+                ident.span(),
+                format!(
+                    "operand {which} of `gemm` is {expected}, but `{ident}` is a {}{fix}",
+                    scope_phrase(b.scope)
+                ),
+            ));
+        }
+        let mut failed = false;
+        if b.rank() != 2 {
+            self.errors.at(
+                ident.span(),
+                format!("operand {which} of `gemm` is a matrix, but `{ident}` has rank {} ({})", b.rank(), format_shape(&const_shape_of(&b))),
+            );
+            failed = true;
+        }
+        if !matches!(b.dtype, DType::F16 | DType::BF16) {
+            self.errors.at(
+                ident.span(),
+                format!("`gemm` multiplies `f16` or `bf16` operands (on tensor cores), but `{ident}` holds `{}`", b.dtype),
+            );
+            failed = true;
+        }
+        if failed {
+            return Err(Reported);
+        }
+        Ok((buf, trans))
+    }
+
+    /// The accumulator of `gemm`: `&mut acc`, a rank-2 f32 fragment.
+    fn gemm_accumulator(&mut self, e: &SynExpr) -> Lowered<BufferId> {
+        if let Some(t) = transposed(e) {
+            return Err(self.errors.spanned(
+                t,
+                "the accumulator of `gemm` cannot be transposed; transpose an operand instead: (a · b)ᵀ = bᵀ · aᵀ",
+            ));
+        }
+        let buf = self.buffer_arg(e, true, "gemm")?;
+        let b = self.k.buffer(buf).clone();
+        if b.scope != Scope::Fragment || b.dtype != DType::F32 || b.rank() != 2 {
+            let what = if b.scope != Scope::Fragment {
+                format!("a {}", scope_phrase(b.scope))
+            } else if b.dtype != DType::F32 {
+                format!("a fragment of `{}`", b.dtype)
+            } else {
+                format!("a fragment of rank {}", b.rank())
+            };
+            return Err(self.errors.spanned(
+                e,
+                format!(
+                    "the accumulator of `gemm` is an `f32` fragment of shape [M, N] (`fragment::<f32, M, N>()`), but `{}` is {what}",
+                    b.name
+                ),
+            ));
+        }
+        Ok(buf)
+    }
+
+    /// `use_swizzle(panel)`: threadblock rasterization, right after `grid(..)`.
+    fn use_swizzle(&mut self, call: &syn::ExprCall, whole: &SynExpr) -> Lowered<()> {
+        let name_span = call.func.span();
+        if let Some(prev) = self.swizzle_at {
+            let mut e = syn::Error::new(name_span, "`use_swizzle(..)` is called twice");
+            e.combine(syn::Error::new(prev, "first called here"));
+            return Err(self.errors.push(e));
+        }
+        if !self.right_after_grid {
+            return Err(self.errors.spanned(
+                whole,
+                "`use_swizzle(..)` must be the statement right after `let (bx, by) = grid(..);`: it chooses the order in which the grid's blocks run",
+            ));
+        }
+        self.swizzle_at = Some(name_span);
+        if call.args.len() != 1 {
+            return Err(self.errors.spanned(
+                call,
+                "`use_swizzle` takes 1 argument, the panel width in blocks: `use_swizzle(8)`",
+            ));
+        }
+        let panel = self.const_int(&call.args[0], "the panel width of `use_swizzle`")?;
+        if !(1..=i32::MAX as i64).contains(&panel) {
+            return Err(self.errors.spanned(
+                &call.args[0],
+                format!("the panel width of `use_swizzle` is {panel}; it must be at least 1"),
+            ));
+        }
+        if self.grid_axes < 2 {
+            return Err(self.errors.spanned(
+                whole,
+                "`use_swizzle` reorders the blocks of a 2-D grid, but `grid(..)` has one axis: declare `let (bx, by) = grid(x, y);`",
+            ));
+        }
+        self.k.rasterize = Some(panel as u32);
+        Ok(())
+    }
+
     fn unknown_function(&mut self, ident: &Ident) -> Reported {
         let name = ident.to_string();
-        if name == "gemm" {
-            return self.errors.at(
-                ident.span(),
-                "`gemm` is not supported yet: the Tile IR has no matrix-multiply operation; write the product as a `parallel` loop over the output with a serial loop over K",
-            );
-        }
         let hint = did_you_mean(&name, FUNCTIONS.iter().copied());
         let list = if hint.is_empty() {
-            "; a kernel can call `copy`, `fill`, `clear`, `reduce_max`, `reduce_sum`, `reduce_min`, `atomic_add`, `barrier`, `exp2`, `exp`, `log2`, `log`, `abs`, `sqrt`, `rsqrt`, `max`, `min`, `fma` and `cdiv`"
+            "; a kernel can call `copy`, `fill`, `clear`, `reduce_max`, `reduce_sum`, `reduce_min`, `gemm`, `use_swizzle`, `atomic_add`, `barrier`, `exp2`, `exp`, `log2`, `log`, `abs`, `sqrt`, `rsqrt`, `max`, `min`, `fma` and `cdiv`"
         } else {
             ""
         };
@@ -1693,6 +2047,9 @@ impl Lowerer<'_> {
             other => (other, false),
         };
         let Some(ident) = path_ident(inner) else {
+            if let Some(t) = transposed(e) {
+                return Err(self.transpose_misplaced(t));
+            }
             return Err(self
                 .errors
                 .spanned(e, format!("expected a buffer, {usage}")));
@@ -1805,6 +2162,9 @@ impl Lowerer<'_> {
             }
             SynExpr::Reference(r) => {
                 let Some(ident) = path_ident(&r.expr) else {
+                    if let Some(t) = transposed(e) {
+                        return Err(self.transpose_misplaced(t));
+                    }
                     return Err(self.errors.spanned(e, format!("expected {usage}")));
                 };
                 let buf = match self.lookup(&ident.to_string()) {
@@ -1851,6 +2211,9 @@ impl Lowerer<'_> {
                             .errors
                             .spanned(other, format!("pass the buffer by reference: {fix}")));
                     }
+                }
+                if let Some(t) = transposed(other) {
+                    return Err(self.transpose_misplaced(t));
                 }
                 Err(self.errors.spanned(other, format!("expected {usage}")))
             }
@@ -2174,6 +2537,9 @@ impl Lowerer<'_> {
                 .errors
                 .spanned(m, "`.tile(..)` is only valid as an argument of `copy`"));
         }
+        if name == "t" {
+            return Err(self.transpose_misplaced(m));
+        }
         let hint = did_you_mean(&name, MATH.iter().copied());
         Err(self.errors.at(
             m.method.span(),
@@ -2188,7 +2554,7 @@ impl Lowerer<'_> {
             "max" | "min" | "cdiv" => 2,
             "fma" => 3,
             "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min"
-            | "atomic_add" | "barrier" => {
+            | "atomic_add" | "barrier" | "gemm" | "use_swizzle" => {
                 return Err(self.errors.at(
                     ident.span(),
                     format!("`{name}(..)` is a statement and has no value"),
@@ -2607,6 +2973,33 @@ fn cast_value(v: Value, to: DType) -> Option<Value> {
         },
         DType::I64 | DType::Bool => return None,
     })
+}
+
+/// `FullRow`, `FullCol`, `Square`, or the same as `WarpPolicy::FullRow`.
+fn warp_policy(e: &SynExpr) -> Option<WarpPolicy> {
+    let SynExpr::Path(p) = e else { return None };
+    let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let last = match segs.as_slice() {
+        [one] => one,
+        [ty, one] if ty == "WarpPolicy" => one,
+        _ => return None,
+    };
+    match last.as_str() {
+        "FullRow" => Some(WarpPolicy::FullRow),
+        "FullCol" => Some(WarpPolicy::FullCol),
+        "Square" => Some(WarpPolicy::Square),
+        _ => None,
+    }
+}
+
+/// What a buffer of `scope` is, after "a": `shared buffer`, `fragment`, ...
+fn scope_phrase(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Global => "tensor parameter",
+        Scope::Shared => "shared buffer",
+        Scope::Fragment => "fragment",
+        Scope::Local => "local buffer",
+    }
 }
 
 fn scope_name(scope: Scope) -> &'static str {

@@ -9,7 +9,8 @@
 //! naming the tensor, buffer or block concerned.
 //!
 //! Semantics (block-level, as documented in [`crate::ir`]):
-//! - Blocks run one after another, x fastest, then y, then z. The body runs
+//! - Blocks run one after another, x fastest, then y, then z (unless
+//!   `rasterize` reorders x and y). The body runs
 //!   once per block; tile ops act on whole tiles; the iterations of every loop
 //!   (serial, parallel, pipelined) run in order.
 //! - Shared, fragment and local buffers are fresh per block and start zeroed
@@ -37,6 +38,12 @@
 //!   order, then converts to the destination's dtype; `keep` combines the
 //!   result with the destination's current value. Identities: 0 for sum,
 //!   -inf (integer minimum) for max, +inf (integer maximum) for min.
+//! - `Gemm`: `c = (clear ? 0 : c) + Σ_k op(a)[m, k] · op(b)[k, n]`, the
+//!   stored f16/bf16 operands multiplied in f32 (exactly) and accumulated in
+//!   f32 in the order of `k`, ascending; the warp policy does not change the
+//!   result. (Tensor cores sum in another order: compare with a tolerance.)
+//! - `rasterize` (`use_swizzle`): blocks run in the order of the GPU's linear
+//!   block id, remapped by [`crate::abi::rasterize`] (every block once).
 //! - `AtomicAdd` reads, adds in the element type (f16/bf16 via f32), writes.
 //! - A write to a tensor passed as [`TensorData::Ro`] is an error.
 
@@ -78,10 +85,12 @@ pub fn run(kernel: &Kernel, args: &mut [Arg<'_>], dims: &[i64], grid: [u32; 3]) 
     }
     let mut m = Machine::new(kernel, args, dims)?;
     for z in 0..grid[2] {
-        for y in 0..grid[1] {
-            for x in 0..grid[0] {
-                m.run_block([x, y, z]).map_err(|e| InterpError(format!("block ({x}, {y}, {z}): {}", e.0)))?;
-            }
+        for linear in 0..u64::from(grid[0]) * u64::from(grid[1]) {
+            let (x, y) = match kernel.rasterize {
+                Some(panel) => crate::abi::rasterize(panel, grid[0], grid[1], linear),
+                None => ((linear % u64::from(grid[0])) as u32, (linear / u64::from(grid[0])) as u32),
+            };
+            m.run_block([x, y, z]).map_err(|e| InterpError(format!("block ({x}, {y}, {z}): {}", e.0)))?;
         }
     }
     Ok(())
@@ -359,7 +368,9 @@ impl<'k, 'a> Machine<'k, 'a> {
             }
             StmtKind::Reduce { op, src, dst, dim, keep } => self.reduce(*op, *src, *dst, *dim, *keep)?,
             StmtKind::Barrier => {}
-            StmtKind::Gemm { .. } => return Err(InterpError("gemm is not supported by this version of the interpreter".into())),
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy: _ } => {
+                self.gemm(*a, *b, *c, *trans_a, *trans_b, *clear)?
+            }
         }
         Ok(())
     }
@@ -497,6 +508,54 @@ impl<'k, 'a> Machine<'k, 'a> {
             copy_window(gb.mem.bytes(), gt, &gshape, &origin, lb.bytes_mut()?, lt, &lshape, fill);
         } else {
             copy_window_store(gb.bytes_mut()?, gt, &gshape, &origin, lb.mem.bytes(), lt, &lshape);
+        }
+        Ok(())
+    }
+
+    /// `c = (clear ? 0 : c) + op(a) · op(b)`: operands decoded to f32 once,
+    /// products and sums in f32, `k` ascending.
+    fn gemm(
+        &mut self,
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        trans_a: bool,
+        trans_b: bool,
+        clear: bool,
+    ) -> Result<(), InterpError> {
+        let (ab, bb, cb) = (&self.bufs[a.0 as usize], &self.bufs[b.0 as usize], &self.bufs[c.0 as usize]);
+        let (sa, sb, sc) = (&ab.shape, &bb.shape, &cb.shape);
+        if sa.len() != 2 || sb.len() != 2 || sc.len() != 2 {
+            return fail(format!(
+                "gemm of `{}` and `{}` into `{}`: every operand must be a matrix",
+                ab.decl.name, bb.decl.name, cb.decl.name
+            ));
+        }
+        let (m, k) = if trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+        let (kb, n) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+        if kb != k || sc[0] != m || sc[1] != n || cb.decl.dtype != DType::F32 {
+            return fail(format!(
+                "gemm of `{}` {sa:?} and `{}` {sb:?} into `{}` {sc:?}: the shapes or types do not match",
+                ab.decl.name, bb.decl.name, cb.decl.name
+            ));
+        }
+        // op(a) as row-major [M, K] and op(b) as row-major [K, N], in f32
+        // (exact: every f16/bf16 value is an f32).
+        let a_mk = decode_matrix(ab.mem.bytes(), ab.decl.dtype, sa[1], m, k, trans_a);
+        let b_kn = decode_matrix(bb.mem.bytes(), bb.decl.dtype, sb[1], k, n, trans_b);
+        let cb = &mut self.bufs[c.0 as usize];
+        let bytes = cb.bytes_mut()?;
+        let mut acc: Vec<f32> =
+            if clear { vec![0.0; m * n] } else { (0..m * n).map(|i| scalar::read_f32(bytes, i)).collect() };
+        for (a_row, c_row) in a_mk.chunks_exact(k.max(1)).zip(acc.chunks_exact_mut(n.max(1))) {
+            for (&x, b_row) in a_row.iter().zip(b_kn.chunks_exact(n.max(1))) {
+                for (cv, &y) in c_row.iter_mut().zip(b_row) {
+                    *cv += x * y;
+                }
+            }
+        }
+        for (i, v) in acc.into_iter().enumerate() {
+            scalar::write(bytes, DType::F32, i, Value::F32(v));
         }
         Ok(())
     }
@@ -689,6 +748,33 @@ fn copy_window_store(
             }
         }
     });
+}
+
+/// The `rows × cols` matrix `op(x)` as row-major f32, where `x` is stored
+/// row-major with rows of `stride` elements: `x` itself, or its transpose
+/// when `trans` (then `x` is `cols × rows`).
+fn decode_matrix(bytes: &[u8], t: DType, stride: usize, rows: usize, cols: usize, trans: bool) -> Vec<f32> {
+    let stored: Vec<f32> = (0..rows * cols)
+        .map(|i| match scalar::read(bytes, t, i) {
+            Value::F16(h) => h.to_f32(),
+            Value::BF16(h) => h.to_f32(),
+            Value::F32(x) => x,
+            other => match cast(other, DType::F32) {
+                Value::F32(x) => x,
+                _ => 0.0,
+            },
+        })
+        .collect();
+    if !trans {
+        return stored;
+    }
+    let mut out = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[r * cols + c] = stored[c * stride + r];
+        }
+    }
+    out
 }
 
 fn scope_word(s: Scope) -> &'static str {

@@ -15,7 +15,7 @@
 
 use crate::ir::{
     BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, Param, ParamKind, ReduceOp, Scope, SpanId, Stmt,
-    StmtKind, TileRef, UnOp, Value, Var, VarId, VarKind,
+    StmtKind, TileRef, UnOp, Value, Var, VarId, VarKind, WarpPolicy,
 };
 use std::collections::HashMap;
 
@@ -439,6 +439,12 @@ impl Parser {
             k.grid[axis] = self.expr()?;
         }
         self.expect_punct(")")?;
+        if self.eat_ident("swizzle") {
+            self.expect_punct("=")?;
+            let panel = self.int()?;
+            k.rasterize =
+                Some(u32::try_from(panel).or_else(|_| self.err(format!("swizzle={panel} is out of range")))?);
+        }
         self.expect_punct("{")?;
         // Declarations: block indices and buffers.
         loop {
@@ -527,6 +533,16 @@ impl Parser {
         let buf = self.buf_ref()?;
         let origin = if self.is_punct("[") { self.index()? } else { Vec::new() };
         Ok(TileRef { buf, origin })
+    }
+
+    /// A gemm operand: a buffer, `.t` if stored transposed.
+    fn gemm_operand(&mut self) -> PResult<(BufferId, bool)> {
+        let buf = self.buf_ref()?;
+        let trans = self.is_punct(".") && matches!(self.peek_at(1), Some(Tok::Ident(s)) if s == "t");
+        if trans {
+            self.pos += 2;
+        }
+        Ok((buf, trans))
     }
 
     fn index(&mut self) -> PResult<Vec<Expr>> {
@@ -636,6 +652,31 @@ impl Parser {
                     false
                 };
                 Ok(StmtKind::Reduce { op, src, dst, dim, keep })
+            }
+            "gemm" if !is_target => {
+                self.pos += 1;
+                let (a, trans_a) = self.gemm_operand()?;
+                self.expect_punct(",")?;
+                let (b, trans_b) = self.gemm_operand()?;
+                self.expect_punct("->")?;
+                let c = self.buf_ref()?;
+                let (mut clear, mut policy) = (false, WarpPolicy::Square);
+                while self.eat_punct(",") {
+                    match self.ident()?.as_str() {
+                        "clear" => clear = true,
+                        "policy" => {
+                            self.expect_punct("=")?;
+                            policy = match self.ident()?.as_str() {
+                                "square" => WarpPolicy::Square,
+                                "full_row" => WarpPolicy::FullRow,
+                                "full_col" => WarpPolicy::FullCol,
+                                other => return self.err(format!("unknown warp policy `{other}`")),
+                            };
+                        }
+                        other => return self.err(format!("unknown gemm modifier `{other}`; expected `clear` or `policy=..`")),
+                    }
+                }
+                Ok(StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy })
             }
             "atomic_add" if !is_target => {
                 self.pos += 1;

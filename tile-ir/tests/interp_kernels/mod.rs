@@ -272,3 +272,84 @@ pub fn every_construct() -> Kernel {
     ];
     k
 }
+
+/// How [`gemm_kernel`] is configured.
+#[derive(Copy, Clone, Debug)]
+pub struct GemmConfig {
+    pub dtype: DType,
+    /// A is stored `[K, M]` and read transposed.
+    pub trans_a: bool,
+    /// B is stored `[N, K]` and read transposed.
+    pub trans_b: bool,
+    /// A is staged in a fragment rather than shared memory.
+    pub a_fragment: bool,
+    /// The first K step overwrites the accumulator (`clear`); otherwise the
+    /// accumulator starts from `c0`.
+    pub clear_first: bool,
+    pub tile: (i64, i64, i64),
+    pub swizzle: Option<u32>,
+}
+
+/// `c = (clear_first ? 0 : c0) + op(a) · op(b)` over dynamic `M × N × K`,
+/// one `BM × BN` tile per block on a `cdiv(N, BN) × cdiv(M, BM)` grid,
+/// a serial loop over K steps of `BK`. The accumulator is loaded from `c0`
+/// first, so that `clear` visibly discards it.
+pub fn gemm_kernel(cfg: GemmConfig) -> Kernel {
+    let (bm, bn, bk) = cfg.tile;
+    let mut k = Kernel::new("gemm", 128);
+    let m = k.add_dim("M");
+    let n = k.add_dim("N");
+    let kd = k.add_dim("K");
+    let (dm, dn, dk) = (Extent::Dyn(m), Extent::Dyn(n), Extent::Dyn(kd));
+    let a_shape = if cfg.trans_a { vec![dk, dm] } else { vec![dm, dk] };
+    let b_shape = if cfg.trans_b { vec![dn, dk] } else { vec![dk, dn] };
+    let a = k.add_tensor_param("a", cfg.dtype, a_shape, false);
+    let b = k.add_tensor_param("b", cfg.dtype, b_shape, false);
+    let c0 = k.add_tensor_param("c0", DType::F32, vec![dm, dn], false);
+    let c = k.add_tensor_param("c", DType::F32, vec![dm, dn], true);
+    k.grid = [Expr::cdiv(v(n), Expr::i32(bn as i32)), Expr::cdiv(v(m), Expr::i32(bm as i32)), Expr::i32(1)];
+    k.rasterize = cfg.swizzle;
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
+    let a_scope = if cfg.a_fragment { Scope::Fragment } else { Scope::Shared };
+    let a_s = local(&mut k, "a_s", a_scope, cfg.dtype, &if cfg.trans_a { [bk, bm] } else { [bm, bk] });
+    let b_s = local(&mut k, "b_s", Scope::Shared, cfg.dtype, &if cfg.trans_b { [bn, bk] } else { [bk, bn] });
+    let acc = local(&mut k, "acc", Scope::Fragment, DType::F32, &[bm, bn]);
+    let kk = k.add_var("kk", DType::I32, VarKind::Loop);
+    let row0 = mul(v(by), Expr::i32(bm as i32));
+    let col0 = mul(v(bx), Expr::i32(bn as i32));
+    let k0 = mul(v(kk), Expr::i32(bk as i32));
+    let a_origin = if cfg.trans_a { vec![k0.clone(), row0.clone()] } else { vec![row0.clone(), k0.clone()] };
+    let b_origin = if cfg.trans_b { vec![col0.clone(), k0.clone()] } else { vec![k0.clone(), col0.clone()] };
+    let gemm = |clear: bool| {
+        st(StmtKind::Gemm {
+            a: a_s,
+            b: b_s,
+            c: acc,
+            trans_a: cfg.trans_a,
+            trans_b: cfg.trans_b,
+            clear,
+            policy: WarpPolicy::Square,
+        })
+    };
+    let step = if cfg.clear_first {
+        st(StmtKind::If {
+            cond: Expr::binary(BinOp::Eq, v(kk), Expr::i32(0)),
+            then: vec![gemm(true)],
+            otherwise: vec![gemm(false)],
+        })
+    } else {
+        gemm(false)
+    };
+    k.body = vec![
+        copy(tile(c0, vec![row0.clone(), col0.clone()]), tile(acc, vec![])),
+        sfor(
+            kk,
+            Expr::i32(0),
+            Expr::cdiv(v(kd), Expr::i32(bk as i32)),
+            vec![copy(tile(a, a_origin), tile(a_s, vec![])), copy(tile(b, b_origin), tile(b_s, vec![])), step],
+        ),
+        copy(tile(acc, vec![]), tile(c, vec![row0, col0])),
+    ];
+    k
+}
