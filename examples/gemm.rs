@@ -24,7 +24,8 @@ trait Dtype: Element + cublas::CublasElement {
     /// Relative L2 error allowed against an f64 reference (one rounding of
     /// the output, f32 accumulation order).
     const TOL: f64;
-    fn ours(s: &Stream, a: &DeviceTensor<Self>, b: &DeviceTensor<Self>, c: &mut DeviceTensor<Self>) -> tile::Result<()>;
+    fn ours(s: &Stream, a: &DeviceTensor<Self>, b: &DeviceTensor<Self>, c: &mut DeviceTensor<Self>)
+        -> tile::Result<()>;
 }
 
 impl Dtype for f16 {
@@ -38,7 +39,12 @@ impl Dtype for f16 {
 impl Dtype for bf16 {
     const NAME: &'static str = "bf16";
     const TOL: f64 = 1e-2;
-    fn ours(s: &Stream, a: &DeviceTensor<bf16>, b: &DeviceTensor<bf16>, c: &mut DeviceTensor<bf16>) -> tile::Result<()> {
+    fn ours(
+        s: &Stream,
+        a: &DeviceTensor<bf16>,
+        b: &DeviceTensor<bf16>,
+        c: &mut DeviceTensor<bf16>,
+    ) -> tile::Result<()> {
         kernels::matmul_bf16::launch(s, a, b, c)
     }
 }

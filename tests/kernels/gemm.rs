@@ -248,7 +248,14 @@ pub fn attention_serial_bf16(
 }
 
 /// Random `[rows, cols]` values in [lo, hi), rounded to `T`, on the device.
-fn random<T: Element>(s: &Stream, rng: &mut Rng, rows: usize, cols: usize, lo: f32, hi: f32) -> Res<(Vec<T>, DeviceTensor<T>)> {
+fn random<T: Element>(
+    s: &Stream,
+    rng: &mut Rng,
+    rows: usize,
+    cols: usize,
+    lo: f32,
+    hi: f32,
+) -> Res<(Vec<T>, DeviceTensor<T>)> {
     let host: Vec<T> = rng.vec(rows * cols, lo, hi).into_iter().map(|v| T::from_f64(v as f64)).collect();
     let dev = DeviceTensor::from_slice(s, &host, &[rows, cols])?;
     Ok((host, dev))
@@ -363,14 +370,8 @@ pub fn attention_ref<T: Element>(q: &[T], k: &[T], v: &[T], sq: usize, sk: usize
     out
 }
 
-type AttentionLaunch<T> = fn(
-    &Stream,
-    &DeviceTensor<T>,
-    &DeviceTensor<T>,
-    &DeviceTensor<T>,
-    &mut DeviceTensor<T>,
-    f32,
-) -> tile::Result<()>;
+type AttentionLaunch<T> =
+    fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<T>, f32) -> tile::Result<()>;
 
 /// Runs an attention kernel with head dimension `d` on random q, k, v (wide
 /// enough that the softmax is far from uniform) against [`attention_ref`].
