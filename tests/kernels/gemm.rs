@@ -308,44 +308,44 @@ pub const TOL_BF16: f64 = 1e-2;
 pub const TOL_F32: f64 = 5e-5;
 
 pub fn nn_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NN, TOL_F16, seed, |s, a, b, c| gemm_nn_f16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NN, TOL_F16, seed, gemm_nn_f16::launch)
 }
 
 pub fn nn_bf16_f32_out(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f32>> {
-    check_gemm::<bf16, f32>(dev, m, n, k, NN, TOL_F32, seed, |s, a, b, c| gemm_nn_bf16::launch(s, a, b, c))
+    check_gemm::<bf16, f32>(dev, m, n, k, NN, TOL_F32, seed, gemm_nn_bf16::launch)
 }
 
 pub fn nt_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NT, TOL_F16, seed, |s, a, b, c| gemm_nt_f16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NT, TOL_F16, seed, gemm_nt_f16::launch)
 }
 
 pub fn tn_bf16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<bf16>> {
-    check_gemm(dev, m, n, k, TN, TOL_BF16, seed, |s, a, b, c| gemm_tn_bf16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, TN, TOL_BF16, seed, gemm_tn_bf16::launch)
 }
 
 pub fn tt_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, TT, TOL_F16, seed, |s, a, b, c| gemm_tt_f16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, TT, TOL_F16, seed, gemm_tt_f16::launch)
 }
 
 pub fn fullcol_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NN, TOL_F16, seed, |s, a, b, c| gemm_fullcol_f16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NN, TOL_F16, seed, gemm_fullcol_f16::launch)
 }
 
 pub fn fullrow_bf16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<bf16>> {
-    check_gemm(dev, m, n, k, NN, TOL_BF16, seed, |s, a, b, c| gemm_fullrow_bf16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NN, TOL_BF16, seed, gemm_fullrow_bf16::launch)
 }
 
 /// The example's kernels (128 × 128 tiles, 256 threads, 3 stages).
 pub fn example_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NN, TOL_F16, seed, |s, a, b, c| examples::gemm::matmul::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NN, TOL_F16, seed, examples::gemm::matmul::launch)
 }
 
 pub fn example_bf16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<bf16>> {
-    check_gemm(dev, m, n, k, NN, TOL_BF16, seed, |s, a, b, c| examples::gemm::matmul_bf16::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NN, TOL_BF16, seed, examples::gemm::matmul_bf16::launch)
 }
 
 pub fn example_bt_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NT, TOL_F16, seed, |s, a, b, c| examples::gemm::matmul_bt::launch(s, a, b, c))
+    check_gemm(dev, m, n, k, NT, TOL_F16, seed, examples::gemm::matmul_bt::launch)
 }
 
 /// f64 attention of one head: `softmax(q·kᵀ / sqrt(d)) · v`, `[sq, d]`.
@@ -402,12 +402,10 @@ fn check_attention<T: Element>(
 /// The pipelined f16 attention kernel (head dimension 64).
 pub fn attention_f16(dev: &Device, sq: usize, sk: usize, seed: u64) -> Res<Vec<f16>> {
     // P is rounded to f16 before P·V: a few 1e-4 relative on top of the output's rounding.
-    check_attention(dev, sq, sk, 64, 5e-3, seed, |s, q, k, v, o, scale| attention::launch(s, q, k, v, o, scale))
+    check_attention(dev, sq, sk, 64, 5e-3, seed, attention::launch)
 }
 
 /// The serial bf16 attention kernel (head dimension 32).
 pub fn attention_bf16(dev: &Device, sq: usize, sk: usize, seed: u64) -> Res<Vec<bf16>> {
-    check_attention(dev, sq, sk, 32, 2e-2, seed, |s, q, k, v, o, scale| {
-        attention_serial_bf16::launch(s, q, k, v, o, scale)
-    })
+    check_attention(dev, sq, sk, 32, 2e-2, seed, attention_serial_bf16::launch)
 }

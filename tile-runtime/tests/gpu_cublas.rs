@@ -33,6 +33,7 @@ fn reference<T: Element>(m: usize, n: usize, k: usize, a: &[T], b: &[T], trans_a
     c
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check<T: CublasElement>(blas: &Gemm, stream: &Stream, m: usize, n: usize, k: usize, ta: bool, tb: bool, tol: f64) {
     let mut rng = Rng::new((m * 131 + n * 17 + k) as u64 + ta as u64 * 2 + tb as u64);
     let a_host = random::<T>(&mut rng, m * k);
