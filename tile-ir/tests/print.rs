@@ -224,3 +224,124 @@ fn parser_survives_garbled_text() {
     }
     assert!(ok > 0);
 }
+
+fn gemm_config(trans_a: bool, trans_b: bool, a_fragment: bool, swizzle: Option<u32>) -> GemmConfig {
+    GemmConfig { dtype: DType::BF16, trans_a, trans_b, a_fragment, clear_first: true, tile: (40, 24, 20), swizzle }
+}
+
+#[test]
+fn gemm_text() {
+    snapshot(
+        &gemm_kernel(gemm_config(true, false, false, Some(4))),
+        r#"
+kernel gemm<%0 M, %1 N, %2 K>(@0 a: &bf16[K, M], @1 b: &bf16[K, N], @2 c0: &f32[M, N], @3 c: &mut f32[M, N]) threads=128 grid=((N + (24 - 1)) / 24, (M + (40 - 1)) / 40, 1) swizzle=4 {
+  %3 bx = block_idx.x
+  %4 by = block_idx.y
+  @4 a_s: shared bf16[20, 40]
+  @5 b_s: shared bf16[20, 24]
+  @6 acc: fragment f32[40, 24]
+  copy c0[by * 40, bx * 24] -> acc
+  for %5 kk in 0..(K + (20 - 1)) / 20 {
+    copy a[kk * 20, by * 40] -> a_s
+    copy b[kk * 20, bx * 24] -> b_s
+    if kk == 0 {
+      gemm a_s.t, b_s -> acc, clear
+    } else {
+      gemm a_s.t, b_s -> acc
+    }
+  }
+  copy acc -> c[by * 40, bx * 24]
+}
+"#,
+    );
+}
+
+/// Every combination of transposes, clear and policy prints and parses back
+/// to the same kernel; buffers referred to by id (`@5.t`) too.
+#[test]
+fn gemm_text_round_trips() {
+    let policies = [WarpPolicy::Square, WarpPolicy::FullRow, WarpPolicy::FullCol];
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        for a_fragment in [false, true] {
+            for (pi, policy) in policies.into_iter().enumerate() {
+                let mut k = gemm_kernel(gemm_config(ta, tb, a_fragment, if pi == 0 { None } else { Some(pi as u32) }));
+                // Give A a name shared with another buffer: printed by id.
+                if pi == 2 {
+                    k.buffers[5].name = "a_s".into();
+                }
+                set_policy(&mut k.body, policy);
+                let text = print_kernel(&k);
+                if pi == 2 {
+                    assert!(text.contains(&format!("gemm @4{}, @5{}", if ta { ".t" } else { "" }, if tb { ".t" } else { "" })), "{text}");
+                }
+                let back = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+                assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&k).unwrap(), "\n{text}");
+                assert_eq!(print_kernel(&back), text);
+            }
+        }
+    }
+}
+
+fn set_policy(body: &mut [Stmt], p: WarpPolicy) {
+    for s in body {
+        match &mut s.kind {
+            StmtKind::Gemm { policy, .. } => *policy = p,
+            StmtKind::For { body, .. } => set_policy(body, p),
+            StmtKind::If { then, otherwise, .. } => {
+                set_policy(then, p);
+                set_policy(otherwise, p);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn gemm_text_errors() {
+    let head = "kernel k(@0 a: &f16[4, 4]) threads=32 grid=(1, 1, 1) {\n  @1 s: shared f16[4, 4]\n  @2 acc: fragment f32[4, 4]\n";
+    for (stmt, msg) in [
+        ("gemm s, s -> acc, policy=diagonal", "unknown warp policy `diagonal`"),
+        ("gemm s, s -> acc, fast", "unknown gemm modifier `fast`"),
+        ("gemm s s -> acc", "expected `,`"),
+    ] {
+        let err = parse_kernel(&format!("{head}  {stmt}\n}}\n")).expect_err(stmt);
+        assert!(err.message.contains(msg), "{stmt}: {err}");
+        assert_eq!(err.line, 4, "{stmt}: {err}");
+    }
+    let ok = parse_kernel(&format!("{head}  gemm s.t, s -> acc, policy=full_col, clear\n}}\n")).unwrap();
+    assert!(matches!(
+        ok.body[0].kind,
+        StmtKind::Gemm { trans_a: true, trans_b: false, clear: true, policy: WarpPolicy::FullCol, .. }
+    ));
+}
+
+/// Garbled gemm text gives errors, never panics; what still parses and
+/// verifies also runs in the interpreter without panicking.
+#[test]
+fn garbled_gemm_text_never_panics() {
+    let text = print_kernel(&gemm_kernel(gemm_config(false, true, true, Some(2))));
+    let chars: Vec<char> = text.chars().collect();
+    let alphabet: Vec<char> = "%@[](){}<>=-+*/.,:&|^!0123456789aefinxNamut_ \n".chars().collect();
+    let mut rng = XorShift(77);
+    let (mut parsed, mut verified) = (0, 0);
+    for _ in 0..1500 {
+        let mut c = chars.clone();
+        let at = rng.below(c.len() as u64) as usize;
+        c[at] = alphabet[rng.below(alphabet.len() as u64) as usize];
+        let garbled: String = c.into_iter().collect();
+        let Ok(k) = parse_kernel(&garbled) else { continue };
+        parsed += 1;
+        if tile_ir::verify::verify(&k).is_err() {
+            continue;
+        }
+        verified += 1;
+        let (m, n, kd) = (9usize, 7usize, 5usize);
+        let a = vec![0u8; 2 * m * kd];
+        let b = vec![0u8; 2 * n * kd];
+        let c0 = vec![0u8; 4 * m * n];
+        let mut out = vec![0u8; 4 * m * n];
+        // Any result (often a shape error) is fine; a panic is not.
+        let _ = launch(&k, &mut [ro(&a, &[m, kd]), ro(&b, &[n, kd]), ro(&c0, &[m, n]), rw(&mut out, &[m, n])]);
+    }
+    assert!(parsed > 0 && verified > 0, "parsed {parsed}, verified {verified}");
+}

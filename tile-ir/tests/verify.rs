@@ -488,3 +488,119 @@ fn binding_a_block_index_is_reported_once() {
     b.k.body.push(st(StmtKind::Store { buf: b.c, index: vec![v(b.bx)], value: Expr::f32(0.0) }));
     expect_one(&b.k, SP, "let binds `bx`, a BlockIdx(0) variable");
 }
+
+/// A kernel with shared `[M, K]` A (`f16`), shared `[K, N]` B and an f32
+/// fragment `[M, N]` accumulator, for breaking gemm rules one at a time.
+fn gemm_base(a_shape: &[i64], b_shape: &[i64], c_shape: &[i64]) -> (Kernel, BufferId, BufferId, BufferId) {
+    let mut k = Kernel::new("g", 128);
+    let t = k.add_tensor_param("t", DType::F32, vec![Extent::Const(4)], true);
+    let _ = t;
+    let a = local(&mut k, "a_s", Scope::Shared, DType::F16, a_shape);
+    let b = local(&mut k, "b_s", Scope::Shared, DType::F16, b_shape);
+    let c = local(&mut k, "acc", Scope::Fragment, DType::F32, c_shape);
+    (k, a, b, c)
+}
+
+fn gemm_stmt(a: BufferId, b: BufferId, c: BufferId, trans_a: bool, trans_b: bool) -> Stmt {
+    sp(StmtKind::Gemm { a, b, c, trans_a, trans_b, clear: false, policy: WarpPolicy::FullCol })
+}
+
+#[test]
+fn gemm_shapes_follow_the_transposes() {
+    // [M, K] = [40, 24], [K, N] = [24, 8]: every transposed storage verifies.
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        let a_shape: &[i64] = if ta { &[24, 40] } else { &[40, 24] };
+        let b_shape: &[i64] = if tb { &[8, 24] } else { &[24, 8] };
+        let (mut k, a, b, c) = gemm_base(a_shape, b_shape, &[40, 8]);
+        k.body = vec![gemm_stmt(a, b, c, ta, tb)];
+        verify(&k).unwrap_or_else(|e| panic!("trans_a={ta} trans_b={tb}: {e:#?}"));
+        // The same storage read the other way round is a mismatch.
+        k.body = vec![gemm_stmt(a, b, c, !ta, tb)];
+        let errs = verify(&k).expect_err("a transposed A must not verify");
+        assert!(errs[0].message.contains("gemm shape mismatch"), "{errs:#?}");
+    }
+}
+
+#[test]
+fn gemm_shape_mismatch_names_the_extents() {
+    let (mut k, a, b, c) = gemm_base(&[40, 32], &[48, 8], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "K disagrees (32 from A, 48 from B)");
+    let (mut k, a, b, c) = gemm_base(&[40, 32], &[32, 8], &[16, 9]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "`a_s` [40, 32] is M×K = 40×32, `b_s` [32, 8] is K×N = 32×8, `acc` [16, 9] is M×N = 16×9: M disagrees (40 from A, 16 from the accumulator); N disagrees (8 from B, 9 from the accumulator)");
+    let (mut k, a, b, c) = gemm_base(&[40, 32], &[8, 31], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, true)];
+    expect_one(&k, SP, "`b_s.t` [8, 31] is K×N = 31×8");
+}
+
+#[test]
+fn gemm_operand_scopes_and_types() {
+    // A may be a fragment; B may not.
+    let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);
+    k.buffers[a.0 as usize].scope = Scope::Fragment;
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    verify(&k).unwrap();
+    k.buffers[b.0 as usize].scope = Scope::Fragment;
+    expect_one(&k, SP, "operand B `b_s` is a fragment, expected a shared buffer");
+    k.buffers[b.0 as usize].scope = Scope::Shared;
+    k.buffers[a.0 as usize].scope = Scope::Local;
+    expect_one(&k, SP, "operand A `a_s` is a local buffer, expected a shared buffer or a fragment");
+    k.buffers[a.0 as usize].scope = Scope::Shared;
+    k.buffers[c.0 as usize].scope = Scope::Shared;
+    expect_one(&k, SP, "the accumulator `acc` is a shared buffer, expected a fragment");
+    k.buffers[c.0 as usize].scope = Scope::Fragment;
+    k.buffers[c.0 as usize].dtype = DType::F16;
+    expect_one(&k, SP, "the accumulator `acc` holds f16, expected f32");
+    k.buffers[c.0 as usize].dtype = DType::F32;
+    k.buffers[b.0 as usize].dtype = DType::BF16;
+    expect_one(&k, SP, "operands `a_s` (f16) and `b_s` (bf16) hold different types");
+    k.buffers[b.0 as usize].dtype = DType::BF16;
+    k.buffers[a.0 as usize].dtype = DType::BF16;
+    verify(&k).unwrap();
+    k.buffers[a.0 as usize].dtype = DType::F32;
+    expect_one(&k, SP, "operand `a_s` holds f32; operands hold f16 or bf16");
+    // A global operand (a tensor) is rejected too.
+    let (mut k, _a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);
+    k.body = vec![gemm_stmt(BufferId(0), b, c, false, false)];
+    let errs = verify(&k).expect_err("a tensor operand");
+    assert!(errs.iter().any(|e| e.message.contains("operand A `t` is a global tensor")), "{errs:#?}");
+}
+
+#[test]
+fn gemm_ranks_and_handles() {
+    let (mut k, a, b, c) = gemm_base(&[16, 16, 1], &[16, 16], &[16, 16]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "`a_s` has rank 3, expected a matrix (rank 2)");
+    k.body = vec![gemm_stmt(a, BufferId(42), c, false, false)];
+    expect_one(&k, SP, "no such buffer");
+}
+
+#[test]
+fn gemm_is_not_allowed_in_a_parallel_loop() {
+    let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);
+    let i = k.add_var("i", DType::I32, VarKind::Loop);
+    k.body = vec![pfor(i, 4, vec![gemm_stmt(a, b, c, false, false)])];
+    expect_one(&k, SP, "gemm inside the parallel loop over `i`");
+}
+
+#[test]
+fn gemm_errors_are_all_collected() {
+    let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 8]);
+    k.buffers[c.0 as usize].dtype = DType::F16;
+    k.buffers[b.0 as usize].scope = Scope::Fragment;
+    k.body = vec![gemm_stmt(a, b, c, false, false), Stmt::spanned(StmtKind::Barrier, SpanId(9)), gemm_stmt(a, b, c, true, true)];
+    let errs = verify(&k).expect_err("three mistakes per gemm");
+    assert_eq!(errs.len(), 6, "{errs:#?}");
+    assert!(errs.iter().all(|e| e.span == SP));
+}
+
+#[test]
+fn rasterize_panel_is_positive() {
+    let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    k.rasterize = Some(3);
+    verify(&k).unwrap();
+    k.rasterize = Some(0);
+    expect_one(&k, SpanId::NONE, "use_swizzle: the panel width is 0");
+}

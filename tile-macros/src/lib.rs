@@ -55,6 +55,11 @@ mod sig;
 /// What one thread block does.
 /// - `let bx = grid(x);` / `let (bx, by) = grid(x, y);` (up to 3 axes) as
 ///   the first statement; the extents use dimensions and constants only.
+/// - `use_swizzle(panel);` (optional, right after a 2-D or 3-D `grid(..)`,
+///   `panel` a constant ≥ 1): threadblock rasterization for L2 reuse. Blocks
+///   are visited in panels of `panel` columns of the grid (x = column,
+///   y = row), walking down each panel before moving to the next; every block
+///   still runs once, so results do not change (`tile_ir::abi::rasterize`).
 /// - Buffers: `let mut s = shared::<T, D0, D1>();`, `fragment::<..>()` (a
 ///   tile spread over the threads' registers), `local::<..>()` (a small
 ///   array every thread holds); constant shapes (`{ BK * 2 }` for an
@@ -82,6 +87,20 @@ mod sig;
 ///   `reduce_max(&src, &mut dst, dim)` (`reduce_sum`, `reduce_min`),
 ///   `.keep()` to combine with `dst`; `barrier()`. And
 ///   `atomic_add(&mut t[(i, j)], v)` on a `&mut Tensor`.
+/// - Matrix multiply on tensor cores (block-wide, not inside `parallel`):
+///   `gemm(&a, &b, &mut acc);` accumulates `acc += a · b` where `a` is
+///   `[M, K]` (a shared buffer or a fragment), `b` is `[K, N]` (a shared
+///   buffer), both `f16` or both `bf16`, and `acc` an `f32` fragment
+///   `[M, N]`; products and sums are in f32. `.t()` on an operand reads it
+///   transposed: `&a.t()` with `a` stored `[K, M]`, `&b.t()` with `b` stored
+///   `[N, K]` (Q·Kᵀ: `gemm(&q_s, &k_s.t(), &mut s)`). Modifiers, chained in
+///   any order: `.clear()` overwrites `acc` (`acc = a · b`);
+///   `.policy(FullRow | FullCol | Square)` (or `WarpPolicy::FullRow`, ..)
+///   says how warps split `M × N` (whole rows, whole columns, or as square
+///   as possible: the default). `.t()` is valid only on a `gemm` operand.
+///   ```ignore
+///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
+///   ```
 ///
 /// # What it generates
 /// ```ignore
@@ -110,3 +129,5 @@ pub fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gemm;

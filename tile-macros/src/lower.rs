@@ -940,7 +940,7 @@ impl Lowerer<'_> {
                 SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "copy" || n.to_string().starts_with("reduce_")) => {
                     self.call_stmt(c, Some(m), e, out)
                 }
-                SynExpr::MethodCall(m) if m.method == "t" => Err(self.transpose_misplaced(m)),
+                _ if m.method == "t" => Err(self.transpose_misplaced(m)),
                 _ => {
                     let known = ["max", "min", "exp2", "exp", "log2", "log", "abs", "sqrt", "rsqrt", "tile"];
                     if known.contains(&m.method.to_string().as_str()) {
@@ -1382,6 +1382,9 @@ impl Lowerer<'_> {
     /// checking rank, fragment rules and (for writes) writability.
     fn element(&mut self, ix: &syn::ExprIndex, write: bool) -> Lowered<(BufferId, Vec<Expr>)> {
         let Some(ident) = path_ident(&ix.expr) else {
+            if let Some(t) = transposed(&ix.expr) {
+                return Err(self.transpose_misplaced(t));
+            }
             return Err(self.errors.spanned(
                 &*ix.expr,
                 "only buffers and tensors can be indexed, by name: `x[i]`",
@@ -1885,9 +1888,13 @@ impl Lowerer<'_> {
     /// buffer and whether it is transposed.
     fn gemm_operand(&mut self, e: &SynExpr, which: char) -> Lowered<(BufferId, bool)> {
         let SynExpr::Reference(r) = e else {
-            let fix = match transposed(e) {
-                Some(t) => format!("`&{}`", t.to_token_stream()),
-                None => format!("`&{}`", e.to_token_stream()),
+            let fix = match (transposed(e), path_ident(e)) {
+                (Some(t), _) => match path_ident(&t.receiver) {
+                    Some(name) => format!("`&{name}.t()`"),
+                    None => "`&buf.t()`".to_string(),
+                },
+                (None, Some(name)) => format!("`&{name}`"),
+                (None, None) => "`&buf`".to_string(),
             };
             return Err(self.errors.spanned(e, format!("pass the operand of `gemm` by reference: {fix}")));
         };

@@ -670,10 +670,18 @@ impl Parser {
                                 "square" => WarpPolicy::Square,
                                 "full_row" => WarpPolicy::FullRow,
                                 "full_col" => WarpPolicy::FullCol,
-                                other => return self.err(format!("unknown warp policy `{other}`")),
+                                other => {
+                                    let message = format!("unknown warp policy `{other}`");
+                                    self.pos -= 1;
+                                    return self.err(message);
+                                }
                             };
                         }
-                        other => return self.err(format!("unknown gemm modifier `{other}`; expected `clear` or `policy=..`")),
+                        other => {
+                            let message = format!("unknown gemm modifier `{other}`; expected `clear` or `policy=..`");
+                            self.pos -= 1;
+                            return self.err(message);
+                        }
                     }
                 }
                 Ok(StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy })
