@@ -10,7 +10,7 @@
 //!
 //! Instructions are close to PTX on purpose: printing PTX from here is a
 //! mechanical walk ([`crate::ptx`]). New hardware features (mma.sync,
-//! ldmatrix, cp.async, wgmma, TMA, mbarrier, setmaxnreg) become new [`Inst`]
+//! ldmatrix, wgmma, TMA, mbarrier, setmaxnreg) become new [`Inst`]
 //! variants; nothing else changes.
 
 use std::fmt::{self, Write};
@@ -138,6 +138,19 @@ pub enum Inst {
     ShflBfly { dst: Reg, src: Reg, lane_mask: u32 },
     /// `bar.sync 0;`
     BarSync,
+    /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes[, src_bytes];`:
+    /// an asynchronous copy of `bytes` (4, 8 or 16; `.cg` only for 16) from
+    /// global to shared memory, of which the first `src_bytes` come from
+    /// `src` and the rest are zero-filled. The data lands in shared memory
+    /// only once a `cp.async.wait_group` retires the group it was committed
+    /// in; `src` is not read beyond `src_bytes`.
+    CpAsync { bytes: u32, dst: Address, src: Address, src_bytes: Operand, region: Option<Region> },
+    /// `cp.async.commit_group;`: closes the group of this thread's
+    /// `cp.async`s issued since the previous commit (possibly empty).
+    CpAsyncCommit,
+    /// `cp.async.wait_group pending;`: waits until at most `pending` of this
+    /// thread's committed groups are still in flight.
+    CpAsyncWait { pending: u32 },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -246,6 +259,17 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             format!("shfl.sync.bfly.b32 {}, {}, {lane_mask}, 31, -1", f.reg_name(*dst), f.reg_name(*src))
         }
         Inst::BarSync => "bar.sync 0".into(),
+        Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
+            // `.cg` (L2 only) exists for 16-byte copies; narrower ones use `.ca`.
+            let cache = if *bytes == 16 { "cg" } else { "ca" };
+            let tail = match src_bytes {
+                Operand::Imm(b) if *b == *bytes as i64 => String::new(),
+                o => format!(", {}", fmt_operand(f, o)),
+            };
+            format!("cp.async.{cache}.shared.global {}, {}, {bytes}{tail}", fmt_address(f, dst), fmt_address(f, src))
+        }
+        Inst::CpAsyncCommit => "cp.async.commit_group".into(),
+        Inst::CpAsyncWait { pending } => format!("cp.async.wait_group {pending}"),
     }
 }
 
@@ -277,7 +301,9 @@ fn print_block(f: &Function, body: &[Stmt], depth: usize, out: &mut String) {
         match s {
             Stmt::Inst { inst, guard } => {
                 let region = match inst {
-                    Inst::Ld { region: Some(r), .. } | Inst::St { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
+                    Inst::Ld { region: Some(r), .. }
+                    | Inst::St { region: Some(r), .. }
+                    | Inst::CpAsync { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
                     _ => String::new(),
                 };
                 let _ = writeln!(out, "{ind}{}{}{region}", guard_text(f, guard), fmt_inst(f, inst));

@@ -12,6 +12,15 @@
 //! cannot be placed inside it), so a barrier goes before it when needed.
 //! Dependences are tracked per region, conservatively assuming that any two
 //! accesses of a region may touch the same bytes from different threads.
+//!
+//! A `cp.async` is a write of its region whose data lands only when a
+//! `cp.async.wait_group` retires its group. A barrier after such a write
+//! resolves a dependence only if a wait came first: when a barrier is needed
+//! against a cp.async write that no `wait_group 0` has retired yet, the pass
+//! puts `cp.async.commit_group; cp.async.wait_group 0` before it. (The
+//! lowering already waits after every copy outside pipelined loops, and the
+//! pipeline schedule orders its stage refills itself, so this is a safety
+//! net.) `wait_group N` with `N > 0` is taken to retire nothing.
 
 use crate::thread_ir::{Inst, Region, Space, Stmt};
 use std::collections::BTreeSet;
@@ -20,22 +29,33 @@ use std::collections::BTreeSet;
 struct State {
     reads: BTreeSet<Region>,
     writes: BTreeSet<Region>,
+    /// Regions written by cp.asyncs not yet retired by a `wait_group 0`.
+    in_flight: BTreeSet<Region>,
 }
 
 impl State {
     fn union(&mut self, o: &State) {
         self.reads.extend(o.reads.iter().copied());
         self.writes.extend(o.writes.iter().copied());
+        self.in_flight.extend(o.in_flight.iter().copied());
     }
+    /// After a barrier (cp.asyncs still in flight stay in flight).
     fn clear(&mut self) {
         self.reads.clear();
         self.writes.clear();
     }
+    /// Whether a barrier against `acc` must first wait for cp.asyncs: an
+    /// access of `acc` conflicts with an in-flight cp.async write.
+    fn needs_wait(&self, acc: &State) -> bool {
+        let clash = |a: &Region| self.in_flight.iter().any(|b| b.id == a.id && b.op != a.op);
+        acc.reads.iter().chain(&acc.writes).any(clash)
+    }
     /// Whether an access set `acc` (reads, writes) conflicts with pending accesses.
     fn conflicts(&self, acc: &State) -> bool {
         let clash = |a: &Region, set: &BTreeSet<Region>| set.iter().any(|b| b.id == a.id && b.op != a.op);
-        acc.reads.iter().any(|r| clash(r, &self.writes))
-            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads))
+        // An in-flight cp.async write stays pending across barriers.
+        acc.reads.iter().any(|r| clash(r, &self.writes) || clash(r, &self.in_flight))
+            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads) || clash(w, &self.in_flight))
     }
 }
 
@@ -53,6 +73,10 @@ fn accesses(s: &Stmt, acc: &mut State) {
         }
         Stmt::Inst { inst: Inst::St { space: Space::Shared, region: Some(r), .. }, .. } => {
             acc.writes.insert(*r);
+        }
+        Stmt::Inst { inst: Inst::CpAsync { region: Some(r), .. }, .. } => {
+            acc.writes.insert(*r);
+            acc.in_flight.insert(*r);
         }
         Stmt::Inst { .. } | Stmt::Comment(_) => {}
         Stmt::If { then, otherwise, .. } => {
@@ -72,6 +96,22 @@ fn bar() -> Stmt {
     Stmt::Inst { inst: Inst::BarSync, guard: None }
 }
 
+/// Emits the barrier that `acc` needs after `st` (preceded by a cp.async
+/// wait when an in-flight cp.async write is involved) and updates `st`.
+fn barrier_before(acc: &State, st: &mut State, out: &mut Vec<Stmt>, apply: bool) {
+    if st.needs_wait(acc) {
+        if apply {
+            out.push(Stmt::Inst { inst: Inst::CpAsyncCommit, guard: None });
+            out.push(Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None });
+        }
+        st.in_flight.clear();
+    }
+    if apply {
+        out.push(bar());
+    }
+    st.clear();
+}
+
 /// Walks `body` from state `st`; with `apply`, inserts the barriers.
 fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
     let old = std::mem::take(body);
@@ -79,6 +119,7 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
     for mut s in old {
         match &mut s {
             Stmt::Inst { inst: Inst::BarSync, .. } => st.clear(),
+            Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None } => st.in_flight.clear(),
             Stmt::If { uniform: true, then, otherwise, .. } => {
                 let mut a = st.clone();
                 walk(then, &mut a, apply);
@@ -95,10 +136,7 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
                     accesses(x, &mut acc);
                 }
                 if st.conflicts(&acc) {
-                    if apply {
-                        out.push(bar());
-                    }
-                    st.clear();
+                    barrier_before(&acc, st, &mut out, apply);
                 }
                 // Fixpoint of the state at the loop head (entry ∪ back-edge).
                 let mut head = st.clone();
@@ -121,10 +159,7 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
                 let mut acc = State::default();
                 accesses(other, &mut acc);
                 if st.conflicts(&acc) {
-                    if apply {
-                        out.push(bar());
-                    }
-                    st.clear();
+                    barrier_before(&acc, st, &mut out, apply);
                 }
                 st.union(&acc);
             }

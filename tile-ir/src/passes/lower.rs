@@ -18,10 +18,18 @@
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
 //!
-//! No barriers are inserted here except for explicit `Barrier` statements:
-//! [`super::barriers`] does that.
+//! - global → shared copies become `cp.async` (16-byte `.cg` where the
+//!   vector path applies, 4/8-byte `.ca` otherwise; zero-fill masks the
+//!   edges), committed and waited for at once, except in pipelined loops
+//!   ([`super::pipeline`]), whose schedule is emitted by [`async_copy`].
+//!
+//! No barriers are inserted here except for explicit `Barrier` statements and
+//! the one at the top of each pipelined iteration: [`super::barriers`] does that.
+
+mod async_copy;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
+use super::pipeline::{self, PipelinePlan};
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt, StmtKind,
     TileRef, UnOp, Value, VarId, VarKind,
@@ -146,8 +154,15 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         nest: None,
         tbases: HashMap::new(),
         errors: Vec::new(),
+        pipe: pipeline::plan(kernel),
+        stage_stride: HashMap::new(),
+        stage_base: HashMap::new(),
+        region_override: HashMap::new(),
+        in_pipeline_issue: false,
+        loop_depth: 0,
     };
     lx.setup();
+    lx.check_pipeline_budget();
     lx.lower_block(&kernel.body);
     if !lx.errors.is_empty() {
         return Err(lx.errors);
@@ -189,6 +204,21 @@ struct Lx<'a> {
     nest: Option<NestCtx>,
     tbases: HashMap<(i64, i64, i64), Reg>,
     errors: Vec<CompileError>,
+    /// Which loops are software-pipelined and which shared buffers have stages.
+    pipe: PipelinePlan,
+    /// Bytes between consecutive stage copies of a multi-buffered shared buffer.
+    stage_stride: HashMap<BufferId, i64>,
+    /// For a multi-buffered shared buffer: the register holding the shared
+    /// address of the stage being accessed (replaces the `smem` base).
+    stage_base: HashMap<BufferId, Reg>,
+    /// Region used for the accesses of a buffer instead of its own (the
+    /// pipeline's stage refills, which never touch the stage being read).
+    region_override: HashMap<BufferId, Region>,
+    /// Lowering the copies of a pipelined iteration: cp.asyncs are issued
+    /// but neither committed nor waited for (the pipeline does that).
+    in_pipeline_issue: bool,
+    /// Serial loops enclosing the statement being lowered.
+    loop_depth: u32,
 }
 
 impl<'a> Lx<'a> {
@@ -371,7 +401,14 @@ impl<'a> Lx<'a> {
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
             match b.scope {
                 Scope::Shared => {
-                    let off = self.alloc_smem(n * b.dtype.size_bytes() as i64);
+                    let bytes = n * b.dtype.size_bytes() as i64;
+                    let stages = self.pipe.stages_of(id) as i64;
+                    // Stage copies start 128-byte aligned, like buffers.
+                    let stride = (bytes + 127) / 128 * 128;
+                    let off = self.alloc_smem(if stages > 1 { stride * stages } else { bytes });
+                    if stages > 1 {
+                        self.stage_stride.insert(id, stride);
+                    }
                     self.shared.insert(id, (off, i as u32));
                 }
                 Scope::Fragment => {
@@ -409,6 +446,9 @@ impl<'a> Lx<'a> {
     }
 
     fn region_of(&self, buf: BufferId) -> Option<Region> {
+        if let Some(r) = self.region_override.get(&buf) {
+            return Some(*r);
+        }
         self.shared.get(&buf).map(|s| Region { id: s.1, op: self.cur_op })
     }
 
@@ -566,13 +606,20 @@ impl<'a> Lx<'a> {
         Ok(p)
     }
 
+    /// Element offset of `coords` within shared buffer `buf`. Every shared
+    /// address goes through here, so that a buffer's layout (row-major
+    /// today; swizzled later) is decided in one place.
+    fn shared_offset(&mut self, buf: BufferId, coords: &[Operand]) -> R<Operand> {
+        let shape = self.k.buffer(buf).const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
+        Ok(self.rowmajor_i32(coords, &shape))
+    }
+
     fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
         let (base, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
-        let b = self.k.buffer(buf);
-        let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
-        let size = b.dtype.size_bytes() as i64;
-        let off = self.rowmajor_i32(idx, &shape);
-        let sm = self.smem;
+        let size = self.k.buffer(buf).dtype.size_bytes() as i64;
+        let off = self.shared_offset(buf, idx)?;
+        // A multi-buffered buffer is addressed from the current stage's base.
+        let sm = self.stage_base.get(&buf).copied().unwrap_or(self.smem);
         Ok(match off {
             Operand::Imm(o) => Address { base: sm.into(), offset: base + o * size },
             _ => {
@@ -1145,6 +1192,9 @@ impl<'a> Lx<'a> {
                 if self.k.var(*var).dtype != DType::I32 {
                     return Err(self.err("loop variables must be i32"));
                 }
+                if let (false, Some(pl)) = (in_nest, self.pipe.loops.get(var).cloned()) {
+                    return self.lower_pipelined(*var, start, end, body, &pl);
+                }
                 let s0 = self.expr(start)?;
                 let s0 = self.convert(s0, DType::I32)?.op;
                 let e0 = self.expr(end)?;
@@ -1165,10 +1215,13 @@ impl<'a> Lx<'a> {
                 if in_nest {
                     self.nest_bound.insert(*var);
                 }
+                self.loop_depth += 1;
                 let b = self.capture(|s| {
                     s.lower_block(body);
                     Ok(())
-                })?;
+                });
+                self.loop_depth -= 1;
+                let b = b?;
                 self.cur().push(Stmt::For { var: vr, start: s0, end: e0, exit, uniform: !in_nest, body: b });
                 Ok(())
             }
@@ -1486,13 +1539,41 @@ impl<'a> Lx<'a> {
             return Err(self.err("internal: layout shape differs from the copy's tile"));
         }
         let v = layout.vec_width();
+        let use_async = self.async_copy_ok(&s_side, &d_side, sdt, ddt, fill);
+        self.copy_dispatch(&layout, &s_side, &d_side, sdt, ddt, &fill_val, v, global_origin_expr, use_async)?;
+        if use_async && !self.in_pipeline_issue {
+            // Outside pipelined loops the copy completes here; the barrier
+            // pass puts a `bar.sync` before the first read by other threads.
+            self.emit(Inst::CpAsyncCommit);
+            self.emit(Inst::CpAsyncWait { pending: 0 });
+        }
+        Ok(())
+    }
+
+    /// Emits the copy's element groups: vectorized where alignment is proven
+    /// (or tested at run time), as cp.async when `use_async`.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_dispatch(
+        &mut self,
+        layout: &FragLayout,
+        s_side: &Side,
+        d_side: &Side,
+        sdt: DType,
+        ddt: DType,
+        fill_val: &Val,
+        v: i64,
+        global_origin_expr: Option<(&Expr, BufferId)>,
+        use_async: bool,
+    ) -> R<()> {
+        let layout = layout.clone();
+        let (s_side, d_side, fill_val) = (s_side.clone(), d_side.clone(), fill_val.clone());
         match global_origin_expr {
             Some((origin_last, gbuf)) if v > 1 => {
                 let aligned_origin = self.known_multiple(origin_last) % v == 0;
                 let last_extent = *self.k.buffer(gbuf).shape.last().unwrap_or(&Extent::Const(1));
                 match (aligned_origin, last_extent) {
                     (true, Extent::Const(c)) if c % v == 0 => {
-                        self.copy_groups(&layout, &s_side, &d_side, sdt, ddt, &fill_val, true)
+                        self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, true, use_async)
                     }
                     (true, Extent::Dyn(dv)) => {
                         // Uniform run-time test: vector path when the row length is a multiple of v.
@@ -1500,15 +1581,16 @@ impl<'a> Lx<'a> {
                         let m = self.op("and.b32", RegClass::B32, vec![dr.into(), Operand::Imm(v - 1)]);
                         let p = self.op("setp.eq.u32", RegClass::Pred, vec![m.into(), Operand::Imm(0)]);
                         let (ss, ds, fv) = (s_side.clone(), d_side.clone(), fill_val.clone());
-                        let then = self.capture(|s| s.copy_groups(&layout, &ss, &ds, sdt, ddt, &fv, true))?;
-                        let other = self.capture(|s| s.copy_groups(&layout, &s_side, &d_side, sdt, ddt, &fill_val, false))?;
+                        let then = self.capture(|s| s.copy_groups_any(&layout, &ss, &ds, sdt, ddt, &fv, true, use_async))?;
+                        let other =
+                            self.capture(|s| s.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, false, use_async))?;
                         self.emit_if(Some(p), true, then, other);
                         Ok(())
                     }
-                    _ => self.copy_groups(&layout, &s_side, &d_side, sdt, ddt, &fill_val, false),
+                    _ => self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, false, use_async),
                 }
             }
-            _ => self.copy_groups(&layout, &s_side, &d_side, sdt, ddt, &fill_val, v > 1),
+            _ => self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, v > 1, use_async),
         }
     }
 

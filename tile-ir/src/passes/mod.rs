@@ -6,12 +6,15 @@
 //!    (blocked distributions; reductions derive replicated layouts; conflicts
 //!    are errors naming both uses).
 //! 3. [`lower`]: Tile IR → Thread IR (uniform scalar code, unrolled parallel
-//!    nests, vectorized masked copies, reductions by registers → shuffles →
-//!    shared memory, thread-0 side effects).
+//!    nests, vectorized masked copies, cp.async global → shared copies,
+//!    software-pipelined loops as [`pipeline`] decides, reductions by
+//!    registers → shuffles → shared memory, thread-0 side effects).
 //! 4. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
-//!    one (RAW, WAR, WAW, across loop back-edges).
+//!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
+//!    where the writer was a cp.async.
 //! 5. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 
 pub mod barriers;
 pub mod layout_infer;
 pub mod lower;
+pub mod pipeline;

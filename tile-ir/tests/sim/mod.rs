@@ -3,6 +3,13 @@
 //! their partners), with bounds-checked global and shared memory: an access
 //! outside a tensor or outside the dynamic shared memory fails the test, so
 //! masking bugs show up even when the results happen to be right.
+//!
+//! `cp.async` is asynchronous as on the hardware: the source is read at
+//! issue, but the data lands in shared memory only when a
+//! `cp.async.wait_group` of the issuing thread retires its group (a write by
+//! that thread at that moment, for race detection). Reading or writing a
+//! byte whose cp.async has not landed fails the test, as does a block that
+//! exits with cp.asyncs in flight.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -25,6 +32,14 @@ pub struct Sim<'f> {
     /// several) and the epoch of the reads.
     epoch: u64,
     shadow: Vec<(usize, u64, usize, u64)>,
+    /// Per thread: cp.asyncs issued since the last commit, and the committed
+    /// groups still in flight (oldest first); each copy is (shared address, bytes).
+    async_open: Vec<Vec<(usize, Vec<u8>)>>,
+    async_groups: Vec<Vec<Vec<(usize, Vec<u8>)>>>,
+    /// Per shared byte: the thread whose cp.async to it is in flight.
+    async_owner: Vec<usize>,
+    /// Number of cp.asyncs issued (for tests).
+    pub cp_async_count: u64,
 }
 
 fn f32b(x: u64) -> f32 {
@@ -43,7 +58,22 @@ fn bh2f(x: u64) -> f32 {
 impl<'f> Sim<'f> {
     pub fn new(f: &'f Function, tensors: Vec<Vec<u8>>, params: HashMap<String, u64>) -> Sim<'f> {
         let threads = f.threads as usize;
-        Sim { f, tensors, params, ctaid: [0; 3], regs: vec![], shared: vec![], threads, steps: 0, epoch: 1, shadow: vec![] }
+        Sim {
+            f,
+            tensors,
+            params,
+            ctaid: [0; 3],
+            regs: vec![],
+            shared: vec![],
+            threads,
+            steps: 0,
+            epoch: 1,
+            shadow: vec![],
+            async_open: vec![],
+            async_groups: vec![],
+            async_owner: vec![],
+            cp_async_count: 0,
+        }
     }
 
     pub fn run_grid(&mut self, grid: [u32; 3]) {
@@ -63,9 +93,29 @@ impl<'f> Sim<'f> {
         self.shared = vec![0x7F; self.f.shared_bytes as usize];
         self.shadow = vec![(usize::MAX, 0, usize::MAX, 0); self.f.shared_bytes as usize];
         self.epoch += 1;
+        self.async_open = vec![vec![]; self.threads];
+        self.async_groups = vec![vec![]; self.threads];
+        self.async_owner = vec![usize::MAX; self.f.shared_bytes as usize];
         let mask = vec![true; self.threads];
         let body = &self.f.body;
         self.exec(body, &mask);
+        for t in 0..self.threads {
+            assert!(
+                self.async_open[t].is_empty() && self.async_groups[t].is_empty(),
+                "thread {t} exits with cp.async copies in flight"
+            );
+        }
+    }
+
+    /// Fails when a byte of `[addr, addr+len)` has a cp.async in flight.
+    fn check_landed(&self, t: usize, addr: u64, len: usize, what: &str) {
+        for b in addr as usize..(addr as usize + len).min(self.async_owner.len()) {
+            let o = self.async_owner[b];
+            assert!(
+                o == usize::MAX,
+                "thread {t} {what} shared byte {b} while thread {o}'s cp.async to it is in flight (no cp.async.wait_group retired it)"
+            );
+        }
     }
 
     fn val(&self, t: usize, o: &Operand) -> u64 {
@@ -233,6 +283,7 @@ impl<'f> Sim<'f> {
                 let base = self.addr(t, addr);
                 let n = dsts.len();
                 if *space == Space::Shared {
+                    self.check_landed(t, base, size * n, "reads");
                     self.race_check(t, base, size * n, false);
                 }
                 let bytes = self.mem(*space, base, size * n).to_vec();
@@ -254,6 +305,7 @@ impl<'f> Sim<'f> {
                 let m = self.mem(*space, base, size * vals.len());
                 let _ = m;
                 if *space == Space::Shared {
+                    self.check_landed(t, base, size * vals.len(), "writes");
                     self.race_check(t, base, size * vals.len(), true);
                 }
                 let m = self.mem(*space, base, size * vals.len());
@@ -284,6 +336,52 @@ impl<'f> Sim<'f> {
                     m[b] = (new >> (8 * b)) as u8;
                 }
                 self.regs[t][dst.0 as usize] = old;
+            }
+            Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
+                let bytes = *bytes as usize;
+                assert!(matches!(bytes, 4 | 8 | 16), "cp.async of {bytes} bytes");
+                let n = self.val(t, src_bytes) as u32 as usize;
+                assert!(n <= bytes, "cp.async src_bytes {n} > {bytes}");
+                let d = self.addr(t, dst) as u32 as usize;
+                assert!(d + bytes <= self.shared.len(), "cp.async to shared out of bounds: {d}+{bytes} > {}", self.shared.len());
+                assert_eq!(d % bytes, 0, "misaligned cp.async destination {d}");
+                let g = self.addr(t, src);
+                let mut data = vec![0u8; bytes];
+                if n > 0 {
+                    assert_eq!(g % bytes as u64, 0, "misaligned cp.async source {g:#x}");
+                    assert!(g >= GBASE, "cp.async source {g:#x} below any tensor");
+                    let i = ((g - GBASE) >> 32) as usize;
+                    let off = ((g - GBASE) & 0xFFFF_FFFF) as usize;
+                    assert!(i < self.tensors.len(), "cp.async source {g:#x} outside tensors");
+                    let tn = &self.tensors[i];
+                    assert!(off + n <= tn.len(), "cp.async reads out of bounds: tensor {i} offset {off} len {n} size {}", tn.len());
+                    data[..n].copy_from_slice(&tn[off..off + n]);
+                }
+                // The write may land any time from now: it must not race with
+                // other threads' accesses of this epoch, nor with another copy.
+                self.check_landed(t, d as u64, bytes, "issues a cp.async to");
+                self.race_check(t, d as u64, bytes, true);
+                for b in d..d + bytes {
+                    self.async_owner[b] = t;
+                }
+                self.async_open[t].push((d, data));
+                self.cp_async_count += 1;
+            }
+            Inst::CpAsyncCommit => {
+                let g = std::mem::take(&mut self.async_open[t]);
+                self.async_groups[t].push(g);
+            }
+            Inst::CpAsyncWait { pending } => {
+                while self.async_groups[t].len() > *pending as usize {
+                    let g = self.async_groups[t].remove(0);
+                    for (d, data) in g {
+                        for b in d..d + data.len() {
+                            self.async_owner[b] = usize::MAX;
+                        }
+                        self.race_check(t, d as u64, data.len(), true);
+                        self.shared[d..d + data.len()].copy_from_slice(&data);
+                    }
+                }
             }
             Inst::ShflBfly { .. } | Inst::BarSync => unreachable!(),
         }

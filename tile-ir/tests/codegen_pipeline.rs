@@ -1,0 +1,458 @@
+//! cp.async and software pipelining: kernels with `pipelined(n, stages)`
+//! loops run on the block simulator (which models cp.async as asynchronous:
+//! data lands only at `cp.async.wait_group`, and reading it earlier fails)
+//! against references computed here; their PTX is checked for structure and
+//! assembled with ptxas for sm_80 and sm_90a (`TILE_PTXAS`, else `ptxas` on
+//! PATH; skipped when neither exists unless `CI` is set).
+
+mod kernels;
+mod sim;
+
+use half::f16;
+use kernels::*;
+use std::collections::HashMap;
+use tile_ir::passes::pipeline;
+use tile_ir::thread_ir::{Inst, Stmt as TStmt};
+use tile_ir::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
+
+fn bytes_of(v: &[f32], dt: DType) -> Vec<u8> {
+    match dt {
+        DType::F16 => v.iter().flat_map(|x| f16::from_f32(*x).to_bits().to_le_bytes()).collect(),
+        _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// `out[r] = Σ_k Σ_j x[r, k·BK + j] · y[r, k·BK + j] · (k + 1)`: each K tile of
+/// `x` and `y` goes through shared memory in a pipelined loop, and a parallel
+/// nest accumulates it into a fragment with a weight that depends on the
+/// iteration (so a tile used in the wrong iteration changes the result).
+fn pipelined_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, dt: DType) -> Kernel {
+    let mut k = Kernel::new(format!("rowsum_s{stages}_{}", dt.name()), threads);
+    let m = k.add_dim("M");
+    let kd = k.add_dim("K");
+    let x = k.add_tensor_param("x", dt, vec![Extent::Dyn(m), Extent::Dyn(kd)], false);
+    let y = k.add_tensor_param("y", dt, vec![Extent::Dyn(m), Extent::Dyn(kd)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let a_s = buffer(&mut k, "a_s", Scope::Shared, dt, &[bm, bk]);
+    let b_s = buffer(&mut k, "b_s", Scope::Shared, dt, &[bm, bk]);
+    let acc = frag(&mut k, "acc", DType::F32, &[bm, bk]);
+    let row = frag(&mut k, "row", DType::F32, &[bm]);
+    let kv = k.add_var("k", DType::I32, VarKind::Loop);
+    let f = |e: Expr| Expr::cast(DType::F32, e);
+    let nest = par2(&mut k, bm, bk, |i, j| {
+        let prod = bin(BinOp::Mul, f(ld(a_s, vec![v(i), v(j)])), f(ld(b_s, vec![v(i), v(j)])));
+        let w = f(bin(BinOp::Add, v(kv), Expr::i32(1)));
+        let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, prod, w));
+        vec![store(acc, vec![v(i), v(j)], sum)]
+    });
+    let origin = || vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32)), bin(BinOp::Mul, v(kv), Expr::i32(bk as i32))];
+    let body = vec![copy(x, origin(), a_s, vec![]), copy(y, origin(), b_s, vec![]), nest];
+    k.body = vec![
+        s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
+        s(StmtKind::For {
+            var: kv,
+            start: Expr::i32(0),
+            end: Expr::cdiv(v(kd), Expr::i32(bk as i32)),
+            kind: LoopKind::Pipelined { stages },
+            body,
+        }),
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: acc, dst: row, dim: 1, keep: false }),
+        copy(row, vec![], out, vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32))]),
+    ];
+    k
+}
+
+/// Runs a compiled function on the simulator; returns the tensors and the
+/// number of cp.asyncs issued.
+fn run_fn(f: &thread_ir::Function, k: &Kernel, tensors: Vec<Vec<u8>>, dims: &[i64]) -> (Vec<Vec<u8>>, u64) {
+    let nt = tensors.len();
+    let mut params = HashMap::new();
+    for (i, (name, _)) in f.params.iter().enumerate() {
+        let val = if i < nt { sim::GBASE + ((i as u64) << 32) } else { dims[i - nt] as u32 as u64 };
+        params.insert(name.clone(), val);
+    }
+    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
+    let mut s = sim::Sim::new(f, tensors, params);
+    s.run_grid(grid);
+    (s.tensors, s.cp_async_count)
+}
+
+fn reference(x: &[f32], y: &[f32], m: usize, kk: usize, bk: usize, dt: DType) -> Vec<f64> {
+    let q = |v: f32| if dt == DType::F16 { f16::from_f32(v).to_f64() } else { v as f64 };
+    (0..m).map(|r| (0..kk).map(|c| q(x[r * kk + c]) * q(y[r * kk + c]) * ((c / bk) as f64 + 1.0)).sum()).collect()
+}
+
+#[test]
+fn pipelined_rowsum_matches_reference_for_every_stage_count() {
+    let mut rng = Rng(0xC0FFEE);
+    let (bm, bk) = (16i64, 32i64);
+    for dt in [DType::F32, DType::F16] {
+        let kernels: Vec<Kernel> = (1..=4).map(|st| pipelined_rowsum(128, bm, bk, st, dt)).collect();
+        let compiled: Vec<Compiled> = kernels.iter().map(|k| compile(k, Target::Sm80).expect("compile")).collect();
+        for n in [0usize, 1, 2, 3, 7] {
+            // K a multiple of the tile (16-byte cp.async), and K with a masked
+            // edge (odd: per-element cp.async / plain path and zero fill).
+            let ks: Vec<usize> = if n == 0 { vec![0] } else { vec![n * bk as usize, n * bk as usize - 3] };
+            for kk in ks {
+                for m in [37usize, 16] {
+                    let x: Vec<f32> = (0..m * kk).map(|_| rng.f32(-2.0, 2.0)).collect();
+                    let y: Vec<f32> = (0..m * kk).map(|_| rng.f32(-2.0, 2.0)).collect();
+                    let want = reference(&x, &y, m, kk, bk as usize, dt);
+                    let mut first: Option<Vec<u8>> = None;
+                    for (st, (k, c)) in kernels.iter().zip(&compiled).enumerate() {
+                        let what = format!("{} stages {} n {n} K {kk} M {m}", dt.name(), st + 1);
+                        let t = vec![bytes_of(&x, dt), bytes_of(&y, dt), vec![0xFFu8; 4 * m]];
+                        let (out, issued) = run_fn(&c.function, k, t, &[m as i64, kk as i64]);
+                        // cp.async is used unless f16 rows cannot be proven 4-byte aligned.
+                        if kk > 0 && (dt == DType::F32 || kk % 8 == 0) {
+                            assert!(issued > 0, "{what}: no cp.async issued");
+                        }
+                        let got = f32s(&out[2]);
+                        for r in 0..m {
+                            let err = (got[r] as f64 - want[r]).abs();
+                            assert!(err <= 1e-4 * want[r].abs().max(1.0), "{what} row {r}: got {}, want {}", got[r], want[r]);
+                        }
+                        // The schedule does not change the arithmetic: bit-identical results.
+                        match &first {
+                            None => first = Some(out[2].clone()),
+                            Some(f) => assert_eq!(f, &out[2], "{what}: differs from stages = 1"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn count_inst(body: &[TStmt], pred: &dyn Fn(&Inst) -> bool) -> usize {
+    body.iter()
+        .map(|s| match s {
+            TStmt::Inst { inst, .. } => pred(inst) as usize,
+            TStmt::If { then, otherwise, .. } => count_inst(then, pred) + count_inst(otherwise, pred),
+            TStmt::For { body, .. } => count_inst(body, pred),
+            TStmt::Comment(_) => 0,
+        })
+        .sum()
+}
+
+/// Removes every `cp.async.wait_group` with `pending` > 0 inside loops.
+fn drop_loop_waits(body: &mut Vec<TStmt>, in_loop: bool) {
+    body.retain(|s| !(in_loop && matches!(s, TStmt::Inst { inst: Inst::CpAsyncWait { .. }, .. })));
+    for s in body.iter_mut() {
+        match s {
+            TStmt::If { then, otherwise, .. } => {
+                drop_loop_waits(then, in_loop);
+                drop_loop_waits(otherwise, in_loop);
+            }
+            TStmt::For { body, .. } => drop_loop_waits(body, true),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn the_simulator_catches_reads_before_the_wait() {
+    let k = pipelined_rowsum(128, 16, 32, 3, DType::F32);
+    let c = compile(&k, Target::Sm80).unwrap();
+    let mut f = c.function.clone();
+    drop_loop_waits(&mut f.body, false);
+    let (m, kk) = (16usize, 96usize);
+    let t = vec![vec![0u8; 4 * m * kk], vec![0u8; 4 * m * kk], vec![0u8; 4 * m]];
+    let r = std::panic::catch_unwind(|| run_fn(&f, &k, t.clone(), &[m as i64, kk as i64]));
+    let msg = match r {
+        Ok(_) => panic!("the pipeline without its wait_group ran without complaint"),
+        Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(msg.contains("in flight"), "unexpected failure: {msg}");
+    // The unmodified function runs.
+    run_fn(&c.function, &k, t, &[m as i64, kk as i64]);
+}
+
+fn ptxas() -> Option<String> {
+    if let Ok(p) = std::env::var("TILE_PTXAS") {
+        if !p.is_empty() {
+            return Some(p);
+        }
+    }
+    if std::process::Command::new("ptxas").arg("--version").output().is_ok() {
+        return Some("ptxas".into());
+    }
+    if std::env::var("CI").is_ok() {
+        panic!("ptxas not found (set TILE_PTXAS) and CI is set");
+    }
+    None
+}
+
+fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
+    let Some(bin) = ptxas() else {
+        eprintln!("skipping ptxas check of {name} ({arch}): no ptxas (set TILE_PTXAS)");
+        return None;
+    };
+    let dir = std::env::temp_dir().join(format!("tile-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.{arch}.ptx"));
+    std::fs::write(&src, ptx).unwrap();
+    let out = dir.join(format!("{name}.{arch}.cubin"));
+    let res = std::process::Command::new(&bin).arg(format!("-arch={arch}")).arg("-v").arg(&src).arg("-o").arg(&out).output().expect("run ptxas");
+    let report = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
+    assert!(res.status.success(), "ptxas failed on {name} ({arch}):\n{report}\n--- PTX ---\n{ptx}");
+    Some(report)
+}
+
+#[test]
+fn pipelined_loops_have_the_schedule_and_assemble() {
+    for dt in [DType::F32, DType::F16] {
+        for stages in 1..=4u32 {
+            let k = pipelined_rowsum(128, 64, 32, stages, dt);
+            for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
+                let c = compile(&k, target).unwrap();
+                let ptx = &c.ptx;
+                let what = format!("{} stages {stages} {arch}", dt.name());
+                assert!(ptx.contains("cp.async.cg.shared.global"), "{what}: 16-byte cp.async\n{ptx}");
+                let tile = 64 * 32 * dt.size_bytes();
+                let body = &c.function.body;
+                let commits = count_inst(body, &|i| matches!(i, Inst::CpAsyncCommit));
+                let waits: Vec<u32> = {
+                    let mut w = vec![];
+                    fn collect(b: &[TStmt], w: &mut Vec<u32>) {
+                        for s in b {
+                            match s {
+                                TStmt::Inst { inst: Inst::CpAsyncWait { pending }, .. } => w.push(*pending),
+                                TStmt::If { then, otherwise, .. } => {
+                                    collect(then, w);
+                                    collect(otherwise, w);
+                                }
+                                TStmt::For { body, .. } => collect(body, w),
+                                _ => {}
+                            }
+                        }
+                    }
+                    collect(body, &mut w);
+                    w
+                };
+                if stages == 1 {
+                    // Serial: every copy is waited for at once; no stage copies.
+                    assert!(waits.iter().all(|w| *w == 0), "{what}: {waits:?}");
+                    assert_eq!(c.shared_bytes, 2 * tile, "{what}");
+                } else {
+                    // Prologue: stages-1 commits; loop: one commit; wait stages-2 in
+                    // the loop, wait 0 after it.
+                    assert_eq!(commits, stages as usize, "{what}");
+                    assert_eq!(waits, vec![stages - 2, 0], "{what}");
+                    assert!(ptx.contains(&format!("cp.async.wait_group {};", stages - 2)), "{what}");
+                    assert_eq!(c.shared_bytes, 2 * stages * tile, "{what}");
+                    // One barrier per iteration: the schedule's (no RAW/WAR
+                    // barriers between the refills and the reads of other stages).
+                    let lp = body
+                        .iter()
+                        .find_map(|s| match s {
+                            TStmt::For { body, .. } if count_inst(body, &|i| matches!(i, Inst::CpAsyncWait { .. })) > 0 => Some(body),
+                            _ => None,
+                        })
+                        .expect("the pipelined loop");
+                    assert_eq!(count_inst(lp, &|i| matches!(i, Inst::BarSync)), 1, "{what}\n{}", c.thread_ir);
+                    assert!(matches!(lp[0], TStmt::Inst { inst: Inst::CpAsyncWait { .. }, .. }), "{what}");
+                    assert!(matches!(lp[1], TStmt::Inst { inst: Inst::BarSync, .. }), "{what}");
+                }
+                assemble(&k.name, ptx, arch);
+            }
+        }
+    }
+}
+
+#[test]
+fn pipeline_plan_keeps_other_copies_in_place() {
+    // A copy whose source does not depend on k, and one into a buffer that is
+    // also read after the loop, are not pipelined; the dependent one is.
+    let mut k = Kernel::new("plan", 128);
+    let m = k.add_dim("M");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Const(256)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m), Extent::Const(32)], true);
+    let a_s = buffer(&mut k, "a_s", Scope::Shared, DType::F32, &[16, 32]);
+    let fixed = buffer(&mut k, "fixed", Scope::Shared, DType::F32, &[16, 32]);
+    let kept = buffer(&mut k, "kept", Scope::Shared, DType::F32, &[16, 32]);
+    let acc = frag(&mut k, "acc", DType::F32, &[16, 32]);
+    let kv = k.add_var("k", DType::I32, VarKind::Loop);
+    let nest = par2(&mut k, 16, 32, |i, j| {
+        let e = bin(BinOp::Add, ld(a_s, vec![v(i), v(j)]), bin(BinOp::Add, ld(fixed, vec![v(i), v(j)]), ld(kept, vec![v(i), v(j)])));
+        vec![store(acc, vec![v(i), v(j)], bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), e))]
+    });
+    let kt = || vec![Expr::i32(0), bin(BinOp::Mul, v(kv), Expr::i32(32))];
+    k.body = vec![
+        s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
+        s(StmtKind::For {
+            var: kv,
+            start: Expr::i32(0),
+            end: Expr::i32(8),
+            kind: LoopKind::Pipelined { stages: 3 },
+            body: vec![copy(x, kt(), a_s, vec![]), copy(x, vec![Expr::i32(0), Expr::i32(0)], fixed, vec![]), copy(x, kt(), kept, vec![]), nest],
+        }),
+        copy(kept, vec![], out, vec![Expr::i32(0), Expr::i32(0)]),
+        copy(acc, vec![], out, vec![Expr::i32(0), Expr::i32(0)]),
+    ];
+    let plan = pipeline::plan(&k);
+    assert_eq!(plan.loops.get(&kv), Some(&pipeline::PipelinedLoop { stages: 3, copies: vec![0] }));
+    assert_eq!(plan.stages_of(a_s), 3);
+    assert_eq!(plan.stages_of(fixed), 1);
+    assert_eq!(plan.stages_of(kept), 1);
+    let c = compile(&k, Target::Sm80).unwrap();
+    assert_eq!(c.shared_bytes as i64, (3 + 1 + 1) * 16 * 32 * 4);
+    // Semantics: acc = Σ_k (x[:, 32k..] + x[:, 0..32] + x[:, 32k..]); out = acc (last copy wins).
+    let mut rng = Rng(99);
+    let rows = 16usize;
+    let xv: Vec<f32> = (0..rows * 256).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let t = vec![bytes_of(&xv, DType::F32), vec![0u8; 4 * rows * 32]];
+    let (o, _) = run_fn(&c.function, &k, t, &[rows as i64]);
+    let got = f32s(&o[1]);
+    for r in 0..rows {
+        for j in 0..32 {
+            let mut want = 0f32;
+            for kk in 0..8 {
+                want += xv[r * 256 + kk * 32 + j] + (xv[r * 256 + j] + xv[r * 256 + kk * 32 + j]);
+            }
+            assert!((got[r * 32 + j] - want).abs() <= 1e-4 * want.abs().max(1.0), "[{r},{j}]: {} vs {want}", got[r * 32 + j]);
+        }
+    }
+}
+
+#[test]
+fn pipeline_stages_over_the_shared_budget_are_an_error() {
+    let k = pipelined_rowsum(256, 128, 128, 4, DType::F32);
+    for target in [Target::Sm80, Target::Sm90a] {
+        let e = compile(&k, target).expect_err("4 stages × 2 × 64 KB do not fit");
+        let msg = format!("{e:?}");
+        assert!(msg.contains("pipeline stages") && msg.contains("`a_s` 4 × 65536 bytes"), "{msg}");
+    }
+    // Two stages of 2 × 32 KB fit.
+    compile(&pipelined_rowsum(256, 64, 128, 2, DType::F32), Target::Sm80).unwrap();
+}
+
+/// The row sums again, with the pipelined loop inside a serial loop
+/// (`for r in 0..R { for k in pipelined(r, r + n, stages) {..} }`): the loop
+/// starts at a dynamic, non-zero index and its stages are refilled on every
+/// run, so the prologue must not overwrite stages other threads still read.
+fn repeated_rowsum(threads: u32, bm: i64, bk: i64, stages: u32, reps: i32) -> Kernel {
+    let mut k = Kernel::new(format!("rowsum_rep_s{stages}"), threads);
+    let m = k.add_dim("M");
+    let kd = k.add_dim("K");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Dyn(kd)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let a_s = buffer(&mut k, "a_s", Scope::Shared, DType::F32, &[bm, bk]);
+    let acc = frag(&mut k, "acc", DType::F32, &[bm, bk]);
+    let row = frag(&mut k, "row", DType::F32, &[bm]);
+    let rv = k.add_var("r", DType::I32, VarKind::Loop);
+    let kv = k.add_var("k", DType::I32, VarKind::Loop);
+    let f = |e: Expr| Expr::cast(DType::F32, e);
+    let nest = par2(&mut k, bm, bk, |i, j| {
+        // weight (k - r + 1) · (r + 1)
+        let w = bin(BinOp::Mul, f(bin(BinOp::Add, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(1))), f(bin(BinOp::Add, v(rv), Expr::i32(1))));
+        let sum = bin(BinOp::Add, ld(acc, vec![v(i), v(j)]), bin(BinOp::Mul, ld(a_s, vec![v(i), v(j)]), w));
+        vec![store(acc, vec![v(i), v(j)], sum)]
+    });
+    let origin = vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32)), bin(BinOp::Mul, bin(BinOp::Sub, v(kv), v(rv)), Expr::i32(bk as i32))];
+    let n = Expr::cdiv(v(kd), Expr::i32(bk as i32));
+    let inner = s(StmtKind::For {
+        var: kv,
+        start: v(rv),
+        end: bin(BinOp::Add, v(rv), n),
+        kind: LoopKind::Pipelined { stages },
+        body: vec![copy(x, origin, a_s, vec![]), nest],
+    });
+    k.body = vec![
+        s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
+        s(StmtKind::For { var: rv, start: Expr::i32(0), end: Expr::i32(reps), kind: LoopKind::Serial, body: vec![inner] }),
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: acc, dst: row, dim: 1, keep: false }),
+        copy(row, vec![], out, vec![bin(BinOp::Mul, v(bx), Expr::i32(bm as i32))]),
+    ];
+    k
+}
+
+#[test]
+fn pipelined_loop_inside_a_serial_loop_with_a_dynamic_start() {
+    let mut rng = Rng(0xABCDEF);
+    let (bm, bk, reps) = (8i64, 16i64, 3i32);
+    for stages in 1..=4u32 {
+        let k = repeated_rowsum(64, bm, bk, stages, reps);
+        let c = compile(&k, Target::Sm80).unwrap();
+        for kk in [0usize, 5, 16, 45, 112] {
+            let m = 11usize;
+            let x: Vec<f32> = (0..m * kk).map(|_| rng.f32(-2.0, 2.0)).collect();
+            let t = vec![bytes_of(&x, DType::F32), vec![0u8; 4 * m]];
+            let (out, _) = run_fn(&c.function, &k, t, &[m as i64, kk as i64]);
+            let got = f32s(&out[1]);
+            let tri = (1..=reps).sum::<i32>() as f64;
+            for r in 0..m {
+                let want: f64 = (0..kk).map(|col| x[r * kk + col] as f64 * ((col / bk as usize) as f64 + 1.0)).sum::<f64>() * tri;
+                assert!((got[r] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0), "stages {stages} K {kk} row {r}: {} vs {want}", got[r]);
+            }
+        }
+    }
+}
+
+#[test]
+fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
+    // vector_add-like: global → shared → global; the shared tile is read by
+    // other threads (transposed), so a barrier follows the wait.
+    for (fill, want_async) in [(None, true), (Some(Expr::f32(0.0)), true), (Some(Expr::f32(-1.5)), false)] {
+        let mut k = Kernel::new("stage_copy", 128);
+        let n = k.add_dim("N");
+        let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(n), Extent::Const(64)], false);
+        let y = k.add_tensor_param("y", DType::F32, vec![Extent::Dyn(n), Extent::Const(64)], true);
+        let t = buffer(&mut k, "t", Scope::Shared, DType::F32, &[16, 64]);
+        let o = frag(&mut k, "o", DType::F32, &[16, 64]);
+        let nest = par2(&mut k, 16, 64, |i, j| vec![store(o, vec![v(i), v(j)], ld(t, vec![bin(BinOp::Sub, Expr::i32(15), v(i)), v(j)]))]);
+        k.body = vec![
+            s(StmtKind::Copy {
+                src: TileRef { buf: x, origin: vec![Expr::i32(0), Expr::i32(0)] },
+                dst: TileRef { buf: t, origin: vec![] },
+                fill: fill.clone(),
+            }),
+            nest,
+            copy(o, vec![], y, vec![Expr::i32(0), Expr::i32(0)]),
+        ];
+        let c = compile(&k, Target::Sm80).unwrap();
+        let ptx = &c.ptx;
+        assert_eq!(ptx.contains("cp.async.cg.shared.global"), want_async, "{fill:?}\n{ptx}");
+        if want_async {
+            let w = ptx.find("cp.async.wait_group 0;").expect("wait");
+            let b = ptx.find("bar.sync 0;").expect("barrier");
+            let commit = ptx.find("cp.async.commit_group;").expect("commit");
+            assert!(commit < w && w < b, "issue, commit, wait, barrier");
+        }
+        assemble("stage_copy", ptx, "sm_80");
+        let rows = 13usize; // fewer rows than the tile: the rest is the fill
+        let xv: Vec<f32> = (0..rows * 64).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let tensors = vec![bytes_of(&xv, DType::F32), vec![0u8; 4 * rows * 64]];
+        let (out, issued) = run_fn(&c.function, &k, tensors, &[rows as i64]);
+        assert_eq!(issued > 0, want_async);
+        let got = f32s(&out[1]);
+        let fv = if want_async { 0.0 } else { -1.5 };
+        for i in 0..rows {
+            for j in 0..64 {
+                let src = 15 - i;
+                let want = if src < rows { xv[src * 64 + j] } else { fv };
+                assert_eq!(got[i * 64 + j], want, "fill {fill:?} [{i},{j}]");
+            }
+        }
+    }
+}
