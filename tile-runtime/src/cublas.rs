@@ -167,14 +167,19 @@ fn load_library() -> std::result::Result<Library, String> {
         names.push(from_env.to_string_lossy().into_owned());
     }
     names.extend(LIBRARY_NAMES.iter().map(|s| s.to_string()));
+    load_first(&names)
+}
+
+/// The first of `names` that loads and has every entry point.
+fn load_first(names: &[String]) -> std::result::Result<Library, String> {
     let mut failures = Vec::new();
-    for name in &names {
+    for name in names {
         let Ok(cname) = CString::new(name.as_str()) else {
             failures.push(format!("{name}: contains a NUL byte"));
             continue;
         };
-        match dl::open(&cname) {
-            Ok(handle) => return bind(handle, name),
+        match dl::open(&cname).and_then(|handle| bind(handle, name)) {
+            Ok(library) => return Ok(library),
             Err(err) => failures.push(err),
         }
     }
@@ -431,5 +436,29 @@ impl Drop for Gemm {
             // SAFETY: the handle is live and destroyed once.
             let _ = unsafe { (self.library.destroy)(self.handle) };
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_reported_with_every_name_tried() {
+        let names = vec!["/nonexistent/libcublas.so.13".to_string(), "libtile-no-such-cublas.so".to_string()];
+        let err = load_first(&names).err().expect("no such library");
+        assert!(err.contains("tried /nonexistent/libcublas.so.13, libtile-no-such-cublas.so"), "{err}");
+        assert!(err.contains("/nonexistent/libcublas.so.13:"), "the loader's reason is kept: {err}");
+        assert!(err.contains(CUBLAS_ENV), "{err}");
+    }
+
+    #[test]
+    fn a_library_without_cublas_symbols_is_rejected() {
+        // The C math library loads everywhere glibc does, and has no cuBLAS.
+        let err = load_first(&["libm.so.6".to_string()]).err().expect("libm is not cuBLAS");
+        assert!(err.contains("libm.so.6 has no `cublasCreate_v2`"), "{err}");
+        // ... while its own symbols resolve through the same path.
+        let handle = dl::open(c"libm.so.6").unwrap();
+        assert!(dl::symbol(handle, c"cos").is_ok());
     }
 }
