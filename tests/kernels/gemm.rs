@@ -134,7 +134,9 @@ pub fn gemm_fullrow_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut
 /// One attention head, the FlashAttention inner loop: each block owns `BM`
 /// query rows and walks the keys in tiles of `BN` with an online softmax.
 /// `scale` is log2(e)/sqrt(D) (the kernel uses exp2). Keys past `SK` in the
-/// last tile are masked to -inf before the row max.
+/// last tile are masked to -inf before the row max. Both gemms split the
+/// warps along M only (`FullRow`): each warp then owns whole rows of S, so the
+/// row max and sum stay inside a warp and P feeds P·V from registers.
 #[tile_kernel(threads = 128, consts(BM = 64, BN = 64, D = 64))]
 pub fn attention(
     q: &Tensor<f16, SQ, D>,
@@ -162,7 +164,7 @@ pub fn attention(
     for kb in pipelined(cdiv(SK, BN), 2) {
         copy(k.tile([kb * BN, 0]), &mut k_s);
         copy(v.tile([kb * BN, 0]), &mut v_s);
-        gemm(&q_s, &k_s.t(), &mut s).clear();
+        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
         for (i, j) in parallel((BM, BN)) {
             if kb * BN + j >= SK {
                 s[(i, j)] = f32::NEG_INFINITY;
@@ -184,7 +186,7 @@ pub fn attention(
             acc[(i, j)] *= r[i];
         }
         copy(&s, &mut p);
-        gemm(&p, &v_s, &mut acc);
+        gemm(&p, &v_s, &mut acc).policy(FullRow);
     }
     for (i, j) in parallel((BM, D)) {
         acc[(i, j)] = acc[(i, j)] / l[i];
@@ -220,7 +222,7 @@ pub fn attention_serial_bf16(
     for kb in 0..cdiv(SK, BN) {
         copy(k.tile([kb * BN, 0]), &mut k_s);
         copy(v.tile([kb * BN, 0]), &mut v_s);
-        gemm(&q_s, &k_s.t(), &mut s).clear();
+        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
         for (i, j) in parallel((BM, BN)) {
             if kb * BN + j >= SK {
                 s[(i, j)] = f32::NEG_INFINITY;
@@ -239,7 +241,7 @@ pub fn attention_serial_bf16(
             acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
         }
         copy(&s, &mut p);
-        gemm(&p, &v_s, &mut acc);
+        gemm(&p, &v_s, &mut acc).policy(FullRow);
     }
     for (i, j) in parallel((BM, D)) {
         acc[(i, j)] = acc[(i, j)] / l[i];
