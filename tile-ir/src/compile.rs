@@ -28,6 +28,14 @@ pub struct Compiled {
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
     crate::verify::verify(kernel)?;
+    compile_verified(kernel, target)
+}
+
+/// Compiles a kernel that the caller has verified (or built by hand with
+/// statements the verifier does not know yet): every pass after `verify`.
+/// The passes still report what they cannot lower as errors.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
     if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {
         return Err(vec![CompileError::new(
             SpanId::NONE,

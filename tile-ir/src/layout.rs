@@ -1,21 +1,28 @@
 //! Layouts: how a tile's elements are distributed over a block's threads and
-//! their registers.
+//! their registers (fragment layouts), and how a shared buffer's elements are
+//! placed in shared memory (shared layouts).
 //!
-//! A [`Blocked`] layout covers a full N-D tile (a "root"): along each dim `d`
-//! a thread holds `spt[d]` contiguous elements (only the innermost dim has
-//! `spt > 1`, the vector width), `thr[d]` threads sit side by side, and the
-//! pattern repeats `reps[d]` times. With `t_d = (t / stride[d]) % thr[d]`
-//! (innermost dim fastest, `stride` = product of the `thr` of inner dims),
-//! and a per-dim register index `l_d = rep·spt[d] + e`:
+//! A [`RootLayout`] covers a full N-D tile (a "root"). Along each dim `d` the
+//! coordinate of thread `t`'s per-dim register `l_d` is
 //!
 //! ```text
-//! coord_d(t, l_d) = (rep · thr[d] + t_d) · spt[d] + e
+//! coord_d(t, l_d) = Σ_fields ((t >> shift) & (count − 1)) · mult  +  regs_d[l_d]
 //! ```
 //!
-//! Threads `t ≥ Π thr` hold nothing (idle); elements with a coordinate past
-//! the shape are padding (masked). Every `thr[d]` is a power of two, so the
-//! threads sharing all coordinates but one form butterfly groups for
-//! `shfl.bfly`.
+//! (a [`DimDist`]: runs of thread-index bits, each a power of two wide, plus a
+//! thread-independent register offset). Two families are built:
+//! - blocked ([`RootLayout::blocked`]): along each dim a thread holds `spt`
+//!   contiguous elements, `thr` threads sit side by side, the pattern
+//!   repeats; one bit run per dim, innermost dim on the lowest bits;
+//! - the mma.sync m16n8k16 accumulator ([`RootLayout::mma_accumulator`]):
+//!   rows on lane bits 2..4 and the warp-row bits, columns on lane bits 0..1
+//!   (two contiguous columns per thread) and the warp-column bits.
+//!
+//! Threads `t ≥ active_threads` hold nothing (idle); elements with a
+//! coordinate past the shape are padding (masked). Threads that share all
+//! coordinates but one differ in that dim's bits only, so they form
+//! butterfly groups for `shfl.bfly` (within a warp) and shared-memory
+//! exchanges (across warps).
 //!
 //! A [`FragLayout`] is a root plus the root dims it keeps: the result of a
 //! reduction along a dim drops that dim, and the threads that differed only
@@ -24,21 +31,73 @@
 //! register that a nest iteration touches is a function of the register
 //! index alone (register-constant access), never of the thread.
 //!
-//! Guarantees (tested as bijections): on a root, `(t < Π thr, r)` ↔ padded
-//! coordinates is one-to-one, and the valid ones cover the shape exactly once.
+//! A [`SharedLayout`] maps the coordinates of a 2-D shared tile to a byte
+//! offset: row-major, with the 16-byte chunks of each row XOR-swizzled by
+//! the row (CuTe's `Swizzle<B, 4, S>`) so that ldmatrix reads of 8 rows at
+//! one column hit 8 different bank groups; or row-major with padded rows.
+//!
+//! Guarantees (tested as bijections): on a root, `(t < active, r)` ↔ padded
+//! coordinates is one-to-one, and the valid ones cover the shape exactly
+//! once; a shared layout is one-to-one from coordinates to element slots.
 
-/// A distribution of a full N-D tile over `threads` threads.
+/// A run of thread-index bits that moves one coordinate: it adds
+/// `((t >> shift) & (count - 1)) · mult`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ThreadField {
+    pub shift: u32,
+    /// Threads along this run (a power of two ≥ 2).
+    pub count: i64,
+    pub mult: i64,
+}
+
+/// How one dim of a root layout is distributed: the coordinate of thread
+/// `t`'s per-dim register `l` is `Σ fields(t) + regs[l]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Blocked {
+pub struct DimDist {
+    pub fields: Vec<ThreadField>,
+    /// The thread-independent part of the coordinate of each per-dim register.
+    pub regs: Vec<i64>,
+    /// Registers `vec·i .. vec·i + vec` hold consecutive coordinates
+    /// (the vector width along this dim).
+    pub vec: i64,
+}
+
+impl DimDist {
+    /// The blocked distribution `(rep · thr + t_d) · spt + e`, `t_d = (t / stride) % thr`.
+    pub fn blocked(spt: i64, thr: i64, reps: i64, stride: i64) -> DimDist {
+        let fields = if thr > 1 { vec![ThreadField { shift: log2(stride) as u32, count: thr, mult: spt }] } else { vec![] };
+        let regs = (0..reps * spt).map(|l| (l / spt) * thr * spt + l % spt).collect();
+        DimDist { fields, regs, vec: spt }
+    }
+    /// The thread part of the coordinate.
+    pub fn thread_part(&self, t: i64) -> i64 {
+        self.fields.iter().map(|f| ((t >> f.shift) & (f.count - 1)) * f.mult).sum()
+    }
+    /// The largest thread part any thread has.
+    pub fn max_thread_part(&self) -> i64 {
+        self.fields.iter().map(|f| (f.count - 1) * f.mult).sum()
+    }
+    /// Threads that hold distinct coordinates along this dim.
+    pub fn threads_along(&self) -> i64 {
+        self.fields.iter().map(|f| f.count).product()
+    }
+    /// The thread-index bits this dim uses.
+    pub fn thread_mask(&self) -> u64 {
+        self.fields.iter().fold(0u64, |m, f| m | (((f.count - 1) as u64) << f.shift))
+    }
+}
+
+fn log2(x: i64) -> i64 {
+    63 - (x.max(1) as u64).leading_zeros() as i64
+}
+
+/// A distribution of a full N-D tile over `threads` threads (a "root"):
+/// per dim a [`DimDist`]. The fields of all dims together use thread-index
+/// bits `0 .. log2(active_threads)`, each once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RootLayout {
     pub shape: Vec<i64>,
-    /// Contiguous elements per thread along each dim.
-    pub spt: Vec<i64>,
-    /// Threads along each dim (powers of two).
-    pub thr: Vec<i64>,
-    /// Repetitions along each dim: `ceil(shape / (thr · spt))`.
-    pub reps: Vec<i64>,
-    /// Thread-index stride of each dim (innermost 1).
-    pub stride: Vec<i64>,
+    pub dims: Vec<DimDist>,
     /// Threads in the block.
     pub threads: u32,
 }
@@ -51,20 +110,27 @@ fn prev_pow2(x: i64) -> i64 {
     p
 }
 
-impl Blocked {
+/// The largest power of two ≤ `max_vec` that divides `extent`.
+fn vec_for(extent: i64, max_vec: i64) -> i64 {
+    let mut v = prev_pow2(max_vec.max(1));
+    while v > 1 && extent.max(1) % v != 0 {
+        v /= 2;
+    }
+    v
+}
+
+impl RootLayout {
     /// The blocked layout of `shape` for `threads` threads, with at most
     /// `max_vec` contiguous elements per thread along the innermost dim (the
-    /// largest power of two ≤ `max_vec` that divides the innermost extent).
-    pub fn new(shape: &[i64], threads: u32, max_vec: i64) -> Blocked {
+    /// largest power of two ≤ `max_vec` that divides the innermost extent):
+    /// along dim `d` a thread holds `spt` contiguous elements, `thr`
+    /// threads (a power of two) sit side by side, innermost dim fastest in
+    /// the thread index, and the pattern repeats.
+    pub fn blocked(shape: &[i64], threads: u32, max_vec: i64) -> RootLayout {
         let n = shape.len();
         let mut spt = vec![1i64; n];
         if n > 0 {
-            let last = shape[n - 1].max(1);
-            let mut v = prev_pow2(max_vec.max(1));
-            while v > 1 && last % v != 0 {
-                v /= 2;
-            }
-            spt[n - 1] = v;
+            spt[n - 1] = vec_for(shape[n - 1], max_vec);
         }
         let mut thr = vec![1i64; n];
         let mut avail = prev_pow2(threads.max(1) as i64);
@@ -74,114 +140,136 @@ impl Blocked {
             thr[d] = t;
             avail /= t;
         }
-        let reps = (0..n).map(|d| (shape[d].max(1) + thr[d] * spt[d] - 1) / (thr[d] * spt[d])).collect();
-        let mut stride = vec![1i64; n];
-        for d in (0..n.saturating_sub(1)).rev() {
-            stride[d] = stride[d + 1] * thr[d + 1];
+        let mut stride = 1;
+        let mut dims = vec![DimDist { fields: vec![], regs: vec![], vec: 1 }; n];
+        for d in (0..n).rev() {
+            let reps = (shape[d].max(1) + thr[d] * spt[d] - 1) / (thr[d] * spt[d]);
+            dims[d] = DimDist::blocked(spt[d], thr[d], reps, stride);
+            stride *= thr[d];
         }
-        Blocked { shape: shape.to_vec(), spt, thr, reps, stride, threads }
+        RootLayout { shape: shape.to_vec(), dims, threads }
     }
 
-    /// A blocked layout of `shape` whose outer dims `0..fixed.len()` are
-    /// distributed exactly as given (`(thr, spt, reps, stride)` per dim, e.g.
-    /// the rows of a reduction's result), with the inner dims sharing the
-    /// threads that the outer dims' stride leaves (vector width up to
-    /// `max_vec` on the innermost). `None` when that is impossible.
-    pub fn with_outer_fixed(shape: &[i64], threads: u32, max_vec: i64, fixed: &[(i64, i64, i64, i64)]) -> Option<Blocked> {
+    /// A layout of `shape` whose outer dims `0..fixed.len()` are distributed
+    /// exactly as given (e.g. the rows of a reduction's result), with the
+    /// innermost dim spread over the thread bits the fixed dims leave free
+    /// (vector width up to `max_vec`) and the dims in between held whole by
+    /// every thread. `active` is the number of active threads of the layout
+    /// the fixed dims come from: the result uses at least those threads (so
+    /// that it agrees with that layout). `None` when that is impossible.
+    pub fn with_outer_fixed(shape: &[i64], threads: u32, max_vec: i64, fixed: &[DimDist], active: i64) -> Option<RootLayout> {
         let n = shape.len();
         let p = fixed.len();
         if p == 0 || p > n {
             return None;
         }
-        let mut spt = vec![1i64; n];
-        let mut thr = vec![1i64; n];
-        let mut reps = vec![1i64; n];
-        let mut stride = vec![1i64; n];
-        for (d, &(t, s, r, st)) in fixed.iter().enumerate() {
-            if t < 1 || t.count_ones() != 1 || s < 1 || (d + 1 < n && d + 1 != p && s != 1) {
-                return None;
-            }
-            thr[d] = t;
-            spt[d] = s;
-            reps[d] = r;
-            stride[d] = st;
-        }
-        // Inner (free) dims share `stride[p-1]` threads.
-        let mut avail = stride[p - 1];
-        if p < n {
-            let last = shape[n - 1].max(1);
-            let mut v = prev_pow2(max_vec.max(1));
-            while v > 1 && last % v != 0 {
-                v /= 2;
-            }
-            spt[n - 1] = v;
-            for d in (p..n).rev() {
-                let need = (shape[d].max(1) + spt[d] - 1) / spt[d];
-                thr[d] = if d == p { avail } else { prev_pow2(need).min(avail) };
-                avail /= thr[d];
-                reps[d] = (shape[d].max(1) + thr[d] * spt[d] - 1) / (thr[d] * spt[d]);
-            }
-        } else if avail != 1 {
+        let used: u64 = fixed.iter().fold(0, |m, d| m | d.thread_mask());
+        if fixed.iter().map(|d| d.thread_mask().count_ones()).sum::<u32>() != used.count_ones() {
             return None;
         }
-        for d in (0..n.saturating_sub(1)).rev() {
-            let want = stride[d + 1] * thr[d + 1];
-            if d >= p || stride[d] != want {
-                if d < p {
-                    return None;
+        let mut dims: Vec<DimDist> = fixed.to_vec();
+        // Every thread bit below the block's (power-of-two) thread count that
+        // the fixed dims leave free goes to the innermost dim.
+        let bits = log2(prev_pow2(threads.max(1) as i64)) as u32;
+        let top = (64 - used.leading_zeros()).max(log2(active.max(1)) as u32);
+        if top > bits {
+            return None;
+        }
+        if p < n {
+            for _ in p..n - 1 {
+                dims.push(DimDist { fields: vec![], regs: vec![], vec: 1 });
+            }
+            for d in p..n - 1 {
+                dims[d] = DimDist::blocked(1, 1, shape[d].max(1), 1);
+            }
+            let last = shape[n - 1].max(1);
+            let spt = vec_for(last, max_vec);
+            let need = prev_pow2((last + spt - 1) / spt);
+            let mut fields = Vec::new();
+            let mut have = 1i64;
+            let mut b = 0u32;
+            while b < bits && (have < need || b < top) {
+                if used & (1 << b) == 0 {
+                    // Extend the previous run when the bit continues it.
+                    match fields.last_mut() {
+                        Some(ThreadField { shift, count, .. }) if *shift + log2(*count) as u32 == b => *count *= 2,
+                        _ => fields.push(ThreadField { shift: b, count: 2, mult: have * spt }),
+                    }
+                    have *= 2;
                 }
-                stride[d] = want;
+                b += 1;
             }
+            let reps = (last + have * spt - 1) / (have * spt);
+            let regs = (0..reps * spt).map(|l| (l / spt) * have * spt + l % spt).collect();
+            dims.push(DimDist { fields, regs, vec: spt });
         }
-        for d in 0..p {
-            if (shape[d].max(1) + thr[d] * spt[d] - 1) / (thr[d] * spt[d]) != reps[d] {
-                return None;
-            }
+        let r = RootLayout { shape: shape.to_vec(), dims, threads };
+        let mask = r.dims.iter().fold(0u64, |m, d| m | d.thread_mask());
+        let contiguous = mask & (mask + 1) == 0;
+        (contiguous && r.active_threads() <= threads as i64).then_some(r)
+    }
+
+    /// The mma.sync m16n8k16 accumulator layout of an `[m, n]` f32 tile:
+    /// warp `w = t / 32` sits at `(w / wn, w % wn)` of the warp grid
+    /// `warps`, owns rows `[wm_i · m/wm, …)` and columns `[wn_i · n/wn, …)`,
+    /// and tiles them with 16×8 atoms in which lane `4g + q` holds
+    /// `(g + 8·h, 2q + e)` for `h, e ∈ {0, 1}`. Per-dim registers: along rows
+    /// `l = 2·atom + h`, along columns `l = 2·atom + e`.
+    pub fn mma_accumulator(m: i64, n: i64, threads: u32, warps: (i64, i64)) -> RootLayout {
+        let (wm, wn) = warps;
+        let (tm, tn) = (m / wm, n / wn);
+        let mut rows = vec![ThreadField { shift: 2, count: 8, mult: 1 }];
+        if wm > 1 {
+            rows.push(ThreadField { shift: 5 + log2(wn) as u32, count: wm, mult: tm });
         }
-        let b = Blocked { shape: shape.to_vec(), spt, thr, reps, stride, threads };
-        (b.active_threads() <= threads as i64).then_some(b)
+        let mut cols = vec![ThreadField { shift: 0, count: 4, mult: 2 }];
+        if wn > 1 {
+            cols.push(ThreadField { shift: 5, count: wn, mult: tn });
+        }
+        let row_regs = (0..tm / 8).map(|l| (l / 2) * 16 + (l % 2) * 8).collect();
+        let col_regs = (0..tn / 4).map(|l| (l / 2) * 8 + l % 2).collect();
+        RootLayout {
+            shape: vec![m, n],
+            dims: vec![DimDist { fields: rows, regs: row_regs, vec: 1 }, DimDist { fields: cols, regs: col_regs, vec: 2 }],
+            threads,
+        }
     }
 
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
-    /// Threads that hold data: `Π thr`. Threads at or above it are idle.
+    /// Threads that hold data. Threads at or above it are idle.
     pub fn active_threads(&self) -> i64 {
-        self.thr.iter().product()
+        self.dims.iter().map(|d| d.threads_along()).product()
     }
-    /// Registers per thread along dim `d`: `reps · spt`.
+    /// Registers per thread along dim `d`.
     pub fn regs_along(&self, d: usize) -> i64 {
-        self.reps[d] * self.spt[d]
-    }
-    /// Thread coordinate along dim `d`.
-    pub fn thread_coord(&self, t: i64, d: usize) -> i64 {
-        (t / self.stride[d]) % self.thr[d]
+        self.dims[d].regs.len() as i64
     }
     /// Coordinate along dim `d` of thread `t`'s register `l` (per-dim index).
     pub fn coord(&self, t: i64, d: usize, l: i64) -> i64 {
-        let (rep, e) = (l / self.spt[d], l % self.spt[d]);
-        (rep * self.thr[d] + self.thread_coord(t, d)) * self.spt[d] + e
+        self.dims[d].thread_part(t) + self.dims[d].regs[l as usize]
     }
     /// The part of `coord` that does not depend on the thread.
     pub fn reg_offset(&self, d: usize, l: i64) -> i64 {
-        let (rep, e) = (l / self.spt[d], l % self.spt[d]);
-        rep * self.thr[d] * self.spt[d] + e
+        self.dims[d].regs[l as usize]
     }
-    /// Whether dim `d` needs a bounds test (its padded extent exceeds the shape).
+    /// Whether dim `d` needs a bounds test (some coordinate reaches past the shape).
     pub fn dim_padded(&self, d: usize) -> bool {
-        self.reps[d] * self.thr[d] * self.spt[d] != self.shape[d]
+        let dd = &self.dims[d];
+        dd.max_thread_part() + dd.regs.iter().copied().max().unwrap_or(0) >= self.shape[d]
     }
 }
 
 /// A fragment's layout: a root and the root dims it keeps, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FragLayout {
-    pub root: Blocked,
+    pub root: RootLayout,
     pub kept: Vec<usize>,
 }
 
 impl FragLayout {
-    pub fn full(root: Blocked) -> FragLayout {
+    pub fn full(root: RootLayout) -> FragLayout {
         let kept = (0..root.rank()).collect();
         FragLayout { root, kept }
     }
@@ -246,11 +334,7 @@ impl FragLayout {
     pub fn dim_agrees(&self, a: usize, other: &FragLayout, b: usize) -> bool {
         let (x, da) = (&self.root, self.kept[a]);
         let (y, db) = (&other.root, other.kept[b]);
-        x.shape[da] == y.shape[db]
-            && x.spt[da] == y.spt[db]
-            && x.thr[da] == y.thr[db]
-            && x.reps[da] == y.reps[db]
-            && x.stride[da] == y.stride[db]
+        x.shape[da] == y.shape[db] && x.dims[da] == y.dims[db]
     }
     /// Whether `self` and `other` place every element on the same threads
     /// and registers (so one may be read where the other is iterated).
@@ -261,14 +345,139 @@ impl FragLayout {
     }
     /// Elements per vector group: the contiguous run along the last kept dim.
     pub fn vec_width(&self) -> i64 {
-        self.kept.last().map(|&d| self.root.spt[d]).unwrap_or(1)
+        self.kept.last().map(|&d| self.root.dims[d].vec).unwrap_or(1)
     }
     /// Describes the layout for dumps: `blocked[shape; spt; thr; reps]`.
     pub fn describe(&self) -> String {
+        let dims: Vec<String> = self
+            .root
+            .dims
+            .iter()
+            .map(|d| {
+                let f: Vec<String> = d.fields.iter().map(|f| format!("t[{}+:{}]*{}", f.shift, log2(f.count), f.mult)).collect();
+                let regs = if d.regs.len() > 6 {
+                    format!("{:?}..{} regs", &d.regs[..4], d.regs.len())
+                } else {
+                    format!("{:?}", d.regs)
+                };
+                format!("{{{} + {regs}, vec {}}}", f.join(" + "), d.vec)
+            })
+            .collect();
+        format!("layout(shape={:?}, dims=[{}], kept={:?})", self.root.shape, dims.join(", "), self.kept)
+    }
+}
+
+/// The warp grid `(wm, wn)` (warps along M, along N) for an `[m, n]`
+/// mma.sync accumulator with `threads` threads: the largest power-of-two
+/// number of warps, split by `policy` (`Square`: per-warp tiles as square as
+/// possible, ties to fewer warps along N; `FullRow`: along M only;
+/// `FullCol`: along N only). Each warp's tile must be a whole number of
+/// 16×8 atoms; an error says why not.
+pub fn mma_warp_grid(m: i64, n: i64, threads: u32, policy: crate::ir::WarpPolicy) -> Result<(i64, i64), String> {
+    use crate::ir::WarpPolicy;
+    let warps = prev_pow2((threads / 32).max(1) as i64);
+    let fits = |wm: i64, wn: i64| m % (16 * wm) == 0 && n % (8 * wn) == 0;
+    let pick = match policy {
+        WarpPolicy::FullRow => fits(warps, 1).then_some((warps, 1)),
+        WarpPolicy::FullCol => fits(1, warps).then_some((1, warps)),
+        WarpPolicy::Square => {
+            let mut best: Option<((i64, i64), i64)> = None;
+            let mut wm = warps;
+            while wm >= 1 {
+                let wn = warps / wm;
+                if fits(wm, wn) {
+                    let skew = (log2(m / wm) - log2(n / wn)).abs();
+                    if best.is_none_or(|(_, s)| skew < s) {
+                        best = Some(((wm, wn), skew));
+                    }
+                }
+                wm /= 2;
+            }
+            best.map(|b| b.0)
+        }
+    };
+    pick.ok_or_else(|| {
         format!(
-            "blocked(shape={:?}, spt={:?}, thr={:?}, reps={:?}, kept={:?})",
-            self.root.shape, self.root.spt, self.root.thr, self.root.reps, self.kept
+            "gemm output [{m}, {n}] cannot be split over {warps} warps with policy {policy:?}: each warp needs a multiple of 16 rows and 8 columns"
         )
+    })
+}
+
+/// How a shared buffer's elements are placed: `offset(r, c)` in bytes for a
+/// 2-D `[rows, cols]` buffer of `elem`-byte elements (higher-rank buffers are
+/// row-major and unswizzled, `rows` = the product of the outer extents).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SharedLayout {
+    pub rows: i64,
+    pub cols: i64,
+    pub elem: i64,
+    /// Bytes from one row to the next (`cols · elem`, or more when padded).
+    pub row_stride: i64,
+    /// `Some((bits, shift))`: byte offset bits `[shift + 4, shift + 4 + bits)`
+    /// are XORed into bits `[4, 4 + bits)` (the 16-byte chunk index).
+    pub swizzle: Option<(u32, u32)>,
+}
+
+impl SharedLayout {
+    /// Plain row-major.
+    pub fn row_major(rows: i64, cols: i64, elem: i64) -> SharedLayout {
+        SharedLayout { rows, cols, elem, row_stride: cols * elem, swizzle: None }
+    }
+
+    /// The layout for a tensor-core operand read by ldmatrix (8 rows of 16
+    /// bytes at a time): a row of 32, 64, 128 bytes or more (a power of two)
+    /// is swizzled with `Swizzle<1|2|3, 4, S>` (the XOR source is the row
+    /// index within an 8-row group); other rows that are a multiple of 16
+    /// bytes are padded by 16 bytes when that makes the row stride an odd
+    /// number of 16-byte chunks; anything else stays row-major.
+    pub fn for_ldmatrix(rows: i64, cols: i64, elem: i64) -> SharedLayout {
+        let rb = cols * elem;
+        if rb >= 32 && rb.count_ones() == 1 {
+            let bits = (log2(rb / 16) as u32).min(3);
+            // Rows of ≥ 128 bytes: XOR with row & 7 (bits at log2(rb));
+            // shorter rows: the byte-offset bits 7.. (several rows share a
+            // 128-byte line).
+            let shift = if rb >= 128 { log2(rb) as u32 - 4 } else { 3 };
+            return SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, shift)) };
+        }
+        if rb % 16 == 0 && (rb / 16) % 2 == 0 {
+            return SharedLayout { rows, cols, elem, row_stride: rb + 16, swizzle: None };
+        }
+        SharedLayout::row_major(rows, cols, elem)
+    }
+
+    /// Bytes the buffer occupies.
+    pub fn bytes(&self) -> i64 {
+        self.rows * self.row_stride
+    }
+
+    /// The XOR applied to the byte offset of an element in row `r`.
+    pub fn xor_of_row(&self, r: i64) -> i64 {
+        match self.swizzle {
+            Some((bits, shift)) => (((r * self.row_stride) >> (shift + 4)) & ((1 << bits) - 1)) << 4,
+            None => 0,
+        }
+    }
+
+    /// The byte offset of element `(r, c)`.
+    pub fn offset(&self, r: i64, c: i64) -> i64 {
+        (r * self.row_stride + c * self.elem) ^ self.xor_of_row(r)
+    }
+
+    /// Rows after which the swizzle pattern repeats (adding a multiple of it
+    /// to the row leaves the XOR unchanged).
+    pub fn row_period(&self) -> i64 {
+        match self.swizzle {
+            Some((bits, shift)) => ((1i64 << (shift + 4 + bits)) / self.row_stride).max(1),
+            None => 1,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self.swizzle {
+            Some((b, s)) => format!("swizzle<{b},4,{s}>(rows={}, row_bytes={})", self.rows, self.row_stride),
+            None => format!("row_major(rows={}, row_bytes={})", self.rows, self.row_stride),
+        }
     }
 }
 
@@ -278,10 +487,21 @@ mod tests {
     use std::collections::HashMap;
 
     fn check_root(shape: &[i64], threads: u32, vec: i64) {
-        let b = Blocked::new(shape, threads, vec);
+        check_layout(&RootLayout::blocked(shape, threads, vec), vec);
+    }
+
+    /// Bijection: valid (thread, register) pairs ↔ the elements of the shape.
+    fn check_layout(b: &RootLayout, vec: i64) {
+        let (shape, threads) = (&b.shape[..], b.threads);
         let f = FragLayout::full(b.clone());
         assert!(b.active_threads() <= threads as i64);
-        assert!(b.thr.iter().all(|t| t.count_ones() == 1));
+        assert!(b.dims.iter().all(|d| d.fields.iter().all(|f| f.count.count_ones() == 1)));
+        // The thread bits the dims use are disjoint and contiguous from bit 0.
+        let mask = b.dims.iter().fold(0u64, |m, d| {
+            assert_eq!(m & d.thread_mask(), 0);
+            m | d.thread_mask()
+        });
+        assert_eq!(mask + 1, b.active_threads() as u64);
         let total: i64 = shape.iter().product();
         let mut seen = HashMap::new();
         for t in 0..threads as i64 {
@@ -349,11 +569,10 @@ mod tests {
     fn outer_fixed_layouts_agree_with_reduced_rows() {
         // The rows of a reduction over [BM, BN] can drive a nest over [BM, D].
         for (bm, bn, d, threads) in [(8i64, 64i64, 32i64, 128u32), (16, 256, 64, 256), (64, 64, 128, 128), (4, 1024, 100, 256)] {
-            let s = FragLayout::full(Blocked::new(&[bm, bn], threads, 4));
+            let s = FragLayout::full(RootLayout::blocked(&[bm, bn], threads, 4));
             let m = s.reduced(1);
-            let r = &m.root;
-            let fixed = [(r.thr[0], r.spt[0], r.reps[0], r.stride[0])];
-            let o = Blocked::with_outer_fixed(&[bm, d], threads, 4, &fixed).expect("layout");
+            let fixed = [m.root.dims[0].clone()];
+            let o = RootLayout::with_outer_fixed(&[bm, d], threads, 4, &fixed, m.root.active_threads()).expect("layout");
             let of = FragLayout::full(o.clone());
             check_root(&[bm, d], threads, 4);
             let view = FragLayout { root: o, kept: vec![0] };
@@ -376,7 +595,7 @@ mod tests {
     fn reduced_layouts_replicate_rows() {
         for shape in [vec![4i64, 64], vec![16, 256], vec![3, 100], vec![2, 4, 8], vec![8, 3, 64]] {
             for threads in [32u32, 128, 256] {
-                let root = FragLayout::full(Blocked::new(&shape, threads, 4));
+                let root = FragLayout::full(RootLayout::blocked(&shape, threads, 4));
                 for k in 0..shape.len() {
                     let red = root.reduced(k);
                     // Every valid source element's reduced coordinate lives in the same thread,
@@ -401,6 +620,91 @@ mod tests {
                     }
                     let n: i64 = red.shape().iter().product();
                     assert_eq!(covered.len() as i64, n);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mma_accumulator_layouts_are_bijections_with_the_ptx_atom() {
+        for (m, n) in [(16i64, 8i64), (64, 64), (128, 128), (64, 128), (128, 64), (32, 16)] {
+            for (wm, wn) in [(1i64, 1i64), (2, 2), (4, 2), (2, 4), (1, 4), (4, 1), (8, 1), (1, 8)] {
+                if m % (16 * wm) != 0 || n % (8 * wn) != 0 {
+                    continue;
+                }
+                let threads = (wm * wn * 32) as u32;
+                let l = RootLayout::mma_accumulator(m, n, threads, (wm, wn));
+                check_layout(&l, 2);
+                // Each 16×8 atom matches the PTX C fragment: register i of an
+                // atom at lane 4g + q holds (g + 8·(i ≥ 2), 2q + (i & 1)).
+                let f = FragLayout::full(l.clone());
+                let ext = f.reg_extents();
+                for t in 0..threads as i64 {
+                    let (lane, w) = (t % 32, t / 32);
+                    let (g, q) = (lane / 4, lane % 4);
+                    for am in 0..ext[0] / 2 {
+                        for an in 0..ext[1] / 2 {
+                            for i in 0..4 {
+                                let r = f.flatten(&[2 * am + i / 2, 2 * an + i % 2]);
+                                let (c, valid) = f.coords(t, r);
+                                assert!(valid);
+                                let row = (w / wn) * (m / wm) + 16 * am + g + 8 * (i / 2);
+                                let col = (w % wn) * (n / wn) + 8 * an + 2 * q + i % 2;
+                                assert_eq!(c, vec![row, col]);
+                            }
+                        }
+                    }
+                }
+                // Rows reduce to a replicated layout that covers every row.
+                let red = f.reduced(1);
+                let mut rows = std::collections::HashSet::new();
+                for t in 0..threads as i64 {
+                    for r in 0..red.num_regs() {
+                        rows.insert(red.coords(t, r).0[0]);
+                    }
+                }
+                assert_eq!(rows.len() as i64, m);
+            }
+        }
+    }
+
+    #[test]
+    fn outer_fixed_layouts_follow_mma_rows() {
+        // A nest over [BM, D] whose rows come from an accumulator's row reduction.
+        for (m, n, d, warps) in [(64i64, 64i64, 32i64, (4i64, 1i64)), (128, 128, 64, (2, 4)), (64, 64, 64, (2, 2))] {
+            let threads = (warps.0 * warps.1 * 32) as u32;
+            let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, threads, warps));
+            let rows = acc.reduced(1);
+            let o = RootLayout::with_outer_fixed(&[m, d], threads, 4, &[rows.root.dims[0].clone()], threads as i64).expect("layout");
+            check_layout(&o, 4);
+            let view = FragLayout { root: o, kept: vec![0] };
+            assert!(view.agrees(&rows));
+        }
+    }
+
+    #[test]
+    fn shared_layouts_are_bijections_and_ldmatrix_is_conflict_free() {
+        for (rows, cols, elem) in [(64i64, 32i64, 2i64), (128, 64, 2), (32, 128, 2), (64, 16, 2), (16, 256, 2), (32, 24, 2), (8, 8, 4), (64, 48, 2)] {
+            let l = SharedLayout::for_ldmatrix(rows, cols, elem);
+            let mut seen = std::collections::HashSet::new();
+            for r in 0..rows {
+                for c in 0..cols {
+                    let o = l.offset(r, c);
+                    assert!(o >= 0 && o + elem <= l.bytes(), "{}: ({r},{c}) at {o}", l.describe());
+                    assert_eq!(o % elem, 0);
+                    assert!(seen.insert(o / elem), "{}: ({r},{c}) collides", l.describe());
+                    // The XOR does not depend on a whole-period row offset.
+                    assert_eq!(l.xor_of_row(r), l.xor_of_row(r % l.row_period()));
+                }
+            }
+            // ldmatrix: 8 rows at one 16-byte-aligned column form one phase;
+            // their 16-byte chunks must fall in 8 different 16-byte bank groups.
+            if (cols * elem) % 16 == 0 && rows >= 8 {
+                for r0 in (0..rows - 7).step_by(8) {
+                    for c in (0..cols).step_by((16 / elem) as usize) {
+                        let groups: std::collections::HashSet<i64> = (0..8).map(|i| (l.offset(r0 + i, c) % 128) / 16).collect();
+                        assert_eq!(groups.len(), 8, "{}: bank conflict at rows {r0}.., col {c}", l.describe());
+                    }
                 }
             }
         }

@@ -19,7 +19,7 @@ pub mod ptx;
 pub mod thread_ir;
 pub mod verify;
 
-pub use compile::{compile, Compiled};
+pub use compile::{compile, compile_verified, Compiled};
 pub use ir::*;
 
 /// A code-generation target.

@@ -151,6 +151,14 @@ pub enum Inst {
     /// `cp.async.wait_group pending;`: waits until at most `pending` of this
     /// thread's committed groups are still in flight.
     CpAsyncWait { pending: u32 },
+    /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16 {dsts}, [addr];`
+    /// (warp-collective): lane `8j + i` gives the address of row `i` of
+    /// matrix `j` (16 bytes); `dsts[j]` receives matrix `j`'s elements
+    /// `(lane / 4, 2·(lane % 4) + {0, 1})`, transposed with `trans`.
+    Ldmatrix { trans: bool, dsts: Vec<Reg>, addr: Address, region: Option<Region> },
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {d}, {a}, {b}, {c};`
+    /// (warp-collective), `ab` = `f16` or `bf16`.
+    Mma { ab: &'static str, d: [Reg; 4], a: [Reg; 4], b: [Reg; 2], c: [Reg; 4] },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -270,6 +278,20 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         }
         Inst::CpAsyncCommit => "cp.async.commit_group".into(),
         Inst::CpAsyncWait { pending } => format!("cp.async.wait_group {pending}"),
+        Inst::Ldmatrix { trans, dsts, addr, .. } => {
+            let d: Vec<Operand> = dsts.iter().map(|r| Operand::Reg(*r)).collect();
+            format!(
+                "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {{{}}}, {}",
+                dsts.len(),
+                if *trans { ".trans" } else { "" },
+                d.iter().map(|o| fmt_operand(f, o)).collect::<Vec<_>>().join(", "),
+                fmt_address(f, addr)
+            )
+        }
+        Inst::Mma { ab, d, a, b, c } => {
+            let l = |rs: &[Reg]| rs.iter().map(|r| f.reg_name(*r)).collect::<Vec<_>>().join(", ");
+            format!("mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}", l(d), l(a), l(b), l(c))
+        }
     }
 }
 
@@ -303,7 +325,8 @@ fn print_block(f: &Function, body: &[Stmt], depth: usize, out: &mut String) {
                 let region = match inst {
                     Inst::Ld { region: Some(r), .. }
                     | Inst::St { region: Some(r), .. }
-                    | Inst::CpAsync { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
+                    | Inst::CpAsync { region: Some(r), .. }
+                    | Inst::Ldmatrix { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
                     _ => String::new(),
                 };
                 let _ = writeln!(out, "{ind}{}{}{region}", guard_text(f, guard), fmt_inst(f, inst));

@@ -78,6 +78,9 @@ fn accesses(s: &Stmt, acc: &mut State) {
             acc.writes.insert(*r);
             acc.in_flight.insert(*r);
         }
+        Stmt::Inst { inst: Inst::Ldmatrix { region: Some(r), .. }, .. } => {
+            acc.reads.insert(*r);
+        }
         Stmt::Inst { .. } | Stmt::Comment(_) => {}
         Stmt::If { then, otherwise, .. } => {
             for x in then.iter().chain(otherwise) {

@@ -20,9 +20,14 @@
 //! variable) has a layout whose shape is its iteration space.
 
 use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind, VarId};
-use crate::layout::{Blocked, FragLayout};
+use crate::ir::{DType, WarpPolicy};
+use crate::layout::{mma_warp_grid, FragLayout, RootLayout, SharedLayout};
 use crate::CompileError;
 use std::collections::HashMap;
+
+/// Accumulator registers per thread a gemm may use (the register file holds
+/// 255; operands, addresses and the epilogue need the rest).
+pub const MAX_ACCUMULATOR_REGS: usize = 192;
 
 /// The layouts chosen for a kernel.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +35,9 @@ pub struct LayoutPlan {
     pub frags: HashMap<BufferId, FragLayout>,
     /// The layout of each parallel nest, keyed by its outermost loop variable.
     pub nests: HashMap<VarId, FragLayout>,
+    /// Shared buffers with a layout other than row-major (tensor-core
+    /// operands); every access to such a buffer goes through it.
+    pub shared: HashMap<BufferId, SharedLayout>,
 }
 
 /// A maximal nest of `Parallel` loops.
@@ -127,6 +135,7 @@ struct Infer<'k> {
 
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Phase {
+    Gemms,
     Reductions,
     Nests,
     Rest,
@@ -134,8 +143,12 @@ enum Phase {
 
 /// Infers the layouts of `kernel`'s fragments and parallel nests.
 pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
-    let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![], phase: Phase::Reductions };
+    let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![], phase: Phase::Gemms };
     inf.collect_hints(&kernel.body);
+    // Gemms fix their accumulators (and fragment A operands) first: the
+    // hardware dictates those layouts.
+    inf.phase = Phase::Gemms;
+    inf.block(&kernel.body);
     // Reductions constrain the most (their results must be replicated rows
     // of their sources), then parallel nests and fragment-to-fragment
     // copies; copies to/from memory and fills accept any layout.
@@ -259,7 +272,7 @@ impl Infer<'_> {
         let buf = self.k.buffer(b);
         let shape = buf.const_shape().unwrap_or_default();
         let hint = self.vec_hint.get(&b).map(|h| h.1).unwrap_or((16 / buf.dtype.size_bytes() as i64).max(1));
-        FragLayout::full(Blocked::new(&shape, self.k.threads, hint))
+        FragLayout::full(RootLayout::blocked(&shape, self.k.threads, hint))
     }
 
     fn ensure(&mut self, b: BufferId, why: impl FnOnce() -> String) {
@@ -345,6 +358,11 @@ impl Infer<'_> {
                 let n = self.name(*buf).to_string();
                 self.ensure(*buf, || format!("the fill of `{n}`"));
             }
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } if self.phase == Phase::Gemms => {
+                if let Err(msg) = self.gemm(*a, *b, *c, *trans_a, *trans_b, *policy, s.span) {
+                    self.errors.push(CompileError::new(s.span, msg));
+                }
+            }
             StmtKind::Reduce { src, dst, dim, .. } => {
                 if !self.is_frag(*src) || !self.is_frag(*dst) || self.phase != Phase::Reductions {
                     return;
@@ -363,25 +381,114 @@ impl Infer<'_> {
         }
     }
 
+    /// Checks a gemm's operands and fixes the layouts it dictates: the mma
+    /// accumulator layout of `c`, the ldmatrix-friendly layout of shared
+    /// operands, and (for a fragment `a`) the accumulator layout of an
+    /// `[M, K]` tile with the same warps along M.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(&mut self, a: BufferId, b: BufferId, c: BufferId, trans_a: bool, trans_b: bool, policy: WarpPolicy, span: SpanId) -> Result<(), String> {
+        let (ab, bb, cb) = (self.k.buffer(a), self.k.buffer(b), self.k.buffer(c));
+        let shape2 = |buf: &crate::ir::Buffer| -> Result<(i64, i64), String> {
+            match buf.const_shape().as_deref() {
+                Some([r, c]) => Ok((*r, *c)),
+                _ => Err(format!("gemm operand `{}` must be a 2-D buffer with a constant shape", buf.name)),
+            }
+        };
+        let (ar, ac) = shape2(ab)?;
+        let (br, bc) = shape2(bb)?;
+        let (m, n) = shape2(cb)?;
+        let (am, ak) = if trans_a { (ac, ar) } else { (ar, ac) };
+        let (bk, bn) = if trans_b { (bc, br) } else { (br, bc) };
+        if cb.scope != Scope::Fragment || cb.dtype != DType::F32 {
+            return Err(format!("gemm accumulator `{}` must be an f32 fragment", cb.name));
+        }
+        if bb.scope != Scope::Shared {
+            return Err(format!("gemm operand B `{}` must be a shared buffer", bb.name));
+        }
+        if !matches!(ab.scope, Scope::Shared | Scope::Fragment) {
+            return Err(format!("gemm operand A `{}` must be a shared buffer or a fragment", ab.name));
+        }
+        if ab.dtype != bb.dtype || !matches!(ab.dtype, DType::F16 | DType::BF16) {
+            return Err(format!(
+                "gemm operands `{}` ({}) and `{}` ({}) must both be f16 or both bf16",
+                ab.name, ab.dtype, bb.name, bb.dtype
+            ));
+        }
+        if am != m || bn != n || ak != bk {
+            return Err(format!(
+                "gemm shapes do not agree: A `{}` is {m2}×{ak}, B `{}` is {bk}×{bn}, C `{}` is {m}×{n} (after transposes)",
+                ab.name,
+                bb.name,
+                cb.name,
+                m2 = am
+            ));
+        }
+        if m % 16 != 0 || n % 8 != 0 || ak % 16 != 0 {
+            return Err(format!(
+                "gemm tile M×N×K = {m}×{n}×{ak} is not supported: mma.sync m16n8k16 needs M a multiple of 16, N a multiple of 8 and K a multiple of 16"
+            ));
+        }
+        let warps = mma_warp_grid(m, n, self.k.threads, policy)?;
+        let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, self.k.threads, warps));
+        let regs = acc.num_regs();
+        if regs > MAX_ACCUMULATOR_REGS {
+            return Err(format!(
+                "gemm accumulator `{}` ({m}×{n} f32 over {} threads) needs {regs} registers per thread, more than {MAX_ACCUMULATOR_REGS}; use a smaller tile or more threads",
+                cb.name, self.k.threads
+            ));
+        }
+        let why = format!("the gemm into `{}` (mma accumulator, warps {}×{})", cb.name, warps.0, warps.1);
+        self.constrain(c, acc, why, span);
+        if ab.scope == Scope::Fragment {
+            if trans_a || warps.1 != 1 {
+                return Err(format!(
+                    "gemm with A from fragment `{}` is supported only untransposed and when warps split M only (policy FullRow, or Square giving warps {}×1); this gemm uses warps {}×{}{}",
+                    ab.name,
+                    warps.0 * warps.1,
+                    warps.0,
+                    warps.1,
+                    if trans_a { " and a transposed A" } else { "" }
+                ));
+            }
+            let want = FragLayout::full(RootLayout::mma_accumulator(m, ak, self.k.threads, warps));
+            let why = format!("the gemm into `{}` (A operand from registers, warps {}×1)", cb.name, warps.0);
+            self.constrain(a, want, why, span);
+        }
+        for (buf, rows, cols) in [(a, ar, ac), (b, br, bc)] {
+            if self.k.buffer(buf).scope == Scope::Shared {
+                let l = SharedLayout::for_ldmatrix(rows, cols, 2);
+                if l.row_stride % 16 != 0 {
+                    return Err(format!(
+                        "gemm operand `{}`: rows of {} bytes; ldmatrix needs rows that are a multiple of 16 bytes",
+                        self.k.buffer(buf).name,
+                        cols * 2
+                    ));
+                }
+                self.plan.shared.insert(buf, l);
+            }
+        }
+        Ok(())
+    }
+
     /// A layout for nest `n` that agrees with the fragments it reads that
     /// already have layouts and cover its outer dims (e.g. `m[i]` from a
     /// reduction read in a nest over `(i, j)`), when there is one.
     fn layout_from_rows(&self, n: &Nest<'_>, uses: &[(BufferId, Vec<usize>)], full: Option<BufferId>) -> Option<FragLayout> {
-        let mut fixed: Vec<Option<(i64, i64, i64, i64)>> = vec![None; n.vars.len()];
+        let mut fixed: Vec<Option<crate::layout::DimDist>> = vec![None; n.vars.len()];
+        let mut active = 1;
         for (b, p) in uses {
             let Some(l) = self.plan.frags.get(b) else { continue };
+            active = active.max(l.root.active_threads());
             for (a, &nd) in p.iter().enumerate() {
-                let d = l.kept[a];
-                let r = &l.root;
-                let want = (r.thr[d], r.spt[d], r.reps[d], r.stride[d]);
-                match fixed[nd] {
+                let want = l.root.dims[l.kept[a]].clone();
+                match &fixed[nd] {
                     None => fixed[nd] = Some(want),
-                    Some(x) if x == want => {}
+                    Some(x) if *x == want => {}
                     Some(_) => return None,
                 }
             }
         }
-        let prefix: Vec<(i64, i64, i64, i64)> = fixed.iter().map_while(|x| *x).collect();
+        let prefix: Vec<crate::layout::DimDist> = fixed.iter().map_while(|x| x.clone()).collect();
         if prefix.is_empty() || fixed[prefix.len()..].iter().any(|x| x.is_some()) {
             return None;
         }
@@ -390,7 +497,7 @@ impl Infer<'_> {
             None => 1,
         };
         let hint = full.and_then(|b| self.vec_hint.get(&b).map(|h| h.1)).unwrap_or(hint);
-        Blocked::with_outer_fixed(&n.extents, self.k.threads, hint, &prefix).map(FragLayout::full)
+        RootLayout::with_outer_fixed(&n.extents, self.k.threads, hint, &prefix, active).map(FragLayout::full)
     }
 
     fn nest(&mut self, n: &Nest<'_>, span: SpanId) {
@@ -421,7 +528,7 @@ impl Infer<'_> {
             self.ensure(b, || why);
             self.plan.frags[&b].clone()
         } else {
-            FragLayout::full(Blocked::new(&n.extents, self.k.threads, 1))
+            FragLayout::full(RootLayout::blocked(&n.extents, self.k.threads, 1))
         };
         if nest_layout.shape() != n.extents {
             self.errors.push(CompileError::new(

@@ -34,10 +34,13 @@ use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt, StmtKind,
     TileRef, UnOp, Value, VarId, VarKind,
 };
-use crate::layout::{Blocked, FragLayout};
+use crate::layout::{FragLayout, RootLayout, SharedLayout, ThreadField};
 use crate::thread_ir::{Address, Function, Inst, Operand, Reg, RegClass, Region, Space, Special, Stmt, SMEM};
 use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};
+
+#[path = "lower_gemm.rs"]
+mod gemm;
 
 type R<T> = Result<T, CompileError>;
 
@@ -153,6 +156,7 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         locals: HashMap::new(),
         nest: None,
         tbases: HashMap::new(),
+        ldm_bases: HashMap::new(),
         errors: Vec::new(),
         pipe: pipeline::plan(kernel),
         stage_stride: HashMap::new(),
@@ -202,7 +206,9 @@ struct Lx<'a> {
     frags: HashMap<BufferId, Vec<Reg>>,
     locals: HashMap<BufferId, Vec<Reg>>,
     nest: Option<NestCtx>,
-    tbases: HashMap<(i64, i64, i64), Reg>,
+    tbases: HashMap<Vec<ThreadField>, Reg>,
+    /// Per-thread ldmatrix row addresses (see `lower_gemm.rs`).
+    ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
     errors: Vec<CompileError>,
     /// Which loops are software-pipelined and which shared buffers have stages.
     pipe: PipelinePlan,
@@ -401,7 +407,10 @@ impl<'a> Lx<'a> {
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
             match b.scope {
                 Scope::Shared => {
-                    let bytes = n * b.dtype.size_bytes() as i64;
+                    let bytes = match self.plan.shared.get(&id) {
+                        Some(l) => l.bytes(),
+                        None => n * b.dtype.size_bytes() as i64,
+                    };
                     let stages = self.pipe.stages_of(id) as i64;
                     // Stage copies start 128-byte aligned, like buffers.
                     let stride = (bytes + 127) / 128 * 128;
@@ -458,24 +467,71 @@ impl<'a> Lx<'a> {
         off
     }
 
-    /// `t_d · spt_d` for the calling thread (computed once, in the prologue).
-    fn tbase(&mut self, root: &Blocked, d: usize) -> Operand {
-        if root.thr[d] == 1 {
+    /// The thread part of dim `d`'s coordinate for the calling thread
+    /// (computed once, in the prologue).
+    pub(crate) fn tbase(&mut self, root: &RootLayout, d: usize) -> Operand {
+        let fields = root.dims[d].fields.clone();
+        self.thread_bits_value(&fields)
+    }
+
+    /// `Σ ((tid >> shift) & (count - 1)) · mult` over `fields`, in the prologue.
+    pub(crate) fn thread_bits_value(&mut self, fields: &[ThreadField]) -> Operand {
+        if fields.is_empty() {
             return Operand::Imm(0);
         }
-        let key = (root.stride[d], root.thr[d], root.spt[d]);
-        if let Some(r) = self.tbases.get(&key) {
+        if let Some(r) = self.tbases.get(fields) {
             return Operand::Reg(*r);
         }
         let tid = self.tid;
-        let a = self.new_reg(RegClass::B32);
-        self.emit_pro(Inst::Op { op: "shr.u32".into(), dst: a, args: vec![tid.into(), Operand::Imm(log2(root.stride[d]))] });
-        let b = self.new_reg(RegClass::B32);
-        self.emit_pro(Inst::Op { op: "and.b32".into(), dst: b, args: vec![a.into(), Operand::Imm(root.thr[d] - 1)] });
-        let c = self.new_reg(RegClass::B32);
-        self.emit_pro(Inst::Op { op: "shl.b32".into(), dst: c, args: vec![b.into(), Operand::Imm(log2(root.spt[d]))] });
-        self.tbases.insert(key, c);
-        Operand::Reg(c)
+        let mut acc: Option<Reg> = None;
+        for f in fields {
+            let a = self.new_reg(RegClass::B32);
+            self.emit_pro(Inst::Op { op: "shr.u32".into(), dst: a, args: vec![tid.into(), Operand::Imm(f.shift as i64)] });
+            let b = self.new_reg(RegClass::B32);
+            self.emit_pro(Inst::Op { op: "and.b32".into(), dst: b, args: vec![a.into(), Operand::Imm(f.count - 1)] });
+            let c = self.new_reg(RegClass::B32);
+            match acc {
+                None if f.mult.count_ones() == 1 => {
+                    self.emit_pro(Inst::Op { op: "shl.b32".into(), dst: c, args: vec![b.into(), Operand::Imm(log2(f.mult))] })
+                }
+                None => self.emit_pro(Inst::Op { op: "mul.lo.s32".into(), dst: c, args: vec![b.into(), Operand::Imm(f.mult)] }),
+                Some(prev) => self.emit_pro(Inst::Op {
+                    op: "mad.lo.s32".into(),
+                    dst: c,
+                    args: vec![b.into(), Operand::Imm(f.mult), prev.into()],
+                }),
+            }
+            acc = Some(c);
+        }
+        let r = acc.unwrap_or(tid);
+        self.tbases.insert(fields.to_vec(), r);
+        Operand::Reg(r)
+    }
+
+    /// The bits of `x` selected by `mask`, packed to the low end (`pext`).
+    fn extract_bits(&mut self, x: Reg, mask: u64) -> Operand {
+        let mut out: Option<Operand> = None;
+        let mut packed = 0u32;
+        let mut b = 0u32;
+        while b < 32 {
+            if mask & (1 << b) == 0 {
+                b += 1;
+                continue;
+            }
+            let start = b;
+            while b < 32 && mask & (1 << b) != 0 {
+                b += 1;
+            }
+            let width = b - start;
+            let s = self.op("shr.u32", RegClass::B32, vec![x.into(), Operand::Imm(start as i64)]);
+            let v = self.op("and.b32", RegClass::B32, vec![s.into(), Operand::Imm((1i64 << width) - 1)]);
+            out = Some(match out {
+                None => Operand::Reg(v),
+                Some(prev) => Operand::Reg(self.op("mad.lo.s32", RegClass::B32, vec![v.into(), Operand::Imm(1i64 << packed), prev])),
+            });
+            packed += width;
+        }
+        out.unwrap_or(Operand::Imm(0))
     }
 
     /// Coordinate along kept dim `a` of per-dim register index `l`.
@@ -499,9 +555,9 @@ impl<'a> Lx<'a> {
             if !root.dim_padded(d) {
                 continue;
             }
-            let rep_off = (l[a] / root.spt[d]) * root.thr[d] * root.spt[d];
-            let bound = root.shape[d] - rep_off;
-            if bound >= root.thr[d] * root.spt[d] {
+            // Valid when thread part + register offset < extent.
+            let bound = root.shape[d] - root.reg_offset(d, l[a]);
+            if bound > root.dims[d].max_thread_part() {
                 continue;
             }
             let base = self.tbase(&lay.root.clone(), d);
@@ -606,27 +662,83 @@ impl<'a> Lx<'a> {
         Ok(p)
     }
 
-    /// Element offset of `coords` within shared buffer `buf`. Every shared
-    /// address goes through here, so that a buffer's layout (row-major
-    /// today; swizzled later) is decided in one place.
-    fn shared_offset(&mut self, buf: BufferId, coords: &[Operand]) -> R<Operand> {
-        let shape = self.k.buffer(buf).const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
-        Ok(self.rowmajor_i32(coords, &shape))
-    }
-
-    fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
+    /// The address of element `idx` of shared buffer `buf`.
+    ///
+    /// Every access to a shared buffer goes through here (or through
+    /// [`Lx::shared_offset`]), so that a buffer whose layout the compiler
+    /// chose (a swizzled tensor-core operand, [`LayoutPlan::shared`]) is
+    /// read and written consistently.
+    pub(crate) fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
         let (base, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
-        let size = self.k.buffer(buf).dtype.size_bytes() as i64;
         let off = self.shared_offset(buf, idx)?;
         // A multi-buffered buffer is addressed from the current stage's base.
         let sm = self.stage_base.get(&buf).copied().unwrap_or(self.smem);
         Ok(match off {
-            Operand::Imm(o) => Address { base: sm.into(), offset: base + o * size },
+            Operand::Imm(o) => Address { base: sm.into(), offset: base + o },
             _ => {
-                let a = self.op("mad.lo.s32", RegClass::B32, vec![off, Operand::Imm(size), sm.into()]);
+                let a = self.op("add.s32", RegClass::B32, vec![off, sm.into()]);
                 Address { base: a.into(), offset: base }
             }
         })
+    }
+
+    /// The layout of shared buffer `buf` (row-major unless layout inference chose another).
+    pub(crate) fn shared_layout(&self, buf: BufferId) -> R<SharedLayout> {
+        if let Some(l) = self.plan.shared.get(&buf) {
+            return Ok(*l);
+        }
+        let b = self.k.buffer(buf);
+        let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = shape.iter().rev().skip(1).product::<i64>();
+        Ok(SharedLayout::row_major(rows, cols, b.dtype.size_bytes() as i64))
+    }
+
+    /// The byte offset of element `idx` of shared buffer `buf` from the
+    /// buffer's start, through the buffer's [`SharedLayout`] (swizzled for
+    /// tensor-core operands). THE one place that maps shared coordinates to
+    /// bytes: copies, element accesses in nests, ldmatrix (via the same
+    /// layout) and the cp.async writes of pipelining must all use it.
+    /// Constant coordinates fold to an immediate.
+    pub(crate) fn shared_offset(&mut self, buf: BufferId, idx: &[Operand]) -> R<Operand> {
+        let b = self.k.buffer(buf);
+        let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
+        let lay = self.shared_layout(buf)?;
+        if idx.len() != shape.len() || idx.is_empty() {
+            return Err(self.err(format!("`{}` has {} dimensions but is indexed with {}", b.name, shape.len(), idx.len())));
+        }
+        let n = idx.len();
+        let row = self.rowmajor_i32(&idx[..n - 1], &shape[..n - 1]);
+        let col = idx[n - 1].clone();
+        if let (Operand::Imm(r), Operand::Imm(c)) = (&row, &col) {
+            return Ok(Operand::Imm(lay.offset(*r, *c)));
+        }
+        // row · stride + col · elem
+        let lin = match &row {
+            Operand::Imm(r) => {
+                let c = self.mad_i32(col, lay.elem, Operand::Imm(0));
+                self.add_i32(c, Operand::Imm(r * lay.row_stride))
+            }
+            _ => {
+                let c = self.mad_i32(col, lay.elem, Operand::Imm(0));
+                self.mad_i32(row.clone(), lay.row_stride, c)
+            }
+        };
+        let Some((bits, shift)) = lay.swizzle else { return Ok(lin) };
+        // XOR the chunk bits with bits [shift + 4, +bits) of the row's byte offset.
+        let x = match &row {
+            Operand::Imm(r) => Operand::Imm(lay.xor_of_row(*r)),
+            _ => {
+                let rb = self.op("mul.lo.s32", RegClass::B32, vec![row.clone(), Operand::Imm(lay.row_stride)]);
+                let sh = self.op("shr.u32", RegClass::B32, vec![rb.into(), Operand::Imm(shift as i64)]);
+                Operand::Reg(self.op("and.b32", RegClass::B32, vec![sh.into(), Operand::Imm(((1i64 << bits) - 1) << 4)]))
+            }
+        };
+        if x == Operand::Imm(0) {
+            return Ok(lin);
+        }
+        let l = self.materialize(&Val { op: lin, ty: DType::I32 });
+        Ok(Operand::Reg(self.op("xor.b32", RegClass::B32, vec![l.into(), x])))
     }
 
     // ----------------------------------------------------------- conversions
@@ -1257,7 +1369,12 @@ impl<'a> Lx<'a> {
                 }
                 self.lower_reduce(*op, *src, *dst, *dim, *keep)
             }
-            StmtKind::Gemm { .. } => Err(CompileError::new(self.span, "gemm is not supported by this version of the code generator")),
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } => {
+                if in_nest {
+                    return Err(collective(self, "gemm"));
+                }
+                self.lower_gemm(*a, *b, *c, *trans_a, *trans_b, *clear, *policy)
+            }
             StmtKind::Barrier => {
                 if in_nest {
                     return Err(collective(self, "barrier"));
@@ -1404,7 +1521,7 @@ impl<'a> Lx<'a> {
         // the same iterations; only the first one may touch memory.
         let mut primary = None;
         for d in 0..layout.root.rank() {
-            if layout.kept.contains(&d) || layout.root.thr[d] == 1 {
+            if layout.kept.contains(&d) || layout.root.dims[d].fields.is_empty() {
                 continue;
             }
             let b = self.tbase(&layout.root.clone(), d);
@@ -1514,6 +1631,12 @@ impl<'a> Lx<'a> {
         if matches!(s_side, Side::Local(_)) || matches!(d_side, Side::Local(_)) {
             return self.copy_local(&s_side, &d_side, &shape, sdt, ddt, &fill_val);
         }
+        if let (Side::Frag(fb), Side::Global { buf, origin, lead: 0 }) = (&s_side, &d_side) {
+            // Accumulator epilogues: per-thread base address, immediate column offsets.
+            if self.store_fragment_2d(*fb, *buf, origin, global_origin_expr.map(|e| e.0))? {
+                return Ok(());
+            }
+        }
         let layout = match (&s_side, &d_side) {
             (Side::Frag(a), Side::Frag(b)) => {
                 let (la, lb) = (self.plan.frags.get(a), self.plan.frags.get(b));
@@ -1532,7 +1655,7 @@ impl<'a> Lx<'a> {
             }
             _ => {
                 let other = if sb.scope == Scope::Global { sdt } else { ddt };
-                FragLayout::full(Blocked::new(&shape, self.k.threads, (16 / other.size_bytes() as i64).max(1)))
+                FragLayout::full(RootLayout::blocked(&shape, self.k.threads, (16 / other.size_bytes() as i64).max(1)))
             }
         };
         if layout.shape() != shape {
@@ -1602,7 +1725,7 @@ impl<'a> Lx<'a> {
         let mut primary = None;
         if matches!(dst, Side::Global { .. } | Side::Shared(_)) {
             for d in 0..lay.root.rank() {
-                if lay.kept.contains(&d) || lay.root.thr[d] == 1 {
+                if lay.kept.contains(&d) || lay.root.dims[d].fields.is_empty() {
                     continue;
                 }
                 let b = self.tbase(&lay.root.clone(), d);
@@ -1930,7 +2053,7 @@ impl<'a> Lx<'a> {
             }
             Scope::Shared => {
                 let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
-                let lay = FragLayout::full(Blocked::new(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
+                let lay = FragLayout::full(RootLayout::blocked(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
                 let x = self.materialize(&v);
                 let vw = lay.vec_width() as usize;
                 let region = self.region_of(buf);
@@ -2014,11 +2137,11 @@ impl<'a> Lx<'a> {
                 let x = self.convert(Val { op: x.into(), ty: sdt }, acc_t)?;
                 let mut x = self.materialize(&x);
                 if root.dim_padded(rk) {
-                    let bound = root.shape[rk] - (lk / root.spt[rk]) * root.thr[rk] * root.spt[rk];
+                    let bound = root.shape[rk] - root.reg_offset(rk, lk);
                     if bound <= 0 {
                         continue;
                     }
-                    if bound < root.thr[rk] * root.spt[rk] {
+                    if bound <= root.dims[rk].max_thread_part() {
                         let b = self.materialize(&Val { op: base_k.clone(), ty: DType::I32 });
                         let p = self.op("setp.lt.s32", RegClass::Pred, vec![b.into(), Operand::Imm(bound)]);
                         x = self.op(format!("selp.{}", mov_ty(acc_t)), c, vec![x.into(), ident.clone(), p.into()]);
@@ -2029,21 +2152,25 @@ impl<'a> Lx<'a> {
             partials.push(acc);
         }
         // 2. Butterfly within a warp over the thread bits of `dim`.
-        let (stride, thr) = (root.stride[rk], root.thr[rk]);
-        let mut lanes = 1;
-        while lanes < thr && stride * lanes < 32 {
+        let mask = root.dims[rk].thread_mask();
+        for bit in 0..5 {
+            if mask & (1 << bit) == 0 {
+                continue;
+            }
             for &p in &partials {
                 let y = self.new_reg(c);
-                self.emit(Inst::ShflBfly { dst: y, src: p, lane_mask: (stride * lanes) as u32 });
+                self.emit(Inst::ShflBfly { dst: y, src: p, lane_mask: 1 << bit });
                 self.op_into(opname.clone(), p, vec![p.into(), y.into()]);
             }
-            lanes *= 2;
         }
-        // 3. Across warps through shared memory.
-        let h = thr / lanes;
+        // 3. Across warps through shared memory: the threads with zero lane
+        // bits of `dim` write their partial to slot (row key, warp key);
+        // every thread then combines the `h` slots of its row key.
+        let warp_mask = mask & !31;
+        let h = 1i64 << warp_mask.count_ones();
         if h > 1 {
             let active = root.active_threads();
-            let rows = active / thr;
+            let rows = active / root.dims[rk].threads_along();
             let nd = partials.len() as i64;
             let off = self.alloc_smem(nd * rows * h * 4);
             let region = Region { id: self.next_region, op: self.cur_op };
@@ -2051,14 +2178,11 @@ impl<'a> Lx<'a> {
             self.cur_op += 1;
             let read_region = Region { id: region.id, op: self.cur_op };
             let tid = self.tid;
-            let lower = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm(stride - 1)]);
-            let upper = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride * thr))]);
-            let rowkey = self.op("mad.lo.s32", RegClass::B32, vec![upper.into(), Operand::Imm(stride), lower.into()]);
-            let hk0 = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride * lanes))]);
-            let hk = self.op("and.b32", RegClass::B32, vec![hk0.into(), Operand::Imm(h - 1)]);
-            let lane0 = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(log2(stride))]);
-            let lane1 = self.op("and.b32", RegClass::B32, vec![lane0.into(), Operand::Imm(lanes - 1)]);
-            let writer = self.op("setp.eq.u32", RegClass::Pred, vec![lane1.into(), Operand::Imm(0)]);
+            let all_bits = (active as u64).saturating_sub(1);
+            let rowkey = self.extract_bits(tid, all_bits & !mask);
+            let hk = self.extract_bits(tid, warp_mask);
+            let lane_bits = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm((mask & 31) as i64)]);
+            let writer = self.op("setp.eq.u32", RegClass::Pred, vec![lane_bits.into(), Operand::Imm(0)]);
             let live = if active < self.k.threads as i64 {
                 Some(self.op("setp.lt.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(active)]))
             } else {
@@ -2066,9 +2190,10 @@ impl<'a> Lx<'a> {
             };
             let writer = self.and_pred(Some(writer), live);
             let sm = self.smem;
-            let slot = self.op("mad.lo.s32", RegClass::B32, vec![rowkey.into(), Operand::Imm(h), hk.into()]);
+            let rowkey = Operand::Reg(self.materialize(&Val { op: rowkey, ty: DType::I32 }));
+            let slot = self.op("mad.lo.s32", RegClass::B32, vec![rowkey.clone(), Operand::Imm(h), hk]);
             let waddr = self.op("mad.lo.s32", RegClass::B32, vec![slot.into(), Operand::Imm(4), sm.into()]);
-            let raddr = self.op("mad.lo.s32", RegClass::B32, vec![rowkey.into(), Operand::Imm(h * 4), sm.into()]);
+            let raddr = self.op("mad.lo.s32", RegClass::B32, vec![rowkey, Operand::Imm(h * 4), sm.into()]);
             let parts = partials.clone();
             let body = self.capture(|s| {
                 for (rd, p) in parts.iter().enumerate() {

@@ -152,6 +152,11 @@ impl<'f> Sim<'f> {
                         }
                         continue;
                     }
+                    if matches!(inst, Inst::Ldmatrix { .. } | Inst::Mma { .. }) {
+                        assert!(guard.is_none(), "guarded warp-collective instruction");
+                        self.warp_collective(inst, mask);
+                        continue;
+                    }
                     for t in 0..self.threads {
                         if !mask[t] {
                             continue;
@@ -207,6 +212,92 @@ impl<'f> Sim<'f> {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// ldmatrix and mma.sync, written from the PTX ISA's fragment
+    /// definitions (independently of the code generator): every lane of a
+    /// warp must take part.
+    fn warp_collective(&mut self, inst: &Inst, mask: &[bool]) {
+        for w in 0..self.threads.div_ceil(32) {
+            let lanes: Vec<usize> = (w * 32..(w * 32 + 32).min(self.threads)).collect();
+            let on = lanes.iter().filter(|&&t| mask[t]).count();
+            if on == 0 {
+                continue;
+            }
+            assert_eq!(on, 32, "warp-collective {inst:?} with inactive lanes in warp {w}");
+            self.steps += 32;
+            match inst {
+                Inst::Ldmatrix { trans, dsts, addr, .. } => {
+                    // Matrix j's row i (8 halves, 16 bytes) is at lane 8j + i's address.
+                    let mut mats = vec![[[0u16; 8]; 8]; dsts.len()];
+                    for (j, mat) in mats.iter_mut().enumerate() {
+                        for (i, row) in mat.iter_mut().enumerate() {
+                            let t = lanes[8 * j + i];
+                            let a = self.addr(t, addr);
+                            self.race_check(t, a, 16, false);
+                            let bytes = self.mem(Space::Shared, a, 16).to_vec();
+                            for (e, x) in row.iter_mut().enumerate() {
+                                *x = u16::from_le_bytes([bytes[2 * e], bytes[2 * e + 1]]);
+                            }
+                        }
+                    }
+                    for (l, &t) in lanes.iter().enumerate() {
+                        let (g, q) = (l / 4, l % 4);
+                        for (j, d) in dsts.iter().enumerate() {
+                            let (lo, hi) = if *trans {
+                                (mats[j][2 * q][g], mats[j][2 * q + 1][g])
+                            } else {
+                                (mats[j][g][2 * q], mats[j][g][2 * q + 1])
+                            };
+                            self.regs[t][d.0 as usize] = lo as u64 | ((hi as u64) << 16);
+                        }
+                    }
+                }
+                Inst::Mma { ab, d, a, b, c } => {
+                    let cvt = |x: u64| -> f64 {
+                        if *ab == "bf16" {
+                            half::bf16::from_bits(x as u16).to_f64()
+                        } else {
+                            half::f16::from_bits(x as u16).to_f64()
+                        }
+                    };
+                    let mut am = [[0f64; 16]; 16];
+                    let mut bm = [[0f64; 8]; 16];
+                    let mut cm = [[0f64; 8]; 16];
+                    for (l, &t) in lanes.iter().enumerate() {
+                        let (g, q) = (l / 4, l % 4);
+                        for i in 0..8 {
+                            let word = self.regs[t][a[i / 2].0 as usize];
+                            let half = (word >> (16 * (i % 2))) & 0xFFFF;
+                            let row = g + 8 * ((i >> 1) & 1);
+                            let col = 2 * q + (i & 1) + 8 * (i / 4);
+                            am[row][col] = cvt(half);
+                        }
+                        for i in 0..4 {
+                            let word = self.regs[t][b[i / 2].0 as usize];
+                            let half = (word >> (16 * (i % 2))) & 0xFFFF;
+                            let kk = 2 * q + (i & 1) + 8 * (i / 2);
+                            bm[kk][g] = cvt(half);
+                        }
+                        for i in 0..4 {
+                            cm[g + 8 * (i / 2)][2 * q + (i & 1)] = f32b(self.regs[t][c[i].0 as usize]) as f64;
+                        }
+                    }
+                    for (l, &t) in lanes.iter().enumerate() {
+                        let (g, q) = (l / 4, l % 4);
+                        for i in 0..4 {
+                            let (row, col) = (g + 8 * (i / 2), 2 * q + (i & 1));
+                            let mut acc = cm[row][col];
+                            for kk in 0..16 {
+                                acc += am[row][kk] * bm[kk][col];
+                            }
+                            self.regs[t][d[i].0 as usize] = bf(acc as f32);
+                        }
+                    }
+                }
+                _ => unreachable!(),
             }
         }
     }
@@ -383,7 +474,7 @@ impl<'f> Sim<'f> {
                     }
                 }
             }
-            Inst::ShflBfly { .. } | Inst::BarSync => unreachable!(),
+            Inst::ShflBfly { .. } | Inst::BarSync | Inst::Ldmatrix { .. } | Inst::Mma { .. } => unreachable!(),
         }
     }
 }
