@@ -227,6 +227,15 @@ impl Lx<'_> {
             return Err(self.err("internal: ldmatrix row offset breaks the swizzle pattern"));
         }
         let base = self.ldmatrix_base(p, col)?;
+        // A multi-buffered (pipelined) operand is read from the current stage:
+        // the prologue's address is stage 0's, so shift it by the stage's offset.
+        let base = match self.stage_base.get(&p.buf).copied() {
+            Some(stage) => {
+                let shift = self.op("sub.s32", RegClass::B32, vec![stage.into(), self.smem.into()]);
+                self.op("add.s32", RegClass::B32, vec![base.into(), shift.into()])
+            }
+            None => base,
+        };
         let (buf_off, _) = *self.shared.get(&p.buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
         let dsts: Vec<Reg> = (0..num).map(|_| self.new_reg(RegClass::B32)).collect();
         let region = self.region_of(p.buf);
