@@ -4,6 +4,7 @@
 #   run.sh examples  every example (correctness check + bandwidth/TFLOPS vs peer)
 #   run.sh gemm      the gemm example, its GPU tests and the cuBLAS tests only
 #   run.sh memcheck  the GPU tests under compute-sanitizer memcheck and racecheck
+#                    (with TILE_TEST_SMALL=1: tests that honour it use small sizes)
 #   run.sh all       all of the above
 # Every `RESULT ...` line the examples print is collected in results.txt beside
 # this script. cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or
@@ -39,6 +40,7 @@ fi
 if [[ -s $results ]]; then echo "== RESULT lines (also in $results)"; cat "$results"; fi
 if [[ $what == memcheck || $what == all ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  export TILE_TEST_SMALL=1
   for t in "$here"/bin/test-gpu*; do
     [[ -x $t ]] || continue
     run "$cs" --tool memcheck --error-exitcode 1 "$t" --test-threads=1

@@ -35,13 +35,36 @@ fn both<T: Element>(tol: f64, check: impl Fn(&Device) -> Res<Vec<T>>) {
     assert!(err <= tol, "GPU and interpreter disagree: relative difference {err:.3e} > {tol:.1e}");
 }
 
-/// Shapes with M, N and K off the tiles, degenerate ones and a long K.
-const SHAPES: &[(usize, usize, usize)] =
-    &[(1000, 1999, 777), (1, 1, 1), (1, 4095, 17), (4095, 1, 1000), (17, 17, 4095), (129, 257, 64)];
+/// Shapes with M, N and K off the tiles, degenerate ones and a long K; with
+/// `TILE_TEST_SMALL` set (`run.sh memcheck` sets it: the sanitizers are slow)
+/// only the small ones.
+fn shapes() -> &'static [(usize, usize, usize)] {
+    const ALL: &[(usize, usize, usize)] =
+        &[(1000, 1999, 777), (1, 1, 1), (1, 4095, 17), (4095, 1, 1000), (17, 17, 4095), (129, 257, 64)];
+    const SMALL: &[(usize, usize, usize)] = &[(1, 1, 1), (129, 257, 64), (17, 33, 95)];
+    if small() {
+        SMALL
+    } else {
+        ALL
+    }
+}
+
+fn small() -> bool {
+    std::env::var_os("TILE_TEST_SMALL").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Attention (query rows, keys) shapes, likewise.
+fn attention_shapes() -> &'static [(usize, usize)] {
+    if small() {
+        &[(1, 1), (65, 129)]
+    } else {
+        &[(1000, 1999), (1, 1), (4095, 17), (17, 4095), (64, 64)]
+    }
+}
 
 #[test]
 fn nn_f16() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::nn_f16(&gpu(), m, n, k, (m + n + k) as u64).unwrap();
     }
     both(2e-3, |d| gemm::nn_f16(d, 100, 70, 50, 1));
@@ -49,7 +72,7 @@ fn nn_f16() {
 
 #[test]
 fn nn_bf16_with_f32_output() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::nn_bf16_f32_out(&gpu(), m, n, k, 2).unwrap();
     }
     both(1e-5, |d| gemm::nn_bf16_f32_out(d, 65, 130, 97, 2));
@@ -57,7 +80,7 @@ fn nn_bf16_with_f32_output() {
 
 #[test]
 fn b_transposed_f16() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::nt_f16(&gpu(), m, n, k, 3).unwrap();
     }
     both(2e-3, |d| gemm::nt_f16(d, 100, 70, 50, 3));
@@ -65,7 +88,7 @@ fn b_transposed_f16() {
 
 #[test]
 fn a_transposed_bf16() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::tn_bf16(&gpu(), m, n, k, 4).unwrap();
     }
     both(1e-2, |d| gemm::tn_bf16(d, 100, 70, 50, 4));
@@ -73,7 +96,7 @@ fn a_transposed_bf16() {
 
 #[test]
 fn both_transposed_with_gemm_clear_f16() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::tt_f16(&gpu(), m, n, k, 5).unwrap();
     }
     both(2e-3, |d| gemm::tt_f16(d, 100, 70, 50, 5));
@@ -81,7 +104,7 @@ fn both_transposed_with_gemm_clear_f16() {
 
 #[test]
 fn warp_policies() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::fullcol_f16(&gpu(), m, n, k, 6).unwrap();
         gemm::fullrow_bf16(&gpu(), m, n, k, 7).unwrap();
     }
@@ -91,7 +114,7 @@ fn warp_policies() {
 
 #[test]
 fn example_kernels() {
-    for &(m, n, k) in SHAPES {
+    for &(m, n, k) in shapes() {
         gemm::example_f16(&gpu(), m, n, k, 8).unwrap();
         gemm::example_bf16(&gpu(), m, n, k, 9).unwrap();
         gemm::example_bt_f16(&gpu(), m, n, k, 10).unwrap();
@@ -129,7 +152,7 @@ fn example_kernels_match_cublas() {
 
 #[test]
 fn attention_pipelined_f16() {
-    for (sq, sk) in [(1000, 1999), (1, 1), (4095, 17), (17, 4095), (64, 64)] {
+    for &(sq, sk) in attention_shapes() {
         gemm::attention_f16(&gpu(), sq, sk, (sq + sk) as u64).unwrap();
     }
     both(2e-3, |d| gemm::attention_f16(d, 100, 77, 1));
@@ -137,7 +160,7 @@ fn attention_pipelined_f16() {
 
 #[test]
 fn attention_serial_bf16() {
-    for (sq, sk) in [(1000, 1999), (1, 1), (17, 4095)] {
+    for &(sq, sk) in attention_shapes() {
         gemm::attention_bf16(&gpu(), sq, sk, (sq + sk) as u64).unwrap();
     }
     both(1e-2, |d| gemm::attention_bf16(d, 100, 77, 1));
