@@ -18,7 +18,8 @@ pub struct Compiled {
     pub shared_bytes: u32,
     /// The Thread IR in its text form (for `TILE_DUMP`).
     pub thread_ir: String,
-    /// The layout chosen for each fragment, by name (for dumps and tests).
+    /// The layout chosen for each fragment, and for each shared buffer whose
+    /// layout is not row-major (prefixed `shared`), by name (for dumps and tests).
     pub layouts: Vec<(String, String)>,
     /// The Thread IR itself (for later passes, simulators and tests).
     pub function: thread_ir::Function,
@@ -65,6 +66,7 @@ pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec
     let ptx = crate::ptx::emit(&func, target);
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
+    layouts.extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));
     layouts.sort();
     let thread_ir = thread_ir::print_function(&func);
     Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func })

@@ -102,6 +102,17 @@ pub struct RootLayout {
     pub threads: u32,
 }
 
+/// The name this type had when every root layout was blocked (kept so that
+/// code written against it still builds; new code says `RootLayout`).
+pub type Blocked = RootLayout;
+
+impl RootLayout {
+    /// The blocked layout ([`RootLayout::blocked`]), under its former name.
+    pub fn new(shape: &[i64], threads: u32, max_vec: i64) -> RootLayout {
+        RootLayout::blocked(shape, threads, max_vec)
+    }
+}
+
 fn prev_pow2(x: i64) -> i64 {
     let mut p = 1;
     while p * 2 <= x {

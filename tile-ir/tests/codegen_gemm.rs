@@ -43,8 +43,20 @@ fn gemm(a: BufferId, b: BufferId, c: BufferId, cfg: &Cfg, clear: bool) -> Stmt {
 fn par2(k: &mut Kernel, n0: i64, n1: i64, body: impl FnOnce(VarId, VarId) -> Vec<Stmt>) -> Stmt {
     let i = k.add_var("i", DType::I32, VarKind::Loop);
     let j = k.add_var("j", DType::I32, VarKind::Loop);
-    let inner = s(StmtKind::For { var: j, start: Expr::i32(0), end: Expr::i32(n1 as i32), kind: LoopKind::Parallel, body: body(i, j) });
-    s(StmtKind::For { var: i, start: Expr::i32(0), end: Expr::i32(n0 as i32), kind: LoopKind::Parallel, body: vec![inner] })
+    let inner = s(StmtKind::For {
+        var: j,
+        start: Expr::i32(0),
+        end: Expr::i32(n1 as i32),
+        kind: LoopKind::Parallel,
+        body: body(i, j),
+    });
+    s(StmtKind::For {
+        var: i,
+        start: Expr::i32(0),
+        end: Expr::i32(n0 as i32),
+        kind: LoopKind::Parallel,
+        body: vec![inner],
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -74,8 +86,10 @@ enum Init {
 fn gemm_kernel(cfg: &Cfg) -> Kernel {
     let mut k = Kernel::new("gemm", cfg.threads);
     let (m, n, kd) = (k.add_dim("M"), k.add_dim("N"), k.add_dim("K"));
-    let a_shape = if cfg.trans_a { vec![Extent::Dyn(kd), Extent::Dyn(m)] } else { vec![Extent::Dyn(m), Extent::Dyn(kd)] };
-    let b_shape = if cfg.trans_b { vec![Extent::Dyn(n), Extent::Dyn(kd)] } else { vec![Extent::Dyn(kd), Extent::Dyn(n)] };
+    let a_shape =
+        if cfg.trans_a { vec![Extent::Dyn(kd), Extent::Dyn(m)] } else { vec![Extent::Dyn(m), Extent::Dyn(kd)] };
+    let b_shape =
+        if cfg.trans_b { vec![Extent::Dyn(n), Extent::Dyn(kd)] } else { vec![Extent::Dyn(kd), Extent::Dyn(n)] };
     let a = k.add_tensor_param("a", cfg.dt, a_shape, false);
     let b = k.add_tensor_param("b", cfg.dt, b_shape, false);
     let c = k.add_tensor_param("c", DType::F32, vec![Extent::Dyn(m), Extent::Dyn(n)], true);
@@ -84,8 +98,10 @@ fn gemm_kernel(cfg: &Cfg) -> Kernel {
     let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
     let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
     let ko = k.add_var("ko", DType::I32, VarKind::Loop);
-    let a_s = buffer(&mut k, "a_s", Scope::Shared, cfg.dt, &if cfg.trans_a { [cfg.bk, cfg.bm] } else { [cfg.bm, cfg.bk] });
-    let b_s = buffer(&mut k, "b_s", Scope::Shared, cfg.dt, &if cfg.trans_b { [cfg.bn, cfg.bk] } else { [cfg.bk, cfg.bn] });
+    let a_s =
+        buffer(&mut k, "a_s", Scope::Shared, cfg.dt, &if cfg.trans_a { [cfg.bk, cfg.bm] } else { [cfg.bm, cfg.bk] });
+    let b_s =
+        buffer(&mut k, "b_s", Scope::Shared, cfg.dt, &if cfg.trans_b { [cfg.bn, cfg.bk] } else { [cfg.bk, cfg.bn] });
     let acc = buffer(&mut k, "acc", Scope::Fragment, DType::F32, &[cfg.bm, cfg.bn]);
     let (row0, col0, k0) = (mul(v(by), cfg.bm), mul(v(bx), cfg.bn), mul(v(ko), cfg.bk));
     let a_org = if cfg.trans_a { vec![k0.clone(), row0.clone()] } else { vec![row0.clone(), k0.clone()] };
@@ -167,6 +183,10 @@ fn run(k: &Kernel, target: Target, tensors: Vec<Vec<u8>>, dims: &[i64]) -> Vec<V
 }
 
 fn check_gemm(cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
+    check_gemm_on(Target::Sm80, cfg, m, n, kk, seed)
+}
+
+fn check_gemm_on(target: Target, cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
     let mut rng = Rng(seed);
     let k = gemm_kernel(cfg);
     let a: Vec<f32> = (0..m * kk).map(|_| rng.f32(-1.0, 1.0)).collect();
@@ -177,7 +197,7 @@ fn check_gemm(cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
     // Element (i, p) of op(A) and (p, j) of op(B) in the stored arrays.
     let a_at = |i: usize, p: usize| if cfg.trans_a { av[p * m + i] } else { av[i * kk + p] };
     let b_at = |p: usize, j: usize| if cfg.trans_b { bv[j * kk + p] } else { bv[p * n + j] };
-    let out = run(&k, Target::Sm80, vec![ab, bb, encode(DType::F32, &c0).0], &[m as i64, n as i64, kk as i64]);
+    let out = run(&k, target, vec![ab, bb, encode(DType::F32, &c0).0], &[m as i64, n as i64, kk as i64]);
     let got = f32s(&out[2]);
     for i in 0..m {
         for j in 0..n {
@@ -186,13 +206,26 @@ fn check_gemm(cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {
                 want += c0[i * n + j] as f64;
             }
             let g = got[i * n + j] as f64;
-            assert!((g - want).abs() <= 1e-3 * (1.0 + want.abs()), "{cfg:?} {m}×{n}×{kk}: C[{i},{j}] = {g}, want {want}");
+            assert!(
+                (g - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                "{cfg:?} {m}×{n}×{kk}: C[{i},{j}] = {g}, want {want}"
+            );
         }
     }
 }
 
 fn cfg(threads: u32, bm: i64, bn: i64, bk: i64) -> Cfg {
-    Cfg { threads, bm, bn, bk, dt: DType::F16, trans_a: false, trans_b: false, policy: WarpPolicy::Square, init: Init::Zero }
+    Cfg {
+        threads,
+        bm,
+        bn,
+        bk,
+        dt: DType::F16,
+        trans_a: false,
+        trans_b: false,
+        policy: WarpPolicy::Square,
+        init: Init::Zero,
+    }
 }
 
 #[test]
@@ -208,6 +241,8 @@ fn gemm_both_transposes_and_bf16() {
         for dt in [DType::F16, DType::BF16] {
             let c = Cfg { trans_a: ta, trans_b: tb, dt, ..cfg(128, 64, 64, 32) };
             check_gemm(&c, 70, 64, 48, 3);
+            // sm_90a uses the same mma.sync path.
+            check_gemm_on(Target::Sm90a, &c, 64, 66, 32, 19);
         }
     }
 }
@@ -220,6 +255,16 @@ fn gemm_policies_and_init_modes() {
             check_gemm(&c, 64, 80, 64, 4);
         }
     }
+}
+
+#[test]
+fn gemm_layouts_are_reported() {
+    let c = compile_verified(&gemm_kernel(&cfg(256, 128, 128, 32)), Target::Sm80).unwrap();
+    let get = |n: &str| c.layouts.iter().find(|(b, _)| b == n).map(|x| x.1.clone()).unwrap_or_default();
+    // 8 warps as 4×2: 32×64 per warp; A rows of 64 bytes, B rows of 256 bytes.
+    assert!(get("acc").contains("t[2+:3]*1 + t[6+:2]*32") && get("acc").contains("t[0+:2]*2 + t[5+:1]*64"), "{}", get("acc"));
+    assert_eq!(get("a_s"), "shared swizzle<2,4,3>(rows=128, row_bytes=64)");
+    assert_eq!(get("b_s"), "shared swizzle<3,4,4>(rows=32, row_bytes=256)");
 }
 
 #[test]
@@ -239,6 +284,15 @@ fn gemm_odd_warp_tiles_and_k64() {
     check_gemm(&c, 40, 32, 100, 7);
     let c = Cfg { policy: WarpPolicy::FullCol, trans_b: true, ..cfg(128, 32, 32, 64) };
     check_gemm(&c, 32, 40, 64, 8);
+    // K tile 16 (32-byte rows: Swizzle<1,4,3>), K tile 48 (96-byte rows: padded to 112).
+    check_gemm(&cfg(128, 64, 64, 16), 64, 64, 40, 14);
+    check_gemm(&cfg(128, 64, 64, 48), 64, 64, 100, 15);
+    check_gemm(&Cfg { trans_a: true, trans_b: true, ..cfg(128, 64, 64, 48) }, 64, 64, 96, 16);
+    // N tile 24 (48-byte B rows, row-major; three n8 atoms per warp: ldmatrix .x4 + .x2).
+    check_gemm(&Cfg { policy: WarpPolicy::FullRow, ..cfg(128, 64, 24, 32) }, 64, 30, 64, 17);
+    check_gemm(&Cfg { policy: WarpPolicy::FullRow, trans_b: true, ..cfg(128, 64, 24, 32) }, 64, 24, 64, 18);
+    // 96 threads: the largest power of two of warps (2) computes, the third warp idles.
+    check_gemm(&cfg(96, 64, 64, 32), 64, 70, 32, 10);
     // M 128, N 64, K 16 (32-byte rows), 64 threads.
     let c = Cfg { trans_a: true, ..cfg(64, 128, 64, 16) };
     check_gemm(&c, 128, 64, 48, 9);
@@ -251,6 +305,17 @@ fn compile_err(k: &Kernel) -> String {
         Ok(_) => panic!("expected an error"),
         Err(e) => e.iter().map(|e| e.message.clone()).collect::<Vec<_>>().join("\n"),
     }
+}
+
+#[test]
+fn accumulator_layout_conflicts_name_both_gemms() {
+    // The same accumulator from a FullRow and a FullCol gemm.
+    let mut k = gemm_kernel(&Cfg { policy: WarpPolicy::FullRow, ..cfg(128, 64, 64, 32) });
+    let StmtKind::For { body, .. } = &mut k.body[1].kind else { panic!("loop") };
+    let StmtKind::Gemm { a, b, c, .. } = body[2].kind.clone() else { panic!("gemm") };
+    body.push(s(StmtKind::Gemm { a, b, c, trans_a: false, trans_b: false, clear: false, policy: WarpPolicy::FullCol }));
+    let e = compile_err(&k);
+    assert!(e.contains("layout conflict on fragment `acc`") && e.contains("warps 4×1") && e.contains("warps 1×4"), "{e}");
 }
 
 #[test]
@@ -287,12 +352,23 @@ fn assemble(name: &str, ptx: &str, arch: &str) -> Option<String> {
         eprintln!("skipping ptxas check of {name} ({arch}): no ptxas (set TILE_PTXAS)");
         return None;
     };
+    // Tests run in parallel and share kernel names: one file per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("tile-codegen-gemm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("{name}-{n}");
     let src = dir.join(format!("{name}.{arch}.ptx"));
     std::fs::write(&src, ptx).unwrap();
     let out = dir.join(format!("{name}.{arch}.cubin"));
-    let res = std::process::Command::new(&bin).arg(format!("-arch={arch}")).arg("-v").arg(&src).arg("-o").arg(&out).output().expect("run ptxas");
+    let res = std::process::Command::new(&bin)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run ptxas");
     let report = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
     assert!(res.status.success(), "ptxas failed on {name} ({arch}):\n{report}");
     Some(report)
@@ -308,7 +384,11 @@ fn assemble_both(k: &Kernel, ldmatrix: &[&str]) -> Vec<String> {
             assert!(c.ptx.contains(l), "no `{l}` in {}", k.name);
         }
         if let Some(r) = assemble(&k.name, &c.ptx, arch) {
-            assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{} ({arch}) spills:\n{r}", k.name);
+            assert!(
+                r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"),
+                "{} ({arch}) spills:\n{r}",
+                k.name
+            );
             reports.push(r);
         }
     }
@@ -321,7 +401,9 @@ fn gemm_128x128x32_256_threads_assembles_without_spills() {
         let c = Cfg { dt, trans_a: ta, trans_b: tb, ..cfg(256, 128, 128, 32) };
         let k = gemm_kernel(&c);
         let want: &[&str] = match (ta, tb) {
-            (false, false) => &["ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"],
+            (false, false) => {
+                &["ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"]
+            }
             (false, true) => &["ldmatrix.sync.aligned.m8n8.x4.shared.b16"],
             _ => &["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"],
         };
@@ -333,24 +415,46 @@ fn gemm_128x128x32_256_threads_assembles_without_spills() {
 
 #[test]
 fn gemm_128x256x32_and_64x64_tiles_assemble() {
-    for c in [cfg(256, 128, 256, 32), cfg(128, 64, 64, 64), Cfg { policy: WarpPolicy::FullCol, ..cfg(128, 32, 32, 64) }] {
+    for c in [cfg(256, 128, 256, 32), cfg(128, 64, 64, 64), Cfg { policy: WarpPolicy::FullCol, ..cfg(128, 32, 32, 64) }]
+    {
         assemble_both(&gemm_kernel(&c), &["ldmatrix.sync.aligned.m8n8"]);
     }
 }
 
-/// Writes the PTX of the example configurations to `TILE_GEMM_DUMP` (a
-/// directory) when set, for inspection and GPU runs.
+/// Writes the PTX of GEMM configurations to `TILE_GEMM_DUMP` (a directory)
+/// when set, for inspection and for `gemm_gpu_check.py` on a GPU machine:
+/// `<name>.<arch>.ptx`, `<name>.<arch>.smem` (dynamic shared bytes) and
+/// `<name>.cfg` (`threads bm bn bk dtype trans_a trans_b`).
 #[test]
 fn dump_gemm_ptx() {
     let Ok(dir) = std::env::var("TILE_GEMM_DUMP") else { return };
     std::fs::create_dir_all(&dir).unwrap();
-    for (name, c) in [("gemm_128x128x32_t256", cfg(256, 128, 128, 32)), ("gemm_128x256x32_t256", cfg(256, 128, 256, 32))] {
+    let bf = |c: Cfg| Cfg { dt: DType::BF16, ..c };
+    let tb = |c: Cfg| Cfg { trans_b: true, ..c };
+    let ta = |c: Cfg| Cfg { trans_a: true, ..c };
+    let configs = [
+        ("g128x128x32_t256_f16", cfg(256, 128, 128, 32)),
+        ("g128x128x32_t256_bf16", bf(cfg(256, 128, 128, 32))),
+        ("g128x128x64_t256_f16", cfg(256, 128, 128, 64)),
+        ("g128x256x32_t256_f16", cfg(256, 128, 256, 32)),
+        ("g128x128x32_t128_f16", cfg(128, 128, 128, 32)),
+        ("g128x128x32_t256_f16_tb", tb(cfg(256, 128, 128, 32))),
+        ("g64x64x32_t128_f16_ta", ta(cfg(128, 64, 64, 32))),
+    ];
+    for (name, c) in configs {
         let k = gemm_kernel(&c);
         for t in [Target::Sm80, Target::Sm90a] {
             let comp = compile_verified(&k, t).unwrap();
             std::fs::write(format!("{dir}/{name}.{}.ptx", t.name()), &comp.ptx).unwrap();
+            std::fs::write(format!("{dir}/{name}.{}.smem", t.name()), comp.shared_bytes.to_string()).unwrap();
             std::fs::write(format!("{dir}/{name}.{}.tir", t.name()), &comp.thread_ir).unwrap();
         }
+        let dt = if c.dt == DType::BF16 { "bf16" } else { "f16" };
+        std::fs::write(
+            format!("{dir}/{name}.cfg"),
+            format!("{} {} {} {} {dt} {} {}", c.threads, c.bm, c.bn, c.bk, c.trans_a as u8, c.trans_b as u8),
+        )
+        .unwrap();
     }
 }
 
@@ -359,7 +463,15 @@ fn dump_gemm_ptx() {
 /// One FlashAttention-style step per block of `bm` query rows against all
 /// `bn` keys: S = Q·Kᵀ, m = rowmax(S), P = exp2(S − m), l = rowsum(P),
 /// O = (P as dt)·V / l. `policy2` is the second gemm's policy.
-fn attention_kernel(threads: u32, bm: i64, bn: i64, d: i64, dt: DType, policy1: WarpPolicy, policy2: WarpPolicy) -> Kernel {
+fn attention_kernel(
+    threads: u32,
+    bm: i64,
+    bn: i64,
+    d: i64,
+    dt: DType,
+    policy1: WarpPolicy,
+    policy2: WarpPolicy,
+) -> Kernel {
     let mut k = Kernel::new("attention", threads);
     let m = k.add_dim("M");
     let q = k.add_tensor_param("q", dt, vec![Extent::Dyn(m), Extent::Const(d)], false);
@@ -421,7 +533,10 @@ fn check_attention(threads: u32, bm: i64, bn: i64, d: i64, dt: DType, m: usize, 
         for c in 0..d_ {
             let want: f64 = (0..bn_).map(|j| round(prow[j]) * vv[j * d_ + c]).sum::<f64>() / lsum;
             let g = got[i * d_ + c] as f64;
-            assert!((g - want).abs() <= 2e-3 * (1.0 + want.abs()), "attention t{threads} {dt:?} m{m}: O[{i},{c}] = {g}, want {want}");
+            assert!(
+                (g - want).abs() <= 2e-3 * (1.0 + want.abs()),
+                "attention t{threads} {dt:?} m{m}: O[{i},{c}] = {g}, want {want}"
+            );
         }
     }
 }
@@ -443,19 +558,31 @@ fn a_from_registers_needs_warps_along_m_only() {
 }
 
 /// S = A·B with warps splitting N (Square), then S − rowmax(S) stored: the
-/// row reduction crosses warps through shared memory.
+/// row reduction crosses warps through shared memory. The row maxima are also
+/// broadcast over another fragment `x[BM, 24]` (its layout takes the
+/// accumulator's row distribution): x − rowmax(S).
 #[test]
 fn gemm_then_row_max_across_warps() {
-    for (threads, bm, bn, policy) in [(128u32, 64i64, 64i64, WarpPolicy::Square), (256, 64, 128, WarpPolicy::FullCol), (256, 128, 128, WarpPolicy::Square)] {
+    for (threads, bm, bn, policy) in [
+        (128u32, 64i64, 64i64, WarpPolicy::Square),
+        (256, 64, 128, WarpPolicy::FullCol),
+        (256, 128, 128, WarpPolicy::Square),
+    ] {
         let mut k = Kernel::new("gemm_rowmax", threads);
         let kk = 32i64;
         let a = k.add_tensor_param("a", DType::F16, vec![Extent::Const(bm), Extent::Const(kk)], false);
         let b = k.add_tensor_param("b", DType::F16, vec![Extent::Const(kk), Extent::Const(bn)], false);
         let o = k.add_tensor_param("o", DType::F32, vec![Extent::Const(bm), Extent::Const(bn)], true);
+        let xg = k.add_tensor_param("x", DType::F32, vec![Extent::Const(bm), Extent::Const(24)], true);
         let a_s = buffer(&mut k, "a_s", Scope::Shared, DType::F16, &[bm, kk]);
         let b_s = buffer(&mut k, "b_s", Scope::Shared, DType::F16, &[kk, bn]);
         let sc = buffer(&mut k, "s", Scope::Fragment, DType::F32, &[bm, bn]);
         let mx = buffer(&mut k, "m", Scope::Fragment, DType::F32, &[bm]);
+        let x = buffer(&mut k, "xf", Scope::Fragment, DType::F32, &[bm, 24]);
+        let xsub = par2(&mut k, bm, 24, |i, j| {
+            let e = Expr::binary(BinOp::Sub, Expr::load(x, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)]));
+            vec![s(StmtKind::Store { buf: x, index: vec![v(i), v(j)], value: e })]
+        });
         let sub = par2(&mut k, bm, bn, |i, j| {
             let x = Expr::binary(BinOp::Sub, Expr::load(sc, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)]));
             vec![s(StmtKind::Store { buf: sc, index: vec![v(i), v(j)], value: x })]
@@ -467,20 +594,36 @@ fn gemm_then_row_max_across_warps() {
             s(StmtKind::Reduce { op: ReduceOp::Max, src: sc, dst: mx, dim: 1, keep: false }),
             sub,
             copy(sc, vec![], o, vec![Expr::i32(0), Expr::i32(0)]),
+            copy(xg, vec![Expr::i32(0), Expr::i32(0)], x, vec![]),
+            xsub,
+            copy(x, vec![], xg, vec![Expr::i32(0), Expr::i32(0)]),
         ];
         let mut rng = Rng(21);
         let (mm, nn, kk_) = (bm as usize, bn as usize, kk as usize);
         let af: Vec<f32> = (0..mm * kk_).map(|_| rng.f32(-1.0, 1.0)).collect();
         let bf_: Vec<f32> = (0..kk_ * nn).map(|_| rng.f32(-1.0, 1.0)).collect();
         let ((ab, av), (bb, bv)) = (encode(DType::F16, &af), encode(DType::F16, &bf_));
-        let out = run(&k, Target::Sm80, vec![ab, bb, vec![0u8; 4 * mm * nn]], &[]);
+        let x0: Vec<f32> = (0..mm * 24).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let out = run(&k, Target::Sm80, vec![ab, bb, vec![0u8; 4 * mm * nn], encode(DType::F32, &x0).0], &[]);
         let got = f32s(&out[2]);
+        let gx = f32s(&out[3]);
         for i in 0..mm {
             let row: Vec<f64> = (0..nn).map(|j| (0..kk_).map(|p| av[i * kk_ + p] * bv[p * nn + j]).sum()).collect();
             let mxv = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             for j in 0..nn {
                 let g = got[i * nn + j] as f64;
-                assert!((g - (row[j] - mxv)).abs() <= 1e-3 * (1.0 + mxv.abs()), "t{threads} {policy:?}: [{i},{j}] = {g}, want {}", row[j] - mxv);
+                assert!(
+                    (g - (row[j] - mxv)).abs() <= 1e-3 * (1.0 + mxv.abs()),
+                    "t{threads} {policy:?}: [{i},{j}] = {g}, want {}",
+                    row[j] - mxv
+                );
+            }
+            for j in 0..24 {
+                let want = x0[i * 24 + j] as f64 - mxv;
+                assert!(
+                    (gx[i * 24 + j] as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                    "t{threads} {policy:?}: x[{i},{j}]"
+                );
             }
         }
         if let Some(r) = assemble(&k.name, &compile_verified(&k, Target::Sm80).unwrap().ptx, "sm_80") {

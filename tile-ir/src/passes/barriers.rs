@@ -253,6 +253,70 @@ mod tests {
         assert_eq!(count(body), 0);
     }
 
+    fn cp(r: u32) -> Stmt {
+        Stmt::Inst {
+            inst: Inst::CpAsync {
+                bytes: 16,
+                dst: Address { base: Operand::Imm(0), offset: 0 },
+                src: Address { base: Operand::Imm(0), offset: 0 },
+                src_bytes: Operand::Imm(16),
+                region: Some(Region { id: r, op: next_op() }),
+            },
+            guard: None,
+        }
+    }
+    fn commit() -> Stmt {
+        Stmt::Inst { inst: Inst::CpAsyncCommit, guard: None }
+    }
+    fn wait(n: u32) -> Stmt {
+        Stmt::Inst { inst: Inst::CpAsyncWait { pending: n }, guard: None }
+    }
+    fn waits(b: &[Stmt]) -> usize {
+        b.iter().filter(|s| matches!(s, Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, .. })).count()
+    }
+
+    #[test]
+    fn cp_async_writes_need_a_wait_before_the_barrier() {
+        // Waited for by the lowering: only the barrier is added, after the wait.
+        let mut b = vec![cp(0), commit(), wait(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1);
+        assert!(matches!(b[3], Stmt::Inst { inst: Inst::BarSync, .. }), "{b:?}");
+        assert_eq!(waits(&b), 1);
+        // Not waited for: the pass commits and waits before the barrier.
+        let mut b = vec![cp(0), ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 5, "{b:?}");
+        assert!(matches!(b[1], Stmt::Inst { inst: Inst::CpAsyncCommit, .. }));
+        assert!(matches!(b[2], Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, .. }));
+        assert!(matches!(b[3], Stmt::Inst { inst: Inst::BarSync, .. }));
+        // A barrier alone does not land a cp.async; `wait_group 1` retires nothing.
+        let mut b = vec![cp(0), commit(), wait(1), Stmt::Inst { inst: Inst::BarSync, guard: None }, ld(0)];
+        insert_barriers(&mut b);
+        assert_eq!(waits(&b), 1, "{b:?}");
+        assert_eq!(count(&b), 2);
+        // A read before the cp.async (WAR) needs a barrier but no wait.
+        let mut b = vec![ld(0), cp(0), commit(), wait(0)];
+        insert_barriers(&mut b);
+        assert_eq!((count(&b), waits(&b)), (1, 1));
+        assert!(matches!(b[1], Stmt::Inst { inst: Inst::BarSync, .. }));
+        // Other regions are unaffected.
+        let mut b = vec![cp(0), ld(1)];
+        insert_barriers(&mut b);
+        assert_eq!((count(&b), waits(&b)), (0, 0));
+    }
+
+    #[test]
+    fn cp_async_in_a_loop_is_waited_for_around_the_back_edge() {
+        // for { cp S; read S }: the wait + barrier go before the read; the
+        // back-edge WAR (read, then next iteration's cp) needs a barrier too.
+        let mut b = vec![lp(vec![cp(0), ld(0)])];
+        insert_barriers(&mut b);
+        let Stmt::For { body, .. } = &b[0] else { panic!() };
+        assert_eq!(count(body), 2, "{body:?}");
+        assert_eq!(waits(body), 1, "{body:?}");
+    }
+
     #[test]
     fn divergent_blocks_get_barriers_outside() {
         let div = |x: Vec<Stmt>| Stmt::If { cond: Reg(3), negate: false, uniform: false, then: x, otherwise: vec![] };

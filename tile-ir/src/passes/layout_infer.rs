@@ -1,9 +1,16 @@
 //! Layout inference: gives every fragment a [`FragLayout`] and every
 //! parallel loop nest the layout its iterations are distributed by.
 //!
-//! Expects a verified kernel. Walks the body in program order; the first
-//! statement that touches a fragment fixes its layout:
-//! - a copy from/to global or shared memory: a [`Blocked`] layout whose
+//! Expects a verified kernel. Gemms go first: the hardware dictates their
+//! layouts. A gemm gives its accumulator `c` the mma.sync accumulator layout
+//! of its warp grid ([`RootLayout::mma_accumulator`], [`mma_warp_grid`]), a
+//! fragment `a` the accumulator layout of an `[M, K]` tile with the same
+//! warps, and its shared operands an ldmatrix-friendly (swizzled or padded)
+//! [`SharedLayout`] ([`LayoutPlan::shared`]); unsupported tile shapes and
+//! accumulators over [`MAX_ACCUMULATOR_REGS`] registers are errors. Then the
+//! body is walked in program order; the first statement that touches a
+//! fragment fixes its layout:
+//! - a copy from/to global or shared memory: a blocked layout whose
 //!   vector width is 16 bytes of the other side's element type (so global
 //!   accesses can be 16-byte vectors);
 //! - a reduction: the destination gets the source's layout without the
@@ -11,7 +18,9 @@
 //! - a fragment-to-fragment copy: both sides share one layout;
 //! - a parallel nest: the nest takes the layout of a fragment indexed by all
 //!   its loop variables (in order); fragments indexed by a subset take the
-//!   nest's layout restricted to those dims.
+//!   nest's layout restricted to those dims; a nest whose only fixed
+//!   fragments are row vectors (`m[i]` from a reduction) distributes its
+//!   rows like them and its innermost dim over the remaining thread bits.
 //!
 //! Later uses must agree (same threads and registers for every coordinate,
 //! [`FragLayout::agrees`]); otherwise a [`CompileError`] names both uses.

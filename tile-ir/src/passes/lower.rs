@@ -13,7 +13,10 @@
 //!   local buffers in registers of every thread (dynamic indices become
 //!   unrolled selects);
 //! - shared buffers and reduction scratch are carved out of the dynamic
-//!   shared memory; every shared access names its [`Region`];
+//!   shared memory; every shared access names its [`Region`] and computes
+//!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
+//!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
+//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
@@ -157,10 +160,12 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         nest: None,
         tbases: HashMap::new(),
         ldm_bases: HashMap::new(),
+        shared_stage: HashMap::new(),
+        affine: HashMap::new(),
+        shared_bases: HashMap::new(),
         errors: Vec::new(),
         pipe: pipeline::plan(kernel),
         stage_stride: HashMap::new(),
-        stage_base: HashMap::new(),
         region_override: HashMap::new(),
         in_pipeline_issue: false,
         loop_depth: 0,
@@ -207,6 +212,17 @@ struct Lx<'a> {
     locals: HashMap<BufferId, Vec<Reg>>,
     nest: Option<NestCtx>,
     tbases: HashMap<Vec<ThreadField>, Reg>,
+    /// Registers known to be `base + constant` (from `add_i32`).
+    affine: HashMap<Reg, (Reg, i64)>,
+    /// Per-thread shared addresses (with the `smem` base) of thread-part
+    /// coordinates, computed in the prologue: (buffer, row, column) → register.
+    shared_bases: HashMap<(BufferId, Option<Reg>, Option<Reg>), Reg>,
+    /// An extra byte offset added to every address of a shared buffer while
+    /// it is set (a software-pipelining stage's copy of the buffer: the
+    /// pipelining pass allocates `stages` slots of `shared_layout(buf).bytes()`
+    /// and sets the slot's offset here around the code that uses it). An
+    /// immediate costs nothing; a register costs one add per access.
+    pub(crate) shared_stage: HashMap<BufferId, Operand>,
     /// Per-thread ldmatrix row addresses (see `lower_gemm.rs`).
     ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
     errors: Vec<CompileError>,
@@ -214,9 +230,6 @@ struct Lx<'a> {
     pipe: PipelinePlan,
     /// Bytes between consecutive stage copies of a multi-buffered shared buffer.
     stage_stride: HashMap<BufferId, i64>,
-    /// For a multi-buffered shared buffer: the register holding the shared
-    /// address of the stage being accessed (replaces the `smem` base).
-    stage_base: HashMap<BufferId, Reg>,
     /// Region used for the accesses of a buffer instead of its own (the
     /// pipeline's stage refills, which never touch the stage being read).
     region_override: HashMap<BufferId, Region>,
@@ -407,10 +420,7 @@ impl<'a> Lx<'a> {
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
             match b.scope {
                 Scope::Shared => {
-                    let bytes = match self.plan.shared.get(&id) {
-                        Some(l) => l.bytes(),
-                        None => n * b.dtype.size_bytes() as i64,
-                    };
+                    let bytes = self.shared_layout(id).map(|l| l.bytes()).unwrap_or(n * b.dtype.size_bytes() as i64);
                     let stages = self.pipe.stages_of(id) as i64;
                     // Stage copies start 128-byte aligned, like buffers.
                     let stride = (bytes + 127) / 128 * 128;
@@ -579,7 +589,14 @@ impl<'a> Lx<'a> {
             (Operand::Imm(x), Operand::Imm(y)) => Operand::Imm((*x as i32).wrapping_add(*y as i32) as i64),
             (_, Operand::Imm(0)) => a,
             (Operand::Imm(0), _) => b,
-            (Operand::Imm(_), _) => Operand::Reg(self.op("add.s32", RegClass::B32, vec![b, a])),
+            (Operand::Imm(x), Operand::Reg(r)) | (Operand::Reg(r), Operand::Imm(x)) => {
+                let (x, r) = (*x, *r);
+                let d = self.op("add.s32", RegClass::B32, vec![r.into(), Operand::Imm(x)]);
+                // Remember `d = r + x` so that shared addresses can fold `x`.
+                let (base, off) = self.affine.get(&r).copied().unwrap_or((r, 0));
+                self.affine.insert(d, (base, off + x));
+                Operand::Reg(d)
+            }
             _ => Operand::Reg(self.op("add.s32", RegClass::B32, vec![a, b])),
         }
     }
@@ -670,16 +687,79 @@ impl<'a> Lx<'a> {
     /// read and written consistently.
     pub(crate) fn shared_addr(&mut self, buf: BufferId, idx: &[Operand]) -> R<Address> {
         let (base, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
-        let off = self.shared_offset(buf, idx)?;
-        // A multi-buffered buffer is addressed from the current stage's base.
-        let sm = self.stage_base.get(&buf).copied().unwrap_or(self.smem);
-        Ok(match off {
-            Operand::Imm(o) => Address { base: sm.into(), offset: base + o },
-            _ => {
-                let a = self.op("add.s32", RegClass::B32, vec![off, sm.into()]);
-                Address { base: a.into(), offset: base }
+        let addr = if let Some((reg, imm)) = self.shared_addr_hoisted(buf, idx)? {
+            Address { base: reg.into(), offset: base + imm }
+        } else {
+            let off = self.shared_offset(buf, idx)?;
+            let sm = self.smem;
+            match off {
+                Operand::Imm(o) => Address { base: sm.into(), offset: base + o },
+                _ => {
+                    let a = self.op("add.s32", RegClass::B32, vec![off, sm.into()]);
+                    Address { base: a.into(), offset: base }
+                }
             }
-        })
+        };
+        Ok(self.with_stage(buf, addr))
+    }
+
+    /// `addr` moved to the buffer's current pipelining slot ([`Lx::shared_stage`]).
+    pub(crate) fn with_stage(&mut self, buf: BufferId, addr: Address) -> Address {
+        match self.shared_stage.get(&buf).cloned() {
+            None => addr,
+            Some(Operand::Imm(x)) => Address { base: addr.base, offset: addr.offset + x },
+            Some(extra) => {
+                let b = self.op("add.s32", RegClass::B32, vec![addr.base, extra]);
+                Address { base: b.into(), offset: addr.offset }
+            }
+        }
+    }
+
+    /// `Some((reg, imm))` with address = `reg + imm` (plus the buffer's
+    /// offset) when `idx` is 2-D, each coordinate is a prologue (per-thread)
+    /// register plus a constant, and the constants commute with the layout
+    /// (the row constant is a whole number of swizzle periods; the column
+    /// constant is zero or the layout is not swizzled): `reg` is then
+    /// computed once, in the prologue, and the access costs no arithmetic.
+    fn shared_addr_hoisted(&mut self, buf: BufferId, idx: &[Operand]) -> R<Option<(Reg, i64)>> {
+        if idx.len() != 2 {
+            return Ok(None);
+        }
+        let lay = self.shared_layout(buf)?;
+        let split = |s: &Self, o: &Operand| -> Option<(Operand, i64)> {
+            match o {
+                Operand::Imm(x) => Some((Operand::Imm(0), *x)),
+                Operand::Reg(r) => {
+                    let (b, x) = s.affine.get(r).copied().unwrap_or((*r, 0));
+                    s.tbases.values().any(|t| *t == b).then_some((Operand::Reg(b), x))
+                }
+                _ => None,
+            }
+        };
+        let (Some((rt, cr)), Some((ct, cc))) = (split(self, &idx[0]), split(self, &idx[1])) else { return Ok(None) };
+        if cr % lay.row_period() != 0 || (cr * lay.row_stride) % 256 != 0 || (cc != 0 && lay.swizzle.is_some()) {
+            return Ok(None);
+        }
+        let as_reg = |o: &Operand| if let Operand::Reg(r) = o { Some(*r) } else { None };
+        let key = (buf, as_reg(&rt), as_reg(&ct));
+        let reg = match self.shared_bases.get(&key) {
+            Some(r) => *r,
+            None => {
+                let mut reg = None;
+                let code = self.capture(|s| {
+                    let off = s.shared_offset(buf, &[rt, ct])?;
+                    let sm = s.smem;
+                    let a = s.add_i32(Operand::Reg(sm), off);
+                    reg = Some(s.materialize(&Val { op: a, ty: DType::I32 }));
+                    Ok(())
+                })?;
+                self.prologue.extend(code);
+                let r = reg.ok_or_else(|| self.err("internal: shared base"))?;
+                self.shared_bases.insert(key, r);
+                r
+            }
+        };
+        Ok(Some((reg, cr * lay.row_stride + cc * lay.elem)))
     }
 
     /// The layout of shared buffer `buf` (row-major unless layout inference chose another).
@@ -700,6 +780,17 @@ impl<'a> Lx<'a> {
     /// bytes: copies, element accesses in nests, ldmatrix (via the same
     /// layout) and the cp.async writes of pipelining must all use it.
     /// Constant coordinates fold to an immediate.
+    ///
+    /// For the pipelining pass (cp.async writes of a global→shared copy):
+    /// call [`Lx::shared_addr`] with the tile coordinates of each 16-byte
+    /// chunk. It returns `[reg + imm]` with `reg` computed once in the
+    /// prologue when the coordinates are per-thread layout coordinates plus
+    /// constants (what `coord()` gives), honours [`Lx::shared_stage`] (set
+    /// it to a stage slot's byte offset while lowering that stage's copy or
+    /// gemm), and the buffer's size is `shared_layout(buf).bytes()`. A
+    /// 16-byte chunk never straddles swizzle units (the XOR moves whole
+    /// 16-byte chunks), so a chunk that is contiguous in the tile is
+    /// contiguous in shared memory.
     pub(crate) fn shared_offset(&mut self, buf: BufferId, idx: &[Operand]) -> R<Operand> {
         let b = self.k.buffer(buf);
         let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;

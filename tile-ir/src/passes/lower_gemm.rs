@@ -82,7 +82,10 @@ impl Lx<'_> {
         }
         let (tm, tn) = (m / wm, n / wn);
         let (rm, rn, ksteps) = (tm / 16, tn / 8, kk / 16);
-        let creg = self.frags.get(&c).cloned().ok_or_else(|| self.err("internal: gemm accumulator has no registers"))?;
+        let creg = self.frags.get(&c).cloned().unwrap_or_default();
+        if creg.len() != acc.num_regs() {
+            return Err(self.err(format!("internal: gemm accumulator `{}` has no registers", cb.name)));
+        }
         let acc_reg = |am: i64, an: i64, i: i64| creg[acc.flatten(&[2 * am + i / 2, 2 * an + i % 2])];
 
         // Lane and warp bits (warp w = wm_i · wn + wn_i).
@@ -135,7 +138,11 @@ impl Lx<'_> {
                     have.describe()
                 )));
             }
-            Some((want, self.frags.get(&a).cloned().ok_or_else(|| self.err("internal: fragment has no registers"))?))
+            let regs = self.frags.get(&a).cloned().unwrap_or_default();
+            if regs.len() != want.num_regs() {
+                return Err(self.err(format!("internal: fragment `{}` has no registers", ab.name)));
+            }
+            Some((want, regs))
         } else {
             None
         };
@@ -227,19 +234,11 @@ impl Lx<'_> {
             return Err(self.err("internal: ldmatrix row offset breaks the swizzle pattern"));
         }
         let base = self.ldmatrix_base(p, col)?;
-        // A multi-buffered (pipelined) operand is read from the current stage:
-        // the prologue's address is stage 0's, so shift it by the stage's offset.
-        let base = match self.stage_base.get(&p.buf).copied() {
-            Some(stage) => {
-                let shift = self.op("sub.s32", RegClass::B32, vec![stage.into(), self.smem.into()]);
-                self.op("add.s32", RegClass::B32, vec![base.into(), shift.into()])
-            }
-            None => base,
-        };
         let (buf_off, _) = *self.shared.get(&p.buf).ok_or_else(|| self.err("internal: shared buffer not allocated"))?;
         let dsts: Vec<Reg> = (0..num).map(|_| self.new_reg(RegClass::B32)).collect();
         let region = self.region_of(p.buf);
         let addr = Address { base: base.into(), offset: buf_off + row * lay.row_stride };
+        let addr = self.with_stage(p.buf, addr);
         self.emit(Inst::Ldmatrix { trans: p.trans, dsts: dsts.clone(), addr, region });
         Ok(dsts)
     }
@@ -282,7 +281,8 @@ impl Lx<'_> {
             return Ok(false);
         }
         let (sdt, ddt) = (fb.dtype, gb.dtype);
-        if sdt == DType::Bool || ddt == DType::Bool {
+        let regs = self.frags.get(&frag).cloned().unwrap_or_default();
+        if sdt == DType::Bool || ddt == DType::Bool || regs.len() != lay.num_regs() {
             return Ok(false);
         }
         let info = self.tensors.get(&dst).ok_or_else(|| self.err("internal: tensor parameter not bound"))?;
@@ -296,7 +296,6 @@ impl Lx<'_> {
         let rb = self.materialize(&Val { op: rb, ty: DType::I32 });
         let cb = self.materialize(&Val { op: cb, ty: DType::I32 });
         let base = self.global_addr(dst, &[rb.into(), cb.into()])?;
-        let regs = self.frags.get(&frag).cloned().unwrap_or_default();
         // Vector stores need the row length and the tile's first column to be multiples of `v`.
         let origin_ok = origin_last.map(|e| self.known_multiple(e) % v == 0).unwrap_or(false);
         let body = |s: &mut Self, vectorize: bool| -> R<()> {

@@ -3,12 +3,14 @@
 //! 1. `verify` ([`crate::verify`]): the Tile IR invariants (types, shapes,
 //!    scopes, extents).
 //! 2. [`layout_infer`]: a layout for every fragment and parallel nest
-//!    (blocked distributions; reductions derive replicated layouts; conflicts
-//!    are errors naming both uses).
+//!    (gemm accumulators get the mma.sync layout, gemm shared operands a
+//!    swizzled shared layout; otherwise blocked distributions; reductions
+//!    derive replicated layouts; conflicts are errors naming both uses).
 //! 3. [`lower`]: Tile IR → Thread IR (uniform scalar code, unrolled parallel
 //!    nests, vectorized masked copies, cp.async global → shared copies,
 //!    software-pipelined loops as [`pipeline`] decides, reductions by
-//!    registers → shuffles → shared memory, thread-0 side effects).
+//!    registers → shuffles → shared memory, thread-0 side effects; gemm →
+//!    ldmatrix + mma.sync in `lower_gemm.rs`, a child module of `lower`).
 //! 4. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
 //!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
 //!    where the writer was a cp.async.

@@ -239,7 +239,10 @@ fn touches(s: &Stmt, buf: BufferId) -> (bool, bool) {
             }
         }
         StmtKind::Copy { src, dst, fill } => {
-            r |= src.buf == buf || any(&src.origin) || any(&dst.origin) || fill.as_ref().is_some_and(|f| expr_reads(f, buf));
+            r |= src.buf == buf
+                || any(&src.origin)
+                || any(&dst.origin)
+                || fill.as_ref().is_some_and(|f| expr_reads(f, buf));
             w |= dst.buf == buf;
         }
         StmtKind::Fill { buf: b, value } => {

@@ -17,6 +17,9 @@ use tile_ir::thread_ir::*;
 
 pub const GBASE: u64 = 0x1000_0000;
 
+/// The cp.asyncs of one group: (shared address, bytes that will land).
+type AsyncGroup = Vec<(usize, Vec<u8>)>;
+
 pub struct Sim<'f> {
     pub f: &'f Function,
     /// Global memory: each tensor at `GBASE + i * 2^32`.
@@ -34,8 +37,8 @@ pub struct Sim<'f> {
     shadow: Vec<(usize, u64, usize, u64)>,
     /// Per thread: cp.asyncs issued since the last commit, and the committed
     /// groups still in flight (oldest first); each copy is (shared address, bytes).
-    async_open: Vec<Vec<(usize, Vec<u8>)>>,
-    async_groups: Vec<Vec<Vec<(usize, Vec<u8>)>>>,
+    async_open: Vec<AsyncGroup>,
+    async_groups: Vec<Vec<AsyncGroup>>,
     /// Per shared byte: the thread whose cp.async to it is in flight.
     async_owner: Vec<usize>,
     /// Number of cp.asyncs issued (for tests).

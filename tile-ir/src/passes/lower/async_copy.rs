@@ -196,14 +196,23 @@ impl Lx<'_> {
         ));
     }
 
-    /// The shared address of stage `stage` of `buf` (as a base register).
-    fn stage_base_reg(&mut self, buf: BufferId, stage: &Operand) -> Reg {
+    /// Makes stage `stage` of `buf` the one its accesses address (through
+    /// [`Lx::shared_stage`], which every shared address and ldmatrix
+    /// applies); returns the previous setting, for [`Lx::restore_stage`].
+    fn select_stage(&mut self, buf: BufferId, stage: &Operand) -> (BufferId, Option<Operand>) {
         let stride = self.stage_stride.get(&buf).copied().unwrap_or(0);
-        let sm = self.smem;
-        match stage {
-            Operand::Imm(s) => self.op("add.s32", RegClass::B32, vec![sm.into(), Operand::Imm(s * stride)]),
-            other => self.op("mad.lo.s32", RegClass::B32, vec![other.clone(), Operand::Imm(stride), sm.into()]),
-        }
+        let off = match stage {
+            Operand::Imm(s) => Operand::Imm(s * stride),
+            other => Operand::Reg(self.op("mul.lo.s32", RegClass::B32, vec![other.clone(), Operand::Imm(stride)])),
+        };
+        (buf, self.shared_stage.insert(buf, off))
+    }
+
+    fn restore_stage(&mut self, saved: (BufferId, Option<Operand>)) {
+        match saved {
+            (buf, Some(o)) => self.shared_stage.insert(buf, o),
+            (buf, None) => self.shared_stage.remove(&buf),
+        };
     }
 
     /// Issues (without committing) the pipelined copies of the iteration
@@ -212,11 +221,12 @@ impl Lx<'_> {
         let saved_var = self.vars.insert(var, k);
         let saved_span = self.span;
         let mut saved = Vec::new();
+        let mut saved_regions = Vec::new();
         for &i in &pl.copies {
             if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                let base = self.stage_base_reg(dst.buf, stage);
+                saved.push(self.select_stage(dst.buf, stage));
                 let refill = self.refill_region(dst.buf);
-                saved.push((dst.buf, self.stage_base.insert(dst.buf, base), self.region_override.insert(dst.buf, refill)));
+                saved_regions.push((dst.buf, self.region_override.insert(dst.buf, refill)));
             }
         }
         self.in_pipeline_issue = true;
@@ -232,11 +242,10 @@ impl Lx<'_> {
             }
         }
         self.in_pipeline_issue = false;
-        for (b, base, region) in saved {
-            match base {
-                Some(r) => self.stage_base.insert(b, r),
-                None => self.stage_base.remove(&b),
-            };
+        for st in saved {
+            self.restore_stage(st);
+        }
+        for (b, region) in saved_regions {
             match region {
                 Some(r) => self.region_override.insert(b, r),
                 None => self.region_override.remove(&b),
@@ -270,7 +279,14 @@ impl Lx<'_> {
     }
 
     /// Lowers a software-pipelined loop (see the module doc for the schedule).
-    pub(super) fn lower_pipelined(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[TStmt], pl: &PipelinedLoop) -> R<()> {
+    pub(super) fn lower_pipelined(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[TStmt],
+        pl: &PipelinedLoop,
+    ) -> R<()> {
         let stages = pl.stages as i64;
         let s0 = self.expr(start)?;
         let s0 = self.convert(s0, DType::I32)?;
@@ -314,8 +330,7 @@ impl Lx<'_> {
             let mut saved = Vec::new();
             for &i in &pl.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                    let base = x.stage_base_reg(dst.buf, &cur);
-                    saved.push((dst.buf, x.stage_base.insert(dst.buf, base)));
+                    saved.push(x.select_stage(dst.buf, &cur));
                 }
             }
             for (i, s) in body.iter().enumerate() {
@@ -325,11 +340,8 @@ impl Lx<'_> {
                     }
                 }
             }
-            for (buf, base) in saved {
-                match base {
-                    Some(r) => x.stage_base.insert(buf, r),
-                    None => x.stage_base.remove(&buf),
-                };
+            for st in saved {
+                x.restore_stage(st);
             }
             Ok(())
         });
