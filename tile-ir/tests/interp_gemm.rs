@@ -186,3 +186,20 @@ kernel mm<%0 M, %1 N>(@0 a: &bf16[M, 24], @1 b: &bf16[N, 24], @2 c: &mut f32[M, 
     }
     let _ = Arg::Scalar(Value::I32(0));
 }
+
+/// Kernels travel to the interpreter as JSON (`META.ir`): gemm and the
+/// rasterization survive it, and JSON without `rasterize` (older kernels)
+/// still reads, as `None`.
+#[test]
+fn gemm_kernel_json_round_trips() {
+    let k = gemm_kernel(GemmConfig { swizzle: Some(5), ..config(DType::BF16, true, false) });
+    let json = serde_json::to_string(&k).unwrap();
+    assert!(json.contains("\"rasterize\":5"), "{json}");
+    let back: Kernel = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, k);
+    let plain = gemm_kernel(config(DType::F16, false, false));
+    let json = serde_json::to_string(&plain).unwrap();
+    assert!(!json.contains("rasterize"), "{json}");
+    let back: Kernel = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.rasterize, None);
+}

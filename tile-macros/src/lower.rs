@@ -1848,10 +1848,28 @@ impl Lowerer<'_> {
             let (k_b, n_b) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
             if let Some(what) = tile_ir::verify::gemm_mismatch((m_a, k_a), (k_b, n_b), (sc[0], sc[1])) {
                 let t = |x: bool| if x { ".t()" } else { "" };
+                // The operand(s) whose other reading would make the shapes agree.
+                let fits = |ta: bool, tb: bool| {
+                    let (m, k) = if ta { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+                    let (k2, n) = if tb { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+                    tile_ir::verify::gemm_mismatch((m, k), (k2, n), (sc[0], sc[1])).is_none()
+                };
+                let hint = [(trans_a, !trans_b), (!trans_a, trans_b), (!trans_a, !trans_b)]
+                    .into_iter()
+                    .find(|&(x, y)| fits(x, y))
+                    .map_or_else(String::new, |(x, y)| {
+                        format!(
+                            "; `gemm(&{}{}, &{}{}, ..)` would fit",
+                            ab.name,
+                            t(x),
+                            bb.name,
+                            t(y)
+                        )
+                    });
                 self.errors.spanned(
                     call,
                     format!(
-                        "shape mismatch in `gemm`: `{}{}` {} is M×K = {m_a}×{k_a}, `{}{}` {} is K×N = {k_b}×{n_b}, and `{}` {} is M×N = {}×{}: {what}",
+                        "shape mismatch in `gemm`: `{}{}` {} is M×K = {m_a}×{k_a}, `{}{}` {} is K×N = {k_b}×{n_b}, and `{}` {} is M×N = {}×{}: {what}{hint}",
                         ab.name,
                         t(trans_a),
                         format_shape(&sa),

@@ -95,7 +95,7 @@ fn gemm_shape_errors_name_the_three_shapes() {
     let errs = lower_err(HEAD, &body("gemm(&at_s, &b_s, &mut acc);"), &["shape mismatch in `gemm`"]);
     assert_eq!(
         errs,
-        ["shape mismatch in `gemm`: `at_s` [24, 32] is M×K = 24×32, `b_s` [24, 16] is K×N = 24×16, and `acc` [32, 16] is M×N = 32×16: M disagrees (24 from A, 32 from the accumulator); K disagrees (32 from A, 24 from B)"]
+        ["shape mismatch in `gemm`: `at_s` [24, 32] is M×K = 24×32, `b_s` [24, 16] is K×N = 24×16, and `acc` [32, 16] is M×N = 32×16: M disagrees (24 from A, 32 from the accumulator); K disagrees (32 from A, 24 from B); `gemm(&at_s.t(), &b_s, ..)` would fit"]
     );
     // `.t()` on B: [BN, BK] read as [BK, BN] is fine, [BK, BN] read transposed is not.
     lower_ok(HEAD, &body("gemm(&a_s, &bt_s.t(), &mut acc);"));
