@@ -2,13 +2,14 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh && (on the GPU machine) dist/run.sh [tests|examples|memcheck|all]
+#   scripts/dist.sh && (on the GPU machine) dist/run.sh [tests|examples|gemm|memcheck|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf dist && mkdir -p dist/bin
 
-# Test binaries: every integration test of the workspace, with the gpu feature.
-cargo test --release --features gpu --workspace --no-run --message-format=json 2>/dev/null \
+# Test binaries: every integration test of the workspace, with the gpu feature
+# of the facade and of the runtime (tile-runtime's GPU tests: launch, cuBLAS).
+cargo test --release --features gpu,tile-runtime/gpu --workspace --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:

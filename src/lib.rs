@@ -29,6 +29,9 @@ pub use tile_runtime::{
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.
 pub use tile_ir as ir;
 
+/// cuBLAS as a peer for checking and benchmarking kernels (row-major f16/bf16 GEMM).
+pub use tile_runtime::cublas;
+
 /// Everything a program that writes and launches kernels needs.
 pub mod prelude {
     pub use crate::tile_kernel;

@@ -11,6 +11,7 @@
 //! with the same message.
 
 mod bench;
+pub mod cublas;
 mod device;
 mod element;
 mod error;

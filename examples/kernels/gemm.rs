@@ -1,0 +1,105 @@
+//! Matrix multiply on tensor cores, the DESIGN north star: one block computes
+//! a `BM × BN` tile of `C = A · B` from `BK`-wide slices of A and B staged in
+//! shared memory over a software pipeline of `STAGES` buffers, accumulating
+//! in an f32 fragment; the epilogue rounds it to the output type. Edges (M,
+//! N, K not multiples of the tile) are masked: reads past the end give zeros,
+//! which add nothing to the sums, and writes past the end are skipped.
+//!
+//! `matmul` (f16), `matmul_bf16`, and `matmul_bt` (f16, B given as `[N, K]`,
+//! multiplied as Bᵀ without a copy), plus the f64 CPU reference.
+#![allow(dead_code)]
+use tile::prelude::*;
+
+/// `c = a · b`: f16 in, f32 accumulation, f16 out.
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, BK = 32, STAGES = 3))]
+pub fn matmul(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, M, N>) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    use_swizzle(8);
+    let mut a_s = shared::<f16, BM, BK>();
+    let mut b_s = shared::<f16, BK, BN>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([by * BM, k * BK]), &mut a_s);
+        copy(b.tile([k * BK, bx * BN]), &mut b_s);
+        gemm(&a_s, &b_s, &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+/// `c = a · b`: bf16 in, f32 accumulation, bf16 out.
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, BK = 32, STAGES = 3))]
+pub fn matmul_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut Tensor<bf16, M, N>) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    use_swizzle(8);
+    let mut a_s = shared::<bf16, BM, BK>();
+    let mut b_s = shared::<bf16, BK, BN>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([by * BM, k * BK]), &mut a_s);
+        copy(b.tile([k * BK, bx * BN]), &mut b_s);
+        gemm(&a_s, &b_s, &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+/// `c = a · bᵀ` with `b` stored `[N, K]` (the layout of K in attention):
+/// the shared tile is `[BN, BK]` and `gemm` reads it transposed.
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, BK = 32, STAGES = 3))]
+pub fn matmul_bt(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f16, M, N>) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    use_swizzle(8);
+    let mut a_s = shared::<f16, BM, BK>();
+    let mut b_s = shared::<f16, BN, BK>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([by * BM, k * BK]), &mut a_s);
+        copy(b.tile([bx * BN, k * BK]), &mut b_s);
+        gemm(&a_s, &b_s.t(), &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+/// The f64 reference of row-major `op(a) · op(b)` for rows `rows` of the
+/// `m × n` result: `a` is `[m, k]` (`[k, m]` if `trans_a`), `b` is `[k, n]`
+/// (`[n, k]` if `trans_b`). Returns `rows.len() × n` values.
+#[allow(clippy::too_many_arguments)]
+pub fn reference_rows<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    b: &[T],
+    trans_a: bool,
+    trans_b: bool,
+    rows: std::ops::Range<usize>,
+) -> Vec<f64> {
+    assert_eq!(a.len(), m * k, "reference: a has {} elements, not m * k = {}", a.len(), m * k);
+    assert_eq!(b.len(), k * n, "reference: b has {} elements, not k * n = {}", b.len(), k * n);
+    // B as [n, k] rows of f64, so that each output is a contiguous dot product.
+    let mut bt = vec![0.0f64; n * k];
+    for j in 0..n {
+        for p in 0..k {
+            bt[j * k + p] = if trans_b { b[j * k + p] } else { b[p * n + j] }.to_f64();
+        }
+    }
+    let mut out = Vec::with_capacity(rows.len() * n);
+    let mut a_row = vec![0.0f64; k];
+    for i in rows {
+        for (p, x) in a_row.iter_mut().enumerate() {
+            *x = if trans_a { a[p * m + i] } else { a[i * k + p] }.to_f64();
+        }
+        for j in 0..n {
+            let col = &bt[j * k..(j + 1) * k];
+            out.push(a_row.iter().zip(col).map(|(x, y)| x * y).sum());
+        }
+    }
+    out
+}
+
+/// The f64 reference of `a · b` (`b` transposed if `trans_b`), all rows.
+pub fn reference<T: Element>(m: usize, n: usize, k: usize, a: &[T], b: &[T], trans_b: bool) -> Vec<f64> {
+    reference_rows(m, n, k, a, b, false, trans_b, 0..m)
+}
