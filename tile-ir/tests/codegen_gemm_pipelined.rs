@@ -276,3 +276,27 @@ fn attention_pipelined_over_key_tiles() {
         assert!(err <= 5e-3, "attention sq={sq} sk={sk}: relative L2 error {err:.3e}");
     }
 }
+
+/// `use_swizzle(2)` on a 5 × 7 grid: the prologue remaps the block indices
+/// (the remap code is there, and only with `swizzle=`), every block still
+/// writes its own coordinates exactly once (the remap is a bijection).
+#[test]
+fn rasterized_blocks_cover_the_grid_once() {
+    let text = |swizzle: &str| {
+        format!(
+            "kernel blocks<%0 H, %1 W>(@0 out: &mut i32[H, W]) threads=32 grid=(W, H, 1){swizzle} {{
+  %2 bx = block_idx.x
+  %3 by = block_idx.y
+  out[by, bx] = by * 1000 + bx
+}}"
+        )
+    };
+    let (h, w) = (7usize, 5usize);
+    let out = run(&text(" swizzle=2"), vec![vec![0xFF; 4 * h * w]], &[h as i64, w as i64], &[]);
+    let got: Vec<i32> = out[0].chunks(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let want: Vec<i32> = (0..h * w).map(|i| (i / w * 1000 + i % w) as i32).collect();
+    assert_eq!(got, want);
+    let ptx = |t: &str| compile(&parse_kernel(t).unwrap(), Target::Sm80).unwrap().ptx;
+    assert!(ptx(&text(" swizzle=2")).contains("min.s32"), "no rasterization code");
+    assert!(!ptx(&text("")).contains("min.s32"), "rasterization code without swizzle");
+}

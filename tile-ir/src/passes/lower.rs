@@ -414,6 +414,9 @@ impl<'a> Lx<'a> {
                 self.vars.insert(VarId(i as u32), r);
             }
         }
+        if let Err(e) = self.rasterize_blocks() {
+            self.errors.push(e);
+        }
         // Buffers: shared offsets, fragment and local registers.
         for (i, b) in k.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
@@ -892,6 +895,35 @@ impl<'a> Lx<'a> {
             _ => return Err(self.err(format!("cannot convert {from} to {to}"))),
         };
         Ok(Val { op: r.into(), ty: to })
+    }
+
+    /// `use_swizzle(panel)`: rebinds the x and y block indices to the
+    /// panel-rasterized order of `abi::rasterize` (the formula the interpreter
+    /// and the tests share), in the prologue, before anything reads them.
+    /// Rasterization only reorders blocks, so a kernel that does not bind
+    /// both indices keeps the plain order.
+    fn rasterize_blocks(&mut self) -> R<()> {
+        let Some(panel) = self.k.rasterize else { return Ok(()) };
+        let block_var = |axis: u8| {
+            self.k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32))
+        };
+        let (Some(bx), Some(by)) = (block_var(0), block_var(1)) else { return Ok(()) };
+        let (gx, gy) = (self.k.grid[0].clone(), self.k.grid[1].clone());
+        let linear = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(by), gx.clone()), Expr::Var(bx));
+        let (new_bx, new_by) = crate::abi::rasterize_exprs(panel, &gx, &gy, &linear);
+        let mut regs = (None, None);
+        let code = self.capture(|lx| {
+            let x = lx.expr(&new_bx)?;
+            let y = lx.expr(&new_by)?;
+            regs = (Some(lx.materialize(&x)), Some(lx.materialize(&y)));
+            Ok(())
+        })?;
+        self.prologue.extend(code);
+        if let (Some(x), Some(y)) = regs {
+            self.vars.insert(bx, x);
+            self.vars.insert(by, y);
+        }
+        Ok(())
     }
 
     // ------------------------------------------------------------ expressions
