@@ -223,7 +223,7 @@ pub fn operand_descriptor(
 /// `m / 64` warpgroups (warpgroup `j` = threads `128j..128j+128` owns rows
 /// `64j..64j+64`) with `m64nNk16`, `N = n`.
 pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, String> {
-    if m <= 0 || m % 64 != 0 || n < 8 || n > 256 || n % 8 != 0 {
+    if m <= 0 || m % 64 != 0 || !(8..=256).contains(&n) || n % 8 != 0 {
         return Err(format!("wgmma accumulator [{m}, {n}]: m must be a multiple of 64 and n in 8..=256, a multiple of 8"));
     }
     if (m / 64).count_ones() != 1 {

@@ -134,6 +134,7 @@ impl TensorMapSpec {
     }
 
     /// Checks the driver's rules; the error names the field and the fix.
+    #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Usage(format!("tensor map: {m}")));
         let rank = self.dims.len();

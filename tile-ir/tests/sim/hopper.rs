@@ -35,6 +35,8 @@
 //!   producer branch runs to its end before its consumer branch: a pipeline
 //!   whose producer waits for consumers (empty barriers) deadlocks here.
 
+#![allow(clippy::needless_range_loop, clippy::manual_is_multiple_of)]
+
 use super::*;
 
 /// The owner marker of shared bytes a TMA load will write.
@@ -482,7 +484,7 @@ impl<'f> Sim<'f> {
                     assert!(o == usize::MAX, "TMA load to shared byte {b} overlaps another copy in flight");
                     let (w, we, r, re) = self.shadow[b];
                     assert!(
-                        !(we == self.epoch && w != usize::MAX) && !(re == self.epoch && r != usize::MAX),
+                        (we != self.epoch || w == usize::MAX) && (re != self.epoch || r == usize::MAX),
                         "TMA load to shared byte {b} that threads accessed since the last bar.sync (thread {w}/{r})"
                     );
                     self.async_owner[b] = TMA_OWNER;
