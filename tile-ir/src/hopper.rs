@@ -7,8 +7,13 @@
 //!   [`RootLayout`]s (so layout inference treats them like mma.sync's), with
 //!   the map from a fragment register to the wgmma operand position.
 //!
-//! Expects byte addresses relative to the start of shared memory (the
-//! dynamic `smem` symbol is 1024-byte aligned in the modules tile emits).
+//! Expects byte offsets relative to the dynamic `smem` symbol. The hardware
+//! wants absolute shared addresses and swizzles on absolute address bits:
+//! the kernel adds `smem`'s address `>> 4` to a descriptor at run time (the
+//! start field is the low 14 bits; no carry below 256 KB), and tiles must sit
+//! at offsets that keep the swizzle atoms aligned. Measured on the H200:
+//! `smem` is at shared address 0x400 (1024-aligned) when the kernel has no
+//! static shared memory, so offsets that are multiples of 1024 are atom-aligned.
 //! Guarantees that every encoder either returns a value the hardware reads
 //! as described here, or an error saying which constraint failed.
 //!
