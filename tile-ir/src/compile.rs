@@ -63,7 +63,7 @@ pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec
             ),
         )]);
     }
-    let ptx = crate::ptx::emit(&func, target);
+    let ptx = crate::ptx::try_emit(&func, target).map_err(|e| vec![e])?;
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
     layouts.extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));

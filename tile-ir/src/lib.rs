@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod compile;
+pub mod hopper;
 pub mod interp;
 pub mod ir;
 pub mod layout;

@@ -159,6 +159,172 @@ pub enum Inst {
     /// `mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {d}, {a}, {b}, {c};`
     /// (warp-collective), `ab` = `f16` or `bf16`.
     Mma { ab: &'static str, d: [Reg; 4], a: [Reg; 4], b: [Reg; 2], c: [Reg; 4] },
+
+    // ---- Hopper (sm_90 / sm_90a) building blocks; see `crate::hopper` ----
+    // Each needs a minimum PTX ISA version and target
+    // ([`Inst::min_ptx_version`], [`Inst::needs_sm90`]); the PTX printer
+    // raises the module's `.version` and rejects them on sm_80.
+    /// `mbarrier.init.shared::cta.b64 [addr], count;`: the 8-byte barrier at
+    /// `addr` expects `count` arrivals per phase, starts in phase 0 with no
+    /// pending transaction bytes.
+    MbarInit { addr: Address, count: Operand },
+    /// `mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], tx_bytes;`:
+    /// adds `tx_bytes` to the bytes the current phase waits for, then arrives.
+    MbarArriveExpectTx { addr: Address, tx_bytes: Operand },
+    /// `mbarrier.arrive.shared::cta.b64 _, [addr];`
+    MbarArrive { addr: Address },
+    /// A wait loop on `mbarrier.try_wait.parity.shared::cta.b64 pred, [addr], parity;`
+    /// that returns once the phase with parity `parity` (0 or 1) has
+    /// completed; `pred` is a scratch predicate register. PTX: a label,
+    /// the try_wait and a `bra` back while `pred` is false.
+    MbarWait { addr: Address, parity: Operand, pred: Reg },
+    /// `fence.mbarrier_init.release.cluster;`: makes preceding
+    /// `mbarrier.init`s visible to other threads and to the async proxy.
+    FenceMbarrierInit,
+    /// `fence.proxy.async.shared::cta;`: orders this thread's generic-proxy
+    /// shared-memory accesses with later async-proxy ones (TMA, wgmma).
+    FenceProxyAsync,
+    /// `cvta.param.u64 dst, param;`: the generic address of a kernel
+    /// parameter of type [`TENSOR_MAP_PARAM`] (what TMA instructions take).
+    TensorMapAddr { dst: Reg, param: String },
+    /// `cp.async.bulk.tensor.{N}d.shared::{cluster,cta}.global.tile.mbarrier::complete_tx::bytes[.L2::cache_hint]
+    /// [dst], [tmap, {coords}], [mbar][, cache_hint];` with N = `coords.len()`
+    /// (1..=5; innermost coordinate first, in elements): one box of the
+    /// tensor map lands at `dst` (128-byte aligned) and completes
+    /// `box bytes` transaction bytes on the mbarrier. `cta_dst` picks the
+    /// `.shared::cta` destination form (PTX 8.6).
+    TmaLoad {
+        dst: Address,
+        tmap: Operand,
+        coords: Vec<Operand>,
+        mbar: Address,
+        cache_hint: Option<Operand>,
+        cta_dst: bool,
+        region: Option<Region>,
+    },
+    /// `cp.async.bulk.tensor.{N}d.global.shared::cta.tile.bulk_group [tmap, {coords}], [src];`:
+    /// one box from shared memory to the tensor (out-of-bounds elements are
+    /// not written); completion is tracked by bulk groups.
+    TmaStore { tmap: Operand, coords: Vec<Operand>, src: Address, region: Option<Region> },
+    /// `cp.async.bulk.commit_group;`
+    BulkCommit,
+    /// `cp.async.bulk.wait_group.read pending;`: waits until at most
+    /// `pending` bulk groups still read their shared source.
+    BulkWaitRead { pending: u32 },
+    /// `wgmma.fence.sync.aligned;` (warpgroup-collective): orders register
+    /// writes (accumulator, A fragment) before the next wgmma.
+    WgmmaFence,
+    /// `wgmma.commit_group.sync.aligned;`
+    WgmmaCommit,
+    /// `wgmma.wait_group.sync.aligned pending;`
+    WgmmaWait { pending: u32 },
+    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {d}, a, b_desc, scale_d, imm-scale-a, imm-scale-b[, imm-trans-a], imm-trans-b;`
+    /// (warpgroup-collective): `D = A·B + (scale_d ? D : 0)`, `d` = `n/2`
+    /// f32 registers, A 64×16 from a descriptor or 4 f16x2 registers, B
+    /// 16×n from a descriptor. `neg_a`/`neg_b` print imm-scale -1.
+    /// `trans_a` only applies to a descriptor A (`imm-trans-a` 1 = A is
+    /// M-major); `trans_b` 1 = B is N-major.
+    Wgmma {
+        n: u32,
+        ab: &'static str,
+        d: Vec<Reg>,
+        a: WgmmaA,
+        b_desc: Operand,
+        scale_d: Operand,
+        neg_a: bool,
+        neg_b: bool,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    /// `setmaxnreg.{inc,dec}.sync.aligned.u32 count;` (warpgroup-collective).
+    SetMaxNreg { inc: bool, count: u32 },
+    /// `elect.sync _|pred, 0xffffffff;`: `pred` is true in one lane of the warp.
+    ElectSync { pred: Reg },
+}
+
+/// The A operand of a wgmma.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WgmmaA {
+    /// A 64-bit shared-memory matrix descriptor ([`crate::hopper::MatrixDescriptor`]).
+    Desc(Operand),
+    /// Four `.b32` registers, each two f16/bf16 (layout [`crate::hopper::wgmma_a_regs_coord`]).
+    Regs([Reg; 4]),
+}
+
+/// The parameter type (in [`Function::params`]) of a `CUtensorMap` passed by
+/// value: printed as `.param .align 64 .b8 name[128]`.
+pub const TENSOR_MAP_PARAM: &str = ".tensormap";
+
+impl Inst {
+    /// The lowest PTX ISA version (major·10 + minor) that has this
+    /// instruction in the form printed (checked with ptxas 12.9).
+    pub fn min_ptx_version(&self) -> u32 {
+        match self {
+            Inst::MbarInit { .. } | Inst::MbarArrive { .. } | Inst::MbarWait { .. } => 78,
+            Inst::TensorMapAddr { .. } => 77,
+            Inst::TmaLoad { cta_dst: true, .. } => 86,
+            Inst::MbarArriveExpectTx { .. }
+            | Inst::FenceMbarrierInit
+            | Inst::FenceProxyAsync
+            | Inst::TmaLoad { .. }
+            | Inst::TmaStore { .. }
+            | Inst::BulkCommit
+            | Inst::BulkWaitRead { .. }
+            | Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::Wgmma { .. }
+            | Inst::SetMaxNreg { .. }
+            | Inst::ElectSync { .. } => 80,
+            _ => 70,
+        }
+    }
+
+    /// Whether the instruction needs an sm_90 (or sm_90a) target.
+    /// `mbarrier.init` and a plain `arrive` exist on sm_80 too.
+    pub fn needs_sm90(&self) -> bool {
+        matches!(
+            self,
+            Inst::MbarArriveExpectTx { .. }
+                | Inst::MbarWait { .. }
+                | Inst::FenceMbarrierInit
+                | Inst::FenceProxyAsync
+                | Inst::TmaLoad { .. }
+                | Inst::TmaStore { .. }
+                | Inst::BulkCommit
+                | Inst::BulkWaitRead { .. }
+                | Inst::WgmmaFence
+                | Inst::WgmmaCommit
+                | Inst::WgmmaWait { .. }
+                | Inst::Wgmma { .. }
+                | Inst::SetMaxNreg { .. }
+                | Inst::ElectSync { .. }
+        )
+    }
+
+    /// The PTX opcode of a Hopper instruction (for error messages).
+    pub fn opcode(&self) -> String {
+        match self {
+            Inst::MbarInit { .. } => "mbarrier.init.shared::cta.b64".into(),
+            Inst::MbarArriveExpectTx { .. } => "mbarrier.arrive.expect_tx.shared::cta.b64".into(),
+            Inst::MbarArrive { .. } => "mbarrier.arrive.shared::cta.b64".into(),
+            Inst::MbarWait { .. } => "mbarrier.try_wait.parity.shared::cta.b64".into(),
+            Inst::FenceMbarrierInit => "fence.mbarrier_init.release.cluster".into(),
+            Inst::FenceProxyAsync => "fence.proxy.async.shared::cta".into(),
+            Inst::TensorMapAddr { .. } => "cvta.param.u64".into(),
+            Inst::TmaLoad { coords, .. } => format!("cp.async.bulk.tensor.{}d.shared::cluster.global", coords.len()),
+            Inst::TmaStore { coords, .. } => format!("cp.async.bulk.tensor.{}d.global.shared::cta", coords.len()),
+            Inst::BulkCommit => "cp.async.bulk.commit_group".into(),
+            Inst::BulkWaitRead { .. } => "cp.async.bulk.wait_group.read".into(),
+            Inst::WgmmaFence => "wgmma.fence.sync.aligned".into(),
+            Inst::WgmmaCommit => "wgmma.commit_group.sync.aligned".into(),
+            Inst::WgmmaWait { .. } => "wgmma.wait_group.sync.aligned".into(),
+            Inst::Wgmma { n, ab, .. } => format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"),
+            Inst::SetMaxNreg { inc, .. } => format!("setmaxnreg.{}.sync.aligned.u32", if *inc { "inc" } else { "dec" }),
+            Inst::ElectSync { .. } => "elect.sync".into(),
+            other => format!("{other:?}").split([' ', '{']).next().unwrap_or("").to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -231,6 +397,10 @@ fn fmt_list(f: &Function, regs: &[Operand]) -> String {
     }
 }
 
+fn join_operands(f: &Function, ops: &[Operand]) -> String {
+    ops.iter().map(|o| fmt_operand(f, o)).collect::<Vec<_>>().join(", ")
+}
+
 fn vec_suffix(n: usize) -> String {
     if n > 1 {
         format!(".v{n}")
@@ -292,6 +462,77 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             let l = |rs: &[Reg]| rs.iter().map(|r| f.reg_name(*r)).collect::<Vec<_>>().join(", ");
             format!("mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}", l(d), l(a), l(b), l(c))
         }
+
+        // ---- Hopper ----
+        Inst::MbarInit { addr, count } => {
+            format!("mbarrier.init.shared::cta.b64 {}, {}", fmt_address(f, addr), fmt_operand(f, count))
+        }
+        Inst::MbarArriveExpectTx { addr, tx_bytes } => format!(
+            "mbarrier.arrive.expect_tx.shared::cta.b64 _, {}, {}",
+            fmt_address(f, addr),
+            fmt_operand(f, tx_bytes)
+        ),
+        Inst::MbarArrive { addr } => format!("mbarrier.arrive.shared::cta.b64 _, {}", fmt_address(f, addr)),
+        // The text form; the PTX printer expands it into a loop.
+        Inst::MbarWait { addr, parity, pred } => format!(
+            "mbarrier.try_wait.parity.shared::cta.b64 {}, {}, {} (loop)",
+            f.reg_name(*pred),
+            fmt_address(f, addr),
+            fmt_operand(f, parity)
+        ),
+        Inst::FenceMbarrierInit => "fence.mbarrier_init.release.cluster".into(),
+        Inst::FenceProxyAsync => "fence.proxy.async.shared::cta".into(),
+        Inst::TensorMapAddr { dst, param } => format!("cvta.param.u64 {}, {param}", f.reg_name(*dst)),
+        Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, cta_dst, .. } => {
+            let space = if *cta_dst { "cta" } else { "cluster" };
+            let (hint_mod, hint) = match cache_hint {
+                Some(h) => (".L2::cache_hint", format!(", {}", fmt_operand(f, h))),
+                None => ("", String::new()),
+            };
+            format!(
+                "cp.async.bulk.tensor.{}d.shared::{space}.global.tile.mbarrier::complete_tx::bytes{hint_mod} {}, [{}, {{{}}}], {}{hint}",
+                coords.len(),
+                fmt_address(f, dst),
+                fmt_operand(f, tmap),
+                join_operands(f, coords),
+                fmt_address(f, mbar)
+            )
+        }
+        Inst::TmaStore { tmap, coords, src, .. } => format!(
+            "cp.async.bulk.tensor.{}d.global.shared::cta.tile.bulk_group [{}, {{{}}}], {}",
+            coords.len(),
+            fmt_operand(f, tmap),
+            join_operands(f, coords),
+            fmt_address(f, src)
+        ),
+        Inst::BulkCommit => "cp.async.bulk.commit_group".into(),
+        Inst::BulkWaitRead { pending } => format!("cp.async.bulk.wait_group.read {pending}"),
+        Inst::WgmmaFence => "wgmma.fence.sync.aligned".into(),
+        Inst::WgmmaCommit => "wgmma.commit_group.sync.aligned".into(),
+        Inst::WgmmaWait { pending } => format!("wgmma.wait_group.sync.aligned {pending}"),
+        Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b } => {
+            let d: Vec<String> = d.iter().map(|r| f.reg_name(*r)).collect();
+            let sign = |neg: bool| if neg { "-1" } else { "1" };
+            let (a_text, trans_a) = match a {
+                WgmmaA::Desc(o) => (fmt_operand(f, o), format!(", {}", *trans_a as u8)),
+                WgmmaA::Regs(r) => {
+                    (format!("{{{}}}", r.iter().map(|r| f.reg_name(*r)).collect::<Vec<_>>().join(", ")), String::new())
+                }
+            };
+            format!(
+                "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{}}}, {a_text}, {}, {}, {}, {}{trans_a}, {}",
+                d.join(", "),
+                fmt_operand(f, b_desc),
+                fmt_operand(f, scale_d),
+                sign(*neg_a),
+                sign(*neg_b),
+                *trans_b as u8
+            )
+        }
+        Inst::SetMaxNreg { inc, count } => {
+            format!("setmaxnreg.{}.sync.aligned.u32 {count}", if *inc { "inc" } else { "dec" })
+        }
+        Inst::ElectSync { pred } => format!("elect.sync _|{}, -1", f.reg_name(*pred)),
     }
 }
 
@@ -326,7 +567,9 @@ fn print_block(f: &Function, body: &[Stmt], depth: usize, out: &mut String) {
                     Inst::Ld { region: Some(r), .. }
                     | Inst::St { region: Some(r), .. }
                     | Inst::CpAsync { region: Some(r), .. }
-                    | Inst::Ldmatrix { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
+                    | Inst::Ldmatrix { region: Some(r), .. }
+                    | Inst::TmaLoad { region: Some(r), .. }
+                    | Inst::TmaStore { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
                     _ => String::new(),
                 };
                 let _ = writeln!(out, "{ind}{}{}{region}", guard_text(f, guard), fmt_inst(f, inst));

@@ -17,6 +17,7 @@ mod element;
 mod error;
 mod launch;
 mod tensor;
+mod tma;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
 pub use device::{Device, Event, Stream, INTERPRET_ENV};
@@ -25,6 +26,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use launch::{KernelMeta, KernelTarget};
 pub use tensor::DeviceTensor;
+pub use tma::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// The cudarc version the runtime uses, for calling other CUDA libraries
 /// (cuBLAS) on the same context, stream and memory.

@@ -1,0 +1,381 @@
+//! Hopper (sm_90a) encodings the wgmma/TMA lowering uses: pure functions, no IR.
+//!
+//! - [`MatrixDescriptor`]: the 64-bit shared-memory matrix descriptor of a
+//!   wgmma operand, and [`operand_descriptor`], which derives one from a
+//!   [`SharedLayout`] built by [`crate::layout`].
+//! - The wgmma accumulator and register-A fragment layouts, as
+//!   [`RootLayout`]s (so layout inference treats them like mma.sync's), with
+//!   the map from a fragment register to the wgmma operand position.
+//!
+//! Expects byte offsets relative to the dynamic `smem` symbol. The hardware
+//! wants absolute shared addresses and swizzles on absolute address bits:
+//! the kernel adds `smem`'s address `>> 4` to a descriptor at run time (the
+//! start field is the low 14 bits; no carry below 256 KB), and tiles must sit
+//! at offsets that keep the swizzle atoms aligned. Measured on the H200:
+//! `smem` is at shared address 0x400 (1024-aligned) when the kernel has no
+//! static shared memory, so offsets that are multiples of 1024 are atom-aligned.
+//! Guarantees that every encoder either returns a value the hardware reads
+//! as described here, or an error saying which constraint failed.
+//!
+//! # How a shared tile maps to a descriptor
+//!
+//! wgmma sees an operand of 16-bit elements as "core matrices" of 8 rows ×
+//! 16 bytes, and applies the swizzle to the *address* it computes: for a
+//! swizzle span of `W` = 32/64/128 bytes, address bits `[4, 4 + b)` are XORed
+//! with bits `[7, 7 + b)`, `b = log2(W / 16)` (CuTe's `Swizzle<b, 4, 3>`).
+//! [`SharedLayout::for_ldmatrix`] builds exactly that pattern when a row is
+//! 32, 64 or 128 bytes (`swizzle = Some((b, 3))`, `row_stride = W`), so:
+//!
+//! - **K-major** (`[rows = M or N, cols = K]`, trans = 0), span `W` =
+//!   row bytes: row `r` of the slice is at `start + (r / 8)·SBO + (r % 8)·W`,
+//!   element `k` at `+ 2k` (then swizzled). So **SBO = 8·W** (1024 bytes for
+//!   a 128B-swizzled tile of 64 f16 columns), LBO is unused (encoded as 1),
+//!   and the k16 slice `s` starts at `tile + row0·W + 32·s` (32·s < W, so
+//!   the XOR source bits are untouched and the hardware's swizzle matches the
+//!   stored one).
+//! - **MN-major** (`[rows = K, cols = M or N]`, trans = 1): a K row holds
+//!   `W / 2` MN elements, 8 K rows at stride `W` form an atom; **SBO** = the
+//!   distance between 8-row K groups (`8·W`), **LBO** = the distance between
+//!   `W`-byte MN panels (only needed when the operand's MN extent is wider
+//!   than one row of the layout, i.e. never for a layout from
+//!   `for_ldmatrix`, whose rows are the whole MN extent: such a tile is
+//!   describable only if MN·2 ≤ W).
+//! - Rows wider than 128 bytes (`for_ldmatrix` then uses `Swizzle<3, 4, S>`
+//!   with `S > 3`) and unswizzled row-major tiles are not describable: the
+//!   lowering must store such operands as several `[rows, W/2]` panels, each
+//!   a `for_ldmatrix(rows, W/2, 2)` layout.
+//!
+//! # The accumulator
+//!
+//! `m64nNk16` gives each of the 128 threads of a warpgroup `N/2` f32
+//! registers: register `i` of thread `t` (`w = t / 32`, `g = (t % 32) / 4`,
+//! `q = t % 4`) holds `(16w + g + 8·((i >> 1) & 1), 8·(i >> 2) + 2q + (i & 1))`:
+//! mma.sync's C pattern repeated along N. That is
+//! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`.
+
+use crate::layout::{RootLayout, SharedLayout};
+
+/// The swizzle mode of a wgmma operand (and of a TMA box).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Swizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl Swizzle {
+    /// The span in bytes (0 for none).
+    pub fn bytes(self) -> u32 {
+        match self {
+            Swizzle::None => 0,
+            Swizzle::B32 => 32,
+            Swizzle::B64 => 64,
+            Swizzle::B128 => 128,
+        }
+    }
+    /// The 2-bit code in descriptor bits 62–63.
+    pub fn descriptor_code(self) -> u64 {
+        match self {
+            Swizzle::None => 0,
+            Swizzle::B128 => 1,
+            Swizzle::B64 => 2,
+            Swizzle::B32 => 3,
+        }
+    }
+    pub fn from_descriptor_code(code: u64) -> Swizzle {
+        match code & 3 {
+            0 => Swizzle::None,
+            1 => Swizzle::B128,
+            2 => Swizzle::B64,
+            _ => Swizzle::B32,
+        }
+    }
+    /// The swizzle of a [`SharedLayout`], when it is one wgmma and TMA
+    /// apply (`Swizzle<b, 4, 3>` with rows of exactly the span).
+    pub fn of_layout(l: &SharedLayout) -> Option<Swizzle> {
+        match l.swizzle {
+            Some((bits, 3)) if l.row_stride == 16 << bits => match bits {
+                1 => Some(Swizzle::B32),
+                2 => Some(Swizzle::B64),
+                3 => Some(Swizzle::B128),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// A wgmma shared-memory matrix descriptor, field by field (byte values;
+/// the encoding stores them `>> 4`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MatrixDescriptor {
+    /// Shared-memory byte address of the operand slice (a multiple of 16, < 2^18).
+    pub start: u32,
+    /// Leading dimension byte offset (a multiple of 16, < 2^18).
+    pub lbo: u32,
+    /// Stride dimension byte offset (a multiple of 16, < 2^18).
+    pub sbo: u32,
+    /// Bits 49–51: 0 when the swizzle pattern starts on its
+    /// (8·span)-byte boundary, which [`operand_descriptor`] requires.
+    pub base_offset: u8,
+    pub swizzle: Swizzle,
+}
+
+impl MatrixDescriptor {
+    /// The 64-bit value: bits 0–13 start >> 4, 16–29 LBO >> 4, 32–45 SBO >> 4,
+    /// 49–51 base offset, 62–63 swizzle (0 none, 1 128B, 2 64B, 3 32B).
+    pub fn encode(&self) -> Result<u64, String> {
+        for (name, v) in [("start address", self.start), ("leading byte offset", self.lbo), ("stride byte offset", self.sbo)] {
+            if v % 16 != 0 || v >= 1 << 18 {
+                return Err(format!("wgmma descriptor {name} {v} must be a multiple of 16 below 262144"));
+            }
+        }
+        if self.base_offset > 7 {
+            return Err(format!("wgmma descriptor base offset {} must be below 8", self.base_offset));
+        }
+        Ok(((self.start as u64 >> 4) & 0x3FFF)
+            | (((self.lbo as u64 >> 4) & 0x3FFF) << 16)
+            | (((self.sbo as u64 >> 4) & 0x3FFF) << 32)
+            | ((self.base_offset as u64 & 7) << 49)
+            | (self.swizzle.descriptor_code() << 62))
+    }
+    /// The fields of a 64-bit descriptor.
+    pub fn decode(d: u64) -> MatrixDescriptor {
+        MatrixDescriptor {
+            start: ((d & 0x3FFF) << 4) as u32,
+            lbo: (((d >> 16) & 0x3FFF) << 4) as u32,
+            sbo: (((d >> 32) & 0x3FFF) << 4) as u32,
+            base_offset: ((d >> 49) & 7) as u8,
+            swizzle: Swizzle::from_descriptor_code(d >> 62),
+        }
+    }
+}
+
+/// Which dim of a wgmma operand is contiguous in shared memory.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Major {
+    /// The layout's rows are M (or N), its columns K: `imm-trans` 0.
+    K,
+    /// The layout's rows are K, its columns M (or N): `imm-trans` 1.
+    MN,
+}
+
+/// The descriptor of the 16-bit wgmma operand slice that starts at row
+/// `row0` (an M/N row for K-major, a K row for MN-major) and column `col0`
+/// of a shared tile at byte `tile_base` with layout `layout`; the slice
+/// covers 16 K values and the instruction's M (64) or N rows/columns.
+///
+/// K-major: `col0` is the K offset (a multiple of 16), `row0` a multiple of 8.
+/// MN-major: `row0` is the K offset (a multiple of 16), `col0` must be 0.
+pub fn operand_descriptor(
+    layout: &SharedLayout,
+    major: Major,
+    tile_base: u32,
+    row0: i64,
+    col0: i64,
+) -> Result<MatrixDescriptor, String> {
+    if layout.elem != 2 {
+        return Err(format!("wgmma operands here are 16-bit (f16/bf16); this tile has {}-byte elements", layout.elem));
+    }
+    let sw = Swizzle::of_layout(layout).ok_or_else(|| {
+        format!(
+            "shared layout {} is not a wgmma operand layout: rows must be 32, 64 or 128 bytes with the Swizzle<b,4,3> pattern \
+             (store wider tiles as panels of at most 64 f16 columns)",
+            layout.describe()
+        )
+    })?;
+    let w = sw.bytes() as i64;
+    let atom = 8 * w;
+    if tile_base as i64 % atom != 0 {
+        return Err(format!(
+            "tile at shared byte {tile_base} must be aligned to {atom} bytes (8 rows of the {w}-byte swizzle) so that the base offset is 0"
+        ));
+    }
+    let start = match major {
+        Major::K => {
+            if row0 % 8 != 0 || col0 % 16 != 0 || col0 + 16 > layout.cols || row0 >= layout.rows {
+                return Err(format!(
+                    "K-major slice at row {row0}, k {col0} of a [{}, {}] tile: row must be a multiple of 8 and k a multiple of 16 inside the tile",
+                    layout.rows, layout.cols
+                ));
+            }
+            tile_base as i64 + row0 * w + col0 * 2
+        }
+        Major::MN => {
+            if row0 % 16 != 0 || row0 + 16 > layout.rows || col0 != 0 {
+                return Err(format!(
+                    "MN-major slice at k {row0}, column {col0} of a [{}, {}] tile: k must be a multiple of 16 inside the tile and the column 0",
+                    layout.rows, layout.cols
+                ));
+            }
+            tile_base as i64 + row0 * w
+        }
+    };
+    // K-major swizzled: LBO unused (the convention is 1, i.e. 16 bytes).
+    // MN-major: LBO is the distance between W-byte MN panels: one panel
+    // holds the whole row here, so any value; use the atom size.
+    let lbo = match major {
+        Major::K => 16,
+        Major::MN => atom,
+    };
+    MatrixDescriptor { start: start as u32, lbo: lbo as u32, sbo: atom as u32, base_offset: 0, swizzle: sw }
+        .encode()
+        .map(MatrixDescriptor::decode)
+}
+
+/// The wgmma accumulator layout of an `[m, n]` f32 tile computed by
+/// `m / 64` warpgroups (warpgroup `j` = threads `128j..128j+128` owns rows
+/// `64j..64j+64`) with `m64nNk16`, `N = n`.
+pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, String> {
+    if m <= 0 || m % 64 != 0 || !(8..=256).contains(&n) || n % 8 != 0 {
+        return Err(format!("wgmma accumulator [{m}, {n}]: m must be a multiple of 64 and n in 8..=256, a multiple of 8"));
+    }
+    if (m / 64).count_ones() != 1 {
+        return Err(format!(
+            "wgmma accumulator [{m}, {n}]: {} warpgroups; a layout needs a power-of-two number of warpgroups",
+            m / 64
+        ));
+    }
+    if (m / 64) * 128 > threads as i64 {
+        return Err(format!("wgmma accumulator [{m}, {n}] needs {} threads (a warpgroup per 64 rows); the block has {threads}", (m / 64) * 128));
+    }
+    Ok(RootLayout::mma_accumulator(m, n, threads, (m / 16, 1)))
+}
+
+/// The register-A fragment layout of an `[m, k]` f16/bf16 tile (`k` a
+/// multiple of 16): the same placement as the accumulator, so a converted
+/// accumulator feeds the next wgmma's A directly.
+pub fn wgmma_a_fragment(m: i64, k: i64, threads: u32) -> Result<RootLayout, String> {
+    if k % 16 != 0 {
+        return Err(format!("wgmma register-A tile [{m}, {k}]: k must be a multiple of 16"));
+    }
+    wgmma_accumulator(m, k, threads)
+}
+
+/// Thread `t`'s accumulator register `i` (0..N/2) of one `m64nNk16`, as the
+/// PTX ISA places it: (row within the warpgroup's 64 rows, column).
+pub fn wgmma_d_coord(t: i64, i: i64) -> (i64, i64) {
+    let (w, lane) = ((t % 128) / 32, t % 32);
+    let (g, q) = (lane / 4, lane % 4);
+    (16 * w + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * q + (i & 1))
+}
+
+/// Position in the wgmma `d` register list of the accumulator register with
+/// per-dim indices `(l_row, l_col)` of [`wgmma_accumulator`] (`l_row` in
+/// 0..2 within one warpgroup's rows).
+pub fn wgmma_d_index(l_row: i64, l_col: i64) -> usize {
+    (4 * (l_col / 2) + 2 * l_row + l_col % 2) as usize
+}
+
+/// Thread `t`'s register-A operand: 32-bit register `j` (0..4), half `h`
+/// (0 = low): (row, k) within the 64×16 slice.
+pub fn wgmma_a_regs_coord(t: i64, j: i64, h: i64) -> (i64, i64) {
+    let i = 2 * j + h;
+    let (w, lane) = ((t % 128) / 32, t % 32);
+    let (g, q) = (lane / 4, lane % 4);
+    (16 * w + g + 8 * ((i >> 1) & 1), 2 * q + (i & 1) + 8 * (i >> 2))
+}
+
+/// The per-dim register indices `(l_row, l_col)` of [`wgmma_a_fragment`]
+/// that hold half `h` of A register `j` for the k16 slice `s`.
+pub fn wgmma_a_frag_index(s: i64, j: i64, h: i64) -> (i64, i64) {
+    let i = 2 * j + h;
+    ((i >> 1) & 1, 2 * (2 * s + (i >> 2)) + (i & 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn descriptor_round_trips_and_places_fields() {
+        let d = MatrixDescriptor { start: 0x3FFF0, lbo: 16, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 };
+        let v = d.encode().unwrap();
+        assert_eq!(v & 0x3FFF, 0x3FFF);
+        assert_eq!((v >> 16) & 0x3FFF, 1);
+        assert_eq!((v >> 32) & 0x3FFF, 64);
+        assert_eq!(v >> 62, 1);
+        assert_eq!(MatrixDescriptor::decode(v), d);
+        for sw in [Swizzle::None, Swizzle::B32, Swizzle::B64, Swizzle::B128] {
+            let d = MatrixDescriptor { start: 4096 + 32, lbo: 256, sbo: 512, base_offset: 3, swizzle: sw };
+            assert_eq!(MatrixDescriptor::decode(d.encode().unwrap()), d);
+        }
+        assert!(MatrixDescriptor { start: 8, lbo: 16, sbo: 16, base_offset: 0, swizzle: Swizzle::None }.encode().is_err());
+        assert!(MatrixDescriptor { start: 1 << 18, lbo: 16, sbo: 16, base_offset: 0, swizzle: Swizzle::None }.encode().is_err());
+        assert!(MatrixDescriptor { start: 0, lbo: 16, sbo: 16, base_offset: 8, swizzle: Swizzle::None }.encode().is_err());
+    }
+
+    #[test]
+    fn kmajor_128b_tile_maps_to_sbo_1024() {
+        let l = SharedLayout::for_ldmatrix(128, 64, 2);
+        assert_eq!(Swizzle::of_layout(&l), Some(Swizzle::B128));
+        let d = operand_descriptor(&l, Major::K, 2048, 64, 32).unwrap();
+        assert_eq!(d, MatrixDescriptor { start: 2048 + 64 * 128 + 64, lbo: 16, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        let l64 = SharedLayout::for_ldmatrix(64, 32, 2);
+        assert_eq!(operand_descriptor(&l64, Major::K, 0, 0, 16).unwrap().sbo, 512);
+        assert_eq!(Swizzle::of_layout(&SharedLayout::for_ldmatrix(64, 16, 2)), Some(Swizzle::B32));
+        // 256-byte rows use Swizzle<3,4,4>: not a wgmma pattern.
+        let wide = SharedLayout::for_ldmatrix(64, 128, 2);
+        assert!(operand_descriptor(&wide, Major::K, 0, 0, 0).unwrap_err().contains("panels"));
+        assert!(operand_descriptor(&l, Major::K, 512, 0, 0).unwrap_err().contains("aligned"));
+        assert!(operand_descriptor(&l, Major::K, 0, 4, 0).is_err());
+        assert!(operand_descriptor(&l, Major::K, 0, 0, 56).is_err());
+        assert!(operand_descriptor(&l, Major::MN, 0, 16, 0).is_ok());
+        assert!(operand_descriptor(&SharedLayout::for_ldmatrix(64, 64, 4), Major::K, 0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn accumulator_layout_is_the_ptx_placement_and_a_bijection() {
+        for n in [8, 24, 64, 136, 256] {
+            for m in [64, 128, 256] {
+                let threads = (m / 64 * 128) as u32;
+                let l = wgmma_accumulator(m, n, threads).unwrap();
+                assert_eq!(l.active_threads(), threads as i64);
+                assert_eq!(l.regs_along(0) * l.regs_along(1), n / 2, "N/2 accumulator registers per thread");
+                let mut seen = HashSet::new();
+                for t in 0..threads as i64 {
+                    for lr in 0..l.regs_along(0) {
+                        for lc in 0..l.regs_along(1) {
+                            let (r, c) = (l.coord(t, 0, lr), l.coord(t, 1, lc));
+                            assert!(r < m && c < n);
+                            assert!(seen.insert((r, c)));
+                            // The same element through the PTX formula.
+                            let i = wgmma_d_index(lr, lc) as i64;
+                            assert!(i < n / 2);
+                            let (pr, pc) = wgmma_d_coord(t, i);
+                            assert_eq!((pr + 64 * (t / 128), pc), (r, c), "t {t} lr {lr} lc {lc}");
+                        }
+                    }
+                }
+                assert_eq!(seen.len() as i64, m * n);
+            }
+        }
+        assert!(wgmma_accumulator(64, 12, 128).is_err());
+        assert!(wgmma_accumulator(128, 64, 128).is_err());
+        assert!(wgmma_accumulator(32, 64, 128).is_err());
+        assert!(wgmma_accumulator(192, 64, 384).is_err());
+    }
+
+    #[test]
+    fn register_a_layout_matches_the_fragment() {
+        let k = 48;
+        let l = wgmma_a_fragment(64, k, 128).unwrap();
+        let mut seen = HashSet::new();
+        for t in 0..128 {
+            for s in 0..k / 16 {
+                for j in 0..4 {
+                    for h in 0..2 {
+                        let (r, c) = wgmma_a_regs_coord(t, j, h);
+                        let (lr, lc) = wgmma_a_frag_index(s, j, h);
+                        assert_eq!((l.coord(t, 0, lr), l.coord(t, 1, lc)), (r, c + 16 * s));
+                        assert!(seen.insert((r, c + 16 * s)));
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len() as i64, 64 * k);
+        assert!(wgmma_a_fragment(64, 24, 128).is_err());
+    }
+}

@@ -1,0 +1,530 @@
+//! Simulator semantics of the Hopper instructions, written from the PTX ISA
+//! (not from `tile_ir::hopper`'s encoders, which the tests check against it).
+//!
+//! - mbarrier: `init(count)` sets the expected arrivals, phase 0, no
+//!   transaction bytes; `arrive` decrements the pending arrivals;
+//!   `expect_tx(b)` adds `b` pending bytes, then arrives; a TMA load's
+//!   completion subtracts its box bytes. The phase completes when both reach
+//!   zero: the phase number increments and the arrivals reset.
+//!   `try_wait.parity(P)` succeeds when the current phase's parity differs
+//!   from `P` (the phase with parity `P` is the completed one). Use of a
+//!   barrier by another thread than its initializer before a `bar.sync`
+//!   fails the test.
+//! - TMA load: the box at the coordinates (innermost first, signed) is read
+//!   from the tensor at issue, elements outside the tensor are zero; it is
+//!   laid out densely (innermost fastest) from the 128-byte aligned
+//!   destination, with the swizzle applied to the shared address (bits
+//!   `[4, 4+b)` ^= bits `[7, 7+b)`); it lands, and completes `box bytes` on
+//!   its mbarrier, only when a wait on that mbarrier needs it. Reading the
+//!   bytes before fails the test.
+//! - TMA store: the box is read from shared memory (same layout) at issue
+//!   and written to the in-bounds elements; writing the shared source before
+//!   `cp.async.bulk.wait_group.read` retires its group fails the test.
+//! - wgmma (per warpgroup of 128 threads, all active): operands from
+//!   descriptors are located by the canonical layouts (K-major: row `r`,
+//!   k at `start + (r/8)·SBO + (r%8)·W + 2k` when swizzled with span `W`,
+//!   `start + (r/8)·SBO + (r%8)·16 + (k/8)·LBO + 2(k%8)` when not; MN-major
+//!   swizzled: `start + (mn / (W/2))·LBO + 2(mn % (W/2)) + (k/8)·SBO + (k%8)·W`),
+//!   then swizzled like TMA. Results stay pending (the accumulator registers
+//!   read as NaN) until `wgmma.wait_group` retires their group; a wgmma
+//!   reading bytes written by threads since the last `bar.sync` fails.
+//!   Unmodeled: the base-offset field (must be 0), MN-major without swizzle,
+//!   the `wgmma.fence` requirement, and the ordering `fence.proxy.async`
+//!   provides (a `bar.sync` is required instead).
+//! - Limitation: threads run in lockstep per structured statement, so a
+//!   producer branch runs to its end before its consumer branch: a pipeline
+//!   whose producer waits for consumers (empty barriers) deadlocks here.
+
+#![allow(clippy::needless_range_loop, clippy::manual_is_multiple_of)]
+
+use super::*;
+
+/// The owner marker of shared bytes a TMA load will write.
+pub const TMA_OWNER: usize = usize::MAX - 2;
+/// Generic addresses of tensor maps: `TMAP_BASE + index`.
+const TMAP_BASE: u64 = 0xF000_0000_0000_0000;
+
+/// A tensor map as `cuTensorMapEncodeTiled` describes it.
+#[derive(Clone, Debug)]
+pub struct SimTensorMap {
+    /// The tensor (index into `Sim::tensors`).
+    pub tensor: usize,
+    pub elem_bytes: usize,
+    /// Extents, innermost first.
+    pub dims: Vec<u64>,
+    /// Byte strides of dims 1.. (dim 0 is contiguous).
+    pub strides: Vec<u64>,
+    /// Box extents, innermost first.
+    pub boxdim: Vec<u32>,
+    /// Swizzle span in bytes: 0, 32, 64 or 128.
+    pub swizzle: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct MbarState {
+    pub expected: u32,
+    pub pending: u32,
+    pub tx: i64,
+    pub phase: u64,
+    init_thread: usize,
+    init_epoch: u64,
+}
+
+struct TmaInFlight {
+    mbar: usize,
+    dst: usize,
+    bytes: Vec<(usize, u8)>,
+    box_bytes: i64,
+}
+
+#[derive(Default)]
+pub struct HopperState {
+    pub tensor_maps: Vec<(String, SimTensorMap)>,
+    pub mbarriers: HashMap<usize, MbarState>,
+    tma: Vec<TmaInFlight>,
+    /// Per thread: shared ranges of bulk stores not yet committed, and
+    /// committed groups (oldest first).
+    bulk_open: Vec<Vec<(usize, usize)>>,
+    bulk_groups: Vec<Vec<Vec<(usize, usize)>>>,
+    /// Per warpgroup: the open wgmma results and the committed groups;
+    /// each result is (thread, register, value).
+    wg_open: Vec<Vec<(usize, u32, u64)>>,
+    wg_groups: Vec<Vec<Vec<(usize, u32, u64)>>>,
+    /// Counters for tests.
+    pub tma_loads: u64,
+    pub wgmmas: u64,
+}
+
+fn swizzle_addr(a: usize, span: u32) -> usize {
+    if span == 0 {
+        return a;
+    }
+    let mask = (span as usize / 16) - 1;
+    a ^ (((a >> 7) & mask) << 4)
+}
+
+/// The NaN the accumulator registers of a pending wgmma read as.
+const PENDING_NAN: u64 = 0x7FC0_DEAD;
+
+impl<'f> Sim<'f> {
+    /// Registers the tensor map passed as kernel parameter `param`.
+    pub fn add_tensor_map(&mut self, param: &str, map: SimTensorMap) {
+        self.hopper.tensor_maps.push((param.to_string(), map));
+    }
+
+    /// The state of the mbarrier at shared byte `addr` (after a run).
+    pub fn mbarrier(&self, addr: usize) -> Option<&MbarState> {
+        self.hopper.mbarriers.get(&addr)
+    }
+
+    pub(super) fn hopper_block_start(&mut self) {
+        let h = &mut self.hopper;
+        h.mbarriers.clear();
+        h.tma.clear();
+        h.bulk_open = vec![vec![]; self.threads];
+        h.bulk_groups = vec![vec![]; self.threads];
+        let wgs = self.threads.div_ceil(128);
+        h.wg_open = vec![vec![]; wgs];
+        h.wg_groups = vec![vec![]; wgs];
+    }
+
+    pub(super) fn hopper_block_end(&mut self) {
+        assert!(self.hopper.tma.is_empty(), "block exits with {} TMA loads that no mbarrier wait completed", self.hopper.tma.len());
+        for (w, (o, g)) in self.hopper.wg_open.iter().zip(&self.hopper.wg_groups).enumerate() {
+            assert!(o.is_empty() && g.is_empty(), "warpgroup {w} exits with wgmmas not retired by wgmma.wait_group");
+        }
+        // Bulk stores were performed at issue; an unwaited group only
+        // matters for the shared source, which no one writes any more.
+    }
+
+    /// Fails when a thread writes shared bytes a pending bulk store reads.
+    pub(super) fn check_bulk_source(&self, t: usize, addr: u64, len: usize) {
+        let (a, e) = (addr as usize, addr as usize + len);
+        for u in 0..self.hopper.bulk_open.len() {
+            let open = self.hopper.bulk_open[u].iter();
+            let groups = self.hopper.bulk_groups[u].iter().flatten();
+            for &(s, l) in open.chain(groups) {
+                assert!(
+                    e <= s || a >= s + l,
+                    "thread {t} writes shared bytes {a}..{e} that thread {u}'s TMA store still reads (no cp.async.bulk.wait_group.read)"
+                );
+            }
+        }
+    }
+
+    fn mbar_at(&mut self, t: usize, a: &Address, what: &str) -> usize {
+        let addr = self.addr(t, a) as u32 as usize;
+        assert_eq!(addr % 8, 0, "mbarrier at misaligned shared byte {addr}");
+        assert!(addr + 8 <= self.shared.len(), "mbarrier at {addr} outside shared memory");
+        let epoch = self.epoch;
+        let m = self.hopper.mbarriers.get(&addr).unwrap_or_else(|| panic!("thread {t} {what} an uninitialized mbarrier at {addr}"));
+        assert!(
+            m.init_thread == t || m.init_epoch < epoch,
+            "thread {t} {what} the mbarrier at {addr} initialized by thread {} with no bar.sync in between",
+            m.init_thread
+        );
+        addr
+    }
+
+    fn mbar_arrive(&mut self, addr: usize, tx: i64, arrivals: u32) {
+        let m = self.hopper.mbarriers.get_mut(&addr).unwrap();
+        m.tx += tx;
+        assert!(m.pending >= arrivals, "arrive on the mbarrier at {addr} with no pending arrivals in phase {}", m.phase);
+        m.pending -= arrivals;
+        if m.pending == 0 && m.tx == 0 {
+            m.phase += 1;
+            m.pending = m.expected;
+        }
+    }
+
+    /// Lands in-flight TMA loads on `mbar` (oldest first) until the phase
+    /// of parity `parity` has completed; false when it never does.
+    fn mbar_wait(&mut self, mbar: usize, parity: u64) -> bool {
+        loop {
+            if (self.hopper.mbarriers[&mbar].phase & 1) != (parity & 1) {
+                return true;
+            }
+            let Some(i) = self.hopper.tma.iter().position(|x| x.mbar == mbar) else {
+                return false;
+            };
+            let x = self.hopper.tma.remove(i);
+            for &(b, v) in &x.bytes {
+                self.shared[b] = v;
+                self.async_owner[b] = usize::MAX;
+                // Ordered by the mbarrier, not by bar.sync epochs.
+                self.shadow[b] = (usize::MAX, 0, usize::MAX, 0);
+            }
+            let _ = x.dst;
+            self.mbar_arrive(mbar, -x.box_bytes, 0);
+        }
+    }
+
+    fn tensor_map(&self, t: usize, o: &Operand) -> SimTensorMap {
+        let v = self.val(t, o);
+        assert!(v >= TMAP_BASE, "TMA tensor-map operand {v:#x} is not a tensor map address (cvta.param of a tensor-map parameter)");
+        self.hopper.tensor_maps[(v - TMAP_BASE) as usize].1.clone()
+    }
+
+    /// The box elements of `map` at `coords`: (shared byte offset from the
+    /// box start before swizzling, global byte offset or None when outside).
+    fn box_elements(map: &SimTensorMap, coords: &[i64]) -> Vec<(usize, Option<usize>)> {
+        let rank = map.dims.len();
+        assert_eq!(coords.len(), rank, "TMA with {} coordinates on a rank-{rank} tensor map", coords.len());
+        let total: usize = map.boxdim.iter().map(|&b| b as usize).product();
+        let mut out = Vec::with_capacity(total);
+        for lin in 0..total {
+            let mut rem = lin;
+            let mut goff = 0usize;
+            let mut inside = true;
+            for d in 0..rank {
+                let i = rem % map.boxdim[d] as usize;
+                rem /= map.boxdim[d] as usize;
+                let c = coords[d] + i as i64;
+                if c < 0 || c >= map.dims[d] as i64 {
+                    inside = false;
+                } else {
+                    goff += c as usize * if d == 0 { map.elem_bytes } else { map.strides[d - 1] as usize };
+                }
+            }
+            out.push((lin * map.elem_bytes, inside.then_some(goff)));
+        }
+        out
+    }
+
+    fn check_box_dst(map: &SimTensorMap, dst: usize) {
+        assert_eq!(dst % 128, 0, "TMA shared address {dst} must be 128-byte aligned");
+        if map.swizzle > 0 {
+            assert_eq!(
+                map.boxdim[0] as usize * map.elem_bytes,
+                map.swizzle as usize,
+                "the simulator models swizzled TMA boxes whose inner extent is the swizzle span"
+            );
+            assert_eq!(dst % (8 * map.swizzle as usize), 0, "swizzled TMA box at {dst}: align it to 8 rows of the span");
+        }
+    }
+
+    /// Warp- and warpgroup-collective Hopper instructions; false for others.
+    pub(super) fn hopper_collective(&mut self, inst: &Inst, guard: &Option<(Reg, bool)>, mask: &[bool]) -> bool {
+        match inst {
+            Inst::ElectSync { pred } => {
+                assert!(guard.is_none(), "guarded elect.sync");
+                for w in 0..self.threads.div_ceil(32) {
+                    let lanes: Vec<usize> = (w * 32..(w * 32 + 32).min(self.threads)).filter(|&t| mask[t]).collect();
+                    for (i, &t) in lanes.iter().enumerate() {
+                        self.regs[t][pred.0 as usize] = (i == 0) as u64;
+                    }
+                }
+                true
+            }
+            Inst::WgmmaFence | Inst::WgmmaCommit | Inst::WgmmaWait { .. } | Inst::Wgmma { .. } | Inst::SetMaxNreg { .. } => {
+                assert!(guard.is_none(), "guarded warpgroup-collective {inst:?}");
+                for wg in 0..self.threads.div_ceil(128) {
+                    let lanes: Vec<usize> = (wg * 128..(wg * 128 + 128).min(self.threads)).collect();
+                    let on = lanes.iter().filter(|&&t| mask[t]).count();
+                    if on == 0 {
+                        continue;
+                    }
+                    assert_eq!(on, 128, "warpgroup-collective {inst:?} with {on} of 128 threads of warpgroup {wg} active");
+                    self.steps += 128;
+                    self.warpgroup(wg, inst);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn warpgroup(&mut self, wg: usize, inst: &Inst) {
+        match inst {
+            Inst::WgmmaFence => {}
+            Inst::SetMaxNreg { count, .. } => {
+                assert!((24..=256).contains(count) && count % 8 == 0, "setmaxnreg {count}: must be 24..=256, a multiple of 8");
+            }
+            Inst::WgmmaCommit => {
+                let g = std::mem::take(&mut self.hopper.wg_open[wg]);
+                self.hopper.wg_groups[wg].push(g);
+            }
+            Inst::WgmmaWait { pending } => {
+                while self.hopper.wg_groups[wg].len() > *pending as usize {
+                    let g = self.hopper.wg_groups[wg].remove(0);
+                    for (t, r, v) in g {
+                        let later = self.hopper.wg_open[wg].iter().chain(self.hopper.wg_groups[wg].iter().flatten());
+                        if !later.clone().any(|&(u, q, _)| u == t && q == r) {
+                            self.regs[t][r as usize] = v;
+                        }
+                    }
+                }
+            }
+            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b } => self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b),
+            _ => unreachable!(),
+        }
+    }
+
+    /// The shared byte address of element (mn, k) of a descriptor operand.
+    fn desc_element(&self, desc: u64, mn: usize, k: usize, mn_major: bool) -> usize {
+        let start = ((desc & 0x3FFF) << 4) as usize;
+        let lbo = (((desc >> 16) & 0x3FFF) << 4) as usize;
+        let sbo = (((desc >> 32) & 0x3FFF) << 4) as usize;
+        let base_offset = (desc >> 49) & 7;
+        assert_eq!(base_offset, 0, "the simulator models descriptors with base offset 0");
+        let span = match desc >> 62 {
+            0 => 0,
+            1 => 128,
+            2 => 64,
+            _ => 32,
+        };
+        let logical = match (mn_major, span) {
+            (false, 0) => start + (mn / 8) * sbo + (mn % 8) * 16 + (k / 8) * lbo + 2 * (k % 8),
+            (false, w) => start + (mn / 8) * sbo + (mn % 8) * w + 2 * k,
+            (true, 0) => panic!("the simulator does not model MN-major operands without swizzle"),
+            (true, w) => start + (mn / (w / 2)) * lbo + 2 * (mn % (w / 2)) + (k / 8) * sbo + (k % 8) * w,
+        };
+        swizzle_addr(logical, span as u32)
+    }
+
+    fn read_operand(&self, wg: usize, desc: u64, rows: usize, mn_major: bool, cvt: &dyn Fn(u64) -> f64) -> Vec<Vec<f64>> {
+        let mut m = vec![vec![0f64; 16]; rows];
+        for (mn, row) in m.iter_mut().enumerate() {
+            for (k, x) in row.iter_mut().enumerate() {
+                let a = self.desc_element(desc, mn, k, mn_major);
+                assert!(a + 2 <= self.shared.len(), "wgmma (warpgroup {wg}) reads shared byte {a} outside shared memory");
+                for b in a..a + 2 {
+                    assert!(self.async_owner[b] == usize::MAX, "wgmma reads shared byte {b} whose async copy has not landed");
+                    let (w, we, _, _) = self.shadow[b];
+                    assert!(
+                        we != self.epoch || w == usize::MAX,
+                        "wgmma reads shared byte {b} written by thread {w} since the last bar.sync"
+                    );
+                }
+                *x = cvt(u16::from_le_bytes([self.shared[a], self.shared[a + 1]]) as u64);
+            }
+        }
+        m
+    }
+
+    /// The latest value of thread `t`'s register `r`, pending or not.
+    fn acc_value(&self, wg: usize, t: usize, r: u32) -> u64 {
+        let open = self.hopper.wg_open[wg].iter().rev();
+        let committed = self.hopper.wg_groups[wg].iter().rev().flat_map(|g| g.iter().rev());
+        open.chain(committed).find(|&&(u, q, _)| u == t && q == r).map(|x| x.2).unwrap_or(self.regs[t][r as usize])
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn wgmma(
+        &mut self,
+        wg: usize,
+        n: u32,
+        ab: &str,
+        d: &[Reg],
+        a: &WgmmaA,
+        b_desc: &Operand,
+        scale_d: &Operand,
+        neg_a: bool,
+        neg_b: bool,
+        trans_a: bool,
+        trans_b: bool,
+    ) {
+        let n = n as usize;
+        assert!((8..=256).contains(&n) && n % 8 == 0, "wgmma n = {n}");
+        assert_eq!(d.len(), n / 2, "wgmma m64n{n}k16 needs {} accumulator registers", n / 2);
+        let is_bf16 = ab == "bf16";
+        let cvt = move |x: u64| -> f64 {
+            if is_bf16 {
+                half::bf16::from_bits(x as u16).to_f64()
+            } else {
+                half::f16::from_bits(x as u16).to_f64()
+            }
+        };
+        let t0 = wg * 128;
+        let uniform = |s: &Self, o: &Operand, what: &str| -> u64 {
+            let v = s.val(t0, o);
+            for t in t0..t0 + 128 {
+                assert_eq!(s.val(t, o), v, "wgmma {what} differs between threads of warpgroup {wg}");
+            }
+            v
+        };
+        let bm = self.read_operand(wg, uniform(self, b_desc, "B descriptor"), n, trans_b, &cvt);
+        let am: Vec<Vec<f64>> = match a {
+            WgmmaA::Desc(o) => self.read_operand(wg, uniform(self, o, "A descriptor"), 64, trans_a, &cvt),
+            WgmmaA::Regs(regs) => {
+                assert!(!trans_a, "imm-trans-a applies to a descriptor A only");
+                let mut m = vec![vec![0f64; 16]; 64];
+                for l in 0..128 {
+                    let (w, lane) = (l / 32, l % 32);
+                    let (g, q) = (lane / 4, lane % 4);
+                    for i in 0..8 {
+                        let word = self.regs[t0 + l][regs[i / 2].0 as usize];
+                        let h = (word >> (16 * (i % 2))) & 0xFFFF;
+                        m[16 * w + g + 8 * ((i >> 1) & 1)][2 * q + (i & 1) + 8 * (i >> 2)] = cvt(h);
+                    }
+                }
+                m
+            }
+        };
+        let keep = uniform(self, scale_d, "scale-d") != 0;
+        let (sa, sb) = (if neg_a { -1.0 } else { 1.0 }, if neg_b { -1.0 } else { 1.0 });
+        for l in 0..128 {
+            let t = t0 + l;
+            let (w, lane) = (l / 32, l % 32);
+            let (g, q) = (lane / 4, lane % 4);
+            for (i, r) in d.iter().enumerate() {
+                let row = 16 * w + g + 8 * ((i >> 1) & 1);
+                let col = 8 * (i >> 2) + 2 * q + (i & 1);
+                let mut acc = if keep { f32b(self.acc_value(wg, t, r.0)) as f64 } else { 0.0 };
+                for k in 0..16 {
+                    acc += sa * am[row][k] * sb * bm[col][k];
+                }
+                self.hopper.wg_open[wg].push((t, r.0, bf(acc as f32)));
+                self.regs[t][r.0 as usize] = PENDING_NAN;
+            }
+        }
+        self.hopper.wgmmas += 1;
+    }
+
+    /// Per-thread Hopper instructions.
+    pub(super) fn hopper_inst(&mut self, t: usize, inst: &Inst) {
+        match inst {
+            Inst::MbarInit { addr, count } => {
+                let a = self.addr(t, addr) as u32 as usize;
+                assert_eq!(a % 8, 0, "mbarrier.init at misaligned shared byte {a}");
+                assert!(a + 8 <= self.shared.len(), "mbarrier.init at {a} outside shared memory");
+                self.race_check(t, a as u64, 8, true);
+                let count = self.val(t, count) as u32;
+                assert!(count > 0, "mbarrier.init with count 0");
+                let m = MbarState { expected: count, pending: count, tx: 0, phase: 0, init_thread: t, init_epoch: self.epoch };
+                self.hopper.mbarriers.insert(a, m);
+            }
+            Inst::MbarArrive { addr } => {
+                let a = self.mbar_at(t, addr, "arrives on");
+                self.mbar_arrive(a, 0, 1);
+            }
+            Inst::MbarArriveExpectTx { addr, tx_bytes } => {
+                let a = self.mbar_at(t, addr, "arrives on");
+                let b = self.val(t, tx_bytes) as u32 as i64;
+                self.mbar_arrive(a, b, 1);
+            }
+            Inst::MbarWait { addr, parity, pred } => {
+                let a = self.mbar_at(t, addr, "waits on");
+                let p = self.val(t, parity);
+                let m = &self.hopper.mbarriers[&a];
+                let state = format!("phase {}, {} arrivals and {} tx bytes pending", m.phase, m.pending, m.tx);
+                assert!(self.mbar_wait(a, p), "thread {t} waits forever on the mbarrier at {a} for parity {p} ({state})");
+                self.regs[t][pred.0 as usize] = 1;
+            }
+            Inst::FenceMbarrierInit | Inst::FenceProxyAsync => {}
+            Inst::TensorMapAddr { dst, param } => {
+                let i = self.hopper.tensor_maps.iter().position(|(n, _)| n == param).unwrap_or_else(|| panic!("no tensor map for parameter {param}"));
+                self.regs[t][dst.0 as usize] = TMAP_BASE + i as u64;
+            }
+            Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, .. } => {
+                let map = self.tensor_map(t, tmap);
+                if let Some(h) = cache_hint {
+                    let _ = self.val(t, h);
+                }
+                let d = self.addr(t, dst) as u32 as usize;
+                Self::check_box_dst(&map, d);
+                let c: Vec<i64> = coords.iter().map(|o| self.val(t, o) as u32 as i32 as i64).collect();
+                let m = self.mbar_at(t, mbar, "issues a TMA load completing on");
+                let elems = Self::box_elements(&map, &c);
+                let box_bytes = (elems.len() * map.elem_bytes) as i64;
+                assert!(d + box_bytes as usize <= self.shared.len(), "TMA box {d}+{box_bytes} outside shared memory");
+                let mut bytes = Vec::with_capacity(box_bytes as usize);
+                for (soff, g) in elems {
+                    for e in 0..map.elem_bytes {
+                        let v = match g {
+                            Some(g) => self.tensors[map.tensor][g + e],
+                            None => 0,
+                        };
+                        let b = swizzle_addr(d + soff + e, map.swizzle);
+                        bytes.push((b, v));
+                    }
+                }
+                for &(b, _) in &bytes {
+                    let o = self.async_owner[b];
+                    assert!(o == usize::MAX, "TMA load to shared byte {b} overlaps another copy in flight");
+                    let (w, we, r, re) = self.shadow[b];
+                    assert!(
+                        (we != self.epoch || w == usize::MAX) && (re != self.epoch || r == usize::MAX),
+                        "TMA load to shared byte {b} that threads accessed since the last bar.sync (thread {w}/{r})"
+                    );
+                    self.async_owner[b] = TMA_OWNER;
+                }
+                self.hopper.tma.push(TmaInFlight { mbar: m, dst: d, bytes, box_bytes });
+                self.hopper.tma_loads += 1;
+            }
+            Inst::TmaStore { tmap, coords, src, .. } => {
+                let map = self.tensor_map(t, tmap);
+                let s = self.addr(t, src) as u32 as usize;
+                Self::check_box_dst(&map, s);
+                let c: Vec<i64> = coords.iter().map(|o| self.val(t, o) as u32 as i32 as i64).collect();
+                let elems = Self::box_elements(&map, &c);
+                let len = elems.len() * map.elem_bytes;
+                self.check_landed(t, s as u64, len, "reads");
+                for (soff, g) in elems {
+                    for e in 0..map.elem_bytes {
+                        let b = swizzle_addr(s + soff + e, map.swizzle);
+                        let (w, we, _, _) = self.shadow[b];
+                        assert!(
+                            !(we == self.epoch && w != t && w != usize::MAX),
+                            "TMA store by thread {t} reads shared byte {b} written by thread {w} since the last bar.sync"
+                        );
+                        if let Some(g) = g {
+                            self.tensors[map.tensor][g + e] = self.shared[b];
+                        }
+                    }
+                }
+                self.hopper.bulk_open[t].push((s, len));
+            }
+            Inst::BulkCommit => {
+                let g = std::mem::take(&mut self.hopper.bulk_open[t]);
+                self.hopper.bulk_groups[t].push(g);
+            }
+            Inst::BulkWaitRead { pending } => {
+                while self.hopper.bulk_groups[t].len() > *pending as usize {
+                    self.hopper.bulk_groups[t].remove(0);
+                }
+            }
+            other => panic!("the simulator does not execute {other:?}"),
+        }
+    }
+}
