@@ -30,6 +30,7 @@
 //! the one at the top of each pipelined iteration: [`super::barriers`] does that.
 
 mod async_copy;
+mod reduced_copy;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
 use super::pipeline::{self, PipelinePlan};
@@ -169,6 +170,7 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         region_override: HashMap::new(),
         in_pipeline_issue: false,
         loop_depth: 0,
+        reduced: HashMap::new(),
     };
     lx.setup();
     lx.check_pipeline_budget();
@@ -238,6 +240,9 @@ struct Lx<'a> {
     in_pipeline_issue: bool,
     /// Serial loops enclosing the statement being lowered.
     loop_depth: u32,
+    /// Strength-reduced pipelined copies of the pipelined loops being
+    /// lowered, by destination shared buffer (see `reduced_copy.rs`).
+    reduced: HashMap<BufferId, reduced_copy::ReducedCopy>,
 }
 
 impl<'a> Lx<'a> {
@@ -1787,6 +1792,10 @@ impl<'a> Lx<'a> {
                 let last_extent = *self.k.buffer(gbuf).shape.last().unwrap_or(&Extent::Const(1));
                 match (aligned_origin, last_extent) {
                     (true, Extent::Const(c)) if c % v == 0 => {
+                        self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, true, use_async)
+                    }
+                    (true, Extent::Dyn(dv)) if self.var_mult.get(&dv).copied().unwrap_or(1) % v == 0 => {
+                        // Known to be a multiple of v (a versioned pipelined loop).
                         self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, true, use_async)
                     }
                     (true, Extent::Dyn(dv)) => {

@@ -92,6 +92,11 @@ impl Lx<'_> {
         if !use_async || !matches!(chunk * size, 4 | 8 | 16) {
             return self.copy_groups(lay, src, dst, sdt, ddt, fill, vectorize);
         }
+        if vectorize && self.in_pipeline_issue {
+            if let Some(rc) = self.reduced.get(db).cloned() {
+                return self.issue_reduced(&rc, lay, *db);
+            }
+        }
         let region = self.region_of(*db);
         for r0 in (0..lay.num_regs()).step_by(v) {
             let l = lay.unflatten(r0);
@@ -242,6 +247,9 @@ impl Lx<'_> {
             }
         }
         self.in_pipeline_issue = false;
+        if result.is_ok() {
+            self.advance_reduced_copies(body, pl);
+        }
         for st in saved {
             self.restore_stage(st);
         }
@@ -279,6 +287,14 @@ impl Lx<'_> {
     }
 
     /// Lowers a software-pipelined loop (see the module doc for the schedule).
+    ///
+    /// When pipelined copies take the 16-byte path only after a run-time
+    /// test of a dynamic innermost extent, the whole loop is versioned on
+    /// that (loop-invariant, uniform) test: the aligned version knows the
+    /// extents are multiples of the vector width and keeps neither the test
+    /// nor the element-wise fallback in its loop (whose live values would
+    /// cost the fast loop registers); the other version is the general
+    /// lowering, without strength-reduced copies.
     pub(super) fn lower_pipelined(
         &mut self,
         var: VarId,
@@ -286,6 +302,77 @@ impl Lx<'_> {
         end: &Expr,
         body: &[TStmt],
         pl: &PipelinedLoop,
+    ) -> R<()> {
+        let dyn_dims = self.pipelined_alignment_tests(body, pl);
+        if dyn_dims.is_empty() {
+            return self.lower_pipelined_loop(var, start, end, body, pl, true);
+        }
+        let mut aligned: Option<Reg> = None;
+        for &(dv, v) in &dyn_dims {
+            let dr = *self.vars.get(&dv).ok_or_else(|| self.err("internal: dim not bound"))?;
+            let m = self.op("and.b32", RegClass::B32, vec![dr.into(), Operand::Imm(v - 1)]);
+            let p = self.op("setp.eq.u32", RegClass::Pred, vec![m.into(), Operand::Imm(0)]);
+            aligned = self.and_pred(aligned, Some(p));
+        }
+        let saved_mult: Vec<(VarId, Option<i64>)> = dyn_dims.iter().map(|&(dv, _)| (dv, self.var_mult.get(&dv).copied())).collect();
+        let fast = self.capture(|x| {
+            for &(dv, v) in &dyn_dims {
+                let m = x.var_mult.get(&dv).copied().unwrap_or(1).max(v);
+                x.var_mult.insert(dv, m);
+            }
+            let r = x.lower_pipelined_loop(var, start, end, body, pl, true);
+            for (dv, m) in &saved_mult {
+                match m {
+                    Some(m) => x.var_mult.insert(*dv, *m),
+                    None => x.var_mult.remove(dv),
+                };
+            }
+            r
+        })?;
+        // The same statements lowered again: report their errors once.
+        let errors = self.errors.len();
+        let general = self.capture(|x| x.lower_pipelined_loop(var, start, end, body, pl, false))?;
+        self.errors.truncate(errors);
+        self.emit_if(aligned, true, fast, general);
+        Ok(())
+    }
+
+    /// The dynamic innermost extents (with the vector width) that pipelined
+    /// copies of the loop test at run time to take the 16-byte path (the
+    /// `Extent::Dyn` case of [`Lx::copy_dispatch`]).
+    fn pipelined_alignment_tests(&self, body: &[TStmt], pl: &PipelinedLoop) -> Vec<(VarId, i64)> {
+        let mut out: Vec<(VarId, i64)> = Vec::new();
+        for &i in &pl.copies {
+            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
+            let probe = (Side::Global { buf: src.buf, origin: Vec::new(), lead: 0 }, Side::Shared(dst.buf));
+            if !self.async_copy_ok(&probe.0, &probe.1, sb.dtype, db.dtype, fill.as_ref()) {
+                continue;
+            }
+            let v = (16 / sb.dtype.size_bytes() as i64).max(1);
+            let Some(last) = src.origin.last() else { continue };
+            if v <= 1 || self.known_multiple(last) % v != 0 {
+                continue;
+            }
+            if let Some(Extent::Dyn(dv)) = sb.shape.last() {
+                if self.var_mult.get(dv).copied().unwrap_or(1) % v != 0 && !out.contains(&(*dv, v)) {
+                    out.push((*dv, v));
+                }
+            }
+        }
+        out
+    }
+
+    /// [`Lx::lower_pipelined`] for one version of the loop; `reduce`:
+    /// strength-reduce the copies that qualify (`reduced_copy.rs`).
+    fn lower_pipelined_loop(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[TStmt],
+        pl: &PipelinedLoop,
+        reduce: bool,
     ) -> R<()> {
         let stages = pl.stages as i64;
         let s0 = self.expr(start)?;
@@ -303,6 +390,14 @@ impl Lx<'_> {
             // other threads may still be reading from the previous run.
             self.emit(Inst::BarSync);
         }
+        // Loop-invariant address and mask parts of the copies, for iteration a.
+        let saved_var = self.vars.insert(var, a);
+        let prepared = if reduce { self.prepare_reduced_copies(var, start, body, pl) } else { Ok(()) };
+        match saved_var {
+            Some(r) => self.vars.insert(var, r),
+            None => self.vars.remove(&var),
+        };
+        prepared?;
         // Prologue: iterations a .. a+S-2, one commit group each.
         for s in 0..stages - 1 {
             let k = self.op("add.s32", RegClass::B32, vec![a.into(), Operand::Imm(s)]);
@@ -351,6 +446,7 @@ impl Lx<'_> {
         }
         let lowered = lowered?;
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        self.drop_reduced_copies(body, pl);
         // Drain: only empty groups can be left, but leave nothing in flight.
         self.emit(Inst::CpAsyncWait { pending: 0 });
         Ok(())
