@@ -1678,6 +1678,13 @@ impl<'a> Lx<'a> {
     }
 
     fn lower_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> R<()> {
+        if self.in_pipeline_issue {
+            if let Some(rc) = self.reduced.get(&dst.buf).cloned() {
+                // Strength-reduced (`lower/reduced_copy.rs`): the origin is
+                // not evaluated, the copy's state says where the next tile is.
+                return self.issue_reduced(&rc, dst.buf);
+            }
+        }
         let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
         let (sdt, ddt) = (sb.dtype, db.dtype);
         if sb.scope == Scope::Global && db.scope == Scope::Global {

@@ -31,7 +31,15 @@
 //!   that every thread passes only once it has finished iteration `k-1`.
 //!   Stage refills use a region of their own for [`super::super::barriers`]:
 //!   they never touch the stage being read, and the schedule above orders
-//!   them explicitly.
+//!   them explicitly. The stage read, `(k-a) % S`, is a counter carried by
+//!   the loop (no division for S not a power of two).
+//! - pipelined copies whose origin advances affinely with `k` issue from
+//!   strength-reduced state (`reduced_copy.rs`): addresses and masks are
+//!   computed once before the prologue and advanced after each issue;
+//! - a pipelined loop whose 16-byte copies would need a run-time test of a
+//!   dynamic innermost extent (a multiple of the vector width?) is versioned
+//!   on that uniform, loop-invariant test: one loop without the test and the
+//!   element-wise fallback, one with the general lowering.
 
 use super::*;
 use crate::ir::Stmt as TStmt;
@@ -91,11 +99,6 @@ impl Lx<'_> {
         };
         if !use_async || !matches!(chunk * size, 4 | 8 | 16) {
             return self.copy_groups(lay, src, dst, sdt, ddt, fill, vectorize);
-        }
-        if vectorize && self.in_pipeline_issue {
-            if let Some(rc) = self.reduced.get(db).cloned() {
-                return self.issue_reduced(&rc, lay, *db);
-            }
         }
         let region = self.region_of(*db);
         for r0 in (0..lay.num_regs()).step_by(v) {
@@ -273,19 +276,6 @@ impl Lx<'_> {
         Region { id: u32::MAX - buf.0, op: REFILL_OP }
     }
 
-    /// `(x + add) mod stages` for `x ≥ 0`.
-    fn stage_index(&mut self, x: Operand, add: i64, stages: i64) -> Operand {
-        let y = self.add_i32(x, Operand::Imm(add));
-        if let Operand::Imm(c) = y {
-            return Operand::Imm(c.rem_euclid(stages));
-        }
-        if stages & (stages - 1) == 0 {
-            Operand::Reg(self.op("and.b32", RegClass::B32, vec![y, Operand::Imm(stages - 1)]))
-        } else {
-            Operand::Reg(self.op("rem.u32", RegClass::B32, vec![y, Operand::Imm(stages)]))
-        }
-    }
-
     /// Lowers a software-pipelined loop (see the module doc for the schedule).
     ///
     /// When pipelined copies take the 16-byte path only after a run-time
@@ -406,7 +396,10 @@ impl Lx<'_> {
             self.emit_if(Some(p), true, issue, vec![]);
             self.emit(Inst::CpAsyncCommit);
         }
-        // Steady state.
+        // Steady state. The stage read is a counter carried by the loop
+        // (`(k - a) % S` without a division for S not a power of two).
+        let cur = self.new_reg(RegClass::B32);
+        self.mov(cur, Operand::Imm(0), DType::I32);
         let vr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         let saved_var = self.vars.insert(var, vr);
@@ -414,18 +407,25 @@ impl Lx<'_> {
         let lowered = self.capture(|x| {
             x.emit(Inst::CpAsyncWait { pending: (stages - 2) as u32 });
             x.emit(Inst::BarSync);
-            let it = x.op("sub.s32", RegClass::B32, vec![vr.into(), a.into()]);
             let k_next = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(stages - 1)]);
             let p = x.op("setp.lt.s32", RegClass::Pred, vec![k_next.into(), b.into()]);
-            let refill_stage = x.stage_index(it.into(), stages - 1, stages);
+            // Stage (k-a+S-1) % S = (cur - 1) mod S: the one read by iteration k-1.
+            let refill_stage = if stages & (stages - 1) == 0 {
+                let t = x.op("add.s32", RegClass::B32, vec![cur.into(), Operand::Imm(stages - 1)]);
+                x.op("and.b32", RegClass::B32, vec![t.into(), Operand::Imm(stages - 1)])
+            } else {
+                let first = x.op("setp.eq.u32", RegClass::Pred, vec![cur.into(), Operand::Imm(0)]);
+                let t = x.op("sub.s32", RegClass::B32, vec![cur.into(), Operand::Imm(1)]);
+                x.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), t.into(), first.into()])
+            };
+            let refill_stage = Operand::Reg(refill_stage);
             let issue = x.capture(|y| y.issue_stage(var, k_next, &refill_stage, body, pl))?;
             x.emit_if(Some(p), true, issue, vec![]);
             x.emit(Inst::CpAsyncCommit);
-            let cur = x.stage_index(it.into(), 0, stages);
             let mut saved = Vec::new();
             for &i in &pl.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                    saved.push(x.select_stage(dst.buf, &cur));
+                    saved.push(x.select_stage(dst.buf, &Operand::Reg(cur)));
                 }
             }
             for (i, s) in body.iter().enumerate() {
@@ -437,6 +437,14 @@ impl Lx<'_> {
             }
             for st in saved {
                 x.restore_stage(st);
+            }
+            // cur = (cur + 1) % S.
+            let t = x.op("add.s32", RegClass::B32, vec![cur.into(), Operand::Imm(1)]);
+            if stages & (stages - 1) == 0 {
+                x.op_into("and.b32", cur, vec![t.into(), Operand::Imm(stages - 1)]);
+            } else {
+                let wrap = x.op("setp.eq.u32", RegClass::Pred, vec![t.into(), Operand::Imm(stages)]);
+                x.op_into("selp.b32", cur, vec![Operand::Imm(0), t.into(), wrap.into()]);
             }
             Ok(())
         });

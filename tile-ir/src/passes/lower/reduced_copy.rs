@@ -1,31 +1,41 @@
 //! Strength reduction of the pipelined global → shared copies.
 //!
-//! Expects to be called by the pipelined-loop lowering ([`Lx::lower_pipelined`])
-//! before its prologue, with the loop variable bound to the loop's start,
-//! for the copies that [`super::super::pipeline::plan`] pipelined.
+//! Expects to be called by the pipelined-loop lowering
+//! ([`Lx::lower_pipelined`]) before its prologue, with the loop variable
+//! bound to the loop's start, for the copies that
+//! [`super::super::pipeline::plan`] pipelined.
 //!
-//! A pipelined copy whose global origin is affine in the loop variable `k`
-//! along exactly one tensor dim `kd` (`origin[kd] = inv + coef·k` with a
-//! constant `coef > 0`, provably non-negative; every other coordinate loop
-//! invariant) and that takes the 16/8/4-byte cp.async vector path gets a
-//! [`ReducedCopy`]: before the loop, for the iteration `start`, each chunk's
-//! 64-bit global address and the loop-invariant part of its mask (every dim
-//! but `kd`; with `kd` not innermost, also the in-bounds bytes of the
-//! innermost dim) are computed once, and one `rem = dim[kd] - origin[kd]`
-//! per copy. Each issue of the copy (prologue and steady-state refill alike,
-//! always for the next iteration to issue) then costs per chunk a compare
-//! of `rem - thread part` with the chunk's constant coordinate, a select of
-//! the byte count and of the address (an empty chunk reads from the tensor's
-//! base, as in the general path), and after the issue one 64-bit add of a
-//! uniform byte delta per chunk and one subtract on `rem`.
+//! A pipelined copy qualifies when its global origin is affine in the loop
+//! variable `k` along exactly one tensor dim `kd` (`origin[kd] = inv + coef·k`
+//! with a constant `coef > 0` and provably non-negative; every other
+//! coordinate loop-invariant) and it takes the cp.async vector path with no
+//! run-time test (static alignment, or a loop versioned on the test). Before
+//! the loop, for iteration `start`, it gets:
+//! - `base`: the thread's 64-bit global address of its first chunk; the
+//!   other chunks are at thread-independent offsets from it (an immediate,
+//!   or `extent · constant`: one `mad.wide.s32` per issue, which keeps only
+//!   `base` live across the loop);
+//! - per chunk, the loop-invariant part of its mask (every dim but `kd`);
+//! - `rest = extent[kd] - origin[kd] - thread part of the tile coordinate
+//!   along kd`, shared by the copies of the loop with the same extent,
+//!   origin expression and thread part.
 //!
-//! Guarantees the same cp.asyncs (addresses, byte counts, guards) as the
-//! general path of [`Lx::cp_async_chunk`] for every issued iteration: with
-//! `g = origin[kd] + c ≥ 0` (the tile coordinate `c` is non-negative),
-//! `g <u dim` is `dim - g > 0`, and `dim - g = rem - c`. Copies that do not
-//! qualify keep the general path; so does the run-time fallback for an
-//! innermost extent that is not a multiple of the vector width (the state
-//! is then computed but unused).
+//! Each issue (prologue and steady-state refill alike, always of the next
+//! iteration to issue, which the state describes) then costs per chunk one
+//! compare `rest > c` (`c`: the chunk's constant coordinate offset along
+//! `kd`) combined with the invariant mask, a select of the byte count, and
+//! at most one address computation; after the issue, `base` advances by a
+//! uniform 64-bit byte delta and `rest` by one subtract.
+//!
+//! Guarantees the same data in shared memory as the general path
+//! ([`Lx::cp_async_chunk`]) for every issued iteration: with
+//! `g = origin[kd] + thread part + c ≥ 0`, `g <u extent` is `rest - c > 0`;
+//! on the vector path a chunk is either whole or empty (the innermost extent
+//! and the chunk's start are multiples of the chunk), so `src-size` is 16
+//! (or 8, 4) or 0. An empty chunk keeps its (possibly out-of-tensor) address:
+//! `src-size` 0 copies no bytes from the source (ptxas emits a predicated-off,
+//! zero-filling LDGSTS), unlike the general path, which selects the tensor's
+//! base for it. Copies that do not qualify keep the general path.
 
 use super::*;
 use crate::passes::pipeline::PipelinedLoop;
@@ -48,6 +58,8 @@ pub(super) struct ReducedCopy {
     base: Reg,
     /// Bytes the addresses advance per iteration (64-bit).
     delta: Operand,
+    /// The copy's layout (that of `lower_copy` for a global → shared copy).
+    layout: FragLayout,
     /// Elements per chunk and their size in bytes.
     elems: i64,
     size: i64,
@@ -193,7 +205,9 @@ impl Lx<'_> {
             && self.known_multiple(origin_last) % v == 0
             && match sb.shape.last() {
                 Some(Extent::Const(c)) => c % v == 0,
-                Some(Extent::Dyn(_)) => true,
+                // Only when the 16-byte path needs no run-time test (see
+                // `Lx::lower_pipelined`, which versions loops on it).
+                Some(Extent::Dyn(dv)) => self.var_mult.get(dv).copied().unwrap_or(1) % v == 0,
                 None => false,
             };
         if !vector || !matches!(v * size, 4 | 8 | 16) {
@@ -321,6 +335,7 @@ impl Lx<'_> {
             owns_rest,
             base,
             delta,
+            layout: lay,
             elems: v,
             size,
             chunks,
@@ -329,19 +344,29 @@ impl Lx<'_> {
 
     /// Issues the cp.asyncs of a strength-reduced copy for the next
     /// iteration (the state's), into the stage selected for `db`.
-    pub(super) fn issue_reduced(&mut self, rc: &ReducedCopy, lay: &FragLayout, db: BufferId) -> R<()> {
+    pub(super) fn issue_reduced(&mut self, rc: &ReducedCopy, db: BufferId) -> R<()> {
+        let lay = &rc.layout;
         let region = self.region_of(db);
         let v = lay.vec_width() as usize;
         // The chunk with constant coordinate offset `o` along `kd` has
         // `rest - o` elements left along `kd`.
         let rest = rc.rest;
+        // "Some of the chunk is left along kd", by constant offset.
+        let mut some_left: Vec<(i64, Reg)> = Vec::new();
         for (j, r0) in (0..lay.num_regs()).step_by(v).enumerate() {
             let ch = rc.chunks.get(j).ok_or_else(|| self.err("internal: reduced copy chunk count"))?.clone();
             let l = lay.unflatten(r0);
             let coords: Vec<Operand> = (0..lay.rank()).map(|a| self.coord(lay, a, l[a])).collect();
             let valid = self.valid_pred(lay, &l);
             let dst = self.shared_addr(db, &coords)?;
-            let some = self.op("setp.gt.s32", RegClass::Pred, vec![rest.into(), Operand::Imm(ch.offset)]);
+            let some = match some_left.iter().find(|(o, _)| *o == ch.offset) {
+                Some((_, p)) => *p,
+                None => {
+                    let p = self.op("setp.gt.s32", RegClass::Pred, vec![rest.into(), Operand::Imm(ch.offset)]);
+                    some_left.push((ch.offset, p));
+                    p
+                }
+            };
             let p = self.and_pred(Some(some), ch.inside).unwrap_or(some);
             // On the vector path the innermost extent and the chunk's start
             // are multiples of the chunk: a chunk is either whole or empty.
