@@ -236,6 +236,27 @@ fn the_simulator_catches_reads_before_the_wait() {
 
 
 
+/// The statement lists that hold a version of the (one) pipelined loop: the
+/// function body, or both branches of the uniform test that versions it.
+fn loop_versions(body: &[TStmt]) -> Vec<&[TStmt]> {
+    fn has_loop(b: &[TStmt]) -> bool {
+        b.iter().any(|s| matches!(s, TStmt::For { .. }))
+    }
+    if has_loop(body) {
+        return vec![body];
+    }
+    let mut out = Vec::new();
+    for s in body {
+        if let TStmt::If { then, otherwise, .. } = s {
+            if has_loop(then) && has_loop(otherwise) {
+                out.push(then.as_slice());
+                out.push(otherwise.as_slice());
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn pipelined_loops_have_the_schedule_and_assemble() {
     for dt in [DType::F32, DType::F16] {
@@ -247,53 +268,58 @@ fn pipelined_loops_have_the_schedule_and_assemble() {
                 let what = format!("{} stages {stages} {arch}", dt.name());
                 assert!(ptx.contains("cp.async.cg.shared.global"), "{what}: 16-byte cp.async\n{ptx}");
                 let tile = 64 * 32 * dt.size_bytes();
-                let body = &c.function.body;
-                let commits = count_inst(body, &|i| matches!(i, Inst::CpAsyncCommit));
-                let waits: Vec<u32> = {
-                    let mut w = vec![];
-                    fn collect(b: &[TStmt], w: &mut Vec<u32>) {
-                        for s in b {
-                            match s {
-                                TStmt::Inst { inst: Inst::CpAsyncWait { pending }, .. } => w.push(*pending),
-                                TStmt::If { then, otherwise, .. } => {
-                                    collect(then, w);
-                                    collect(otherwise, w);
+                // A loop whose 16-byte copies depend on a dynamic extent is
+                // versioned on its alignment: each version has the schedule.
+                let versions = loop_versions(&c.function.body);
+                assert!(!versions.is_empty() && versions.len() <= 2, "{what}: {} versions", versions.len());
+                for body in versions {
+                    let commits = count_inst(body, &|i| matches!(i, Inst::CpAsyncCommit));
+                    let waits: Vec<u32> = {
+                        let mut w = vec![];
+                        fn collect(b: &[TStmt], w: &mut Vec<u32>) {
+                            for s in b {
+                                match s {
+                                    TStmt::Inst { inst: Inst::CpAsyncWait { pending }, .. } => w.push(*pending),
+                                    TStmt::If { then, otherwise, .. } => {
+                                        collect(then, w);
+                                        collect(otherwise, w);
+                                    }
+                                    TStmt::For { body, .. } => collect(body, w),
+                                    _ => {}
                                 }
-                                TStmt::For { body, .. } => collect(body, w),
-                                _ => {}
                             }
                         }
+                        collect(body, &mut w);
+                        w
+                    };
+                    if stages == 1 {
+                        // Serial: every copy is waited for at once; no stage copies.
+                        assert!(waits.iter().all(|w| *w == 0), "{what}: {waits:?}");
+                        assert_eq!(c.shared_bytes, 2 * tile, "{what}");
+                    } else {
+                        // Prologue: stages-1 commits; loop: one commit; wait stages-2 in
+                        // the loop, wait 0 after it.
+                        assert_eq!(commits, stages as usize, "{what}");
+                        assert_eq!(waits, vec![stages - 2, 0], "{what}");
+                        assert!(ptx.contains(&format!("cp.async.wait_group {};", stages - 2)), "{what}");
+                        assert_eq!(c.shared_bytes, 2 * stages * tile, "{what}");
+                        // One barrier per iteration: the schedule's (no RAW/WAR
+                        // barriers between the refills and the reads of other stages).
+                        let lp = body
+                            .iter()
+                            .find_map(|s| match s {
+                                TStmt::For { body, .. }
+                                    if count_inst(body, &|i| matches!(i, Inst::CpAsyncWait { .. })) > 0 =>
+                                {
+                                    Some(body)
+                                }
+                                _ => None,
+                            })
+                            .expect("the pipelined loop");
+                        assert_eq!(count_inst(lp, &|i| matches!(i, Inst::BarSync)), 1, "{what}\n{}", c.thread_ir);
+                        assert!(matches!(lp[0], TStmt::Inst { inst: Inst::CpAsyncWait { .. }, .. }), "{what}");
+                        assert!(matches!(lp[1], TStmt::Inst { inst: Inst::BarSync, .. }), "{what}");
                     }
-                    collect(body, &mut w);
-                    w
-                };
-                if stages == 1 {
-                    // Serial: every copy is waited for at once; no stage copies.
-                    assert!(waits.iter().all(|w| *w == 0), "{what}: {waits:?}");
-                    assert_eq!(c.shared_bytes, 2 * tile, "{what}");
-                } else {
-                    // Prologue: stages-1 commits; loop: one commit; wait stages-2 in
-                    // the loop, wait 0 after it.
-                    assert_eq!(commits, stages as usize, "{what}");
-                    assert_eq!(waits, vec![stages - 2, 0], "{what}");
-                    assert!(ptx.contains(&format!("cp.async.wait_group {};", stages - 2)), "{what}");
-                    assert_eq!(c.shared_bytes, 2 * stages * tile, "{what}");
-                    // One barrier per iteration: the schedule's (no RAW/WAR
-                    // barriers between the refills and the reads of other stages).
-                    let lp = body
-                        .iter()
-                        .find_map(|s| match s {
-                            TStmt::For { body, .. }
-                                if count_inst(body, &|i| matches!(i, Inst::CpAsyncWait { .. })) > 0 =>
-                            {
-                                Some(body)
-                            }
-                            _ => None,
-                        })
-                        .expect("the pipelined loop");
-                    assert_eq!(count_inst(lp, &|i| matches!(i, Inst::BarSync)), 1, "{what}\n{}", c.thread_ir);
-                    assert!(matches!(lp[0], TStmt::Inst { inst: Inst::CpAsyncWait { .. }, .. }), "{what}");
-                    assert!(matches!(lp[1], TStmt::Inst { inst: Inst::BarSync, .. }), "{what}");
                 }
                 assemble(&k.name, ptx, arch);
             }

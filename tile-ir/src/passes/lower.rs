@@ -30,6 +30,7 @@
 //! the one at the top of each pipelined iteration: [`super::barriers`] does that.
 
 mod async_copy;
+mod reduced_copy;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
 use super::pipeline::{self, PipelinePlan};
@@ -169,6 +170,7 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         region_override: HashMap::new(),
         in_pipeline_issue: false,
         loop_depth: 0,
+        reduced: HashMap::new(),
     };
     lx.setup();
     lx.check_pipeline_budget();
@@ -238,6 +240,9 @@ struct Lx<'a> {
     in_pipeline_issue: bool,
     /// Serial loops enclosing the statement being lowered.
     loop_depth: u32,
+    /// Strength-reduced pipelined copies of the pipelined loops being
+    /// lowered, by destination shared buffer (see `reduced_copy.rs`).
+    reduced: HashMap<BufferId, reduced_copy::ReducedCopy>,
 }
 
 impl<'a> Lx<'a> {
@@ -1705,6 +1710,13 @@ impl<'a> Lx<'a> {
     }
 
     fn lower_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> R<()> {
+        if self.in_pipeline_issue {
+            if let Some(rc) = self.reduced.get(&dst.buf).cloned() {
+                // Strength-reduced (`lower/reduced_copy.rs`): the origin is
+                // not evaluated, the copy's state says where the next tile is.
+                return self.issue_reduced(&rc, dst.buf);
+            }
+        }
         let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
         let (sdt, ddt) = (sb.dtype, db.dtype);
         if sb.scope == Scope::Global && db.scope == Scope::Global {
@@ -1819,6 +1831,10 @@ impl<'a> Lx<'a> {
                 let last_extent = *self.k.buffer(gbuf).shape.last().unwrap_or(&Extent::Const(1));
                 match (aligned_origin, last_extent) {
                     (true, Extent::Const(c)) if c % v == 0 => {
+                        self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, true, use_async)
+                    }
+                    (true, Extent::Dyn(dv)) if self.var_mult.get(&dv).copied().unwrap_or(1) % v == 0 => {
+                        // Known to be a multiple of v (a versioned pipelined loop).
                         self.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, true, use_async)
                     }
                     (true, Extent::Dyn(dv)) => {

@@ -574,6 +574,10 @@ pub fn eval_op(op: &str, a: &[u64]) -> u64 {
             _ => panic!("{op}"),
         },
         ("cvt", _) => cvt(&parts, a[0]),
+        ("mul" | "mad", "s32") if parts.contains(&"wide") => {
+            let p = (s32(a[0]) as i64).wrapping_mul(s32(a[1]) as i64);
+            (if name == "mad" { p.wrapping_add(a[2] as i64) } else { p }) as u64
+        }
         (_, "f32") => {
             let x = f32b(a[0]);
             let y = a.get(1).map(|v| f32b(*v)).unwrap_or(0.0);

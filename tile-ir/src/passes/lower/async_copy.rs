@@ -31,7 +31,15 @@
 //!   that every thread passes only once it has finished iteration `k-1`.
 //!   Stage refills use a region of their own for [`super::super::barriers`]:
 //!   they never touch the stage being read, and the schedule above orders
-//!   them explicitly.
+//!   them explicitly. The stage read, `(k-a) % S`, is a counter carried by
+//!   the loop (no division for S not a power of two).
+//! - pipelined copies whose origin advances affinely with `k` issue from
+//!   strength-reduced state (`reduced_copy.rs`): addresses and masks are
+//!   computed once before the prologue and advanced after each issue;
+//! - a pipelined loop whose 16-byte copies would need a run-time test of a
+//!   dynamic innermost extent (a multiple of the vector width?) is versioned
+//!   on that uniform, loop-invariant test: one loop without the test and the
+//!   element-wise fallback, one with the general lowering.
 
 use super::*;
 use crate::ir::Stmt as TStmt;
@@ -242,6 +250,9 @@ impl Lx<'_> {
             }
         }
         self.in_pipeline_issue = false;
+        if result.is_ok() {
+            self.advance_reduced_copies(body, pl);
+        }
         for st in saved {
             self.restore_stage(st);
         }
@@ -265,20 +276,15 @@ impl Lx<'_> {
         Region { id: u32::MAX - buf.0, op: REFILL_OP }
     }
 
-    /// `(x + add) mod stages` for `x ≥ 0`.
-    fn stage_index(&mut self, x: Operand, add: i64, stages: i64) -> Operand {
-        let y = self.add_i32(x, Operand::Imm(add));
-        if let Operand::Imm(c) = y {
-            return Operand::Imm(c.rem_euclid(stages));
-        }
-        if stages & (stages - 1) == 0 {
-            Operand::Reg(self.op("and.b32", RegClass::B32, vec![y, Operand::Imm(stages - 1)]))
-        } else {
-            Operand::Reg(self.op("rem.u32", RegClass::B32, vec![y, Operand::Imm(stages)]))
-        }
-    }
-
     /// Lowers a software-pipelined loop (see the module doc for the schedule).
+    ///
+    /// When pipelined copies take the 16-byte path only after a run-time
+    /// test of a dynamic innermost extent, the whole loop is versioned on
+    /// that (loop-invariant, uniform) test: the aligned version knows the
+    /// extents are multiples of the vector width and keeps neither the test
+    /// nor the element-wise fallback in its loop (whose live values would
+    /// cost the fast loop registers); the other version is the general
+    /// lowering, without strength-reduced copies.
     pub(super) fn lower_pipelined(
         &mut self,
         var: VarId,
@@ -286,6 +292,77 @@ impl Lx<'_> {
         end: &Expr,
         body: &[TStmt],
         pl: &PipelinedLoop,
+    ) -> R<()> {
+        let dyn_dims = self.pipelined_alignment_tests(body, pl);
+        if dyn_dims.is_empty() {
+            return self.lower_pipelined_loop(var, start, end, body, pl, true);
+        }
+        let mut aligned: Option<Reg> = None;
+        for &(dv, v) in &dyn_dims {
+            let dr = *self.vars.get(&dv).ok_or_else(|| self.err("internal: dim not bound"))?;
+            let m = self.op("and.b32", RegClass::B32, vec![dr.into(), Operand::Imm(v - 1)]);
+            let p = self.op("setp.eq.u32", RegClass::Pred, vec![m.into(), Operand::Imm(0)]);
+            aligned = self.and_pred(aligned, Some(p));
+        }
+        let saved_mult: Vec<(VarId, Option<i64>)> = dyn_dims.iter().map(|&(dv, _)| (dv, self.var_mult.get(&dv).copied())).collect();
+        let fast = self.capture(|x| {
+            for &(dv, v) in &dyn_dims {
+                let m = x.var_mult.get(&dv).copied().unwrap_or(1).max(v);
+                x.var_mult.insert(dv, m);
+            }
+            let r = x.lower_pipelined_loop(var, start, end, body, pl, true);
+            for (dv, m) in &saved_mult {
+                match m {
+                    Some(m) => x.var_mult.insert(*dv, *m),
+                    None => x.var_mult.remove(dv),
+                };
+            }
+            r
+        })?;
+        // The same statements lowered again: report their errors once.
+        let errors = self.errors.len();
+        let general = self.capture(|x| x.lower_pipelined_loop(var, start, end, body, pl, false))?;
+        self.errors.truncate(errors);
+        self.emit_if(aligned, true, fast, general);
+        Ok(())
+    }
+
+    /// The dynamic innermost extents (with the vector width) that pipelined
+    /// copies of the loop test at run time to take the 16-byte path (the
+    /// `Extent::Dyn` case of [`Lx::copy_dispatch`]).
+    fn pipelined_alignment_tests(&self, body: &[TStmt], pl: &PipelinedLoop) -> Vec<(VarId, i64)> {
+        let mut out: Vec<(VarId, i64)> = Vec::new();
+        for &i in &pl.copies {
+            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
+            let probe = (Side::Global { buf: src.buf, origin: Vec::new(), lead: 0 }, Side::Shared(dst.buf));
+            if !self.async_copy_ok(&probe.0, &probe.1, sb.dtype, db.dtype, fill.as_ref()) {
+                continue;
+            }
+            let v = (16 / sb.dtype.size_bytes() as i64).max(1);
+            let Some(last) = src.origin.last() else { continue };
+            if v <= 1 || self.known_multiple(last) % v != 0 {
+                continue;
+            }
+            if let Some(Extent::Dyn(dv)) = sb.shape.last() {
+                if self.var_mult.get(dv).copied().unwrap_or(1) % v != 0 && !out.contains(&(*dv, v)) {
+                    out.push((*dv, v));
+                }
+            }
+        }
+        out
+    }
+
+    /// [`Lx::lower_pipelined`] for one version of the loop; `reduce`:
+    /// strength-reduce the copies that qualify (`reduced_copy.rs`).
+    fn lower_pipelined_loop(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[TStmt],
+        pl: &PipelinedLoop,
+        reduce: bool,
     ) -> R<()> {
         let stages = pl.stages as i64;
         let s0 = self.expr(start)?;
@@ -303,6 +380,14 @@ impl Lx<'_> {
             // other threads may still be reading from the previous run.
             self.emit(Inst::BarSync);
         }
+        // Loop-invariant address and mask parts of the copies, for iteration a.
+        let saved_var = self.vars.insert(var, a);
+        let prepared = if reduce { self.prepare_reduced_copies(var, start, body, pl) } else { Ok(()) };
+        match saved_var {
+            Some(r) => self.vars.insert(var, r),
+            None => self.vars.remove(&var),
+        };
+        prepared?;
         // Prologue: iterations a .. a+S-2, one commit group each.
         for s in 0..stages - 1 {
             let k = self.op("add.s32", RegClass::B32, vec![a.into(), Operand::Imm(s)]);
@@ -311,7 +396,10 @@ impl Lx<'_> {
             self.emit_if(Some(p), true, issue, vec![]);
             self.emit(Inst::CpAsyncCommit);
         }
-        // Steady state.
+        // Steady state. The stage read is a counter carried by the loop
+        // (`(k - a) % S` without a division for S not a power of two).
+        let cur = self.new_reg(RegClass::B32);
+        self.mov(cur, Operand::Imm(0), DType::I32);
         let vr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         let saved_var = self.vars.insert(var, vr);
@@ -319,18 +407,25 @@ impl Lx<'_> {
         let lowered = self.capture(|x| {
             x.emit(Inst::CpAsyncWait { pending: (stages - 2) as u32 });
             x.emit(Inst::BarSync);
-            let it = x.op("sub.s32", RegClass::B32, vec![vr.into(), a.into()]);
             let k_next = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(stages - 1)]);
             let p = x.op("setp.lt.s32", RegClass::Pred, vec![k_next.into(), b.into()]);
-            let refill_stage = x.stage_index(it.into(), stages - 1, stages);
+            // Stage (k-a+S-1) % S = (cur - 1) mod S: the one read by iteration k-1.
+            let refill_stage = if stages & (stages - 1) == 0 {
+                let t = x.op("add.s32", RegClass::B32, vec![cur.into(), Operand::Imm(stages - 1)]);
+                x.op("and.b32", RegClass::B32, vec![t.into(), Operand::Imm(stages - 1)])
+            } else {
+                let first = x.op("setp.eq.u32", RegClass::Pred, vec![cur.into(), Operand::Imm(0)]);
+                let t = x.op("sub.s32", RegClass::B32, vec![cur.into(), Operand::Imm(1)]);
+                x.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), t.into(), first.into()])
+            };
+            let refill_stage = Operand::Reg(refill_stage);
             let issue = x.capture(|y| y.issue_stage(var, k_next, &refill_stage, body, pl))?;
             x.emit_if(Some(p), true, issue, vec![]);
             x.emit(Inst::CpAsyncCommit);
-            let cur = x.stage_index(it.into(), 0, stages);
             let mut saved = Vec::new();
             for &i in &pl.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                    saved.push(x.select_stage(dst.buf, &cur));
+                    saved.push(x.select_stage(dst.buf, &Operand::Reg(cur)));
                 }
             }
             for (i, s) in body.iter().enumerate() {
@@ -343,6 +438,14 @@ impl Lx<'_> {
             for st in saved {
                 x.restore_stage(st);
             }
+            // cur = (cur + 1) % S.
+            let t = x.op("add.s32", RegClass::B32, vec![cur.into(), Operand::Imm(1)]);
+            if stages & (stages - 1) == 0 {
+                x.op_into("and.b32", cur, vec![t.into(), Operand::Imm(stages - 1)]);
+            } else {
+                let wrap = x.op("setp.eq.u32", RegClass::Pred, vec![t.into(), Operand::Imm(stages)]);
+                x.op_into("selp.b32", cur, vec![Operand::Imm(0), t.into(), wrap.into()]);
+            }
             Ok(())
         });
         self.loop_depth -= 1;
@@ -351,6 +454,7 @@ impl Lx<'_> {
         }
         let lowered = lowered?;
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        self.drop_reduced_copies(body, pl);
         // Drain: only empty groups can be left, but leave nothing in flight.
         self.emit(Inst::CpAsyncWait { pending: 0 });
         Ok(())
