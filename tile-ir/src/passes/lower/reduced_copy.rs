@@ -104,9 +104,9 @@ fn linear_coef(e: &Expr, var: VarId) -> Option<i64> {
     }
     match e {
         Expr::Var(v) if *v == var => Some(1),
-        Expr::Unary { op: UnOp::Neg, arg } => linear_coef(arg, var).map(|c| -c),
-        Expr::Binary { op: BinOp::Add, lhs, rhs } => Some(linear_coef(lhs, var)? + linear_coef(rhs, var)?),
-        Expr::Binary { op: BinOp::Sub, lhs, rhs } => Some(linear_coef(lhs, var)? - linear_coef(rhs, var)?),
+        Expr::Unary { op: UnOp::Neg, arg } => linear_coef(arg, var)?.checked_neg(),
+        Expr::Binary { op: BinOp::Add, lhs, rhs } => linear_coef(lhs, var)?.checked_add(linear_coef(rhs, var)?),
+        Expr::Binary { op: BinOp::Sub, lhs, rhs } => linear_coef(lhs, var)?.checked_sub(linear_coef(rhs, var)?),
         Expr::Binary { op: BinOp::Mul, lhs, rhs } => match (const_int(lhs), const_int(rhs)) {
             (Some(c), _) => Some(c.checked_mul(linear_coef(rhs, var)?)?),
             (_, Some(c)) => Some(c.checked_mul(linear_coef(lhs, var)?)?),
@@ -236,10 +236,11 @@ impl Lx<'_> {
         // Origin at the loop's start (the caller bound `var` to it).
         let origin = self.index_ops(&src.origin)?;
         // Bytes per iteration: coef · Π dims[kd+1..] · size.
-        let mut delta = Operand::Imm(coef * size);
-        for d in kd + 1..rank {
-            delta = match (&delta, &dims64[d]) {
-                (Operand::Imm(a), Operand::Imm(b)) => Operand::Imm(a * b),
+        // (Byte arithmetic wraps like the 64-bit address arithmetic.)
+        let mut delta = Operand::Imm(coef.wrapping_mul(size));
+        for dim in &dims64[kd + 1..rank] {
+            delta = match (&delta, dim) {
+                (Operand::Imm(a), Operand::Imm(b)) => Operand::Imm(a.wrapping_mul(*b)),
                 (a, b) => Operand::Reg(self.op("mul.lo.s64", RegClass::B64, vec![a.clone(), b.clone()])),
             };
         }
@@ -294,16 +295,16 @@ impl Lx<'_> {
                 if step == 0 {
                     continue;
                 }
-                let mut mult = step * size;
+                let mut mult = step.wrapping_mul(size);
                 let mut dyn_dims = Vec::new();
-                for e in lead + a + 1..rank {
-                    match &dims[e] {
-                        Operand::Imm(x) => mult *= x,
+                for (e, dim) in dims.iter().enumerate().skip(lead + a + 1) {
+                    match dim {
+                        Operand::Imm(x) => mult = mult.wrapping_mul(*x),
                         _ => dyn_dims.push(e),
                     }
                 }
                 if dyn_dims.is_empty() {
-                    imm += mult;
+                    imm = imm.wrapping_add(mult);
                 } else {
                     dyn_terms.push((mult, dyn_dims));
                 }
