@@ -56,8 +56,8 @@ pub(super) struct ReducedCopy {
     /// next iteration to issue (updated in place); the other chunks are at
     /// thread-independent offsets from it.
     base: Reg,
-    /// Bytes the addresses advance per iteration (64-bit).
-    delta: Operand,
+    /// Bytes the addresses advance per iteration.
+    delta: ChunkOffset,
     /// The copy's layout (that of `lower_copy` for a global → shared copy).
     layout: FragLayout,
     /// Elements per chunk and their size in bytes.
@@ -235,15 +235,28 @@ impl Lx<'_> {
         let (dims, dims64) = (info.dims.clone(), info.dims64.clone());
         // Origin at the loop's start (the caller bound `var` to it).
         let origin = self.index_ops(&src.origin)?;
-        // Bytes per iteration: coef · Π dims[kd+1..] · size.
-        // (Byte arithmetic wraps like the 64-bit address arithmetic.)
-        let mut delta = Operand::Imm(coef.wrapping_mul(size));
-        for dim in &dims64[kd + 1..rank] {
-            delta = match (&delta, dim) {
-                (Operand::Imm(a), Operand::Imm(b)) => Operand::Imm(a.wrapping_mul(*b)),
-                (a, b) => Operand::Reg(self.op("mul.lo.s64", RegClass::B64, vec![a.clone(), b.clone()])),
-            };
+        // Bytes per iteration: coef · size · Π dims[kd+1..]. (Byte
+        // arithmetic wraps like the 64-bit address arithmetic.)
+        let mut mult = coef.wrapping_mul(size);
+        let mut dyn_dims = Vec::new();
+        for (e, dim) in dims.iter().enumerate().skip(kd + 1) {
+            match dim {
+                Operand::Imm(x) => mult = mult.wrapping_mul(*x),
+                _ => dyn_dims.push(e),
+            }
         }
+        let delta = match dyn_dims.as_slice() {
+            [] => ChunkOffset::Imm(mult),
+            [e] if i32::try_from(mult).is_ok() => ChunkOffset::Wide { dim: dims[*e].clone(), mult, imm: 0 },
+            dd => {
+                let mut t = Operand::Imm(mult);
+                for &e in dd {
+                    t = Operand::Reg(self.op("mul.lo.s64", RegClass::B64, vec![t, dims64[e].clone()]));
+                }
+                let r = self.materialize(&Val { op: t, ty: DType::I64 });
+                ChunkOffset::Reg(r)
+            }
+        };
         let thread_part = if kd >= lead { self.tbase(&lay.root, lay.kept[kd - lead]) } else { Operand::Imm(0) };
         let key = (dims[kd].clone(), src.origin[kd].clone(), thread_part.clone(), coef);
         let (rest, owns_rest) = match rests.iter().find(|r| r.0 == key) {
@@ -407,7 +420,13 @@ impl Lx<'_> {
         for &i in &pl.copies {
             let StmtKind::Copy { dst, .. } = &body[i].kind else { continue };
             let Some(rc) = self.reduced.get(&dst.buf).cloned() else { continue };
-            self.op_into("add.s64", rc.base, vec![rc.base.into(), rc.delta.clone()]);
+            match &rc.delta {
+                ChunkOffset::Imm(x) => self.op_into("add.s64", rc.base, vec![rc.base.into(), Operand::Imm(*x)]),
+                ChunkOffset::Reg(r) => self.op_into("add.s64", rc.base, vec![rc.base.into(), (*r).into()]),
+                ChunkOffset::Wide { dim, mult, .. } => {
+                    self.op_into("mad.wide.s32", rc.base, vec![dim.clone(), Operand::Imm(*mult), rc.base.into()])
+                }
+            }
             if rc.owns_rest {
                 self.op_into("sub.s32", rc.rest, vec![rc.rest.into(), Operand::Imm(rc.coef)]);
             }
