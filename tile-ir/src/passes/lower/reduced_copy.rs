@@ -56,8 +56,8 @@ pub(super) struct ReducedCopy {
     /// next iteration to issue (updated in place); the other chunks are at
     /// thread-independent offsets from it.
     base: Reg,
-    /// Bytes the addresses advance per iteration (64-bit).
-    delta: Operand,
+    /// Bytes the addresses advance per iteration.
+    delta: ChunkOffset,
     /// The copy's layout (that of `lower_copy` for a global → shared copy).
     layout: FragLayout,
     /// Elements per chunk and their size in bytes.
@@ -104,9 +104,9 @@ fn linear_coef(e: &Expr, var: VarId) -> Option<i64> {
     }
     match e {
         Expr::Var(v) if *v == var => Some(1),
-        Expr::Unary { op: UnOp::Neg, arg } => linear_coef(arg, var).map(|c| -c),
-        Expr::Binary { op: BinOp::Add, lhs, rhs } => Some(linear_coef(lhs, var)? + linear_coef(rhs, var)?),
-        Expr::Binary { op: BinOp::Sub, lhs, rhs } => Some(linear_coef(lhs, var)? - linear_coef(rhs, var)?),
+        Expr::Unary { op: UnOp::Neg, arg } => linear_coef(arg, var)?.checked_neg(),
+        Expr::Binary { op: BinOp::Add, lhs, rhs } => linear_coef(lhs, var)?.checked_add(linear_coef(rhs, var)?),
+        Expr::Binary { op: BinOp::Sub, lhs, rhs } => linear_coef(lhs, var)?.checked_sub(linear_coef(rhs, var)?),
         Expr::Binary { op: BinOp::Mul, lhs, rhs } => match (const_int(lhs), const_int(rhs)) {
             (Some(c), _) => Some(c.checked_mul(linear_coef(rhs, var)?)?),
             (_, Some(c)) => Some(c.checked_mul(linear_coef(lhs, var)?)?),
@@ -235,14 +235,28 @@ impl Lx<'_> {
         let (dims, dims64) = (info.dims.clone(), info.dims64.clone());
         // Origin at the loop's start (the caller bound `var` to it).
         let origin = self.index_ops(&src.origin)?;
-        // Bytes per iteration: coef · Π dims[kd+1..] · size.
-        let mut delta = Operand::Imm(coef * size);
-        for d in kd + 1..rank {
-            delta = match (&delta, &dims64[d]) {
-                (Operand::Imm(a), Operand::Imm(b)) => Operand::Imm(a * b),
-                (a, b) => Operand::Reg(self.op("mul.lo.s64", RegClass::B64, vec![a.clone(), b.clone()])),
-            };
+        // Bytes per iteration: coef · size · Π dims[kd+1..]. (Byte
+        // arithmetic wraps like the 64-bit address arithmetic.)
+        let mut mult = coef.wrapping_mul(size);
+        let mut dyn_dims = Vec::new();
+        for (e, dim) in dims.iter().enumerate().skip(kd + 1) {
+            match dim {
+                Operand::Imm(x) => mult = mult.wrapping_mul(*x),
+                _ => dyn_dims.push(e),
+            }
         }
+        let delta = match dyn_dims.as_slice() {
+            [] => ChunkOffset::Imm(mult),
+            [e] if i32::try_from(mult).is_ok() => ChunkOffset::Wide { dim: dims[*e].clone(), mult, imm: 0 },
+            dd => {
+                let mut t = Operand::Imm(mult);
+                for &e in dd {
+                    t = Operand::Reg(self.op("mul.lo.s64", RegClass::B64, vec![t, dims64[e].clone()]));
+                }
+                let r = self.materialize(&Val { op: t, ty: DType::I64 });
+                ChunkOffset::Reg(r)
+            }
+        };
         let thread_part = if kd >= lead { self.tbase(&lay.root, lay.kept[kd - lead]) } else { Operand::Imm(0) };
         let key = (dims[kd].clone(), src.origin[kd].clone(), thread_part.clone(), coef);
         let (rest, owns_rest) = match rests.iter().find(|r| r.0 == key) {
@@ -294,16 +308,16 @@ impl Lx<'_> {
                 if step == 0 {
                     continue;
                 }
-                let mut mult = step * size;
+                let mut mult = step.wrapping_mul(size);
                 let mut dyn_dims = Vec::new();
-                for e in lead + a + 1..rank {
-                    match &dims[e] {
-                        Operand::Imm(x) => mult *= x,
+                for (e, dim) in dims.iter().enumerate().skip(lead + a + 1) {
+                    match dim {
+                        Operand::Imm(x) => mult = mult.wrapping_mul(*x),
                         _ => dyn_dims.push(e),
                     }
                 }
                 if dyn_dims.is_empty() {
-                    imm += mult;
+                    imm = imm.wrapping_add(mult);
                 } else {
                     dyn_terms.push((mult, dyn_dims));
                 }
@@ -406,7 +420,13 @@ impl Lx<'_> {
         for &i in &pl.copies {
             let StmtKind::Copy { dst, .. } = &body[i].kind else { continue };
             let Some(rc) = self.reduced.get(&dst.buf).cloned() else { continue };
-            self.op_into("add.s64", rc.base, vec![rc.base.into(), rc.delta.clone()]);
+            match &rc.delta {
+                ChunkOffset::Imm(x) => self.op_into("add.s64", rc.base, vec![rc.base.into(), Operand::Imm(*x)]),
+                ChunkOffset::Reg(r) => self.op_into("add.s64", rc.base, vec![rc.base.into(), (*r).into()]),
+                ChunkOffset::Wide { dim, mult, .. } => {
+                    self.op_into("mad.wide.s32", rc.base, vec![dim.clone(), Operand::Imm(*mult), rc.base.into()])
+                }
+            }
             if rc.owns_rest {
                 self.op_into("sub.s32", rc.rest, vec![rc.rest.into(), Operand::Imm(rc.coef)]);
             }
