@@ -5,13 +5,17 @@
 //! N, K not multiples of the tile) are masked: reads past the end give zeros,
 //! which add nothing to the sums, and writes past the end are skipped.
 //!
+//! Tile 128 × 256 × 64, 3 stages, 256 threads: the fastest of the shapes that
+//! `examples/gemm_tune.rs` sweeps on the H200 (0.56 of cuBLAS at 8192³ against
+//! 0.47 for 128 × 128 × 32; BENCHMARKS.md).
+//!
 //! `matmul` (f16), `matmul_bf16`, and `matmul_bt` (f16, B given as `[N, K]`,
 //! multiplied as Bᵀ without a copy), plus the f64 CPU reference.
 #![allow(dead_code)]
 use tile::prelude::*;
 
 /// `c = a · b`: f16 in, f32 accumulation, f16 out.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, BK = 32, STAGES = 3))]
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
 pub fn matmul(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, M, N>) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
     use_swizzle(8);
@@ -28,7 +32,7 @@ pub fn matmul(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, 
 }
 
 /// `c = a · b`: bf16 in, f32 accumulation, bf16 out.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, BK = 32, STAGES = 3))]
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
 pub fn matmul_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut Tensor<bf16, M, N>) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
     use_swizzle(8);
@@ -46,7 +50,7 @@ pub fn matmul_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut Tenso
 
 /// `c = a · bᵀ` with `b` stored `[N, K]` (the layout of K in attention):
 /// the shared tile is `[BN, BK]` and `gemm` reads it transposed.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, BK = 32, STAGES = 3))]
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
 pub fn matmul_bt(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f16, M, N>) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
     use_swizzle(8);
