@@ -1,5 +1,6 @@
 //! The cost of the pipelined copies in the steady-state loop of the example
-//! GEMM (`examples/kernels/gemm.rs`, 128×128×32, 3 stages, f16): the copy
+//! GEMM (`examples/kernels/gemm.rs` before it moved to 128×256×64; 128×128×32,
+//! 3 stages, f16): the copy
 //! addresses and masks are strength-reduced (`lower/reduced_copy.rs`), so
 //! that after the loop's barrier each thread spends only a few integer
 //! instructions per 16-byte cp.async before its first ldmatrix; and the
@@ -8,6 +9,7 @@
 //! the innermost one (A stored `[K, M]`), a loop start other than 0 and
 //! leading (batch) tensor dims.
 
+mod ptxas;
 mod sim;
 
 use half::f16;
@@ -194,6 +196,46 @@ fn batched_transposed_copy_from_a_nonzero_start_matches_reference() {
                     let got = f32::from_le_bytes([out[2][o], out[2][o + 1], out[2][o + 2], out[2][o + 3]]) as f64;
                     assert!((got - want).abs() <= 1e-3 * (1.0 + want.abs()), "{bt}x{kk}x{m}x{n}: C[{z},{i},{j}] = {got}, want {want}");
                 }
+            }
+        }
+    }
+}
+
+/// The example's configuration (`examples/kernels/gemm.rs`: 128×256×64 tiles,
+/// 3 stages, 256 threads, f16 and bf16, B plain or transposed) assembles for
+/// sm_80 and sm_90a without spills.
+#[test]
+fn example_configuration_assembles_without_spills() {
+    for (dt, b_shape, b_origin, gemm_b) in [
+        ("f16", "K, N", "k * 64, bx * 256", "b_s"),
+        ("bf16", "K, N", "k * 64, bx * 256", "b_s"),
+        ("f16", "N, K", "bx * 256, k * 64", "b_s.t"),
+    ] {
+        let b_tile = if gemm_b == "b_s" { "64, 256" } else { "256, 64" };
+        let text = format!(
+            "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &{dt}[M, K], @1 b: &{dt}[{b_shape}], @2 c: &mut {dt}[M, N]) threads=256 grid=((N + 255) / 256, (M + 127) / 128, 1) swizzle=8 {{
+  %3 bx = block_idx.x
+  %4 by = block_idx.y
+  @3 a_s: shared {dt}[128, 64]
+  @4 b_s: shared {dt}[{b_tile}]
+  @5 acc: fragment f32[128, 256]
+  fill acc, 0.0
+  for %5 k in pipelined(3) 0..(K + 63) / 64 {{
+    copy a[by * 128, k * 64] -> a_s
+    copy b[{b_origin}] -> b_s
+    gemm a_s, {gemm_b} -> acc
+  }}
+  copy acc -> c[by * 128, bx * 256]
+}}"
+        );
+        let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
+        for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
+            let c = compile(&k, target).unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch}: {e:?}"));
+            if let Some(report) = ptxas::assemble("matmul_example", &c.ptx, arch) {
+                assert!(
+                    report.contains("0 bytes spill stores") && report.contains("0 bytes spill loads"),
+                    "{dt} {gemm_b} ({arch}) spills:\n{report}"
+                );
             }
         }
     }
