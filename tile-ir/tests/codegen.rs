@@ -180,32 +180,6 @@ fn atomics_assemble() {
     assemble("atomics_bf16", &c.ptx, "sm_90a");
 }
 
-/// Writes the PTX of the test kernels (and their dynamic shared memory) to
-/// `$TILE_GPU_DUMP` for running them on a GPU by hand; does nothing otherwise.
-#[test]
-fn dump_ptx_for_gpu_runs() {
-    let Ok(dir) = std::env::var("TILE_GPU_DUMP") else { return };
-    std::fs::create_dir_all(&dir).unwrap();
-    let kernels = [
-        vector_add(256, 1024),
-        softmax(256, 4096),
-        reduce_kernel(&[8, 3, 64], 1, ReduceOp::Sum, DType::F32, 128),
-        reduce_kernel(&[16, 256], 0, ReduceOp::Max, DType::F16, 256),
-        shared_transpose(128, 32, 64),
-        row_scale_kernel(128, 8, 64, 32),
-        copies_kernel(128),
-        divergent_kernel(128, 256),
-        atomics_kernel(64, 128, true),
-        loop_kernel(256),
-    ];
-    for k in &kernels {
-        for t in [Target::Sm80, Target::Sm90a] {
-            let Ok(c) = compile(k, t) else { continue };
-            std::fs::write(format!("{dir}/{}.{}.ptx", k.name, t.name()), &c.ptx).unwrap();
-            std::fs::write(format!("{dir}/{}.{}.smem", k.name, t.name()), c.shared_bytes.to_string()).unwrap();
-        }
-    }
-}
 
 #[test]
 fn online_softmax_assembles_without_spills() {

@@ -382,42 +382,6 @@ fn gemm_128x256x32_and_64x64_tiles_assemble() {
     }
 }
 
-/// Writes the PTX of GEMM configurations to `TILE_GEMM_DUMP` (a directory)
-/// when set, for inspection and for `gemm_gpu_check.py` on a GPU machine:
-/// `<name>.<arch>.ptx`, `<name>.<arch>.smem` (dynamic shared bytes) and
-/// `<name>.cfg` (`threads bm bn bk dtype trans_a trans_b`).
-#[test]
-fn dump_gemm_ptx() {
-    let Ok(dir) = std::env::var("TILE_GEMM_DUMP") else { return };
-    std::fs::create_dir_all(&dir).unwrap();
-    let bf = |c: Cfg| Cfg { dt: DType::BF16, ..c };
-    let tb = |c: Cfg| Cfg { trans_b: true, ..c };
-    let ta = |c: Cfg| Cfg { trans_a: true, ..c };
-    let configs = [
-        ("g128x128x32_t256_f16", cfg(256, 128, 128, 32)),
-        ("g128x128x32_t256_bf16", bf(cfg(256, 128, 128, 32))),
-        ("g128x128x64_t256_f16", cfg(256, 128, 128, 64)),
-        ("g128x256x32_t256_f16", cfg(256, 128, 256, 32)),
-        ("g128x128x32_t128_f16", cfg(128, 128, 128, 32)),
-        ("g128x128x32_t256_f16_tb", tb(cfg(256, 128, 128, 32))),
-        ("g64x64x32_t128_f16_ta", ta(cfg(128, 64, 64, 32))),
-    ];
-    for (name, c) in configs {
-        let k = gemm_kernel(&c);
-        for t in [Target::Sm80, Target::Sm90a] {
-            let comp = compile_verified(&k, t).unwrap();
-            std::fs::write(format!("{dir}/{name}.{}.ptx", t.name()), &comp.ptx).unwrap();
-            std::fs::write(format!("{dir}/{name}.{}.smem", t.name()), comp.shared_bytes.to_string()).unwrap();
-            std::fs::write(format!("{dir}/{name}.{}.tir", t.name()), &comp.thread_ir).unwrap();
-        }
-        let dt = if c.dt == DType::BF16 { "bf16" } else { "f16" };
-        std::fs::write(
-            format!("{dir}/{name}.cfg"),
-            format!("{} {} {} {} {dt} {} {}", c.threads, c.bm, c.bn, c.bk, c.trans_a as u8, c.trans_b as u8),
-        )
-        .unwrap();
-    }
-}
 
 // ----------------------------------------------------------- attention pattern
 

@@ -540,32 +540,6 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
     }
 }
 
-/// Writes the PTX of the pipelined kernels for `codegen_pipeline_gpu_check.py`
-/// (with `TILE_GPU_DUMP=<dir>`; does nothing otherwise).
-#[test]
-fn dump_ptx_for_gpu_runs() {
-    let Ok(dir) = std::env::var("TILE_GPU_DUMP") else { return };
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut kernels = Vec::new();
-    for stages in 1..=4 {
-        kernels.push(pipelined_rowsum(128, 64, 32, stages, DType::F32));
-        kernels.push(pipelined_rowsum(128, 64, 32, stages, DType::F16));
-        kernels.push(repeated_rowsum(64, 8, 16, stages, 3));
-    }
-    for stages in 1..=4 {
-        // Named apart from the row sums; the verifier does not know gemm yet.
-        let mut g = pipelined_gemm(256, 128, 128, 32, stages, DType::F16, false);
-        g.name = format!("gemm_f16_s{stages}");
-        kernels.push(g);
-    }
-    for k in &kernels {
-        for t in [Target::Sm80, Target::Sm90a] {
-            let c = compile_verified(k, t).unwrap();
-            std::fs::write(format!("{dir}/{}.{}.ptx", k.name, t.name()), &c.ptx).unwrap();
-            std::fs::write(format!("{dir}/{}.{}.smem", k.name, t.name()), c.shared_bytes.to_string()).unwrap();
-        }
-    }
-}
 
 // ------------------------------------------------ pipelined gemm (mma.sync)
 
