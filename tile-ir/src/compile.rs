@@ -5,7 +5,8 @@
 //! statements they concern; never panics on a kernel it cannot lower.
 
 use crate::ir::{Kernel, SpanId};
-use crate::passes::{barriers, layout_infer, lower};
+use crate::passes::layout_infer::LayoutPlan;
+use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -25,18 +26,43 @@ pub struct Compiled {
     pub function: thread_ir::Function,
 }
 
+/// Choices that change the generated code, not its meaning.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Stage fragment → global copies that would store fewer than 16 bytes
+    /// per access through shared memory, for 16-byte stores
+    /// ([`crate::passes::epilogue`]). Dropped by itself when the kernel
+    /// would then exceed the target's shared memory.
+    pub stage_epilogues: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { stage_epilogues: true }
+    }
+}
+
 /// Compiles a kernel for one target.
-#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
+    compile_with(kernel, target, CompileOptions::default())
+}
+
+/// Compiles a kernel for one target with explicit [`CompileOptions`].
+pub fn compile_with(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
     crate::verify::verify(kernel)?;
-    compile_verified(kernel, target)
+    compile_verified_with(kernel, target, options)
 }
 
 /// Compiles a kernel that the caller has verified (or built by hand with
 /// statements the verifier does not know yet): every pass after `verify`.
 /// The passes still report what they cannot lower as errors.
-#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
+    compile_verified_with(kernel, target, CompileOptions::default())
+}
+
+/// [`compile_verified`] with explicit [`CompileOptions`].
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
     if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {
         return Err(vec![CompileError::new(
             SpanId::NONE,
@@ -44,13 +70,28 @@ pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec
         )]);
     }
     let plan = layout_infer::infer_layouts(kernel)?;
-    let mut func = lower::lower(kernel, target, &plan)?;
+    if options.stage_epilogues {
+        let mut staged_plan = plan.clone();
+        let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_plan);
+        if any {
+            // Staging is an optimization: when its scratch does not fit (no
+            // dead buffer to take, no shared memory left), or lowering it
+            // fails, the direct stores below are the answer.
+            if let Ok(func) = lower::lower(&staged, target, &staged_plan) {
+                if func.shared_bytes <= pipeline::shared_limit(target) {
+                    return finish(&staged, target, &staged_plan, func);
+                }
+            }
+        }
+    }
+    let func = lower::lower(kernel, target, &plan)?;
+    finish(kernel, target, &plan, func)
+}
+
+/// Barriers, the shared-memory limit and PTX emission.
+fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_ir::Function) -> Result<Compiled, Vec<CompileError>> {
     barriers::insert_barriers(&mut func.body);
-    // Dynamic shared memory a block may opt into: A100 (sm_80) 163 KB, H100/H200 227 KB.
-    let limit = match target {
-        Target::Sm80 => 166_912,
-        Target::Sm90a => 232_448,
-    };
+    let limit = pipeline::shared_limit(target);
     if func.shared_bytes > limit {
         return Err(vec![CompileError::new(
             SpanId::NONE,

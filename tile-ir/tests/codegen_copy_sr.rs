@@ -203,7 +203,9 @@ fn batched_transposed_copy_from_a_nonzero_start_matches_reference() {
 
 /// The example's configuration (`examples/kernels/gemm.rs`: 128×256×64 tiles,
 /// 3 stages, 256 threads, f16 and bf16, B plain or transposed) assembles for
-/// sm_80 and sm_90a without spills.
+/// sm_80 and sm_90a without spills; its epilogue stores 16-byte vectors
+/// (staged through the dead B stage buffers) with no more registers or
+/// shared memory than the direct 4-byte stores.
 #[test]
 fn example_configuration_assembles_without_spills() {
     for (dt, b_shape, b_origin, gemm_b) in [
@@ -231,10 +233,28 @@ fn example_configuration_assembles_without_spills() {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
         for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
             let c = compile(&k, target).unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch}: {e:?}"));
-            if let Some(report) = ptxas::assemble("matmul_example", &c.ptx, arch) {
+            let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false })
+                .unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch} (direct): {e:?}"));
+            // The epilogue goes through shared memory (16-byte stores) in the
+            // memory of the dead B stages: no more shared memory than before.
+            assert!(c.ptx.contains("st.global.v4.b32"), "{dt} {gemm_b} {arch}: no 16-byte stores in the epilogue");
+            assert!(!direct.ptx.contains("st.global.v4"), "{dt} {gemm_b} {arch}: the direct epilogue has 16-byte stores");
+            assert_eq!(c.shared_bytes, direct.shared_bytes, "{dt} {gemm_b} {arch}: the epilogue scratch needs more shared memory");
+            if let (Some(report), Some(direct_report)) =
+                (ptxas::assemble("matmul_example", &c.ptx, arch), ptxas::assemble("matmul_example_direct", &direct.ptx, arch))
+            {
                 assert!(
                     report.contains("0 bytes spill stores") && report.contains("0 bytes spill loads"),
                     "{dt} {gemm_b} ({arch}) spills:\n{report}"
+                );
+                let regs = |r: &str| -> u32 {
+                    r.split("Used ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(u32::MAX)
+                };
+                assert!(
+                    regs(&report) <= regs(&direct_report),
+                    "{dt} {gemm_b} ({arch}): staged epilogue uses {} registers, direct {}",
+                    regs(&report),
+                    regs(&direct_report)
                 );
             }
         }

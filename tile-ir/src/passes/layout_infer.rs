@@ -32,7 +32,7 @@ use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind,
 use crate::ir::{DType, WarpPolicy};
 use crate::layout::{mma_warp_grid, FragLayout, RootLayout, SharedLayout};
 use crate::CompileError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Accumulator registers per thread a gemm may use (the register file holds
 /// 255; operands, addresses and the epilogue need the rest).
@@ -47,6 +47,16 @@ pub struct LayoutPlan {
     /// Shared buffers with a layout other than row-major (tensor-core
     /// operands); every access to such a buffer goes through it.
     pub shared: HashMap<BufferId, SharedLayout>,
+    /// Compiler scratch buffers (epilogue staging, [`super::epilogue`]) that
+    /// may take the memory of a shared buffer dead from their first use on:
+    /// `scratch → dead buffer`. Lowering places the scratch at the dead
+    /// buffer's offset, under its region (so that barrier insertion orders
+    /// the scratch after the buffer's last accesses), when it fits there.
+    pub aliases: HashMap<BufferId, BufferId>,
+    /// The epilogue scratch buffers. Lowering computes the per-thread values
+    /// of the copies through them right before those copies, not in the
+    /// entry code, so that they do not stay live across the main loop.
+    pub scratch: HashSet<BufferId>,
 }
 
 /// A maximal nest of `Parallel` loops.

@@ -167,6 +167,8 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
         errors: Vec::new(),
         pipe: pipeline::plan(kernel),
         stage_stride: HashMap::new(),
+        footprint: HashMap::new(),
+        local_prologue: None,
         region_override: HashMap::new(),
         in_pipeline_issue: false,
         loop_depth: 0,
@@ -235,6 +237,13 @@ struct Lx<'a> {
     /// Region used for the accesses of a buffer instead of its own (the
     /// pipeline's stage refills, which never touch the stage being read).
     region_override: HashMap<BufferId, Region>,
+    /// Bytes of shared memory allocated to each shared buffer (all stages).
+    footprint: HashMap<BufferId, i64>,
+    /// While lowering a top-level copy through an epilogue scratch: the
+    /// "entry code" it needs (per-thread bases, masks), placed right before
+    /// it instead of in the entry block. A top-level statement dominates
+    /// everything after it, so the caches of such values stay valid.
+    local_prologue: Option<Vec<Stmt>>,
     /// Lowering the copies of a pipelined iteration: cp.asyncs are issued
     /// but neither committed nor waited for (the pipeline does that).
     in_pipeline_issue: bool,
@@ -265,7 +274,15 @@ impl<'a> Lx<'a> {
         self.cur().push(Stmt::Inst { inst, guard });
     }
     fn emit_pro(&mut self, inst: Inst) {
-        self.prologue.push(Stmt::Inst { inst, guard: None });
+        self.push_pro(vec![Stmt::Inst { inst, guard: None }]);
+    }
+    /// Appends to the entry code, or to the local entry code of an epilogue
+    /// copy (see [`Lx::local_prologue`]).
+    pub(crate) fn push_pro(&mut self, code: Vec<Stmt>) {
+        match &mut self.local_prologue {
+            Some(local) => local.extend(code),
+            None => self.prologue.extend(code),
+        }
     }
     fn new_reg(&mut self, c: RegClass) -> Reg {
         self.f.new_reg(c)
@@ -432,10 +449,24 @@ impl<'a> Lx<'a> {
                     let stages = self.pipe.stages_of(id) as i64;
                     // Stage copies start 128-byte aligned, like buffers.
                     let stride = (bytes + 127) / 128 * 128;
-                    let off = self.alloc_smem(if stages > 1 { stride * stages } else { bytes });
+                    let footprint = if stages > 1 { stride * stages } else { bytes };
+                    // An epilogue scratch takes the memory (and the region,
+                    // so that barriers order it after the last accesses) of
+                    // a buffer dead from its first use on, when it fits.
+                    let alias = self.plan.aliases.get(&id).and_then(|dead| {
+                        let (off, region) = *self.shared.get(dead)?;
+                        let room = self.footprint.get(dead).copied()?;
+                        (stages == 1 && bytes <= room).then_some((off, region))
+                    });
+                    if let Some(place) = alias {
+                        self.shared.insert(id, place);
+                        continue;
+                    }
+                    let off = self.alloc_smem(footprint);
                     if stages > 1 {
                         self.stage_stride.insert(id, stride);
                     }
+                    self.footprint.insert(id, footprint);
                     self.shared.insert(id, (off, i as u32));
                 }
                 Scope::Fragment => {
@@ -761,7 +792,7 @@ impl<'a> Lx<'a> {
                     reg = Some(s.materialize(&Val { op: a, ty: DType::I32 }));
                     Ok(())
                 })?;
-                self.prologue.extend(code);
+                self.push_pro(code);
                 let r = reg.ok_or_else(|| self.err("internal: shared base"))?;
                 self.shared_bases.insert(key, r);
                 r
@@ -923,7 +954,7 @@ impl<'a> Lx<'a> {
             regs = (Some(lx.materialize(&x)), Some(lx.materialize(&y)));
             Ok(())
         })?;
-        self.prologue.extend(code);
+        self.push_pro(code);
         if let (Some(x), Some(y)) = regs {
             self.vars.insert(bx, x);
             self.vars.insert(by, y);
@@ -1375,8 +1406,20 @@ impl<'a> Lx<'a> {
 
     fn lower_block(&mut self, body: &[TStmt]) {
         for s in body {
+            let local = self.blocks.len() == 1
+                && self.local_prologue.is_none()
+                && matches!(&s.kind, StmtKind::Copy { src, dst, .. }
+                    if self.plan.scratch.contains(&src.buf) || self.plan.scratch.contains(&dst.buf));
+            let at = self.blocks[0].len();
+            if local {
+                self.local_prologue = Some(Vec::new());
+            }
             if let Err(e) = self.stmt(s) {
                 self.errors.push(e);
+            }
+            if local {
+                let code = self.local_prologue.take().unwrap_or_default();
+                self.blocks[0].splice(at..at, code);
             }
         }
     }

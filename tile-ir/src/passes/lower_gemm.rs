@@ -262,7 +262,7 @@ impl Lx<'_> {
             s.ldm_bases.insert(key, r);
             Ok(())
         })?;
-        self.prologue.extend(code);
+        self.push_pro(code);
         self.ldm_bases.get(&(p.buf, p.row_fields.clone(), p.col_fields.clone(), col)).copied().ok_or_else(|| self.err("internal: ldmatrix base"))
     }
 

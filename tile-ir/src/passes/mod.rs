@@ -17,6 +17,7 @@
 //! 5. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 
 pub mod barriers;
+pub mod epilogue;
 pub mod layout_infer;
 pub mod lower;
 pub mod pipeline;
