@@ -6,15 +6,20 @@
 //!    (gemm accumulators get the mma.sync layout, gemm shared operands a
 //!    swizzled shared layout; otherwise blocked distributions; reductions
 //!    derive replicated layouts; conflicts are errors naming both uses).
-//! 3. [`lower`]: Tile IR → Thread IR (uniform scalar code, unrolled parallel
+//! 3. [`epilogue`]: fragment → global copies that would store fewer than
+//!    16 bytes per access become fragment → shared scratch → global
+//!    (16-byte stores); the scratch takes a dead shared buffer's memory when
+//!    it fits there ([`crate::CompileOptions::stage_epilogues`] turns it off;
+//!    [`crate::compile`] drops it when over the shared-memory limit).
+//! 4. [`lower`]: Tile IR → Thread IR (uniform scalar code, unrolled parallel
 //!    nests, vectorized masked copies, cp.async global → shared copies,
 //!    software-pipelined loops as [`pipeline`] decides, reductions by
 //!    registers → shuffles → shared memory, thread-0 side effects; gemm →
 //!    ldmatrix + mma.sync in `lower_gemm.rs`, a child module of `lower`).
-//! 4. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
+//! 5. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
 //!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
 //!    where the writer was a cp.async.
-//! 5. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 6. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 
 pub mod barriers;
 pub mod epilogue;
