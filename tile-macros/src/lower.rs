@@ -716,6 +716,7 @@ impl Lowerer<'_> {
                     shape: shape.into_iter().map(Extent::Const).collect(),
                     mutable: true,
                     span,
+                    layout: None,
                 });
                 self.bind(ident, Binding::Buffer(id));
                 self.buffer_depth.insert(id, self.parallel_depth);
