@@ -5,6 +5,7 @@
 //! multiples of the tiles; and the annotation visibly changes the code
 //! (shared size, XOR instructions) without changing the result.
 
+mod ptxas;
 mod sim;
 
 use half::{bf16, f16};
@@ -240,4 +241,18 @@ fn annotation_prints_and_parses_back() {
     let back: Kernel = serde_json::from_str(&json).unwrap();
     assert_eq!(back, k);
     assert!(parse_kernel(&with_layouts(MATMUL, "diagonal(2)", "")).is_err());
+}
+
+#[test]
+fn annotated_kernels_assemble_on_both_targets() {
+    for (a, b) in [("row_major()", "padded(16)"), ("swizzle(2)", "swizzle(3)")] {
+        let k = parse_kernel(&with_layouts(MATMUL, a, b)).unwrap();
+        for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
+            let c = compile(&k, target).unwrap_or_else(|e| panic!("compile ({a}, {b}) {arch}: {e:?}"));
+            // None when ptxas is absent (the `ptxas` module says so; `CI` makes that a failure).
+            if let Some(report) = ptxas::assemble(&k.name, &c.ptx, arch) {
+                assert!(report.contains("0 bytes spill stores"), "({a}, {b}) {arch} spills:\n{report}");
+            }
+        }
+    }
 }
