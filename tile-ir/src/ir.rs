@@ -211,6 +211,38 @@ pub struct Buffer {
     /// For global buffers: whether the kernel may write it (`&mut Tensor`).
     pub mutable: bool,
     pub span: SpanId,
+    /// For shared buffers: the layout the user asked for with
+    /// `annotate_layout(..)`; `None` lets layout inference choose. It changes
+    /// where elements sit in shared memory, never what the kernel computes
+    /// (the interpreter ignores it).
+    #[serde(default)]
+    pub layout: Option<SharedLayoutSpec>,
+}
+
+/// A user-chosen placement of a shared buffer `[rows, cols]` (outer extents
+/// folded into `rows`) in shared memory; see [`crate::layout::SharedLayout::from_spec`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SharedLayoutSpec {
+    /// Rows one after another, unpadded and unswizzled.
+    RowMajor,
+    /// Each row followed by `bytes` unused bytes (a positive multiple of 16,
+    /// so that 16-byte chunks stay aligned for cp.async and ldmatrix).
+    Padded { bytes: i64 },
+    /// The 16-byte chunk index within a row is XORed with the row index
+    /// modulo `2^bits` (`bits` in 1..=3); rows must be a power of two of at
+    /// least `16 · 2^bits` bytes. With 128-byte rows this is CuTe's
+    /// `Swizzle<bits, 4, 3>` on byte offsets.
+    Swizzle { bits: u32 },
+}
+
+impl fmt::Display for SharedLayoutSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SharedLayoutSpec::RowMajor => write!(f, "row_major()"),
+            SharedLayoutSpec::Padded { bytes } => write!(f, "padded({bytes})"),
+            SharedLayoutSpec::Swizzle { bits } => write!(f, "swizzle({bits})"),
+        }
+    }
 }
 
 impl Buffer {
@@ -533,6 +565,7 @@ impl Kernel {
             shape,
             mutable,
             span: SpanId::NONE,
+            layout: None,
         });
         self.params.push(Param { name, kind: ParamKind::Tensor(id) });
         id

@@ -457,6 +457,37 @@ impl SharedLayout {
         SharedLayout::row_major(rows, cols, elem)
     }
 
+    /// The layout a user asked for with `annotate_layout(..)` (see
+    /// [`crate::ir::SharedLayoutSpec`]), or why it does not fit a
+    /// `[rows, cols]` buffer of `elem`-byte elements.
+    pub fn from_spec(spec: crate::ir::SharedLayoutSpec, rows: i64, cols: i64, elem: i64) -> Result<SharedLayout, String> {
+        use crate::ir::SharedLayoutSpec as S;
+        let rb = cols * elem;
+        match spec {
+            S::RowMajor => Ok(SharedLayout::row_major(rows, cols, elem)),
+            S::Padded { bytes } => {
+                if bytes <= 0 || bytes % 16 != 0 {
+                    return Err(format!("`padded({bytes})`: the padding must be a positive multiple of 16 bytes (16-byte chunks stay aligned for cp.async and ldmatrix)"));
+                }
+                Ok(SharedLayout { rows, cols, elem, row_stride: rb + bytes, swizzle: None })
+            }
+            S::Swizzle { bits } => {
+                if !(1..=3).contains(&bits) {
+                    return Err(format!("`swizzle({bits})`: the swizzle width must be 1, 2 or 3 bits"));
+                }
+                let need = 16i64 << bits;
+                if rb < need || rb.count_ones() != 1 {
+                    return Err(format!(
+                        "`swizzle({bits})` needs rows of a power of two of at least {need} bytes ({} 16-byte chunks to permute); this buffer's rows are {rb} bytes",
+                        1 << bits
+                    ));
+                }
+                // XOR source = byte-offset bits [log2(rb), +bits) = the row index's low bits.
+                Ok(SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, log2(rb) as u32 - 4)) })
+            }
+        }
+    }
+
     /// Bytes the buffer occupies.
     pub fn bytes(&self) -> i64 {
         self.rows * self.row_stride

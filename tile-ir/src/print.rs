@@ -23,7 +23,9 @@
 //!   declared `%id name`; tensor params `@id name: &T[shape]` (`&mut` if
 //!   mutable); scalar params `%id name: T`.
 //! - Then block indices `%id name = block_idx.x|y|z`, then every non-parameter
-//!   buffer `@id name: shared|fragment|local|global T[shape]`, then the body.
+//!   buffer `@id name: shared|fragment|local|global T[shape]` (a shared buffer
+//!   with an `annotate_layout` reads `shared(swizzle(3))`, `shared(padded(16))`
+//!   or `shared(row_major())`), then the body.
 //! - Variables and buffers are referred to by name when the name is unique in
 //!   its arena and an identifier, else by `%id` / `@id` (declarations always
 //!   give both).
@@ -323,7 +325,8 @@ impl<'k> Printer<'k> {
                 Scope::Fragment => "fragment",
                 Scope::Local => "local",
             };
-            let _ = writeln!(out, "  {id} {}: {scope} {}{}", b.name, b.dtype, self.shape(&b.shape));
+            let layout = b.layout.map(|l| format!("({l})")).unwrap_or_default();
+            let _ = writeln!(out, "  {id} {}: {scope}{layout} {}{}", b.name, b.dtype, self.shape(&b.shape));
         }
     }
 

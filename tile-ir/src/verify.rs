@@ -160,6 +160,24 @@ impl<'k> Verifier<'k> {
 
     // ---- kernel header: threads, params, dims, buffers, grid ----
 
+    /// `annotate_layout(&buf, spec)`: only shared buffers of a constant
+    /// shape have a layout, and `spec` must fit the buffer's rows.
+    fn check_layout_annotation(&mut self, buf: &crate::ir::Buffer, spec: crate::ir::SharedLayoutSpec) {
+        if buf.scope != Scope::Shared {
+            self.err_at(
+                buf.span,
+                format!("`annotate_layout`: `{}` is a {}; only shared buffers have a layout to choose", buf.name, scope_name(buf.scope)),
+            );
+            return;
+        }
+        let Some(shape) = buf.const_shape() else { return };
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = shape.iter().rev().skip(1).product::<i64>();
+        if let Err(why) = crate::layout::SharedLayout::from_spec(spec, rows, cols, buf.dtype.size_bytes() as i64) {
+            self.err_at(buf.span, format!("`annotate_layout` of shared buffer `{}`: {why}", buf.name));
+        }
+    }
+
     fn check_header(&mut self) {
         let k = self.kernel;
         // `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
@@ -271,6 +289,9 @@ impl<'k> Verifier<'k> {
         // buffers
         for (i, buf) in k.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
+            if let Some(spec) = buf.layout {
+                self.check_layout_annotation(buf, spec);
+            }
             match buf.scope {
                 Scope::Global => {
                     if !k.params.iter().any(|p| p.kind == ParamKind::Tensor(id)) {

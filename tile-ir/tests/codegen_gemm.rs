@@ -25,6 +25,7 @@ fn buffer(k: &mut Kernel, name: &str, scope: Scope, dt: DType, shape: &[i64]) ->
         shape: shape.iter().map(|&c| Extent::Const(c)).collect(),
         mutable: true,
         span: SpanId::NONE,
+        layout: None,
     })
 }
 fn s(kind: StmtKind) -> Stmt {

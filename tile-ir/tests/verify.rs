@@ -174,6 +174,7 @@ fn local_shapes_are_constant_and_positive() {
         shape: vec![Extent::Const(0)],
         mutable: false,
         span: SpanId(3),
+        layout: None,
     });
     let _ = bad;
     expect_one(&b.k, SpanId(3), "shared buffer `z`: dimension 0 is 0, expected a positive constant");
@@ -185,6 +186,7 @@ fn local_shapes_are_constant_and_positive() {
         shape: vec![Extent::Dyn(b.n)],
         mutable: false,
         span: SpanId(4),
+        layout: None,
     });
     expect_one(&b.k, SpanId(4), "fragment `d`: dimension 0 is `N`; only global tensors have dynamic dimensions");
 }

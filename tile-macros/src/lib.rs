@@ -64,6 +64,16 @@ mod sig;
 ///   tile spread over the threads' registers), `local::<..>()` (a small
 ///   array every thread holds); constant shapes (`{ BK * 2 }` for an
 ///   expression).
+/// - `annotate_layout(&s, layout);` (optional, for a `shared` buffer, once,
+///   before any statement uses `s`): the buffer's layout in shared memory
+///   instead of the compiler's choice; results never change. Seeing `s` as
+///   `[rows, cols]` (outer dims folded into rows), `layout` is
+///   `row_major()`, `padded(bytes)` (each row followed by `bytes` unused
+///   bytes, a positive multiple of 16 so 16-byte chunks stay aligned), or
+///   `swizzle(bits)` (`bits` in 1..=3: the 16-byte chunk index within a row
+///   XORed with `row mod 2^bits`; rows a power of two of at least
+///   `16·2^bits` bytes; with 128-byte rows this is CuTe's
+///   `Swizzle<bits, 4, 3>`). Arguments are constants.
 /// - Loops: `for i in a..b` (or `a..=b`), `for i in parallel(N)`,
 ///   `for (i, j) in parallel((M, N))` (up to 3-D, constant extents,
 ///   iterations spread over the threads), `for k in pipelined(n, stages)`.

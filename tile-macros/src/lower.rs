@@ -27,7 +27,7 @@ use syn::spanned::Spanned;
 use syn::{Expr as SynExpr, Ident, Pat, Stmt as SynStmt};
 use tile_ir::{
     BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ReduceOp, Scope, SpanId, Stmt,
-    StmtKind, TileRef, UnOp, Value, VarId, VarKind, WarpPolicy,
+    SharedLayoutSpec, StmtKind, TileRef, UnOp, Value, VarId, VarKind, WarpPolicy,
 };
 
 /// Every function a kernel body may call (for "did you mean" suggestions).
@@ -46,6 +46,7 @@ const FUNCTIONS: &[&str] = &[
     "barrier",
     "gemm",
     "use_swizzle",
+    "annotate_layout",
     "parallel",
     "pipelined",
     "exp2",
@@ -67,7 +68,7 @@ const MATH: &[&str] = &[
 /// Element types of buffers and the targets of `as`.
 const DTYPES: [&str; 5] = ["f16", "bf16", "f32", "i32", "u32"];
 
-const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `gemm`, `atomic_add` and `barrier` (and `use_swizzle(panel)` right after `grid(..)`)";
+const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `gemm`, `atomic_add` and `barrier` (and `use_swizzle(panel)` right after `grid(..)`, `annotate_layout(&buf, layout)` before a shared buffer's first use)";
 
 pub(crate) fn lower(
     attr: &KernelAttr,
@@ -94,6 +95,8 @@ pub(crate) fn lower(
         grid_just_declared: false,
         right_after_grid: false,
         swizzle_at: None,
+        used_buffers: Default::default(),
+        annotated_at: HashMap::new(),
     };
     lowerer.params(sig);
     lowerer.at_kernel_start = true;
@@ -173,6 +176,11 @@ struct Lowerer<'e> {
     right_after_grid: bool,
     /// Where `use_swizzle(..)` was called, once it has been.
     swizzle_at: Option<Span>,
+    /// Buffers that a statement has named (through [`Lowerer::lookup`]):
+    /// `annotate_layout` must come before a buffer's first use.
+    used_buffers: std::cell::RefCell<std::collections::HashSet<BufferId>>,
+    /// Where each buffer's `annotate_layout(..)` is.
+    annotated_at: HashMap<BufferId, Span>,
 }
 
 fn is_upper_case_name(name: &str) -> bool {
@@ -266,7 +274,17 @@ impl Lowerer<'_> {
         }
     }
 
+    /// The binding of `name`; a buffer found here counts as used.
     fn lookup(&self, name: &str) -> Option<Binding> {
+        let found = self.lookup_quiet(name);
+        if let Some(Binding::Buffer(b)) = found {
+            self.used_buffers.borrow_mut().insert(b);
+        }
+        found
+    }
+
+    /// The binding of `name`, without marking a buffer used.
+    fn lookup_quiet(&self, name: &str) -> Option<Binding> {
         self.scopes
             .iter()
             .rev()
@@ -716,6 +734,7 @@ impl Lowerer<'_> {
                     shape: shape.into_iter().map(Extent::Const).collect(),
                     mutable: true,
                     span,
+                    layout: None,
                 });
                 self.bind(ident, Binding::Buffer(id));
                 self.buffer_depth.insert(id, self.parallel_depth);
@@ -1701,6 +1720,7 @@ impl Lowerer<'_> {
             }
             "grid" => return self.grid(None, call, whole),
             "use_swizzle" => return self.use_swizzle(call, whole),
+            "annotate_layout" => return self.annotate_layout(call),
             "shared" | "fragment" | "local" => {
                 return Err(self.errors.spanned(
                     call,
@@ -2047,6 +2067,100 @@ impl Lowerer<'_> {
             ));
         }
         self.k.rasterize = Some(panel as u32);
+        Ok(())
+    }
+
+    /// `annotate_layout(&buf, row_major() | padded(bytes) | swizzle(bits))`:
+    /// the shared layout of `buf`, instead of the one the compiler picks.
+    /// Allowed once per buffer, before any statement names the buffer.
+    fn annotate_layout(&mut self, call: &syn::ExprCall) -> Lowered<()> {
+        const USAGE: &str = "`annotate_layout(&buf, layout)` with a layout `row_major()`, `padded(bytes)` or `swizzle(bits)`";
+        if call.args.len() != 2 {
+            return Err(self.errors.spanned(call, format!("`annotate_layout` takes 2 arguments: {USAGE}")));
+        }
+        let target = &call.args[0];
+        let ident = match target {
+            SynExpr::Reference(r) if r.mutability.is_none() => path_ident(&r.expr),
+            _ => None,
+        };
+        let Some(ident) = ident else {
+            return Err(self.errors.spanned(target, format!("the first argument of `annotate_layout` is `&buf`, a shared buffer: {USAGE}")));
+        };
+        let name = ident.to_string();
+        let buf = match self.lookup_quiet(&name) {
+            Some(Binding::Buffer(b)) => b,
+            Some(Binding::Poisoned) => return Err(Reported),
+            None => {
+                let hint = did_you_mean(&name, self.visible_names().iter().map(|s| s.as_str()));
+                return Err(self.errors.spanned(target, format!("cannot find buffer `{name}` in this kernel{hint}")));
+            }
+            Some(_) => return Err(self.errors.spanned(target, format!("`{name}` is not a buffer; `annotate_layout` chooses the layout of a shared buffer"))),
+        };
+        let b = self.k.buffer(buf).clone();
+        if b.scope != Scope::Shared {
+            let what = match b.scope {
+                Scope::Global => "a global tensor",
+                Scope::Fragment => "a fragment (its layout over threads is inferred)",
+                Scope::Local => "a local buffer",
+                Scope::Shared => "a shared buffer",
+            };
+            return Err(self.errors.spanned(target, format!("`{name}` is {what}; only shared buffers have a layout to annotate")));
+        }
+        if let Some(prev) = self.annotated_at.get(&buf) {
+            let mut e = syn::Error::new(call.func.span(), format!("the layout of `{name}` is annotated twice"));
+            e.combine(syn::Error::new(*prev, "first annotated here"));
+            return Err(self.errors.push(e));
+        }
+        if self.used_buffers.borrow().contains(&buf) {
+            return Err(self.errors.spanned(
+                call,
+                format!("`annotate_layout(&{name}, ..)` comes after a statement that uses `{name}`; annotate a buffer's layout before its first use (next to its declaration)"),
+            ));
+        }
+        self.annotated_at.insert(buf, call.func.span());
+        let spec_expr = &call.args[1];
+        let SynExpr::Call(spec_call) = spec_expr else {
+            return Err(self.errors.spanned(spec_expr, format!("expected a layout: {USAGE}")));
+        };
+        let Some(kind) = call_name(spec_call) else {
+            return Err(self.errors.spanned(spec_expr, format!("expected a layout: {USAGE}")));
+        };
+        let kind_name = kind.to_string();
+        let want_args = match kind_name.as_str() {
+            "row_major" => 0,
+            "padded" | "swizzle" => 1,
+            _ => {
+                let hint = did_you_mean(&kind_name, ["row_major", "padded", "swizzle"]);
+                return Err(self.errors.at(
+                    kind.span(),
+                    format!("unknown shared layout `{kind_name}`{hint}; a layout is `row_major()`, `padded(bytes)` or `swizzle(bits)`"),
+                ));
+            }
+        };
+        if spec_call.args.len() != want_args {
+            let form = match kind_name.as_str() {
+                "row_major" => "`row_major()` takes no argument",
+                "padded" => "`padded(bytes)` takes 1 argument, the padding after each row in bytes",
+                _ => "`swizzle(bits)` takes 1 argument, the number of row bits XORed into the 16-byte chunk index (1, 2 or 3)",
+            };
+            return Err(self.errors.spanned(spec_call, form));
+        }
+        let spec = match kind_name.as_str() {
+            "row_major" => SharedLayoutSpec::RowMajor,
+            "padded" => SharedLayoutSpec::Padded { bytes: self.const_int(&spec_call.args[0], "the padding of `padded`")? },
+            _ => {
+                let bits = self.const_int(&spec_call.args[0], "the width of `swizzle`")?;
+                SharedLayoutSpec::Swizzle { bits: u32::try_from(bits).unwrap_or(u32::MAX) }
+            }
+        };
+        // The buffer's shape is constant (checked at its declaration).
+        let shape = b.const_shape().unwrap_or_default();
+        let cols = shape.last().copied().unwrap_or(1);
+        let rows = shape.iter().rev().skip(1).product::<i64>();
+        if let Err(why) = tile_ir::layout::SharedLayout::from_spec(spec, rows, cols, b.dtype.size_bytes() as i64) {
+            return Err(self.errors.spanned(spec_expr, format!("cannot lay out `{name}` (shared {}{}): {why}", b.dtype, format_shape(&shape))));
+        }
+        self.k.buffers[buf.0 as usize].layout = Some(spec);
         Ok(())
     }
 
@@ -2579,7 +2693,7 @@ impl Lowerer<'_> {
             "max" | "min" | "cdiv" => 2,
             "fma" => 3,
             "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min"
-            | "atomic_add" | "barrier" | "gemm" | "use_swizzle" => {
+            | "atomic_add" | "barrier" | "gemm" | "use_swizzle" | "annotate_layout" => {
                 return Err(self.errors.at(
                     ident.span(),
                     format!("`{name}(..)` is a statement and has no value"),

@@ -1,4 +1,4 @@
-//! Frontend tests of `gemm` and `use_swizzle`: what they lower to, every
+//! Frontend tests of `gemm`, `use_swizzle` and `annotate_layout`: what they lower to, every
 //! error they can give, and kernels written with them run in the interpreter
 //! against f64 references (a tiled GEMM over every transpose and dtype, and
 //! a FlashAttention inner loop).
@@ -372,4 +372,67 @@ fn flash_attention_inner_loop_with_gemm_runs() {
         }
     }
     assert!(worst > 0.0, "suspiciously exact: the f16 rounding of P should show");
+}
+
+const LAYOUT_HEAD: &str = "threads = 128, consts(BM = 64, BK = 64, PAD = 16)";
+
+/// A kernel with `a_s: shared f16 [BM, BK]` (128-byte rows), `s_s: shared
+/// f32 [4, 3]` (12-byte rows) and `acc: fragment`, `stmts` right after the
+/// declarations, then a copy into `a_s`.
+fn layout_body(stmts: &str) -> String {
+    format!(
+        r#"fn k(a: &Tensor<f16, M, K>) {{
+            let bx = grid(cdiv(M, BM));
+            let mut a_s = shared::<f16, BM, BK>();
+            let mut s_s = shared::<f32, 4, 3>();
+            let mut acc = fragment::<f32, BM, BK>();
+            {stmts}
+            copy(a.tile([bx * BM, 0]), &mut a_s);
+        }}"#
+    )
+}
+
+#[test]
+fn annotate_layout_sets_the_buffer_layout() {
+    let cases = [
+        ("annotate_layout(&a_s, row_major());", SharedLayoutSpec::RowMajor),
+        ("annotate_layout(&a_s, padded(PAD));", SharedLayoutSpec::Padded { bytes: 16 }),
+        ("annotate_layout(&a_s, padded(48));", SharedLayoutSpec::Padded { bytes: 48 }),
+        ("annotate_layout(&a_s, swizzle(3));", SharedLayoutSpec::Swizzle { bits: 3 }),
+        ("annotate_layout(&a_s, swizzle(1)); annotate_layout(&s_s, row_major());", SharedLayoutSpec::Swizzle { bits: 1 }),
+    ];
+    for (stmt, want) in cases {
+        let k = lower_ok(LAYOUT_HEAD, &layout_body(stmt));
+        let a_s = k.buffers.iter().find(|b| b.name == "a_s").unwrap();
+        assert_eq!(a_s.layout, Some(want), "{stmt}");
+        verify::verify(&k).unwrap_or_else(|e| panic!("{stmt}: {e:#?}"));
+    }
+    let k = lower_ok(LAYOUT_HEAD, &layout_body(""));
+    assert!(k.buffers.iter().all(|b| b.layout.is_none()));
+}
+
+#[test]
+fn annotate_layout_errors() {
+    let cases: &[(&str, &str)] = &[
+        ("annotate_layout(&a_s, diagonal(2));", "unknown shared layout `diagonal`"),
+        ("annotate_layout(&a_s, swizle(2));", "did you mean `swizzle`?"),
+        ("annotate_layout(&acc, row_major());", "`acc` is a fragment (its layout over threads is inferred); only shared buffers have a layout to annotate"),
+        ("annotate_layout(&a, row_major());", "`a` is a global tensor"),
+        ("annotate_layout(&a_s, swizzle(3)); annotate_layout(&a_s, padded(16));", "the layout of `a_s` is annotated twice"),
+        ("copy(a.tile([bx * BM, 0]), &mut a_s); annotate_layout(&a_s, swizzle(3));", "comes after a statement that uses `a_s`"),
+        ("annotate_layout(&a_s, swizzle(4));", "the swizzle width must be 1, 2 or 3 bits"),
+        ("annotate_layout(&s_s, swizzle(1));", "`swizzle(1)` needs rows of a power of two of at least 32 bytes"),
+        ("annotate_layout(&a_s, padded(8));", "positive multiple of 16"),
+        ("annotate_layout(&a_s, padded(bx));", "the padding of `padded` must be a compile-time constant"),
+        ("annotate_layout(&a_s, padded());", "`padded(bytes)` takes 1 argument"),
+        ("annotate_layout(&a_s);", "`annotate_layout` takes 2 arguments"),
+        ("annotate_layout(a_s, row_major());", "the first argument of `annotate_layout` is `&buf`"),
+        ("annotate_layout(&b_s, row_major());", "cannot find buffer `b_s`"),
+        ("let x = annotate_layout(&a_s, row_major());", "is a statement and has no value"),
+    ];
+    for (stmt, want) in cases {
+        let errs = lower_err(LAYOUT_HEAD, &layout_body(stmt), &[want]);
+        // One mistake, one error (the "twice" error carries a note at the first call).
+        assert_eq!(errs.iter().filter(|e| *e != "first annotated here").count(), 1, "{stmt}: {errs:#?}");
+    }
 }

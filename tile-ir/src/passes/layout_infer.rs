@@ -6,7 +6,8 @@
 //! of its warp grid ([`RootLayout::mma_accumulator`], [`mma_warp_grid`]), a
 //! fragment `a` the accumulator layout of an `[M, K]` tile with the same
 //! warps, and its shared operands an ldmatrix-friendly (swizzled or padded)
-//! [`SharedLayout`] ([`LayoutPlan::shared`]); unsupported tile shapes and
+//! [`SharedLayout`] ([`LayoutPlan::shared`]), unless the buffer carries an
+//! `annotate_layout` ([`crate::ir::Buffer::layout`]), which then wins; unsupported tile shapes and
 //! accumulators over [`MAX_ACCUMULATOR_REGS`] registers are errors. Then the
 //! body is walked in program order; the first statement that touches a
 //! fragment fixes its layout:
@@ -164,6 +165,20 @@ enum Phase {
 pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
     let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![], phase: Phase::Gemms };
     inf.collect_hints(&kernel.body);
+    // `annotate_layout(..)`: the user's layout replaces the one this pass
+    // would choose (the verifier has checked that it fits the buffer).
+    for (i, b) in kernel.buffers.iter().enumerate() {
+        if let (Scope::Shared, Some(spec), Some(shape)) = (b.scope, b.layout, b.const_shape()) {
+            let cols = shape.last().copied().unwrap_or(1);
+            let rows = shape.iter().rev().skip(1).product::<i64>();
+            match SharedLayout::from_spec(spec, rows, cols, b.dtype.size_bytes() as i64) {
+                Ok(l) => {
+                    inf.plan.shared.insert(BufferId(i as u32), l);
+                }
+                Err(why) => inf.errors.push(CompileError::new(b.span, format!("`annotate_layout` of shared buffer `{}`: {why}", b.name))),
+            }
+        }
+    }
     // Gemms fix their accumulators (and fragment A operands) first: the
     // hardware dictates those layouts.
     inf.phase = Phase::Gemms;
@@ -475,7 +490,14 @@ impl Infer<'_> {
         }
         for (buf, rows, cols) in [(a, ar, ac), (b, br, bc)] {
             if self.k.buffer(buf).scope == Scope::Shared {
-                let l = SharedLayout::for_ldmatrix(rows, cols, 2);
+                let l = match self.k.buffer(buf).layout {
+                    // Annotated: already in the plan (the user's choice wins).
+                    Some(_) => match self.plan.shared.get(&buf) {
+                        Some(l) => *l,
+                        None => continue,
+                    },
+                    None => SharedLayout::for_ldmatrix(rows, cols, 2),
+                };
                 if l.row_stride % 16 != 0 {
                     return Err(format!(
                         "gemm operand `{}`: rows of {} bytes; ldmatrix needs rows that are a multiple of 16 bytes",

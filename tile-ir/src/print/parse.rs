@@ -264,6 +264,24 @@ impl Parser {
         }
     }
 
+    /// `row_major()`, `padded(bytes)` or `swizzle(bits)`.
+    fn layout_spec(&mut self) -> PResult<crate::ir::SharedLayoutSpec> {
+        use crate::ir::SharedLayoutSpec as S;
+        let name = self.ident()?;
+        self.expect_punct("(")?;
+        let spec = match name.as_str() {
+            "row_major" => S::RowMajor,
+            "padded" => S::Padded { bytes: self.int()? },
+            "swizzle" => {
+                let bits = self.int()?;
+                S::Swizzle { bits: u32::try_from(bits).or_else(|_| self.err(format!("swizzle width {bits} is out of range")))? }
+            }
+            other => return self.err(format!("unknown shared layout `{other}` (expected row_major, padded or swizzle)")),
+        };
+        self.expect_punct(")")?;
+        Ok(spec)
+    }
+
     fn int(&mut self) -> PResult<i64> {
         match self.next()? {
             Tok::Num(s) => s.parse().or_else(|_| self.err(format!("expected an integer, found `{s}`"))),
@@ -412,7 +430,7 @@ impl Parser {
                     let shape = self.shape()?;
                     let b = self.declare_buf(
                         id,
-                        Buffer { name: name.clone(), scope: Scope::Global, dtype, shape, mutable, span: SpanId::NONE },
+                        Buffer { name: name.clone(), scope: Scope::Global, dtype, shape, mutable, span: SpanId::NONE, layout: None },
                     )?;
                     k.params.push(Param { name, kind: ParamKind::Tensor(b) });
                 }
@@ -476,9 +494,16 @@ impl Parser {
                         "global" => Scope::Global,
                         other => return self.err(format!("unknown scope `{other}`")),
                     };
+                    let layout = if self.eat_punct("(") {
+                        let spec = self.layout_spec()?;
+                        self.expect_punct(")")?;
+                        Some(spec)
+                    } else {
+                        None
+                    };
                     let dtype = self.dtype()?;
                     let shape = self.shape()?;
-                    self.declare_buf(id, Buffer { name, scope, dtype, shape, mutable: false, span: SpanId::NONE })?;
+                    self.declare_buf(id, Buffer { name, scope, dtype, shape, mutable: false, span: SpanId::NONE, layout })?;
                 }
                 _ => break,
             }

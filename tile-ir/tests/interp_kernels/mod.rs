@@ -87,6 +87,7 @@ pub fn local(k: &mut Kernel, name: &str, scope: Scope, dtype: DType, shape: &[i6
         shape: shape.iter().map(|&c| Extent::Const(c)).collect(),
         mutable: false,
         span: SpanId::NONE,
+        layout: None,
     })
 }
 pub fn tile(buf: BufferId, origin: Vec<Expr>) -> TileRef {
