@@ -55,6 +55,7 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
             shape: vec![Extent::Const(rows), Extent::Const(cols)],
             mutable: true,
             span: stmt.span,
+            layout: None,
         });
         let layout = SharedLayout { rows, cols, elem, row_stride: cols * elem + VECTOR_BYTES, swizzle: None };
         plan.shared.insert(scratch, layout);
