@@ -6,12 +6,12 @@
 //! (shared size, XOR instructions) without changing the result.
 
 mod ptxas;
+mod gemm_sim;
 mod sim;
 
-use half::{bf16, f16};
-use std::collections::HashMap;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
+use gemm_sim::*;
 
 /// The pipelined matmul of `codegen_gemm_pipelined.rs` with `{A}` / `{B}`
 /// in place of the operands' layout annotations.
@@ -48,109 +48,6 @@ const GEMM_TN_BF16: &str = "kernel gemm_tn_bf16<%0 K, %1 M, %2 N>(@0 a: &bf16[K,
 fn with_layouts(text: &str, a: &str, b: &str) -> String {
     let wrap = |l: &str| if l.is_empty() { String::new() } else { format!("({l})") };
     text.replace("{A}", &wrap(a)).replace("{B}", &wrap(b))
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
-
-/// Random values rounded to `dt` (f16 or bf16): (bytes, rounded values).
-fn random(rng: &mut Rng, dt: DType, n: usize, lo: f32, hi: f32) -> (Vec<u8>, Vec<f64>) {
-    let x: Vec<f32> = (0..n).map(|_| rng.f32(lo, hi)).collect();
-    match dt {
-        DType::F16 => (
-            x.iter().flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-            x.iter().map(|v| f16::from_f32(*v).to_f64()).collect(),
-        ),
-        DType::BF16 => (
-            x.iter().flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-            x.iter().map(|v| bf16::from_f32(*v).to_f64()).collect(),
-        ),
-        _ => panic!("inputs are f16 or bf16"),
-    }
-}
-
-fn decode(dt: DType, b: &[u8]) -> Vec<f64> {
-    b.chunks(2)
-        .map(|c| {
-            let bits = u16::from_le_bytes([c[0], c[1]]);
-            match dt {
-                DType::F16 => f16::from_bits(bits).to_f64(),
-                _ => bf16::from_bits(bits).to_f64(),
-            }
-        })
-        .collect()
-}
-
-/// Compiles `text` for sm_80 and runs it on the simulator: tensors in
-/// parameter order, then `dims` (in `k.dims` order), then scalar bits.
-fn run(text: &str, tensors: Vec<Vec<u8>>, dims: &[i64], scalars: &[u64]) -> Vec<Vec<u8>> {
-    let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
-    let c = compile(&k, Target::Sm80).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt {
-            sim::GBASE + ((i as u64) << 32)
-        } else if i < nt + dims.len() {
-            dims[i - nt] as u32 as u64
-        } else {
-            scalars[i - nt - dims.len()]
-        };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(&k, dims).unwrap();
-    let mut sm = sim::Sim::new(f, tensors, params);
-    sm.run_grid(grid);
-    sm.tensors
-}
-
-/// Relative L2 error of `got` against `want`.
-fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
-    let num: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let den: f64 = want.iter().map(|w| w * w).sum();
-    (num / den).sqrt()
-}
-
-/// `op(a) · op(b)` in f64; `a` stored `[m, k]` (`[k, m]` if `ta`), `b` `[k, n]` (`[n, k]` if `tb`).
-#[allow(clippy::too_many_arguments)]
-fn reference(m: usize, n: usize, kk: usize, a: &[f64], b: &[f64], ta: bool, tb: bool) -> Vec<f64> {
-    let mut c = vec![0.0; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            c[i * n + j] = (0..kk)
-                .map(|p| {
-                    let x = if ta { a[p * m + i] } else { a[i * kk + p] };
-                    let y = if tb { b[j * kk + p] } else { b[p * n + j] };
-                    x * y
-                })
-                .sum();
-        }
-    }
-    c
-}
-
-#[allow(clippy::too_many_arguments)]
-fn check_gemm(text: &str, dt: DType, m: usize, n: usize, kk: usize, ta: bool, tb: bool, dims: &[i64], tol: f64) {
-    let mut rng = Rng(0x9E37_79B9 ^ (m * 1000 + n * 10 + kk) as u64);
-    let (ab, av) = random(&mut rng, dt, m * kk, -1.0, 1.0);
-    let (bb, bv) = random(&mut rng, dt, kk * n, -1.0, 1.0);
-    // NaN bit patterns in the output: an element never written fails.
-    let out = run(text, vec![ab, bb, vec![0xFF; 2 * m * n]], dims, &[]);
-    let got = decode(dt, &out[2]);
-    let want = reference(m, n, kk, &av, &bv, ta, tb);
-    let err = rel_l2(&got, &want);
-    assert!(err <= tol, "{m}x{n}x{kk}: relative L2 error {err:.3e} > {tol:.1e}");
 }
 
 #[test]
