@@ -16,20 +16,6 @@ use tile_ir::print::parse_kernel;
 use tile_ir::*;
 use gemm_sim::*;
 
-const MATMUL: &str = "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut f16[M, N]) threads=256 grid=((N + 127) / 128, (M + 127) / 128, 1) swizzle=8 {
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared f16[128, 32]
-  @4 b_s: shared f16[32, 128]
-  @5 acc: fragment f32[128, 128]
-  fill acc, 0.0
-  for %5 k in pipelined(3) 0..(K + 31) / 32 {
-    copy a[by * 128, k * 32] -> a_s
-    copy b[k * 32, bx * 128] -> b_s
-    gemm a_s, b_s -> acc
-  }
-  copy acc -> c[by * 128, bx * 128]
-}";
 
 const MATMUL_BT: &str = "kernel matmul_bt<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[N, K], @2 c: &mut f16[M, N]) threads=256 grid=((N + 127) / 128, (M + 127) / 128, 1) swizzle=8 {
   %3 bx = block_idx.x
