@@ -290,3 +290,46 @@ mod rasterize_tests {
         assert_eq!(rasterize(0, 0, 5, 0), (0, 0));
     }
 }
+
+/// One TMA tensor map a compiled kernel takes by value (ARCHITECTURE.md,
+/// "Launch ABI"): the runtime encodes it at launch from the tensor argument
+/// `kernel.params[tensor]` (its device address, shape and row-major
+/// strides) with this box and swizzle, elements outside the tensor reading
+/// as zero, and passes it after every other parameter, in list order.
+///
+/// A compiled variant with tensor maps runs only when every mapped tensor
+/// is TMA-addressable ([`tma_addressable`]); otherwise the runtime takes
+/// the next variant of the same target (the last one has no maps).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMapUse {
+    /// The PTX parameter name (`.param .align 64 .b8 <param>[128]`).
+    pub param: String,
+    /// Index into `kernel.params` of the tensor parameter it maps.
+    pub tensor: usize,
+    /// Box extents in elements, outermost first (the tensor's dim order).
+    pub box_shape: Vec<u32>,
+    /// Swizzle span of the box in shared memory.
+    pub swizzle: crate::hopper::Swizzle,
+}
+
+/// Whether a dense row-major tensor of `shape` with `elem`-byte elements at
+/// device address `address` can be read through a TMA tensor map: the
+/// address 16-byte aligned, every row stride (the bytes of all but the
+/// outermost dims' inner extents) a multiple of 16 bytes below 2^40, at
+/// most 5 dims, each extent in 1..=2^32.
+pub fn tma_addressable(address: u64, shape: &[usize], elem: usize) -> bool {
+    if address % 16 != 0 || shape.is_empty() || shape.len() > 5 {
+        return false;
+    }
+    if shape.iter().any(|&d| d == 0 || d as u64 > 1 << 32) {
+        return false;
+    }
+    let mut stride = elem as u64;
+    for &d in shape.iter().rev().take(shape.len() - 1) {
+        stride *= d as u64;
+        if stride % 16 != 0 || stride >= 1 << 40 {
+            return false;
+        }
+    }
+    true
+}

@@ -24,6 +24,12 @@ pub struct Compiled {
     pub layouts: Vec<(String, String)>,
     /// The Thread IR itself (for later passes, simulators and tests).
     pub function: thread_ir::Function,
+    /// Threads per block at launch: `kernel.threads`, plus the producer
+    /// warpgroup when the kernel was warp-specialized.
+    pub threads: u32,
+    /// The TMA tensor maps the kernel takes after its other parameters
+    /// (empty for kernels without TMA); see [`crate::abi::TensorMapUse`].
+    pub tensor_maps: Vec<crate::abi::TensorMapUse>,
 }
 
 /// Choices that change the generated code, not its meaning.
@@ -45,6 +51,23 @@ impl Default for CompileOptions {
 /// Compiles a kernel for one target.
 pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileError>> {
     compile_with(kernel, target, CompileOptions::default())
+}
+
+/// Every variant of a kernel for one target, preferred first: on sm_90a a
+/// warp-specialized TMA + wgmma variant (when the kernel has a pipelined
+/// loop that [`crate::passes::warp_specialize`] takes), which needs its
+/// mapped tensors TMA-addressable ([`crate::abi::tma_addressable`]), then
+/// the general variant, which runs on any tensors. The runtime launches the
+/// first variant whose requirements the arguments meet.
+pub fn compile_variants(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Vec<Compiled>, Vec<CompileError>> {
+    crate::verify::verify(kernel)?;
+    let general = compile_verified_with(kernel, target, options)?;
+    let mut out = Vec::new();
+    if let Some(ws) = crate::passes::warp_specialize::compile(kernel, target, options) {
+        out.push(ws?);
+    }
+    out.push(general);
+    Ok(out)
 }
 
 /// Compiles a kernel for one target with explicit [`CompileOptions`].
@@ -110,5 +133,7 @@ fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_i
     layouts.extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));
     layouts.sort();
     let thread_ir = thread_ir::print_function(&func);
-    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func })
+    let threads = func.threads;
+    let tensor_maps = func.tensor_maps.clone();
+    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func, threads, tensor_maps })
 }

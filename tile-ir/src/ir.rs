@@ -507,6 +507,32 @@ pub struct Kernel {
     /// so the kernel's meaning does not change. At least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rasterize: Option<u32>,
+    /// Thread block cluster shape `[x, y, z]` (`cluster = (x, y, z)` in the
+    /// attribute; sm_90 and later). Blocks of a cluster are co-scheduled on
+    /// one GPC; the grid must be a multiple of it. `[1, 1, 1]` (the default)
+    /// launches without clusters. Devices without clusters (sm_80) ignore it:
+    /// the kernel's meaning does not depend on it.
+    #[serde(default = "no_cluster", skip_serializing_if = "is_no_cluster")]
+    pub cluster: [u32; 3],
+    /// Whether the sm_90a compiler may warp-specialize pipelined loops (a
+    /// producer warpgroup issuing TMA, the block's threads consuming with
+    /// wgmma; `passes/warp_specialize.rs`). `warp_specialize = false` in the
+    /// attribute turns it off. Default on.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub warp_specialize: bool,
+}
+
+fn no_cluster() -> [u32; 3] {
+    [1, 1, 1]
+}
+fn is_no_cluster(c: &[u32; 3]) -> bool {
+    *c == [1, 1, 1]
+}
+fn yes() -> bool {
+    true
+}
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 impl Kernel {
@@ -521,6 +547,8 @@ impl Kernel {
             buffers: Vec::new(),
             body: Vec::new(),
             rasterize: None,
+            cluster: [1, 1, 1],
+            warp_specialize: true,
         }
     }
 

@@ -73,7 +73,11 @@ pub fn emit(f: &Function, target: Target) -> String {
             let _ = writeln!(out, "    .param {ty} {name}{comma}");
         }
     }
-    let _ = writeln!(out, ")\n.maxntid {}, 1, 1\n{{", f.threads);
+    let _ = writeln!(out, ")\n.maxntid {}, 1, 1", f.threads);
+    if let Some(n) = f.min_blocks_per_sm {
+        let _ = writeln!(out, ".minnctapersm {n}");
+    }
+    out.push_str("{\n");
     for class in [RegClass::Pred, RegClass::B16, RegClass::B32, RegClass::B64, RegClass::F32] {
         if f.regs.contains(&class) {
             let _ = writeln!(out, "    .reg {} {}<{}>;", class.decl_type(), class.prefix(), f.regs.len());

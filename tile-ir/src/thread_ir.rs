@@ -240,6 +240,9 @@ pub enum Inst {
     SetMaxNreg { inc: bool, count: u32 },
     /// `elect.sync _|pred, 0xffffffff;`: `pred` is true in one lane of the warp.
     ElectSync { pred: Reg },
+    /// `bar.sync id, threads;`: a named barrier over the first `threads`
+    /// threads to arrive (a multiple of 32).
+    NamedBarSync { id: u32, threads: u32 },
 }
 
 /// The A operand of a wgmma.
@@ -352,6 +355,15 @@ pub struct Function {
     /// Per-thread `.local` arrays: (name, bytes).
     pub local_arrays: Vec<(String, u32)>,
     pub body: Vec<Stmt>,
+    /// TMA tensor maps, after every other parameter (their `params`
+    /// entries have type [`TENSOR_MAP_PARAM`]), in the same order.
+    pub tensor_maps: Vec<crate::abi::TensorMapUse>,
+    /// When set, [`Inst::BarSync`] synchronizes only the first `n` threads
+    /// (`bar.sync 1, n`): a warp-specialized kernel's consumers, while the
+    /// producer warpgroup runs its own loop.
+    pub barrier_threads: Option<u32>,
+    /// `.minnctapersm` (a register cap for `setmaxnreg` kernels).
+    pub min_blocks_per_sm: Option<u32>,
 }
 
 impl Function {
@@ -436,7 +448,11 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::ShflBfly { dst, src, lane_mask } => {
             format!("shfl.sync.bfly.b32 {}, {}, {lane_mask}, 31, -1", f.reg_name(*dst), f.reg_name(*src))
         }
-        Inst::BarSync => "bar.sync 0".into(),
+        Inst::BarSync => match f.barrier_threads {
+            Some(n) => format!("bar.sync 1, {n}"),
+            None => "bar.sync 0".into(),
+        },
+        Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
         Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
             // `.cg` (L2 only) exists for 16-byte copies; narrower ones use `.ca`.
             let cache = if *bytes == 16 { "cg" } else { "ca" };

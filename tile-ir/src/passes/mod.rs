@@ -26,3 +26,4 @@ pub mod epilogue;
 pub mod layout_infer;
 pub mod lower;
 pub mod pipeline;
+pub mod warp_specialize;
