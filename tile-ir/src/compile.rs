@@ -6,7 +6,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline};
+use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline, warp_specialize};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -108,6 +108,30 @@ pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOp
         }
     }
     let func = lower::lower(kernel, target, &plan)?;
+    finish(kernel, target, &plan, func)
+}
+
+/// The warp-specialized variant (see [`crate::passes::warp_specialize`]):
+/// layouts with wgmma accumulators, epilogue staging as usual, the
+/// specialized lowering. Errors when the kernel has no plan or a pass fails.
+pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
+    let no_plan = || vec![CompileError::new(SpanId::NONE, format!("kernel `{}` cannot be warp-specialized", kernel.name))];
+    let ws = warp_specialize::plan(kernel).ok_or_else(no_plan)?;
+    let plan = layout_infer::infer_layouts_with(kernel, &ws.accumulators())?;
+    if options.stage_epilogues {
+        let mut staged_plan = plan.clone();
+        let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_plan);
+        if any {
+            if let Some(staged_ws) = warp_specialize::plan(&staged) {
+                if let Ok(func) = lower::lower_with(&staged, target, &staged_plan, Some(&staged_ws)) {
+                    if func.shared_bytes <= pipeline::shared_limit(target) {
+                        return finish(&staged, target, &staged_plan, func);
+                    }
+                }
+            }
+        }
+    }
+    let func = lower::lower_with(kernel, target, &plan, Some(&ws))?;
     finish(kernel, target, &plan, func)
 }
 

@@ -243,6 +243,8 @@ pub enum Inst {
     /// `bar.sync id, threads;`: a named barrier over the first `threads`
     /// threads to arrive (a multiple of 32).
     NamedBarSync { id: u32, threads: u32 },
+    /// `exit;`: the thread stops (a warp-specialized producer, done).
+    Exit,
 }
 
 /// The A operand of a wgmma.
@@ -453,6 +455,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             None => "bar.sync 0".into(),
         },
         Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
+        Inst::Exit => "exit".into(),
         Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
             // `.cg` (L2 only) exists for 16-byte copies; narrower ones use `.ca`.
             let cache = if *bytes == 16 { "cg" } else { "ca" };

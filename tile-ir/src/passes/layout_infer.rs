@@ -151,6 +151,10 @@ struct Infer<'k> {
     vec_hint: HashMap<BufferId, (bool, i64)>,
     errors: Vec<CompileError>,
     phase: Phase,
+    /// Accumulators of gemms that lower to wgmma (warp-specialized sm_90a
+    /// variant): their warps split M only, 16 rows each, so that warpgroup
+    /// `j` owns rows `64j..64j+64` ([`crate::hopper::wgmma_accumulator`]).
+    wgmma_accs: HashSet<BufferId>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -163,7 +167,22 @@ enum Phase {
 
 /// Infers the layouts of `kernel`'s fragments and parallel nests.
 pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
-    let mut inf = Infer { k: kernel, plan: LayoutPlan::default(), origin: HashMap::new(), vec_hint: HashMap::new(), errors: vec![], phase: Phase::Gemms };
+    infer_layouts_with(kernel, &HashSet::new())
+}
+
+/// [`infer_layouts`], where the gemms into the accumulators `wgmma_accs`
+/// give them the wgmma accumulator layout (warps `(M/16, 1)`) instead of
+/// the one their warp policy picks for mma.sync.
+pub fn infer_layouts_with(kernel: &Kernel, wgmma_accs: &HashSet<BufferId>) -> Result<LayoutPlan, Vec<CompileError>> {
+    let mut inf = Infer {
+        k: kernel,
+        plan: LayoutPlan::default(),
+        origin: HashMap::new(),
+        vec_hint: HashMap::new(),
+        errors: vec![],
+        phase: Phase::Gemms,
+        wgmma_accs: wgmma_accs.clone(),
+    };
     inf.collect_hints(&kernel.body);
     // `annotate_layout(..)`: the user's layout replaces the one this pass
     // would choose (the verifier has checked that it fits the buffer).
@@ -462,7 +481,7 @@ impl Infer<'_> {
                 "gemm tile M×N×K = {m}×{n}×{ak} is not supported: mma.sync m16n8k16 needs M a multiple of 16, N a multiple of 8 and K a multiple of 16"
             ));
         }
-        let warps = mma_warp_grid(m, n, self.k.threads, policy)?;
+        let warps = if self.wgmma_accs.contains(&c) { (m / 16, 1) } else { mma_warp_grid(m, n, self.k.threads, policy)? };
         let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, self.k.threads, warps));
         let regs = acc.num_regs();
         if regs > MAX_ACCUMULATOR_REGS {

@@ -31,9 +31,11 @@
 
 mod async_copy;
 mod reduced_copy;
+mod warp_specialized;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
 use super::pipeline::{self, PipelinePlan};
+use super::warp_specialize::WsPlan;
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt, StmtKind,
     TileRef, UnOp, Value, VarId, VarKind,
@@ -137,7 +139,15 @@ fn log2(x: i64) -> i64 {
 
 /// Lowers `kernel` to a Thread IR function.
 pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Function, Vec<CompileError>> {
+    lower_with(kernel, target, plan, None)
+}
+
+/// [`lower`], with the pipelined loop of `ws` warp-specialized
+/// ([`warp_specialized`]).
+pub fn lower_with(kernel: &Kernel, target: Target, plan: &LayoutPlan, ws: Option<&WsPlan>) -> Result<Function, Vec<CompileError>> {
     let mut lx = Lx {
+        ws,
+        ws_bars: 0,
         k: kernel,
         target,
         plan,
@@ -190,6 +200,10 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
 
 struct Lx<'a> {
     k: &'a Kernel,
+    /// The warp specialization of the kernel's pipelined loop, if any.
+    ws: Option<&'a WsPlan>,
+    /// Byte offset of the warp-specialized loop's mbarriers in `smem`.
+    ws_bars: i64,
     target: Target,
     plan: &'a LayoutPlan,
     f: Function,
@@ -439,9 +453,14 @@ impl<'a> Lx<'a> {
         if let Err(e) = self.rasterize_blocks() {
             self.errors.push(e);
         }
+        // The warp-specialized loop's stage buffers come first (aligned).
+        self.ws_setup();
         // Buffers: shared offsets, fragment and local registers.
         for (i, b) in k.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
+            if self.shared.contains_key(&id) {
+                continue;
+            }
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
             match b.scope {
                 Scope::Shared => {
@@ -1474,6 +1493,11 @@ impl<'a> Lx<'a> {
                 debug_assert!(!matches!(kind, LoopKind::Parallel));
                 if self.k.var(*var).dtype != DType::I32 {
                     return Err(self.err("loop variables must be i32"));
+                }
+                if let Some(ws) = self.ws {
+                    if !in_nest && std::ptr::eq(s, &self.k.body[ws.loop_index]) {
+                        return self.lower_ws_loop(*var, start, end, body);
+                    }
                 }
                 if let (false, Some(pl)) = (in_nest, self.pipe.loops.get(var).cloned()) {
                     return self.lower_pipelined(*var, start, end, body, &pl);

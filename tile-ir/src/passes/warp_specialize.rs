@@ -1,10 +1,339 @@
-//! Warp specialization of pipelined GEMM loops on sm_90a (stub; filled in below).
+//! Warp specialization of a pipelined GEMM loop on sm_90a: the plan, and the
+//! compilation of the warp-specialized variant of a kernel.
+//!
+//! Expects a verified kernel. Takes it (returns a [`WsPlan`]) only when it
+//! has this shape, which is what a Hopper GEMM main loop looks like:
+//!
+//! - exactly one `pipelined(n, stages ≥ 2)` loop, at the top level of the
+//!   body, and no other pipelined loop;
+//! - before it, only statements that touch no memory (scalar `let`s and
+//!   assignments without loads, fills of fragments and locals): the
+//!   producer warpgroup runs them too, harmlessly;
+//! - its body is exactly its pipelined copies ([`super::pipeline::plan`])
+//!   and gemms; every copy is TMA-able (a 2-D f16/bf16 global tensor tile
+//!   into a 2-D shared buffer of the same type, zero fill) and every gemm
+//!   reads two of those buffers into an f32 fragment `[M, N]` with
+//!   `M = 64 · threads / 128` (one warpgroup per 64 rows), `N` a multiple
+//!   of 8 up to 256, and `K` a multiple of 16;
+//! - each operand's contiguous dim is 16, 32 or a multiple of 64 elements
+//!   (32B, 64B or 128B swizzle; wider tiles are stored as 64-column panels).
+//!
+//! Guarantees that the variant it compiles computes what the general one
+//! does: a producer warpgroup (threads `T..T+128`, `T = kernel.threads`)
+//! whose first thread issues the TMA loads of each iteration into stage
+//! buffers guarded by full/empty mbarriers, while the kernel's own `T`
+//! threads consume the stages with wgmma and run everything after the loop
+//! (`lower/warp_specialized.rs` has the schedule). Anything else, or
+//! `warp_specialize = false`, or a target other than sm_90a: no plan, and
+//! the kernel has only its general variant.
+
+use super::pipeline;
+use crate::abi::TensorMapUse;
 use crate::compile::{CompileOptions, Compiled};
-use crate::ir::Kernel;
+use crate::hopper::Swizzle;
+use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind, Value};
 use crate::{CompileError, Target};
+use std::collections::HashSet;
+
+/// Registers per thread the producer warpgroup keeps (`setmaxnreg.dec`).
+pub const PRODUCER_REGS: u32 = 40;
+
+/// How one pipelined copy becomes TMA loads into panelled stage buffers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmaOperand {
+    /// Index of the copy in the loop body.
+    pub copy: usize,
+    /// The shared destination (one stage of it).
+    pub buf: BufferId,
+    /// Index into `kernel.params` of the global source tensor.
+    pub param: usize,
+    pub dtype: DType,
+    /// The destination's `[rows, cols]`.
+    pub rows: i64,
+    pub cols: i64,
+    /// The swizzle of every panel (its span is a panel row in bytes).
+    pub swizzle: Swizzle,
+    /// Columns per panel: a panel is `[rows, panel_cols]`, rows of
+    /// `swizzle.bytes()` bytes, panels one after the other.
+    pub panel_cols: i64,
+    /// Rows of one TMA box (at most 256).
+    pub box_rows: i64,
+}
+
+impl TmaOperand {
+    /// Bytes of one panel.
+    pub fn panel_bytes(&self) -> i64 {
+        self.rows * self.swizzle.bytes() as i64
+    }
+    /// Bytes of one stage (all panels).
+    pub fn stage_bytes(&self) -> i64 {
+        self.panel_bytes() * (self.cols / self.panel_cols)
+    }
+    /// The byte offset of element `(r, c)` from the stage's start (the
+    /// panelled, swizzled placement TMA writes and wgmma reads).
+    pub fn offset(&self, r: i64, c: i64) -> i64 {
+        let w = self.swizzle.bytes() as i64;
+        let within = r * w + (c % self.panel_cols) * self.dtype.size_bytes() as i64;
+        let bits = (w / 16).trailing_zeros() as i64;
+        let xor = ((within >> 7) & ((1 << bits) - 1)) << 4;
+        (c / self.panel_cols) * self.panel_bytes() + (within ^ xor)
+    }
+    /// The TMA boxes of one stage: (byte offset in the stage, row offset,
+    /// column offset) of each.
+    pub fn boxes(&self) -> Vec<(i64, i64, i64)> {
+        let mut out = Vec::new();
+        for p in 0..self.cols / self.panel_cols {
+            for j in 0..self.rows / self.box_rows {
+                out.push((p * self.panel_bytes() + j * self.box_rows * self.swizzle.bytes() as i64, j * self.box_rows, p * self.panel_cols));
+            }
+        }
+        out
+    }
+}
+
+/// One gemm of the loop body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WsGemm {
+    /// Index of the gemm in the loop body.
+    pub stmt: usize,
+    /// Indices into [`WsPlan::operands`].
+    pub a: usize,
+    pub b: usize,
+    pub c: BufferId,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub clear: bool,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+}
+
+/// The warp specialization of one kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WsPlan {
+    /// Index of the pipelined loop in `kernel.body`.
+    pub loop_index: usize,
+    pub stages: u32,
+    pub operands: Vec<TmaOperand>,
+    pub gemms: Vec<WsGemm>,
+    /// The kernel's threads: the consumer warpgroups.
+    pub consumer_threads: u32,
+    /// Registers per consumer thread after `setmaxnreg.inc`.
+    pub consumer_regs: u32,
+}
+
+impl WsPlan {
+    /// The accumulators that get the wgmma layout.
+    pub fn accumulators(&self) -> HashSet<BufferId> {
+        self.gemms.iter().map(|g| g.c).collect()
+    }
+    /// Whether `buf` is a stage buffer the pass places.
+    pub fn operand_of(&self, buf: BufferId) -> Option<&TmaOperand> {
+        self.operands.iter().find(|o| o.buf == buf)
+    }
+    /// The tensor maps the variant takes (one per operand), named as the
+    /// lowering declares them.
+    pub fn tensor_maps(&self) -> Vec<TensorMapUse> {
+        self.operands
+            .iter()
+            .enumerate()
+            .map(|(i, o)| TensorMapUse {
+                param: format!("tmap{i}"),
+                tensor: o.param,
+                box_shape: vec![o.box_rows as u32, o.panel_cols as u32],
+                swizzle: o.swizzle,
+            })
+            .collect()
+    }
+}
 
 /// The warp-specialized TMA + wgmma variant of `kernel`, or `None` when the
-/// kernel does not have the shape this pass takes.
-pub fn compile(_kernel: &Kernel, _target: Target, _options: CompileOptions) -> Option<Result<Compiled, Vec<CompileError>>> {
-    None
+/// kernel does not have the shape this pass takes (see the module doc) or
+/// its lowering fails (the general variant then serves alone).
+pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Option<Result<Compiled, Vec<CompileError>>> {
+    if target != Target::Sm90a || !kernel.warp_specialize {
+        return None;
+    }
+    plan(kernel)?;
+    let compiled = crate::compile::compile_warp_specialized(kernel, target, options).ok()?;
+    Some(Ok(compiled))
+}
+
+/// Whether (and how) `kernel` is warp-specialized; see the module doc.
+pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
+    let threads = kernel.threads;
+    if threads % 128 != 0 || threads == 0 || threads + 128 > 1024 {
+        return None;
+    }
+    let pipe = pipeline::plan(kernel);
+    let (loop_index, lp) = kernel.body.iter().enumerate().find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))?;
+    let StmtKind::For { var, body, kind: LoopKind::Pipelined { stages }, .. } = &lp.kind else { return None };
+    let pl = pipe.loops.get(var)?;
+    if pipe.loops.len() != 1 || count_pipelined(&kernel.body) != 1 || *stages < 2 {
+        return None;
+    }
+    if !kernel.body[..loop_index].iter().all(|s| touches_no_memory(kernel, s)) {
+        return None;
+    }
+    let mut operands = Vec::new();
+    let mut gemms = Vec::new();
+    for (i, s) in body.iter().enumerate() {
+        match &s.kind {
+            StmtKind::Copy { src, dst, fill } if pl.copies.contains(&i) => {
+                operands.push(tma_operand(kernel, i, src, dst, fill.as_ref())?);
+            }
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, .. } => {
+                gemms.push((i, *a, *b, *c, *trans_a, *trans_b, *clear));
+            }
+            _ => return None,
+        }
+    }
+    if gemms.is_empty() {
+        return None;
+    }
+    let warpgroups = (threads / 128) as i64;
+    let mut ws_gemms = Vec::new();
+    for (stmt, a, b, c, trans_a, trans_b, clear) in gemms {
+        let ai = operands.iter().position(|o| o.buf == a)?;
+        let bi = operands.iter().position(|o| o.buf == b)?;
+        let (oa, ob) = (&operands[ai], &operands[bi]);
+        let cb = kernel.buffer(c);
+        let [m, n] = cb.const_shape()?.try_into().ok()?;
+        if cb.scope != Scope::Fragment || cb.dtype != DType::F32 || oa.dtype != ob.dtype {
+            return None;
+        }
+        let (am, ak) = if trans_a { (oa.cols, oa.rows) } else { (oa.rows, oa.cols) };
+        let (bk, bn) = if trans_b { (ob.cols, ob.rows) } else { (ob.rows, ob.cols) };
+        if am != m || bn != n || ak != bk || m != 64 * warpgroups || n % 8 != 0 || !(8..=256).contains(&n) || ak % 16 != 0 {
+            return None;
+        }
+        // The K-major operand's k16 slices lie inside one panel; the
+        // MN-major A's 64-row warpgroup slice starts on a panel.
+        if (!trans_a && oa.panel_cols % 16 != 0) || (trans_a && 64 % oa.panel_cols != 0) || (trans_b && ob.panel_cols % 16 != 0) {
+            return None;
+        }
+        ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak });
+    }
+    // Registers: the producer keeps PRODUCER_REGS; the consumers share the rest.
+    let pool = 65_536 - 128 * PRODUCER_REGS;
+    let consumer_regs = ((pool / threads) / 8 * 8).min(240);
+    Some(WsPlan { loop_index, stages: *stages, operands, gemms: ws_gemms, consumer_threads: threads, consumer_regs })
+}
+
+fn count_pipelined(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match &s.kind {
+            StmtKind::For { kind, body, .. } => (matches!(kind, LoopKind::Pipelined { .. }) as usize) + count_pipelined(body),
+            StmtKind::If { then, otherwise, .. } => count_pipelined(then) + count_pipelined(otherwise),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Statements every thread (the producer's too) may run before the split.
+fn touches_no_memory(k: &Kernel, s: &Stmt) -> bool {
+    match &s.kind {
+        StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => !has_load(value),
+        StmtKind::Fill { buf, value } => matches!(k.buffer(*buf).scope, Scope::Fragment | Scope::Local) && !has_load(value),
+        _ => false,
+    }
+}
+
+fn has_load(e: &Expr) -> bool {
+    match e {
+        Expr::Const(_) | Expr::Var(_) => false,
+        Expr::Load { .. } => true,
+        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => has_load(arg),
+        Expr::Binary { lhs, rhs, .. } => has_load(lhs) || has_load(rhs),
+        Expr::Fma { a, b, c } => has_load(a) || has_load(b) || has_load(c),
+        Expr::Select { cond, then, otherwise } => has_load(cond) || has_load(then) || has_load(otherwise),
+    }
+}
+
+fn is_zero(e: &Expr) -> bool {
+    match e {
+        Expr::Const(v) => match *v {
+            Value::F16(x) => x.to_bits() == 0,
+            Value::BF16(x) => x.to_bits() == 0,
+            Value::F32(x) => x.to_bits() == 0,
+            Value::I32(x) => x == 0,
+            Value::U32(x) => x == 0,
+            Value::I64(x) => x == 0,
+            Value::Bool(x) => !x,
+        },
+        Expr::Cast { arg, .. } => is_zero(arg),
+        _ => false,
+    }
+}
+
+fn tma_operand(k: &Kernel, copy: usize, src: &crate::ir::TileRef, dst: &crate::ir::TileRef, fill: Option<&Expr>) -> Option<TmaOperand> {
+    let (sb, db) = (k.buffer(src.buf), k.buffer(dst.buf));
+    if sb.scope != Scope::Global || db.scope != Scope::Shared || sb.dtype != db.dtype || !matches!(sb.dtype, DType::F16 | DType::BF16) {
+        return None;
+    }
+    if sb.shape.len() != 2 || src.origin.len() != 2 || dst.origin.iter().any(|e| !is_zero(e)) || fill.is_some_and(|f| !is_zero(f)) {
+        return None;
+    }
+    if db.layout.is_some() {
+        // The user chose a layout for ldmatrix; the TMA path places its own.
+        return None;
+    }
+    let param = k.params.iter().position(|p| p.kind == ParamKind::Tensor(src.buf))?;
+    let [rows, cols] = db.const_shape()?.try_into().ok()?;
+    let elem = sb.dtype.size_bytes() as i64;
+    let row_bytes = cols * elem;
+    let (swizzle, panel_cols) = match row_bytes {
+        32 => (Swizzle::B32, cols),
+        64 => (Swizzle::B64, cols),
+        b if b >= 128 && b % 128 == 0 => (Swizzle::B128, 128 / elem),
+        _ => return None,
+    };
+    let box_rows = rows.min(256);
+    if rows % 8 != 0 || rows % box_rows != 0 {
+        return None;
+    }
+    Some(TmaOperand { copy, buf: dst.buf, param, dtype: sb.dtype, rows, cols, swizzle, panel_cols, box_rows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operand(rows: i64, cols: i64) -> TmaOperand {
+        let (swizzle, panel_cols) = match cols * 2 {
+            32 => (Swizzle::B32, cols),
+            64 => (Swizzle::B64, cols),
+            _ => (Swizzle::B128, 64),
+        };
+        TmaOperand { copy: 0, buf: BufferId(0), param: 0, dtype: DType::F16, rows, cols, swizzle, panel_cols, box_rows: rows.min(256) }
+    }
+
+    /// The panelled placement is a bijection onto the stage's bytes, keeps
+    /// 16-byte chunks contiguous, and inside a panel is the `Swizzle<b,4,3>`
+    /// pattern wgmma descriptors describe ([`crate::layout::SharedLayout::for_ldmatrix`]).
+    #[test]
+    fn panelled_offsets_are_a_bijection_matching_the_swizzle() {
+        for (rows, cols) in [(64, 256), (128, 64), (256, 64), (64, 32), (64, 16), (64, 128)] {
+            let o = operand(rows, cols);
+            let mut seen = HashSet::new();
+            for r in 0..rows {
+                for c in 0..cols {
+                    let off = o.offset(r, c);
+                    assert!(off >= 0 && off < o.stage_bytes() && off % 2 == 0);
+                    assert!(seen.insert(off));
+                    if c % 8 != 0 {
+                        assert_eq!(off, o.offset(r, c - 1) + 2);
+                    }
+                    let panel = crate::layout::SharedLayout::for_ldmatrix(rows, o.panel_cols, 2);
+                    assert_eq!(off % o.panel_bytes(), panel.offset(r, c % o.panel_cols), "{rows}x{cols} ({r}, {c})");
+                }
+            }
+            assert_eq!(seen.len() as i64 * 2, o.stage_bytes());
+            let boxes = o.boxes();
+            assert_eq!(boxes.len() as i64, (cols / o.panel_cols) * (rows / o.box_rows));
+            for (off, r0, c0) in boxes {
+                assert_eq!(off, o.offset(r0, c0));
+            }
+        }
+    }
 }

@@ -1,0 +1,314 @@
+//! The warp-specialized schedule of a pipelined GEMM loop (sm_90a): TMA
+//! loads by a producer warpgroup, wgmma by the kernel's own threads, stages
+//! handed over through full/empty mbarriers.
+//!
+//! Expects the [`WsPlan`] of [`crate::passes::warp_specialize`] (set on the
+//! lowering, which then places the stage buffers 1024-byte aligned, declares
+//! one tensor map parameter per operand, and launches `T + 128` threads), and
+//! a layout plan whose gemm accumulators have the wgmma layout.
+//!
+//! Guarantees the schedule (`T` consumer threads, `S` stages, `st` = stage,
+//! `ph` = its phase parity, both carried by each side's loop):
+//! ```text
+//! thread 0: init full[s] (1 arrival), empty[s] (T arrivals); fence; bar.sync 0, T+128
+//! producer warpgroup (tid ≥ T): setmaxnreg.dec; thread T only:
+//!     for k: wait empty[st] parity ph^1     // the consumers released the stage
+//!            arrive.expect_tx full[st], bytes of the stage
+//!            TMA boxes of every operand for iteration k → stage st, on full[st]
+//!     exit
+//! consumers (tid < T): setmaxnreg.inc
+//!     for k: wait full[st] parity ph
+//!            wgmma.fence; every gemm as K/16 wgmma m64nNk16 per warpgroup; commit
+//!            wgmma.wait_group 1             // iteration k-1's wgmmas are done...
+//!            k > start: arrive empty[st-1]  // ...so its stage can be refilled
+//!     wgmma.wait_group 0; bar.sync 1, T     // stage memory may be reused after
+//! ```
+//! A fresh mbarrier is in phase 0, so the producer's first `S` waits (parity
+//! 1, "the phase before") return at once. Each consumer warpgroup's wgmma
+//! reads the rows of A its 64 accumulator rows need and all of B, through
+//! descriptors whose start is the stage's address `>> 4` plus the constant
+//! offset of the k16 slice (`hopper-facts.md`: K-major SBO = 8 rows of the
+//! swizzle span; MN-major LBO = the panel size). Out-of-range tiles are
+//! zero-filled by TMA and still complete the full box's bytes.
+
+use super::*;
+use crate::hopper::{wgmma_accumulator, wgmma_d_index, MatrixDescriptor};
+use crate::ir::Stmt as TStmt;
+use crate::thread_ir::WgmmaA;
+use crate::passes::warp_specialize::{TmaOperand, WsGemm, PRODUCER_REGS};
+
+impl Lx<'_> {
+    /// Places the stage buffers of the warp-specialized loop (1024-byte
+    /// aligned: the 128B swizzle pattern repeats every 8 rows of 128 bytes
+    /// and TMA and wgmma apply it to absolute addresses) and its mbarriers.
+    pub(super) fn ws_setup(&mut self) {
+        let Some(ws) = self.ws else { return };
+        for o in &ws.operands {
+            let stride = (o.stage_bytes() + 1023) / 1024 * 1024;
+            let footprint = stride * ws.stages as i64;
+            let off = (self.smem_top + 1023) / 1024 * 1024;
+            self.smem_top = off + footprint;
+            self.shared.insert(o.buf, (off, o.buf.0));
+            self.footprint.insert(o.buf, footprint);
+            self.stage_stride.insert(o.buf, stride);
+        }
+        // full[0..S] then empty[0..S], 8 bytes each.
+        self.ws_bars = self.alloc_smem(16 * ws.stages as i64);
+        for tm in ws.tensor_maps() {
+            self.f.params.push((tm.param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
+            self.f.tensor_maps.push(tm);
+        }
+        self.f.threads = ws.consumer_threads + 128;
+        self.f.barrier_threads = Some(ws.consumer_threads);
+        self.f.min_blocks_per_sm = Some(1);
+    }
+
+    /// `smem + ws_bars + 8·(stage + which·S)`: full (`which` 0) or empty (1).
+    fn ws_bar_addr(&mut self, stage: Reg, which: i64) -> Address {
+        let stages = self.ws.map(|w| w.stages as i64).unwrap_or(1);
+        let smem = self.smem;
+        let base = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(self.ws_bars + 8 * stages * which)]);
+        let addr = self.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(8), base.into()]);
+        Address { base: addr.into(), offset: 0 }
+    }
+
+    /// `stage = stage + 1`, wrapping to 0 at `S` and then flipping `phase`.
+    fn ws_advance(&mut self, stage: Reg, phase: Reg) {
+        let stages = self.ws.map(|w| w.stages as i64).unwrap_or(1);
+        let next = self.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(1)]);
+        let wrap = self.op("setp.eq.s32", RegClass::Pred, vec![next.into(), Operand::Imm(stages)]);
+        self.op_into("selp.b32", stage, vec![Operand::Imm(0), next.into(), wrap.into()]);
+        let flip = self.op("selp.b32", RegClass::B32, vec![Operand::Imm(1), Operand::Imm(0), wrap.into()]);
+        self.op_into("xor.b32", phase, vec![phase.into(), flip.into()]);
+    }
+
+    /// The stage's byte address of operand `o`: `smem + off + stage·stride`.
+    fn ws_stage_addr(&mut self, o: &TmaOperand, stage: Reg) -> R<Reg> {
+        let (off, _) = *self.shared.get(&o.buf).ok_or_else(|| self.err("internal: stage buffer not placed"))?;
+        let stride = self.stage_stride.get(&o.buf).copied().unwrap_or(0);
+        let smem = self.smem;
+        let base = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
+        Ok(self.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), base.into()]))
+    }
+
+    /// Lowers the warp-specialized pipelined loop (see the module doc).
+    pub(super) fn lower_ws_loop(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[TStmt]) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let t = ws.consumer_threads as i64;
+        let stages = ws.stages as i64;
+        let s0 = self.expr(start)?;
+        let s0 = self.convert(s0, DType::I32)?;
+        let s0 = self.materialize(&s0);
+        let e0 = self.expr(end)?;
+        let e0 = self.convert(e0, DType::I32)?;
+        let e0 = self.materialize(&e0);
+        let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(a, s0.into(), DType::I32);
+        self.mov(b, e0.into(), DType::I32);
+
+        // Barriers: initialized by thread 0, visible to all (and to TMA).
+        let bars = self.ws_bars;
+        let init = self.capture(|x| {
+            let smem = x.smem;
+            for s in 0..stages {
+                x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: bars + 8 * s }, count: Operand::Imm(1) });
+                x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) }, count: Operand::Imm(t) });
+            }
+            x.emit(Inst::FenceMbarrierInit);
+            Ok(())
+        })?;
+        let t0 = self.is_t0;
+        self.emit_if(Some(t0), false, init, vec![]);
+        self.emit(Inst::NamedBarSync { id: 0, threads: (t + 128) as u32 });
+
+        // Producer warpgroup.
+        let tid = self.tid;
+        let is_producer = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
+        let producer = self.capture(|x| {
+            x.emit(Inst::SetMaxNreg { inc: false, count: PRODUCER_REGS });
+            let leader = x.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
+            let issue = x.capture(|y| y.ws_producer(var, a, b, body))?;
+            x.emit_if(Some(leader), false, issue, vec![]);
+            x.emit(Inst::Exit);
+            Ok(())
+        })?;
+        self.cur().push(Stmt::If { cond: is_producer, negate: false, uniform: false, then: producer, otherwise: vec![] });
+
+        // Consumers.
+        self.emit(Inst::SetMaxNreg { inc: true, count: ws.consumer_regs });
+        self.ws_consumer(a, b)?;
+        Ok(())
+    }
+
+    /// The producer thread's loop: wait for a free stage, then TMA.
+    fn ws_producer(&mut self, var: VarId, a: Reg, b: Reg, body: &[TStmt]) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let mut maps = Vec::new();
+        for tm in ws.tensor_maps() {
+            let r = self.new_reg(RegClass::B64);
+            self.emit(Inst::TensorMapAddr { dst: r, param: tm.param.clone() });
+            maps.push(r);
+        }
+        let stage_bytes: i64 = ws.operands.iter().map(|o| o.stage_bytes()).sum();
+        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(stage, Operand::Imm(0), DType::I32);
+        self.mov(phase, Operand::Imm(0), DType::I32);
+        let kr = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        let saved = self.vars.insert(var, kr);
+        let lowered = self.capture(|x| {
+            let empty = x.ws_bar_addr(stage, 1);
+            let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
+            let p = x.new_reg(RegClass::Pred);
+            x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
+            let full = x.ws_bar_addr(stage, 0);
+            x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(stage_bytes) });
+            for (o, map) in ws.operands.iter().zip(&maps) {
+                let StmtKind::Copy { src, .. } = &body[o.copy].kind else {
+                    return Err(x.err("internal: warp-specialized operand is not a copy"));
+                };
+                let mut origin = Vec::new();
+                for e in &src.origin {
+                    let v = x.expr(e)?;
+                    let v = x.convert(v, DType::I32)?;
+                    origin.push(x.materialize(&v));
+                }
+                let dst = x.ws_stage_addr(o, stage)?;
+                for (off, dr, dc) in o.boxes() {
+                    let col = x.add_i32(origin[1].into(), Operand::Imm(dc));
+                    let row = x.add_i32(origin[0].into(), Operand::Imm(dr));
+                    x.emit(Inst::TmaLoad {
+                        dst: Address { base: dst.into(), offset: off },
+                        tmap: (*map).into(),
+                        coords: vec![col, row],
+                        mbar: full.clone(),
+                        cache_hint: None,
+                        cta_dst: false,
+                        region: None,
+                    });
+                }
+            }
+            x.ws_advance(stage, phase);
+            Ok(())
+        });
+        match saved {
+            Some(r) => self.vars.insert(var, r),
+            None => self.vars.remove(&var),
+        };
+        let lowered = lowered?;
+        self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: false, body: lowered });
+        Ok(())
+    }
+
+    /// The consumers' loop: wait for a full stage, wgmma, release the previous one.
+    fn ws_consumer(&mut self, a: Reg, b: Reg) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        // Accumulator registers in wgmma `d` order, checked against the layout.
+        let mut dregs = Vec::new();
+        for g in &ws.gemms {
+            let name = &self.k.buffer(g.c).name;
+            let want = FragLayout::full(wgmma_accumulator(g.m, g.n, ws.consumer_threads).map_err(|e| self.err(e))?);
+            let have = self.plan.frags.get(&g.c).ok_or_else(|| self.err(format!("internal: `{name}` has no layout")))?;
+            if !have.agrees(&want) {
+                return Err(self.err(format!("internal: `{name}` is laid out as {}, not as the wgmma accumulator", have.describe())));
+            }
+            let creg = self.frags.get(&g.c).cloned().unwrap_or_default();
+            if creg.len() != want.num_regs() {
+                return Err(self.err(format!("internal: accumulator `{name}` has no registers")));
+            }
+            let mut d = vec![Reg(0); (g.n / 2) as usize];
+            for lr in 0..2 {
+                for lc in 0..g.n / 4 {
+                    d[wgmma_d_index(lr, lc)] = creg[want.flatten(&[lr, lc])];
+                }
+            }
+            dregs.push(d);
+        }
+        let tid = self.tid;
+        let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(stage, Operand::Imm(0), DType::I32);
+        self.mov(phase, Operand::Imm(0), DType::I32);
+        let prev = self.new_reg(RegClass::B32);
+        self.mov(prev, Operand::Imm(0), DType::I32);
+        let kr = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        let lowered = self.capture(|x| {
+            let full = x.ws_bar_addr(stage, 0);
+            let p = x.new_reg(RegClass::Pred);
+            x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+            // Stage addresses >> 4 (descriptor start units), per operand.
+            let mut base16 = Vec::new();
+            for o in &ws.operands {
+                let addr = x.ws_stage_addr(o, stage)?;
+                let s16 = x.op("shr.u32", RegClass::B32, vec![addr.into(), Operand::Imm(4)]);
+                base16.push(s16);
+            }
+            x.emit(Inst::WgmmaFence);
+            for (g, d) in ws.gemms.iter().zip(&dregs) {
+                x.ws_gemm(g, d, &base16, wg)?;
+            }
+            x.emit(Inst::WgmmaCommit);
+            x.emit(Inst::WgmmaWait { pending: 1 });
+            let later = x.op("setp.gt.s32", RegClass::Pred, vec![kr.into(), a.into()]);
+            let empty = x.ws_bar_addr(prev, 1);
+            x.emit_guarded(Inst::MbarArrive { addr: empty }, Some((later, false)));
+            x.mov(prev, stage.into(), DType::I32);
+            x.ws_advance(stage, phase);
+            Ok(())
+        })?;
+        self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        self.emit(Inst::WgmmaWait { pending: 0 });
+        // Everything after the loop may reuse the stage memory that the
+        // other warpgroup's last wgmmas read.
+        self.emit(Inst::BarSync);
+        Ok(())
+    }
+
+    /// One gemm of the loop body: K/16 wgmma per warpgroup.
+    fn ws_gemm(&mut self, g: &WsGemm, d: &[Reg], base16: &[Reg], wg: Reg) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let (oa, ob) = (&ws.operands[g.a], &ws.operands[g.b]);
+        let ab = match oa.dtype {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            t => return Err(self.err(format!("wgmma operands must be f16 or bf16, not {t}"))),
+        };
+        // The warpgroup's first A row (K-major) or column panel (MN-major), in 16-byte units.
+        let wa = oa.swizzle.bytes() as i64;
+        let wg_step = if g.trans_a { (64 / oa.panel_cols) * oa.panel_bytes() } else { 64 * wa };
+        let a_base = self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(wg_step / 16), base16[g.a].into()]);
+        let a64 = self.op("cvt.u64.u32", RegClass::B64, vec![a_base.into()]);
+        let b64 = self.op("cvt.u64.u32", RegClass::B64, vec![base16[g.b].into()]);
+        for ks in 0..g.k / 16 {
+            let da = operand_desc(oa, g.trans_a, 16 * ks).encode().map_err(|e| self.err(e))?;
+            let db = operand_desc(ob, !g.trans_b, 16 * ks).encode().map_err(|e| self.err(e))?;
+            let ra = self.op("add.s64", RegClass::B64, vec![a64.into(), Operand::Imm(da as i64)]);
+            let rb = self.op("add.s64", RegClass::B64, vec![b64.into(), Operand::Imm(db as i64)]);
+            self.emit(Inst::Wgmma {
+                n: g.n as u32,
+                ab,
+                d: d.to_vec(),
+                a: WgmmaA::Desc(ra.into()),
+                b_desc: rb.into(),
+                scale_d: Operand::Imm(!(g.clear && ks == 0) as i64),
+                neg_a: false,
+                neg_b: false,
+                trans_a: g.trans_a,
+                trans_b: !g.trans_b,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The descriptor of the k16 slice at `k0` of operand `o`, relative to its
+/// stage (and, for A, to its warpgroup's rows): `mn_major` when the
+/// operand's rows are K (its columns M or N, contiguous).
+fn operand_desc(o: &TmaOperand, mn_major: bool, k0: i64) -> MatrixDescriptor {
+    let w = o.swizzle.bytes() as i64;
+    let elem = o.dtype.size_bytes() as i64;
+    let start = if mn_major { k0 * w } else { (k0 / o.panel_cols) * o.panel_bytes() + (k0 % o.panel_cols) * elem };
+    let lbo = if mn_major { o.panel_bytes() } else { 16 };
+    MatrixDescriptor { start: start as u32, lbo: lbo as u32, sbo: (8 * w) as u32, base_offset: 0, swizzle: o.swizzle }
+}

@@ -1,0 +1,301 @@
+//! The warp-specialized TMA + wgmma GEMM variant on the GPU (feature `gpu`,
+//! compute capability 9.0+), launched directly from `tile_ir::compile_variants`
+//! (its Thread IR ABI: tensor pointers, dims, then one tensor map per
+//! operand): results against an f64 CPU reference on sampled rows, for
+//! awkward shapes (edges zero-filled by TMA), f16 and bf16, B and Bᵀ, A and
+//! Aᵀ, 2 to 4 stages (bitwise the same result). With `TILE_WS_BENCH=1`, the
+//! variant is timed against cuBLAS at 4096³ and 8192³ (`RESULT` lines).
+#![cfg(feature = "gpu")]
+
+use std::ffi::{c_void, CString};
+use tile_ir::print::parse_kernel;
+use tile_ir::{compile_variants, CompileOptions, Compiled, DType, Target};
+use tile_runtime::cudarc::driver::{result, sys};
+use tile_runtime::{bench, bf16, f16, Device, DeviceTensor, Element, Stream, TensorMap, TensorMapSpec, TmaSwizzle};
+
+#[derive(Copy, Clone, Debug)]
+struct Config {
+    bf16: bool,
+    trans_a: bool,
+    trans_b: bool,
+    stages: u32,
+    bm: i64,
+    bn: i64,
+    bk: i64,
+    threads: u32,
+}
+
+const BASE: Config = Config { bf16: false, trans_a: false, trans_b: false, stages: 3, bm: 128, bn: 256, bk: 64, threads: 256 };
+
+fn kernel_text(c: Config) -> String {
+    let t = if c.bf16 { "bf16" } else { "f16" };
+    let (bm, bn, bk) = (c.bm, c.bn, c.bk);
+    let (a_ty, a_s, a_org) = if c.trans_a {
+        ("[K, M]", format!("[{bk}, {bm}]"), format!("[k * {bk}, by * {bm}]"))
+    } else {
+        ("[M, K]", format!("[{bm}, {bk}]"), format!("[by * {bm}, k * {bk}]"))
+    };
+    let (b_ty, b_s, b_org) = if c.trans_b {
+        ("[N, K]", format!("[{bn}, {bk}]"), format!("[bx * {bn}, k * {bk}]"))
+    } else {
+        ("[K, N]", format!("[{bk}, {bn}]"), format!("[k * {bk}, bx * {bn}]"))
+    };
+    let ta = if c.trans_a { ".t" } else { "" };
+    let tb = if c.trans_b { ".t" } else { "" };
+    format!(
+        "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &{t}{a_ty}, @1 b: &{t}{b_ty}, @2 c: &mut {t}[M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, 1) swizzle=8 {{
+  %3 bx = block_idx.x
+  %4 by = block_idx.y
+  @3 a_s: shared {t}{a_s}
+  @4 b_s: shared {t}{b_s}
+  @5 acc: fragment f32[{bm}, {bn}]
+  fill acc, 0.0
+  for %5 k in pipelined({st}) 0..(K + {bk1}) / {bk} {{
+    copy a{a_org} -> a_s
+    copy b{b_org} -> b_s
+    gemm a_s{ta}, b_s{tb} -> acc
+  }}
+  copy acc -> c[by * {bm}, bx * {bn}]
+}}",
+        th = c.threads,
+        bn1 = bn - 1,
+        bm1 = bm - 1,
+        bk1 = bk - 1,
+        st = c.stages,
+    )
+}
+
+fn ws_variant(c: Config) -> Compiled {
+    let text = kernel_text(c);
+    let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+    let mut v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+    assert_eq!(v.len(), 2, "{c:?}: expected a warp-specialized variant");
+    v.remove(0)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+struct Loaded {
+    module: sys::CUmodule,
+    func: sys::CUfunction,
+    compiled: Compiled,
+}
+
+fn load(device: &Device, compiled: Compiled) -> Loaded {
+    let ctx = device.cuda_context().unwrap();
+    ctx.bind_to_thread().unwrap();
+    let src = CString::new(compiled.ptx.clone()).unwrap();
+    // SAFETY: NUL-terminated PTX; the context is current.
+    let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap_or_else(|e| panic!("{e:?}"));
+    let func = unsafe { result::module::get_function(module, CString::new("matmul").unwrap()) }.unwrap();
+    unsafe {
+        result::function::set_function_attribute(
+            func,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            compiled.shared_bytes as i32,
+        )
+    }
+    .unwrap();
+    Loaded { module, func, compiled }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: no launch uses the module any more (callers synchronize).
+        unsafe { result::module::unload(self.module) }.unwrap();
+    }
+}
+
+/// Launches `c = op(a) · op(b)` with the variant's ABI.
+#[allow(clippy::too_many_arguments)]
+fn launch<T: Element>(
+    device: &Device,
+    stream: &Stream,
+    l: &Loaded,
+    cfg: Config,
+    (m, n, k): (usize, usize, usize),
+    a: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    c: &mut DeviceTensor<T>,
+) -> tile_runtime::Result<()> {
+    let dtype = if cfg.bf16 { DType::BF16 } else { DType::F16 };
+    let tensors = [(a.device_ptr().unwrap(), a.shape().to_vec()), (b.device_ptr().unwrap(), b.shape().to_vec())];
+    let maps: Vec<TensorMap> = l
+        .compiled
+        .tensor_maps
+        .iter()
+        .map(|tm| {
+            let (ptr, shape) = &tensors[tm.tensor];
+            let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+            let swizzle = match tm.swizzle.bytes() {
+                32 => TmaSwizzle::B32,
+                64 => TmaSwizzle::B64,
+                128 => TmaSwizzle::B128,
+                _ => TmaSwizzle::None,
+            };
+            let spec = TensorMapSpec {
+                l2_promotion: tile_runtime::L2Promotion::B256,
+                ..TensorMapSpec::row_major(dtype, *ptr, &shape, &tm.box_shape, swizzle)
+            };
+            TensorMap::encode(device, &spec).unwrap()
+        })
+        .collect();
+    let (mut pa, mut pb, mut pc) = (a.device_ptr().unwrap(), b.device_ptr().unwrap(), c.device_ptr().unwrap());
+    let (mut dm, mut dk, mut dn) = (m as i32, k as i32, n as i32);
+    let mut params: Vec<*mut c_void> = vec![
+        &mut pa as *mut u64 as *mut c_void,
+        &mut pb as *mut u64 as *mut c_void,
+        &mut pc as *mut u64 as *mut c_void,
+        &mut dm as *mut i32 as *mut c_void,
+        &mut dk as *mut i32 as *mut c_void,
+        &mut dn as *mut i32 as *mut c_void,
+    ];
+    for mp in &maps {
+        params.push(mp.param_ptr());
+    }
+    let grid = (n.div_ceil(cfg.bn as usize) as u32, m.div_ceil(cfg.bm as usize) as u32, 1);
+    let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
+    // SAFETY: the parameters match the kernel's ABI (3 pointers, 3 dims, the maps).
+    unsafe { result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params) }
+        .unwrap();
+    Ok(())
+}
+
+fn hopper_gpu() -> Option<(Device, Stream)> {
+    let device = Device::cuda(0).expect("these tests need a GPU");
+    if device.compute_capability().unwrap().0 != 9 {
+        eprintln!("skipping: sm_90a code needs compute capability 9.x, this GPU is {:?}", device.compute_capability());
+        return None;
+    }
+    let stream = device.stream().unwrap();
+    Some((device, stream))
+}
+
+fn to_host<T: Element>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|x| T::from_f64(*x as f64)).collect()
+}
+
+/// Runs one configuration at one shape; checks sampled rows against f64.
+fn check<T: Element>(device: &Device, stream: &Stream, cfg: Config, (m, n, k): (usize, usize, usize)) -> Vec<T> {
+    let l = load(device, ws_variant(cfg));
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (m * 31 + n * 7 + k) as u64);
+    let a_shape = if cfg.trans_a { [k, m] } else { [m, k] };
+    let b_shape = if cfg.trans_b { [n, k] } else { [k, n] };
+    let a32: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
+    let b32: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+    let (ah, bh): (Vec<T>, Vec<T>) = (to_host(&a32), to_host(&b32));
+    let a = DeviceTensor::from_slice(stream, &ah, &a_shape).unwrap();
+    let b = DeviceTensor::from_slice(stream, &bh, &b_shape).unwrap();
+    let mut c = DeviceTensor::<T>::from_slice(stream, &vec![T::from_f64(7.0); m * n], &[m, n]).unwrap();
+    launch(device, stream, &l, cfg, (m, n, k), &a, &b, &mut c).unwrap();
+    stream.synchronize().unwrap();
+    let got = c.to_vec(stream).unwrap();
+    let av = |r: usize, kk: usize| if cfg.trans_a { ah[kk * m + r].to_f64() } else { ah[r * k + kk].to_f64() };
+    let bv = |kk: usize, col: usize| if cfg.trans_b { bh[col * k + kk].to_f64() } else { bh[kk * n + col].to_f64() };
+    let rows: Vec<usize> = (0..m).filter(|r| r % 37 == 0 || *r + 1 == m || r % 128 == 127 || r % 128 == 64).collect();
+    for &r in &rows {
+        for col in 0..n {
+            let want: f64 = (0..k).map(|kk| av(r, kk) * bv(kk, col)).sum();
+            let g = got[r * n + col].to_f64();
+            let tol = if cfg.bf16 { 2e-2 } else { 4e-3 } * (1.0 + want.abs()) + 1e-3 * (k as f64).sqrt();
+            assert!((g - want).abs() <= tol, "{cfg:?} {m}x{n}x{k}: c[{r}][{col}] = {g}, want {want}");
+        }
+    }
+    got
+}
+
+#[test]
+fn warp_specialized_gemm_matches_the_reference() {
+    let Some((device, stream)) = hopper_gpu() else { return };
+    let shapes = [(1000, 1000, 1000), (1999, 1000, 4096), (4095, 1016, 1032), (128, 256, 64), (127, 264, 8), (256, 512, 4096)];
+    for &shape in &shapes {
+        check::<f16>(&device, &stream, BASE, shape);
+        check::<bf16>(&device, &stream, Config { bf16: true, ..BASE }, shape);
+    }
+    // Transposed operands are read through maps of `[K, M]` / `[N, K]`
+    // tensors: every extent a multiple of 8 keeps their rows 16-byte multiples.
+    for (ta, tb) in [(false, true), (true, false), (true, true)] {
+        for shape in [(1000, 1000, 1000), (2040, 1016, 1032), (136, 264, 72)] {
+            check::<f16>(&device, &stream, Config { trans_a: ta, trans_b: tb, ..BASE }, shape);
+        }
+    }
+    // One consumer warpgroup, 128×128 tiles; 64-deep K-major tiles of 32 columns (64B swizzle).
+    check::<f16>(&device, &stream, Config { bm: 64, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
+    check::<f16>(&device, &stream, Config { bk: 32, ..BASE }, (1000, 1000, 1000));
+    check::<bf16>(&device, &stream, Config { bf16: true, bn: 128, bk: 32, trans_b: true, ..BASE }, (1000, 1000, 1000));
+}
+
+#[test]
+fn results_do_not_depend_on_the_number_of_stages() {
+    let Some((device, stream)) = hopper_gpu() else { return };
+    let shape = (1000, 1016, 2000);
+    let base = check::<f16>(&device, &stream, Config { stages: 2, ..BASE }, shape);
+    for stages in [3, 4] {
+        let other = check::<f16>(&device, &stream, Config { stages, ..BASE }, shape);
+        assert!(base.iter().zip(&other).all(|(x, y)| x.to_bits() == y.to_bits()), "stages {stages} differ from 2");
+    }
+}
+
+/// `TILE_WS_BENCH=1`: the variant against cuBLAS (RESULT lines).
+#[test]
+fn bench_against_cublas() {
+    if std::env::var("TILE_WS_BENCH").is_err() {
+        return;
+    }
+    let Some((device, stream)) = hopper_gpu() else { return };
+    let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
+    let stages: u32 = std::env::var("TILE_WS_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    for size in [4096usize, 8192] {
+        for bf in [false, true] {
+            let cfg = Config { bf16: bf, stages, ..BASE };
+            let l = load(&device, ws_variant(cfg));
+            let flops = 2.0 * (size as f64).powi(3);
+            let (ours, theirs) = if bf {
+                run_pair::<bf16>(&device, &stream, &blas, &l, cfg, size)
+            } else {
+                run_pair::<f16>(&device, &stream, &blas, &l, cfg, size)
+            };
+            println!(
+                "RESULT ws_gemm dtype={} size={size} stages={stages} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
+                if bf { "bf16" } else { "f16" },
+                ours.tflops(flops),
+                theirs.tflops(flops),
+                ours.tflops(flops) / theirs.tflops(flops)
+            );
+        }
+    }
+}
+
+fn run_pair<T: Element + tile_runtime::cublas::CublasElement>(
+    device: &Device,
+    stream: &Stream,
+    blas: &tile_runtime::cublas::Gemm,
+    l: &Loaded,
+    cfg: Config,
+    size: usize,
+) -> (tile_runtime::BenchResult, tile_runtime::BenchResult) {
+    let mut rng = Rng(5);
+    let host: Vec<T> = (0..size * size).map(|_| T::from_f64(rng.f32() as f64)).collect();
+    let a = DeviceTensor::from_slice(stream, &host, &[size, size]).unwrap();
+    let b = DeviceTensor::from_slice(stream, &host, &[size, size]).unwrap();
+    let mut c = DeviceTensor::<T>::zeros(stream, &[size, size]).unwrap();
+    let mut c2 = DeviceTensor::<T>::zeros(stream, &[size, size]).unwrap();
+    let ours = bench(stream, 5, 20, || launch(device, stream, l, cfg, (size, size, size), &a, &b, &mut c)).unwrap();
+    let theirs = bench(stream, 5, 20, || blas.gemm(size, size, size, &a, &b, &mut c2, false, false)).unwrap();
+    let x = c.to_vec(stream).unwrap();
+    let y = c2.to_vec(stream).unwrap();
+    let err = tile_runtime::rel_error(
+        &x.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+        &y.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+    );
+    assert!(err < 1e-2, "ours and cuBLAS differ by {err}");
+    (ours, theirs)
+}
