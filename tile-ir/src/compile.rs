@@ -40,11 +40,15 @@ pub struct CompileOptions {
     /// ([`crate::passes::epilogue`]). Dropped by itself when the kernel
     /// would then exceed the target's shared memory.
     pub stage_epilogues: bool,
+    /// In a warp-specialized variant, store the accumulator copied out right
+    /// after the main loop with TMA (through shared panels) instead of the
+    /// threads' own (staged) stores.
+    pub tma_store: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { stage_epilogues: true }
+        CompileOptions { stage_epilogues: true, tma_store: true }
     }
 }
 
@@ -116,13 +120,18 @@ pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOp
 /// specialized lowering. Errors when the kernel has no plan or a pass fails.
 pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
     let no_plan = || vec![CompileError::new(SpanId::NONE, format!("kernel `{}` cannot be warp-specialized", kernel.name))];
-    let ws = warp_specialize::plan(kernel).ok_or_else(no_plan)?;
+    let mut ws = warp_specialize::plan(kernel).ok_or_else(no_plan)?;
+    if !options.tma_store {
+        ws.store = None;
+    }
     let plan = layout_infer::infer_layouts_with(kernel, &ws.accumulators())?;
-    if options.stage_epilogues {
+    // A TMA store of the accumulator stages through shared memory itself.
+    if options.stage_epilogues && ws.store.is_none() {
         let mut staged_plan = plan.clone();
         let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_plan);
         if any {
-            if let Some(staged_ws) = warp_specialize::plan(&staged) {
+            if let Some(mut staged_ws) = warp_specialize::plan(&staged) {
+                staged_ws.store = None;
                 if let Ok(func) = lower::lower_with(&staged, target, &staged_plan, Some(&staged_ws)) {
                     if func.shared_bytes <= pipeline::shared_limit(target) {
                         return finish(&staged, target, &staged_plan, func);

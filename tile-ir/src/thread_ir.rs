@@ -56,6 +56,8 @@ pub struct Reg(pub u32);
 pub enum Special {
     TidX,
     CtaId(u8),
+    /// `%nctaid.{x,y,z}`: the launched grid's extent.
+    NctaId(u8),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -389,6 +391,7 @@ pub(crate) fn fmt_operand(f: &Function, o: &Operand) -> String {
         Operand::B16(b) => format!("0x{b:04X}"),
         Operand::Special(Special::TidX) => "%tid.x".into(),
         Operand::Special(Special::CtaId(a)) => format!("%ctaid.{}", ["x", "y", "z"][*a as usize % 3]),
+        Operand::Special(Special::NctaId(a)) => format!("%nctaid.{}", ["x", "y", "z"][*a as usize % 3]),
         Operand::Symbol(s) => s.clone(),
     }
 }

@@ -83,7 +83,7 @@ fn transposed_a_bf16_with_annotations_matches_the_reference() {
 /// the pipelined operands' alone (the scratch tile would add to it).
 fn compiled(text: &str) -> Compiled {
     let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
-    compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false }).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
+    compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false, ..CompileOptions::default() }).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
 }
 
 #[test]

@@ -221,7 +221,7 @@ fn example_configuration_assembles_without_spills() {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
         for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
             let c = compile(&k, target).unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch}: {e:?}"));
-            let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false })
+            let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
                 .unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch} (direct): {e:?}"));
             // The epilogue goes through shared memory (16-byte stores) in the
             // memory of the dead B stages: no more shared memory than before.

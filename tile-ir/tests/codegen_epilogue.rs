@@ -90,7 +90,7 @@ fn staged_epilogue_matches_reference_at_edges() {
         let text = matmul(out, bm, bn, bk, threads);
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
         let staged = compile(&k, Target::Sm80).unwrap_or_else(|e| panic!("{out} {bm}x{bn}: {e:?}"));
-        let direct = compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false })
+        let direct = compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
             .unwrap_or_else(|e| panic!("{out} {bm}x{bn} (direct): {e:?}"));
         assert!(staged.ptx.contains("st.global.v4"), "{out} {bm}x{bn}: not staged");
         assert!(!direct.ptx.contains("st.global.v4"), "{out} {bm}x{bn}: direct path has 16-byte stores");
@@ -151,7 +151,7 @@ fn a_scratch_that_does_not_fit_falls_back_to_direct_stores() {
     let k = parse_kernel(&matmul("f32", 128, 256, 64, 256)).unwrap_or_else(|e| panic!("parse: {e:?}"));
     for target in [Target::Sm80, Target::Sm90a] {
         let c = compile(&k, target).unwrap_or_else(|e| panic!("{e:?}"));
-        let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false }).unwrap_or_else(|e| panic!("{e:?}"));
+        let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() }).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(c.ptx, direct.ptx);
         assert!(!c.ptx.contains("st.global.v4"));
     }

@@ -641,7 +641,7 @@ fn pipelined_gemm_128x128x32_assembles_without_spills() {
                 // The verifier does not know gemm yet (its branch adds it).
                 // Direct epilogue stores: the shared memory is the stages' alone
                 // (a staged epilogue adds its scratch; `codegen_epilogue.rs`).
-                let c = compile_verified_with(&k, target, CompileOptions { stage_epilogues: false }).unwrap();
+                let c = compile_verified_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() }).unwrap();
                 assert_eq!(c.shared_bytes, stages * 2 * 128 * 32 * 2);
                 if let Some(r) = assemble(&k.name, &c.ptx, arch) {
                     assert!(

@@ -33,10 +33,25 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
         std::fs::write(format!("{dir}/ws.thread"), &ws.thread_ir).unwrap();
     }
     assert_eq!(ws.threads, 384);
-    assert_eq!(ws.tensor_maps.len(), 2);
+    assert_eq!(ws.tensor_maps.len(), 3, "A, B and the TMA store of C");
     assert_eq!(ws.tensor_maps[0].box_shape, vec![128, 64]);
     assert_eq!(ws.tensor_maps[1].box_shape, vec![64, 64]);
-    for needle in ["wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "cp.async.bulk.tensor.2d", "setmaxnreg.dec", "setmaxnreg.inc", "mbarrier.try_wait.parity"] {
+    assert_eq!(
+        (ws.tensor_maps[2].tensor, &ws.tensor_maps[2].box_shape),
+        (2, &vec![128, 64])
+    );
+    assert!(
+        ws.ptx
+            .contains("cp.async.bulk.tensor.2d.global.shared::cta"),
+        "TMA store"
+    );
+    for needle in [
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+        "cp.async.bulk.tensor.2d",
+        "setmaxnreg.dec",
+        "setmaxnreg.inc",
+        "mbarrier.try_wait.parity",
+    ] {
         assert!(ws.ptx.contains(needle), "missing {needle}");
     }
     let general = &v[1];
@@ -45,11 +60,19 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
     assert!(!general.ptx.contains("wgmma"));
     let report = ptxas::assemble("matmul_ws", &ws.ptx, "sm_90a");
     if let Some(report) = report {
-        assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{report}");
+        assert!(
+            report.contains("0 bytes spill stores, 0 bytes spill loads"),
+            "{report}"
+        );
         println!("{report}");
     }
     // sm_80 has one variant.
-    assert_eq!(compile_variants(&k, Target::Sm80, CompileOptions::default()).unwrap().len(), 1);
+    assert_eq!(
+        compile_variants(&k, Target::Sm80, CompileOptions::default())
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -64,20 +87,45 @@ struct Config {
     threads: u32,
 }
 
-const BASE: Config = Config { bf16: false, trans_a: false, trans_b: false, stages: 3, bm: 128, bn: 256, bk: 64, threads: 256 };
+const BASE: Config = Config {
+    bf16: false,
+    trans_a: false,
+    trans_b: false,
+    stages: 3,
+    bm: 128,
+    bn: 256,
+    bk: 64,
+    threads: 256,
+};
 
 fn kernel_text(c: Config) -> String {
     let t = if c.bf16 { "bf16" } else { "f16" };
     let (bm, bn, bk) = (c.bm, c.bn, c.bk);
     let (a_ty, a_s, a_org) = if c.trans_a {
-        ("[K, M]", format!("[{bk}, {bm}]"), format!("[k * {bk}, by * {bm}]"))
+        (
+            "[K, M]",
+            format!("[{bk}, {bm}]"),
+            format!("[k * {bk}, by * {bm}]"),
+        )
     } else {
-        ("[M, K]", format!("[{bm}, {bk}]"), format!("[by * {bm}, k * {bk}]"))
+        (
+            "[M, K]",
+            format!("[{bm}, {bk}]"),
+            format!("[by * {bm}, k * {bk}]"),
+        )
     };
     let (b_ty, b_s, b_org) = if c.trans_b {
-        ("[N, K]", format!("[{bn}, {bk}]"), format!("[bx * {bn}, k * {bk}]"))
+        (
+            "[N, K]",
+            format!("[{bn}, {bk}]"),
+            format!("[bx * {bn}, k * {bk}]"),
+        )
     } else {
-        ("[K, N]", format!("[{bk}, {bn}]"), format!("[k * {bk}, bx * {bn}]"))
+        (
+            "[K, N]",
+            format!("[{bk}, {bn}]"),
+            format!("[k * {bk}, bx * {bn}]"),
+        )
     };
     let ta = if c.trans_a { ".t" } else { "" };
     let tb = if c.trans_b { ".t" } else { "" };
@@ -104,7 +152,6 @@ fn kernel_text(c: Config) -> String {
     )
 }
 
-
 /// Every configuration the GPU test runs (tile-runtime/tests/gpu_ws_gemm.rs)
 /// gets a warp-specialized variant that ptxas assembles without spills.
 #[test]
@@ -112,14 +159,35 @@ fn gemm_configurations_assemble_without_spills() {
     let configs = [
         BASE,
         Config { bf16: true, ..BASE },
-        Config { trans_b: true, ..BASE },
-        Config { trans_a: true, ..BASE },
-        Config { trans_a: true, trans_b: true, ..BASE },
+        Config {
+            trans_b: true,
+            ..BASE
+        },
+        Config {
+            trans_a: true,
+            ..BASE
+        },
+        Config {
+            trans_a: true,
+            trans_b: true,
+            ..BASE
+        },
         Config { stages: 2, ..BASE },
         Config { stages: 4, ..BASE },
-        Config { bm: 64, bn: 128, threads: 128, ..BASE },
+        Config {
+            bm: 64,
+            bn: 128,
+            threads: 128,
+            ..BASE
+        },
         Config { bk: 32, ..BASE },
-        Config { bf16: true, bn: 128, bk: 32, trans_b: true, ..BASE },
+        Config {
+            bf16: true,
+            bn: 128,
+            bk: 32,
+            trans_b: true,
+            ..BASE
+        },
     ];
     for c in configs {
         let text = kernel_text(c);
@@ -128,7 +196,10 @@ fn gemm_configurations_assemble_without_spills() {
         assert_eq!(v.len(), 2, "{c:?}: no warp-specialized variant");
         assert_eq!(v[0].threads, c.threads + 128);
         if let Some(report) = ptxas::assemble("matmul_ws", &v[0].ptx, "sm_90a") {
-            assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{c:?}\n{report}");
+            assert!(
+                report.contains("0 bytes spill stores, 0 bytes spill loads"),
+                "{c:?}\n{report}"
+            );
         }
     }
 }

@@ -66,9 +66,13 @@ fn kernel_text(c: Config) -> String {
 }
 
 fn ws_variant(c: Config) -> Compiled {
+    ws_variant_with(c, CompileOptions::default())
+}
+
+fn ws_variant_with(c: Config, options: CompileOptions) -> Compiled {
     let text = kernel_text(c);
     let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
-    let mut v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+    let mut v = compile_variants(&k, Target::Sm90a, options).unwrap();
     assert_eq!(v.len(), 2, "{c:?}: expected a warp-specialized variant");
     v.remove(0)
 }
@@ -127,7 +131,8 @@ fn launch<T: Element>(
     c: &mut DeviceTensor<T>,
 ) -> tile_runtime::Result<()> {
     let dtype = if cfg.bf16 { DType::BF16 } else { DType::F16 };
-    let tensors = [(a.device_ptr().unwrap(), a.shape().to_vec()), (b.device_ptr().unwrap(), b.shape().to_vec())];
+    let tensors =
+        [(a.device_ptr().unwrap(), a.shape().to_vec()), (b.device_ptr().unwrap(), b.shape().to_vec()), (c.device_ptr().unwrap(), c.shape().to_vec())];
     let maps: Vec<TensorMap> = l
         .compiled
         .tensor_maps
@@ -164,8 +169,7 @@ fn launch<T: Element>(
     let grid = (n.div_ceil(cfg.bn as usize) as u32, m.div_ceil(cfg.bm as usize) as u32, 1);
     let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
     // SAFETY: the parameters match the kernel's ABI (3 pointers, 3 dims, the maps).
-    unsafe { result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params) }
-        .unwrap();
+    unsafe { result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params) }.unwrap();
     Ok(())
 }
 
@@ -198,8 +202,20 @@ fn check<T: Element>(device: &Device, stream: &Stream, cfg: Config, (m, n, k): (
     launch(device, stream, &l, cfg, (m, n, k), &a, &b, &mut c).unwrap();
     stream.synchronize().unwrap();
     let got = c.to_vec(stream).unwrap();
-    let av = |r: usize, kk: usize| if cfg.trans_a { ah[kk * m + r].to_f64() } else { ah[r * k + kk].to_f64() };
-    let bv = |kk: usize, col: usize| if cfg.trans_b { bh[col * k + kk].to_f64() } else { bh[kk * n + col].to_f64() };
+    let av = |r: usize, kk: usize| {
+        if cfg.trans_a {
+            ah[kk * m + r].to_f64()
+        } else {
+            ah[r * k + kk].to_f64()
+        }
+    };
+    let bv = |kk: usize, col: usize| {
+        if cfg.trans_b {
+            bh[col * k + kk].to_f64()
+        } else {
+            bh[kk * n + col].to_f64()
+        }
+    };
     let rows: Vec<usize> = (0..m).filter(|r| r % 37 == 0 || *r + 1 == m || r % 128 == 127 || r % 128 == 64).collect();
     for &r in &rows {
         for col in 0..n {
@@ -214,7 +230,9 @@ fn check<T: Element>(device: &Device, stream: &Stream, cfg: Config, (m, n, k): (
 
 #[test]
 fn warp_specialized_gemm_matches_the_reference() {
-    let Some((device, stream)) = hopper_gpu() else { return };
+    let Some((device, stream)) = hopper_gpu() else {
+        return;
+    };
     let shapes = [(1000, 1000, 1000), (1999, 1000, 4096), (4095, 1016, 1032), (128, 256, 64), (127, 264, 8), (256, 512, 4096)];
     for &shape in &shapes {
         check::<f16>(&device, &stream, BASE, shape);
@@ -235,7 +253,9 @@ fn warp_specialized_gemm_matches_the_reference() {
 
 #[test]
 fn results_do_not_depend_on_the_number_of_stages() {
-    let Some((device, stream)) = hopper_gpu() else { return };
+    let Some((device, stream)) = hopper_gpu() else {
+        return;
+    };
     let shape = (1000, 1016, 2000);
     let base = check::<f16>(&device, &stream, Config { stages: 2, ..BASE }, shape);
     for stages in [3, 4] {
@@ -250,22 +270,22 @@ fn bench_against_cublas() {
     if std::env::var("TILE_WS_BENCH").is_err() {
         return;
     }
-    let Some((device, stream)) = hopper_gpu() else { return };
+    let Some((device, stream)) = hopper_gpu() else {
+        return;
+    };
     let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
     let stages: u32 = std::env::var("TILE_WS_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     for size in [4096usize, 8192] {
-        for bf in [false, true] {
+        for (bf, tma_store) in [(false, true), (true, true), (false, false), (true, false)] {
             let cfg = Config { bf16: bf, stages, ..BASE };
-            let l = load(&device, ws_variant(cfg));
+            let l = load(&device, ws_variant_with(cfg, CompileOptions { tma_store, ..CompileOptions::default() }));
             let flops = 2.0 * (size as f64).powi(3);
-            let (ours, theirs) = if bf {
-                run_pair::<bf16>(&device, &stream, &blas, &l, cfg, size)
-            } else {
-                run_pair::<f16>(&device, &stream, &blas, &l, cfg, size)
-            };
+            let (ours, theirs) =
+                if bf { run_pair::<bf16>(&device, &stream, &blas, &l, cfg, size) } else { run_pair::<f16>(&device, &stream, &blas, &l, cfg, size) };
             println!(
-                "RESULT ws_gemm dtype={} size={size} stages={stages} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
+                "RESULT ws_gemm dtype={} size={size} stages={stages} store={} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
                 if bf { "bf16" } else { "f16" },
+                if tma_store { "tma" } else { "staged" },
                 ours.tflops(flops),
                 theirs.tflops(flops),
                 ours.tflops(flops) / theirs.tflops(flops)
@@ -292,10 +312,7 @@ fn run_pair<T: Element + tile_runtime::cublas::CublasElement>(
     let theirs = bench(stream, 5, 20, || blas.gemm(size, size, size, &a, &b, &mut c2, false, false)).unwrap();
     let x = c.to_vec(stream).unwrap();
     let y = c2.to_vec(stream).unwrap();
-    let err = tile_runtime::rel_error(
-        &x.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
-        &y.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
-    );
+    let err = tile_runtime::rel_error(&x.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), &y.iter().map(|v| v.to_f64()).collect::<Vec<_>>());
     assert!(err < 1e-2, "ours and cuBLAS differ by {err}");
     (ours, theirs)
 }

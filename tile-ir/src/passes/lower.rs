@@ -1457,6 +1457,11 @@ impl<'a> Lx<'a> {
         }
         let in_nest = self.nest.is_some();
         let collective = |s: &Self, what: &str| s.err(format!("`{what}` is a block-wide operation and cannot appear inside a parallel loop"));
+        if let (Some(st), false) = (self.ws.and_then(|w| w.store.as_ref()), in_nest) {
+            if let (true, StmtKind::Copy { dst, .. }) = (std::ptr::eq(s, &self.k.body[st.index]), &s.kind) {
+                return self.lower_ws_store(st, dst);
+            }
+        }
         match &s.kind {
             StmtKind::Let { var, value } => {
                 let v = self.expr(value)?;

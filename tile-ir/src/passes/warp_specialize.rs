@@ -108,6 +108,33 @@ pub struct WsGemm {
     pub k: i64,
 }
 
+/// The accumulator store right after the loop, done by TMA: the consumers
+/// write the accumulator, rounded, into shared panels of 64 columns
+/// (128B-swizzled, over the dead stage buffers), and one thread stores each
+/// panel with a TMA box (out-of-range elements are not written).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WsStore {
+    /// Index of the copy in `kernel.body` (the statement after the loop).
+    pub index: usize,
+    /// The accumulator (one of the gemms').
+    pub acc: BufferId,
+    /// Index into `kernel.params` of the destination tensor.
+    pub param: usize,
+    pub dtype: DType,
+    pub rows: i64,
+    pub cols: i64,
+}
+
+impl WsStore {
+    /// Columns per shared panel (a 128-byte row).
+    pub fn panel_cols(&self) -> i64 {
+        128 / self.dtype.size_bytes() as i64
+    }
+    pub fn panel_bytes(&self) -> i64 {
+        self.rows * 128
+    }
+}
+
 /// The warp specialization of one kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WsPlan {
@@ -120,6 +147,8 @@ pub struct WsPlan {
     pub consumer_threads: u32,
     /// Registers per consumer thread after `setmaxnreg.inc`.
     pub consumer_regs: u32,
+    /// The TMA store of the accumulator after the loop, when it has one.
+    pub store: Option<WsStore>,
 }
 
 impl WsPlan {
@@ -131,10 +160,11 @@ impl WsPlan {
     pub fn operand_of(&self, buf: BufferId) -> Option<&TmaOperand> {
         self.operands.iter().find(|o| o.buf == buf)
     }
-    /// The tensor maps the variant takes (one per operand), named as the
-    /// lowering declares them.
+    /// The tensor maps the variant takes (one per operand, then the
+    /// store's), named as the lowering declares them.
     pub fn tensor_maps(&self) -> Vec<TensorMapUse> {
-        self.operands
+        let mut maps: Vec<TensorMapUse> = self
+            .operands
             .iter()
             .enumerate()
             .map(|(i, o)| TensorMapUse {
@@ -143,7 +173,16 @@ impl WsPlan {
                 box_shape: vec![o.box_rows as u32, o.panel_cols as u32],
                 swizzle: o.swizzle,
             })
-            .collect()
+            .collect();
+        if let Some(st) = &self.store {
+            maps.push(TensorMapUse {
+                param: format!("tmap{}", maps.len()),
+                tensor: st.param,
+                box_shape: vec![st.rows as u32, st.panel_cols() as u32],
+                swizzle: Swizzle::B128,
+            });
+        }
+        maps
     }
 }
 
@@ -167,7 +206,9 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
     }
     let pipe = pipeline::plan(kernel);
     let (loop_index, lp) = kernel.body.iter().enumerate().find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))?;
-    let StmtKind::For { var, body, kind: LoopKind::Pipelined { stages }, .. } = &lp.kind else { return None };
+    let StmtKind::For { var, body, kind: LoopKind::Pipelined { stages }, .. } = &lp.kind else {
+        return None;
+    };
     let pl = pipe.loops.get(var)?;
     if pipe.loops.len() != 1 || count_pipelined(&kernel.body) != 1 || *stages < 2 {
         return None;
@@ -217,7 +258,32 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
     // Registers: the producer keeps PRODUCER_REGS; the consumers share the rest.
     let pool = 65_536 - 128 * PRODUCER_REGS;
     let consumer_regs = ((pool / threads) / 8 * 8).min(240);
-    Some(WsPlan { loop_index, stages: *stages, operands, gemms: ws_gemms, consumer_threads: threads, consumer_regs })
+    let store = tma_store(kernel, loop_index + 1, &ws_gemms, &operands, *stages);
+    Some(WsPlan { loop_index, stages: *stages, operands, gemms: ws_gemms, consumer_threads: threads, consumer_regs, store })
+}
+
+/// The statement at `index`, when it is `copy(acc, tensor.tile(..))` of a
+/// gemm accumulator into a 2-D f16/bf16 tensor whose tile is whole 64-column
+/// panels of at most 256 rows that fit in the stage buffers.
+fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand], stages: u32) -> Option<WsStore> {
+    let StmtKind::Copy { src, dst, fill: None } = &k.body.get(index)?.kind else {
+        return None;
+    };
+    let g = gemms.iter().find(|g| g.c == src.buf)?;
+    let db = k.buffer(dst.buf);
+    if db.scope != Scope::Global || db.shape.len() != 2 || dst.origin.len() != 2 || src.origin.iter().any(|e| !is_zero(e)) {
+        return None;
+    }
+    if !matches!(db.dtype, DType::F16 | DType::BF16) {
+        return None;
+    }
+    let param = k.params.iter().position(|p| p.kind == ParamKind::Tensor(dst.buf))?;
+    let st = WsStore { index, acc: g.c, param, dtype: db.dtype, rows: g.m, cols: g.n };
+    let stage_room: i64 = operands.iter().map(|o| (o.stage_bytes() + 1023) / 1024 * 1024 * stages as i64).sum();
+    if st.cols % st.panel_cols() != 0 || st.rows > 256 || st.panel_bytes() * (st.cols / st.panel_cols()) > stage_room {
+        return None;
+    }
+    Some(st)
 }
 
 fn count_pipelined(body: &[Stmt]) -> usize {

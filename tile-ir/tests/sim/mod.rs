@@ -37,6 +37,7 @@ pub struct Sim<'f> {
     pub tensors: Vec<Vec<u8>>,
     pub params: HashMap<String, u64>,
     pub ctaid: [u32; 3],
+    pub nctaid: [u32; 3],
     regs: Vec<Vec<u64>>,
     shared: Vec<u8>,
     threads: usize,
@@ -79,6 +80,7 @@ impl<'f> Sim<'f> {
             tensors,
             params,
             ctaid: [0; 3],
+            nctaid: [1; 3],
             regs: vec![],
             shared: vec![],
             threads,
@@ -94,6 +96,7 @@ impl<'f> Sim<'f> {
     }
 
     pub fn run_grid(&mut self, grid: [u32; 3]) {
+        self.nctaid = grid;
         for z in 0..grid[2] {
             for y in 0..grid[1] {
                 for x in 0..grid[0] {
@@ -149,6 +152,7 @@ impl<'f> Sim<'f> {
             Operand::B16(b) => *b as u64,
             Operand::Special(Special::TidX) => t as u64,
             Operand::Special(Special::CtaId(a)) => self.ctaid[*a as usize] as u64,
+            Operand::Special(Special::NctaId(a)) => self.nctaid[*a as usize] as u64,
             Operand::Symbol(s) if s == SMEM => 0,
             Operand::Symbol(s) => panic!("unknown symbol {s}"),
         }
