@@ -30,6 +30,12 @@ pub struct Compiled {
     /// The TMA tensor maps the kernel takes after its other parameters
     /// (empty for kernels without TMA); see [`crate::abi::TensorMapUse`].
     pub tensor_maps: Vec<crate::abi::TensorMapUse>,
+    /// A persistent kernel: each block runs the grid's blocks
+    /// `ctaid.x, ctaid.x + nctaid.x, ...` itself, so the launch may use any
+    /// number of blocks from 1 to the grid's total, as a 1-D grid (the
+    /// runtime uses one per SM). Launched with the whole grid, it is the
+    /// ordinary kernel.
+    pub persistent: bool,
 }
 
 /// Choices that change the generated code, not its meaning.
@@ -44,11 +50,14 @@ pub struct CompileOptions {
     /// after the main loop with TMA (through shared panels) instead of the
     /// threads' own (staged) stores.
     pub tma_store: bool,
+    /// Make a warp-specialized variant with a TMA store persistent when it
+    /// can be (see [`Compiled::persistent`]).
+    pub persistent: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { stage_epilogues: true, tma_store: true }
+        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true }
     }
 }
 
@@ -124,6 +133,7 @@ pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options:
     if !options.tma_store {
         ws.store = None;
     }
+    ws.persistent &= options.persistent && ws.store.is_some();
     let plan = layout_infer::infer_layouts_with(kernel, &ws.accumulators())?;
     // A TMA store of the accumulator stages through shared memory itself.
     if options.stage_epilogues && ws.store.is_none() {
@@ -132,6 +142,7 @@ pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options:
         if any {
             if let Some(mut staged_ws) = warp_specialize::plan(&staged) {
                 staged_ws.store = None;
+                staged_ws.persistent = false;
                 if let Ok(func) = lower::lower_with(&staged, target, &staged_plan, Some(&staged_ws)) {
                     if func.shared_bytes <= pipeline::shared_limit(target) {
                         return finish(&staged, target, &staged_plan, func);
@@ -168,5 +179,6 @@ fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_i
     let thread_ir = thread_ir::print_function(&func);
     let threads = func.threads;
     let tensor_maps = func.tensor_maps.clone();
-    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func, threads, tensor_maps })
+    let persistent = func.persistent;
+    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func, threads, tensor_maps, persistent })
 }

@@ -368,6 +368,9 @@ pub struct Function {
     pub barrier_threads: Option<u32>,
     /// `.minnctapersm` (a register cap for `setmaxnreg` kernels).
     pub min_blocks_per_sm: Option<u32>,
+    /// The kernel loops over the grid's blocks (`ctaid.x + i·nctaid.x`):
+    /// it may be launched with fewer blocks, in x only.
+    pub persistent: bool,
 }
 
 impl Function {

@@ -33,6 +33,13 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
         std::fs::write(format!("{dir}/ws.thread"), &ws.thread_ir).unwrap();
     }
     assert_eq!(ws.threads, 384);
+    assert!(ws.persistent, "pre-statements, the loop and a TMA store: persistent");
+    assert!(ws.ptx.contains("%nctaid.x"));
+    let plain = compile_variants(&k, Target::Sm90a, CompileOptions { persistent: false, ..CompileOptions::default() }).unwrap();
+    assert!(!plain[0].persistent && !plain[0].ptx.contains("%nctaid.x"));
+    if let Some(report) = ptxas::assemble("matmul_ws_plain", &plain[0].ptx, "sm_90a") {
+        assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{report}");
+    }
     assert_eq!(ws.tensor_maps.len(), 3, "A, B and the TMA store of C");
     assert_eq!(ws.tensor_maps[0].box_shape, vec![128, 64]);
     assert_eq!(ws.tensor_maps[1].box_shape, vec![64, 64]);

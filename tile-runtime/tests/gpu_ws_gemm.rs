@@ -23,9 +23,11 @@ struct Config {
     bn: i64,
     bk: i64,
     threads: u32,
+    /// Blocks a persistent variant is launched with (0: one per SM).
+    blocks: u32,
 }
 
-const BASE: Config = Config { bf16: false, trans_a: false, trans_b: false, stages: 3, bm: 128, bn: 256, bk: 64, threads: 256 };
+const BASE: Config = Config { bf16: false, trans_a: false, trans_b: false, stages: 3, bm: 128, bn: 256, bk: 64, threads: 256, blocks: 0 };
 
 fn kernel_text(c: Config) -> String {
     let t = if c.bf16 { "bf16" } else { "f16" };
@@ -166,7 +168,17 @@ fn launch<T: Element>(
     for mp in &maps {
         params.push(mp.param_ptr());
     }
-    let grid = (n.div_ceil(cfg.bn as usize) as u32, m.div_ceil(cfg.bm as usize) as u32, 1);
+    let mut grid = (n.div_ceil(cfg.bn as usize) as u32, m.div_ceil(cfg.bm as usize) as u32, 1);
+    if l.compiled.persistent {
+        // One block per SM, each looping over the grid's tiles.
+        let sms = device
+            .cuda_context()
+            .unwrap()
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .unwrap() as u32;
+        let blocks = if cfg.blocks > 0 { cfg.blocks } else { sms };
+        grid = ((grid.0 * grid.1).min(blocks), 1, 1);
+    }
     let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
     // SAFETY: the parameters match the kernel's ABI (3 pointers, 3 dims, the maps).
     unsafe { result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params) }.unwrap();
@@ -245,6 +257,9 @@ fn warp_specialized_gemm_matches_the_reference() {
             check::<f16>(&device, &stream, Config { trans_a: ta, trans_b: tb, ..BASE }, shape);
         }
     }
+    // A persistent launch with few blocks: each loops over many tiles.
+    check::<f16>(&device, &stream, Config { blocks: 5, ..BASE }, (1999, 1000, 1032));
+    check::<bf16>(&device, &stream, Config { blocks: 3, bf16: true, stages: 2, ..BASE }, (1000, 2040, 136));
     // One consumer warpgroup, 128×128 tiles; 64-deep K-major tiles of 32 columns (64B swizzle).
     check::<f16>(&device, &stream, Config { bm: 64, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
     check::<f16>(&device, &stream, Config { bk: 32, ..BASE }, (1000, 1000, 1000));
@@ -276,16 +291,16 @@ fn bench_against_cublas() {
     let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
     let stages: u32 = std::env::var("TILE_WS_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     for size in [4096usize, 8192] {
-        for (bf, tma_store) in [(false, true), (true, true), (false, false), (true, false)] {
+        for (bf, persistent) in [(false, true), (true, true), (false, false), (true, false)] {
             let cfg = Config { bf16: bf, stages, ..BASE };
-            let l = load(&device, ws_variant_with(cfg, CompileOptions { tma_store, ..CompileOptions::default() }));
+            let l = load(&device, ws_variant_with(cfg, CompileOptions { persistent, ..CompileOptions::default() }));
+            assert_eq!(l.compiled.persistent, persistent);
             let flops = 2.0 * (size as f64).powi(3);
             let (ours, theirs) =
                 if bf { run_pair::<bf16>(&device, &stream, &blas, &l, cfg, size) } else { run_pair::<f16>(&device, &stream, &blas, &l, cfg, size) };
             println!(
-                "RESULT ws_gemm dtype={} size={size} stages={stages} store={} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
+                "RESULT ws_gemm dtype={} size={size} stages={stages} persistent={persistent} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
                 if bf { "bf16" } else { "f16" },
-                if tma_store { "tma" } else { "staged" },
                 ours.tflops(flops),
                 theirs.tflops(flops),
                 ours.tflops(flops) / theirs.tflops(flops)

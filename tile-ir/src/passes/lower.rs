@@ -148,6 +148,7 @@ pub fn lower_with(kernel: &Kernel, target: Target, plan: &LayoutPlan, ws: Option
     let mut lx = Lx {
         ws,
         ws_bars: 0,
+        ws_store_base: 0,
         k: kernel,
         target,
         plan,
@@ -186,7 +187,14 @@ pub fn lower_with(kernel: &Kernel, target: Target, plan: &LayoutPlan, ws: Option
     };
     lx.setup();
     lx.check_pipeline_budget();
-    lx.lower_block(&kernel.body);
+    match ws {
+        Some(w) if w.persistent => {
+            if let Err(e) = lx.lower_ws_persistent(&kernel.body) {
+                lx.errors.push(e);
+            }
+        }
+        _ => lx.lower_block(&kernel.body),
+    }
     if !lx.errors.is_empty() {
         return Err(lx.errors);
     }
@@ -204,6 +212,8 @@ struct Lx<'a> {
     ws: Option<&'a WsPlan>,
     /// Byte offset of the warp-specialized loop's mbarriers in `smem`.
     ws_bars: i64,
+    /// Byte offset of the TMA store's shared panels in `smem`.
+    ws_store_base: i64,
     target: Target,
     plan: &'a LayoutPlan,
     f: Function,

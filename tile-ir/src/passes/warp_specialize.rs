@@ -149,6 +149,11 @@ pub struct WsPlan {
     pub consumer_regs: u32,
     /// The TMA store of the accumulator after the loop, when it has one.
     pub store: Option<WsStore>,
+    /// Whether the variant is persistent (`lower/warp_specialized.rs`):
+    /// the kernel is exactly pre-statements, the loop and the TMA store,
+    /// and the stages, the store's panels and the barriers fit in shared
+    /// memory side by side.
+    pub persistent: bool,
 }
 
 impl WsPlan {
@@ -259,7 +264,12 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
     let pool = 65_536 - 128 * PRODUCER_REGS;
     let consumer_regs = ((pool / threads) / 8 * 8).min(240);
     let store = tma_store(kernel, loop_index + 1, &ws_gemms, &operands, *stages);
-    Some(WsPlan { loop_index, stages: *stages, operands, gemms: ws_gemms, consumer_threads: threads, consumer_regs, store })
+    let persistent = store.as_ref().is_some_and(|st| {
+        let stages_bytes: i64 = operands.iter().map(|o| (o.stage_bytes() + 1023) / 1024 * 1024 * *stages as i64).sum();
+        let panels = st.panel_bytes() * (st.cols / st.panel_cols());
+        st.index + 1 == kernel.body.len() && stages_bytes + panels + 16 * *stages as i64 <= pipeline::shared_limit(Target::Sm90a) as i64
+    });
+    Some(WsPlan { loop_index, stages: *stages, operands, gemms: ws_gemms, consumer_threads: threads, consumer_regs, store, persistent })
 }
 
 /// The statement at `index`, when it is `copy(acc, tensor.tile(..))` of a

@@ -37,6 +37,22 @@ use crate::ir::Stmt as TStmt;
 use crate::passes::warp_specialize::{TmaOperand, WsGemm, WsStore, PRODUCER_REGS};
 use crate::thread_ir::WgmmaA;
 
+/// What the producer thread carries across loops (and tiles).
+struct ProducerState {
+    maps: Vec<Reg>,
+    stage: Reg,
+    phase: Reg,
+}
+
+/// What the consumers carry across loops (and tiles).
+struct ConsumerState {
+    dregs: Vec<Vec<Reg>>,
+    wg: Reg,
+    stage: Reg,
+    phase: Reg,
+    prev: Reg,
+}
+
 impl Lx<'_> {
     /// Places the stage buffers of the warp-specialized loop (1024-byte
     /// aligned: the 128B swizzle pattern repeats every 8 rows of 128 bytes
@@ -52,6 +68,14 @@ impl Lx<'_> {
             self.footprint.insert(o.buf, footprint);
             self.stage_stride.insert(o.buf, stride);
         }
+        // The TMA store's panels: over the dead stage buffers, or, when the
+        // producer runs ahead into the next tile (persistent), apart.
+        self.ws_store_base = ws.operands.iter().filter_map(|o| self.shared.get(&o.buf).map(|p| p.0)).min().unwrap_or(0);
+        if let (Some(st), true) = (&ws.store, ws.persistent) {
+            let off = (self.smem_top + 1023) / 1024 * 1024;
+            self.smem_top = off + st.panel_bytes() * (st.cols / st.panel_cols());
+            self.ws_store_base = off;
+        }
         // full[0..S] then empty[0..S], 8 bytes each.
         self.ws_bars = self.alloc_smem(16 * ws.stages as i64);
         for tm in ws.tensor_maps() {
@@ -61,6 +85,7 @@ impl Lx<'_> {
         self.f.threads = ws.consumer_threads + 128;
         self.f.barrier_threads = Some(ws.consumer_threads);
         self.f.min_blocks_per_sm = Some(1);
+        self.f.persistent = ws.persistent;
     }
 
     /// `smem + ws_bars + 8·(stage + which·S)`: full (`which` 0) or empty (1).
@@ -91,11 +116,8 @@ impl Lx<'_> {
         Ok(self.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), base.into()]))
     }
 
-    /// Lowers the warp-specialized pipelined loop (see the module doc).
-    pub(super) fn lower_ws_loop(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[TStmt]) -> R<()> {
-        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
-        let t = ws.consumer_threads as i64;
-        let stages = ws.stages as i64;
+    /// The loop bounds `(a, b)` as i32 snapshots.
+    fn ws_bounds(&mut self, start: &Expr, end: &Expr) -> R<(Reg, Reg)> {
         let s0 = self.expr(start)?;
         let s0 = self.convert(s0, DType::I32)?;
         let s0 = self.materialize(&s0);
@@ -105,9 +127,13 @@ impl Lx<'_> {
         let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         self.mov(a, s0.into(), DType::I32);
         self.mov(b, e0.into(), DType::I32);
+        Ok((a, b))
+    }
 
-        // Barriers: initialized by thread 0, visible to all (and to TMA).
-        let bars = self.ws_bars;
+    /// Thread 0 initializes the barriers; all `T + 128` threads sync.
+    fn ws_init_barriers(&mut self) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let (t, stages, bars) = (ws.consumer_threads as i64, ws.stages as i64, self.ws_bars);
         let init = self.capture(|x| {
             let smem = x.smem;
             for s in 0..stages {
@@ -120,39 +146,191 @@ impl Lx<'_> {
         let t0 = self.is_t0;
         self.emit_if(Some(t0), false, init, vec![]);
         self.emit(Inst::NamedBarSync { id: 0, threads: (t + 128) as u32 });
+        Ok(())
+    }
 
-        // Producer warpgroup.
+    /// `if tid >= T { setmaxnreg.dec; if tid == T { issue } exit }`, then
+    /// the consumers' `setmaxnreg.inc`.
+    fn ws_split(&mut self, issue: impl FnOnce(&mut Self) -> R<()>) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let t = ws.consumer_threads as i64;
         let tid = self.tid;
         let is_producer = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
         let producer = self.capture(|x| {
             x.emit(Inst::SetMaxNreg { inc: false, count: PRODUCER_REGS });
             let leader = x.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
-            let issue = x.capture(|y| y.ws_producer(var, a, b, body))?;
-            x.emit_if(Some(leader), false, issue, vec![]);
+            let code = x.capture(issue)?;
+            x.emit_if(Some(leader), false, code, vec![]);
             x.emit(Inst::Exit);
             Ok(())
         })?;
         self.cur().push(Stmt::If { cond: is_producer, negate: false, uniform: false, then: producer, otherwise: vec![] });
-
-        // Consumers.
         self.emit(Inst::SetMaxNreg { inc: true, count: ws.consumer_regs });
-        self.ws_consumer(a, b)?;
         Ok(())
     }
 
-    /// The producer thread's loop: wait for a free stage, then TMA.
-    fn ws_producer(&mut self, var: VarId, a: Reg, b: Reg, body: &[TStmt]) -> R<()> {
+    /// Lowers the warp-specialized pipelined loop (see the module doc).
+    pub(super) fn lower_ws_loop(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[TStmt]) -> R<()> {
+        let (a, b) = self.ws_bounds(start, end)?;
+        self.ws_init_barriers()?;
+        self.ws_split(|x| {
+            let st = x.ws_producer_state()?;
+            x.ws_producer_loop(&st, var, a, b, body)
+        })?;
+        let st = self.ws_consumer_state()?;
+        self.ws_consumer_loop(&st, a, b)?;
+        // Everything after the loop may reuse the stage memory that the
+        // other warpgroup's last wgmmas read.
+        self.emit(Inst::BarSync);
+        Ok(())
+    }
+
+    /// The persistent form (see [`crate::passes::warp_specialize::WsPlan::persistent`]):
+    /// the whole body (`pre`, the loop, the TMA store) runs once per tile
+    /// `ctaid.x + i·nctaid.x` below the grid's block count, the block
+    /// indices derived from the tile as the launch would (rasterization
+    /// included); both sides carry their stage and phase across tiles, so
+    /// the producer loads the next tile while the consumers store this one.
+    pub(super) fn lower_ws_persistent(&mut self, body: &[TStmt]) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let store = ws.store.as_ref().ok_or_else(|| self.err("internal: a persistent plan without a TMA store"))?;
+        let (pre, rest) = body.split_at(ws.loop_index);
+        let StmtKind::For { var, start, end, body: loop_body, .. } = &rest[0].kind else {
+            return Err(self.err("internal: the warp-specialized loop is not a loop"));
+        };
+        let StmtKind::Copy { dst, .. } = &body[store.index].kind else {
+            return Err(self.err("internal: the TMA store is not a copy"));
+        };
+        // Tiles: the grid's blocks, in launch order.
+        let mut g = Vec::new();
+        for e in self.k.grid.clone().iter() {
+            let v = self.expr(e)?;
+            let v = self.convert(v, DType::I32)?;
+            g.push(self.materialize(&v));
+        }
+        let gxy = self.op("mul.lo.s32", RegClass::B32, vec![g[0].into(), g[1].into()]);
+        let total = self.op("mul.lo.s32", RegClass::B32, vec![gxy.into(), g[2].into()]);
+        let cta = self.op("mov.u32", RegClass::B32, vec![Operand::Special(Special::CtaId(0))]);
+        let ncta = self.op("mov.u32", RegClass::B32, vec![Operand::Special(Special::NctaId(0))]);
+        // This block's tiles: i in 0..ceil((total - cta) / ncta).
+        let left = self.op("sub.s32", RegClass::B32, vec![total.into(), cta.into()]);
+        let t1 = self.op("add.s32", RegClass::B32, vec![left.into(), ncta.into()]);
+        let t2 = self.op("sub.s32", RegClass::B32, vec![t1.into(), Operand::Imm(1)]);
+        let count = self.op("div.s32", RegClass::B32, vec![t2.into(), ncta.into()]);
+        let (gx, gy) = (g[0], g[1]);
+        self.ws_init_barriers()?;
+        self.ws_split(|x| {
+            let st = x.ws_producer_state()?;
+            x.ws_tiles(count, cta, ncta, false, |y, tile| {
+                y.ws_bind_tile(tile, gx, gy, gxy)?;
+                // Only what the copies' origins and the bounds may use: the
+                // producer keeps few registers (no accumulator fills).
+                for s in pre {
+                    if matches!(s.kind, StmtKind::Let { .. } | StmtKind::Assign { .. }) {
+                        y.stmt(s)?;
+                    }
+                }
+                let (a, b) = y.ws_bounds(start, end)?;
+                y.ws_producer_loop(&st, *var, a, b, loop_body)
+            })
+        })?;
+        let st = self.ws_consumer_state()?;
+        self.ws_tiles(count, cta, ncta, true, |x, tile| {
+            x.ws_bind_tile(tile, gx, gy, gxy)?;
+            for s in pre {
+                x.stmt(s)?;
+            }
+            let (a, b) = x.ws_bounds(start, end)?;
+            x.ws_consumer_loop(&st, a, b)?;
+            // The previous tile's store must have read its shared panels.
+            let wait = x.capture(|y| {
+                y.emit(Inst::BulkWaitRead { pending: 0 });
+                Ok(())
+            })?;
+            let t0 = x.is_t0;
+            x.emit_if(Some(t0), false, wait, vec![]);
+            x.emit(Inst::BarSync);
+            x.lower_ws_store(store, dst)
+        })?;
+        let wait = self.capture(|y| {
+            y.emit(Inst::BulkWaitRead { pending: 0 });
+            Ok(())
+        })?;
+        let t0 = self.is_t0;
+        self.emit_if(Some(t0), false, wait, vec![]);
+        Ok(())
+    }
+
+    /// `for i in 0..count { tile = cta + i·ncta; f(tile) }`.
+    fn ws_tiles(&mut self, count: Reg, cta: Reg, ncta: Reg, uniform: bool, f: impl FnOnce(&mut Self, Reg) -> R<()>) -> R<()> {
+        let i = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        let body = self.capture(|x| {
+            let tile = x.op("mad.lo.s32", RegClass::B32, vec![i.into(), ncta.into(), cta.into()]);
+            f(x, tile)
+        })?;
+        self.cur().push(Stmt::For { var: i, start: Operand::Imm(0), end: count.into(), exit, uniform, body });
+        Ok(())
+    }
+
+    /// Binds the block-index variables to those of linear block `tile`
+    /// (`ctaid.y · gx + ctaid.x` in a launch of the whole grid), through the
+    /// kernel's rasterization when it has one.
+    fn ws_bind_tile(&mut self, tile: Reg, gx: Reg, gy: Reg, gxy: Reg) -> R<()> {
+        let block_var = |k: &Kernel, axis: u8| k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32));
+        let (vx, vy, vz) = (block_var(self.k, 0), block_var(self.k, 1), block_var(self.k, 2));
+        let bz = self.op("div.u32", RegClass::B32, vec![tile.into(), gxy.into()]);
+        let lin = self.op("rem.u32", RegClass::B32, vec![tile.into(), gxy.into()]);
+        if let Some(v) = vz {
+            self.vars.insert(v, bz);
+        }
+        match (self.k.rasterize, vx, vy) {
+            (Some(panel), Some(x), Some(y)) => {
+                // `rasterize_exprs` over the linear id, held in `x`'s slot.
+                self.vars.insert(x, lin);
+                let (ex, ey) = crate::abi::rasterize_exprs(panel, &self.k.grid[0], &self.k.grid[1], &Expr::Var(x));
+                let nx = self.expr(&ex)?;
+                let nx = self.materialize(&nx);
+                let ny = self.expr(&ey)?;
+                let ny = self.materialize(&ny);
+                self.vars.insert(x, nx);
+                self.vars.insert(y, ny);
+            }
+            _ => {
+                let bx = self.op("rem.u32", RegClass::B32, vec![lin.into(), gx.into()]);
+                let by = self.op("div.u32", RegClass::B32, vec![lin.into(), gx.into()]);
+                let _ = gy;
+                if let Some(v) = vx {
+                    self.vars.insert(v, bx);
+                }
+                if let Some(v) = vy {
+                    self.vars.insert(v, by);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The producer's tensor map addresses and its stage/phase counters.
+    fn ws_producer_state(&mut self) -> R<ProducerState> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
         let mut maps = Vec::new();
-        for tm in ws.tensor_maps() {
+        for tm in ws.tensor_maps().iter().take(ws.operands.len()) {
             let r = self.new_reg(RegClass::B64);
             self.emit(Inst::TensorMapAddr { dst: r, param: tm.param.clone() });
             maps.push(r);
         }
-        let stage_bytes: i64 = ws.operands.iter().map(|o| o.stage_bytes()).sum();
         let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         self.mov(stage, Operand::Imm(0), DType::I32);
         self.mov(phase, Operand::Imm(0), DType::I32);
+        Ok(ProducerState { maps, stage, phase })
+    }
+
+    /// The producer thread's loop over `a..b`: wait for a free stage, then TMA.
+    fn ws_producer_loop(&mut self, st: &ProducerState, var: VarId, a: Reg, b: Reg, body: &[TStmt]) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let stage_bytes: i64 = ws.operands.iter().map(|o| o.stage_bytes()).sum();
+        let (stage, phase) = (st.stage, st.phase);
         let kr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         let saved = self.vars.insert(var, kr);
@@ -163,7 +341,7 @@ impl Lx<'_> {
             x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
             let full = x.ws_bar_addr(stage, 0);
             x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(stage_bytes) });
-            for (o, map) in ws.operands.iter().zip(&maps) {
+            for (o, map) in ws.operands.iter().zip(&st.maps) {
                 let StmtKind::Copy { src, .. } = &body[o.copy].kind else {
                     return Err(x.err("internal: warp-specialized operand is not a copy"));
                 };
@@ -200,10 +378,10 @@ impl Lx<'_> {
         Ok(())
     }
 
-    /// The consumers' loop: wait for a full stage, wgmma, release the previous one.
-    fn ws_consumer(&mut self, a: Reg, b: Reg) -> R<()> {
+    /// The consumers' accumulator registers (wgmma `d` order, checked
+    /// against the layout), warpgroup index and stage/phase counters.
+    fn ws_consumer_state(&mut self) -> R<ConsumerState> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
-        // Accumulator registers in wgmma `d` order, checked against the layout.
         let mut dregs = Vec::new();
         for g in &ws.gemms {
             let name = &self.k.buffer(g.c).name;
@@ -226,11 +404,20 @@ impl Lx<'_> {
         }
         let tid = self.tid;
         let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
-        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
-        self.mov(stage, Operand::Imm(0), DType::I32);
-        self.mov(phase, Operand::Imm(0), DType::I32);
-        let prev = self.new_reg(RegClass::B32);
-        self.mov(prev, Operand::Imm(0), DType::I32);
+        let (stage, phase, prev) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        for r in [stage, phase, prev] {
+            self.mov(r, Operand::Imm(0), DType::I32);
+        }
+        Ok(ConsumerState { dregs, wg, stage, phase, prev })
+    }
+
+    /// The consumers' loop over `a..b`: wait for a full stage, wgmma,
+    /// release the previous one; then wait for the last wgmmas and release
+    /// the last stage (so that the producer may refill it while this block
+    /// runs its epilogue).
+    fn ws_consumer_loop(&mut self, st: &ConsumerState, a: Reg, b: Reg) -> R<()> {
+        let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
+        let (stage, phase, prev, wg) = (st.stage, st.phase, st.prev, st.wg);
         let kr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         let lowered = self.capture(|x| {
@@ -245,7 +432,7 @@ impl Lx<'_> {
                 base16.push(s16);
             }
             x.emit(Inst::WgmmaFence);
-            for (g, d) in ws.gemms.iter().zip(&dregs) {
+            for (g, d) in ws.gemms.iter().zip(&st.dregs) {
                 x.ws_gemm(g, d, &base16, wg)?;
             }
             x.emit(Inst::WgmmaCommit);
@@ -259,9 +446,9 @@ impl Lx<'_> {
         })?;
         self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         self.emit(Inst::WgmmaWait { pending: 0 });
-        // Everything after the loop may reuse the stage memory that the
-        // other warpgroup's last wgmmas read.
-        self.emit(Inst::BarSync);
+        let ran = self.op("setp.gt.s32", RegClass::Pred, vec![b.into(), a.into()]);
+        let empty = self.ws_bar_addr(prev, 1);
+        self.emit_guarded(Inst::MbarArrive { addr: empty }, Some((ran, false)));
         Ok(())
     }
 
@@ -326,7 +513,7 @@ impl Lx<'_> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
         let g = ws.gemms.iter().find(|g| g.c == st.acc).ok_or_else(|| self.err("internal: store of a non-accumulator"))?;
         let (_, _) = (g.m, g.n);
-        let base = ws.operands.iter().filter_map(|o| self.shared.get(&o.buf).map(|p| p.0)).min().unwrap_or(0);
+        let base = self.ws_store_base;
         let cvt = match st.dtype {
             DType::F16 => "cvt.rn.f16x2.f32",
             DType::BF16 => "cvt.rn.bf16x2.f32",
@@ -395,7 +582,10 @@ impl Lx<'_> {
                 });
             }
             x.emit(Inst::BulkCommit);
-            x.emit(Inst::BulkWaitRead { pending: 0 });
+            if !ws.persistent {
+                // (Persistent: waited for before the next tile's store and at the end.)
+                x.emit(Inst::BulkWaitRead { pending: 0 });
+            }
             Ok(())
         })?;
         let t0p = self.is_t0;
