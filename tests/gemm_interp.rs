@@ -84,7 +84,8 @@ fn attention_serial_bf16() {
 /// tile (128, 256, 64) and off 8 (K = 1 and 77: rows of `a` not a multiple of
 /// 16 bytes, the general variant's case on a GPU), a single row or column,
 /// and K spanning several pipeline stages.
-const HOPPER_SHAPES: &[(usize, usize, usize)] = &[(130, 260, 72), (1, 17, 77), (200, 1, 136), (65, 129, 1), (129, 40, 200)];
+const HOPPER_SHAPES: &[(usize, usize, usize)] =
+    &[(130, 260, 72), (1, 17, 77), (200, 1, 136), (65, 129, 1), (129, 40, 200)];
 
 #[test]
 fn hopper_every_orientation_f16() {
@@ -141,10 +142,19 @@ fn hopper_one_consumer_warpgroup() {
 fn hopper_check_rejects_wrong_results() {
     let (m, n, k) = (1100, 600, 500); // over FULL_REFERENCE_LIMIT: rows are sampled
     assert!(m * n * k > gemm::FULL_REFERENCE_LIMIT);
+    // `a` has two nonzeros per row, at columns p1(i) and p2(i) (never equal:
+    // 6i + 3 is odd), so that the exact product costs O(m·n), not O(m·n·k).
+    let (p1, p2) = (|i: usize| i % k, |i: usize| (i * 7 + 3) % k);
     let mut rng = common::Rng::new(1);
-    let a: Vec<f16> = rng.vec(m * k, -1.0, 1.0).into_iter().map(f16::from_f32).collect();
+    let mut a = vec![f16::ZERO; m * k];
+    for i in 0..m {
+        a[i * k + p1(i)] = f16::from_f32(rng.uniform(-1.0, 1.0));
+        a[i * k + p2(i)] = f16::from_f32(rng.uniform(-1.0, 1.0));
+    }
     let b: Vec<f16> = rng.vec(k * n, -1.0, 1.0).into_iter().map(f16::from_f32).collect();
-    let exact = examples::gemm::reference_rows(m, n, k, &a, &b, false, false, 0..m);
+    let term = |i: usize, p: usize, j: usize| a[i * k + p].to_f64() * b[p * n + j].to_f64();
+    let exact: Vec<f64> =
+        (0..m * n).map(|x| (x / n, x % n)).map(|(i, j)| term(i, p1(i), j) + term(i, p2(i), j)).collect();
     let good: Vec<f16> = exact.iter().map(|&v| f16::from_f64(v)).collect();
     gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &good, 5).expect("the exact product rounded to f16 passes");
     let sampled = gemm::sample_rows(m, n, k, 5);
@@ -158,10 +168,11 @@ fn hopper_check_rejects_wrong_results() {
     let mut bad = good.clone();
     bad[unsampled * n + 7] = f16::NAN;
     assert!(gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &bad, 5).is_err());
-    // One product a[0][k-1]·b[k-1][3] missing from a sampled element.
+    // One product of row 0 missing from a sampled element (0, j), j chosen
+    // where that product is not tiny.
+    let j = (0..n).find(|&j| term(0, p2(0), j).abs() > 0.1).unwrap();
     let mut bad = good.clone();
-    let missing = a[k - 1].to_f64() * b[(k - 1) * n + 3].to_f64();
-    bad[3] = f16::from_f64(exact[3] - missing.signum() * missing.abs().max(0.25));
+    bad[j] = f16::from_f64(exact[j] - term(0, p2(0), j));
     assert!(gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &bad, 5).is_err());
 }
 

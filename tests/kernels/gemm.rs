@@ -544,8 +544,7 @@ hopper_gemm!(nt one_warpgroup_nt_bf16: bf16 -> bf16, threads = 128, 128 x 128 x 
 // `cluster = (x, y, z)`) on this branch yet; another branch adds both.
 
 /// A GEMM kernel's launch wrapper: `c = op(a) · op(b)`.
-pub type GemmLaunch<T, O> =
-    fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<O>) -> tile::Result<()>;
+pub type GemmLaunch<T, O> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<O>) -> tile::Result<()>;
 
 /// The unit roundoff of an output type (half its epsilon): the relative
 /// error of rounding the f32 accumulator to it.
@@ -650,7 +649,14 @@ pub fn reference_at<T: Element>(
 
 /// Row sums and column sums of the f64 product `op(a) · op(b)`, in
 /// O(mk + kn): `C·1 = op(a)·(op(b)·1)` and `1ᵀ·C = (1ᵀ·op(a))·op(b)`.
-pub fn reference_sums<T: Element>(m: usize, n: usize, k: usize, a: &[T], b: &[T], trans: Trans) -> (Vec<f64>, Vec<f64>) {
+pub fn reference_sums<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    b: &[T],
+    trans: Trans,
+) -> (Vec<f64>, Vec<f64>) {
     let a_at = |i: usize, p: usize| if trans.a { a[p * m + i] } else { a[i * k + p] }.to_f64();
     let b_at = |p: usize, j: usize| if trans.b { b[j * k + p] } else { b[p * n + j] }.to_f64();
     let b_row_sums: Vec<f64> = (0..k).map(|p| (0..n).map(|j| b_at(p, j)).sum()).collect();
@@ -699,7 +705,10 @@ pub fn check_scaled<T: Element, O: Element>(
         let g = g.to_f64();
         if (g - w).abs() > bound {
             let (i, j) = (rows[idx / n.max(1)], idx % n.max(1));
-            return Err(format!("element ({i}, {j}): got {g}, reference {w}, off by {:.3e} > {bound:.3e}", (g - w).abs()));
+            return Err(format!(
+                "element ({i}, {j}): got {g}, reference {w}, off by {:.3e} > {bound:.3e}",
+                (g - w).abs()
+            ));
         }
     }
     // Sums: rounding errors of random data have random signs, so the error
