@@ -684,6 +684,7 @@ pub fn reference_sums<T: Element>(
 ///    one (within six standard deviations of independent per-element errors
 ///    of the bound above): a wrong element in a row that step 2 did not
 ///    sample still moves its row's sum.
+#[allow(clippy::too_many_arguments)]
 pub fn check_scaled<T: Element, O: Element>(
     m: usize,
     n: usize,
