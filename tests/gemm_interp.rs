@@ -187,6 +187,26 @@ fn reference_rejects_a_wrong_product() {
     assert_eq!(examples::gemm::reference(2, 2, 1, &a, &b, false), vec![3.0, 4.0, 6.0, 8.0]);
     assert_eq!(examples::gemm::reference_rows(2, 2, 1, &a, &b, true, true, 1..2), vec![6.0, 8.0]);
     assert!(assert_close(&[f16::from_f32(10.0)], &[11.0], gemm::TOL_F16).is_err());
+    // The Hopper checks' parallel reference and its sums agree with the example's.
+    let (m, n, k) = (37, 29, 23);
+    let mut rng = common::Rng::new(9);
+    let x: Vec<bf16> = rng.vec(m * k, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
+    let y: Vec<bf16> = rng.vec(k * n, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
+    for trans in [gemm::NN, gemm::TN, gemm::NT, gemm::TT] {
+        let full = examples::gemm::reference_rows(m, n, k, &x, &y, trans.a, trans.b, 0..m);
+        let rows = [0, 5, 6, 36];
+        let want: Vec<f64> = rows.iter().flat_map(|&i| full[i * n..(i + 1) * n].to_vec()).collect();
+        assert_eq!(gemm::reference_at(m, n, k, &x, &y, trans, &rows), want, "{trans:?}");
+        let (row_sums, col_sums) = gemm::reference_sums(m, n, k, &x, &y, trans);
+        for i in 0..m {
+            let s: f64 = full[i * n..(i + 1) * n].iter().sum();
+            assert!((row_sums[i] - s).abs() < 1e-9, "{trans:?} row {i}");
+        }
+        for j in 0..n {
+            let s: f64 = (0..m).map(|i| full[i * n + j]).sum();
+            assert!((col_sums[j] - s).abs() < 1e-9, "{trans:?} column {j}");
+        }
+    }
     let att = gemm::attention_ref(&[f16::ONE], &[f16::ONE, f16::ZERO], &[f16::ONE, f16::ZERO], 1, 2, 1);
     let e = std::f64::consts::E;
     assert!((att[0] - e / (e + 1.0)).abs() < 1e-12, "{att:?}");

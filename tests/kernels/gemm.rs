@@ -610,9 +610,10 @@ pub fn sample_rows(m: usize, n: usize, k: usize, seed: u64) -> Vec<usize> {
     rows
 }
 
-/// The f64 reference of `op(a) · op(b)` at `rows` (sorted), `rows.len() × n`
-/// values: `reference_rows` over each run of consecutive rows, the runs
-/// spread over the CPU's cores.
+/// The f64 reference of `op(a) · op(b)` at `rows`, `rows.len() × n` values
+/// in that order: `examples::gemm::reference_rows`' arithmetic with `op(b)`
+/// transposed once and the rows spread over the CPU's cores (a 4096³ check
+/// samples ~30 rows: one transpose and 30·n·k multiply-adds).
 #[allow(clippy::too_many_arguments)]
 pub fn reference_at<T: Element>(
     m: usize,
@@ -623,25 +624,30 @@ pub fn reference_at<T: Element>(
     trans: Trans,
     rows: &[usize],
 ) -> Vec<f64> {
-    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
-    for &r in rows {
-        match runs.last_mut() {
-            // Short runs, so that the work spreads over the threads; each run
-            // pays one transpose of `b` (the cost of one row).
-            Some(run) if run.end == r && run.len() < 8 => run.end += 1,
-            _ => runs.push(r..r + 1),
+    assert_eq!(a.len(), m * k, "reference: a has {} elements, not m * k = {}", a.len(), m * k);
+    assert_eq!(b.len(), k * n, "reference: b has {} elements, not k * n = {}", b.len(), k * n);
+    // op(b) as [n, k] rows of f64: each output is a contiguous dot product.
+    let mut bt = vec![0.0f64; n * k];
+    for p in 0..k {
+        for j in 0..n {
+            bt[j * k + p] = if trans.b { b[j * k + p] } else { b[p * n + j] }.to_f64();
         }
     }
-    let threads = std::thread::available_parallelism().map_or(4, |p| p.get()).min(runs.len().max(1));
-    let chunk = runs.len().div_ceil(threads).max(1);
+    let bt = &bt;
+    let one_row = move |i: usize, out: &mut Vec<f64>| {
+        let a_row: Vec<f64> = (0..k).map(|p| if trans.a { a[p * m + i] } else { a[i * k + p] }.to_f64()).collect();
+        out.extend((0..n).map(|j| a_row.iter().zip(&bt[j * k..(j + 1) * k]).map(|(x, y)| x * y).sum::<f64>()));
+    };
+    let threads = std::thread::available_parallelism().map_or(4, |p| p.get()).min(rows.len().max(1));
+    let chunk = rows.len().div_ceil(threads).max(1);
     let parts: Vec<Vec<f64>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = runs
+        let handles: Vec<_> = rows
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
-                    let mut out = Vec::new();
-                    for run in part {
-                        out.extend(examples::gemm::reference_rows(m, n, k, a, b, trans.a, trans.b, run.clone()));
+                    let mut out = Vec::with_capacity(part.len() * n);
+                    for &i in part {
+                        one_row(i, &mut out);
                     }
                     out
                 })
