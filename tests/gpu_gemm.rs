@@ -191,7 +191,8 @@ fn hopper_shapes() -> &'static [(usize, usize, usize)] {
         (4095, 1000, 4096),
         // 520 = 64·8 + 8, N = 4095: TMA only for `a · bᵀ`.
         (127, 4095, 520),
-        // K = 4095: the general variant everywhere, K one short of the tiles.
+        // K = 4095, one short of the tiles: the general variant wherever K is
+        // a row length, TMA for `aᵀ · b` (K outermost in both operands).
         (1000, 584, 4095),
         // Every dimension smaller than the TMA box (8 = one 16-byte row).
         (8, 4096, 8),

@@ -614,7 +614,6 @@ pub fn sample_rows(m: usize, n: usize, k: usize, seed: u64) -> Vec<usize> {
 /// in that order: `examples::gemm::reference_rows`' arithmetic with `op(b)`
 /// transposed once and the rows spread over the CPU's cores (a 4096³ check
 /// samples ~30 rows: one transpose and 30·n·k multiply-adds).
-#[allow(clippy::too_many_arguments)]
 pub fn reference_at<T: Element>(
     m: usize,
     n: usize,
