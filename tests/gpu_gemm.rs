@@ -275,6 +275,54 @@ fn hopper_stage_counts_agree_bitwise() {
     }
 }
 
+/// Every Hopper-shaped kernel (and the example's) has the shape the sm_90a warp-specialized
+/// lowering takes, so that the `hopper_` tests above run it (not only the
+/// fallback): on sm_90a, `compile_variants` gives a TMA + mbarrier + wgmma
+/// variant first, with tensor maps of both operands, and the general
+/// variant, without maps, last. No GPU needed, but under the `gpu` feature
+/// with the tests it guards: it holds once the sm_90a lowering (issue 4) is in.
+#[test]
+fn hopper_kernels_have_a_warp_specialized_variant() {
+    let metas: [&tile::KernelMeta; 20] = [
+        &examples::gemm::matmul::META,
+        &examples::gemm::matmul_bf16::META,
+        &examples::gemm::matmul_bt::META,
+        &gemm::hopper_nn_f16::META,
+        &gemm::hopper_nn_bf16::META,
+        &gemm::hopper_tn_f16::META,
+        &gemm::hopper_tn_bf16::META,
+        &gemm::hopper_nt_f16::META,
+        &gemm::hopper_nt_bf16::META,
+        &gemm::hopper_tt_f16::META,
+        &gemm::hopper_tt_bf16::META,
+        &gemm::hopper_nn_bf16_f32_out::META,
+        &gemm::stages2_f16::META,
+        &gemm::stages3_f16::META,
+        &gemm::stages4_f16::META,
+        &gemm::stages2_tn_bf16::META,
+        &gemm::stages3_tn_bf16::META,
+        &gemm::stages4_tn_bf16::META,
+        &gemm::one_warpgroup_f16::META,
+        &gemm::one_warpgroup_nt_bf16::META,
+    ];
+    let mut missing = Vec::new();
+    for meta in metas {
+        let kernel: tile::ir::Kernel = serde_json::from_str(meta.ir).expect("embedded Tile IR parses");
+        let variants =
+            tile::ir::compile_variants(&kernel, tile::ir::Target::Sm90a, tile::ir::CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{}: sm_90a compile failed: {e:?}", meta.name));
+        let (first, last) = (&variants[0], &variants[variants.len() - 1]);
+        let ws = variants.len() >= 2
+            && first.tensor_maps.len() >= 2
+            && ["wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier"].iter().all(|op| first.ptx.contains(op));
+        if !ws {
+            missing.push(meta.name);
+        }
+        assert!(last.tensor_maps.is_empty(), "{}: the last variant must run on any tensors", meta.name);
+    }
+    assert!(missing.is_empty(), "no warp-specialized TMA + wgmma sm_90a variant for {missing:?}");
+}
+
 // PENDING (the `warp_specialize` attribute, another branch): a
 // `hopper_general_only` test of the `warp_specialize = false` kernel (see the
 // note in tests/kernels/gemm.rs) goes here: correct on TMA-addressable shapes
