@@ -7,7 +7,14 @@
 //! Without a GPU: the interpreter at small awkward sizes against the CPU
 //! reference.
 //!
-//! `cargo run --release --example gemm` (`TILE_INTERPRET=1` forces the interpreter).
+//! `cargo run --release --example gemm -- [options]` (`TILE_INTERPRET=1`
+//! forces the interpreter):
+//!
+//! - `--size N[,N..]`: the square sizes to time (default `4096,8192`);
+//! - `--dtype f16|bf16[,..]`: the element types (default both);
+//! - `--no-check`: skip the correctness checks at awkward sizes;
+//! - `--once`: launch our kernel once per size and type and wait for it, no
+//!   cuBLAS, no timing: the launch to profile (`ncu --launch-count 1`).
 use tile::cublas;
 use tile::prelude::*;
 
@@ -118,7 +125,89 @@ fn compare_and_time<T: Dtype>(s: &Stream, blas: &cublas::Gemm, m: usize, n: usiz
     Ok(())
 }
 
-fn main() -> Res<()> {
+/// The command line (see the module doc).
+struct Options {
+    sizes: Vec<usize>,
+    f16: bool,
+    bf16: bool,
+    check: bool,
+    once: bool,
+}
+
+const USAGE: &str = "usage: gemm [--size N[,N..]] [--dtype f16|bf16[,..]] [--no-check] [--once]";
+
+impl Options {
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
+        let mut opts = Options { sizes: vec![4096, 8192], f16: true, bf16: true, check: true, once: false };
+        let mut dtypes: Option<Vec<String>> = None;
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f.to_string(), Some(v.to_string())),
+                None => (arg.clone(), None),
+            };
+            let mut value = |name: &str| inline.clone().or_else(|| args.next()).ok_or(format!("{name} needs a value"));
+            match flag.as_str() {
+                "--size" => {
+                    opts.sizes = value("--size")?
+                        .split(',')
+                        .map(|v| match v.trim().parse::<usize>() {
+                            Ok(n) if n > 0 => Ok(n),
+                            _ => Err(format!("--size: `{v}` is not a positive integer")),
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
+                "--dtype" => dtypes = Some(value("--dtype")?.split(',').map(|v| v.trim().to_string()).collect()),
+                "--no-check" => opts.check = false,
+                "--once" => opts.once = true,
+                "-h" | "--help" => return Err(String::new()),
+                other => return Err(format!("unknown argument `{other}`")),
+            }
+        }
+        if let Some(dtypes) = dtypes {
+            opts.f16 = false;
+            opts.bf16 = false;
+            for d in dtypes {
+                match d.as_str() {
+                    "f16" | "fp16" => opts.f16 = true,
+                    "bf16" => opts.bf16 = true,
+                    other => return Err(format!("--dtype: `{other}` is not f16 or bf16")),
+                }
+            }
+        }
+        Ok(opts)
+    }
+}
+
+/// Our kernel at `size`³ on random inputs, launched once and waited for.
+fn launch_once<T: Dtype>(s: &Stream, size: usize) -> Res<()> {
+    let mut rng = common::Rng::new(size as u64);
+    let (_, a) = random::<T>(s, &mut rng, size, size)?;
+    let (_, b) = random::<T>(s, &mut rng, size, size)?;
+    let mut c = DeviceTensor::<T>::zeros(s, &[size, size])?;
+    T::ours(s, &a, &b, &mut c)?;
+    s.synchronize()?;
+    println!("{} {size} x {size} x {size}: launched once", T::NAME);
+    Ok(())
+}
+
+fn main() {
+    let opts = match Options::parse(std::env::args().skip(1)) {
+        Ok(opts) => opts,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("gemm: {e}");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&opts) {
+        eprintln!("gemm: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(opts: &Options) -> Res<()> {
     let device = Device::auto()?;
     let stream = device.stream()?;
     println!("gemm on {}", device.name());
@@ -129,16 +218,37 @@ fn main() -> Res<()> {
         check_bt_vs_cpu(&stream, 70, 100, 50)?;
         return Ok(());
     }
-    for (m, n, k) in [(1000, 1999, 777), (1, 4095, 17), (4095, 1, 1000), (129, 257, 4096)] {
-        check_vs_cpu::<f16>(&stream, m, n, k)?;
-        check_vs_cpu::<bf16>(&stream, m, n, k)?;
-        check_bt_vs_cpu(&stream, m, n, k)?;
+    if opts.once {
+        for &size in &opts.sizes {
+            if opts.f16 {
+                launch_once::<f16>(&stream, size)?;
+            }
+            if opts.bf16 {
+                launch_once::<bf16>(&stream, size)?;
+            }
+        }
+        return Ok(());
+    }
+    if opts.check {
+        for (m, n, k) in [(1000, 1999, 777), (1, 4095, 17), (4095, 1, 1000), (129, 257, 4096), (1000, 1000, 1000)] {
+            if opts.f16 {
+                check_vs_cpu::<f16>(&stream, m, n, k)?;
+                check_bt_vs_cpu(&stream, m, n, k)?;
+            }
+            if opts.bf16 {
+                check_vs_cpu::<bf16>(&stream, m, n, k)?;
+            }
+        }
     }
     let blas = cublas::Gemm::new(&stream)?;
     println!("cuBLAS: {} (version {})", blas.library_name(), blas.version()?);
-    for size in [4096, 8192] {
-        compare_and_time::<f16>(&stream, &blas, size, size, size)?;
-        compare_and_time::<bf16>(&stream, &blas, size, size, size)?;
+    for &size in &opts.sizes {
+        if opts.f16 {
+            compare_and_time::<f16>(&stream, &blas, size, size, size)?;
+        }
+        if opts.bf16 {
+            compare_and_time::<bf16>(&stream, &blas, size, size, size)?;
+        }
     }
     Ok(())
 }

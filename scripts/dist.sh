@@ -2,16 +2,31 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh && (on the GPU machine) dist/run.sh [tests|examples|gemm|memcheck|all]
+#   scripts/dist.sh [all|gemm] && (on the GPU machine) dist/run.sh [MODE]
+# (run.sh's header lists its modes).
+#
+#   all   (default) every integration test binary of the workspace and every
+#         example (about 65 MB);
+#   gemm  only what `run.sh gemm` and `run.sh hopper` use: the tests gpu_gemm
+#         (tile), gpu_cublas and gpu_tma (tile-runtime) and the gemm example
+#         (a few MB: fits where the whole dist does not, e.g. a 64 MB carry),
+#         plus cubin/: the sm_90a kernels of those binaries assembled with
+#         ptxas (the binaries embed PTX only; `run.sh hopper` reads the SASS
+#         of these), or ptx/ when no ptxas is found here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+what="${1:-all}"
+case "$what" in
+  all | gemm) ;;
+  *) echo "usage: scripts/dist.sh [all|gemm]" >&2; exit 2 ;;
+esac
 rm -rf dist && mkdir -p dist/bin
 
-# Test binaries: every integration test of the workspace, with the gpu feature
-# of the facade and of the runtime (tile-runtime's GPU tests: launch, cuBLAS).
-cargo test --release --features gpu,tile-runtime/gpu --workspace --no-run --message-format=json 2>/dev/null \
-  | python3 -c '
-import json, sys, shutil, os
+# Copies the test executables that cargo reports (JSON messages on stdin)
+# into dist/bin: test-<name> for integration tests, unit-<name> for lib tests.
+collect_tests() {
+  python3 -c '
+import json, sys, shutil
 for line in sys.stdin:
     try: msg = json.loads(line)
     except ValueError: continue
@@ -22,16 +37,63 @@ for line in sys.stdin:
         kind = msg["target"]["kind"][0]
         dst = f"dist/bin/test-{name}" if kind != "lib" else f"dist/bin/unit-{name}"
         shutil.copy(msg["executable"], dst)
-        print("test  ", dst)
+        print("test   ", dst)
 '
+}
+
+# Test binaries, with the gpu feature of the facade and of the runtime
+# (tile-runtime's GPU tests: launch, TMA, cuBLAS). Cargo's diagnostics go to
+# stderr (shown); the JSON messages on stdout feed collect_tests.
+features=(--features gpu,tile-runtime/gpu)
+if [[ $what == all ]]; then
+  cargo test --release "${features[@]}" --workspace --no-run --message-format=json | collect_tests
+  examples=(examples/*.rs)
+else
+  # Every kernel the gemm binaries compile dumps its PTX here (TILE_DUMP);
+  # touching their sources makes the macros run again, so the dump is fresh
+  # and holds exactly these kernels.
+  dump="$PWD/target/dist-dump"
+  rm -rf "$dump" && mkdir -p "$dump"
+  export TILE_DUMP="$dump"
+  touch tests/gpu_gemm.rs examples/gemm.rs
+  cargo test --release "${features[@]}" --test gpu_gemm --no-run --message-format=json | collect_tests
+  cargo test --release -p tile-runtime --features gpu --test gpu_cublas --test gpu_tma --no-run --message-format=json \
+    | collect_tests
+  examples=(examples/gemm.rs)
+fi
 # Example binaries.
-cargo build --release --features gpu --examples
-for ex in examples/*.rs; do
+example_args=()
+for ex in "${examples[@]}"; do example_args+=(--example "$(basename "$ex" .rs)"); done
+cargo build --release --features gpu "${example_args[@]}"
+for ex in "${examples[@]}"; do
   name=$(basename "$ex" .rs)
   cp "target/release/examples/$name" "dist/bin/example-$name"
   echo "example dist/bin/example-$name"
 done
 strip --strip-debug dist/bin/* 2>/dev/null || true
+
+# sm_90a cubins of the dumped kernels (gemm only).
+if [[ $what == gemm ]]; then
+  ptxas="${TILE_PTXAS:-$(command -v ptxas || true)}"
+  if [[ -z $ptxas ]]; then
+    ptxas=$(python3 -c 'import os, nvidia.cuda_nvcc as m; print(os.path.join(list(m.__path__)[0], "bin", "ptxas"))' \
+      2>/dev/null || true)
+  fi
+  shopt -s nullglob
+  ptx=("$dump"/*.sm_90a*.ptx)
+  [[ ${#ptx[@]} -gt 0 ]] || { echo "dist.sh: no sm_90a PTX in $dump (TILE_ARCHS without sm_90a?)" >&2; exit 1; }
+  if [[ -x $ptxas ]]; then
+    mkdir -p dist/cubin
+    for p in "${ptx[@]}"; do
+      "$ptxas" -arch=sm_90a "$p" -o "dist/cubin/$(basename "$p" .ptx).cubin"
+    done
+    echo "cubin   dist/cubin: ${#ptx[@]} sm_90a kernels ($("$ptxas" --version | tail -n 1))"
+  else
+    mkdir -p dist/ptx
+    cp "${ptx[@]}" dist/ptx/
+    echo "ptx     dist/ptx: ${#ptx[@]} sm_90a kernels (no ptxas here: run.sh hopper assembles them)"
+  fi
+fi
 cp scripts/run-dist.sh dist/run.sh
 chmod +x dist/run.sh
 du -sh dist

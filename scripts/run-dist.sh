@@ -5,10 +5,31 @@
 #   run.sh gemm      the gemm example, its GPU tests and the cuBLAS tests only
 #   run.sh memcheck  the GPU tests under compute-sanitizer memcheck and racecheck
 #                    (with TILE_TEST_SMALL=1: tests that honour it use small sizes)
-#   run.sh all       all of the above
-# Every `RESULT ...` line the examples print is collected in results.txt beside
-# this script. cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or
-# libcublas.so on the loader path; TILE_CUBLAS=/path/to/libcublas.so.N overrides.
+#   run.sh hopper    the sm_90a GEMM path (issue 4), in order:
+#                    1. the gemm GPU tests (test-gpu_gemm, every test, full sizes);
+#                    2. its `hopper_` tests under compute-sanitizer memcheck, then
+#                       racecheck, at small sizes (TILE_TEST_SMALL=1);
+#                    3. the gemm example against cuBLAS at 4096³ and 8192³, f16
+#                       and bf16 (RESULT gemm lines);
+#                    4. ncu on one 8192³ f16 launch of the example's kernel:
+#                       tensor pipe utilization, DRAM throughput, achieved
+#                       occupancy, duration, registers, shared memory;
+#                    5. SASS instruction counts (HGMMA, UTMALDG, SYNCS = mbarrier,
+#                       BAR, ...) of every sm_90a kernel of the gemm tests and
+#                       example, one `RESULT sass` line per kernel.
+#                    Steps with `hopper:N[,N..]` only (e.g. `run.sh hopper:3,4`).
+#   run.sh all       tests, examples and memcheck
+# Every `RESULT ...` line is collected in results.txt beside this script.
+# cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or libcublas.so on
+# the loader path; TILE_CUBLAS=/path/to/libcublas.so.N overrides. The CUDA
+# tools (compute-sanitizer, ncu, cuobjdump or nvdisasm, ptxas) are found on
+# PATH, then in /usr/local/cuda/bin and /opt/nvidia/nsight-compute/*.
+#
+# Why SASS comes from cubin/ and not from the test binary: tile embeds PTX,
+# which the driver compiles when a kernel is first launched, so the binaries
+# hold no SASS for cuobjdump. `dist.sh gemm` dumps each kernel's sm_90a PTX at
+# build time (TILE_DUMP) and assembles it with ptxas into cubin/<kernel>...cubin;
+# where it could not, it leaves the PTX in ptx/ and step 5 assembles it here.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 what="${1:-all}"
@@ -22,6 +43,19 @@ example() {
   local rc=${PIPESTATUS[0]}
   grep '^RESULT ' "$here/.example.log" >>"$results"
   [[ $rc == 0 ]] || { echo "!! FAILED: $*"; status=1; }
+}
+# The path of a CUDA tool, or nothing.
+tool() {
+  local t
+  t=$(command -v "$1") && { echo "$t"; return; }
+  for t in /usr/local/cuda/bin/"$1" /usr/local/cuda-*/bin/"$1" /opt/nvidia/nsight-compute/*/"$1"; do
+    [[ -x $t ]] && { echo "$t"; return; }
+  done
+}
+# Sets $found to the path of a tool that a step needs; fails the run when missing.
+need() {
+  found=$(tool "$1")
+  [[ -n $found ]] || { echo "!! FAILED: $1 not found (PATH, /usr/local/cuda/bin)"; status=1; return 1; }
 }
 if [[ $what == tests || $what == all ]]; then
   for t in "$here"/bin/test-* "$here"/bin/unit-*; do [[ -x $t ]] && run "$t" --test-threads=1; done
@@ -37,6 +71,98 @@ if [[ $what == gemm ]]; then
   done
   example "$here/bin/example-gemm"
 fi
+
+# ---- hopper: the sm_90a GEMM path -------------------------------------------
+if [[ $what == hopper || $what == hopper:* ]]; then
+  steps=",1,2,3,4,5,"
+  [[ $what == hopper:* ]] && steps=",${what#hopper:},"
+  step() { [[ $steps == *",$1,"* ]]; }
+  : >"$results"
+  gemm_tests="$here/bin/test-gpu_gemm"
+  gemm_example="$here/bin/example-gemm"
+  for f in "$gemm_tests" "$gemm_example"; do
+    [[ -x $f ]] || { echo "!! FAILED: $f missing (build with scripts/dist.sh gemm)"; status=1; }
+  done
+  if step 1 && [[ -x $gemm_tests ]]; then
+    echo "== [hopper 1] gemm GPU tests"
+    start=$SECONDS
+    run "$gemm_tests" --test-threads=1
+    echo "   (gemm GPU tests took $((SECONDS - start)) s)"
+  fi
+  if step 2 && [[ -x $gemm_tests ]] && need compute-sanitizer; then
+    cs=$found
+    echo "== [hopper 2] compute-sanitizer on the hopper_ tests at small sizes"
+    for t in memcheck racecheck; do
+      TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$gemm_tests" --test-threads=1 hopper_
+    done
+  fi
+  if step 3 && [[ -x $gemm_example ]]; then
+    echo "== [hopper 3] gemm example vs cuBLAS"
+    example "$gemm_example" --size 4096,8192 --dtype f16,bf16
+  fi
+  if step 4 && [[ -x $gemm_example ]] && need ncu; then
+    ncu=$found
+    echo "== [hopper 4] ncu: one 8192^3 f16 launch"
+    # The tensor pipe metric's name depends on the ncu version and the chip:
+    # keep the candidates this ncu knows (wgmma counts under gmma on Hopper).
+    known=$("$ncu" --query-metrics 2>/dev/null | awk '{print $1}')
+    metrics="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed"
+    metrics+=",dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum"
+    metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"
+    metrics+=",launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__block_size,launch__grid_size"
+    tensor=0
+    for m in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_tensor_op_hmma_cycles_active sm__pipe_tensor_cycles_active \
+      sm__inst_executed_pipe_tensor_op_gmma sm__inst_executed_pipe_tensor_op_hmma; do
+      if grep -qx "$m" <<<"$known"; then
+        case $m in
+          *_cycles_active) metrics+=",$m.avg.pct_of_peak_sustained_active" ;;
+          *) metrics+=",$m.sum" ;;
+        esac
+        tensor=1
+      fi
+    done
+    # If the query failed, ask for the generic name and let ncu say.
+    [[ $tensor == 1 ]] || metrics+=",sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
+    run "$ncu" --launch-count 1 --metrics "$metrics" "$gemm_example" --once --size 8192 --dtype f16
+  fi
+  if step 5; then
+    echo "== [hopper 5] SASS of the sm_90a kernels (per kernel: instruction counts)"
+    dis=$(tool cuobjdump)
+    if [[ -n $dis ]]; then dis=("$dis" -sass); else dis=$(tool nvdisasm) && dis=("$dis" -c); fi
+    ptxas=$(tool ptxas)
+    shopt -s nullglob
+    # Assemble PTX that dist.sh left unassembled.
+    for p in "$here"/ptx/*.ptx; do
+      c="$here/cubin/$(basename "$p" .ptx).cubin"
+      [[ -e $c ]] && continue
+      if [[ -n $ptxas ]]; then
+        mkdir -p "$here/cubin" && "$ptxas" -arch=sm_90a "$p" -o "$c" || { echo "!! FAILED: ptxas $p"; status=1; }
+      fi
+    done
+    cubins=("$here"/cubin/*.cubin)
+    if [[ ${#cubins[@]} == 0 ]]; then
+      echo "!! FAILED: no cubin/ (and no ptx/ with a ptxas here): build with scripts/dist.sh gemm"
+      status=1
+    elif [[ -z ${dis[0]} ]]; then
+      echo "!! FAILED: neither cuobjdump nor nvdisasm found"
+      status=1
+    else
+      for c in "${cubins[@]}"; do
+        # Mnemonics (the opcode before its first `.`), predicates dropped.
+        counts=$("${dis[@]}" "$c" 2>/dev/null \
+          | sed -nE 's#^[[:space:]]*/\*[0-9a-f]+\*/[[:space:]]+(@!?U?P[A-Z0-9]+[[:space:]]+)?([A-Z][A-Z0-9_]*).*#\2#p' \
+          | sort | uniq -c)
+        line="RESULT sass kernel=$(basename "$c" .cubin)"
+        for op in HGMMA WARPGROUP UTMALDG UTMASTG SYNCS BAR HMMA LDGSTS LDSM STG STS; do
+          n=$(awk -v op="$op" '$2 == op {print $1}' <<<"$counts")
+          line+=" $op=${n:-0}"
+        done
+        echo "$line" | tee -a "$results"
+      done
+    fi
+  fi
+fi
+
 if [[ -s $results ]]; then echo "== RESULT lines (also in $results)"; cat "$results"; fi
 if [[ $what == memcheck || $what == all ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -1,7 +1,9 @@
 //! GEMM and FlashAttention-style kernels in the CPU interpreter at awkward
 //! sizes (not multiples of the tiles), against f64 CPU references: f16 and
 //! bf16, every operand orientation, both warp-policy extremes, serial and
-//! pipelined K loops, and the example's kernels.
+//! pipelined K loops, and the example's kernels; the Hopper-shaped kernels
+//! (issue 4: 128-row tiles, BK = 64, every orientation, 2 to 4 stages, one
+//! consumer warpgroup) on small shapes that cut every tile dimension.
 #[path = "../examples/kernels/common.rs"]
 mod common;
 #[path = "kernels/gemm.rs"]
@@ -78,6 +80,102 @@ fn attention_serial_bf16() {
     }
 }
 
+/// Small awkward shapes for the Hopper-shaped kernels: M, N, K off every
+/// tile (128, 256, 64) and off 8 (K = 1 and 77: rows of `a` not a multiple of
+/// 16 bytes, the general variant's case on a GPU), a single row or column,
+/// and K spanning several pipeline stages.
+const HOPPER_SHAPES: &[(usize, usize, usize)] =
+    &[(130, 260, 72), (1, 17, 77), (200, 1, 136), (65, 129, 1), (129, 40, 200)];
+
+#[test]
+fn hopper_every_orientation_f16() {
+    for case in gemm::hopper_f16() {
+        for (i, &(m, n, k)) in HOPPER_SHAPES.iter().enumerate() {
+            gemm::check_hopper(&dev(), m, n, k, case.trans, 100 + i as u64, case.launch)
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        }
+    }
+}
+
+#[test]
+fn hopper_every_orientation_bf16() {
+    for case in gemm::hopper_bf16() {
+        for (i, &(m, n, k)) in HOPPER_SHAPES.iter().enumerate() {
+            gemm::check_hopper(&dev(), m, n, k, case.trans, 200 + i as u64, case.launch)
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        }
+    }
+}
+
+#[test]
+fn hopper_bf16_with_f32_output() {
+    for (m, n, k) in [(130, 260, 72), (3, 300, 200)] {
+        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 7, gemm::hopper_nn_bf16_f32_out::launch).unwrap();
+    }
+}
+
+#[test]
+fn hopper_stage_counts_agree_bitwise() {
+    // K = 200: four k-steps of 64, so that 4 stages hold the whole loop.
+    for (m, n, k) in [(130, 129, 200), (1, 200, 520), (129, 1, 65)] {
+        gemm::check_stage_independence(&dev(), m, n, k, 11, &gemm::stages_f16()).unwrap();
+        gemm::check_stage_independence(&dev(), m, n, k, 12, &gemm::stages_tn_bf16()).unwrap();
+    }
+}
+
+#[test]
+fn hopper_one_consumer_warpgroup() {
+    for (m, n, k) in [(130, 129, 200), (1, 1, 1), (257, 100, 64)] {
+        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 13, gemm::one_warpgroup_f16::launch).unwrap();
+        gemm::check_hopper(&dev(), m, n, k, gemm::NT, 14, gemm::one_warpgroup_nt_bf16::launch).unwrap();
+    }
+}
+
+// PENDING (the `warp_specialize` attribute, another branch): a
+// `hopper_general_only` test of the `warp_specialize = false` kernel (see the
+// note in tests/kernels/gemm.rs) goes here.
+
+/// The checks of the Hopper kernels must be able to fail: a result with one
+/// wrong element in a row the sampling skips, one never-written element,
+/// and one element off by a single missing product.
+#[test]
+fn hopper_check_rejects_wrong_results() {
+    let (m, n, k) = (1100, 600, 500); // over FULL_REFERENCE_LIMIT: rows are sampled
+    assert!(m * n * k > gemm::FULL_REFERENCE_LIMIT);
+    // `a` has two nonzeros per row, at columns p1(i) and p2(i) (never equal:
+    // 6i + 3 is odd), so that the exact product costs O(m·n), not O(m·n·k).
+    let (p1, p2) = (|i: usize| i % k, |i: usize| (i * 7 + 3) % k);
+    let mut rng = common::Rng::new(1);
+    let mut a = vec![f16::ZERO; m * k];
+    for i in 0..m {
+        a[i * k + p1(i)] = f16::from_f32(rng.uniform(-1.0, 1.0));
+        a[i * k + p2(i)] = f16::from_f32(rng.uniform(-1.0, 1.0));
+    }
+    let b: Vec<f16> = rng.vec(k * n, -1.0, 1.0).into_iter().map(f16::from_f32).collect();
+    let term = |i: usize, p: usize, j: usize| a[i * k + p].to_f64() * b[p * n + j].to_f64();
+    let exact: Vec<f64> =
+        (0..m * n).map(|x| (x / n, x % n)).map(|(i, j)| term(i, p1(i), j) + term(i, p2(i), j)).collect();
+    let good: Vec<f16> = exact.iter().map(|&v| f16::from_f64(v)).collect();
+    gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &good, 5).expect("the exact product rounded to f16 passes");
+    let sampled = gemm::sample_rows(m, n, k, 5);
+    let unsampled = (0..m).find(|r| !sampled.contains(r)).unwrap();
+    // A block's worth of garbage in one unsampled row: the row sums catch it.
+    let mut bad = good.clone();
+    for v in &mut bad[unsampled * n..unsampled * n + 128] {
+        *v = f16::from_f32(v.to_f32() + 3.0);
+    }
+    assert!(gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &bad, 5).is_err());
+    let mut bad = good.clone();
+    bad[unsampled * n + 7] = f16::NAN;
+    assert!(gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &bad, 5).is_err());
+    // One product of row 0 missing from a sampled element (0, j), j chosen
+    // where that product is not tiny.
+    let j = (0..n).find(|&j| term(0, p2(0), j).abs() > 0.1).unwrap();
+    let mut bad = good.clone();
+    bad[j] = f16::from_f64(exact[j] - term(0, p2(0), j));
+    assert!(gemm::check_scaled(m, n, k, &a, &b, gemm::NN, &bad, 5).is_err());
+}
+
 /// The references are independent of the kernels; make sure they can fail:
 /// a wrong product must not pass the check.
 #[test]
@@ -89,6 +187,26 @@ fn reference_rejects_a_wrong_product() {
     assert_eq!(examples::gemm::reference(2, 2, 1, &a, &b, false), vec![3.0, 4.0, 6.0, 8.0]);
     assert_eq!(examples::gemm::reference_rows(2, 2, 1, &a, &b, true, true, 1..2), vec![6.0, 8.0]);
     assert!(assert_close(&[f16::from_f32(10.0)], &[11.0], gemm::TOL_F16).is_err());
+    // The Hopper checks' parallel reference and its sums agree with the example's.
+    let (m, n, k) = (37, 29, 23);
+    let mut rng = common::Rng::new(9);
+    let x: Vec<bf16> = rng.vec(m * k, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
+    let y: Vec<bf16> = rng.vec(k * n, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
+    for trans in [gemm::NN, gemm::TN, gemm::NT, gemm::TT] {
+        let full = examples::gemm::reference_rows(m, n, k, &x, &y, trans.a, trans.b, 0..m);
+        let rows = [0, 5, 6, 36];
+        let want: Vec<f64> = rows.iter().flat_map(|&i| full[i * n..(i + 1) * n].to_vec()).collect();
+        assert_eq!(gemm::reference_at(m, n, k, &x, &y, trans, &rows), want, "{trans:?}");
+        let (row_sums, col_sums) = gemm::reference_sums(m, n, k, &x, &y, trans);
+        for i in 0..m {
+            let s: f64 = full[i * n..(i + 1) * n].iter().sum();
+            assert!((row_sums[i] - s).abs() < 1e-9, "{trans:?} row {i}");
+        }
+        for j in 0..n {
+            let s: f64 = (0..m).map(|i| full[i * n + j]).sum();
+            assert!((col_sums[j] - s).abs() < 1e-9, "{trans:?} column {j}");
+        }
+    }
     let att = gemm::attention_ref(&[f16::ONE], &[f16::ONE, f16::ZERO], &[f16::ONE, f16::ZERO], 1, 2, 1);
     let e = std::f64::consts::E;
     assert!((att[0] - e / (e + 1.0)).abs() < 1e-12, "{att:?}");

@@ -6,6 +6,11 @@
 //!
 //! Tiles are smaller than the example's (64 × 64 with 128 threads) so that
 //! the interpreter runs them quickly; the example kernels are checked too.
+//!
+//! The Hopper-shaped kernels (issue 4, `hopper_gemm!` below) have the tiles
+//! the sm_90a warp-specialized variant takes; [`check_hopper`] checks them at
+//! any size (a sampled f64 reference above [`FULL_REFERENCE_LIMIT`], every
+//! element bounded by a scale of sqrt(K)·|a|·|b|, exact row and column sums).
 #![allow(dead_code)]
 use tile::prelude::*;
 
@@ -410,4 +415,452 @@ pub fn attention_f16(dev: &Device, sq: usize, sk: usize, seed: u64) -> Res<Vec<f
 /// The serial bf16 attention kernel (head dimension 32).
 pub fn attention_bf16(dev: &Device, sq: usize, sk: usize, seed: u64) -> Res<Vec<bf16>> {
     check_attention(dev, sq, sk, 32, 2e-2, seed, attention_serial_bf16::launch)
+}
+
+// ---------------------------------------------------------------------------
+// Hopper-shaped GEMMs (issue 4). On sm_90a, `compile_variants` turns each of
+// these pipelined loops into a warp-specialized TMA + mbarrier + wgmma
+// kernel when every operand is TMA-addressable (16-byte aligned rows: K·2
+// bytes for a row-major `a`, and so on) and falls back to the general
+// cp.async + mma.sync variant otherwise; the kernel source is the same.
+// `#[tile_kernel]` cannot be generic over constants, so `hopper_gemm!`
+// stamps out one kernel per orientation, element type and configuration.
+// ---------------------------------------------------------------------------
+
+/// One pipelined GEMM kernel `c = op(a) · op(b)`: `nn` (`a` `[M, K]`, `b`
+/// `[K, N]`), `tn` (`a` stored `[K, M]`, staged `[BK, BM]`, read as `a_s.t()`),
+/// `nt` (`b` stored `[N, K]`, staged `[BN, BK]`, read as `b_s.t()`) or `tt`
+/// (both); `$t` in, f32 accumulation, `$out` out.
+macro_rules! hopper_gemm {
+    ($(#[$doc:meta])* nn $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
+        $(#[$doc])*
+        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
+        pub fn $name(a: &Tensor<$t, M, K>, b: &Tensor<$t, K, N>, c: &mut Tensor<$out, M, N>) {
+            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+            use_swizzle(8);
+            let mut a_s = shared::<$t, BM, BK>();
+            let mut b_s = shared::<$t, BK, BN>();
+            let mut acc = fragment::<f32, BM, BN>();
+            clear(&mut acc);
+            for k in pipelined(cdiv(K, BK), STAGES) {
+                copy(a.tile([by * BM, k * BK]), &mut a_s);
+                copy(b.tile([k * BK, bx * BN]), &mut b_s);
+                gemm(&a_s, &b_s, &mut acc);
+            }
+            copy(&acc, c.tile([by * BM, bx * BN]));
+        }
+    };
+    ($(#[$doc:meta])* tn $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
+        $(#[$doc])*
+        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
+        pub fn $name(a: &Tensor<$t, K, M>, b: &Tensor<$t, K, N>, c: &mut Tensor<$out, M, N>) {
+            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+            use_swizzle(8);
+            let mut a_s = shared::<$t, BK, BM>();
+            let mut b_s = shared::<$t, BK, BN>();
+            let mut acc = fragment::<f32, BM, BN>();
+            clear(&mut acc);
+            for k in pipelined(cdiv(K, BK), STAGES) {
+                copy(a.tile([k * BK, by * BM]), &mut a_s);
+                copy(b.tile([k * BK, bx * BN]), &mut b_s);
+                gemm(&a_s.t(), &b_s, &mut acc);
+            }
+            copy(&acc, c.tile([by * BM, bx * BN]));
+        }
+    };
+    ($(#[$doc:meta])* nt $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
+        $(#[$doc])*
+        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
+        pub fn $name(a: &Tensor<$t, M, K>, b: &Tensor<$t, N, K>, c: &mut Tensor<$out, M, N>) {
+            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+            use_swizzle(8);
+            let mut a_s = shared::<$t, BM, BK>();
+            let mut b_s = shared::<$t, BN, BK>();
+            let mut acc = fragment::<f32, BM, BN>();
+            clear(&mut acc);
+            for k in pipelined(cdiv(K, BK), STAGES) {
+                copy(a.tile([by * BM, k * BK]), &mut a_s);
+                copy(b.tile([bx * BN, k * BK]), &mut b_s);
+                gemm(&a_s, &b_s.t(), &mut acc);
+            }
+            copy(&acc, c.tile([by * BM, bx * BN]));
+        }
+    };
+    ($(#[$doc:meta])* tt $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
+        $(#[$doc])*
+        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
+        pub fn $name(a: &Tensor<$t, K, M>, b: &Tensor<$t, N, K>, c: &mut Tensor<$out, M, N>) {
+            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+            use_swizzle(8);
+            let mut a_s = shared::<$t, BK, BM>();
+            let mut b_s = shared::<$t, BN, BK>();
+            let mut acc = fragment::<f32, BM, BN>();
+            clear(&mut acc);
+            for k in pipelined(cdiv(K, BK), STAGES) {
+                copy(a.tile([k * BK, by * BM]), &mut a_s);
+                copy(b.tile([bx * BN, k * BK]), &mut b_s);
+                gemm(&a_s.t(), &b_s.t(), &mut acc);
+            }
+            copy(&acc, c.tile([by * BM, bx * BN]));
+        }
+    };
+}
+
+// The example's configuration (128 × 256 × 64, 256 threads: two consumer
+// warpgroups of 64 × 256 each, 3 stages of 48 KB), every orientation, f16
+// and bf16.
+hopper_gemm!(nn hopper_nn_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(nn hopper_nn_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(tn hopper_tn_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(tn hopper_tn_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(nt hopper_nt_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(nt hopper_nt_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(tt hopper_tt_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(tt hopper_tt_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
+hopper_gemm!(
+    /// The accumulator stored unrounded (f32 out): the tight check of the
+    /// tensor-core accumulation itself.
+    nn hopper_nn_bf16_f32_out: bf16 -> f32, threads = 256, 128 x 256 x 64, stages = 3
+);
+
+// One kernel at 2, 3 and 4 stages: the outputs must be bitwise identical
+// (the K order of the accumulation does not depend on the pipeline depth).
+// 128 × 128 × 64 rather than the example's 128 × 256 × 64, whose 4 stages
+// (192 KB) exceed sm_80's 163 KB of shared memory: every kernel is also
+// built for sm_80 (the default TILE_ARCHS), and that would fail the build.
+hopper_gemm!(nn stages2_f16: f16 -> f16, threads = 256, 128 x 128 x 64, stages = 2);
+hopper_gemm!(nn stages3_f16: f16 -> f16, threads = 256, 128 x 128 x 64, stages = 3);
+hopper_gemm!(nn stages4_f16: f16 -> f16, threads = 256, 128 x 128 x 64, stages = 4);
+hopper_gemm!(tn stages2_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 2);
+hopper_gemm!(tn stages3_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 3);
+hopper_gemm!(tn stages4_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 4);
+
+// One consumer warpgroup (128 threads) owning the whole 128 × 128 tile.
+hopper_gemm!(nn one_warpgroup_f16: f16 -> f16, threads = 128, 128 x 128 x 64, stages = 4);
+hopper_gemm!(nt one_warpgroup_nt_bf16: bf16 -> bf16, threads = 128, 128 x 128 x 64, stages = 4);
+
+// PENDING (issue 4, the `warp_specialize` attribute): the kernel with
+// `#[tile_kernel(threads = 256, warp_specialize = false, consts(..))]` goes
+// here: the example configuration with the warp-specialized variant turned
+// off (sm_90a then embeds only the general cp.async + mma.sync variant, even
+// for TMA-addressable operands), checked like `hopper_nn_f16` by a
+// `general_only_f16` case in tests/gpu_gemm.rs and tests/gemm_interp.rs.
+// `#[tile_kernel]` does not parse `warp_specialize = bool` (nor
+// `cluster = (x, y, z)`) on this branch yet; another branch adds both.
+
+/// A GEMM kernel's launch wrapper: `c = op(a) · op(b)`.
+pub type GemmLaunch<T, O> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<O>) -> tile::Result<()>;
+
+/// The unit roundoff of an output type (half its epsilon): the relative
+/// error of rounding the f32 accumulator to it.
+pub fn unit_roundoff<O: Element>() -> f64 {
+    match O::DTYPE {
+        tile::ir::DType::F16 => f64::powi(2.0, -11),
+        tile::ir::DType::BF16 => f64::powi(2.0, -8),
+        _ => f64::powi(2.0, -24),
+    }
+}
+
+/// The relative L2 tolerance of an output type (the constants above).
+pub fn l2_tolerance<O: Element>() -> f64 {
+    match O::DTYPE {
+        tile::ir::DType::F16 => TOL_F16,
+        tile::ir::DType::BF16 => TOL_BF16,
+        _ => TOL_F32,
+    }
+}
+
+/// The shapes of `a` and `b` in memory for `trans`.
+pub fn operand_shapes(m: usize, n: usize, k: usize, trans: Trans) -> ([usize; 2], [usize; 2]) {
+    let a = if trans.a { [k, m] } else { [m, k] };
+    let b = if trans.b { [n, k] } else { [k, n] };
+    (a, b)
+}
+
+/// Whether both operands of an `m × n × k` GEMM stored as `trans` says are
+/// TMA-addressable (device allocations are 256-byte aligned, so only the row
+/// strides matter): then sm_90a runs the warp-specialized TMA + wgmma
+/// variant, otherwise the general cp.async + mma.sync one.
+pub fn tma_operands(m: usize, n: usize, k: usize, trans: Trans, elem_bytes: usize) -> bool {
+    let (a, b) = operand_shapes(m, n, k, trans);
+    tile::ir::abi::tma_addressable(0, &a, elem_bytes) && tile::ir::abi::tma_addressable(0, &b, elem_bytes)
+}
+
+/// Above this many multiply-adds the reference covers only [`sample_rows`]
+/// (the full f64 product of a 4096³ GEMM takes minutes on a CPU).
+pub const FULL_REFERENCE_LIMIT: usize = 1 << 28;
+
+/// The rows of an `m`-row output that a check compares element by element:
+/// all of them up to [`FULL_REFERENCE_LIMIT`] multiply-adds, otherwise the
+/// first and last rows, the rows around every warpgroup and tile boundary
+/// of the first two 128-row tiles and of the last tile (64-row warpgroups,
+/// 128-row tiles) and a dozen random rows. Sorted, without repeats.
+pub fn sample_rows(m: usize, n: usize, k: usize, seed: u64) -> Vec<usize> {
+    if m * n * k <= FULL_REFERENCE_LIMIT {
+        return (0..m).collect();
+    }
+    let last_tile = (m - 1) / 128 * 128;
+    let mut rows = vec![0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, m.saturating_sub(2), m - 1];
+    rows.extend([last_tile.saturating_sub(1), last_tile, last_tile + 1, last_tile + 63, last_tile + 64]);
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    rows.extend((0..12).map(|_| (rng.next_u64() % m as u64) as usize));
+    rows.retain(|&r| r < m);
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// The f64 reference of `op(a) · op(b)` at `rows`, `rows.len() × n` values
+/// in that order: `examples::gemm::reference_rows`' arithmetic with `op(b)`
+/// transposed once and the rows spread over the CPU's cores (a 4096³ check
+/// samples ~30 rows: one transpose and 30·n·k multiply-adds).
+pub fn reference_at<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    b: &[T],
+    trans: Trans,
+    rows: &[usize],
+) -> Vec<f64> {
+    assert_eq!(a.len(), m * k, "reference: a has {} elements, not m * k = {}", a.len(), m * k);
+    assert_eq!(b.len(), k * n, "reference: b has {} elements, not k * n = {}", b.len(), k * n);
+    // op(b) as [n, k] rows of f64: each output is a contiguous dot product.
+    let mut bt = vec![0.0f64; n * k];
+    for p in 0..k {
+        for j in 0..n {
+            bt[j * k + p] = if trans.b { b[j * k + p] } else { b[p * n + j] }.to_f64();
+        }
+    }
+    let bt = &bt;
+    let one_row = move |i: usize, out: &mut Vec<f64>| {
+        let a_row: Vec<f64> = (0..k).map(|p| if trans.a { a[p * m + i] } else { a[i * k + p] }.to_f64()).collect();
+        out.extend((0..n).map(|j| a_row.iter().zip(&bt[j * k..(j + 1) * k]).map(|(x, y)| x * y).sum::<f64>()));
+    };
+    let threads = std::thread::available_parallelism().map_or(4, |p| p.get()).min(rows.len().max(1));
+    let chunk = rows.len().div_ceil(threads).max(1);
+    let parts: Vec<Vec<f64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = rows
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut out = Vec::with_capacity(part.len() * n);
+                    for &i in part {
+                        one_row(i, &mut out);
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("reference thread")).collect()
+    });
+    parts.concat()
+}
+
+/// Row sums and column sums of the f64 product `op(a) · op(b)`, in
+/// O(mk + kn): `C·1 = op(a)·(op(b)·1)` and `1ᵀ·C = (1ᵀ·op(a))·op(b)`.
+pub fn reference_sums<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    b: &[T],
+    trans: Trans,
+) -> (Vec<f64>, Vec<f64>) {
+    let a_at = |i: usize, p: usize| if trans.a { a[p * m + i] } else { a[i * k + p] }.to_f64();
+    let b_at = |p: usize, j: usize| if trans.b { b[j * k + p] } else { b[p * n + j] }.to_f64();
+    let b_row_sums: Vec<f64> = (0..k).map(|p| (0..n).map(|j| b_at(p, j)).sum()).collect();
+    let a_col_sums: Vec<f64> = (0..k).map(|p| (0..m).map(|i| a_at(i, p)).sum()).collect();
+    let row_sums = (0..m).map(|i| (0..k).map(|p| a_at(i, p) * b_row_sums[p]).sum()).collect();
+    let col_sums = (0..n).map(|j| (0..k).map(|p| a_col_sums[p] * b_at(p, j)).sum()).collect();
+    (row_sums, col_sums)
+}
+
+/// Checks a GEMM result `got` (`m × n`, row-major) of inputs in [-1, 1):
+///
+/// 1. every element finite (the output starts as NaN: an element no block
+///    writes fails here, in any row);
+/// 2. at [`sample_rows`]: relative L2 error within the type's tolerance, and
+///    each element within `u·|ref| + 2⁻¹²·sqrt(k)·max|a|·max|b|` of the f64
+///    reference: `u` the output's rounding, the second term the f32
+///    accumulation error at the scale of a k-term dot product of random
+///    signs (far below the contribution of one missing k-slice);
+/// 3. every row sum and column sum of the whole output against the exact
+///    one (within six standard deviations of independent per-element errors
+///    of the bound above): a wrong element in a row that step 2 did not
+///    sample still moves its row's sum.
+#[allow(clippy::too_many_arguments)]
+pub fn check_scaled<T: Element, O: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    b: &[T],
+    trans: Trans,
+    got: &[O],
+    seed: u64,
+) -> Result<(), String> {
+    if let Some(i) = got.iter().position(|v| !v.to_f64().is_finite()) {
+        return Err(format!("element ({}, {}) is {:?}: never written, or overflowed", i / n, i % n, got[i]));
+    }
+    let rows = sample_rows(m, n, k, seed);
+    let want = reference_at(m, n, k, a, b, trans, &rows);
+    let got_rows: Vec<O> = rows.iter().flat_map(|&i| got[i * n..(i + 1) * n].iter().copied()).collect();
+    let tol = l2_tolerance::<O>();
+    assert_close(&got_rows, &want, tol).map_err(|e| format!("rows {}..: {e}", rows.len()))?;
+    let max_abs = |v: &[T]| v.iter().fold(0.0f64, |acc, x| acc.max(x.to_f64().abs()));
+    let scale = (k as f64).sqrt() * max_abs(a) * max_abs(b);
+    let u = unit_roundoff::<O>();
+    for (idx, (g, w)) in got_rows.iter().zip(&want).enumerate() {
+        let bound = u * w.abs() + scale * f64::powi(2.0, -12);
+        let g = g.to_f64();
+        if (g - w).abs() > bound {
+            let (i, j) = (rows[idx / n.max(1)], idx % n.max(1));
+            return Err(format!(
+                "element ({i}, {j}): got {g}, reference {w}, off by {:.3e} > {bound:.3e}",
+                (g - w).abs()
+            ));
+        }
+    }
+    // Sums: rounding errors of random data have random signs, so the error
+    // of a sum of `len` outputs is about sqrt(len) times one output's, not
+    // `len` times; six standard deviations of that model bound it (bound²
+    // = 36 · Σ (u·|c| + atol)² over the summed outputs).
+    let atol = scale * f64::powi(2.0, -12);
+    let (row_ref, col_ref) = reference_sums(m, n, k, a, b, trans);
+    let mut row_got = vec![(0.0f64, 0.0f64); m];
+    let mut col_got = vec![(0.0f64, 0.0f64); n];
+    for i in 0..m {
+        for j in 0..n {
+            let v = got[i * n + j].to_f64();
+            let var = (u * v.abs() + atol).powi(2);
+            row_got[i].0 += v;
+            row_got[i].1 += var;
+            col_got[j].0 += v;
+            col_got[j].1 += var;
+        }
+    }
+    for (what, sums, refs) in [("row", &row_got, &row_ref), ("column", &col_got, &col_ref)] {
+        for (idx, (&(sum, var), &want)) in sums.iter().zip(refs.iter()).enumerate() {
+            let bound = 6.0 * var.sqrt();
+            if (sum - want).abs() > bound {
+                return Err(format!(
+                    "the sum of {what} {idx} is {sum}, the reference {want}: off by {:.3e} > {bound:.3e}",
+                    (sum - want).abs()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `launch` at `m × n × k` on random inputs in [-1, 1) stored as
+/// `trans` says, and checks the result with [`check_scaled`]. Returns it.
+#[allow(clippy::too_many_arguments)]
+pub fn check_hopper<T: Element, O: Element>(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    k: usize,
+    trans: Trans,
+    seed: u64,
+    launch: GemmLaunch<T, O>,
+) -> Res<Vec<O>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let ([ar, ac], [br, bc]) = operand_shapes(m, n, k, trans);
+    let (a_host, a) = random::<T>(&s, &mut rng, ar, ac, -1.0, 1.0)?;
+    let (b_host, b) = random::<T>(&s, &mut rng, br, bc, -1.0, 1.0)?;
+    let mut c = DeviceTensor::from_slice(&s, &vec![O::from_f64(f64::NAN); m * n], &[m, n])?;
+    launch(&s, &a, &b, &mut c)?;
+    let got = c.to_vec(&s)?;
+    check_scaled(m, n, k, &a_host, &b_host, trans, &got, seed).map_err(|e| {
+        let path = if tma_operands(m, n, k, trans, std::mem::size_of::<T>()) { "TMA-addressable" } else { "general" };
+        format!("{m}x{n}x{k} {trans:?} ({path} operands): {e}")
+    })?;
+    Ok(got)
+}
+
+/// A Hopper-shaped kernel by name, with its orientation.
+pub struct HopperCase<T: Element, O: Element> {
+    pub name: &'static str,
+    pub trans: Trans,
+    pub launch: GemmLaunch<T, O>,
+}
+
+/// The example-configuration kernels (128 × 256 × 64, 256 threads), f16.
+pub fn hopper_f16() -> [HopperCase<f16, f16>; 4] {
+    [
+        HopperCase { name: "hopper_nn_f16", trans: NN, launch: hopper_nn_f16::launch },
+        HopperCase { name: "hopper_tn_f16", trans: TN, launch: hopper_tn_f16::launch },
+        HopperCase { name: "hopper_nt_f16", trans: NT, launch: hopper_nt_f16::launch },
+        HopperCase { name: "hopper_tt_f16", trans: TT, launch: hopper_tt_f16::launch },
+    ]
+}
+
+/// The example-configuration kernels (128 × 256 × 64, 256 threads), bf16.
+pub fn hopper_bf16() -> [HopperCase<bf16, bf16>; 4] {
+    [
+        HopperCase { name: "hopper_nn_bf16", trans: NN, launch: hopper_nn_bf16::launch },
+        HopperCase { name: "hopper_tn_bf16", trans: TN, launch: hopper_tn_bf16::launch },
+        HopperCase { name: "hopper_nt_bf16", trans: NT, launch: hopper_nt_bf16::launch },
+        HopperCase { name: "hopper_tt_bf16", trans: TT, launch: hopper_tt_bf16::launch },
+    ]
+}
+
+/// One kernel at 2, 3 and 4 stages (128 × 128 × 64, 256 threads), f16, `a · b`.
+pub fn stages_f16() -> [HopperCase<f16, f16>; 3] {
+    [
+        HopperCase { name: "stages2_f16", trans: NN, launch: stages2_f16::launch },
+        HopperCase { name: "stages3_f16", trans: NN, launch: stages3_f16::launch },
+        HopperCase { name: "stages4_f16", trans: NN, launch: stages4_f16::launch },
+    ]
+}
+
+/// The same at bf16, `aᵀ · b`.
+pub fn stages_tn_bf16() -> [HopperCase<bf16, bf16>; 3] {
+    [
+        HopperCase { name: "stages2_tn_bf16", trans: TN, launch: stages2_tn_bf16::launch },
+        HopperCase { name: "stages3_tn_bf16", trans: TN, launch: stages3_tn_bf16::launch },
+        HopperCase { name: "stages4_tn_bf16", trans: TN, launch: stages4_tn_bf16::launch },
+    ]
+}
+
+/// Runs every kernel of `cases` (the same GEMM at different stage counts)
+/// on the same random inputs at `m × n × k`, checks the first against the
+/// reference, and requires every other output bitwise identical to it.
+pub fn check_stage_independence<T: Element, O: Element>(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    k: usize,
+    seed: u64,
+    cases: &[HopperCase<T, O>],
+) -> Res<()> {
+    let first = &cases[0];
+    let want = check_hopper(dev, m, n, k, first.trans, seed, first.launch)?;
+    for case in &cases[1..] {
+        // Same seed, same orientation: the same inputs as the first kernel's.
+        let s = dev.stream()?;
+        let mut rng = Rng::new(seed);
+        let ([ar, ac], [br, bc]) = operand_shapes(m, n, k, case.trans);
+        let (_, a) = random::<T>(&s, &mut rng, ar, ac, -1.0, 1.0)?;
+        let (_, b) = random::<T>(&s, &mut rng, br, bc, -1.0, 1.0)?;
+        let mut c = DeviceTensor::from_slice(&s, &vec![O::from_f64(f64::NAN); m * n], &[m, n])?;
+        (case.launch)(&s, &a, &b, &mut c)?;
+        let got = c.to_vec(&s)?;
+        if let Some(i) = got.iter().zip(&want).position(|(x, y)| x.to_f64().to_bits() != y.to_f64().to_bits()) {
+            return Err(format!(
+                "{m}x{n}x{k}: {} and {} differ at ({}, {}): {:?} vs {:?} (outputs must not depend on the stage count)",
+                first.name,
+                case.name,
+                i / n,
+                i % n,
+                want[i],
+                got[i]
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
