@@ -20,6 +20,17 @@
 //!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
 //!    where the writer was a cp.async.
 //! 6. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//!
+//! On sm_90a, [`crate::compile_variants`] also runs the passes a second
+//! time for [`warp_specialize`] when it takes the kernel (a pipelined GEMM
+//! main loop: TMA-able copies and gemms): layout inference with wgmma
+//! accumulators, epilogue staging unless the accumulator is TMA-stored, and
+//! the lowering with the loop replaced by the warp-specialized schedule
+//! (`lower/warp_specialized.rs`: a producer warpgroup issuing TMA into
+//! mbarrier-guarded stages, the kernel's threads consuming them with wgmma,
+//! `setmaxnreg` between them; persistent over the grid's tiles when the loop
+//! ends in a TMA store). That variant comes first; the runtime takes it when
+//! its tensors are TMA-addressable, else the general one.
 
 pub mod barriers;
 pub mod epilogue;
