@@ -535,9 +535,10 @@ hopper_gemm!(tn stages2_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, st
 hopper_gemm!(tn stages3_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 3);
 hopper_gemm!(tn stages4_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 4);
 
-// One consumer warpgroup (128 threads) owning the whole 128 × 128 tile.
-hopper_gemm!(nn one_warpgroup_f16: f16 -> f16, threads = 128, 128 x 128 x 64, stages = 4);
-hopper_gemm!(nt one_warpgroup_nt_bf16: bf16 -> bf16, threads = 128, 128 x 128 x 64, stages = 4);
+// One consumer warpgroup (128 threads) owning a whole 64-row tile (the
+// warp-specialized variant gives each warpgroup 64 rows: m64nNk16).
+hopper_gemm!(nn one_warpgroup_f16: f16 -> f16, threads = 128, 64 x 256 x 64, stages = 4);
+hopper_gemm!(nt one_warpgroup_nt_bf16: bf16 -> bf16, threads = 128, 64 x 128 x 64, stages = 4);
 
 // PENDING (issue 4, the `warp_specialize` attribute): the kernel with
 // `#[tile_kernel(threads = 256, warp_specialize = false, consts(..))]` goes
