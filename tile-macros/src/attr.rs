@@ -28,9 +28,9 @@ pub(crate) struct KernelAttr {
     pub warp_specialize: bool,
 }
 
-/// The portable cluster size limit (blocks per cluster) of sm_90: larger
-/// clusters need an opt-in that not every GPU grants.
-pub(crate) const MAX_CLUSTER_BLOCKS: u64 = 8;
+// The portable cluster size limit (blocks per cluster) of sm_90: larger
+// clusters need an opt-in that not every GPU grants.
+use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 
 const OPTIONS: [&str; 4] = ["threads", "consts", "cluster", "warp_specialize"];
 
@@ -210,8 +210,8 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
     if !ok {
         return Ok(None);
     }
-    let blocks: u64 = cluster.iter().map(|&c| c as u64).product();
-    if blocks > MAX_CLUSTER_BLOCKS {
+    let blocks: u128 = cluster.iter().map(|&c| c as u128).product();
+    if blocks > MAX_CLUSTER_BLOCKS as u128 {
         errors.spanned(
             &group,
             format!(

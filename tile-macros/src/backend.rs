@@ -289,6 +289,39 @@ mod tests {
         assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
     }
 
+    fn variant(threads: u32, maps: usize) -> Compiled {
+        let map = TensorMapUse {
+            param: "tm".into(),
+            tensor: 0,
+            box_shape: vec![64, 64],
+            swizzle: tile_ir::hopper::Swizzle::B128,
+        };
+        Compiled {
+            target: Target::Sm90a,
+            ptx: String::new(),
+            shared_bytes: 0,
+            thread_ir: String::new(),
+            layouts: Vec::new(),
+            function: tile_ir::thread_ir::Function::default(),
+            threads,
+            tensor_maps: vec![map; maps],
+        }
+    }
+
+    #[test]
+    fn extra_variants_get_dump_suffixes() {
+        let k = Kernel::new("k", 256);
+        assert_eq!(variant_suffixes(&k, &[variant(256, 0)]), vec![None]);
+        assert_eq!(
+            variant_suffixes(&k, &[variant(384, 2), variant(256, 0)]),
+            vec![Some("ws".to_string()), None]
+        );
+        assert_eq!(
+            variant_suffixes(&k, &[variant(384, 2), variant(384, 1), variant(256, 1), variant(256, 0), variant(256, 0)]),
+            vec![Some("ws".into()), Some("ws1".into()), Some("tma".into()), Some("v3".into()), None]
+        );
+    }
+
     #[test]
     fn target_lists() {
         assert_eq!(
