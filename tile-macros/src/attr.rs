@@ -189,6 +189,17 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         }
         let lit = match item {
             syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(lit), .. }) => lit,
+            syn::Expr::Path(path) if path.path.get_ident().is_some() => {
+                errors.spanned(
+                    item,
+                    format!(
+                        "a cluster extent must be a positive integer literal; `{}` is a name (constants are not accepted here: write the number)",
+                        path.path.get_ident().map(|i| i.to_string()).unwrap_or_default()
+                    ),
+                );
+                ok = false;
+                continue;
+            }
             _ => {
                 errors.spanned(item, format!("a cluster extent must be a positive integer literal; expected {USAGE}"));
                 ok = false;

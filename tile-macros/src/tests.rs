@@ -836,7 +836,7 @@ fn cluster_and_warp_specialize_options() {
     lower_err("threads = 64, cluster = (0, 1, 1)", body, &["a cluster extent of 0"]);
     lower_err("threads = 64, cluster = (4, 4, 1)", body, &["`cluster = (4, 4, 1)` has 16 blocks; the portable limit is 8 blocks per cluster"]);
     lower_err("threads = 64, cluster = (2, 2, 2, 1)", body, &["at most 3 extents"]);
-    lower_err("threads = 64, cluster = (2, x)", body, &["a cluster extent must be a positive integer literal"]);
+    lower_err("threads = 64, cluster = (2, x)", body, &["a cluster extent must be a positive integer literal; `x` is a name"]);
     lower_err("threads = 64, cluster = (2.0, 1)", body, &["a cluster extent must be a positive integer literal"]);
     lower_err("threads = 64, cluster = ()", body, &["empty cluster"]);
     lower_err("threads = 64, cluster = CLUSTER", body, &["expected `cluster = (x, y, z)`"]);
