@@ -424,6 +424,7 @@ pub(crate) fn pick_variant(
 /// device (compute capability `cc`) has no clusters, which never changes
 /// the kernel's meaning. On 9.0 and later the grid must be a multiple of
 /// the cluster on every axis (else the message says what to change).
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub(crate) fn launch_cluster(k: &Kernel, grid: [u32; 3], cc: (u32, u32)) -> std::result::Result<Option<[u32; 3]>, String> {
     let cluster = k.cluster;
     if cluster == [1, 1, 1] || cc.0 < 9 {
