@@ -238,6 +238,18 @@ impl Device {
         }
     }
 
+    /// How many launches of the kernel `meta` each of its compiled variants
+    /// (`meta.targets`, in order) ran on this GPU so far; all zeros on the
+    /// interpreter. For tests and benchmarks that must know which variant ran
+    /// (a warp-specialized TMA variant runs only on TMA-addressable tensors;
+    /// otherwise the runtime falls back silently to the general one).
+    pub fn launch_counts(&self, meta: &'static crate::KernelMeta) -> Vec<u64> {
+        match &self.kind {
+            DeviceKind::Interpreter => vec![0; meta.targets.len()],
+            DeviceKind::Cuda(d) => crate::launch::launch_counts(d, meta),
+        }
+    }
+
     /// Whether two values denote the same device.
     pub fn same_as(&self, other: &Device) -> bool {
         match (&self.kind, &other.kind) {

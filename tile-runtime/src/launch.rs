@@ -338,6 +338,8 @@ pub(crate) struct LoadedKernel {
     module: sys::CUmodule,
     function: sys::CUfunction,
     shared_bytes: u32,
+    /// Launches issued with this variant ([`crate::Device::launch_counts`]).
+    pub(crate) launches: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: module and function handles are plain driver handles, usable from
@@ -559,7 +561,13 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
         });
         return Err(Error::Jit { kernel: k.name.clone(), arch: target.arch.to_string(), log });
     }
-    let mut loaded = LoadedKernel { ctx: dev.ctx.clone(), module, function: std::ptr::null_mut(), shared_bytes: target.shared_bytes };
+    let mut loaded = LoadedKernel {
+        ctx: dev.ctx.clone(),
+        module,
+        function: std::ptr::null_mut(),
+        shared_bytes: target.shared_bytes,
+        launches: std::sync::atomic::AtomicU64::new(0),
+    };
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated.
     loaded.function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {
         launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e)))
@@ -717,7 +725,7 @@ fn launch_cuda(
     }
     let mut pointers = param_pointers(&mut slots, &maps);
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
-    match cluster {
+    let launched = match cluster {
         // SAFETY: `function` is live (held by `loaded`); `pointers` has one
         // entry per PTX parameter, each pointing at a slot or a tensor map
         // that outlives the call (the driver copies parameters at launch);
@@ -759,7 +767,20 @@ fn launch_cuda(
                 .result()
                 .map_err(|e| launch_err(format!("cuLaunchKernelEx (cluster {cluster:?}) failed: {}", describe(e))))
         }),
+    };
+    if launched.is_ok() {
+        loaded.launches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+    launched
+}
+
+/// Launches per entry of `meta.targets` on `dev` so far.
+pub(crate) fn launch_counts(dev: &CudaDevice, meta: &'static KernelMeta) -> Vec<u64> {
+    let key = meta as *const KernelMeta as usize;
+    let cache = dev.kernels.lock().unwrap_or_else(|e| e.into_inner());
+    (0..meta.targets.len())
+        .map(|v| cache.get(&(key, v)).map_or(0, |l| l.launches.load(std::sync::atomic::Ordering::Relaxed)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -60,10 +60,18 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
         let mut yt = DeviceTensor::<f32>::zeros(&stream, &[m, n]).unwrap();
         let alpha = f16::from_f64(0.625);
         // Twice: the second launch takes the loaded module and the cached map.
+        let before = device.launch_counts(meta);
         for _ in 0..2 {
             launch(&stream, meta, &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(alpha), KernelArg::U32(3)])
                 .unwrap();
         }
+        let ran: Vec<u64> = device.launch_counts(meta).iter().zip(&before).map(|(a, b)| a - b).collect();
+        let expected = match (hopper, addressable) {
+            (true, true) => vec![2, 0, 0],
+            (true, false) => vec![0, 2, 0],
+            (false, _) => vec![0, 0, 2],
+        };
+        assert_eq!(ran, expected, "{m}x{n}");
         let offset = if hopper && addressable { 0.5 } else { 0.0 };
         let reference: Vec<f64> =
             x.iter().map(|v| (f16::from_f64(v.to_f64() * alpha.to_f64()).to_f32() + 3.0 + offset) as f64).collect();
