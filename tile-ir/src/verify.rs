@@ -45,7 +45,8 @@
 //!   is `[M, N]`;
 //! - `rasterize` (`use_swizzle`), when set, is at least 1;
 //! - `cluster` extents are at least 1, with a product of at most
-//!   [`MAX_CLUSTER_BLOCKS`] (the portable cluster size).
+//!   [`MAX_CLUSTER_BLOCKS`] (the portable cluster size), and divide every
+//!   constant grid extent (dynamic extents are checked at launch).
 
 use crate::ir::{
     BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, Scope, SpanId, Stmt, StmtKind, TileRef,
@@ -375,6 +376,24 @@ impl<'k> Verifier<'k> {
                     k.name, k.cluster
                 ),
             );
+        } else {
+            // A constant grid extent that the cluster does not divide could
+            // never launch on a GPU with clusters.
+            for (axis, e) in k.grid.iter().enumerate() {
+                if let Expr::Const(Value::I32(extent)) = e {
+                    let c = k.cluster[axis] as i64;
+                    if *extent > 0 && (*extent as i64) % c != 0 {
+                        let name = ["x", "y", "z"][axis];
+                        self.err_at(
+                            SpanId::NONE,
+                            format!(
+                                "kernel `{}`: the grid's {name} extent is the constant {extent}, not a multiple of the cluster's {c}; the grid must be a multiple of the cluster on every axis",
+                                k.name
+                            ),
+                        );
+                    }
+                }
+            }
         }
         // grid
         for (axis, e) in k.grid.iter().enumerate() {

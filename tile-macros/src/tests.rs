@@ -845,6 +845,13 @@ fn cluster_and_warp_specialize_options() {
     lower_err("threads = 64, warp_specialize = 1", body, &["`warp_specialize` takes `true`"]);
     lower_err("threads = 64, warp_specialize = yes", body, &["`warp_specialize` takes `true`"]);
     lower_err("threads = 64, warp_specialize = true, warp_specialize = false", body, &["`warp_specialize` is given twice"]);
+    // A constant grid extent the cluster does not divide is a compile
+    // error (here the missing y axis, extent 1).
+    let k = lower_ok("threads = 64, cluster = (1, 2)", "fn k(a: &Tensor<f32, N>) { let bx = grid(cdiv(N, 64)); }");
+    let errs = tile_ir::verify::verify(&k).unwrap_err();
+    assert!(errs[0].message.contains("the grid's y extent is the constant 1, not a multiple of the cluster's 2"), "{errs:?}");
+    let k = lower_ok("threads = 64, cluster = (2, 1)", "fn k(a: &Tensor<f32, N>) { let bx = grid(cdiv(N, 64)); }");
+    tile_ir::verify::verify(&k).unwrap();
     // Every mistake at once, and the other options still apply.
     let errs = lower_err("threads = 64, cluster = (0, 1), warp_specialize = no, clustr = 2", body, &["extent of 0", "`warp_specialize` takes", "did you mean `cluster`"]);
     assert_eq!(errs.len(), 3, "{errs:#?}");
