@@ -19,7 +19,9 @@
 //! ```
 //!
 //! Syntax:
-//! - Header: `kernel NAME<DIMS>(PARAMS) threads=T grid=(X, Y, Z) {`. Dims are
+//! - Header: `kernel NAME<DIMS>(PARAMS) threads=T grid=(X, Y, Z) {`, with
+//!   before the `{`, when not the default, `swizzle=P` (`rasterize`),
+//!   `cluster=(X, Y, Z)` and `warp_specialize=false`, in that order. Dims are
 //!   declared `%id name`; tensor params `@id name: &T[shape]` (`&mut` if
 //!   mutable); scalar params `%id name: T`.
 //! - Then block indices `%id name = block_idx.x|y|z`, then every non-parameter
@@ -300,6 +302,13 @@ impl<'k> Printer<'k> {
         let _ = write!(out, "({}) threads={} grid=({})", params.join(", "), k.threads, grid.join(", "));
         if let Some(panel) = k.rasterize {
             let _ = write!(out, " swizzle={panel}");
+        }
+        if k.cluster != [1, 1, 1] {
+            let [x, y, z] = k.cluster;
+            let _ = write!(out, " cluster=({x}, {y}, {z})");
+        }
+        if !k.warp_specialize {
+            out.push_str(" warp_specialize=false");
         }
         out.push_str(" {\n");
         for (i, v) in k.vars.iter().enumerate() {

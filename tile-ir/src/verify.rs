@@ -43,13 +43,20 @@
 //!   `b` hold the same type, f16 or bf16; `c` holds f32; with `op(a)` =
 //!   `[M, K]` and `op(b)` = `[K, N]` (transposed when `trans_*` is set), `c`
 //!   is `[M, N]`;
-//! - `rasterize` (`use_swizzle`), when set, is at least 1.
+//! - `rasterize` (`use_swizzle`), when set, is at least 1;
+//! - `cluster` extents are at least 1, with a product of at most
+//!   [`MAX_CLUSTER_BLOCKS`] (the portable cluster size), and divide every
+//!   constant grid extent (dynamic extents are checked at launch).
 
 use crate::ir::{
     BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, Scope, SpanId, Stmt, StmtKind, TileRef,
     UnOp, Value, VarId, VarKind,
 };
 use crate::CompileError;
+
+/// The most blocks a thread block cluster may have without the non-portable
+/// opt-in (sm_90).
+pub const MAX_CLUSTER_BLOCKS: u64 = 8;
 
 /// Checks every invariant listed in [`crate::ir`]'s module doc (and this
 /// module's doc). Returns all the problems found.
@@ -357,6 +364,36 @@ impl<'k> Verifier<'k> {
         }
         if k.rasterize == Some(0) {
             self.err_at(SpanId::NONE, "use_swizzle: the panel width is 0, expected at least 1");
+        }
+        let blocks: u128 = k.cluster.iter().map(|&c| c as u128).product();
+        if k.cluster.contains(&0) {
+            self.err_at(SpanId::NONE, format!("kernel `{}`: cluster {:?} has an extent of 0; every extent is at least 1", k.name, k.cluster));
+        } else if blocks > MAX_CLUSTER_BLOCKS as u128 {
+            self.err_at(
+                SpanId::NONE,
+                format!(
+                    "kernel `{}`: cluster {:?} has {blocks} blocks; the portable limit is {MAX_CLUSTER_BLOCKS} blocks per cluster",
+                    k.name, k.cluster
+                ),
+            );
+        } else {
+            // A constant grid extent that the cluster does not divide could
+            // never launch on a GPU with clusters.
+            for (axis, e) in k.grid.iter().enumerate() {
+                if let Expr::Const(Value::I32(extent)) = e {
+                    let c = k.cluster[axis] as i64;
+                    if *extent > 0 && (*extent as i64) % c != 0 {
+                        let name = ["x", "y", "z"][axis];
+                        self.err_at(
+                            SpanId::NONE,
+                            format!(
+                                "kernel `{}`: the grid's {name} extent is the constant {extent}, not a multiple of the cluster's {c}; the grid must be a multiple of the cluster on every axis",
+                                k.name
+                            ),
+                        );
+                    }
+                }
+            }
         }
         // grid
         for (axis, e) in k.grid.iter().enumerate() {

@@ -137,6 +137,37 @@ fn text_form_round_trips() {
     }
 }
 
+/// `cluster` and `warp_specialize` print only when not the default, after
+/// `swizzle`, and parse back.
+#[test]
+fn cluster_and_warp_specialize_round_trip() {
+    let plain = print_kernel(&vector_add(256));
+    assert!(!plain.contains("cluster") && !plain.contains("warp_specialize"), "{plain}");
+    let header = |k: &Kernel| print_kernel(k).lines().next().unwrap().to_string();
+    for (cluster, ws, rasterize, tail) in [
+        ([2, 1, 1], true, None, " cluster=(2, 1, 1) {"),
+        ([1, 1, 1], false, None, " warp_specialize=false {"),
+        ([1, 2, 4], false, Some(3), " swizzle=3 cluster=(1, 2, 4) warp_specialize=false {"),
+    ] {
+        let mut k = vector_add(256);
+        k.cluster = cluster;
+        k.warp_specialize = ws;
+        k.rasterize = rasterize;
+        assert!(header(&k).ends_with(&format!("grid=((N + (256 - 1)) / 256, 1, 1){tail}")), "{}", header(&k));
+        let text = print_kernel(&k);
+        let back = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!((back.cluster, back.warp_specialize, back.rasterize), (cluster, ws, rasterize));
+        assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&k).unwrap());
+        assert_eq!(print_kernel(&back), text);
+    }
+    let bad = |header: &str| parse_kernel(&format!("kernel k() threads=32 grid=(1, 1, 1) {header} {{\n}}\n")).unwrap_err().message;
+    assert!(bad("warp_specialize=maybe").contains("expected `true` or `false`"));
+    assert!(bad("cluster=(2, 1)").contains("expected `,`"), "{}", bad("cluster=(2, 1)"));
+    assert!(bad("cluster=(2, 99999999999, 1)").contains("out of range"), "{}", bad("cluster=(2, 99999999999, 1)"));
+    // Order is fixed: `warp_specialize` before `cluster` is not the text form.
+    assert!(parse_kernel("kernel k() threads=32 grid=(1, 1, 1) warp_specialize=false cluster=(2, 1, 1) {\n}\n").is_err());
+}
+
 #[test]
 fn expressions_round_trip() {
     // Negative constants vs negations, casts of negatives, nested comparisons.

@@ -598,6 +598,35 @@ fn gemm_errors_are_all_collected() {
 }
 
 #[test]
+fn cluster_extents_are_positive_and_portable() {
+    let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    k.grid = [Expr::i32(8), Expr::i32(8), Expr::i32(8)];
+    for ok in [[1, 1, 1], [2, 1, 1], [1, 2, 4], [8, 1, 1], [2, 2, 2]] {
+        k.cluster = ok;
+        verify(&k).unwrap_or_else(|e| panic!("{ok:?}: {e:?}"));
+    }
+    k.cluster = [2, 0, 1];
+    expect_one(&k, SpanId::NONE, "cluster [2, 0, 1] has an extent of 0");
+    k.cluster = [4, 4, 1];
+    expect_one(&k, SpanId::NONE, "cluster [4, 4, 1] has 16 blocks; the portable limit is 8 blocks per cluster");
+    // No overflow on absurd extents.
+    k.cluster = [u32::MAX, u32::MAX, u32::MAX];
+    expect_one(&k, SpanId::NONE, "the portable limit is 8");
+    k.cluster = [1, 1, 1];
+    k.warp_specialize = false;
+    verify(&k).unwrap();
+    // Constant grid extents must be multiples of the cluster.
+    k.grid = [Expr::i32(6), Expr::i32(1), Expr::i32(1)];
+    k.cluster = [3, 1, 1];
+    verify(&k).unwrap();
+    k.cluster = [2, 2, 1];
+    expect_one(&k, SpanId::NONE, "the grid's y extent is the constant 1, not a multiple of the cluster's 2");
+    k.cluster = [4, 1, 1];
+    expect_one(&k, SpanId::NONE, "the grid's x extent is the constant 6, not a multiple of the cluster's 4");
+}
+
+#[test]
 fn rasterize_panel_is_positive() {
     let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);
     k.body = vec![gemm_stmt(a, b, c, false, false)];

@@ -1,14 +1,19 @@
-//! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...))]`.
+//! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...),
+//! cluster = (x, y, z), warp_specialize = true|false)]`.
 //!
 //! Expects the attribute's tokens (what is inside the parentheses).
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
 //! to [`Errors`]; `threads` then defaults so that lowering can go on and find
 //! more mistakes), and that `threads`, when accepted, is a multiple of 32 in
-//! 32..=1024 and every const name is unique.
+//! 32..=1024, every const name is unique, and `cluster` has extents ≥ 1
+//! whose product is at most [`MAX_CLUSTER_BLOCKS`] (invalid clusters are
+//! reported and left at `[1, 1, 1]`).
 
 use crate::diag::{did_you_mean, Errors};
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::{ParseStream, Parser};
+use syn::punctuated::Punctuated;
 use syn::{Ident, LitInt, Token};
 
 pub(crate) struct KernelAttr {
@@ -16,16 +21,29 @@ pub(crate) struct KernelAttr {
     pub threads: Option<u32>,
     /// `consts(NAME = value)`, in the order written.
     pub consts: Vec<(Ident, i64)>,
+    /// `cluster = (x, y, z)`: thread block cluster shape; `[1, 1, 1]` when
+    /// absent or invalid (already reported).
+    pub cluster: [u32; 3],
+    /// `warp_specialize = true|false`; default `true`.
+    pub warp_specialize: bool,
 }
 
-const OPTIONS: [&str; 2] = ["threads", "consts"];
+// The portable cluster size limit (blocks per cluster) of sm_90: larger
+// clusters need an opt-in that not every GPU grants.
+use tile_ir::verify::MAX_CLUSTER_BLOCKS;
+
+const OPTIONS: [&str; 4] = ["threads", "consts", "cluster", "warp_specialize"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
     let mut attr = KernelAttr {
         threads: None,
         consts: Vec::new(),
+        cluster: [1, 1, 1],
+        warp_specialize: true,
     };
     let mut threads_seen = false;
+    let mut cluster_seen = false;
+    let mut warp_specialize_seen = false;
     let parser = |input: ParseStream| -> syn::Result<()> {
         while !input.is_empty() {
             let key: Ident = input.parse()?;
@@ -68,11 +86,38 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         content.parse::<Token![,]>()?;
                     }
                 }
+                "cluster" => {
+                    if cluster_seen {
+                        errors.at(key.span(), "`cluster` is given twice");
+                    }
+                    cluster_seen = true;
+                    input.parse::<Token![=]>()?;
+                    if let Some(cluster) = parse_cluster(input, errors)? {
+                        attr.cluster = cluster;
+                    }
+                }
+                "warp_specialize" => {
+                    if warp_specialize_seen {
+                        errors.at(key.span(), "`warp_specialize` is given twice");
+                    }
+                    warp_specialize_seen = true;
+                    input.parse::<Token![=]>()?;
+                    let value: syn::Expr = input.parse()?;
+                    match &value {
+                        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(b), .. }) => attr.warp_specialize = b.value,
+                        _ => {
+                            errors.spanned(
+                                &value,
+                                "`warp_specialize` takes `true` (the default: on sm_90a, pipelined loops may get a TMA producer warpgroup) or `false`",
+                            );
+                        }
+                    }
+                }
                 other => {
                     errors.at(
                         key.span(),
                         format!(
-                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N` or `consts(NAME = value, ..)`",
+                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)` or `warp_specialize = true|false`",
                             did_you_mean(other, OPTIONS)
                         ),
                     );
@@ -100,6 +145,94 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         );
     }
     attr
+}
+
+/// `(x)`, `(x, y)` or `(x, y, z)` (or a bare `x`), positive integer
+/// literals whose product is at most [`MAX_CLUSTER_BLOCKS`]; missing extents
+/// are 1. `Ok(None)` when the value was wrong (reported); `Err` only when the
+/// tokens cannot be skipped.
+fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<[u32; 3]>> {
+    const USAGE: &str = "`cluster = (x, y, z)`: 1 to 3 positive integers, the blocks of a thread block cluster along each grid axis, e.g. `cluster = (2, 1, 1)`";
+    let group = if input.peek(syn::token::Paren) {
+        let group: proc_macro2::Group = input.parse()?;
+        group
+    } else {
+        let value: syn::Expr = input.parse()?;
+        match &value {
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(_), .. }) => {
+                proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, value.to_token_stream())
+            }
+            _ => {
+                errors.spanned(&value, format!("expected {USAGE}"));
+                return Ok(None);
+            }
+        }
+    };
+    let items = match Punctuated::<syn::Expr, Token![,]>::parse_terminated.parse2(group.stream()) {
+        Ok(items) => items,
+        Err(e) => {
+            errors.push(e);
+            return Ok(None);
+        }
+    };
+    if items.is_empty() {
+        errors.spanned(&group, format!("empty cluster; expected {USAGE}"));
+        return Ok(None);
+    }
+    let mut cluster = [1u32; 3];
+    let mut ok = true;
+    for (axis, item) in items.iter().enumerate() {
+        if axis == 3 {
+            errors.spanned(item, "a cluster has at most 3 extents (x, y, z)");
+            ok = false;
+            break;
+        }
+        let lit = match item {
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(lit), .. }) => lit,
+            syn::Expr::Path(path) if path.path.get_ident().is_some() => {
+                errors.spanned(
+                    item,
+                    format!(
+                        "a cluster extent must be a positive integer literal; `{}` is a name (constants are not accepted here: write the number)",
+                        path.path.get_ident().map(|i| i.to_string()).unwrap_or_default()
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+            _ => {
+                errors.spanned(item, format!("a cluster extent must be a positive integer literal; expected {USAGE}"));
+                ok = false;
+                continue;
+            }
+        };
+        match lit.base10_parse::<u32>() {
+            Ok(0) => {
+                errors.at(lit.span(), "a cluster extent of 0: every extent is at least 1 (1 leaves that axis unclustered)");
+                ok = false;
+            }
+            Ok(v) => cluster[axis] = v,
+            Err(_) => {
+                errors.at(lit.span(), format!("the cluster extent `{lit}` is not a small positive integer"));
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return Ok(None);
+    }
+    let blocks: u128 = cluster.iter().map(|&c| c as u128).product();
+    if blocks > MAX_CLUSTER_BLOCKS as u128 {
+        errors.spanned(
+            &group,
+            format!(
+                "`cluster = ({}, {}, {})` has {blocks} blocks; the portable limit is {MAX_CLUSTER_BLOCKS} blocks per cluster",
+                cluster[0], cluster[1], cluster[2]
+            ),
+        );
+        return Ok(None);
+    }
+    Ok(Some(cluster))
 }
 
 fn check_threads(lit: &LitInt, errors: &mut Errors) -> Option<u32> {

@@ -1,5 +1,8 @@
-//! Driving `tile-ir` at expansion time: verify, compile for each target of
-//! `TILE_ARCHS`, write `TILE_DUMP` files, assemble with `TILE_PTXAS`.
+//! Driving `tile-ir` at expansion time: verify, compile every variant for
+//! each target of `TILE_ARCHS` (`tile_ir::compile_variants`: on sm_90a a
+//! warp-specialized TMA variant may come before the general one), write
+//! `TILE_DUMP` files (extra variants with a suffix: `<kernel>.sm_90a.ws.ptx`),
+//! assemble every variant with `TILE_PTXAS`.
 //!
 //! Expects a kernel that lowered without errors and its [`SpanTable`].
 //! Guarantees that every problem (a verifier or code-generation error, an
@@ -11,13 +14,49 @@
 use crate::diag::{Errors, SpanTable};
 use proc_macro2::Span;
 use std::path::{Path, PathBuf};
-use tile_ir::{CompileError, Kernel, SpanId, Target};
+use tile_ir::abi::TensorMapUse;
+use tile_ir::{CompileError, CompileOptions, Compiled, Kernel, SpanId, Target};
 
-/// One compiled target, ready to embed.
+/// One compiled variant of one target, ready to embed. A target may have
+/// several, preferred first (`tile_ir::compile_variants`).
 pub(crate) struct TargetCode {
     pub arch: &'static str,
     pub ptx: String,
     pub shared_bytes: u32,
+    /// Threads per block at launch (more than `kernel.threads` when
+    /// warp-specialized).
+    pub threads: u32,
+    /// The TMA tensor maps the variant takes after its other parameters.
+    pub tensor_maps: Vec<TensorMapUse>,
+}
+
+/// The `TILE_DUMP` file-name suffix of each variant of one target: `None`
+/// for the last (general) one, which keeps the plain names; before it `ws`
+/// for a warp-specialized variant (more threads than the kernel's), `tma`
+/// for one with tensor maps, else `v<i>`, made unique with the index.
+fn variant_suffixes(kernel: &Kernel, variants: &[Compiled]) -> Vec<Option<String>> {
+    let mut used: Vec<String> = Vec::new();
+    variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if i + 1 == variants.len() {
+                return None;
+            }
+            let mut s = if v.threads > kernel.threads {
+                "ws".to_string()
+            } else if !v.tensor_maps.is_empty() {
+                "tma".to_string()
+            } else {
+                format!("v{i}")
+            };
+            if used.contains(&s) {
+                s = format!("{s}{i}");
+            }
+            used.push(s.clone());
+            Some(s)
+        })
+        .collect()
 }
 
 /// `TILE_ARCHS`: unset → `sm_80,sm_90a`; empty → no targets (interpreter only).
@@ -80,49 +119,44 @@ pub(crate) fn compile_all(
     let mut failures: Vec<(CompileError, Option<&'static str>)> = Vec::new();
     for target in targets {
         let arch = target.name();
-        match tile_ir::compile(kernel, target) {
-            Ok(compiled) => {
-                if let Some(dir) = &dump {
-                    write_dump(
-                        dir,
-                        &format!("{name}.{arch}.thread"),
-                        &compiled.thread_ir,
-                        name_span,
-                        errors,
-                    );
-                    write_dump(
-                        dir,
-                        &format!("{name}.{arch}.ptx"),
-                        &compiled.ptx,
-                        name_span,
-                        errors,
-                    );
-                }
-                if let Some(ptxas) = &ptxas {
-                    match run_ptxas(ptxas, arch, name, &compiled.ptx) {
-                        Ok(report) => {
-                            if let Some(dir) = &dump {
-                                write_dump(
-                                    dir,
-                                    &format!("{name}.{arch}.ptxas.txt"),
-                                    &report,
-                                    name_span,
-                                    errors,
-                                );
-                            }
-                        }
-                        Err(msg) => {
-                            errors.at(name_span, format!("ptxas rejected the PTX generated for `{name}` ({arch}):\n{msg}"));
+        let variants = match tile_ir::compile_variants(kernel, target, CompileOptions::default()) {
+            Ok(variants) => variants,
+            Err(errs) => {
+                failures.extend(errs.into_iter().map(|e| (e, Some(arch))));
+                continue;
+            }
+        };
+        let suffixes = variant_suffixes(kernel, &variants);
+        for (compiled, suffix) in variants.into_iter().zip(suffixes) {
+            // The last (general) variant keeps the plain file names.
+            let stem = match &suffix {
+                Some(s) => format!("{name}.{arch}.{s}"),
+                None => format!("{name}.{arch}"),
+            };
+            if let Some(dir) = &dump {
+                write_dump(dir, &format!("{stem}.thread"), &compiled.thread_ir, name_span, errors);
+                write_dump(dir, &format!("{stem}.ptx"), &compiled.ptx, name_span, errors);
+            }
+            if let Some(ptxas) = &ptxas {
+                match run_ptxas(ptxas, arch, name, &compiled.ptx) {
+                    Ok(report) => {
+                        if let Some(dir) = &dump {
+                            write_dump(dir, &format!("{stem}.ptxas.txt"), &report, name_span, errors);
                         }
                     }
+                    Err(msg) => {
+                        let which = suffix.as_ref().map_or_else(String::new, |s| format!(", variant `{s}`"));
+                        errors.at(name_span, format!("ptxas rejected the PTX generated for `{name}` ({arch}{which}):\n{msg}"));
+                    }
                 }
-                out.push(TargetCode {
-                    arch,
-                    ptx: compiled.ptx,
-                    shared_bytes: compiled.shared_bytes,
-                });
             }
-            Err(errs) => failures.extend(errs.into_iter().map(|e| (e, Some(arch)))),
+            out.push(TargetCode {
+                arch,
+                ptx: compiled.ptx,
+                shared_bytes: compiled.shared_bytes,
+                threads: compiled.threads,
+                tensor_maps: compiled.tensor_maps,
+            });
         }
     }
     report(failures, spans, errors);
@@ -253,6 +287,39 @@ mod tests {
         let missing =
             run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
         assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
+    }
+
+    fn variant(threads: u32, maps: usize) -> Compiled {
+        let map = TensorMapUse {
+            param: "tm".into(),
+            tensor: 0,
+            box_shape: vec![64, 64],
+            swizzle: tile_ir::hopper::Swizzle::B128,
+        };
+        Compiled {
+            target: Target::Sm90a,
+            ptx: String::new(),
+            shared_bytes: 0,
+            thread_ir: String::new(),
+            layouts: Vec::new(),
+            function: tile_ir::thread_ir::Function::default(),
+            threads,
+            tensor_maps: vec![map; maps],
+        }
+    }
+
+    #[test]
+    fn extra_variants_get_dump_suffixes() {
+        let k = Kernel::new("k", 256);
+        assert_eq!(variant_suffixes(&k, &[variant(256, 0)]), vec![None]);
+        assert_eq!(
+            variant_suffixes(&k, &[variant(384, 2), variant(256, 0)]),
+            vec![Some("ws".to_string()), None]
+        );
+        assert_eq!(
+            variant_suffixes(&k, &[variant(384, 2), variant(384, 1), variant(256, 1), variant(256, 0), variant(256, 0)]),
+            vec![Some("ws".into()), Some("ws1".into()), Some("tma".into()), Some("v3".into()), None]
+        );
     }
 
     #[test]

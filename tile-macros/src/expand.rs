@@ -240,8 +240,20 @@ fn module(
     let (ir, targets) = match compiled {
         Some(c) => {
             let targets = c.targets.iter().map(|t| {
-                let (arch, ptx, shared) = (t.arch, &t.ptx, t.shared_bytes);
-                quote!(::tile::KernelTarget { arch: #arch, ptx: #ptx, shared_bytes: #shared })
+                let (arch, ptx, shared, threads) = (t.arch, &t.ptx, t.shared_bytes, t.threads);
+                let maps = t.tensor_maps.iter().map(|m| {
+                    let tensor = m.tensor;
+                    let box_shape = &m.box_shape;
+                    let swizzle = m.swizzle.bytes();
+                    quote!(::tile::TensorMapMeta { tensor: #tensor, box_shape: &[#(#box_shape),*], swizzle_bytes: #swizzle })
+                });
+                quote!(::tile::KernelTarget {
+                    arch: #arch,
+                    ptx: #ptx,
+                    shared_bytes: #shared,
+                    threads: #threads,
+                    tensor_maps: &[#(#maps),*],
+                })
             });
             (c.ir_json.clone(), quote!(#(#targets),*))
         }
@@ -265,7 +277,7 @@ fn module(
         }
     );
     let meta_doc =
-        format!(" The compiled kernel `{name}`: its Tile IR (JSON) and the PTX of each target.");
+        format!(" The compiled kernel `{name}`: its Tile IR (JSON) and the PTX of each target (several variants per target, preferred first, when one needs TMA-addressable tensors).");
     let launch = quote_spanned!(span=> launch);
     let mod_tokens = quote! {
         #(#attrs)*

@@ -42,6 +42,23 @@ mod sig;
 /// `threads = N` (required: a multiple of 32, at most 1024) and
 /// `consts(NAME = integer, ..)`: the compile-time constants of the kernel. A
 /// `const` item outside the kernel is invisible to a macro; put it here.
+/// Optional:
+/// - `cluster = (x, y, z)`: thread block clusters (sm_90 and later): 1 to 3
+///   positive integers (missing ones are 1), at most 8 blocks in all (the
+///   portable limit). A cluster never changes results; on a GPU with
+///   clusters the grid must be a multiple of it on every axis (a launch
+///   error otherwise), and GPUs without them (sm_8x) and the interpreter
+///   ignore it.
+/// - `warp_specialize = true | false` (default `true`): whether the sm_90a
+///   compiler may add a warp-specialized TMA + wgmma variant of pipelined
+///   loops (a producer warpgroup loads, the block's threads compute). The
+///   runtime launches it only when the mapped tensors are TMA-addressable
+///   (16-byte aligned, rows a multiple of 16 bytes), else the general code.
+///   `false` turns it off, for bisecting.
+///
+/// ```ignore
+/// #[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64), cluster = (2, 1, 1))]
+/// ```
 ///
 /// # Parameters
 /// `&Tensor<T, D0, D1, ..>` (read-only), `&mut Tensor<T, D0, D1, ..>`, and
@@ -115,7 +132,7 @@ mod sig;
 /// # What it generates
 /// ```ignore
 /// pub mod vector_add {
-///     pub static META: ::tile::KernelMeta = /* name, Tile IR (JSON), PTX per target */;
+///     pub static META: ::tile::KernelMeta = /* name, Tile IR (JSON), PTX per target and variant */;
 ///     pub fn launch(stream: &::tile::Stream, a: &::tile::DeviceTensor<f32>,
 ///                   b: &::tile::DeviceTensor<f32>, c: &mut ::tile::DeviceTensor<f32>)
 ///         -> Result<(), ::tile::Error>;
@@ -126,9 +143,11 @@ mod sig;
 /// - `TILE_ARCHS`: comma-separated targets (`sm_80`, `sm_90a`; default
 ///   both; empty: none, the interpreter only).
 /// - `TILE_DUMP=<dir>`: writes `<kernel>.tile`, `<kernel>.<arch>.thread`,
-///   `<kernel>.<arch>.ptx` (and `<kernel>.<arch>.ptxas.txt`).
-/// - `TILE_PTXAS=<path>`: assembles each target's PTX; a failure is a
-///   compile error at the kernel.
+///   `<kernel>.<arch>.ptx` (and `<kernel>.<arch>.ptxas.txt`); a target's
+///   extra variants (before the general one) add a suffix:
+///   `<kernel>.sm_90a.ws.ptx` for the warp-specialized one.
+/// - `TILE_PTXAS=<path>`: assembles the PTX of every variant of each target;
+///   a failure is a compile error at the kernel.
 ///
 /// Every mistake is a compile error at the offending tokens, all of a
 /// kernel's mistakes at once.

@@ -75,7 +75,9 @@ pub(crate) fn lower(
     sig: &Signature,
     errors: &mut Errors,
 ) -> (Kernel, SpanTable) {
-    let kernel = Kernel::new(sig.ident.unraw().to_string(), attr.threads.unwrap_or(128));
+    let mut kernel = Kernel::new(sig.ident.unraw().to_string(), attr.threads.unwrap_or(128));
+    kernel.cluster = attr.cluster;
+    kernel.warp_specialize = attr.warp_specialize;
     let mut lowerer = Lowerer {
         k: kernel,
         spans: SpanTable::new(sig.ident.span()),

@@ -20,6 +20,7 @@ use cudarc::driver::{result, safe::CudaContext, safe::CudaEvent, safe::CudaStrea
 
 use crate::error::{Error, Result};
 use crate::launch::LoadedKernel;
+use crate::tma::{TensorMap, TensorMapSpec};
 
 /// The environment variable that makes [`Device::auto`] pick the interpreter.
 pub const INTERPRET_ENV: &str = "TILE_INTERPRET";
@@ -46,8 +47,12 @@ pub(crate) struct CudaDevice {
     pub(crate) compute_capability: (u32, u32),
     /// The most dynamic shared memory a block may opt into, in bytes.
     pub(crate) max_shared_optin: u32,
-    /// Loaded kernels, keyed by the address of their `&'static KernelMeta`.
-    pub(crate) kernels: Mutex<HashMap<usize, Arc<LoadedKernel>>>,
+    /// Loaded kernels, keyed by the address of their `&'static KernelMeta`
+    /// and the variant's index in its `targets`.
+    pub(crate) kernels: Mutex<HashMap<(usize, usize), Arc<LoadedKernel>>>,
+    /// Encoded TMA tensor maps, keyed by their exact spec (an encoding
+    /// depends on nothing else).
+    pub(crate) tensor_maps: Mutex<HashMap<TensorMapSpec, TensorMap>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -154,6 +159,7 @@ fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
         compute_capability: (major.max(0) as u32, minor.max(0) as u32),
         max_shared_optin: max_shared_optin.max(0) as u32,
         kernels: Mutex::new(HashMap::new()),
+        tensor_maps: Mutex::new(HashMap::new()),
     }))
 }
 
@@ -229,6 +235,18 @@ impl Device {
         match &self.kind {
             DeviceKind::Interpreter => None,
             DeviceKind::Cuda(d) => Some(&d.ctx),
+        }
+    }
+
+    /// How many launches of the kernel `meta` each of its compiled variants
+    /// (`meta.targets`, in order) ran on this GPU so far; all zeros on the
+    /// interpreter. For tests and benchmarks that must know which variant ran
+    /// (a warp-specialized TMA variant runs only on TMA-addressable tensors;
+    /// otherwise the runtime falls back silently to the general one).
+    pub fn launch_counts(&self, meta: &'static crate::KernelMeta) -> Vec<u64> {
+        match &self.kind {
+            DeviceKind::Interpreter => vec![0; meta.targets.len()],
+            DeviceKind::Cuda(d) => crate::launch::launch_counts(d, meta),
         }
     }
 

@@ -2,18 +2,28 @@
 //! `launch` wrapper.
 //!
 //! `#[tile_kernel]` embeds a [`KernelMeta`] (the Tile IR as JSON and the PTX
-//! of each target) in a `static`, and its wrapper calls [`launch`] with one
-//! [`KernelArg`] per parameter. `launch`:
+//! of each target, possibly several variants per target) in a `static`, and
+//! its wrapper calls [`launch`] with one [`KernelArg`] per parameter. `launch`:
 //! 1. parses the IR once per `KernelMeta` (cached by the static's address) and
-//!    checks that it describes a launchable signature;
+//!    checks that it describes a launchable signature and that every
+//!    variant's tensor maps name tensor parameters of the right rank;
 //! 2. checks the arguments' number, kind, element type, mutability and device;
 //! 3. binds the dynamic dimensions from the tensor shapes and evaluates the
 //!    grid (`tile_ir::abi`, the same code for both paths); an empty grid does
 //!    nothing;
-//! 4. runs the kernel on the interpreter, or on the GPU: picks the PTX target
-//!    for the device, loads it once per device (keeping the driver's JIT log on
-//!    failure), raises the dynamic shared-memory limit once when needed, and
-//!    launches with the parameters in the launch ABI order.
+//! 4. runs the kernel on the interpreter, or on the GPU: picks the target arch
+//!    for the device (sm_90a on 9.x, else sm_80) and, among that arch's
+//!    variants (preferred first), the first whose mapped tensors are all
+//!    TMA-addressable (`tile_ir::abi::tma_addressable`); checks the thread
+//!    block cluster against the grid (9.x and later); loads the variant once
+//!    per device (keeping the driver's JIT log on failure), raises the dynamic
+//!    shared-memory limit once when needed, encodes the variant's tensor maps
+//!    (cached per device by their exact spec), and launches with the
+//!    variant's threads and the parameters in the launch ABI order, tensor
+//!    maps last (`cuLaunchKernelEx` with a cluster dimension when clustered).
+//!
+//! The cluster never changes what a kernel computes (`Kernel::cluster`), so
+//! devices without clusters (before 9.0) and the interpreter ignore it.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -26,10 +36,11 @@ use half::{bf16, f16};
 use tile_ir::interp::{Arg as InterpArg, TensorData};
 use tile_ir::{DType, Kernel, ParamKind, Value};
 
-use crate::device::{describe, driver_err, CudaDevice, DeviceKind, Stream};
+use crate::device::{describe, driver_err, guarded, CudaDevice, DeviceKind, Stream};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::tensor::{DeviceTensor, RawTensor, Storage};
+use crate::tma::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// What `#[tile_kernel]` embeds for one kernel.
 #[derive(Debug)]
@@ -42,7 +53,9 @@ pub struct KernelMeta {
     pub targets: &'static [KernelTarget],
 }
 
-/// One kernel compiled for one target.
+/// One kernel compiled for one target: one variant. Several entries of
+/// [`KernelMeta::targets`] may share an arch; they are then variants,
+/// preferred first, and the last of an arch has no tensor maps.
 #[derive(Debug)]
 pub struct KernelTarget {
     /// `sm_80` or `sm_90a`.
@@ -50,6 +63,30 @@ pub struct KernelTarget {
     pub ptx: &'static str,
     /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,
+    /// Threads per block at launch: the kernel's `threads`, or more for a
+    /// warp-specialized variant (its producer warpgroup). 1..=1024.
+    pub threads: u32,
+    /// The TMA tensor maps the variant takes after all its other parameters,
+    /// in this order (ARCHITECTURE.md, "Launch ABI"). A variant with maps
+    /// runs only when every mapped tensor is TMA-addressable.
+    pub tensor_maps: &'static [TensorMapMeta],
+}
+
+/// One TMA tensor map a compiled variant takes (`tile_ir::abi::TensorMapUse`
+/// as embedded by `#[tile_kernel]`). At launch the runtime encodes it from
+/// the tensor argument: its device address, its shape with dense row-major
+/// strides, this box and swizzle, L2 promotion 256 bytes, out-of-bounds
+/// elements reading as zero.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMapMeta {
+    /// Index into the kernel's parameters of the tensor parameter it maps.
+    pub tensor: usize,
+    /// Box extents in elements, outermost first (the tensor's dim order);
+    /// as many as the tensor has dims.
+    pub box_shape: &'static [u32],
+    /// The box's swizzle span in shared memory, in bytes: 0 (none), 32, 64
+    /// or 128.
+    pub swizzle_bytes: u32,
 }
 
 /// One argument of a kernel launch, in the kernel's parameter order.
@@ -116,6 +153,7 @@ fn parsed_kernel(meta: &'static KernelMeta) -> Result<Arc<Kernel>> {
     let invalid = |message: String| Error::InvalidMeta { kernel: meta.name.to_string(), message };
     let kernel: Kernel = serde_json::from_str(meta.ir).map_err(|e| invalid(format!("the IR does not parse: {e}")))?;
     check_signature(&kernel).map_err(invalid)?;
+    check_variants(&kernel, meta.targets).map_err(invalid)?;
     let kernel = Arc::new(kernel);
     cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
     Ok(kernel)
@@ -152,6 +190,34 @@ fn check_signature(k: &Kernel) -> std::result::Result<(), String> {
                 if !var_ok(v) {
                     return Err(format!("parameter `{}` names variable {v}, out of range", p.name));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks every variant's tensor maps: each names a tensor parameter, with
+/// a box of that tensor's rank and a swizzle the driver knows.
+fn check_variants(k: &Kernel, targets: &[KernelTarget]) -> std::result::Result<(), String> {
+    for t in targets {
+        for m in t.tensor_maps {
+            let Some(ParamKind::Tensor(b)) = k.params.get(m.tensor).map(|p| &p.kind) else {
+                return Err(format!("a {} tensor map names parameter {}, which is not a tensor parameter", t.arch, m.tensor));
+            };
+            let rank = k.buffers.get(b.0 as usize).map_or(0, |b| b.shape.len());
+            if m.box_shape.len() != rank {
+                return Err(format!(
+                    "the {} tensor map of `{}` has a {}-D box for a {rank}-D tensor",
+                    t.arch,
+                    k.params[m.tensor].name,
+                    m.box_shape.len()
+                ));
+            }
+            if TmaSwizzle::from_bytes(m.swizzle_bytes).is_none() {
+                return Err(format!(
+                    "the {} tensor map of `{}` has a {}-byte swizzle (expected 0, 32, 64 or 128)",
+                    t.arch, k.params[m.tensor].name, m.swizzle_bytes
+                ));
             }
         }
     }
@@ -272,6 +338,8 @@ pub(crate) struct LoadedKernel {
     module: sys::CUmodule,
     function: sys::CUfunction,
     shared_bytes: u32,
+    /// Launches issued with this variant ([`crate::Device::launch_counts`]).
+    pub(crate) launches: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: module and function handles are plain driver handles, usable from
@@ -288,11 +356,17 @@ impl Drop for LoadedKernel {
     }
 }
 
-/// The target to run on a device of compute capability `cc`: sm_90a PTX on
-/// 9.x, else sm_80 on 8.0 and later.
-pub(crate) fn pick_target(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&'static KernelTarget> {
-    let find = |arch: &str| meta.targets.iter().find(|t| t.arch == arch);
-    let chosen = if cc.0 == 9 { find("sm_90a").or_else(|| find("sm_80")) } else if cc.0 >= 8 { find("sm_80") } else { None };
+/// The arch to run on a device of compute capability `cc`: sm_90a PTX on
+/// 9.x, else sm_80 on 8.0 and later (sm_80 also on 9.x without sm_90a).
+fn pick_arch(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&'static str> {
+    let has = |arch: &str| meta.targets.iter().any(|t| t.arch == arch);
+    let chosen = if cc.0 == 9 && has("sm_90a") {
+        Some("sm_90a")
+    } else if cc.0 >= 8 && has("sm_80") {
+        Some("sm_80")
+    } else {
+        None
+    };
     chosen.ok_or_else(|| Error::NoTarget {
         kernel: meta.name.to_string(),
         device_arch: format!("sm_{}{}", cc.0, cc.1),
@@ -300,16 +374,126 @@ pub(crate) fn pick_target(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&
     })
 }
 
-fn loaded_kernel(dev: &CudaDevice, meta: &'static KernelMeta, k: &Kernel) -> Result<Arc<LoadedKernel>> {
-    let key = meta as *const KernelMeta as usize;
+/// The preferred (first) variant of the target for compute capability `cc`.
+#[cfg(test)]
+pub(crate) fn pick_target(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&'static KernelTarget> {
+    let arch = pick_arch(meta, cc)?;
+    Ok(meta.targets.iter().find(|t| t.arch == arch).expect("pick_arch found it"))
+}
+
+/// A tensor argument as variant choice and map encoding see it.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct TensorPlace<'a> {
+    /// Device address of element 0 (0 for an empty tensor).
+    pub address: u64,
+    pub shape: &'a [usize],
+    pub dtype: DType,
+}
+
+/// The index in `meta.targets` of the variant to launch on a device of
+/// compute capability `cc`: among the variants of the chosen arch, in
+/// order, the first whose mapped tensors are all TMA-addressable.
+/// `tensors[i]` is parameter `i`'s tensor (`None` for scalars).
+pub(crate) fn pick_variant(
+    meta: &'static KernelMeta,
+    k: &Kernel,
+    cc: (u32, u32),
+    tensors: &[Option<TensorPlace<'_>>],
+) -> Result<usize> {
+    let arch = pick_arch(meta, cc)?;
+    let mut refused = Vec::new();
+    for (i, t) in meta.targets.iter().enumerate().filter(|(_, t)| t.arch == arch) {
+        let blocker = t.tensor_maps.iter().find(|m| match tensors.get(m.tensor).copied().flatten() {
+            Some(p) => !tile_ir::abi::tma_addressable(p.address, p.shape, p.dtype.size_bytes() as usize),
+            None => true,
+        });
+        match blocker {
+            None => return Ok(i),
+            Some(m) => refused.push(k.params.get(m.tensor).map_or_else(|| format!("parameter {}", m.tensor), |p| format!("`{}`", p.name))),
+        }
+    }
+    Err(Error::Launch {
+        kernel: k.name.clone(),
+        message: format!(
+            "every {arch} variant needs TMA-addressable tensors, and {} is not (a 16-byte aligned address and rows \
+             of a multiple of 16 bytes); rebuild the kernel with a tile version whose last variant has no tensor maps",
+            refused.join(", ")
+        ),
+    })
+}
+
+/// The cluster shape to launch with: `None` when the kernel has none or the
+/// device (compute capability `cc`) has no clusters, which never changes
+/// the kernel's meaning. On 9.0 and later the grid must be a multiple of
+/// the cluster on every axis (else the message says what to change).
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+pub(crate) fn launch_cluster(k: &Kernel, grid: [u32; 3], cc: (u32, u32)) -> std::result::Result<Option<[u32; 3]>, String> {
+    let cluster = k.cluster;
+    if cluster == [1, 1, 1] || cc.0 < 9 {
+        return Ok(None);
+    }
+    if cluster.contains(&0) {
+        return Err(format!("its cluster {cluster:?} has an extent of 0"));
+    }
+    let axes = ["x", "y", "z"];
+    let bad: Vec<String> = (0..3)
+        .filter(|&a| grid[a] % cluster[a] != 0)
+        .map(|a| format!("{} = {} is not a multiple of {}", axes[a], grid[a], cluster[a]))
+        .collect();
+    if !bad.is_empty() {
+        return Err(format!(
+            "the grid {grid:?} must be a multiple of the thread block cluster ({}, {}, {}) on every axis, but {}; \
+             make the grid's extents multiples of the cluster (e.g. round them up with cdiv and mask the extra blocks), \
+             or change `cluster = (..)`",
+            cluster[0],
+            cluster[1],
+            cluster[2],
+            bad.join(" and ")
+        ));
+    }
+    Ok(Some(cluster))
+}
+
+fn loaded_kernel(dev: &CudaDevice, meta: &'static KernelMeta, variant: usize, k: &Kernel) -> Result<Arc<LoadedKernel>> {
+    let key = (meta as *const KernelMeta as usize, variant);
     let mut cache = dev.kernels.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(loaded) = cache.get(&key) {
         return Ok(loaded.clone());
     }
-    let target = pick_target(meta, dev.compute_capability)?;
-    let loaded = Arc::new(load_kernel(dev, meta, target, k)?);
+    let loaded = Arc::new(load_kernel(dev, meta, &meta.targets[variant], k)?);
     cache.insert(key, loaded.clone());
     Ok(loaded)
+}
+
+/// Most encoded tensor maps a device keeps; past it the cache starts over.
+const TENSOR_MAP_CACHE_LIMIT: usize = 4096;
+
+/// The driver's description of tensor map `m` over `tensor`: dense
+/// row-major strides from its shape, the box and swizzle of the variant,
+/// L2 promotion 256 bytes.
+pub(crate) fn map_spec(m: &TensorMapMeta, tensor: TensorPlace<'_>) -> TensorMapSpec {
+    let shape: Vec<u64> = tensor.shape.iter().map(|&d| d as u64).collect();
+    let swizzle = TmaSwizzle::from_bytes(m.swizzle_bytes).unwrap_or(TmaSwizzle::None);
+    let mut spec = TensorMapSpec::row_major(tensor.dtype, tensor.address, &shape, m.box_shape, swizzle);
+    spec.l2_promotion = L2Promotion::B256;
+    spec
+}
+
+/// Encodes `spec` on `dev`, or returns the map encoded before for the same
+/// spec: an encoding depends on nothing else, so a cached map is exactly
+/// what the driver would give again (GEMM benchmarks launch thousands of
+/// times on the same tensors; `cuTensorMapEncodeTiled` is a host call).
+fn encoded_map(dev: &Arc<CudaDevice>, spec: TensorMapSpec) -> Result<TensorMap> {
+    if let Some(map) = dev.tensor_maps.lock().unwrap_or_else(|e| e.into_inner()).get(&spec) {
+        return Ok(*map);
+    }
+    let map = TensorMap::encode(&crate::Device { kind: DeviceKind::Cuda(dev.clone()) }, &spec)?;
+    let mut cache = dev.tensor_maps.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= TENSOR_MAP_CACHE_LIMIT {
+        cache.clear();
+    }
+    cache.insert(spec, map);
+    Ok(map)
 }
 
 const JIT_LOG_BYTES: usize = 16 * 1024;
@@ -377,7 +561,13 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
         });
         return Err(Error::Jit { kernel: k.name.clone(), arch: target.arch.to_string(), log });
     }
-    let mut loaded = LoadedKernel { ctx: dev.ctx.clone(), module, function: std::ptr::null_mut(), shared_bytes: target.shared_bytes };
+    let mut loaded = LoadedKernel {
+        ctx: dev.ctx.clone(),
+        module,
+        function: std::ptr::null_mut(),
+        shared_bytes: target.shared_bytes,
+        launches: std::sync::atomic::AtomicU64::new(0),
+    };
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated.
     loaded.function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {
         launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e)))
@@ -417,13 +607,14 @@ impl ParamSlot {
 /// `stream` (writable tensors as writes), so cudarc's multi-stream tracking
 /// sees the kernel's accesses: the returned guards record them when dropped,
 /// which must happen after the launch is issued. Host tensors (the
-/// interpreter, in tests) give null pointers.
+/// interpreter, in tests) give null pointers. Also returns each tensor
+/// parameter's address (`None` for scalars), in parameter order.
 fn abi_params<'a>(
     k: &Kernel,
     args: &'a mut [KernelArg<'_>],
     dims: &[i64],
     stream: Option<&'a CudaStream>,
-) -> (Vec<ParamSlot>, Vec<SyncOnDrop<'a>>) {
+) -> (Vec<ParamSlot>, Vec<SyncOnDrop<'a>>, Vec<Option<u64>>) {
     let scalars: Vec<ParamSlot> = args
         .iter()
         .filter_map(|arg| match *arg {
@@ -437,6 +628,7 @@ fn abi_params<'a>(
         .collect();
     let mut slots = Vec::with_capacity(k.params.len() + k.dims.len());
     let mut guards = Vec::new();
+    let mut addresses = Vec::with_capacity(args.len());
     for arg in args.iter_mut() {
         let (ptr, guard) = match (arg, stream) {
             (KernelArg::Tensor(t), Some(stream)) => match &t.storage {
@@ -454,8 +646,12 @@ fn abi_params<'a>(
                 _ => (0, None),
             },
             (KernelArg::Tensor(_) | KernelArg::TensorMut(_), None) => (0, None),
-            _ => continue,
+            _ => {
+                addresses.push(None);
+                continue;
+            }
         };
+        addresses.push(Some(ptr));
         slots.push(ParamSlot::new(&ptr.to_le_bytes()));
         guards.extend(guard);
     }
@@ -465,7 +661,16 @@ fn abi_params<'a>(
     }
     slots.extend(scalars);
     debug_assert_eq!(slots.len(), k.params.len() + k.dims.len());
-    (slots, guards)
+    (slots, guards, addresses)
+}
+
+/// The parameter array `cuLaunchKernel` reads: a pointer to each slot, then
+/// each tensor map's 128 bytes ([`TensorMap::param_ptr`]), in the variant's
+/// order. Valid while `slots` and `maps` live and do not move.
+fn param_pointers(slots: &mut [ParamSlot], maps: &[TensorMap]) -> Vec<*mut c_void> {
+    let mut pointers: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut ParamSlot).cast()).collect();
+    pointers.extend(maps.iter().map(TensorMap::param_ptr));
+    pointers
 }
 
 fn launch_cuda(
@@ -477,28 +682,105 @@ fn launch_cuda(
     grid: [u32; 3],
 ) -> Result<()> {
     let launch_err = |message: String| Error::Launch { kernel: k.name.clone(), message };
-    if k.threads == 0 || k.threads > 1024 {
-        return Err(launch_err(format!("{} threads per block; a block has 1 to 1024 threads", k.threads)));
+    let cluster = launch_cluster(k, grid, dev.compute_capability).map_err(launch_err)?;
+    // Shapes and element types of the tensors that some variant maps (the
+    // arguments are borrowed by the access guards below).
+    let mapped: Vec<Option<(Vec<usize>, DType)>> = if meta.targets.iter().any(|t| !t.tensor_maps.is_empty()) {
+        args.iter().map(|a| a.raw().map(|t| (t.shape.clone(), t.dtype))).collect()
+    } else {
+        Vec::new()
+    };
+    let (mut slots, _access_guards, addresses) = abi_params(k, args, dims, Some(&dev.stream));
+    let places: Vec<Option<TensorPlace<'_>>> = mapped
+        .iter()
+        .zip(&addresses)
+        .map(|(m, a)| match (m, a) {
+            (Some((shape, dtype)), Some(address)) => Some(TensorPlace { address: *address, shape, dtype: *dtype }),
+            _ => None,
+        })
+        .collect();
+    let variant = pick_variant(meta, k, dev.compute_capability, &places)?;
+    let target = &meta.targets[variant];
+    if target.threads == 0 || target.threads > 1024 {
+        return Err(launch_err(format!(
+            "its {} code has {} threads per block; a block has 1 to 1024 threads",
+            target.arch, target.threads
+        )));
     }
-    let loaded = loaded_kernel(dev, meta, k)?;
-    let (mut slots, _access_guards) = abi_params(k, args, dims, Some(&dev.stream));
-    let mut pointers: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut ParamSlot).cast()).collect();
+    let loaded = loaded_kernel(dev, meta, variant, k)?;
+    // Kept alive until the launch call returns: the driver copies the 128
+    // bytes of each map from these addresses.
+    let mut maps = Vec::with_capacity(target.tensor_maps.len());
+    for m in target.tensor_maps {
+        let Some(place) = places.get(m.tensor).copied().flatten() else {
+            return Err(Error::InvalidMeta {
+                kernel: k.name.clone(),
+                message: format!("a tensor map names parameter {}, which is not a tensor", m.tensor),
+            });
+        };
+        let map = encoded_map(dev, map_spec(m, place)).map_err(|e| {
+            launch_err(format!("cannot encode the TMA tensor map of tensor `{}`: {e}", k.params[m.tensor].name))
+        })?;
+        maps.push(map);
+    }
+    let mut pointers = param_pointers(&mut slots, &maps);
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
-    // SAFETY: `function` is live (held by `loaded`); `pointers` has one entry
-    // per PTX parameter, each pointing at a slot that outlives the call (the
-    // driver copies parameters at launch); the tensors are borrowed by `args`
-    // for the duration, and writable ones exclusively.
-    unsafe {
-        result::launch_kernel(
-            loaded.function,
-            (grid[0], grid[1], grid[2]),
-            (k.threads, 1, 1),
-            loaded.shared_bytes,
-            dev.stream.cu_stream(),
-            &mut pointers,
-        )
+    let launched = match cluster {
+        // SAFETY: `function` is live (held by `loaded`); `pointers` has one
+        // entry per PTX parameter, each pointing at a slot or a tensor map
+        // that outlives the call (the driver copies parameters at launch);
+        // the tensors are borrowed by `args` for the duration, and writable
+        // ones exclusively.
+        None => unsafe {
+            result::launch_kernel(
+                loaded.function,
+                (grid[0], grid[1], grid[2]),
+                (target.threads, 1, 1),
+                loaded.shared_bytes,
+                dev.stream.cu_stream(),
+                &mut pointers,
+            )
+        }
+        .map_err(|e| launch_err(format!("cuLaunchKernel failed: {}", describe(e)))),
+        Some(cluster) => guarded("cuLaunchKernelEx", || {
+            // SAFETY: an all-zero launch attribute is a valid value of this
+            // plain C struct; the cluster fields are set next.
+            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attribute.value.clusterDim =
+                sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster[0], y: cluster[1], z: cluster[2] };
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: target.threads,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: loaded.shared_bytes,
+                hStream: dev.stream.cu_stream(),
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel above; `config` and `attribute`
+            // outlive the call.
+            unsafe { sys::cuLaunchKernelEx(&config, loaded.function, pointers.as_mut_ptr(), std::ptr::null_mut()) }
+                .result()
+                .map_err(|e| launch_err(format!("cuLaunchKernelEx (cluster {cluster:?}) failed: {}", describe(e))))
+        }),
+    };
+    if launched.is_ok() {
+        loaded.launches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    .map_err(|e| launch_err(format!("cuLaunchKernel failed: {}", describe(e))))
+    launched
+}
+
+/// Launches per entry of `meta.targets` on `dev` so far.
+pub(crate) fn launch_counts(dev: &CudaDevice, meta: &'static KernelMeta) -> Vec<u64> {
+    let key = meta as *const KernelMeta as usize;
+    let cache = dev.kernels.lock().unwrap_or_else(|e| e.into_inner());
+    (0..meta.targets.len())
+        .map(|v| cache.get(&(key, v)).map_or(0, |l| l.launches.load(std::sync::atomic::Ordering::Relaxed)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -507,7 +789,10 @@ mod tests {
     use tile_ir::Extent;
 
     fn meta_with(archs: &[&'static str]) -> &'static KernelMeta {
-        let targets: Vec<KernelTarget> = archs.iter().map(|&arch| KernelTarget { arch, ptx: "", shared_bytes: 0 }).collect();
+        let targets: Vec<KernelTarget> = archs
+            .iter()
+            .map(|&arch| KernelTarget { arch, ptx: "", shared_bytes: 0, threads: 32, tensor_maps: &[] })
+            .collect();
         Box::leak(Box::new(KernelMeta { name: "k", ir: "", targets: Box::leak(targets.into_boxed_slice()) }))
     }
 
@@ -556,13 +841,167 @@ mod tests {
             KernelArg::U32(0xDEAD_BEEF),
             KernelArg::F32(1.25),
         ];
-        let (slots, guards) = abi_params(&k, &mut args, &[3, 5], None);
+        let (slots, guards, addresses) = abi_params(&k, &mut args, &[3, 5], None);
+        assert_eq!(addresses, vec![Some(0), None, Some(0), None, None, None]);
         assert!(guards.is_empty());
         let words: Vec<u64> = slots.iter().map(|s| u64::from_le_bytes(s.0)).collect();
         assert_eq!(
             words,
             vec![0, 0, 3, 5, h.to_bits() as u64, b.to_bits() as u64, 0xDEAD_BEEF, 1.25f32.to_bits() as u64]
         );
+    }
+
+    const MAPS_A_C: &[TensorMapMeta] = &[
+        TensorMapMeta { tensor: 0, box_shape: &[64, 64], swizzle_bytes: 128 },
+        TensorMapMeta { tensor: 2, box_shape: &[64, 32], swizzle_bytes: 64 },
+    ];
+
+    fn target(arch: &'static str, threads: u32, tensor_maps: &'static [TensorMapMeta]) -> KernelTarget {
+        KernelTarget { arch, ptx: "", shared_bytes: 0, threads, tensor_maps }
+    }
+
+    fn leak_meta(targets: Vec<KernelTarget>) -> &'static KernelMeta {
+        Box::leak(Box::new(KernelMeta { name: "mm", ir: "", targets: Box::leak(targets.into_boxed_slice()) }))
+    }
+
+    /// `mm(a: &f16[M, K], s: f32, c: &mut f16[M, N])`.
+    fn gemm_like() -> Kernel {
+        let mut k = Kernel::new("mm", 256);
+        let m = k.add_dim("M");
+        let kd = k.add_dim("K");
+        let n = k.add_dim("N");
+        k.add_tensor_param("a", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(kd)], false);
+        k.add_scalar_param("s", DType::F32);
+        k.add_tensor_param("c", DType::F16, vec![Extent::Dyn(m), Extent::Dyn(n)], true);
+        k
+    }
+
+    fn place(address: u64, shape: &[usize]) -> Option<TensorPlace<'_>> {
+        Some(TensorPlace { address, shape, dtype: DType::F16 })
+    }
+
+    #[test]
+    fn the_first_variant_whose_tensors_are_tma_addressable_runs() {
+        let k = gemm_like();
+        // Variants of sm_90a, preferred first; sm_80 in between to check
+        // that only the chosen arch's entries count.
+        let meta = leak_meta(vec![
+            target("sm_90a", 384, MAPS_A_C),
+            target("sm_80", 256, &[]),
+            target("sm_90a", 256, &[]),
+        ]);
+        check_variants(&k, meta.targets).unwrap();
+        let (a, c) = ([1000, 2048], [1000, 512]);
+        let pick = |pa: u64, sa: &[usize], pc: u64, sc: &[usize], cc| {
+            pick_variant(meta, &k, cc, &[place(pa, sa), None, place(pc, sc)]).unwrap()
+        };
+        assert_eq!(pick(0x10000, &a, 0x20000, &c, (9, 0)), 0);
+        // An address off by 8 bytes, on either mapped tensor.
+        assert_eq!(pick(0x10008, &a, 0x20000, &c, (9, 0)), 2);
+        assert_eq!(pick(0x10000, &a, 0x20008, &c, (9, 0)), 2);
+        // Rows of 1001 f16 elements (2002 bytes) are not a multiple of 16 bytes.
+        assert_eq!(pick(0x10000, &[1000, 1001], 0x20000, &c, (9, 0)), 2);
+        assert_eq!(pick(0x10000, &a, 0x20000, &[3, 1004], (9, 0)), 2);
+        // Rows of 1000 f16 (2000 bytes) are; so are rows of 8 (16 bytes).
+        assert_eq!(pick(0x10000, &[7, 1000], 0x20000, &[1, 8], (9, 0)), 0);
+        // An empty tensor (address 0, a zero extent) is not addressable.
+        assert_eq!(pick(0, &[0, 2048], 0x20000, &c, (9, 0)), 2);
+        // Other GPUs run sm_80, whatever the tensors.
+        assert_eq!(pick(0x10000, &a, 0x20000, &c, (8, 0)), 1);
+        assert_eq!(pick(0x10008, &a, 0x20000, &c, (10, 0)), 1);
+        // A kernel with a single variant per arch (no warp specialization).
+        let single = leak_meta(vec![target("sm_80", 256, &[]), target("sm_90a", 256, &[])]);
+        assert_eq!(pick_variant(single, &k, (9, 0), &[place(3, &a), None, place(5, &c)]).unwrap(), 1);
+    }
+
+    #[test]
+    fn without_a_general_variant_the_error_names_the_tensor() {
+        let k = gemm_like();
+        let meta = leak_meta(vec![target("sm_90a", 384, MAPS_A_C)]);
+        let err = pick_variant(meta, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20004, &[64, 64])]).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Launch { .. }), "{err:?}");
+        assert!(text.contains("`mm`") && text.contains("`c`") && text.contains("TMA-addressable"), "{text}");
+        // A map over a scalar parameter never runs (and the meta check rejects it).
+        let bad = leak_meta(vec![target("sm_90a", 384, &[TensorMapMeta { tensor: 1, box_shape: &[8], swizzle_bytes: 0 }])]);
+        assert!(pick_variant(bad, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20000, &[64, 64])]).is_err());
+    }
+
+    #[test]
+    fn variant_metadata_is_checked() {
+        let k = gemm_like();
+        let err = |maps: &'static [TensorMapMeta]| check_variants(&k, &[target("sm_90a", 384, maps)]).unwrap_err();
+        let e = err(&[TensorMapMeta { tensor: 1, box_shape: &[8], swizzle_bytes: 0 }]);
+        assert!(e.contains("parameter 1") && e.contains("not a tensor"), "{e}");
+        let e = err(&[TensorMapMeta { tensor: 7, box_shape: &[8], swizzle_bytes: 0 }]);
+        assert!(e.contains("parameter 7"), "{e}");
+        let e = err(&[TensorMapMeta { tensor: 0, box_shape: &[1, 64, 64], swizzle_bytes: 0 }]);
+        assert!(e.contains("`a`") && e.contains("3-D box for a 2-D tensor"), "{e}");
+        let e = err(&[TensorMapMeta { tensor: 2, box_shape: &[64, 64], swizzle_bytes: 96 }]);
+        assert!(e.contains("`c`") && e.contains("96-byte swizzle"), "{e}");
+    }
+
+    #[test]
+    fn a_map_spec_comes_from_the_tensor_and_the_variant() {
+        let m = TensorMapMeta { tensor: 0, box_shape: &[128, 64], swizzle_bytes: 128 };
+        let shape = [1000, 4096];
+        let spec = map_spec(&m, TensorPlace { address: 0x7000, shape: &shape, dtype: DType::BF16 });
+        assert_eq!(spec.dtype, DType::BF16);
+        assert_eq!(spec.global_address, 0x7000);
+        assert_eq!(spec.dims, vec![4096, 1000]);
+        assert_eq!(spec.strides, vec![8192]);
+        assert_eq!(spec.box_dims, vec![64, 128]);
+        assert_eq!(spec.swizzle, TmaSwizzle::B128);
+        assert_eq!(spec.l2_promotion, L2Promotion::B256);
+        spec.validate().unwrap();
+        let m = TensorMapMeta { tensor: 0, box_shape: &[2, 16, 32], swizzle_bytes: 0 };
+        let spec = map_spec(&m, TensorPlace { address: 0x100, shape: &[3, 40, 96], dtype: DType::F32 });
+        assert_eq!((spec.dims, spec.strides, spec.box_dims), (vec![96, 40, 3], vec![384, 384 * 40], vec![32, 16, 2]));
+        assert_eq!(spec.swizzle, TmaSwizzle::None);
+    }
+
+    /// Tensor maps come after every other parameter, in the variant's order,
+    /// each as a pointer to its 128 bytes.
+    #[test]
+    fn tensor_maps_are_appended_after_the_other_parameters() {
+        let k = gemm_like();
+        let a = RawTensor { shape: vec![2, 8], dtype: DType::F16, storage: Storage::Host(vec![0; 32]) };
+        let mut c = RawTensor { shape: vec![2, 8], dtype: DType::F16, storage: Storage::Host(vec![0; 32]) };
+        let mut args = [KernelArg::Tensor(&a), KernelArg::F32(0.5), KernelArg::TensorMut(&mut c)];
+        let (mut slots, _guards, _) = abi_params(&k, &mut args, &[2, 8, 8], None);
+        assert_eq!(slots.len(), 6);
+        let maps = [TensorMap::from_bytes([1; 128]), TensorMap::from_bytes([2; 128])];
+        let pointers = param_pointers(&mut slots, &maps);
+        assert_eq!(pointers.len(), 8);
+        for (p, s) in pointers.iter().zip(slots.iter()) {
+            assert_eq!(*p as *const ParamSlot, s as *const ParamSlot);
+        }
+        assert_eq!(pointers[6], maps[0].param_ptr());
+        assert_eq!(pointers[7], maps[1].param_ptr());
+        // SAFETY: the pointers point at the live slots and maps above.
+        let words: Vec<u64> = pointers[..6].iter().map(|&p| unsafe { *(p as *const u64) }).collect();
+        assert_eq!(words, vec![0, 0, 2, 8, 8, 0.5f32.to_bits() as u64]);
+        assert_eq!(unsafe { *(pointers[7] as *const [u8; 128]) }, [2; 128]);
+    }
+
+    #[test]
+    fn the_grid_must_be_a_multiple_of_the_cluster_on_hopper() {
+        let mut k = gemm_like();
+        assert_eq!(launch_cluster(&k, [7, 3, 1], (9, 0)), Ok(None));
+        k.cluster = [2, 1, 1];
+        assert_eq!(launch_cluster(&k, [8, 3, 1], (9, 0)), Ok(Some([2, 1, 1])));
+        let e = launch_cluster(&k, [7, 3, 1], (9, 0)).unwrap_err();
+        assert!(e.contains("x = 7 is not a multiple of 2") && e.contains("cluster (2, 1, 1)"), "{e}");
+        // Devices without clusters ignore it: it never changes the results.
+        assert_eq!(launch_cluster(&k, [7, 3, 1], (8, 0)), Ok(None));
+        k.cluster = [2, 2, 2];
+        let e = launch_cluster(&k, [4, 3, 5], (9, 0)).unwrap_err();
+        assert!(e.contains("y = 3 is not a multiple of 2 and z = 5 is not a multiple of 2"), "{e}");
+        assert!(!e.contains("x = 4"), "{e}");
+        assert_eq!(launch_cluster(&k, [4, 6, 2], (10, 0)), Ok(Some([2, 2, 2])));
+        // As a launch error it names the kernel.
+        let err = Error::Launch { kernel: k.name.clone(), message: e };
+        assert!(err.to_string().starts_with("cannot launch kernel `mm`: the grid [4, 3, 5]"), "{err}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub use device::{Device, Event, Stream, INTERPRET_ENV};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use launch::{KernelMeta, KernelTarget};
+pub use launch::{KernelMeta, KernelTarget, TensorMapMeta};
 pub use tensor::DeviceTensor;
 pub use tma::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 

@@ -40,6 +40,16 @@ impl TmaSwizzle {
             TmaSwizzle::B128 => Some(128),
         }
     }
+    /// The swizzle of span `bytes` (0 for none); `None` for other spans.
+    pub fn from_bytes(bytes: u32) -> Option<TmaSwizzle> {
+        match bytes {
+            0 => Some(TmaSwizzle::None),
+            32 => Some(TmaSwizzle::B32),
+            64 => Some(TmaSwizzle::B64),
+            128 => Some(TmaSwizzle::B128),
+            _ => None,
+        }
+    }
     fn to_sys(self) -> sys::CUtensorMapSwizzle {
         match self {
             TmaSwizzle::None => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -72,7 +82,7 @@ impl L2Promotion {
 }
 
 /// What `cuTensorMapEncodeTiled` needs, in its order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorMapSpec {
     pub dtype: DType,
     /// Device address of element 0 (16-byte aligned).
@@ -273,6 +283,12 @@ impl TensorMap {
             bytes[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
         Ok(TensorMap { bytes })
+    }
+
+    /// A map with these bytes (tests of the parameter layout).
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: [u8; 128]) -> TensorMap {
+        TensorMap { bytes }
     }
 
     /// The 128 bytes the kernel receives.

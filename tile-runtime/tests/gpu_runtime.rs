@@ -25,17 +25,23 @@ fn leak(s: String) -> &'static str {
 }
 
 /// Targets for both archs from one sm_80 PTX text.
-fn targets(ptx: &str, shared_bytes: u32) -> Vec<KernelTarget> {
+fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
     vec![
-        KernelTarget { arch: "sm_80", ptx: leak(ptx.to_string()), shared_bytes },
-        KernelTarget { arch: "sm_90a", ptx: leak(ptx.replace(".target sm_80", ".target sm_90a")), shared_bytes },
+        KernelTarget { arch: "sm_80", ptx: leak(ptx.to_string()), shared_bytes, threads, tensor_maps: &[] },
+        KernelTarget {
+            arch: "sm_90a",
+            ptx: leak(ptx.replace(".target sm_80", ".target sm_90a")),
+            shared_bytes,
+            threads,
+            tensor_maps: &[],
+        },
     ]
 }
 
 /// `scale` needs 100 KiB of dynamic shared memory: above the 48 KiB default,
 /// so the launch fails unless the runtime opted in.
 fn scale_meta() -> &'static KernelMeta {
-    leak_meta(&scale_kernel(), targets(include_str!("ptx/scale.ptx"), 100 * 1024))
+    leak_meta(&scale_kernel(), targets(include_str!("ptx/scale.ptx"), 100 * 1024, 128))
 }
 
 #[test]
@@ -103,7 +109,7 @@ fn launch_runs_with_large_dynamic_shared_memory_and_caches_the_module() {
 #[test]
 fn launch_passes_two_dims_and_16_bit_scalars_in_abi_order() {
     let (_, stream) = gpu();
-    let meta = leak_meta(&affine_kernel(), targets(include_str!("ptx/affine.ptx"), 0));
+    let meta = leak_meta(&affine_kernel(), targets(include_str!("ptx/affine.ptx"), 0, 256));
     let mut rng = Rng::new(2);
     for (m, n) in [(1, 1), (37, 1001), (256, 3)] {
         let x: Vec<f16> = (0..m * n).map(|_| f16::from_f64(rng.f64() * 8.0)).collect();
@@ -131,7 +137,7 @@ fn an_empty_grid_does_not_launch() {
     let a = DeviceTensor::<f32>::zeros(&stream, &[0]).unwrap();
     let mut c = DeviceTensor::<f32>::zeros(&stream, &[0]).unwrap();
     // Broken PTX proves nothing was loaded: loading it would fail.
-    let meta = leak_meta(&scale_kernel(), targets(".version 8.0\n.target sm_80\nnonsense", 0));
+    let meta = leak_meta(&scale_kernel(), targets(".version 8.0\n.target sm_80\nnonsense", 0, 128));
     launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]).unwrap();
 }
 
@@ -140,7 +146,7 @@ fn a_jit_failure_returns_the_driver_log() {
     let (_, stream) = gpu();
     let ptx = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry scale(.param .u64 a, .param .u64 c, \
                .param .s32 n, .param .f32 s)\n{\n    frobnicate.u32 %r1;\n    ret;\n}\n";
-    let meta = leak_meta(&scale_kernel(), targets(ptx, 0));
+    let meta = leak_meta(&scale_kernel(), targets(ptx, 0, 128));
     let a = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     let mut c = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     match launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]) {
@@ -157,7 +163,7 @@ fn a_jit_failure_returns_the_driver_log() {
 #[test]
 fn no_matching_target_and_device_mismatch_are_errors() {
     let (_, stream) = gpu();
-    let only_old = leak_meta(&scale_kernel(), vec![KernelTarget { arch: "sm_70", ptx: "", shared_bytes: 0 }]);
+    let only_old = leak_meta(&scale_kernel(), vec![KernelTarget { arch: "sm_70", ptx: "", shared_bytes: 0, threads: 128, tensor_maps: &[] }]);
     let a = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     let mut c = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     match launch(&stream, only_old, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]) {

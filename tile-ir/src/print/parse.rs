@@ -463,6 +463,27 @@ impl Parser {
             k.rasterize =
                 Some(u32::try_from(panel).or_else(|_| self.err(format!("swizzle={panel} is out of range")))?);
         }
+        if self.eat_ident("cluster") {
+            self.expect_punct("=")?;
+            self.expect_punct("(")?;
+            for axis in 0..3 {
+                if axis > 0 {
+                    self.expect_punct(",")?;
+                }
+                let extent = self.int()?;
+                k.cluster[axis] =
+                    u32::try_from(extent).or_else(|_| self.err(format!("cluster extent {extent} is out of range")))?;
+            }
+            self.expect_punct(")")?;
+        }
+        if self.eat_ident("warp_specialize") {
+            self.expect_punct("=")?;
+            k.warp_specialize = match self.ident()?.as_str() {
+                "true" => true,
+                "false" => false,
+                other => return self.err(format!("warp_specialize={other}: expected `true` or `false`")),
+            };
+        }
         self.expect_punct("{")?;
         // Declarations: block indices and buffers.
         loop {

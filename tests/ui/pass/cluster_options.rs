@@ -1,0 +1,16 @@
+use tile::prelude::*;
+
+/// A clustered kernel without warp specialization compiles and keeps both
+/// options in its embedded IR.
+#[tile_kernel(threads = 128, consts(BLOCK = 1024), cluster = (2, 1, 1), warp_specialize = false)]
+pub fn copy_kernel(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+    let bx = grid(cdiv(N, BLOCK));
+    let mut t = fragment::<f32, BLOCK>();
+    copy(x.tile([bx * BLOCK]), &mut t);
+    copy(&t, y.tile([bx * BLOCK]));
+}
+
+fn main() {
+    let ir = copy_kernel::META.ir;
+    assert!(ir.contains("\"cluster\":[2,1,1]") && ir.contains("\"warp_specialize\":false"), "{ir}");
+}
