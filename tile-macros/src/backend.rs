@@ -28,6 +28,8 @@ pub(crate) struct TargetCode {
     pub threads: u32,
     /// The TMA tensor maps the variant takes after its other parameters.
     pub tensor_maps: Vec<TensorMapUse>,
+    /// Launched with one block per SM (`tile_ir::Compiled::persistent`).
+    pub persistent: bool,
 }
 
 /// The `TILE_DUMP` file-name suffix of each variant of one target: `None`
@@ -156,6 +158,7 @@ pub(crate) fn compile_all(
                 shared_bytes: compiled.shared_bytes,
                 threads: compiled.threads,
                 tensor_maps: compiled.tensor_maps,
+                persistent: compiled.persistent,
             });
         }
     }
@@ -305,6 +308,7 @@ mod tests {
             function: tile_ir::thread_ir::Function::default(),
             threads,
             tensor_maps: vec![map; maps],
+            persistent: false,
         }
     }
 

@@ -240,7 +240,7 @@ fn module(
     let (ir, targets) = match compiled {
         Some(c) => {
             let targets = c.targets.iter().map(|t| {
-                let (arch, ptx, shared, threads) = (t.arch, &t.ptx, t.shared_bytes, t.threads);
+                let (arch, ptx, shared, threads, persistent) = (t.arch, &t.ptx, t.shared_bytes, t.threads, t.persistent);
                 let maps = t.tensor_maps.iter().map(|m| {
                     let tensor = m.tensor;
                     let box_shape = &m.box_shape;
@@ -253,6 +253,7 @@ fn module(
                     shared_bytes: #shared,
                     threads: #threads,
                     tensor_maps: &[#(#maps),*],
+                    persistent: #persistent,
                 })
             });
             (c.ir_json.clone(), quote!(#(#targets),*))

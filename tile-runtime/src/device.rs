@@ -47,6 +47,8 @@ pub(crate) struct CudaDevice {
     pub(crate) compute_capability: (u32, u32),
     /// The most dynamic shared memory a block may opt into, in bytes.
     pub(crate) max_shared_optin: u32,
+    /// Streaming multiprocessors (the blocks of a persistent launch).
+    pub(crate) multiprocessors: u32,
     /// Loaded kernels, keyed by the address of their `&'static KernelMeta`
     /// and the variant's index in its `targets`.
     pub(crate) kernels: Mutex<HashMap<(usize, usize), Arc<LoadedKernel>>>,
@@ -150,6 +152,9 @@ fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
     let max_shared_optin = ctx
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(driver_err("cuDeviceGetAttribute"))?;
+    let multiprocessors = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(driver_err("cuDeviceGetAttribute"))?;
     let stream = ctx.default_stream();
     Ok(Arc::new(CudaDevice {
         ordinal,
@@ -158,6 +163,7 @@ fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
         name,
         compute_capability: (major.max(0) as u32, minor.max(0) as u32),
         max_shared_optin: max_shared_optin.max(0) as u32,
+        multiprocessors: multiprocessors.max(1) as u32,
         kernels: Mutex::new(HashMap::new()),
         tensor_maps: Mutex::new(HashMap::new()),
     }))

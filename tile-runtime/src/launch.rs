@@ -70,6 +70,11 @@ pub struct KernelTarget {
     /// in this order (ARCHITECTURE.md, "Launch ABI"). A variant with maps
     /// runs only when every mapped tensor is TMA-addressable.
     pub tensor_maps: &'static [TensorMapMeta],
+    /// A persistent variant (`tile_ir::Compiled::persistent`): its blocks
+    /// loop over the grid's blocks, so it is launched with one block per
+    /// SM (at most the grid's block count) as a 1-D grid, unless the kernel
+    /// asks for clusters (then with the whole grid: one tile per block).
+    pub persistent: bool,
 }
 
 /// One TMA tensor map a compiled variant takes (`tile_ir::abi::TensorMapUse`
@@ -708,6 +713,12 @@ fn launch_cuda(
         )));
     }
     let loaded = loaded_kernel(dev, meta, variant, k)?;
+    let grid = if target.persistent && cluster.is_none() {
+        let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
+        [blocks.min(dev.multiprocessors as u64) as u32, 1, 1]
+    } else {
+        grid
+    };
     // Kept alive until the launch call returns: the driver copies the 128
     // bytes of each map from these addresses.
     let mut maps = Vec::with_capacity(target.tensor_maps.len());
@@ -791,7 +802,7 @@ mod tests {
     fn meta_with(archs: &[&'static str]) -> &'static KernelMeta {
         let targets: Vec<KernelTarget> = archs
             .iter()
-            .map(|&arch| KernelTarget { arch, ptx: "", shared_bytes: 0, threads: 32, tensor_maps: &[] })
+            .map(|&arch| KernelTarget { arch, ptx: "", shared_bytes: 0, threads: 32, tensor_maps: &[], persistent: false })
             .collect();
         Box::leak(Box::new(KernelMeta { name: "k", ir: "", targets: Box::leak(targets.into_boxed_slice()) }))
     }
@@ -857,7 +868,7 @@ mod tests {
     ];
 
     fn target(arch: &'static str, threads: u32, tensor_maps: &'static [TensorMapMeta]) -> KernelTarget {
-        KernelTarget { arch, ptx: "", shared_bytes: 0, threads, tensor_maps }
+        KernelTarget { arch, ptx: "", shared_bytes: 0, threads, tensor_maps, persistent: false }
     }
 
     fn leak_meta(targets: Vec<KernelTarget>) -> &'static KernelMeta {

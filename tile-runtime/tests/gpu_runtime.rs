@@ -27,13 +27,14 @@ fn leak(s: String) -> &'static str {
 /// Targets for both archs from one sm_80 PTX text.
 fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
     vec![
-        KernelTarget { arch: "sm_80", ptx: leak(ptx.to_string()), shared_bytes, threads, tensor_maps: &[] },
+        KernelTarget { arch: "sm_80", ptx: leak(ptx.to_string()), shared_bytes, threads, tensor_maps: &[], persistent: false },
         KernelTarget {
             arch: "sm_90a",
             ptx: leak(ptx.replace(".target sm_80", ".target sm_90a")),
             shared_bytes,
             threads,
             tensor_maps: &[],
+            persistent: false,
         },
     ]
 }
@@ -163,7 +164,7 @@ fn a_jit_failure_returns_the_driver_log() {
 #[test]
 fn no_matching_target_and_device_mismatch_are_errors() {
     let (_, stream) = gpu();
-    let only_old = leak_meta(&scale_kernel(), vec![KernelTarget { arch: "sm_70", ptx: "", shared_bytes: 0, threads: 128, tensor_maps: &[] }]);
+    let only_old = leak_meta(&scale_kernel(), vec![KernelTarget { arch: "sm_70", ptx: "", shared_bytes: 0, threads: 128, tensor_maps: &[], persistent: false }]);
     let a = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     let mut c = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     match launch(&stream, only_old, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]) {

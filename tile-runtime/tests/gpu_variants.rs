@@ -46,9 +46,9 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
     let meta = leak_meta(
         &affine_kernel(),
         vec![
-            KernelTarget { arch: "sm_90a", ptx: leak(affine_with_map()), shared_bytes: 0, threads: 256, tensor_maps: MAP_X },
-            KernelTarget { arch: "sm_90a", ptx: leak(sm90(plain)), shared_bytes: 0, threads: 256, tensor_maps: &[] },
-            KernelTarget { arch: "sm_80", ptx: plain, shared_bytes: 0, threads: 256, tensor_maps: &[] },
+            KernelTarget { arch: "sm_90a", ptx: leak(affine_with_map()), shared_bytes: 0, threads: 256, tensor_maps: MAP_X, persistent: false },
+            KernelTarget { arch: "sm_90a", ptx: leak(sm90(plain)), shared_bytes: 0, threads: 256, tensor_maps: &[], persistent: false },
+            KernelTarget { arch: "sm_80", ptx: plain, shared_bytes: 0, threads: 256, tensor_maps: &[], persistent: false },
         ],
     );
     let hopper = device.compute_capability().unwrap().0 == 9;
@@ -92,8 +92,8 @@ fn a_map_that_cannot_be_encoded_names_the_kernel_and_tensor() {
     let meta = leak_meta(
         &affine_kernel(),
         vec![
-            KernelTarget { arch: "sm_90a", ptx: leak(affine_with_map()), shared_bytes: 0, threads: 256, tensor_maps: TOO_TALL },
-            KernelTarget { arch: "sm_90a", ptx: leak(sm90(include_str!("ptx/affine.ptx"))), shared_bytes: 0, threads: 256, tensor_maps: &[] },
+            KernelTarget { arch: "sm_90a", ptx: leak(affine_with_map()), shared_bytes: 0, threads: 256, tensor_maps: TOO_TALL, persistent: false },
+            KernelTarget { arch: "sm_90a", ptx: leak(sm90(include_str!("ptx/affine.ptx"))), shared_bytes: 0, threads: 256, tensor_maps: &[], persistent: false },
         ],
     );
     let xt = DeviceTensor::<f16>::zeros(&stream, &[400, 64]).unwrap();
@@ -112,8 +112,8 @@ fn scale_meta_with_cluster(cluster: [u32; 3]) -> &'static tile_runtime::KernelMe
     leak_meta(
         &k,
         vec![
-            KernelTarget { arch: "sm_80", ptx, shared_bytes: 100 * 1024, threads: 128, tensor_maps: &[] },
-            KernelTarget { arch: "sm_90a", ptx: leak(sm90(ptx)), shared_bytes: 100 * 1024, threads: 128, tensor_maps: &[] },
+            KernelTarget { arch: "sm_80", ptx, shared_bytes: 100 * 1024, threads: 128, tensor_maps: &[], persistent: false },
+            KernelTarget { arch: "sm_90a", ptx: leak(sm90(ptx)), shared_bytes: 100 * 1024, threads: 128, tensor_maps: &[], persistent: false },
         ],
     )
 }
