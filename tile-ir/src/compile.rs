@@ -92,7 +92,7 @@ pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOp
             format!("threads = {} must be a multiple of 32 between 32 and 1024", kernel.threads),
         )]);
     }
-    let plan = layout_infer::infer_layouts(kernel)?;
+    let plan = layout_infer::infer_layouts_for(kernel, target)?;
     if options.stage_epilogues {
         let mut staged_plan = plan.clone();
         let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_plan);

@@ -53,7 +53,9 @@
 //! mma.sync's C pattern repeated along N. That is
 //! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`.
 
+use crate::ir::{BufferId, DType, Kernel, Scope};
 use crate::layout::{RootLayout, SharedLayout};
+use crate::Target;
 
 /// The swizzle mode of a wgmma operand (and of a TMA box).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -282,6 +284,132 @@ pub fn wgmma_a_regs_coord(t: i64, j: i64, h: i64) -> (i64, i64) {
 pub fn wgmma_a_frag_index(s: i64, j: i64, h: i64) -> (i64, i64) {
     let i = 2 * j + h;
     ((i >> 1) & 1, 2 * (2 * s + (i >> 2)) + (i & 1))
+}
+
+/// A gemm of the general (not warp-specialized) sm_90a path that lowers to
+/// wgmma: what [`wgmma_shape`] found out about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgmmaGemm {
+    /// The accumulator is `[m, n]`, `K = k`; `m = 64 · warpgroups`.
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    /// `"f16"` or `"bf16"`.
+    pub ab: &'static str,
+    pub warpgroups: i64,
+    /// A's shared layout and major-ness; `None`: A comes from a fragment
+    /// (registers, [`wgmma_a_fragment`]).
+    pub a: Option<(SharedLayout, Major)>,
+    pub b: (SharedLayout, Major),
+}
+
+/// The shared layout layout inference gives a gemm operand `buf`: the
+/// user's `annotate_layout`, else [`SharedLayout::for_ldmatrix`]. `None`
+/// when the buffer has no constant 2-D shape or its annotation does not fit.
+pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
+    let b = kernel.buffer(buf);
+    let shape = b.const_shape()?;
+    let [rows, cols] = shape.as_slice() else { return None };
+    let elem = b.dtype.size_bytes() as i64;
+    match b.layout {
+        Some(spec) => SharedLayout::from_spec(spec, *rows, *cols, elem).ok(),
+        None => Some(SharedLayout::for_ldmatrix(*rows, *cols, elem)),
+    }
+}
+
+/// Whether `gemm a, b -> c` (with the transposes) lowers to wgmma in the
+/// general sm_90a path, and how. The one eligibility test: layout
+/// inference gives the accumulator of such a gemm the wgmma layout, and the
+/// lowering emits wgmma for it; anything else takes the mma.sync path.
+///
+/// Eligible: target sm_90a; a block of `128·w` threads (`w` a power of
+/// two); `c` an `[M, N]` f32 fragment with `M = 64·w` (one warpgroup per 64
+/// rows) and `N` a multiple of 8 in 8..=256; `K` a multiple of 16; A and B
+/// both f16 or both bf16; B in shared memory; A in shared memory or an
+/// untransposed fragment; every shared operand's layout (see
+/// [`gemm_operand_layout`]) a wgmma operand layout ([`Swizzle::of_layout`])
+/// for which [`operand_descriptor`] describes every k16 slice (K-major:
+/// rows of `2K` = 32, 64 or 128 bytes; MN-major: the whole M or N extent
+/// in one swizzle row, so `M`, `N` ≤ 64).
+pub fn wgmma_shape(
+    kernel: &Kernel,
+    a: BufferId,
+    b: BufferId,
+    c: BufferId,
+    trans_a: bool,
+    trans_b: bool,
+    target: Target,
+) -> Option<WgmmaGemm> {
+    if target != Target::Sm90a || kernel.threads % 128 != 0 {
+        return None;
+    }
+    let (ab, bb, cb) = (kernel.buffer(a), kernel.buffer(b), kernel.buffer(c));
+    let shape2 = |buf: &crate::ir::Buffer| match buf.const_shape().as_deref() {
+        Some(&[r, c]) => Some((r, c)),
+        _ => None,
+    };
+    let (m, n) = shape2(cb)?;
+    let (ar, ac) = shape2(ab)?;
+    let (br, bc) = shape2(bb)?;
+    let (am, ak) = if trans_a { (ac, ar) } else { (ar, ac) };
+    let (bk, bn) = if trans_b { (bc, br) } else { (br, bc) };
+    let warpgroups = kernel.threads as i64 / 128;
+    let ty = match ab.dtype {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        _ => return None,
+    };
+    if cb.scope != Scope::Fragment
+        || cb.dtype != DType::F32
+        || bb.scope != Scope::Shared
+        || bb.dtype != ab.dtype
+        || am != m
+        || bn != n
+        || ak != bk
+        || m != 64 * warpgroups
+        || ak <= 0
+        || ak % 16 != 0
+    {
+        return None;
+    }
+    wgmma_accumulator(m, n, kernel.threads).ok()?;
+    // Every k16 slice of an operand must have a descriptor (rows 0 / k0).
+    let describable = |layout: &SharedLayout, major: Major, mn_rows: i64| -> bool {
+        Swizzle::of_layout(layout).is_some()
+            && (0..ak / 16).all(|s| {
+                let (row0, col0) = match major {
+                    Major::K => (0, 16 * s),
+                    Major::MN => (16 * s, 0),
+                };
+                operand_descriptor(layout, major, 0, row0, col0).is_ok()
+            })
+            && match major {
+                // Rows beyond the tile are read by the last warpgroup: the
+                // tile must have all of them (it has: rows = M or N).
+                Major::K => layout.rows == mn_rows,
+                // One swizzle row holds the whole M or N extent.
+                Major::MN => layout.cols * layout.elem == Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64),
+            }
+    };
+    let a_op = match ab.scope {
+        Scope::Fragment if !trans_a => None,
+        Scope::Shared => {
+            let l = gemm_operand_layout(kernel, a)?;
+            let major = if trans_a { Major::MN } else { Major::K };
+            if !describable(&l, major, m) {
+                return None;
+            }
+            Some((l, major))
+        }
+        _ => return None,
+    };
+    let bl = gemm_operand_layout(kernel, b)?;
+    // B is `[K, N]` (N contiguous: MN-major) unless transposed to `[N, K]`.
+    let b_major = if trans_b { Major::K } else { Major::MN };
+    if !describable(&bl, b_major, n) {
+        return None;
+    }
+    Some(WgmmaGemm { m, n, k: ak, ab: ty, warpgroups, a: a_op, b: (bl, b_major) })
 }
 
 #[cfg(test)]

@@ -449,6 +449,7 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
             neg_b: false,
             trans_a: false,
             trans_b: b_major == Major::MN,
+            regions: vec![],
         });
         // Commit each step; keep one in flight until the end.
         k.push(Inst::WgmmaCommit);
@@ -549,6 +550,7 @@ fn wgmma_without_wait_fails() {
         neg_b: false,
         trans_a: false,
         trans_b: false,
+        regions: vec![],
     });
     k.push(Inst::WgmmaCommit);
     Sim::new(&k.f, vec![vec![0; 16]], params(0)).run_block();

@@ -32,7 +32,7 @@
 use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind, VarId};
 use crate::ir::{DType, WarpPolicy};
 use crate::layout::{mma_warp_grid, FragLayout, RootLayout, SharedLayout};
-use crate::CompileError;
+use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};
 
 /// Accumulator registers per thread a gemm may use (the register file holds
@@ -165,9 +165,44 @@ enum Phase {
     Rest,
 }
 
-/// Infers the layouts of `kernel`'s fragments and parallel nests.
+/// Infers the layouts of `kernel`'s fragments and parallel nests, every
+/// gemm as mma.sync (the sm_80 choice; [`infer_layouts_for`] knows the target).
 pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
     infer_layouts_with(kernel, &HashSet::new())
+}
+
+/// [`infer_layouts`] for `target`: the accumulators of the gemms that lower
+/// to wgmma there ([`wgmma_accumulators`]) get the wgmma accumulator layout,
+/// and their fragment A operands the wgmma register-A layout.
+pub fn infer_layouts_for(kernel: &Kernel, target: Target) -> Result<LayoutPlan, Vec<CompileError>> {
+    infer_layouts_with(kernel, &wgmma_accumulators(kernel, target))
+}
+
+/// The accumulators of `kernel`'s gemms that lower to wgmma on `target`
+/// ([`crate::hopper::wgmma_shape`], the test the lowering applies too).
+/// Another gemm into the same accumulator that is not eligible lowers to
+/// mma.sync with the same warp grid `(M/16, 1)`.
+pub fn wgmma_accumulators(kernel: &Kernel, target: Target) -> HashSet<BufferId> {
+    fn walk(k: &Kernel, body: &[Stmt], target: Target, out: &mut HashSet<BufferId>) {
+        for s in body {
+            match &s.kind {
+                StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => {
+                    if crate::hopper::wgmma_shape(k, *a, *b, *c, *trans_a, *trans_b, target).is_some() {
+                        out.insert(*c);
+                    }
+                }
+                StmtKind::For { body, .. } => walk(k, body, target, out),
+                StmtKind::If { then, otherwise, .. } => {
+                    walk(k, then, target, out);
+                    walk(k, otherwise, target, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = HashSet::new();
+    walk(kernel, &kernel.body, target, &mut out);
+    out
 }
 
 /// [`infer_layouts`], where the gemms into the accumulators `wgmma_accs`

@@ -16,7 +16,8 @@
 //!   shared memory; every shared access names its [`Region`] and computes
 //!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
 //!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
-//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`);
+//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`), or on sm_90a,
+//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma ([`wgmma`]);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
@@ -32,6 +33,7 @@
 mod async_copy;
 mod reduced_copy;
 mod warp_specialized;
+mod wgmma;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
 use super::pipeline::{self, PipelinePlan};
@@ -456,6 +458,7 @@ impl<'a> Lx<'a> {
         // The warp-specialized loop's stage buffers come first (aligned).
         self.ws_setup();
         // Buffers: shared offsets, fragment and local registers.
+        let wgmma_align = self.wgmma_operand_alignment();
         for (i, b) in k.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
             if self.shared.contains_key(&id) {
@@ -466,8 +469,10 @@ impl<'a> Lx<'a> {
                 Scope::Shared => {
                     let bytes = self.shared_layout(id).map(|l| l.bytes()).unwrap_or(n * b.dtype.size_bytes() as i64);
                     let stages = self.pipe.stages_of(id) as i64;
-                    // Stage copies start 128-byte aligned, like buffers.
-                    let stride = (bytes + 127) / 128 * 128;
+                    // Stage copies start 128-byte aligned, like buffers
+                    // (wgmma operands: 8 rows of their swizzle span).
+                    let align = wgmma_align.get(&id).copied().unwrap_or(128);
+                    let stride = (bytes + align - 1) / align * align;
                     let footprint = if stages > 1 { stride * stages } else { bytes };
                     // An epilogue scratch takes the memory (and the region,
                     // so that barriers order it after the last accesses) of
@@ -481,7 +486,7 @@ impl<'a> Lx<'a> {
                         self.shared.insert(id, place);
                         continue;
                     }
-                    let off = self.alloc_smem(footprint);
+                    let off = self.alloc_smem_aligned(footprint, align);
                     if stages > 1 {
                         self.stage_stride.insert(id, stride);
                     }
@@ -530,7 +535,13 @@ impl<'a> Lx<'a> {
     }
 
     fn alloc_smem(&mut self, bytes: i64) -> i64 {
-        let off = (self.smem_top + 127) / 128 * 128;
+        self.alloc_smem_aligned(bytes, 128)
+    }
+
+    /// `bytes` of shared memory at an offset that is a multiple of `align`
+    /// (a power of two ≥ 128).
+    fn alloc_smem_aligned(&mut self, bytes: i64, align: i64) -> i64 {
+        let off = (self.smem_top + align - 1) / align * align;
         self.smem_top = off + bytes.max(0);
         off
     }

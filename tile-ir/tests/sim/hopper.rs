@@ -295,7 +295,7 @@ impl<'f> Sim<'f> {
                     }
                 }
             }
-            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b } => self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b),
+            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b, .. } => self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b),
             _ => unreachable!(),
         }
     }
