@@ -534,10 +534,11 @@ fn wgmma_without_wait_fails() {
     let desc = hopper::MatrixDescriptor { start: 0, lbo: 128, sbo: 256, base_offset: 0, swizzle: hopper::Swizzle::None };
     let dr = k.reg(RegClass::B64);
     k.op("mov.b64", dr, vec![Operand::Imm(desc.encode().unwrap() as i64)]);
-    // Shared memory written by every thread, then the barrier.
+    // Shared memory written by every thread, fenced into the async proxy, then the barrier.
     let s = k.reg(RegClass::B32);
     k.op("mul.lo.u32", s, vec![Operand::Reg(k.tid), Operand::Imm(16)]);
     k.push(Inst::St { space: Space::Shared, ty: "b32", srcs: vec![Operand::Imm(0x3C00_3C00); 4], addr: at(s, 0), region: None });
+    k.push(Inst::FenceProxyAsync);
     k.push(Inst::BarSync);
     k.push(Inst::Wgmma {
         n: 8,

@@ -424,6 +424,7 @@ impl<'f> Sim<'f> {
                 if *space == Space::Shared {
                     self.check_landed(t, base, size * vals.len(), "writes");
                     self.race_check(t, base, size * vals.len(), true);
+                    self.note_generic_write(t, base as usize, size * vals.len());
                 }
                 let m = self.mem(*space, base, size * vals.len());
                 for (e, v) in vals.iter().enumerate() {
@@ -496,6 +497,7 @@ impl<'f> Sim<'f> {
                             self.async_owner[b] = usize::MAX;
                         }
                         self.race_check(t, d as u64, data.len(), true);
+                        self.note_generic_write(t, d, data.len());
                         self.shared[d..d + data.len()].copy_from_slice(&data);
                     }
                 }
