@@ -53,7 +53,7 @@
 //! mma.sync's C pattern repeated along N. That is
 //! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`.
 
-use crate::ir::{BufferId, DType, Kernel, Scope};
+use crate::ir::{BufferId, DType, Kernel, Scope, Stmt, StmtKind};
 use crate::layout::{RootLayout, SharedLayout};
 use crate::Target;
 
@@ -169,7 +169,9 @@ pub enum Major {
 /// covers 16 K values and the instruction's M (64) or N rows/columns.
 ///
 /// K-major: `col0` is the K offset (a multiple of 16), `row0` a multiple of 8.
-/// MN-major: `row0` is the K offset (a multiple of 16), `col0` must be 0.
+/// MN-major: `row0` is the K offset (a multiple of 16), `col0` the first
+/// M/N column: 0, or a panel's first column for a panelled layout
+/// ([`SharedLayout::panelled`], whose panels are then `LBO` apart).
 pub fn operand_descriptor(
     layout: &SharedLayout,
     major: Major,
@@ -194,32 +196,37 @@ pub fn operand_descriptor(
             "tile at shared byte {tile_base} must be aligned to {atom} bytes (8 rows of the {w}-byte swizzle) so that the base offset is 0"
         ));
     }
+    // Columns per panel (the whole tile when it has no panels).
+    let pc = layout.panel_cols.unwrap_or(layout.cols);
+    let pb = layout.panel_bytes();
     let start = match major {
         Major::K => {
-            if row0 % 8 != 0 || col0 % 16 != 0 || col0 + 16 > layout.cols || row0 >= layout.rows {
+            if row0 % 8 != 0 || col0 % 16 != 0 || col0 % pc + 16 > pc || col0 + 16 > layout.cols || row0 >= layout.rows {
                 return Err(format!(
                     "K-major slice at row {row0}, k {col0} of a [{}, {}] tile: row must be a multiple of 8 and k a multiple of 16 inside the tile",
                     layout.rows, layout.cols
                 ));
             }
-            tile_base as i64 + row0 * w + col0 * 2
+            tile_base as i64 + (col0 / pc) * pb + row0 * w + (col0 % pc) * 2
         }
         Major::MN => {
-            if row0 % 16 != 0 || row0 + 16 > layout.rows || col0 != 0 {
+            if row0 % 16 != 0 || row0 + 16 > layout.rows || col0 % pc != 0 || col0 >= layout.cols {
                 return Err(format!(
-                    "MN-major slice at k {row0}, column {col0} of a [{}, {}] tile: k must be a multiple of 16 inside the tile and the column 0",
+                    "MN-major slice at k {row0}, column {col0} of a [{}, {}] tile: k must be a multiple of 16 inside the tile and the column a panel's first",
                     layout.rows, layout.cols
                 ));
             }
-            tile_base as i64 + row0 * w
+            tile_base as i64 + (col0 / pc) * pb + row0 * w
         }
     };
     // K-major swizzled: LBO unused (the convention is 1, i.e. 16 bytes).
-    // MN-major: LBO is the distance between W-byte MN panels: one panel
-    // holds the whole row here, so any value; use the atom size.
-    let lbo = match major {
-        Major::K => 16,
-        Major::MN => atom,
+    // MN-major: LBO is the distance between W-byte MN panels: the panel
+    // size when the tile has panels; without, one panel holds the whole
+    // row, so any value: use the atom size.
+    let lbo = match (major, layout.panel_cols) {
+        (Major::K, _) => 16,
+        (Major::MN, Some(_)) => pb,
+        (Major::MN, None) => atom,
     };
     MatrixDescriptor { start: start as u32, lbo: lbo as u32, sbo: atom as u32, base_offset: 0, swizzle: sw }
         .encode()
@@ -303,18 +310,70 @@ pub struct WgmmaGemm {
     pub b: (SharedLayout, Major),
 }
 
-/// The shared layout layout inference gives a gemm operand `buf`: the
-/// user's `annotate_layout`, else [`SharedLayout::for_ldmatrix`]. `None`
-/// when the buffer has no constant 2-D shape or its annotation does not fit.
-pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
-    let b = kernel.buffer(buf);
-    let shape = b.const_shape()?;
-    let [rows, cols] = shape.as_slice() else { return None };
-    let elem = b.dtype.size_bytes() as i64;
-    match b.layout {
-        Some(spec) => SharedLayout::from_spec(spec, *rows, *cols, elem).ok(),
-        None => Some(SharedLayout::for_ldmatrix(*rows, *cols, elem)),
+/// The gemms of a body (recursively): `(a, b, c, trans_a, trans_b)`.
+fn gemms(body: &[Stmt], out: &mut Vec<(BufferId, BufferId, BufferId, bool, bool)>) {
+    for s in body {
+        match &s.kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => out.push((*a, *b, *c, *trans_a, *trans_b)),
+            StmtKind::For { body, .. } => gemms(body, out),
+            StmtKind::If { then, otherwise, .. } => {
+                gemms(then, out);
+                gemms(otherwise, out);
+            }
+            _ => {}
+        }
     }
+}
+
+/// `[rows, cols]` and element bytes of a buffer with a constant 2-D shape.
+fn shape2(buf: &crate::ir::Buffer) -> Option<(i64, i64, i64)> {
+    match buf.const_shape().as_deref() {
+        Some(&[r, c]) => Some((r, c, buf.dtype.size_bytes() as i64)),
+        _ => None,
+    }
+}
+
+/// The layout `buf` would have if every gemm operand that can be
+/// panelled were ([`SharedLayout::panelled`]).
+fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
+    let b = kernel.buffer(buf);
+    let (rows, cols, elem) = shape2(b)?;
+    match b.layout {
+        Some(spec) => SharedLayout::from_spec(spec, rows, cols, elem).ok(),
+        None => Some(SharedLayout::panelled(rows, cols, elem).unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, elem))),
+    }
+}
+
+/// The shared layout layout inference gives a gemm operand `buf` for
+/// `target`: the user's `annotate_layout`; else, on sm_90a, panels of 64
+/// columns ([`SharedLayout::panelled`]) when its rows are wider than 128
+/// bytes and some gemm reading it lowers to wgmma with them; else
+/// [`SharedLayout::for_ldmatrix`] (ldmatrix reads any of these). `None`
+/// when the buffer has no constant 2-D shape or its annotation does not fit.
+///
+/// Consistent with [`wgmma_shape`]: a gemm that is eligible with every
+/// panel-able operand panelled has all of them panelled here (each is read
+/// by that gemm), and a gemm with a panel-able operand left unpanelled is
+/// not eligible (rows over 128 bytes have no descriptor).
+pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Option<SharedLayout> {
+    let b = kernel.buffer(buf);
+    let (rows, cols, elem) = shape2(b)?;
+    if let Some(spec) = b.layout {
+        return SharedLayout::from_spec(spec, rows, cols, elem).ok();
+    }
+    if target == Target::Sm90a && b.scope == Scope::Shared {
+        if let Some(p) = SharedLayout::panelled(rows, cols, elem) {
+            let mut all = Vec::new();
+            gemms(&kernel.body, &mut all);
+            let eligible = all.iter().any(|&(a, bb, c, ta, tb)| {
+                (a == buf || bb == buf) && wgmma_shape_with(kernel, a, bb, c, ta, tb, &|x| layout_if_panelled(kernel, x)).is_some()
+            });
+            if eligible {
+                return Some(p);
+            }
+        }
+    }
+    Some(SharedLayout::for_ldmatrix(rows, cols, elem))
 }
 
 /// Whether `gemm a, b -> c` (with the transposes) lowers to wgmma in the
@@ -326,11 +385,13 @@ pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId) -> Option<SharedLayou
 /// two); `c` an `[M, N]` f32 fragment with `M = 64·w` (one warpgroup per 64
 /// rows) and `N` a multiple of 8 in 8..=256; `K` a multiple of 16; A and B
 /// both f16 or both bf16; B in shared memory; A in shared memory or an
-/// untransposed fragment; every shared operand's layout (see
-/// [`gemm_operand_layout`]) a wgmma operand layout ([`Swizzle::of_layout`])
-/// for which [`operand_descriptor`] describes every k16 slice (K-major:
-/// rows of `2K` = 32, 64 or 128 bytes; MN-major: the whole M or N extent
-/// in one swizzle row, so `M`, `N` ≤ 64).
+/// untransposed fragment; every shared operand's layout
+/// ([`gemm_operand_layout`]) a wgmma operand layout ([`Swizzle::of_layout`])
+/// for which [`operand_descriptor`] describes every k16 slice each
+/// warpgroup reads. K-major: rows of 32, 64 or 128 bytes, or panels of 64
+/// columns (a k16 slice never straddles panels). MN-major: each swizzle row
+/// (or panel) holds `W / 2` M/N columns: the whole extent (`M`, `N` ≤ 64
+/// with rows of `2·extent` = 32/64/128 bytes), or 64-column panels.
 pub fn wgmma_shape(
     kernel: &Kernel,
     a: BufferId,
@@ -340,17 +401,29 @@ pub fn wgmma_shape(
     trans_b: bool,
     target: Target,
 ) -> Option<WgmmaGemm> {
-    if target != Target::Sm90a || kernel.threads % 128 != 0 {
+    if target != Target::Sm90a {
+        return None;
+    }
+    wgmma_shape_with(kernel, a, b, c, trans_a, trans_b, &|x| gemm_operand_layout(kernel, x, target))
+}
+
+/// [`wgmma_shape`] with the shared operands laid out by `layout_of`.
+fn wgmma_shape_with(
+    kernel: &Kernel,
+    a: BufferId,
+    b: BufferId,
+    c: BufferId,
+    trans_a: bool,
+    trans_b: bool,
+    layout_of: &dyn Fn(BufferId) -> Option<SharedLayout>,
+) -> Option<WgmmaGemm> {
+    if kernel.threads % 128 != 0 {
         return None;
     }
     let (ab, bb, cb) = (kernel.buffer(a), kernel.buffer(b), kernel.buffer(c));
-    let shape2 = |buf: &crate::ir::Buffer| match buf.const_shape().as_deref() {
-        Some(&[r, c]) => Some((r, c)),
-        _ => None,
-    };
-    let (m, n) = shape2(cb)?;
-    let (ar, ac) = shape2(ab)?;
-    let (br, bc) = shape2(bb)?;
+    let (m, n, _) = shape2(cb)?;
+    let (ar, ac, _) = shape2(ab)?;
+    let (br, bc, _) = shape2(bb)?;
     let (am, ak) = if trans_a { (ac, ar) } else { (ar, ac) };
     let (bk, bn) = if trans_b { (bc, br) } else { (br, bc) };
     let warpgroups = kernel.threads as i64 / 128;
@@ -373,40 +446,42 @@ pub fn wgmma_shape(
         return None;
     }
     wgmma_accumulator(m, n, kernel.threads).ok()?;
-    // Every k16 slice of an operand must have a descriptor (rows 0 / k0).
-    let describable = |layout: &SharedLayout, major: Major, mn_rows: i64| -> bool {
-        Swizzle::of_layout(layout).is_some()
-            && (0..ak / 16).all(|s| {
-                let (row0, col0) = match major {
-                    Major::K => (0, 16 * s),
-                    Major::MN => (16 * s, 0),
-                };
-                operand_descriptor(layout, major, 0, row0, col0).is_ok()
+    // Every k16 slice every warpgroup reads must have a descriptor;
+    // `groups` warpgroups read 64 M rows each (A), or all share one (B).
+    let describable = |layout: &SharedLayout, major: Major, groups: i64| -> bool {
+        let Some(sw) = Swizzle::of_layout(layout) else { return false };
+        // An MN-major swizzle row (or panel) holds W / 2 M/N columns.
+        let rows_fit = match major {
+            Major::K => true,
+            Major::MN => layout.panel_cols.unwrap_or(layout.cols) * layout.elem == sw.bytes() as i64,
+        };
+        rows_fit
+            && (0..groups).all(|g| {
+                (0..ak / 16).all(|s| {
+                    let (row0, col0) = match major {
+                        Major::K => (64 * g, 16 * s),
+                        Major::MN => (16 * s, 64 * g),
+                    };
+                    operand_descriptor(layout, major, 0, row0, col0).is_ok()
+                })
             })
-            && match major {
-                // Rows beyond the tile are read by the last warpgroup: the
-                // tile must have all of them (it has: rows = M or N).
-                Major::K => layout.rows == mn_rows,
-                // One swizzle row holds the whole M or N extent.
-                Major::MN => layout.cols * layout.elem == Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64),
-            }
     };
     let a_op = match ab.scope {
         Scope::Fragment if !trans_a => None,
         Scope::Shared => {
-            let l = gemm_operand_layout(kernel, a)?;
+            let l = layout_of(a)?;
             let major = if trans_a { Major::MN } else { Major::K };
-            if !describable(&l, major, m) {
+            if !describable(&l, major, warpgroups) {
                 return None;
             }
             Some((l, major))
         }
         _ => return None,
     };
-    let bl = gemm_operand_layout(kernel, b)?;
+    let bl = layout_of(b)?;
     // B is `[K, N]` (N contiguous: MN-major) unless transposed to `[N, K]`.
     let b_major = if trans_b { Major::K } else { Major::MN };
-    if !describable(&bl, b_major, n) {
+    if !describable(&bl, b_major, 1) {
         return None;
     }
     Some(WgmmaGemm { m, n, k: ak, ab: ty, warpgroups, a: a_op, b: (bl, b_major) })

@@ -234,25 +234,61 @@ fn proxy_fences_order_generic_writes_before_wgmma() {
     assert!(!s80.ptx.contains("fence.proxy.async"));
 }
 
-/// Gemms wgmma cannot describe stay on mma.sync, unchanged, on sm_90a: the
-/// example GEMM's `[32, 128]` f16 B (256-byte MN-major rows), 384 threads
-/// (three warpgroups), M not 64 per warpgroup, and K-major rows of 256 bytes.
+/// Gemms wgmma cannot describe stay on mma.sync, unchanged, on sm_90a:
+/// 384 threads (three warpgroups), M not 64 per warpgroup, K-major rows of
+/// 96 bytes (padded), MN-major B rows of 192 bytes (N = 96: padded) and of
+/// 16 bytes (N = 8).
 #[test]
 fn ineligible_gemms_keep_mma_sync() {
-    let mma_only = |text: &str| {
-        let c = compiled(text, Target::Sm90a);
+    let mma_only = |g: &G| {
+        let c = compiled(&g.text(), Target::Sm90a);
         assert!(c.ptx.contains("mma.sync.aligned") && !c.ptx.contains("wgmma"), "expected mma.sync only:\n{}", c.thread_ir);
         assert!(!c.ptx.contains("fence.proxy.async"));
-        c
+        assert!(!c.layouts.iter().any(|(_, l)| l.contains("panels")), "{:?}", c.layouts);
     };
-    mma_only(MATMUL);
-    mma_only(&G::new(384, 64, 64, 32).text());
-    mma_only(&G::new(128, 32, 64, 32).text());
-    mma_only(&G { tb: true, ..G::new(128, 64, 64, 128) }.text());
-    mma_only(&G { ta: true, ..G::new(256, 128, 64, 32) }.text());
+    mma_only(&G::new(384, 64, 64, 32));
+    mma_only(&G::new(128, 32, 64, 32));
+    mma_only(&G { tb: true, ..G::new(128, 64, 64, 48) });
+    mma_only(&G::new(128, 64, 96, 32));
+    mma_only(&G::new(128, 64, 8, 32));
     // And they still compute the right thing there.
     G::new(128, 32, 64, 32).check(Target::Sm90a, 40, 70, 50);
-    G { ta: true, ..G::new(256, 128, 64, 32) }.check(Target::Sm90a, 130, 64, 33);
+    G::new(128, 64, 96, 32).check(Target::Sm90a, 64, 100, 40);
+}
+
+/// Operands with rows wider than 128 bytes are stored as 64-column panels
+/// on sm_90a when a wgmma reads them: the example GEMM's `[32, 128]` B
+/// (MN-major, LBO = panel size), K tiles of 128 (K-major, a k16 slice per
+/// panel), a `[32, 128]` MN-major A read by two warpgroups (one panel
+/// each), and a 256-column B. sm_80 keeps `for_ldmatrix`.
+#[test]
+fn panelled_operands_wider_than_128_bytes() {
+    let cases = [
+        (G { stages: 3, ..G::new(256, 128, 128, 32) }, (130, 129, 70)),
+        (G { tb: true, ..G::new(128, 64, 64, 128) }, (64, 70, 200)),
+        (G { ta: true, ..G::new(256, 128, 64, 32) }, (130, 64, 33)),
+        (G { dt: "bf16", stages: 2, ..G::new(128, 64, 256, 16) }, (64, 260, 40)),
+        (G { ta: true, tb: true, ..G::new(256, 128, 128, 128) }, (128, 128, 128)),
+    ];
+    for (g, (m, n, kk)) in cases {
+        let c = assert_wgmma(&g.text());
+        assert!(c.layouts.iter().any(|(_, l)| l.contains("panels of 64 columns")), "{:?}", c.layouts);
+        let s80 = compiled(&g.text(), Target::Sm80);
+        assert!(!s80.layouts.iter().any(|(_, l)| l.contains("panels")), "{:?}", s80.layouts);
+        assert_no_spills(&c, &format!("wgmma_panels_{}_{}_{}", g.bn, g.bk, g.ta));
+        g.check(Target::Sm90a, m, n, kk);
+    }
+    // The example GEMM (f16 output) as the macro lowers it.
+    let c = assert_wgmma(MATMUL);
+    assert_no_spills(&c, "matmul_wgmma");
+    for (m, n, kk) in [(130, 129, 70), (1, 1, 1)] {
+        let mut rng = Rng(0xBEEF ^ (m * 31 + n + kk) as u64);
+        let (ab, av) = random(&mut rng, DType::F16, m * kk, -1.0, 1.0);
+        let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
+        let out = run_on(Target::Sm90a, MATMUL, vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
+        let err = rel_l2(&decode(DType::F16, &out[2]), &reference(m, n, kk, &av, &bv, false, false));
+        assert!(err <= 2e-3, "matmul {m}x{n}x{kk}: relative L2 error {err:.3e}");
+    }
 }
 
 #[test]

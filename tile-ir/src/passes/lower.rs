@@ -873,6 +873,30 @@ impl<'a> Lx<'a> {
         if let (Operand::Imm(r), Operand::Imm(c)) = (&row, &col) {
             return Ok(Operand::Imm(lay.offset(*r, *c)));
         }
+        if let Some(pc) = lay.panel_cols {
+            // Panelled (wgmma operands, `SharedLayout::panelled`): the panel's
+            // offset plus the offset inside the panel, whose layout has no panels.
+            let inner = SharedLayout { cols: pc, panel_cols: None, ..lay };
+            let (panel, c) = match &col {
+                Operand::Imm(c) => (Operand::Imm(c / pc * lay.panel_bytes()), Operand::Imm(c % pc)),
+                _ => {
+                    let p = self.op("shr.u32", RegClass::B32, vec![col.clone(), Operand::Imm(log2(pc))]);
+                    let p = self.op("mul.lo.s32", RegClass::B32, vec![p.into(), Operand::Imm(lay.panel_bytes())]);
+                    let c = self.op("and.b32", RegClass::B32, vec![col.clone(), Operand::Imm(pc - 1)]);
+                    (Operand::Reg(p), Operand::Reg(c))
+                }
+            };
+            let off = self.swizzled_offset(&inner, row, c);
+            return Ok(self.add_i32(off, panel));
+        }
+        Ok(self.swizzled_offset(&lay, row, col))
+    }
+
+    /// `row · stride + col · elem`, swizzled, for a layout without panels.
+    fn swizzled_offset(&mut self, lay: &SharedLayout, row: Operand, col: Operand) -> Operand {
+        if let (Operand::Imm(r), Operand::Imm(c)) = (&row, &col) {
+            return Operand::Imm(lay.offset(*r, *c));
+        }
         // row · stride + col · elem
         let lin = match &row {
             Operand::Imm(r) => {
@@ -884,7 +908,7 @@ impl<'a> Lx<'a> {
                 self.mad_i32(row.clone(), lay.row_stride, c)
             }
         };
-        let Some((bits, shift)) = lay.swizzle else { return Ok(lin) };
+        let Some((bits, shift)) = lay.swizzle else { return lin };
         // XOR the chunk bits with bits [shift + 4, +bits) of the row's byte offset.
         let x = match &row {
             Operand::Imm(r) => Operand::Imm(lay.xor_of_row(*r)),
@@ -895,10 +919,10 @@ impl<'a> Lx<'a> {
             }
         };
         if x == Operand::Imm(0) {
-            return Ok(lin);
+            return lin;
         }
         let l = self.materialize(&Val { op: lin, ty: DType::I32 });
-        Ok(Operand::Reg(self.op("xor.b32", RegClass::B32, vec![l.into(), x])))
+        Operand::Reg(self.op("xor.b32", RegClass::B32, vec![l.into(), x]))
     }
 
     // ----------------------------------------------------------- conversions

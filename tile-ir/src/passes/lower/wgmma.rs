@@ -89,7 +89,10 @@ impl Lx<'_> {
         }
         let g = wgmma_shape(self.k, a, b, c, trans_a, trans_b, self.target)?;
         let want = FragLayout::full(wgmma_accumulator(g.m, g.n, self.k.threads).ok()?);
-        self.plan.frags.get(&c)?.agrees(&want).then_some(g)
+        // The shared operands must be laid out as the descriptors assume.
+        let placed = |buf: BufferId, l: &SharedLayout| self.plan.shared.get(&buf) == Some(l);
+        let operands_ok = g.a.as_ref().is_none_or(|(l, _)| placed(a, l)) && placed(b, &g.b.0);
+        (operands_ok && self.plan.frags.get(&c)?.agrees(&want)).then_some(g)
     }
 
     /// `(smem + offset of buf + stage offset) >> 4`, as a `.b32` register.
@@ -131,12 +134,16 @@ impl Lx<'_> {
         let a_src = match &g.a {
             Some((layout, major)) => {
                 let mut start = self.wgmma_start16(a)?;
-                if *major == Major::K && g.warpgroups > 1 {
-                    // Warpgroup w reads A rows 64w..: 64 rows of the span W.
-                    let w = Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64);
+                if g.warpgroups > 1 {
+                    // Warpgroup w reads A rows 64w..: 64 rows of the span W
+                    // (K-major), or the 64-column panels from 64w on (MN-major).
+                    let step = match major {
+                        Major::K => 64 * Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64),
+                        Major::MN => 64 / layout.panel_cols.unwrap_or(layout.cols).max(1) * layout.panel_bytes(),
+                    };
                     let tid = self.tid;
                     let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
-                    start = self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(64 * w / 16), start.into()]);
+                    start = self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(step / 16), start.into()]);
                 }
                 let base = self.op("cvt.u64.u32", RegClass::B64, vec![start.into()]);
                 regions.extend(self.region_of(a));
