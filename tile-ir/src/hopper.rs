@@ -37,13 +37,20 @@
 //!   `W / 2` MN elements, 8 K rows at stride `W` form an atom; **SBO** = the
 //!   distance between 8-row K groups (`8·W`), **LBO** = the distance between
 //!   `W`-byte MN panels (only needed when the operand's MN extent is wider
-//!   than one row of the layout, i.e. never for a layout from
-//!   `for_ldmatrix`, whose rows are the whole MN extent: such a tile is
-//!   describable only if MN·2 ≤ W).
+//!   than one row of the layout: never for a layout from `for_ldmatrix`,
+//!   whose rows are the whole MN extent, so describable only if MN·2 = W;
+//!   for a panelled layout, the panel size).
 //! - Rows wider than 128 bytes (`for_ldmatrix` then uses `Swizzle<3, 4, S>`
-//!   with `S > 3`) and unswizzled row-major tiles are not describable: the
-//!   lowering must store such operands as several `[rows, W/2]` panels, each
-//!   a `for_ldmatrix(rows, W/2, 2)` layout.
+//!   with `S > 3`) and unswizzled row-major tiles are not describable. On
+//!   sm_90a layout inference stores such operands of wgmma gemms as
+//!   `[rows, 64]` panels ([`SharedLayout::panelled`], each a
+//!   `for_ldmatrix(rows, 64, 2)` layout): MN-major, LBO = the panel size;
+//!   K-major, a k16 slice lies in one panel and starts in it.
+//!
+//! # Which gemms lower to wgmma
+//!
+//! [`wgmma_shape`] decides, for layout inference and the lowering alike;
+//! [`gemm_operand_layout`] gives the shared operand layouts it assumes.
 //!
 //! # The accumulator
 //!
@@ -408,6 +415,7 @@ pub fn wgmma_shape(
 }
 
 /// [`wgmma_shape`] with the shared operands laid out by `layout_of`.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 fn wgmma_shape_with(
     kernel: &Kernel,
     a: BufferId,
@@ -580,5 +588,61 @@ mod tests {
         }
         assert_eq!(seen.len() as i64, 64 * k);
         assert!(wgmma_a_fragment(64, 24, 128).is_err());
+    }
+
+    #[test]
+    fn panelled_descriptors_step_over_panels() {
+        // [N = 64, K = 128] K-major: k16 slice 5 is slice 1 of panel 1.
+        let k = SharedLayout::panelled(64, 128, 2).unwrap();
+        let d = operand_descriptor(&k, Major::K, 1024, 8, 80).unwrap();
+        assert_eq!(d, MatrixDescriptor { start: 1024 + 64 * 128 + 8 * 128 + 32, lbo: 16, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert!(operand_descriptor(&k, Major::K, 0, 0, 56).is_err(), "a slice may not straddle panels");
+        // [K = 32, N = 128] MN-major: panels of 32·128 bytes are LBO apart.
+        let mn = SharedLayout::panelled(32, 128, 2).unwrap();
+        let d = operand_descriptor(&mn, Major::MN, 0, 16, 64).unwrap();
+        assert_eq!(d, MatrixDescriptor { start: 4096 + 16 * 128, lbo: 4096, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert!(operand_descriptor(&mn, Major::MN, 0, 0, 32).is_err());
+        assert!(operand_descriptor(&mn, Major::MN, 0, 0, 128).is_err());
+    }
+
+    #[test]
+    fn wgmma_eligibility() {
+        use crate::ir::{Buffer, Extent, SpanId};
+        let mk = |threads: u32, a: (Scope, [i64; 2]), b: [i64; 2], c: [i64; 2], dt: DType| {
+            let mut k = Kernel::new("g", threads);
+            let mut add = |name: &str, scope: Scope, dtype: DType, shape: [i64; 2]| {
+                k.add_buffer(Buffer {
+                    name: name.into(),
+                    scope,
+                    dtype,
+                    shape: shape.iter().map(|&x| Extent::Const(x)).collect(),
+                    mutable: true,
+                    span: SpanId::NONE,
+                    layout: None,
+                })
+            };
+            let (ab, bb, cb) = (add("a", a.0, dt, a.1), add("b", Scope::Shared, dt, b), add("c", Scope::Fragment, DType::F32, c));
+            k.body = vec![Stmt::new(StmtKind::Gemm { a: ab, b: bb, c: cb, trans_a: false, trans_b: false, clear: false, policy: crate::ir::WarpPolicy::Square })];
+            (k, ab, bb, cb)
+        };
+        let shape = |k: &(Kernel, BufferId, BufferId, BufferId), t: Target| wgmma_shape(&k.0, k.1, k.2, k.3, false, false, t);
+        let g = mk(128, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F16);
+        let w = shape(&g, Target::Sm90a).expect("eligible");
+        assert_eq!((w.m, w.n, w.k, w.ab, w.warpgroups), (64, 64, 32, "f16", 1));
+        assert_eq!(w.a.map(|x| x.1), Some(Major::K));
+        assert_eq!(w.b.1, Major::MN);
+        assert!(shape(&g, Target::Sm80).is_none());
+        // Fragment A, bf16, two warpgroups, panelled B.
+        let g = mk(256, (Scope::Fragment, [128, 64]), [64, 128], [128, 128], DType::BF16);
+        let w = shape(&g, Target::Sm90a).expect("eligible");
+        assert!(w.a.is_none() && w.b.0.panel_cols == Some(64));
+        assert_eq!(gemm_operand_layout(&g.0, g.2, Target::Sm90a), Some(w.b.0));
+        assert_eq!(gemm_operand_layout(&g.0, g.2, Target::Sm80), Some(SharedLayout::for_ldmatrix(64, 128, 2)));
+        // M must be 64 per warpgroup; N ≤ 256; f32 operands never.
+        assert!(shape(&mk(256, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F16), Target::Sm90a).is_none());
+        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 512], [64, 512], DType::F16), Target::Sm90a).is_none());
+        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F32), Target::Sm90a).is_none());
+        // MN-major B of 96 columns (192-byte rows, padded): no descriptor.
+        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 96], [64, 96], DType::F16), Target::Sm90a).is_none());
     }
 }

@@ -789,4 +789,28 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn panelled_layouts_are_for_ldmatrix_panels() {
+        use std::collections::HashSet;
+        for (rows, cols) in [(32i64, 128i64), (16, 256), (64, 128)] {
+            let l = SharedLayout::panelled(rows, cols, 2).unwrap();
+            let panel = SharedLayout::for_ldmatrix(rows, 64, 2);
+            assert_eq!(l.panel_bytes(), panel.bytes());
+            assert_eq!(l.bytes(), rows * cols * 2);
+            let mut seen = HashSet::new();
+            for r in 0..rows {
+                for c in 0..cols {
+                    let off = l.offset(r, c);
+                    assert_eq!(off, (c / 64) * panel.bytes() + panel.offset(r, c % 64), "({r}, {c})");
+                    assert!(off >= 0 && off + 2 <= l.bytes() && seen.insert(off));
+                }
+            }
+        }
+        // Only 16-bit rows wider than 128 bytes, a power of two.
+        assert!(SharedLayout::panelled(32, 64, 2).is_none());
+        assert!(SharedLayout::panelled(32, 96, 2).is_none());
+        assert!(SharedLayout::panelled(32, 128, 4).is_none());
+        assert!(SharedLayout::panelled(32, 128, 2).unwrap().describe().contains("panels of 64 columns"));
+    }
 }

@@ -376,4 +376,65 @@ mod tests {
         assert_eq!(b.len(), 3);
         assert!(matches!(b[1], Stmt::Inst { inst: Inst::BarSync, .. }));
     }
+
+    fn wgmma(r: u32) -> Stmt {
+        use crate::thread_ir::WgmmaA;
+        Stmt::Inst {
+            inst: Inst::Wgmma {
+                n: 8,
+                ab: "f16",
+                d: vec![Reg(0); 4],
+                a: WgmmaA::Desc(Operand::Reg(Reg(5))),
+                b_desc: Operand::Reg(Reg(6)),
+                scale_d: Operand::Imm(1),
+                neg_a: false,
+                neg_b: false,
+                trans_a: false,
+                trans_b: false,
+                regions: vec![Region { id: r, op: next_op() }],
+            },
+            guard: None,
+        }
+    }
+    fn is(s: &Stmt, want: &Inst) -> bool {
+        matches!(s, Stmt::Inst { inst, .. } if std::mem::discriminant(inst) == std::mem::discriminant(want))
+    }
+
+    #[test]
+    fn wgmma_reads_get_barriers_and_proxy_fences() {
+        // st S; wgmma reads S: fence.proxy.async, then the barrier.
+        let mut b = vec![st(0), wgmma(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 4, "{b:?}");
+        assert!(is(&b[1], &Inst::FenceProxyAsync) && is(&b[2], &Inst::BarSync));
+        // wgmma reads S; st S: WAR barrier (no generic write pending: no fence).
+        let mut b = vec![wgmma(0), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 3, "{b:?}");
+        assert!(is(&b[1], &Inst::BarSync));
+        // cp.async S (not waited for); wgmma: commit, wait 0, fence, barrier.
+        let mut b = vec![cp(0), wgmma(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 6, "{b:?}");
+        assert!(is(&b[1], &Inst::CpAsyncCommit) && is(&b[2], &Inst::CpAsyncWait { pending: 0 }));
+        assert!(is(&b[3], &Inst::FenceProxyAsync) && is(&b[4], &Inst::BarSync));
+        // An explicit barrier after generic writes gets the fence too (the
+        // pipelined loop's `wait_group; bar.sync` before the stage is read).
+        let mut b = vec![lp(vec![cp(9), commit(), wait(1), Stmt::Inst { inst: Inst::BarSync, guard: None }, wgmma(0)])];
+        insert_barriers(&mut b);
+        let Stmt::For { body, .. } = &b[0] else { panic!() };
+        assert!(is(&body[3], &Inst::FenceProxyAsync) && is(&body[4], &Inst::BarSync), "{body:?}");
+        // Without wgmma reads, barriers get no fence.
+        let mut b = vec![st(0), ld(0)];
+        insert_barriers(&mut b);
+        assert!(!b.iter().any(|s| is(s, &Inst::FenceProxyAsync)));
+        // Wgmmas without regions (mbarrier-ordered, warp-specialized): no fence.
+        let mut w = wgmma(0);
+        if let Stmt::Inst { inst: Inst::Wgmma { regions, .. }, .. } = &mut w {
+            regions.clear();
+        }
+        let mut b = vec![st(0), ld(0), w];
+        insert_barriers(&mut b);
+        assert!(!b.iter().any(|s| is(s, &Inst::FenceProxyAsync)), "{b:?}");
+    }
 }

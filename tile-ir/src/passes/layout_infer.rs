@@ -195,10 +195,10 @@ pub fn wgmma_accumulators(kernel: &Kernel, target: Target) -> HashSet<BufferId> 
     fn walk(k: &Kernel, body: &[Stmt], target: Target, out: &mut HashSet<BufferId>) {
         for s in body {
             match &s.kind {
-                StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => {
-                    if crate::hopper::wgmma_shape(k, *a, *b, *c, *trans_a, *trans_b, target).is_some() {
-                        out.insert(*c);
-                    }
+                StmtKind::Gemm { a, b, c, trans_a, trans_b, .. }
+                    if crate::hopper::wgmma_shape(k, *a, *b, *c, *trans_a, *trans_b, target).is_some() =>
+                {
+                    out.insert(*c);
                 }
                 StmtKind::For { body, .. } => walk(k, body, target, out),
                 StmtKind::If { then, otherwise, .. } => {

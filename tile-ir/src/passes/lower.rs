@@ -17,7 +17,7 @@
 //!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
 //!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
 //! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`), or on sm_90a,
-//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma ([`wgmma`]);
+//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma (`lower/wgmma.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
