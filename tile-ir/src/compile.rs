@@ -6,7 +6,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline, warp_specialize};
+use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline, warp_specialize, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -137,6 +137,7 @@ pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options:
 
 /// Barriers, the shared-memory limit and PTX emission.
 fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_ir::Function) -> Result<Compiled, Vec<CompileError>> {
+    wgmma_wait::defer_wgmma_waits(&mut func.body);
     barriers::insert_barriers(&mut func.body);
     let limit = pipeline::shared_limit(target);
     if func.shared_bytes > limit {

@@ -153,6 +153,8 @@ fn assert_wgmma(text: &str) -> Compiled {
 fn assert_no_spills(c: &Compiled, name: &str) {
     if let Some(r) = ptxas::assemble(name, &c.ptx, "sm_90a") {
         assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{name} spills:\n{r}");
+        // ptxas serializes wgmmas whose registers it sees touched in flight.
+        assert!(!r.contains("serialized"), "{name}: ptxas serializes the wgmmas:\n{r}");
     }
 }
 
@@ -199,6 +201,14 @@ fn pipelined_loops_and_clear() {
             let g = G { ta, tb, dt, stages, ..G::new(128, 64, 64, 32) };
             let c = assert_wgmma(&g.text());
             assert_no_spills(&c, &format!("wgmma_pipe{stages}_{ta}_{tb}"));
+            // The wait for iteration k's wgmmas moved around the back-edge:
+            // it comes right before iteration k+1's barrier (after its
+            // cp.async wait), and once more after the loop.
+            let lines: Vec<&str> = c.ptx.lines().map(str::trim).filter(|l| !l.starts_with("fence.proxy.async")).collect();
+            let rotated = lines.windows(3).any(|w| {
+                w[0].starts_with("cp.async.wait_group") && w[1] == "wgmma.wait_group.sync.aligned 0;" && w[2].starts_with("bar.sync")
+            });
+            assert!(rotated, "wgmma wait not deferred to the next iteration:\n{}", c.thread_ir);
             // More k-steps than stages, fewer, and a partial last one.
             g.check(Target::Sm90a, 65, 70, 161);
             g.check(Target::Sm90a, 64, 64, 20);
@@ -278,6 +288,12 @@ fn panelled_operands_wider_than_128_bytes() {
         assert_no_spills(&c, &format!("wgmma_panels_{}_{}_{}", g.bn, g.bk, g.ta));
         g.check(Target::Sm90a, m, n, kk);
     }
+    // The example GEMM's current configuration (128×256×64, 3 stages): the
+    // general variant the runtime falls back to when TMA cannot be used.
+    let big = G { stages: 3, ..G::new(256, 128, 256, 64) };
+    let c = assert_wgmma(&big.text());
+    assert_no_spills(&c, "wgmma_128x256x64");
+    big.check(Target::Sm90a, 130, 260, 130);
     // The example GEMM (f16 output) as the macro lowers it.
     let c = assert_wgmma(MATMUL);
     assert_no_spills(&c, "matmul_wgmma");

@@ -19,12 +19,15 @@
 //!    registers → shuffles → shared memory, thread-0 side effects; gemm →
 //!    ldmatrix + mma.sync in `lower_gemm.rs`, a child module of `lower`, or
 //!    on sm_90a wgmma with shared-memory descriptors in `lower/wgmma.rs`).
-//! 5. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
+//! 5. [`wgmma_wait`]: each gemm's `wgmma.wait_group 0` moves down to the
+//!    first statement that depends on its wgmmas (around a loop's back-edge
+//!    to before the next iteration's barrier).
+//! 6. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
 //!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
 //!    where the writer was a cp.async; in functions whose wgmmas read shared
 //!    memory, `fence.proxy.async` before each barrier that follows generic
 //!    shared writes.
-//! 6. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 7. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 
 pub mod barriers;
 pub mod epilogue;
@@ -32,3 +35,4 @@ pub mod layout_infer;
 pub mod lower;
 pub mod pipeline;
 pub mod warp_specialize;
+pub mod wgmma_wait;

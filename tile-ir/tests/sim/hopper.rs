@@ -33,7 +33,8 @@
 //!   `fence.proxy.async` since that write (TMA writes are async-proxy
 //!   writes and need none). The bytes a wgmma reads count as read by
 //!   several threads in the current barrier epoch (a write before the next
-//!   `bar.sync` fails). Unmodeled: the base-offset field (must be 0),
+//!   `bar.sync` fails), and stay read until `wgmma.wait_group` retires the
+//!   wgmma: a write to them before that fails, barrier or not. Unmodeled: the base-offset field (must be 0),
 //!   MN-major without swizzle, the `wgmma.fence` requirement, and whether
 //!   the fence came before or after the barrier (lockstep execution).
 //! - Limitation: threads run in lockstep per structured statement, so a
@@ -95,6 +96,13 @@ pub struct HopperState {
     /// each result is (thread, register, value).
     wg_open: Vec<Vec<(usize, u32, u64)>>,
     wg_groups: Vec<Vec<Vec<(usize, u32, u64)>>>,
+    /// Per warpgroup: the shared bytes its open and committed wgmmas read
+    /// (the operands are read asynchronously until `wgmma.wait_group`
+    /// retires the group), parallel to `wg_open` / `wg_groups`.
+    wg_reads_open: Vec<Vec<usize>>,
+    wg_reads_groups: Vec<Vec<Vec<usize>>>,
+    /// Per shared byte: how many in-flight wgmmas read it.
+    async_reads: Vec<u32>,
     /// Per shared byte: the thread whose generic-proxy write is the latest
     /// one and that thread's count of `fence.proxy.async` at the write
     /// (`usize::MAX`: none, or an async-proxy write).
@@ -137,8 +145,21 @@ impl<'f> Sim<'f> {
         let wgs = self.threads.div_ceil(128);
         h.wg_open = vec![vec![]; wgs];
         h.wg_groups = vec![vec![]; wgs];
+        h.wg_reads_open = vec![vec![]; wgs];
+        h.wg_reads_groups = vec![vec![]; wgs];
+        h.async_reads = vec![0; self.shared.len()];
         h.generic_writes = vec![(usize::MAX, 0); self.shared.len()];
         h.proxy_fences = vec![0; self.threads];
+    }
+
+    /// Fails when shared bytes are written while an in-flight wgmma reads them.
+    pub(super) fn check_no_wgmma_reads(&self, addr: usize, len: usize) {
+        for b in addr..addr + len {
+            assert!(
+                self.hopper.async_reads[b] == 0,
+                "shared byte {b} written while a wgmma that reads it is in flight (before its wgmma.wait_group)"
+            );
+        }
     }
 
     /// Records a generic-proxy write of shared bytes by thread `t`.
@@ -213,6 +234,7 @@ impl<'f> Sim<'f> {
                 self.shared[b] = v;
                 self.async_owner[b] = usize::MAX;
                 // Ordered by the mbarrier, not by bar.sync epochs.
+                assert!(self.hopper.async_reads[b] == 0, "TMA lands on shared byte {b} while a wgmma that reads it is in flight");
                 self.shadow[b] = (usize::MAX, 0, usize::MAX, 0);
                 self.hopper.generic_writes[b] = (usize::MAX, 0);
             }
@@ -305,10 +327,15 @@ impl<'f> Sim<'f> {
             Inst::WgmmaCommit => {
                 let g = std::mem::take(&mut self.hopper.wg_open[wg]);
                 self.hopper.wg_groups[wg].push(g);
+                let r = std::mem::take(&mut self.hopper.wg_reads_open[wg]);
+                self.hopper.wg_reads_groups[wg].push(r);
             }
             Inst::WgmmaWait { pending } => {
                 while self.hopper.wg_groups[wg].len() > *pending as usize {
                     let g = self.hopper.wg_groups[wg].remove(0);
+                    for b in self.hopper.wg_reads_groups[wg].remove(0) {
+                        self.hopper.async_reads[b] -= 1;
+                    }
                     for (t, r, v) in g {
                         let later = self.hopper.wg_open[wg].iter().chain(self.hopper.wg_groups[wg].iter().flatten());
                         if !later.clone().any(|&(u, q, _)| u == t && q == r) {
@@ -365,6 +392,8 @@ impl<'f> Sim<'f> {
                     // Read by the whole warpgroup, asynchronously.
                     self.shadow[b].2 = usize::MAX - 1;
                     self.shadow[b].3 = self.epoch;
+                    self.hopper.async_reads[b] += 1;
+                    self.hopper.wg_reads_open[wg].push(b);
                 }
                 *x = cvt(u16::from_le_bytes([self.shared[a], self.shared[a + 1]]) as u64);
             }

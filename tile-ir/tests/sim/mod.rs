@@ -352,6 +352,9 @@ impl<'f> Sim<'f> {
 
     /// Checks and records a shared-memory access by thread `t`.
     fn race_check(&mut self, t: usize, addr: u64, len: usize, write: bool) {
+        if write {
+            self.check_no_wgmma_reads(addr as usize, len);
+        }
         let e = self.epoch;
         for b in addr as usize..addr as usize + len {
             let (w, we, r, re) = self.shadow[b];

@@ -20,9 +20,10 @@
 //! wgmma.wait_group 0                  // results in `d`, operands read
 //! ```
 //! A descriptor's start is the operand's shared address `>> 4` (`smem` + the
-//! buffer's offset + the current pipelining stage's offset, [`Lx::with_stage`];
-//! plus `64·W_A` bytes per warpgroup for a K-major A) plus the k16 slice's
-//! constant descriptor from [`operand_descriptor`]; the start field holds
+//! buffer's offset, plus `64·W_A` bytes per warpgroup for a K-major A, or
+//! one 64-column panel for a panelled MN-major A: computed once in the
+//! entry code; plus the current pipelining stage's offset, [`Lx::shared_stage`])
+//! plus the k16 slice's constant descriptor from [`operand_descriptor`]; the start field holds
 //! shared addresses below 256 KB, so the 64-bit add never carries into the
 //! other fields. Each wgmma names the shared regions it reads, so that
 //! [`crate::passes::barriers`] orders the writes before it (with the proxy
@@ -95,13 +96,45 @@ impl Lx<'_> {
         (operands_ok && self.plan.frags.get(&c)?.agrees(&want)).then_some(g)
     }
 
-    /// `(smem + offset of buf + stage offset) >> 4`, as a `.b32` register.
-    fn wgmma_start16(&mut self, buf: BufferId) -> R<Reg> {
+    /// The 64-bit descriptor start (`address >> 4`) of operand `buf` for the
+    /// calling thread: `(smem + buf's offset + extra) >> 4` computed once in
+    /// the entry code (`extra`: the warpgroup's rows of A), plus the current
+    /// pipelining stage's offset `>> 4` here (stage offsets are multiples of
+    /// 1024, and the sum stays below 2^14: no carry out of the start field).
+    /// `stages` caches the 64-bit `stage >> 4` of the stage registers seen.
+    fn wgmma_start(&mut self, buf: BufferId, wg_step: i64, stages: &mut Vec<(Operand, Reg)>) -> R<Reg> {
         let (off, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: wgmma operand not allocated"))?;
-        let sm = self.smem;
-        let addr = self.with_stage(buf, Address { base: sm.into(), offset: off });
-        let abs = self.op("add.s32", RegClass::B32, vec![addr.base, Operand::Imm(addr.offset)]);
-        Ok(self.op("shr.u32", RegClass::B32, vec![abs.into(), Operand::Imm(4)]))
+        let mut base = None;
+        let code = self.capture(|x| {
+            let sm = x.smem;
+            let mut abs = x.op("add.s32", RegClass::B32, vec![sm.into(), Operand::Imm(off)]);
+            if wg_step != 0 {
+                let tid = x.tid;
+                let wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+                abs = x.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(wg_step), abs.into()]);
+            }
+            let a16 = x.op("shr.u32", RegClass::B32, vec![abs.into(), Operand::Imm(4)]);
+            base = Some(x.op("cvt.u64.u32", RegClass::B64, vec![a16.into()]));
+            Ok(())
+        })?;
+        self.push_pro(code);
+        let base = base.ok_or_else(|| self.err("internal: wgmma operand base"))?;
+        Ok(match self.shared_stage.get(&buf).cloned() {
+            None | Some(Operand::Imm(0)) => base,
+            Some(Operand::Imm(x)) => self.op("add.s64", RegClass::B64, vec![base.into(), Operand::Imm(x >> 4)]),
+            Some(stage) => {
+                let s64 = match stages.iter().find(|(o, _)| *o == stage) {
+                    Some((_, r)) => *r,
+                    None => {
+                        let s16 = self.op("shr.u32", RegClass::B32, vec![stage.clone(), Operand::Imm(4)]);
+                        let s64 = self.op("cvt.u64.u32", RegClass::B64, vec![s16.into()]);
+                        stages.push((stage, s64));
+                        s64
+                    }
+                };
+                self.op("add.s64", RegClass::B64, vec![base.into(), s64.into()])
+            }
+        })
     }
 
     /// The descriptor register of the k16 slice `s` of an operand whose
@@ -131,21 +164,17 @@ impl Lx<'_> {
             }
         }
         let mut regions = Vec::new();
+        let mut stages = Vec::new();
         let a_src = match &g.a {
             Some((layout, major)) => {
-                let mut start = self.wgmma_start16(a)?;
-                if g.warpgroups > 1 {
-                    // Warpgroup w reads A rows 64w..: 64 rows of the span W
-                    // (K-major), or the 64-column panels from 64w on (MN-major).
-                    let step = match major {
-                        Major::K => 64 * Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64),
-                        Major::MN => 64 / layout.panel_cols.unwrap_or(layout.cols).max(1) * layout.panel_bytes(),
-                    };
-                    let tid = self.tid;
-                    let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
-                    start = self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(step / 16), start.into()]);
-                }
-                let base = self.op("cvt.u64.u32", RegClass::B64, vec![start.into()]);
+                // Warpgroup w reads A rows 64w..: 64 rows of the span W
+                // (K-major), or the 64-column panels from 64w on (MN-major).
+                let step = match (g.warpgroups > 1, major) {
+                    (false, _) => 0,
+                    (true, Major::K) => 64 * Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64),
+                    (true, Major::MN) => 64 / layout.panel_cols.unwrap_or(layout.cols).max(1) * layout.panel_bytes(),
+                };
+                let base = self.wgmma_start(a, step, &mut stages)?;
                 regions.extend(self.region_of(a));
                 ASource::Desc { base, layout: *layout, major: *major }
             }
@@ -183,8 +212,7 @@ impl Lx<'_> {
                 ASource::Regs(words)
             }
         };
-        let b_start = self.wgmma_start16(b)?;
-        let b_base = self.op("cvt.u64.u32", RegClass::B64, vec![b_start.into()]);
+        let b_base = self.wgmma_start(b, 0, &mut stages)?;
         regions.extend(self.region_of(b));
         let (b_layout, b_major) = g.b;
         self.emit(Inst::WgmmaFence);
