@@ -524,3 +524,45 @@ fn wgmma_reading_unfenced_generic_writes_fails() {
         assert!(msg.contains("fence.proxy.async"), "{msg}");
     }
 }
+
+/// A panelled B read by a wgmma gemm and, through ldmatrix, by a gemm that
+/// stays on mma.sync (M = 32 is not a warpgroup's 64 rows): both results
+/// right, from one `[32, 128]` tile in 64-column panels.
+#[test]
+fn panelled_tile_shared_by_wgmma_and_mma_sync() {
+    let text = "kernel two<%0 K, %1 N>(@0 a: &f16[64, K], @1 a2: &f16[32, K], @2 b: &f16[K, N], @3 c: &mut f32[64, N], @4 c2: &mut f32[32, N]) threads=128 grid=((N + 127) / 128, 1, 1) {
+  %2 bx = block_idx.x
+  @5 a_s: shared f16[64, 32]
+  @6 a2_s: shared f16[32, 32]
+  @7 b_s: shared f16[32, 128]
+  @8 acc: fragment f32[64, 128]
+  @9 acc2: fragment f32[32, 128]
+  fill acc, 0.0
+  fill acc2, 0.0
+  for %3 k in 0..(K + 31) / 32 {
+    copy a[0, k * 32] -> a_s
+    copy a2[0, k * 32] -> a2_s
+    copy b[k * 32, bx * 128] -> b_s
+    gemm a_s, b_s -> acc
+    gemm a2_s, b_s -> acc2
+  }
+  copy acc -> c[0, bx * 128]
+  copy acc2 -> c2[0, bx * 128]
+}";
+    let c = compiled(text, Target::Sm90a);
+    assert!(c.ptx.contains("wgmma.mma_async") && c.ptx.contains("mma.sync.aligned") && c.ptx.contains("ldmatrix"), "{}", c.thread_ir);
+    assert!(c.layouts.iter().any(|(n, l)| n == "b_s" && l.contains("panels of 64 columns")), "{:?}", c.layouts);
+    assert_no_spills(&c, "wgmma_and_mma");
+    let (kk, n) = (70usize, 200usize);
+    let mut rng = Rng(0x7770);
+    let (ab, av) = random(&mut rng, DType::F16, 64 * kk, -1.0, 1.0);
+    let (a2b, a2v) = random(&mut rng, DType::F16, 32 * kk, -1.0, 1.0);
+    let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
+    let out = run_on(Target::Sm90a, text, vec![ab, a2b, bb, vec![0xFF; 4 * 64 * n], vec![0xFF; 4 * 32 * n]], &[kk as i64, n as i64], &[]);
+    let f32s = |b: &[u8]| b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect::<Vec<_>>();
+    for (got, want) in [(f32s(&out[3]), reference(64, n, kk, &av, &bv, false, false)), (f32s(&out[4]), reference(32, n, kk, &a2v, &bv, false, false))] {
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-3 * (1.0 + w.abs()), "element {i}: {g}, want {w}");
+        }
+    }
+}
