@@ -6,7 +6,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline, warp_specialize};
+use crate::passes::{barriers, epilogue, layout_infer, lower, pipeline, warp_specialize, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -105,7 +105,7 @@ pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOp
             format!("threads = {} must be a multiple of 32 between 32 and 1024", kernel.threads),
         )]);
     }
-    let plan = layout_infer::infer_layouts(kernel)?;
+    let plan = layout_infer::infer_layouts_for(kernel, target)?;
     if options.stage_epilogues {
         let mut staged_plan = plan.clone();
         let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_plan);
@@ -157,6 +157,7 @@ pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options:
 
 /// Barriers, the shared-memory limit and PTX emission.
 fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_ir::Function) -> Result<Compiled, Vec<CompileError>> {
+    wgmma_wait::defer_wgmma_waits(&mut func.body);
     barriers::insert_barriers(&mut func.body);
     let limit = pipeline::shared_limit(target);
     if func.shared_bytes > limit {

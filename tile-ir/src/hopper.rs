@@ -37,13 +37,20 @@
 //!   `W / 2` MN elements, 8 K rows at stride `W` form an atom; **SBO** = the
 //!   distance between 8-row K groups (`8·W`), **LBO** = the distance between
 //!   `W`-byte MN panels (only needed when the operand's MN extent is wider
-//!   than one row of the layout, i.e. never for a layout from
-//!   `for_ldmatrix`, whose rows are the whole MN extent: such a tile is
-//!   describable only if MN·2 ≤ W).
+//!   than one row of the layout: never for a layout from `for_ldmatrix`,
+//!   whose rows are the whole MN extent, so describable only if MN·2 = W;
+//!   for a panelled layout, the panel size).
 //! - Rows wider than 128 bytes (`for_ldmatrix` then uses `Swizzle<3, 4, S>`
-//!   with `S > 3`) and unswizzled row-major tiles are not describable: the
-//!   lowering must store such operands as several `[rows, W/2]` panels, each
-//!   a `for_ldmatrix(rows, W/2, 2)` layout.
+//!   with `S > 3`) and unswizzled row-major tiles are not describable. On
+//!   sm_90a layout inference stores such operands of wgmma gemms as
+//!   `[rows, 64]` panels ([`SharedLayout::panelled`], each a
+//!   `for_ldmatrix(rows, 64, 2)` layout): MN-major, LBO = the panel size;
+//!   K-major, a k16 slice lies in one panel and starts in it.
+//!
+//! # Which gemms lower to wgmma
+//!
+//! [`wgmma_shape`] decides, for layout inference and the lowering alike;
+//! [`gemm_operand_layout`] gives the shared operand layouts it assumes.
 //!
 //! # The accumulator
 //!
@@ -53,7 +60,9 @@
 //! mma.sync's C pattern repeated along N. That is
 //! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`.
 
+use crate::ir::{BufferId, DType, Kernel, Scope, Stmt, StmtKind};
 use crate::layout::{RootLayout, SharedLayout};
+use crate::Target;
 
 /// The swizzle mode of a wgmma operand (and of a TMA box).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -167,7 +176,9 @@ pub enum Major {
 /// covers 16 K values and the instruction's M (64) or N rows/columns.
 ///
 /// K-major: `col0` is the K offset (a multiple of 16), `row0` a multiple of 8.
-/// MN-major: `row0` is the K offset (a multiple of 16), `col0` must be 0.
+/// MN-major: `row0` is the K offset (a multiple of 16), `col0` the first
+/// M/N column: 0, or a panel's first column for a panelled layout
+/// ([`SharedLayout::panelled`], whose panels are then `LBO` apart).
 pub fn operand_descriptor(
     layout: &SharedLayout,
     major: Major,
@@ -192,32 +203,37 @@ pub fn operand_descriptor(
             "tile at shared byte {tile_base} must be aligned to {atom} bytes (8 rows of the {w}-byte swizzle) so that the base offset is 0"
         ));
     }
+    // Columns per panel (the whole tile when it has no panels).
+    let pc = layout.panel_cols.unwrap_or(layout.cols);
+    let pb = layout.panel_bytes();
     let start = match major {
         Major::K => {
-            if row0 % 8 != 0 || col0 % 16 != 0 || col0 + 16 > layout.cols || row0 >= layout.rows {
+            if row0 % 8 != 0 || col0 % 16 != 0 || col0 % pc + 16 > pc || col0 + 16 > layout.cols || row0 >= layout.rows {
                 return Err(format!(
                     "K-major slice at row {row0}, k {col0} of a [{}, {}] tile: row must be a multiple of 8 and k a multiple of 16 inside the tile",
                     layout.rows, layout.cols
                 ));
             }
-            tile_base as i64 + row0 * w + col0 * 2
+            tile_base as i64 + (col0 / pc) * pb + row0 * w + (col0 % pc) * 2
         }
         Major::MN => {
-            if row0 % 16 != 0 || row0 + 16 > layout.rows || col0 != 0 {
+            if row0 % 16 != 0 || row0 + 16 > layout.rows || col0 % pc != 0 || col0 >= layout.cols {
                 return Err(format!(
-                    "MN-major slice at k {row0}, column {col0} of a [{}, {}] tile: k must be a multiple of 16 inside the tile and the column 0",
+                    "MN-major slice at k {row0}, column {col0} of a [{}, {}] tile: k must be a multiple of 16 inside the tile and the column a panel's first",
                     layout.rows, layout.cols
                 ));
             }
-            tile_base as i64 + row0 * w
+            tile_base as i64 + (col0 / pc) * pb + row0 * w
         }
     };
     // K-major swizzled: LBO unused (the convention is 1, i.e. 16 bytes).
-    // MN-major: LBO is the distance between W-byte MN panels: one panel
-    // holds the whole row here, so any value; use the atom size.
-    let lbo = match major {
-        Major::K => 16,
-        Major::MN => atom,
+    // MN-major: LBO is the distance between W-byte MN panels: the panel
+    // size when the tile has panels; without, one panel holds the whole
+    // row, so any value: use the atom size.
+    let lbo = match (major, layout.panel_cols) {
+        (Major::K, _) => 16,
+        (Major::MN, Some(_)) => pb,
+        (Major::MN, None) => atom,
     };
     MatrixDescriptor { start: start as u32, lbo: lbo as u32, sbo: atom as u32, base_offset: 0, swizzle: sw }
         .encode()
@@ -282,6 +298,201 @@ pub fn wgmma_a_regs_coord(t: i64, j: i64, h: i64) -> (i64, i64) {
 pub fn wgmma_a_frag_index(s: i64, j: i64, h: i64) -> (i64, i64) {
     let i = 2 * j + h;
     ((i >> 1) & 1, 2 * (2 * s + (i >> 2)) + (i & 1))
+}
+
+/// A gemm of the general (not warp-specialized) sm_90a path that lowers to
+/// wgmma: what [`wgmma_shape`] found out about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgmmaGemm {
+    /// The accumulator is `[m, n]`, `K = k`; `m = 64 · warpgroups`.
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    /// `"f16"` or `"bf16"`.
+    pub ab: &'static str,
+    pub warpgroups: i64,
+    /// A's shared layout and major-ness; `None`: A comes from a fragment
+    /// (registers, [`wgmma_a_fragment`]).
+    pub a: Option<(SharedLayout, Major)>,
+    pub b: (SharedLayout, Major),
+}
+
+/// The gemms of a body (recursively): `(a, b, c, trans_a, trans_b)`.
+fn gemms(body: &[Stmt], out: &mut Vec<(BufferId, BufferId, BufferId, bool, bool)>) {
+    for s in body {
+        match &s.kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => out.push((*a, *b, *c, *trans_a, *trans_b)),
+            StmtKind::For { body, .. } => gemms(body, out),
+            StmtKind::If { then, otherwise, .. } => {
+                gemms(then, out);
+                gemms(otherwise, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `[rows, cols]` and element bytes of a buffer with a constant 2-D shape.
+fn shape2(buf: &crate::ir::Buffer) -> Option<(i64, i64, i64)> {
+    match buf.const_shape().as_deref() {
+        Some(&[r, c]) => Some((r, c, buf.dtype.size_bytes() as i64)),
+        _ => None,
+    }
+}
+
+/// The layout `buf` would have if every gemm operand that can be
+/// panelled were ([`SharedLayout::panelled`]).
+fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
+    let b = kernel.buffer(buf);
+    let (rows, cols, elem) = shape2(b)?;
+    match b.layout {
+        Some(spec) => SharedLayout::from_spec(spec, rows, cols, elem).ok(),
+        None => Some(SharedLayout::panelled(rows, cols, elem).unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, elem))),
+    }
+}
+
+/// The shared layout layout inference gives a gemm operand `buf` for
+/// `target`: the user's `annotate_layout`; else, on sm_90a, panels of 64
+/// columns ([`SharedLayout::panelled`]) when its rows are wider than 128
+/// bytes and some gemm reading it lowers to wgmma with them; else
+/// [`SharedLayout::for_ldmatrix`] (ldmatrix reads any of these). `None`
+/// when the buffer has no constant 2-D shape or its annotation does not fit.
+///
+/// Consistent with [`wgmma_shape`]: a gemm that is eligible with every
+/// panel-able operand panelled has all of them panelled here (each is read
+/// by that gemm), and a gemm with a panel-able operand left unpanelled is
+/// not eligible (rows over 128 bytes have no descriptor).
+pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Option<SharedLayout> {
+    let b = kernel.buffer(buf);
+    let (rows, cols, elem) = shape2(b)?;
+    if let Some(spec) = b.layout {
+        return SharedLayout::from_spec(spec, rows, cols, elem).ok();
+    }
+    if target == Target::Sm90a && b.scope == Scope::Shared {
+        if let Some(p) = SharedLayout::panelled(rows, cols, elem) {
+            let mut all = Vec::new();
+            gemms(&kernel.body, &mut all);
+            let eligible = all.iter().any(|&(a, bb, c, ta, tb)| {
+                (a == buf || bb == buf) && wgmma_shape_with(kernel, a, bb, c, ta, tb, &|x| layout_if_panelled(kernel, x)).is_some()
+            });
+            if eligible {
+                return Some(p);
+            }
+        }
+    }
+    Some(SharedLayout::for_ldmatrix(rows, cols, elem))
+}
+
+/// Whether `gemm a, b -> c` (with the transposes) lowers to wgmma in the
+/// general sm_90a path, and how. The one eligibility test: layout
+/// inference gives the accumulator of such a gemm the wgmma layout, and the
+/// lowering emits wgmma for it; anything else takes the mma.sync path.
+///
+/// Eligible: target sm_90a; a block of `128·w` threads (`w` a power of
+/// two); `c` an `[M, N]` f32 fragment with `M = 64·w` (one warpgroup per 64
+/// rows) and `N` a multiple of 8 in 8..=256; `K` a multiple of 16; A and B
+/// both f16 or both bf16; B in shared memory; A in shared memory or an
+/// untransposed fragment; every shared operand's layout
+/// ([`gemm_operand_layout`]) a wgmma operand layout ([`Swizzle::of_layout`])
+/// for which [`operand_descriptor`] describes every k16 slice each
+/// warpgroup reads. K-major: rows of 32, 64 or 128 bytes, or panels of 64
+/// columns (a k16 slice never straddles panels). MN-major: each swizzle row
+/// (or panel) holds `W / 2` M/N columns: the whole extent (`M`, `N` ≤ 64
+/// with rows of `2·extent` = 32/64/128 bytes), or 64-column panels.
+pub fn wgmma_shape(
+    kernel: &Kernel,
+    a: BufferId,
+    b: BufferId,
+    c: BufferId,
+    trans_a: bool,
+    trans_b: bool,
+    target: Target,
+) -> Option<WgmmaGemm> {
+    if target != Target::Sm90a {
+        return None;
+    }
+    wgmma_shape_with(kernel, a, b, c, trans_a, trans_b, &|x| gemm_operand_layout(kernel, x, target))
+}
+
+/// [`wgmma_shape`] with the shared operands laid out by `layout_of`.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+fn wgmma_shape_with(
+    kernel: &Kernel,
+    a: BufferId,
+    b: BufferId,
+    c: BufferId,
+    trans_a: bool,
+    trans_b: bool,
+    layout_of: &dyn Fn(BufferId) -> Option<SharedLayout>,
+) -> Option<WgmmaGemm> {
+    if kernel.threads % 128 != 0 {
+        return None;
+    }
+    let (ab, bb, cb) = (kernel.buffer(a), kernel.buffer(b), kernel.buffer(c));
+    let (m, n, _) = shape2(cb)?;
+    let (ar, ac, _) = shape2(ab)?;
+    let (br, bc, _) = shape2(bb)?;
+    let (am, ak) = if trans_a { (ac, ar) } else { (ar, ac) };
+    let (bk, bn) = if trans_b { (bc, br) } else { (br, bc) };
+    let warpgroups = kernel.threads as i64 / 128;
+    let ty = match ab.dtype {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        _ => return None,
+    };
+    if cb.scope != Scope::Fragment
+        || cb.dtype != DType::F32
+        || bb.scope != Scope::Shared
+        || bb.dtype != ab.dtype
+        || am != m
+        || bn != n
+        || ak != bk
+        || m != 64 * warpgroups
+        || ak <= 0
+        || ak % 16 != 0
+    {
+        return None;
+    }
+    wgmma_accumulator(m, n, kernel.threads).ok()?;
+    // Every k16 slice every warpgroup reads must have a descriptor;
+    // `groups` warpgroups read 64 M rows each (A), or all share one (B).
+    let describable = |layout: &SharedLayout, major: Major, groups: i64| -> bool {
+        let Some(sw) = Swizzle::of_layout(layout) else { return false };
+        // An MN-major swizzle row (or panel) holds W / 2 M/N columns.
+        let rows_fit = match major {
+            Major::K => true,
+            Major::MN => layout.panel_cols.unwrap_or(layout.cols) * layout.elem == sw.bytes() as i64,
+        };
+        rows_fit
+            && (0..groups).all(|g| {
+                (0..ak / 16).all(|s| {
+                    let (row0, col0) = match major {
+                        Major::K => (64 * g, 16 * s),
+                        Major::MN => (16 * s, 64 * g),
+                    };
+                    operand_descriptor(layout, major, 0, row0, col0).is_ok()
+                })
+            })
+    };
+    let a_op = match ab.scope {
+        Scope::Fragment if !trans_a => None,
+        Scope::Shared => {
+            let l = layout_of(a)?;
+            let major = if trans_a { Major::MN } else { Major::K };
+            if !describable(&l, major, warpgroups) {
+                return None;
+            }
+            Some((l, major))
+        }
+        _ => return None,
+    };
+    let bl = layout_of(b)?;
+    // B is `[K, N]` (N contiguous: MN-major) unless transposed to `[N, K]`.
+    let b_major = if trans_b { Major::K } else { Major::MN };
+    if !describable(&bl, b_major, 1) {
+        return None;
+    }
+    Some(WgmmaGemm { m, n, k: ak, ab: ty, warpgroups, a: a_op, b: (bl, b_major) })
 }
 
 #[cfg(test)]
@@ -377,5 +588,61 @@ mod tests {
         }
         assert_eq!(seen.len() as i64, 64 * k);
         assert!(wgmma_a_fragment(64, 24, 128).is_err());
+    }
+
+    #[test]
+    fn panelled_descriptors_step_over_panels() {
+        // [N = 64, K = 128] K-major: k16 slice 5 is slice 1 of panel 1.
+        let k = SharedLayout::panelled(64, 128, 2).unwrap();
+        let d = operand_descriptor(&k, Major::K, 1024, 8, 80).unwrap();
+        assert_eq!(d, MatrixDescriptor { start: 1024 + 64 * 128 + 8 * 128 + 32, lbo: 16, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert!(operand_descriptor(&k, Major::K, 0, 0, 56).is_err(), "a slice may not straddle panels");
+        // [K = 32, N = 128] MN-major: panels of 32·128 bytes are LBO apart.
+        let mn = SharedLayout::panelled(32, 128, 2).unwrap();
+        let d = operand_descriptor(&mn, Major::MN, 0, 16, 64).unwrap();
+        assert_eq!(d, MatrixDescriptor { start: 4096 + 16 * 128, lbo: 4096, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert!(operand_descriptor(&mn, Major::MN, 0, 0, 32).is_err());
+        assert!(operand_descriptor(&mn, Major::MN, 0, 0, 128).is_err());
+    }
+
+    #[test]
+    fn wgmma_eligibility() {
+        use crate::ir::{Buffer, Extent, SpanId};
+        let mk = |threads: u32, a: (Scope, [i64; 2]), b: [i64; 2], c: [i64; 2], dt: DType| {
+            let mut k = Kernel::new("g", threads);
+            let mut add = |name: &str, scope: Scope, dtype: DType, shape: [i64; 2]| {
+                k.add_buffer(Buffer {
+                    name: name.into(),
+                    scope,
+                    dtype,
+                    shape: shape.iter().map(|&x| Extent::Const(x)).collect(),
+                    mutable: true,
+                    span: SpanId::NONE,
+                    layout: None,
+                })
+            };
+            let (ab, bb, cb) = (add("a", a.0, dt, a.1), add("b", Scope::Shared, dt, b), add("c", Scope::Fragment, DType::F32, c));
+            k.body = vec![Stmt::new(StmtKind::Gemm { a: ab, b: bb, c: cb, trans_a: false, trans_b: false, clear: false, policy: crate::ir::WarpPolicy::Square })];
+            (k, ab, bb, cb)
+        };
+        let shape = |k: &(Kernel, BufferId, BufferId, BufferId), t: Target| wgmma_shape(&k.0, k.1, k.2, k.3, false, false, t);
+        let g = mk(128, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F16);
+        let w = shape(&g, Target::Sm90a).expect("eligible");
+        assert_eq!((w.m, w.n, w.k, w.ab, w.warpgroups), (64, 64, 32, "f16", 1));
+        assert_eq!(w.a.map(|x| x.1), Some(Major::K));
+        assert_eq!(w.b.1, Major::MN);
+        assert!(shape(&g, Target::Sm80).is_none());
+        // Fragment A, bf16, two warpgroups, panelled B.
+        let g = mk(256, (Scope::Fragment, [128, 64]), [64, 128], [128, 128], DType::BF16);
+        let w = shape(&g, Target::Sm90a).expect("eligible");
+        assert!(w.a.is_none() && w.b.0.panel_cols == Some(64));
+        assert_eq!(gemm_operand_layout(&g.0, g.2, Target::Sm90a), Some(w.b.0));
+        assert_eq!(gemm_operand_layout(&g.0, g.2, Target::Sm80), Some(SharedLayout::for_ldmatrix(64, 128, 2)));
+        // M must be 64 per warpgroup; N ≤ 256; f32 operands never.
+        assert!(shape(&mk(256, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F16), Target::Sm90a).is_none());
+        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 512], [64, 512], DType::F16), Target::Sm90a).is_none());
+        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F32), Target::Sm90a).is_none());
+        // MN-major B of 96 columns (192-byte rows, padded): no descriptor.
+        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 96], [64, 96], DType::F16), Target::Sm90a).is_none());
     }
 }

@@ -427,12 +427,17 @@ pub struct SharedLayout {
     /// `Some((bits, shift))`: byte offset bits `[shift + 4, shift + 4 + bits)`
     /// are XORed into bits `[4, 4 + bits)` (the 16-byte chunk index).
     pub swizzle: Option<(u32, u32)>,
+    /// `Some(pc)`: the tile is stored as `cols / pc` panels of `[rows, pc]`
+    /// one after the other (`panel_bytes()` apart), each laid out by the
+    /// fields above with `row_stride = pc · elem` ([`SharedLayout::panelled`]:
+    /// wgmma operands wider than one 128-byte swizzle row).
+    pub panel_cols: Option<i64>,
 }
 
 impl SharedLayout {
     /// Plain row-major.
     pub fn row_major(rows: i64, cols: i64, elem: i64) -> SharedLayout {
-        SharedLayout { rows, cols, elem, row_stride: cols * elem, swizzle: None }
+        SharedLayout { rows, cols, elem, row_stride: cols * elem, swizzle: None, panel_cols: None }
     }
 
     /// The layout for a tensor-core operand read by ldmatrix (8 rows of 16
@@ -449,10 +454,10 @@ impl SharedLayout {
             // shorter rows: the byte-offset bits 7.. (several rows share a
             // 128-byte line).
             let shift = if rb >= 128 { log2(rb) as u32 - 4 } else { 3 };
-            return SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, shift)) };
+            return SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, shift)), panel_cols: None };
         }
         if rb % 16 == 0 && (rb / 16) % 2 == 0 {
-            return SharedLayout { rows, cols, elem, row_stride: rb + 16, swizzle: None };
+            return SharedLayout { rows, cols, elem, row_stride: rb + 16, swizzle: None, panel_cols: None };
         }
         SharedLayout::row_major(rows, cols, elem)
     }
@@ -469,7 +474,7 @@ impl SharedLayout {
                 if bytes <= 0 || bytes % 16 != 0 {
                     return Err(format!("`padded({bytes})`: the padding must be a positive multiple of 16 bytes (16-byte chunks stay aligned for cp.async and ldmatrix)"));
                 }
-                Ok(SharedLayout { rows, cols, elem, row_stride: rb + bytes, swizzle: None })
+                Ok(SharedLayout { rows, cols, elem, row_stride: rb + bytes, swizzle: None, panel_cols: None })
             }
             S::Swizzle { bits } => {
                 if !(1..=3).contains(&bits) {
@@ -483,14 +488,39 @@ impl SharedLayout {
                     ));
                 }
                 // XOR source = byte-offset bits [log2(rb), +bits) = the row index's low bits.
-                Ok(SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, log2(rb) as u32 - 4)) })
+                Ok(SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, log2(rb) as u32 - 4)), panel_cols: None })
             }
         }
     }
 
+    /// A tile of 16-bit elements whose rows are a power of two wider than
+    /// 128 bytes, stored as panels of 64 columns, each `Swizzle<3, 4, 3>`
+    /// with 128-byte rows: the layout wgmma and TMA read with the 128B
+    /// swizzle (panels `LBO` apart for an MN-major operand; a K-major k16
+    /// slice lies in one panel). `None` for other shapes.
+    pub fn panelled(rows: i64, cols: i64, elem: i64) -> Option<SharedLayout> {
+        let rb = cols * elem;
+        (elem == 2 && rb > 128 && rb.count_ones() == 1).then_some(SharedLayout {
+            rows,
+            cols,
+            elem,
+            row_stride: 128,
+            swizzle: Some((3, 3)),
+            panel_cols: Some(64),
+        })
+    }
+
+    /// Bytes of one panel (of the whole tile when it has no panels).
+    pub fn panel_bytes(&self) -> i64 {
+        self.rows * self.row_stride
+    }
+
     /// Bytes the buffer occupies.
     pub fn bytes(&self) -> i64 {
-        self.rows * self.row_stride
+        match self.panel_cols {
+            Some(pc) => self.panel_bytes() * ((self.cols + pc - 1) / pc),
+            None => self.rows * self.row_stride,
+        }
     }
 
     /// The XOR applied to the byte offset of an element in row `r`.
@@ -503,7 +533,11 @@ impl SharedLayout {
 
     /// The byte offset of element `(r, c)`.
     pub fn offset(&self, r: i64, c: i64) -> i64 {
-        (r * self.row_stride + c * self.elem) ^ self.xor_of_row(r)
+        let (panel, c) = match self.panel_cols {
+            Some(pc) => (c / pc, c % pc),
+            None => (0, c),
+        };
+        panel * self.panel_bytes() + ((r * self.row_stride + c * self.elem) ^ self.xor_of_row(r))
     }
 
     /// Rows after which the swizzle pattern repeats (adding a multiple of it
@@ -516,9 +550,13 @@ impl SharedLayout {
     }
 
     pub fn describe(&self) -> String {
+        let panels = match self.panel_cols {
+            Some(pc) => format!(", panels of {pc} columns"),
+            None => String::new(),
+        };
         match self.swizzle {
-            Some((b, s)) => format!("swizzle<{b},4,{s}>(rows={}, row_bytes={})", self.rows, self.row_stride),
-            None => format!("row_major(rows={}, row_bytes={})", self.rows, self.row_stride),
+            Some((b, s)) => format!("swizzle<{b},4,{s}>(rows={}, row_bytes={}{panels})", self.rows, self.row_stride),
+            None => format!("row_major(rows={}, row_bytes={}{panels})", self.rows, self.row_stride),
         }
     }
 }
@@ -750,5 +788,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn panelled_layouts_are_for_ldmatrix_panels() {
+        use std::collections::HashSet;
+        for (rows, cols) in [(32i64, 128i64), (16, 256), (64, 128)] {
+            let l = SharedLayout::panelled(rows, cols, 2).unwrap();
+            let panel = SharedLayout::for_ldmatrix(rows, 64, 2);
+            assert_eq!(l.panel_bytes(), panel.bytes());
+            assert_eq!(l.bytes(), rows * cols * 2);
+            let mut seen = HashSet::new();
+            for r in 0..rows {
+                for c in 0..cols {
+                    let off = l.offset(r, c);
+                    assert_eq!(off, (c / 64) * panel.bytes() + panel.offset(r, c % 64), "({r}, {c})");
+                    assert!(off >= 0 && off + 2 <= l.bytes() && seen.insert(off));
+                }
+            }
+        }
+        // Only 16-bit rows wider than 128 bytes, a power of two.
+        assert!(SharedLayout::panelled(32, 64, 2).is_none());
+        assert!(SharedLayout::panelled(32, 96, 2).is_none());
+        assert!(SharedLayout::panelled(32, 128, 4).is_none());
+        assert!(SharedLayout::panelled(32, 128, 2).unwrap().describe().contains("panels of 64 columns"));
     }
 }

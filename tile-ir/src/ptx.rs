@@ -63,7 +63,7 @@ pub fn emit(f: &Function, target: Target) -> String {
     let _ = writeln!(out, ".version {}.{}", v / 10, v % 10);
     let _ = writeln!(out, ".target {}", target.name());
     let _ = writeln!(out, ".address_size 64\n");
-    let _ = writeln!(out, ".extern .shared .align 128 .b8 {SMEM}[];\n");
+    let _ = writeln!(out, ".extern .shared .align 1024 .b8 {SMEM}[];\n");
     let _ = writeln!(out, ".visible .entry {}(", f.name);
     for (i, (name, ty)) in f.params.iter().enumerate() {
         let comma = if i + 1 < f.params.len() { "," } else { "" };

@@ -225,7 +225,10 @@ pub enum Inst {
     /// f32 registers, A 64×16 from a descriptor or 4 f16x2 registers, B
     /// 16×n from a descriptor. `neg_a`/`neg_b` print imm-scale -1.
     /// `trans_a` only applies to a descriptor A (`imm-trans-a` 1 = A is
-    /// M-major); `trans_b` 1 = B is N-major.
+    /// M-major); `trans_b` 1 = B is N-major. `regions`: the shared
+    /// regions its descriptors read (for barrier insertion and the
+    /// generic → async proxy fence, [`crate::passes::barriers`]); empty
+    /// where mbarriers order the operands instead (warp-specialized loop).
     Wgmma {
         n: u32,
         ab: &'static str,
@@ -237,6 +240,7 @@ pub enum Inst {
         neg_b: bool,
         trans_a: bool,
         trans_b: bool,
+        regions: Vec<Region>,
     },
     /// `setmaxnreg.{inc,dec}.sync.aligned.u32 count;` (warpgroup-collective).
     SetMaxNreg { inc: bool, count: u32 },
@@ -535,7 +539,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::WgmmaFence => "wgmma.fence.sync.aligned".into(),
         Inst::WgmmaCommit => "wgmma.commit_group.sync.aligned".into(),
         Inst::WgmmaWait { pending } => format!("wgmma.wait_group.sync.aligned {pending}"),
-        Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b } => {
+        Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b, .. } => {
             let d: Vec<String> = d.iter().map(|r| f.reg_name(*r)).collect();
             let sign = |neg: bool| if neg { "-1" } else { "1" };
             let (a_text, trans_a) = match a {
@@ -595,6 +599,10 @@ fn print_block(f: &Function, body: &[Stmt], depth: usize, out: &mut String) {
                     | Inst::Ldmatrix { region: Some(r), .. }
                     | Inst::TmaLoad { region: Some(r), .. }
                     | Inst::TmaStore { region: Some(r), .. } => format!("  // region {}.{}", r.id, r.op),
+                    Inst::Wgmma { regions, .. } if !regions.is_empty() => {
+                        let r: Vec<String> = regions.iter().map(|r| format!("{}.{}", r.id, r.op)).collect();
+                        format!("  // regions {}", r.join(", "))
+                    }
                     _ => String::new(),
                 };
                 let _ = writeln!(out, "{ind}{}{}{region}", guard_text(f, guard), fmt_inst(f, inst));

@@ -79,7 +79,9 @@ fn refill_cost(ptx: &str) -> (usize, Vec<String>) {
     }
     let head = lines.iter().position(|l| l.starts_with("$L_head")).expect("a loop");
     let bar = (head..lines.len()).find(|&i| lines[i].starts_with("bar.sync")).expect("the loop's barrier");
-    let ldm = (bar..lines.len()).find(|&i| lines[i].starts_with("ldmatrix")).expect("an ldmatrix");
+    // The refill ends at its commit (before the stage's reads: ldmatrix
+    // addresses for mma.sync, descriptors for wgmma on sm_90a).
+    let ldm = (bar..lines.len()).find(|&i| lines[i].starts_with("cp.async.commit_group")).expect("the refill's commit");
     let mut chunks = 0;
     let mut live = Vec::new();
     for i in bar + 1..ldm {

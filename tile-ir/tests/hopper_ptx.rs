@@ -123,6 +123,7 @@ fn all_forms(n: u32, cta_dst: bool) -> Function {
             neg_b: !neg_a,
             trans_a,
             trans_b: trans_a,
+            regions: vec![],
         });
     }
     b.push(Inst::WgmmaCommit);

@@ -449,6 +449,7 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
             neg_b: false,
             trans_a: false,
             trans_b: b_major == Major::MN,
+            regions: vec![],
         });
         // Commit each step; keep one in flight until the end.
         k.push(Inst::WgmmaCommit);
@@ -533,10 +534,11 @@ fn wgmma_without_wait_fails() {
     let desc = hopper::MatrixDescriptor { start: 0, lbo: 128, sbo: 256, base_offset: 0, swizzle: hopper::Swizzle::None };
     let dr = k.reg(RegClass::B64);
     k.op("mov.b64", dr, vec![Operand::Imm(desc.encode().unwrap() as i64)]);
-    // Shared memory written by every thread, then the barrier.
+    // Shared memory written by every thread, fenced into the async proxy, then the barrier.
     let s = k.reg(RegClass::B32);
     k.op("mul.lo.u32", s, vec![Operand::Reg(k.tid), Operand::Imm(16)]);
     k.push(Inst::St { space: Space::Shared, ty: "b32", srcs: vec![Operand::Imm(0x3C00_3C00); 4], addr: at(s, 0), region: None });
+    k.push(Inst::FenceProxyAsync);
     k.push(Inst::BarSync);
     k.push(Inst::Wgmma {
         n: 8,
@@ -549,6 +551,7 @@ fn wgmma_without_wait_fails() {
         neg_b: false,
         trans_a: false,
         trans_b: false,
+        regions: vec![],
     });
     k.push(Inst::WgmmaCommit);
     Sim::new(&k.f, vec![vec![0; 16]], params(0)).run_block();

@@ -134,6 +134,7 @@ pub fn kernel(b_n_major: bool) -> Function {
             neg_b: false,
             trans_a: false,
             trans_b: b_n_major,
+            regions: vec![],
         }));
     }
     body.push(inst(Inst::WgmmaCommit));

@@ -21,6 +21,21 @@
 //! lowering already waits after every copy outside pipelined loops, and the
 //! pipeline schedule orders its stage refills itself, so this is a safety
 //! net.) `wait_group N` with `N > 0` is taken to retire nothing.
+//!
+//! A `wgmma` reads its shared operands (the [`Region`]s it names) through
+//! the async proxy. It counts as a read of them at the instruction (the
+//! lowering waits for it with `wgmma.wait_group` before any later shared
+//! write could need a barrier against it). A generic-proxy write
+//! (`st.shared`, a landed `cp.async`) becomes visible to the async proxy only
+//! through `fence.proxy.async.shared::cta` executed by the writing thread
+//! before the barrier that orders it before the wgmma. So, in a function
+//! with such wgmmas, every barrier (inserted or explicit) that has generic
+//! shared writes pending before it (since the previous barrier, or
+//! cp.asyncs still in flight) gets a `fence.proxy.async` right before it,
+//! after the cp.async wait when the pass adds one. This is conservative
+//! on purpose: the stage refills of a pipelined loop write under region ids
+//! of their own, so region ids alone cannot tell which writes a wgmma will
+//! read; a fence where none is needed only costs its issue.
 
 use crate::thread_ir::{Inst, Region, Space, Stmt};
 use std::collections::BTreeSet;
@@ -59,10 +74,36 @@ impl State {
     }
 }
 
-/// Inserts the barriers that shared-memory dependences need.
+/// Inserts the barriers that shared-memory dependences need (and the proxy
+/// fences that wgmma reads need, see the module doc).
 pub fn insert_barriers(body: &mut Vec<Stmt>) {
     let mut st = State::default();
-    walk(body, &mut st, true);
+    let cx = Cx { proxy_fences: reads_through_async_proxy(body) };
+    walk(body, &mut st, true, &cx);
+}
+
+/// What the walk needs to know about the whole function.
+struct Cx {
+    /// Some instruction reads shared memory through the async proxy (a
+    /// wgmma with regions): barriers after generic writes get a proxy fence.
+    proxy_fences: bool,
+}
+
+fn reads_through_async_proxy(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Inst { inst: Inst::Wgmma { regions, .. }, .. } => !regions.is_empty(),
+        Stmt::Inst { .. } | Stmt::Comment(_) => false,
+        Stmt::If { then, otherwise, .. } => reads_through_async_proxy(then) || reads_through_async_proxy(otherwise),
+        Stmt::For { body, .. } => reads_through_async_proxy(body),
+    })
+}
+
+/// `fence.proxy.async` before a barrier, when generic shared writes are
+/// pending (written since the last barrier, or cp.asyncs in flight).
+fn proxy_fence(st: &State, cx: &Cx, out: &mut Vec<Stmt>, apply: bool) {
+    if apply && cx.proxy_fences && !(st.writes.is_empty() && st.in_flight.is_empty()) {
+        out.push(Stmt::Inst { inst: Inst::FenceProxyAsync, guard: None });
+    }
 }
 
 /// The shared accesses of a statement (recursively).
@@ -80,6 +121,9 @@ fn accesses(s: &Stmt, acc: &mut State) {
         }
         Stmt::Inst { inst: Inst::Ldmatrix { region: Some(r), .. }, .. } => {
             acc.reads.insert(*r);
+        }
+        Stmt::Inst { inst: Inst::Wgmma { regions, .. }, .. } => {
+            acc.reads.extend(regions.iter().copied());
         }
         Stmt::Inst { .. } | Stmt::Comment(_) => {}
         Stmt::If { then, otherwise, .. } => {
@@ -101,14 +145,18 @@ fn bar() -> Stmt {
 
 /// Emits the barrier that `acc` needs after `st` (preceded by a cp.async
 /// wait when an in-flight cp.async write is involved) and updates `st`.
-fn barrier_before(acc: &State, st: &mut State, out: &mut Vec<Stmt>, apply: bool) {
+fn barrier_before(acc: &State, st: &mut State, out: &mut Vec<Stmt>, apply: bool, cx: &Cx) {
+    let mut fence_state = st.clone();
     if st.needs_wait(acc) {
         if apply {
             out.push(Stmt::Inst { inst: Inst::CpAsyncCommit, guard: None });
             out.push(Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None });
         }
+        // The writes of the retired cp.asyncs are still pending generic writes.
+        fence_state.writes.extend(st.in_flight.iter().copied());
         st.in_flight.clear();
     }
+    proxy_fence(&fence_state, cx, out, apply);
     if apply {
         out.push(bar());
     }
@@ -116,18 +164,21 @@ fn barrier_before(acc: &State, st: &mut State, out: &mut Vec<Stmt>, apply: bool)
 }
 
 /// Walks `body` from state `st`; with `apply`, inserts the barriers.
-fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
+fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool, cx: &Cx) {
     let old = std::mem::take(body);
     let mut out = Vec::with_capacity(old.len());
     for mut s in old {
         match &mut s {
-            Stmt::Inst { inst: Inst::BarSync, .. } => st.clear(),
+            Stmt::Inst { inst: Inst::BarSync, .. } => {
+                proxy_fence(st, cx, &mut out, apply);
+                st.clear()
+            }
             Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None } => st.in_flight.clear(),
             Stmt::If { uniform: true, then, otherwise, .. } => {
                 let mut a = st.clone();
-                walk(then, &mut a, apply);
+                walk(then, &mut a, apply, cx);
                 let mut b = st.clone();
-                walk(otherwise, &mut b, apply);
+                walk(otherwise, &mut b, apply, cx);
                 a.union(&b);
                 *st = a;
             }
@@ -139,14 +190,14 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
                     accesses(x, &mut acc);
                 }
                 if st.conflicts(&acc) {
-                    barrier_before(&acc, st, &mut out, apply);
+                    barrier_before(&acc, st, &mut out, apply, cx);
                 }
                 // Fixpoint of the state at the loop head (entry ∪ back-edge).
                 let mut head = st.clone();
                 loop {
                     let mut s2 = head.clone();
                     let mut copy = body.clone();
-                    walk(&mut copy, &mut s2, false);
+                    walk(&mut copy, &mut s2, false, cx);
                     let mut next = head.clone();
                     next.union(&s2);
                     if next == head {
@@ -155,14 +206,14 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool) {
                     head = next;
                 }
                 let mut s2 = head.clone();
-                walk(body, &mut s2, apply);
+                walk(body, &mut s2, apply, cx);
                 *st = head;
             }
             other => {
                 let mut acc = State::default();
                 accesses(other, &mut acc);
                 if st.conflicts(&acc) {
-                    barrier_before(&acc, st, &mut out, apply);
+                    barrier_before(&acc, st, &mut out, apply, cx);
                 }
                 st.union(&acc);
             }
@@ -324,5 +375,66 @@ mod tests {
         insert_barriers(&mut b);
         assert_eq!(b.len(), 3);
         assert!(matches!(b[1], Stmt::Inst { inst: Inst::BarSync, .. }));
+    }
+
+    fn wgmma(r: u32) -> Stmt {
+        use crate::thread_ir::WgmmaA;
+        Stmt::Inst {
+            inst: Inst::Wgmma {
+                n: 8,
+                ab: "f16",
+                d: vec![Reg(0); 4],
+                a: WgmmaA::Desc(Operand::Reg(Reg(5))),
+                b_desc: Operand::Reg(Reg(6)),
+                scale_d: Operand::Imm(1),
+                neg_a: false,
+                neg_b: false,
+                trans_a: false,
+                trans_b: false,
+                regions: vec![Region { id: r, op: next_op() }],
+            },
+            guard: None,
+        }
+    }
+    fn is(s: &Stmt, want: &Inst) -> bool {
+        matches!(s, Stmt::Inst { inst, .. } if std::mem::discriminant(inst) == std::mem::discriminant(want))
+    }
+
+    #[test]
+    fn wgmma_reads_get_barriers_and_proxy_fences() {
+        // st S; wgmma reads S: fence.proxy.async, then the barrier.
+        let mut b = vec![st(0), wgmma(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 4, "{b:?}");
+        assert!(is(&b[1], &Inst::FenceProxyAsync) && is(&b[2], &Inst::BarSync));
+        // wgmma reads S; st S: WAR barrier (no generic write pending: no fence).
+        let mut b = vec![wgmma(0), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 3, "{b:?}");
+        assert!(is(&b[1], &Inst::BarSync));
+        // cp.async S (not waited for); wgmma: commit, wait 0, fence, barrier.
+        let mut b = vec![cp(0), wgmma(0)];
+        insert_barriers(&mut b);
+        assert_eq!(b.len(), 6, "{b:?}");
+        assert!(is(&b[1], &Inst::CpAsyncCommit) && is(&b[2], &Inst::CpAsyncWait { pending: 0 }));
+        assert!(is(&b[3], &Inst::FenceProxyAsync) && is(&b[4], &Inst::BarSync));
+        // An explicit barrier after generic writes gets the fence too (the
+        // pipelined loop's `wait_group; bar.sync` before the stage is read).
+        let mut b = vec![lp(vec![cp(9), commit(), wait(1), Stmt::Inst { inst: Inst::BarSync, guard: None }, wgmma(0)])];
+        insert_barriers(&mut b);
+        let Stmt::For { body, .. } = &b[0] else { panic!() };
+        assert!(is(&body[3], &Inst::FenceProxyAsync) && is(&body[4], &Inst::BarSync), "{body:?}");
+        // Without wgmma reads, barriers get no fence.
+        let mut b = vec![st(0), ld(0)];
+        insert_barriers(&mut b);
+        assert!(!b.iter().any(|s| is(s, &Inst::FenceProxyAsync)));
+        // Wgmmas without regions (mbarrier-ordered, warp-specialized): no fence.
+        let mut w = wgmma(0);
+        if let Stmt::Inst { inst: Inst::Wgmma { regions, .. }, .. } = &mut w {
+            regions.clear();
+        }
+        let mut b = vec![st(0), ld(0), w];
+        insert_barriers(&mut b);
+        assert!(!b.iter().any(|s| is(s, &Inst::FenceProxyAsync)), "{b:?}");
     }
 }

@@ -6,7 +6,13 @@
 //! of its warp grid ([`RootLayout::mma_accumulator`], [`mma_warp_grid`]), a
 //! fragment `a` the accumulator layout of an `[M, K]` tile with the same
 //! warps, and its shared operands an ldmatrix-friendly (swizzled or padded)
-//! [`SharedLayout`] ([`LayoutPlan::shared`]), unless the buffer carries an
+//! [`SharedLayout`] ([`LayoutPlan::shared`]). On sm_90a
+//! ([`infer_layouts_for`]) a gemm that lowers to wgmma
+//! ([`crate::hopper::wgmma_shape`]) gives its accumulator the wgmma layout
+//! (warps `(M/16, 1)`, the same as mma.sync's with that grid, so the rest
+//! of inference treats it alike) and its shared operands wider than 128
+//! bytes a row are stored in 64-column panels
+//! ([`crate::hopper::gemm_operand_layout`]). Unless the buffer carries an
 //! `annotate_layout` ([`crate::ir::Buffer::layout`]), which then wins; unsupported tile shapes and
 //! accumulators over [`MAX_ACCUMULATOR_REGS`] registers are errors. Then the
 //! body is walked in program order; the first statement that touches a
@@ -32,7 +38,7 @@
 use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind, VarId};
 use crate::ir::{DType, WarpPolicy};
 use crate::layout::{mma_warp_grid, FragLayout, RootLayout, SharedLayout};
-use crate::CompileError;
+use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};
 
 /// Accumulator registers per thread a gemm may use (the register file holds
@@ -155,6 +161,9 @@ struct Infer<'k> {
     /// variant): their warps split M only, 16 rows each, so that warpgroup
     /// `j` owns rows `64j..64j+64` ([`crate::hopper::wgmma_accumulator`]).
     wgmma_accs: HashSet<BufferId>,
+    /// The target whose shared operand layouts are chosen
+    /// ([`crate::hopper::gemm_operand_layout`]: panels on sm_90a).
+    target: Target,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -165,16 +174,57 @@ enum Phase {
     Rest,
 }
 
-/// Infers the layouts of `kernel`'s fragments and parallel nests.
+/// Infers the layouts of `kernel`'s fragments and parallel nests, every
+/// gemm as mma.sync (the sm_80 choice; [`infer_layouts_for`] knows the target).
 pub fn infer_layouts(kernel: &Kernel) -> Result<LayoutPlan, Vec<CompileError>> {
     infer_layouts_with(kernel, &HashSet::new())
+}
+
+/// [`infer_layouts`] for `target`: the accumulators of the gemms that lower
+/// to wgmma there ([`wgmma_accumulators`]) get the wgmma accumulator layout,
+/// and their fragment A operands the wgmma register-A layout.
+pub fn infer_layouts_for(kernel: &Kernel, target: Target) -> Result<LayoutPlan, Vec<CompileError>> {
+    infer(kernel, &wgmma_accumulators(kernel, target), target)
+}
+
+/// The accumulators of `kernel`'s gemms that lower to wgmma on `target`
+/// ([`crate::hopper::wgmma_shape`], the test the lowering applies too).
+/// Another gemm into the same accumulator that is not eligible lowers to
+/// mma.sync with the same warp grid `(M/16, 1)`.
+pub fn wgmma_accumulators(kernel: &Kernel, target: Target) -> HashSet<BufferId> {
+    fn walk(k: &Kernel, body: &[Stmt], target: Target, out: &mut HashSet<BufferId>) {
+        for s in body {
+            match &s.kind {
+                StmtKind::Gemm { a, b, c, trans_a, trans_b, .. }
+                    if crate::hopper::wgmma_shape(k, *a, *b, *c, *trans_a, *trans_b, target).is_some() =>
+                {
+                    out.insert(*c);
+                }
+                StmtKind::For { body, .. } => walk(k, body, target, out),
+                StmtKind::If { then, otherwise, .. } => {
+                    walk(k, then, target, out);
+                    walk(k, otherwise, target, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = HashSet::new();
+    walk(kernel, &kernel.body, target, &mut out);
+    out
 }
 
 /// [`infer_layouts`], where the gemms into the accumulators `wgmma_accs`
 /// give them the wgmma accumulator layout (warps `(M/16, 1)`) instead of
 /// the one their warp policy picks for mma.sync.
+/// Shared operands get their sm_80 layouts ([`SharedLayout::for_ldmatrix`]).
 pub fn infer_layouts_with(kernel: &Kernel, wgmma_accs: &HashSet<BufferId>) -> Result<LayoutPlan, Vec<CompileError>> {
+    infer(kernel, wgmma_accs, Target::Sm80)
+}
+
+fn infer(kernel: &Kernel, wgmma_accs: &HashSet<BufferId>, target: Target) -> Result<LayoutPlan, Vec<CompileError>> {
     let mut inf = Infer {
+        target,
         k: kernel,
         plan: LayoutPlan::default(),
         origin: HashMap::new(),
@@ -515,7 +565,8 @@ impl Infer<'_> {
                         Some(l) => *l,
                         None => continue,
                     },
-                    None => SharedLayout::for_ldmatrix(rows, cols, 2),
+                    None => crate::hopper::gemm_operand_layout(self.k, buf, self.target)
+                        .unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, 2)),
                 };
                 if l.row_stride % 16 != 0 {
                     return Err(format!(

@@ -16,7 +16,8 @@
 //!   shared memory; every shared access names its [`Region`] and computes
 //!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
 //!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
-//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`);
+//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`), or on sm_90a,
+//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma (`lower/wgmma.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges.
@@ -32,6 +33,7 @@
 mod async_copy;
 mod reduced_copy;
 mod warp_specialized;
+mod wgmma;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
 use super::pipeline::{self, PipelinePlan};
@@ -466,6 +468,7 @@ impl<'a> Lx<'a> {
         // The warp-specialized loop's stage buffers come first (aligned).
         self.ws_setup();
         // Buffers: shared offsets, fragment and local registers.
+        let wgmma_align = self.wgmma_operand_alignment();
         for (i, b) in k.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
             if self.shared.contains_key(&id) {
@@ -476,8 +479,10 @@ impl<'a> Lx<'a> {
                 Scope::Shared => {
                     let bytes = self.shared_layout(id).map(|l| l.bytes()).unwrap_or(n * b.dtype.size_bytes() as i64);
                     let stages = self.pipe.stages_of(id) as i64;
-                    // Stage copies start 128-byte aligned, like buffers.
-                    let stride = (bytes + 127) / 128 * 128;
+                    // Stage copies start 128-byte aligned, like buffers
+                    // (wgmma operands: 8 rows of their swizzle span).
+                    let align = wgmma_align.get(&id).copied().unwrap_or(128);
+                    let stride = (bytes + align - 1) / align * align;
                     let footprint = if stages > 1 { stride * stages } else { bytes };
                     // An epilogue scratch takes the memory (and the region,
                     // so that barriers order it after the last accesses) of
@@ -491,7 +496,7 @@ impl<'a> Lx<'a> {
                         self.shared.insert(id, place);
                         continue;
                     }
-                    let off = self.alloc_smem(footprint);
+                    let off = self.alloc_smem_aligned(footprint, align);
                     if stages > 1 {
                         self.stage_stride.insert(id, stride);
                     }
@@ -540,7 +545,13 @@ impl<'a> Lx<'a> {
     }
 
     fn alloc_smem(&mut self, bytes: i64) -> i64 {
-        let off = (self.smem_top + 127) / 128 * 128;
+        self.alloc_smem_aligned(bytes, 128)
+    }
+
+    /// `bytes` of shared memory at an offset that is a multiple of `align`
+    /// (a power of two ≥ 128).
+    fn alloc_smem_aligned(&mut self, bytes: i64, align: i64) -> i64 {
+        let off = (self.smem_top + align - 1) / align * align;
         self.smem_top = off + bytes.max(0);
         off
     }
@@ -872,6 +883,30 @@ impl<'a> Lx<'a> {
         if let (Operand::Imm(r), Operand::Imm(c)) = (&row, &col) {
             return Ok(Operand::Imm(lay.offset(*r, *c)));
         }
+        if let Some(pc) = lay.panel_cols {
+            // Panelled (wgmma operands, `SharedLayout::panelled`): the panel's
+            // offset plus the offset inside the panel, whose layout has no panels.
+            let inner = SharedLayout { cols: pc, panel_cols: None, ..lay };
+            let (panel, c) = match &col {
+                Operand::Imm(c) => (Operand::Imm(c / pc * lay.panel_bytes()), Operand::Imm(c % pc)),
+                _ => {
+                    let p = self.op("shr.u32", RegClass::B32, vec![col.clone(), Operand::Imm(log2(pc))]);
+                    let p = self.op("mul.lo.s32", RegClass::B32, vec![p.into(), Operand::Imm(lay.panel_bytes())]);
+                    let c = self.op("and.b32", RegClass::B32, vec![col.clone(), Operand::Imm(pc - 1)]);
+                    (Operand::Reg(p), Operand::Reg(c))
+                }
+            };
+            let off = self.swizzled_offset(&inner, row, c);
+            return Ok(self.add_i32(off, panel));
+        }
+        Ok(self.swizzled_offset(&lay, row, col))
+    }
+
+    /// `row · stride + col · elem`, swizzled, for a layout without panels.
+    fn swizzled_offset(&mut self, lay: &SharedLayout, row: Operand, col: Operand) -> Operand {
+        if let (Operand::Imm(r), Operand::Imm(c)) = (&row, &col) {
+            return Operand::Imm(lay.offset(*r, *c));
+        }
         // row · stride + col · elem
         let lin = match &row {
             Operand::Imm(r) => {
@@ -883,7 +918,7 @@ impl<'a> Lx<'a> {
                 self.mad_i32(row.clone(), lay.row_stride, c)
             }
         };
-        let Some((bits, shift)) = lay.swizzle else { return Ok(lin) };
+        let Some((bits, shift)) = lay.swizzle else { return lin };
         // XOR the chunk bits with bits [shift + 4, +bits) of the row's byte offset.
         let x = match &row {
             Operand::Imm(r) => Operand::Imm(lay.xor_of_row(*r)),
@@ -894,10 +929,10 @@ impl<'a> Lx<'a> {
             }
         };
         if x == Operand::Imm(0) {
-            return Ok(lin);
+            return lin;
         }
         let l = self.materialize(&Val { op: lin, ty: DType::I32 });
-        Ok(Operand::Reg(self.op("xor.b32", RegClass::B32, vec![l.into(), x])))
+        Operand::Reg(self.op("xor.b32", RegClass::B32, vec![l.into(), x]))
     }
 
     // ----------------------------------------------------------- conversions

@@ -1,6 +1,7 @@
 //! Lowering of [`StmtKind::Gemm`](crate::ir::StmtKind::Gemm) to tensor-core
 //! instructions: `ldmatrix` + `mma.sync.aligned.m16n8k16.row.col.f32` (sm_80
-//! and later; also used on sm_90a).
+//! and later; on sm_90a for the gemms that [`crate::hopper::wgmma_shape`]
+//! rejects: the others go to wgmma, `lower/wgmma.rs`).
 //!
 //! Expects layout inference to have given the accumulator `c` the mma
 //! accumulator layout of the gemm's warp grid ([`RootLayout::mma_accumulator`]),
@@ -50,6 +51,9 @@ impl Lx<'_> {
         clear: bool,
         policy: WarpPolicy,
     ) -> R<()> {
+        if let Some(g) = self.wgmma_plan(a, b, c, trans_a, trans_b) {
+            return self.lower_wgmma(&g, a, b, c, clear);
+        }
         let k = self.k;
         let (ab, cb) = (k.buffer(a), k.buffer(c));
         let shape = |buf: &crate::ir::Buffer| match buf.const_shape().as_deref() {
@@ -69,9 +73,18 @@ impl Lx<'_> {
                 "gemm tile M×N×K = {m}×{n}×{kk} is not supported: mma.sync m16n8k16 needs M a multiple of 16, N a multiple of 8 and K a multiple of 16"
             )));
         }
-        let (wm, wn) = mma_warp_grid(m, n, k.threads, policy).map_err(|e| self.err(e))?;
-        let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, k.threads, (wm, wn)));
         let have = self.plan.frags.get(&c).ok_or_else(|| self.err("internal: gemm accumulator has no layout"))?;
+        // An accumulator that a wgmma gemm also writes has the wgmma layout
+        // (warps (M/16, 1), layout inference): mma.sync computes it with those warps.
+        let wgmma_warps = (m / 16, 1);
+        let (wm, wn) = if m / 16 * 32 <= k.threads as i64
+            && have.agrees(&FragLayout::full(RootLayout::mma_accumulator(m, n, k.threads, wgmma_warps)))
+        {
+            wgmma_warps
+        } else {
+            mma_warp_grid(m, n, k.threads, policy).map_err(|e| self.err(e))?
+        };
+        let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, k.threads, (wm, wn)));
         if !have.agrees(&acc) {
             return Err(self.err(format!(
                 "layout conflict on `{}`: it is laid out as {} but this gemm (warps {wm}×{wn}) produces {}",

@@ -27,10 +27,16 @@
 //!   swizzled: `start + (mn / (W/2))·LBO + 2(mn % (W/2)) + (k/8)·SBO + (k%8)·W`),
 //!   then swizzled like TMA. Results stay pending (the accumulator registers
 //!   read as NaN) until `wgmma.wait_group` retires their group; a wgmma
-//!   reading bytes written by threads since the last `bar.sync` fails.
-//!   Unmodeled: the base-offset field (must be 0), MN-major without swizzle,
-//!   the `wgmma.fence` requirement, and the ordering `fence.proxy.async`
-//!   provides (a `bar.sync` is required instead).
+//!   reading bytes written by threads since the last `bar.sync` fails, and
+//!   so does one reading bytes written through the generic proxy (`st.shared`,
+//!   a landed `cp.async`) by a thread that has not executed
+//!   `fence.proxy.async` since that write (TMA writes are async-proxy
+//!   writes and need none). The bytes a wgmma reads count as read by
+//!   several threads in the current barrier epoch (a write before the next
+//!   `bar.sync` fails), and stay read until `wgmma.wait_group` retires the
+//!   wgmma: a write to them before that fails, barrier or not. Unmodeled: the base-offset field (must be 0),
+//!   MN-major without swizzle, the `wgmma.fence` requirement, and whether
+//!   the fence came before or after the barrier (lockstep execution).
 //! - Limitation: threads run in lockstep per structured statement, so a
 //!   producer branch runs to its end before its consumer branch: a pipeline
 //!   whose producer waits for consumers (empty barriers) deadlocks here.
@@ -90,6 +96,19 @@ pub struct HopperState {
     /// each result is (thread, register, value).
     wg_open: Vec<Vec<(usize, u32, u64)>>,
     wg_groups: Vec<Vec<Vec<(usize, u32, u64)>>>,
+    /// Per warpgroup: the shared bytes its open and committed wgmmas read
+    /// (the operands are read asynchronously until `wgmma.wait_group`
+    /// retires the group), parallel to `wg_open` / `wg_groups`.
+    wg_reads_open: Vec<Vec<usize>>,
+    wg_reads_groups: Vec<Vec<Vec<usize>>>,
+    /// Per shared byte: how many in-flight wgmmas read it.
+    async_reads: Vec<u32>,
+    /// Per shared byte: the thread whose generic-proxy write is the latest
+    /// one and that thread's count of `fence.proxy.async` at the write
+    /// (`usize::MAX`: none, or an async-proxy write).
+    generic_writes: Vec<(usize, u64)>,
+    /// Per thread: `fence.proxy.async` executed so far.
+    proxy_fences: Vec<u64>,
     /// Counters for tests.
     pub tma_loads: u64,
     pub wgmmas: u64,
@@ -126,6 +145,29 @@ impl<'f> Sim<'f> {
         let wgs = self.threads.div_ceil(128);
         h.wg_open = vec![vec![]; wgs];
         h.wg_groups = vec![vec![]; wgs];
+        h.wg_reads_open = vec![vec![]; wgs];
+        h.wg_reads_groups = vec![vec![]; wgs];
+        h.async_reads = vec![0; self.shared.len()];
+        h.generic_writes = vec![(usize::MAX, 0); self.shared.len()];
+        h.proxy_fences = vec![0; self.threads];
+    }
+
+    /// Fails when shared bytes are written while an in-flight wgmma reads them.
+    pub(super) fn check_no_wgmma_reads(&self, addr: usize, len: usize) {
+        for b in addr..addr + len {
+            assert!(
+                self.hopper.async_reads[b] == 0,
+                "shared byte {b} written while a wgmma that reads it is in flight (before its wgmma.wait_group)"
+            );
+        }
+    }
+
+    /// Records a generic-proxy write of shared bytes by thread `t`.
+    pub(super) fn note_generic_write(&mut self, t: usize, addr: usize, len: usize) {
+        let fences = self.hopper.proxy_fences[t];
+        for b in addr..addr + len {
+            self.hopper.generic_writes[b] = (t, fences);
+        }
     }
 
     pub(super) fn hopper_block_end(&mut self) {
@@ -192,7 +234,9 @@ impl<'f> Sim<'f> {
                 self.shared[b] = v;
                 self.async_owner[b] = usize::MAX;
                 // Ordered by the mbarrier, not by bar.sync epochs.
+                assert!(self.hopper.async_reads[b] == 0, "TMA lands on shared byte {b} while a wgmma that reads it is in flight");
                 self.shadow[b] = (usize::MAX, 0, usize::MAX, 0);
+                self.hopper.generic_writes[b] = (usize::MAX, 0);
             }
             let _ = x.dst;
             self.mbar_arrive(mbar, -x.box_bytes, 0);
@@ -283,10 +327,15 @@ impl<'f> Sim<'f> {
             Inst::WgmmaCommit => {
                 let g = std::mem::take(&mut self.hopper.wg_open[wg]);
                 self.hopper.wg_groups[wg].push(g);
+                let r = std::mem::take(&mut self.hopper.wg_reads_open[wg]);
+                self.hopper.wg_reads_groups[wg].push(r);
             }
             Inst::WgmmaWait { pending } => {
                 while self.hopper.wg_groups[wg].len() > *pending as usize {
                     let g = self.hopper.wg_groups[wg].remove(0);
+                    for b in self.hopper.wg_reads_groups[wg].remove(0) {
+                        self.hopper.async_reads[b] -= 1;
+                    }
                     for (t, r, v) in g {
                         let later = self.hopper.wg_open[wg].iter().chain(self.hopper.wg_groups[wg].iter().flatten());
                         if !later.clone().any(|&(u, q, _)| u == t && q == r) {
@@ -295,7 +344,7 @@ impl<'f> Sim<'f> {
                     }
                 }
             }
-            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b } => self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b),
+            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b, .. } => self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b),
             _ => unreachable!(),
         }
     }
@@ -322,7 +371,7 @@ impl<'f> Sim<'f> {
         swizzle_addr(logical, span as u32)
     }
 
-    fn read_operand(&self, wg: usize, desc: u64, rows: usize, mn_major: bool, cvt: &dyn Fn(u64) -> f64) -> Vec<Vec<f64>> {
+    fn read_operand(&mut self, wg: usize, desc: u64, rows: usize, mn_major: bool, cvt: &dyn Fn(u64) -> f64) -> Vec<Vec<f64>> {
         let mut m = vec![vec![0f64; 16]; rows];
         for (mn, row) in m.iter_mut().enumerate() {
             for (k, x) in row.iter_mut().enumerate() {
@@ -335,6 +384,16 @@ impl<'f> Sim<'f> {
                         we != self.epoch || w == usize::MAX,
                         "wgmma reads shared byte {b} written by thread {w} since the last bar.sync"
                     );
+                    let (gw, fences) = self.hopper.generic_writes[b];
+                    assert!(
+                        gw == usize::MAX || self.hopper.proxy_fences[gw] > fences,
+                        "wgmma reads shared byte {b} written through the generic proxy by thread {gw}, which has not executed fence.proxy.async since"
+                    );
+                    // Read by the whole warpgroup, asynchronously.
+                    self.shadow[b].2 = usize::MAX - 1;
+                    self.shadow[b].3 = self.epoch;
+                    self.hopper.async_reads[b] += 1;
+                    self.hopper.wg_reads_open[wg].push(b);
                 }
                 *x = cvt(u16::from_le_bytes([self.shared[a], self.shared[a + 1]]) as u64);
             }
@@ -451,7 +510,8 @@ impl<'f> Sim<'f> {
                 assert!(self.mbar_wait(a, p), "thread {t} waits forever on the mbarrier at {a} for parity {p} ({state})");
                 self.regs[t][pred.0 as usize] = 1;
             }
-            Inst::FenceMbarrierInit | Inst::FenceProxyAsync => {}
+            Inst::FenceMbarrierInit => {}
+            Inst::FenceProxyAsync => self.hopper.proxy_fences[t] += 1,
             Inst::TensorMapAddr { dst, param } => {
                 let i = self.hopper.tensor_maps.iter().position(|(n, _)| n == param).unwrap_or_else(|| panic!("no tensor map for parameter {param}"));
                 self.regs[t][dst.0 as usize] = TMAP_BASE + i as u64;

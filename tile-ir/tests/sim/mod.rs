@@ -356,6 +356,9 @@ impl<'f> Sim<'f> {
 
     /// Checks and records a shared-memory access by thread `t`.
     fn race_check(&mut self, t: usize, addr: u64, len: usize, write: bool) {
+        if write {
+            self.check_no_wgmma_reads(addr as usize, len);
+        }
         let e = self.epoch;
         for b in addr as usize..addr as usize + len {
             let (w, we, r, re) = self.shadow[b];
@@ -428,6 +431,7 @@ impl<'f> Sim<'f> {
                 if *space == Space::Shared {
                     self.check_landed(t, base, size * vals.len(), "writes");
                     self.race_check(t, base, size * vals.len(), true);
+                    self.note_generic_write(t, base as usize, size * vals.len());
                 }
                 let m = self.mem(*space, base, size * vals.len());
                 for (e, v) in vals.iter().enumerate() {
@@ -500,6 +504,7 @@ impl<'f> Sim<'f> {
                             self.async_owner[b] = usize::MAX;
                         }
                         self.race_check(t, d as u64, data.len(), true);
+                        self.note_generic_write(t, d, data.len());
                         self.shared[d..d + data.len()].copy_from_slice(&data);
                     }
                 }

@@ -483,6 +483,7 @@ impl Lx<'_> {
                 neg_b: false,
                 trans_a: g.trans_a,
                 trans_b: !g.trans_b,
+                regions: vec![],
             });
         }
         Ok(())
