@@ -53,11 +53,16 @@ pub struct CompileOptions {
     /// Make a warp-specialized variant with a TMA store persistent when it
     /// can be (see [`Compiled::persistent`]).
     pub persistent: bool,
+    /// On sm_90a, issue the pipelined copies that TMA can do as TMA boxes
+    /// completing on per-stage mbarriers (`passes/lower/tma_copy.rs`). The
+    /// result then takes tensor maps: [`compile_variants`] makes it a
+    /// variant of its own, before the general one (off by default).
+    pub tma_copies: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true }
+        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true, tma_copies: false }
     }
 }
 
@@ -69,15 +74,26 @@ pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileE
 /// Every variant of a kernel for one target, preferred first: on sm_90a a
 /// warp-specialized TMA + wgmma variant (when the kernel has a pipelined
 /// loop that [`crate::passes::warp_specialize`] takes), which needs its
-/// mapped tensors TMA-addressable ([`crate::abi::tma_addressable`]), then
+/// mapped tensors TMA-addressable ([`crate::abi::tma_addressable`]); then
+/// the general lowering with TMA pipelined copies
+/// ([`CompileOptions::tma_copies`], same requirement) when it has any; then
 /// the general variant, which runs on any tensors. The runtime launches the
 /// first variant whose requirements the arguments meet.
 pub fn compile_variants(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Vec<Compiled>, Vec<CompileError>> {
     crate::verify::verify(kernel)?;
-    let general = compile_verified_with(kernel, target, options)?;
+    let general = compile_verified_with(kernel, target, CompileOptions { tma_copies: false, ..options })?;
     let mut out = Vec::new();
     if let Some(ws) = crate::passes::warp_specialize::compile(kernel, target, options) {
         out.push(ws?);
+    }
+    if target == Target::Sm90a {
+        // The general lowering with TMA pipelined copies, when it has any;
+        // a failure there leaves the general variant alone.
+        if let Ok(tma) = compile_verified_with(kernel, target, CompileOptions { tma_copies: true, ..options }) {
+            if !tma.tensor_maps.is_empty() {
+                out.push(tma);
+            }
+        }
     }
     out.push(general);
     Ok(out)
@@ -113,14 +129,14 @@ pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOp
             // Staging is an optimization: when its scratch does not fit (no
             // dead buffer to take, no shared memory left), or lowering it
             // fails, the direct stores below are the answer.
-            if let Ok(func) = lower::lower(&staged, target, &staged_plan) {
+            if let Ok(func) = lower::lower_opts(&staged, target, &staged_plan, None, options.tma_copies) {
                 if func.shared_bytes <= pipeline::shared_limit(target) {
                     return finish(&staged, target, &staged_plan, func);
                 }
             }
         }
     }
-    let func = lower::lower(kernel, target, &plan)?;
+    let func = lower::lower_opts(kernel, target, &plan, None, options.tma_copies)?;
     finish(kernel, target, &plan, func)
 }
 

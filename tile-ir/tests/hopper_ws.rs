@@ -26,7 +26,7 @@ pub const MATMUL_128X256: &str = "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &f16[M, 
 fn the_example_gemm_gets_a_warp_specialized_variant() {
     let k = parse_kernel(MATMUL_128X256).unwrap();
     let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
-    assert_eq!(v.len(), 2, "a warp-specialized variant and the general one");
+    assert_eq!(v.len(), 3, "the warp-specialized variant, the TMA-copy one and the general one");
     let ws = &v[0];
     if let Ok(dir) = std::env::var("TILE_WS_DUMP") {
         std::fs::write(format!("{dir}/ws.ptx"), &ws.ptx).unwrap();
@@ -61,7 +61,13 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
     ] {
         assert!(ws.ptx.contains(needle), "missing {needle}");
     }
-    let general = &v[1];
+    let tma = &v[1];
+    assert_eq!((tma.threads, tma.tensor_maps.len()), (256, 2));
+    assert!(tma.ptx.contains("cp.async.bulk.tensor.2d") && tma.ptx.contains("wgmma.mma_async") && !tma.ptx.contains("cp.async.cg"));
+    if let Some(report) = ptxas::assemble("matmul_tma", &tma.ptx, "sm_90a") {
+        assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{report}");
+    }
+    let general = &v[2];
     assert_eq!(general.threads, 256);
     assert!(general.tensor_maps.is_empty());
     // The general variant uses wgmma too (B in 64-column panels), through cp.async.
@@ -201,7 +207,7 @@ fn gemm_configurations_assemble_without_spills() {
         let text = kernel_text(c);
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
         let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
-        assert_eq!(v.len(), 2, "{c:?}: no warp-specialized variant");
+        assert_eq!(v.len(), 3, "{c:?}: no warp-specialized variant");
         assert_eq!(v[0].threads, c.threads + 128);
         if let Some(report) = ptxas::assemble("matmul_ws", &v[0].ptx, "sm_90a") {
             assert!(

@@ -75,7 +75,7 @@ fn ws_variant_with(c: Config, options: CompileOptions) -> Compiled {
     let text = kernel_text(c);
     let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
     let mut v = compile_variants(&k, Target::Sm90a, options).unwrap();
-    assert_eq!(v.len(), 2, "{c:?}: expected a warp-specialized variant");
+    assert!(v.len() >= 2 && v[0].threads > c.threads, "{c:?}: expected a warp-specialized variant");
     v.remove(0)
 }
 

@@ -32,6 +32,7 @@
 
 mod async_copy;
 mod reduced_copy;
+mod tma_copy;
 mod warp_specialized;
 mod wgmma;
 
@@ -147,7 +148,23 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
 /// [`lower`], with the pipelined loop of `ws` warp-specialized
 /// ([`warp_specialized`]).
 pub fn lower_with(kernel: &Kernel, target: Target, plan: &LayoutPlan, ws: Option<&WsPlan>) -> Result<Function, Vec<CompileError>> {
+    lower_opts(kernel, target, plan, ws, false)
+}
+
+/// [`lower_with`]; `tma_copies`: on sm_90a, issue the pipelined copies that
+/// TMA can do as TMA boxes ([`tma_copy`]).
+pub fn lower_opts(
+    kernel: &Kernel,
+    target: Target,
+    plan: &LayoutPlan,
+    ws: Option<&WsPlan>,
+    tma_copies: bool,
+) -> Result<Function, Vec<CompileError>> {
     let mut lx = Lx {
+        tma_copies,
+        tma_copy: HashMap::new(),
+        tma_loops: HashMap::new(),
+        tma_issue_stage: None,
         ws,
         ws_bars: 0,
         ws_store_base: 0,
@@ -210,6 +227,14 @@ pub fn lower_with(kernel: &Kernel, target: Target, plan: &LayoutPlan, ws: Option
 
 struct Lx<'a> {
     k: &'a Kernel,
+    /// Issue TMA-able pipelined copies with TMA (`tma_copy.rs`).
+    tma_copies: bool,
+    /// The pipelined copies issued with TMA, by destination buffer.
+    tma_copy: HashMap<BufferId, tma_copy::TmaCopy>,
+    /// The barriers of the pipelined loops with TMA copies, by loop variable.
+    tma_loops: HashMap<VarId, tma_copy::TmaLoop>,
+    /// The stage being issued (while `in_pipeline_issue`), for TMA copies.
+    tma_issue_stage: Option<Operand>,
     /// The warp specialization of the kernel's pipelined loop, if any.
     ws: Option<&'a WsPlan>,
     /// Byte offset of the warp-specialized loop's mbarriers in `smem`.
@@ -467,6 +492,7 @@ impl<'a> Lx<'a> {
         }
         // The warp-specialized loop's stage buffers come first (aligned).
         self.ws_setup();
+        self.tma_copy_setup();
         // Buffers: shared offsets, fragment and local registers.
         let wgmma_align = self.wgmma_operand_alignment();
         for (i, b) in k.buffers.iter().enumerate() {
@@ -482,6 +508,8 @@ impl<'a> Lx<'a> {
                     // Stage copies start 128-byte aligned, like buffers
                     // (wgmma operands: 8 rows of their swizzle span).
                     let align = wgmma_align.get(&id).copied().unwrap_or(128);
+                    // TMA boxes start on their swizzle pattern's 1024 bytes.
+                    let align = if self.is_tma_copy(id) { align.max(1024) } else { align };
                     let stride = (bytes + align - 1) / align * align;
                     let footprint = if stages > 1 { stride * stages } else { bytes };
                     // An epilogue scratch takes the memory (and the region,
@@ -535,6 +563,7 @@ impl<'a> Lx<'a> {
                 Scope::Global => {}
             }
         }
+        self.tma_barrier_setup();
     }
 
     fn region_of(&self, buf: BufferId) -> Option<Region> {
@@ -1827,6 +1856,9 @@ impl<'a> Lx<'a> {
     }
 
     fn lower_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> R<()> {
+        if self.in_pipeline_issue && self.tma_issue(src, dst)? {
+            return Ok(());
+        }
         if self.in_pipeline_issue {
             if let Some(rc) = self.reduced.get(&dst.buf).cloned() {
                 // Strength-reduced (`lower/reduced_copy.rs`): the origin is

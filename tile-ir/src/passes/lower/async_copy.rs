@@ -50,7 +50,7 @@ use crate::passes::pipeline::PipelinedLoop;
 const REFILL_OP: u32 = u32::MAX;
 
 /// Whether `e` is a constant whose bits are all zero (possibly cast).
-fn is_zero_fill(e: &Expr) -> bool {
+pub(super) fn is_zero_fill(e: &Expr) -> bool {
     match e {
         Expr::Const(v) => match *v {
             Value::F16(x) => x.to_bits() == 0,
@@ -237,6 +237,7 @@ impl Lx<'_> {
                 saved_regions.push((dst.buf, self.region_override.insert(dst.buf, refill)));
             }
         }
+        self.tma_expect_stage(var, stage)?;
         self.in_pipeline_issue = true;
         let mut result = Ok(());
         for &i in &pl.copies {
@@ -250,6 +251,7 @@ impl Lx<'_> {
             }
         }
         self.in_pipeline_issue = false;
+        self.tma_issue_stage = None;
         if result.is_ok() {
             self.advance_reduced_copies(body, pl);
         }
@@ -334,6 +336,9 @@ impl Lx<'_> {
         let mut out: Vec<(VarId, i64)> = Vec::new();
         for &i in &pl.copies {
             let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            if self.is_tma_copy(dst.buf) {
+                continue;
+            }
             let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
             let probe = (Side::Global { buf: src.buf, origin: Vec::new(), lead: 0 }, Side::Shared(dst.buf));
             if !self.async_copy_ok(&probe.0, &probe.1, sb.dtype, db.dtype, fill.as_ref()) {
@@ -406,6 +411,7 @@ impl Lx<'_> {
         self.loop_depth += 1;
         let lowered = self.capture(|x| {
             x.emit(Inst::CpAsyncWait { pending: (stages - 2) as u32 });
+            x.tma_wait_stage(var, cur);
             x.emit(Inst::BarSync);
             let k_next = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(stages - 1)]);
             let p = x.op("setp.lt.s32", RegClass::Pred, vec![k_next.into(), b.into()]);

@@ -157,6 +157,9 @@ impl Lx<'_> {
         let mut rests: Vec<RestKey> = Vec::new();
         for &i in &pl.copies {
             let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            if self.is_tma_copy(dst.buf) {
+                continue;
+            }
             if let Some(rc) = self.reduced_copy(var, start_nonneg, src, dst, fill.as_ref(), &mut rests)? {
                 self.reduced.insert(dst.buf, rc);
             }

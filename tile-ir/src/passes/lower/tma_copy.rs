@@ -1,0 +1,260 @@
+//! TMA for the pipelined copies of the general sm_90a lowering (the
+//! `CompileOptions::tma_copies` variant): a copy that [`Lx::tma_copy_of`]
+//! accepts is issued by thread 0 as `cp.async.bulk.tensor` boxes completing
+//! on the stage's mbarrier, instead of every thread's cp.async chunks.
+//!
+//! Expects the software-pipelined loop schedule of `async_copy.rs` (every
+//! stage refill after the barrier that ends the reads of the stage it
+//! overwrites) and shared layouts that TMA writes as they are: `Swizzle<b,4,3>`
+//! rows of exactly 32/64/128 bytes, 64-column panels of 128-byte rows, or
+//! dense unswizzled rows of a multiple of 16 bytes (at most 256 elements).
+//!
+//! Guarantees: per pipelined loop with TMA copies, one `full` mbarrier per
+//! stage (1 arrival), initialized at kernel entry; issuing a stage is thread
+//! 0's `mbarrier.arrive.expect_tx` of the bytes of all the stage's boxes,
+//! then its TMA boxes (out-of-range elements zero-filled, as the copy's zero
+//! fill says); consuming stage `s` is every thread's wait on `full[s]` with
+//! the parity kept in a per-loop bit mask (bit `s` flips at each wait), right
+//! after the loop's cp.async wait. Every issued stage is waited for exactly
+//! once (iterations `a..b` are each issued and consumed once), so the parities
+//! stay right when an outer loop runs the pipelined loop again. The stage
+//! buffers are 1024-byte aligned. The kernel takes one tensor map per TMA
+//! copy ([`crate::abi::TensorMapUse`]), so the variant needs TMA-addressable
+//! tensors.
+
+use super::*;
+use crate::abi::TensorMapUse;
+use crate::hopper::Swizzle;
+
+/// One pipelined copy issued with TMA.
+#[derive(Clone, Debug)]
+pub(super) struct TmaCopy {
+    /// The loop it belongs to (its variable).
+    pub loop_var: VarId,
+    /// The tensor map parameter.
+    pub param: String,
+    /// Boxes: (byte offset in the stage, row offset, column offset).
+    pub boxes: Vec<(i64, i64, i64)>,
+    /// Bytes of all boxes (what the stage's barrier expects).
+    pub bytes: i64,
+}
+
+/// The mbarriers of one pipelined loop with TMA copies.
+#[derive(Clone, Debug)]
+pub(super) struct TmaLoop {
+    /// Byte offset in `smem` of `full[0]` (then `full[1]`, ... 8 bytes apart).
+    pub bars: i64,
+    /// Bytes every stage's boxes deliver.
+    pub bytes: i64,
+    /// The parity of each stage's next completion, bit `s` for stage `s`.
+    pub bits: Reg,
+}
+
+/// The statements of the body of the loop over `var`, anywhere in `body`.
+fn loop_body(body: &[TStmt], var: VarId) -> Option<&[TStmt]> {
+    for s in body {
+        match &s.kind {
+            StmtKind::For { var: v, body, .. } if *v == var => return Some(body),
+            StmtKind::For { body, .. } => {
+                if let Some(b) = loop_body(body, var) {
+                    return Some(b);
+                }
+            }
+            StmtKind::If { then, otherwise, .. } => {
+                if let Some(b) = loop_body(then, var).or_else(|| loop_body(otherwise, var)) {
+                    return Some(b);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+impl Lx<'_> {
+    /// Decides which pipelined copies use TMA (before shared memory is
+    /// placed: their buffers get 1024-byte alignment) and declares their
+    /// tensor maps.
+    pub(super) fn tma_copy_setup(&mut self) {
+        if !self.tma_copies || self.target != Target::Sm90a {
+            return;
+        }
+        let mut loops: Vec<(VarId, Vec<usize>)> = self.pipe.loops.iter().map(|(v, pl)| (*v, pl.copies.clone())).collect();
+        loops.sort_by_key(|(v, _)| *v);
+        for (var, copies) in loops {
+            let Some(body) = loop_body(&self.k.body, var) else { continue };
+            for i in copies {
+                let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+                let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else { continue };
+                let param = format!("tmap{}", self.f.tensor_maps.len());
+                self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
+                self.f.tensor_maps.push(TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
+                self.tma_copy.insert(dst.buf, TmaCopy { loop_var: var, param, boxes, bytes });
+            }
+        }
+    }
+
+    /// Allocates and initializes (at kernel entry) the loops' barriers.
+    pub(super) fn tma_barrier_setup(&mut self) {
+        let mut per_loop: HashMap<VarId, i64> = HashMap::new();
+        for c in self.tma_copy.values() {
+            *per_loop.entry(c.loop_var).or_insert(0) += c.bytes;
+        }
+        let mut vars: Vec<VarId> = per_loop.keys().copied().collect();
+        vars.sort();
+        let mut init = Vec::new();
+        for var in vars {
+            let stages = self.pipe.loops.get(&var).map(|pl| pl.stages as i64).unwrap_or(1);
+            let bars = self.alloc_smem_aligned(8 * stages, 8);
+            let bits = self.new_reg(RegClass::B32);
+            self.emit_pro(Inst::Op { op: "mov.u32".into(), dst: bits, args: vec![Operand::Imm(0)] });
+            for s in 0..stages {
+                init.push(Stmt::Inst {
+                    inst: Inst::MbarInit { addr: Address { base: self.smem.into(), offset: bars + 8 * s }, count: Operand::Imm(1) },
+                    guard: None,
+                });
+            }
+            self.tma_loops.insert(var, TmaLoop { bars, bytes: per_loop[&var], bits });
+        }
+        if init.is_empty() {
+            return;
+        }
+        init.push(Stmt::Inst { inst: Inst::FenceMbarrierInit, guard: None });
+        let t0 = self.is_t0;
+        self.push_pro(vec![Stmt::If { cond: t0, negate: false, uniform: false, then: init, otherwise: vec![] }]);
+        self.emit_pro(Inst::BarSync);
+    }
+
+    /// `(tensor param index, boxes, bytes, box shape, swizzle)` when the
+    /// copy `src → dst` can be TMA boxes (see the module doc).
+    #[allow(clippy::type_complexity)]
+    fn tma_copy_of(&self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> Option<(usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle)> {
+        let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
+        if sb.scope != Scope::Global || db.scope != Scope::Shared || sb.dtype != db.dtype || sb.shape.len() != 2 || src.origin.len() != 2 {
+            return None;
+        }
+        if !matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32) {
+            return None;
+        }
+        if dst.origin.iter().any(|e| const_int(e) != Some(0)) || fill.is_some_and(|f| !async_copy::is_zero_fill(f)) {
+            return None;
+        }
+        let tensor = self.k.params.iter().position(|p| p.kind == ParamKind::Tensor(src.buf))?;
+        let l = self.shared_layout(dst.buf).ok()?;
+        let elem = l.elem;
+        // (span bytes, columns per box, bytes between column panels)
+        let (swizzle, box_cols) = match l.panel_cols {
+            Some(pc) => {
+                let sw = Swizzle::of_layout(&SharedLayout { cols: pc, panel_cols: None, ..l })?;
+                (sw, pc)
+            }
+            None => match Swizzle::of_layout(&l) {
+                Some(sw) => (sw, l.cols),
+                None if l.swizzle.is_none() && l.row_stride == l.cols * elem && (l.cols * elem) % 16 == 0 && l.cols <= 256 => {
+                    (Swizzle::None, l.cols)
+                }
+                None => return None,
+            },
+        };
+        if l.cols % box_cols != 0 || l.rows <= 0 {
+            return None;
+        }
+        let box_rows = l.rows.min(256);
+        if l.rows % box_rows != 0 || (swizzle != Swizzle::None && box_rows % 8 != 0) {
+            return None;
+        }
+        let mut boxes = Vec::new();
+        for p in 0..l.cols / box_cols {
+            for j in 0..l.rows / box_rows {
+                boxes.push((l.offset(j * box_rows, p * box_cols), j * box_rows, p * box_cols));
+            }
+        }
+        // Each box must start where TMA's swizzle pattern starts.
+        let atom = if swizzle == Swizzle::None { 128 } else { 8 * swizzle.bytes() as i64 };
+        if boxes.iter().any(|(off, _, _)| off % atom != 0) {
+            return None;
+        }
+        let bytes = l.rows * l.cols * elem;
+        Some((tensor, boxes, bytes, vec![box_rows as u32, box_cols as u32], swizzle))
+    }
+
+    /// At the start of issuing a stage of the loop over `var` (into stage
+    /// `stage`): thread 0 announces the stage's bytes on its barrier.
+    pub(super) fn tma_expect_stage(&mut self, var: VarId, stage: &Operand) -> R<()> {
+        let Some(tl) = self.tma_loops.get(&var).cloned() else { return Ok(()) };
+        let addr = self.tma_bar_addr(&tl, stage);
+        let t0 = self.is_t0;
+        self.emit_guarded(Inst::MbarArriveExpectTx { addr, tx_bytes: Operand::Imm(tl.bytes) }, Some((t0, false)));
+        self.tma_issue_stage = Some(stage.clone());
+        Ok(())
+    }
+
+    /// `full[stage]` of a loop's barriers.
+    fn tma_bar_addr(&mut self, tl: &TmaLoop, stage: &Operand) -> Address {
+        let smem = self.smem;
+        match stage {
+            Operand::Imm(s) => Address { base: smem.into(), offset: tl.bars + 8 * s },
+            other => {
+                let a = self.op("mad.lo.s32", RegClass::B32, vec![other.clone(), Operand::Imm(8), smem.into()]);
+                Address { base: a.into(), offset: tl.bars }
+            }
+        }
+    }
+
+    /// The pipelined copy into `dst` as thread 0's TMA boxes, when it is one.
+    pub(super) fn tma_issue(&mut self, src: &TileRef, dst: &TileRef) -> R<bool> {
+        let Some(tc) = self.tma_copy.get(&dst.buf).cloned() else { return Ok(false) };
+        let tl = self.tma_loops.get(&tc.loop_var).cloned().ok_or_else(|| self.err("internal: TMA copy without barriers"))?;
+        let stage = self.tma_issue_stage.clone().ok_or_else(|| self.err("internal: TMA copy outside a stage issue"))?;
+        let mbar = self.tma_bar_addr(&tl, &stage);
+        let mut origin = Vec::new();
+        for e in &src.origin {
+            let v = self.expr(e)?;
+            let v = self.convert(v, DType::I32)?;
+            origin.push(self.materialize(&v));
+        }
+        let (off, _) = *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
+        let smem = self.smem;
+        let base = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
+        let base = self.with_stage(dst.buf, Address { base: base.into(), offset: 0 });
+        let param = tc.param.clone();
+        let issue = self.capture(|x| {
+            let map = x.new_reg(RegClass::B64);
+            x.emit(Inst::TensorMapAddr { dst: map, param });
+            for (boff, r0, c0) in &tc.boxes {
+                let col = x.add_i32(origin[1].into(), Operand::Imm(*c0));
+                let row = x.add_i32(origin[0].into(), Operand::Imm(*r0));
+                x.emit(Inst::TmaLoad {
+                    dst: Address { base: base.base.clone(), offset: base.offset + boff },
+                    tmap: map.into(),
+                    coords: vec![col, row],
+                    mbar: mbar.clone(),
+                    cache_hint: None,
+                    cta_dst: false,
+                    region: None,
+                });
+            }
+            Ok(())
+        })?;
+        let t0 = self.is_t0;
+        self.emit_if(Some(t0), false, issue, vec![]);
+        Ok(true)
+    }
+
+    /// Every thread waits for stage `cur` of the loop over `var` to land.
+    pub(super) fn tma_wait_stage(&mut self, var: VarId, cur: Reg) {
+        let Some(tl) = self.tma_loops.get(&var).cloned() else { return };
+        let addr = self.tma_bar_addr(&tl, &Operand::Reg(cur));
+        let sh = self.op("shr.u32", RegClass::B32, vec![tl.bits.into(), cur.into()]);
+        let parity = self.op("and.b32", RegClass::B32, vec![sh.into(), Operand::Imm(1)]);
+        let p = self.new_reg(RegClass::Pred);
+        self.emit(Inst::MbarWait { addr, parity: parity.into(), pred: p });
+        let bit = self.op("shl.b32", RegClass::B32, vec![Operand::Imm(1), cur.into()]);
+        self.op_into("xor.b32", tl.bits, vec![tl.bits.into(), bit.into()]);
+    }
+
+    /// Whether the copy into `buf` is issued with TMA.
+    pub(super) fn is_tma_copy(&self, buf: BufferId) -> bool {
+        self.tma_copy.contains_key(&buf)
+    }
+}
