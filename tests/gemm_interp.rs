@@ -131,9 +131,13 @@ fn hopper_one_consumer_warpgroup() {
     }
 }
 
-// PENDING (the `warp_specialize` attribute, another branch): a
-// `hopper_general_only` test of the `warp_specialize = false` kernel (see the
-// note in tests/kernels/gemm.rs) goes here.
+#[test]
+fn hopper_general_only() {
+    for (m, n, k) in [(130, 260, 72), (3, 129, 65)] {
+        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 15, gemm::general_only_nn_f16::launch).unwrap();
+        gemm::check_hopper(&dev(), m, n, k, gemm::TT, 16, gemm::general_only_tt_bf16::launch).unwrap();
+    }
+}
 
 /// The checks of the Hopper kernels must be able to fail: a result with one
 /// wrong element in a row the sampling skips, one never-written element,

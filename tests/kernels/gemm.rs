@@ -540,14 +540,43 @@ hopper_gemm!(tn stages4_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, st
 hopper_gemm!(nn one_warpgroup_f16: f16 -> f16, threads = 128, 64 x 256 x 64, stages = 4);
 hopper_gemm!(nt one_warpgroup_nt_bf16: bf16 -> bf16, threads = 128, 64 x 128 x 64, stages = 4);
 
-// PENDING (issue 4, the `warp_specialize` attribute): the kernel with
-// `#[tile_kernel(threads = 256, warp_specialize = false, consts(..))]` goes
-// here: the example configuration with the warp-specialized variant turned
-// off (sm_90a then embeds only the general cp.async + mma.sync variant, even
-// for TMA-addressable operands), checked like `hopper_nn_f16` by a
-// `general_only_f16` case in tests/gpu_gemm.rs and tests/gemm_interp.rs.
-// `#[tile_kernel]` does not parse `warp_specialize = bool` (nor
-// `cluster = (x, y, z)`) on this branch yet; another branch adds both.
+// The example configuration with the warp-specialized variant turned off:
+// on sm_90a the TMA-copy variant (thread 0's TMA boxes on per-stage
+// mbarriers, all threads running wgmma) serves TMA-addressable operands and
+// the general cp.async one the rest.
+
+/// `c = a · b` (f16), `warp_specialize = false`.
+#[tile_kernel(threads = 256, warp_specialize = false, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
+pub fn general_only_nn_f16(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, M, N>) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    use_swizzle(8);
+    let mut a_s = shared::<f16, BM, BK>();
+    let mut b_s = shared::<f16, BK, BN>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([by * BM, k * BK]), &mut a_s);
+        copy(b.tile([k * BK, bx * BN]), &mut b_s);
+        gemm(&a_s, &b_s, &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+/// `c = aᵀ · bᵀ` (bf16, `a` stored `[K, M]`, `b` `[N, K]`), `warp_specialize = false`.
+#[tile_kernel(threads = 128, warp_specialize = false, consts(BM = 64, BN = 128, BK = 64, STAGES = 2))]
+pub fn general_only_tt_bf16(a: &Tensor<bf16, K, M>, b: &Tensor<bf16, N, K>, c: &mut Tensor<bf16, M, N>) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    let mut a_s = shared::<bf16, BK, BM>();
+    let mut b_s = shared::<bf16, BN, BK>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([k * BK, by * BM]), &mut a_s);
+        copy(b.tile([bx * BN, k * BK]), &mut b_s);
+        gemm(&a_s.t(), &b_s.t(), &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
 
 /// A GEMM kernel's launch wrapper: `c = op(a) · op(b)`.
 pub type GemmLaunch<T, O> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<O>) -> tile::Result<()>;
