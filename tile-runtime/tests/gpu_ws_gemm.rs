@@ -320,6 +320,37 @@ fn bench_against_cublas() {
     }
 }
 
+/// `TILE_WS_BENCH=1`: the variants that are not warp-specialized (the
+/// general lowering with TMA pipelined copies, and with cp.async) of the
+/// same kernel against cuBLAS, f16 (RESULT lines).
+#[test]
+fn bench_general_variants() {
+    if std::env::var("TILE_WS_BENCH").is_err() {
+        return;
+    }
+    let Some((device, stream)) = hopper_gpu() else {
+        return;
+    };
+    let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
+    let k = parse_kernel(&kernel_text(BASE)).unwrap();
+    for size in [4096usize, 8192] {
+        for tma_copies in [true, false] {
+            let c = tile_ir::compile_with(&k, Target::Sm90a, CompileOptions { tma_copies, ..CompileOptions::default() }).unwrap();
+            assert_eq!(c.tensor_maps.is_empty(), !tma_copies);
+            let l = load(&device, c);
+            let (ours, theirs) = run_pair::<f16>(&device, &stream, &blas, &l, BASE, size);
+            let flops = 2.0 * (size as f64).powi(3);
+            println!(
+                "RESULT general_gemm dtype=f16 size={size} copies={} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
+                if tma_copies { "tma" } else { "cp.async" },
+                ours.tflops(flops),
+                theirs.tflops(flops),
+                ours.tflops(flops) / theirs.tflops(flops)
+            );
+        }
+    }
+}
+
 fn run_pair<T: Element + tile_runtime::cublas::CublasElement>(
     device: &Device,
     stream: &Stream,
