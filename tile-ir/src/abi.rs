@@ -317,6 +317,7 @@ pub struct TensorMapUse {
 /// address 16-byte aligned, every row stride (the bytes of all but the
 /// outermost dims' inner extents) a multiple of 16 bytes below 2^40, at
 /// most 5 dims, each extent in 1..=2^32.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn tma_addressable(address: u64, shape: &[usize], elem: usize) -> bool {
     if address % 16 != 0 || shape.is_empty() || shape.len() > 5 {
         return false;

@@ -368,6 +368,24 @@ impl Expr {
     pub fn load(buf: BufferId, index: Vec<Expr>) -> Expr {
         Expr::Load { buf, index }
     }
+    /// Whether this is a constant whose bits are all zero (possibly cast):
+    /// what a zero-filling copy (cp.async `src_bytes`, TMA out of bounds) gives.
+    pub fn is_zero_constant(&self) -> bool {
+        match self {
+            Expr::Const(v) => match *v {
+                Value::F16(x) => x.to_bits() == 0,
+                Value::BF16(x) => x.to_bits() == 0,
+                Value::F32(x) => x.to_bits() == 0,
+                Value::I32(x) => x == 0,
+                Value::U32(x) => x == 0,
+                Value::I64(x) => x == 0,
+                Value::Bool(x) => !x,
+            },
+            Expr::Cast { arg, .. } => arg.is_zero_constant(),
+            _ => false,
+        }
+    }
+
     /// `ceil(a / b)` for non-negative integers.
     pub fn cdiv(a: Expr, b: Expr) -> Expr {
         let sum = Expr::binary(BinOp::Add, a, Expr::binary(BinOp::Sub, b.clone(), Expr::i32(1)));

@@ -31,7 +31,7 @@ use super::pipeline;
 use crate::abi::TensorMapUse;
 use crate::compile::{CompileOptions, Compiled};
 use crate::hopper::Swizzle;
-use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind, Value};
+use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind};
 use crate::{CompileError, Target};
 use std::collections::HashSet;
 
@@ -204,6 +204,7 @@ pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Opti
 }
 
 /// Whether (and how) `kernel` is warp-specialized; see the module doc.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
     let threads = kernel.threads;
     if threads % 128 != 0 || threads == 0 || threads + 128 > 1024 {
@@ -327,19 +328,7 @@ fn has_load(e: &Expr) -> bool {
 }
 
 fn is_zero(e: &Expr) -> bool {
-    match e {
-        Expr::Const(v) => match *v {
-            Value::F16(x) => x.to_bits() == 0,
-            Value::BF16(x) => x.to_bits() == 0,
-            Value::F32(x) => x.to_bits() == 0,
-            Value::I32(x) => x == 0,
-            Value::U32(x) => x == 0,
-            Value::I64(x) => x == 0,
-            Value::Bool(x) => !x,
-        },
-        Expr::Cast { arg, .. } => is_zero(arg),
-        _ => false,
-    }
+    e.is_zero_constant()
 }
 
 fn tma_operand(k: &Kernel, copy: usize, src: &crate::ir::TileRef, dst: &crate::ir::TileRef, fill: Option<&Expr>) -> Option<TmaOperand> {

@@ -51,19 +51,7 @@ const REFILL_OP: u32 = u32::MAX;
 
 /// Whether `e` is a constant whose bits are all zero (possibly cast).
 pub(super) fn is_zero_fill(e: &Expr) -> bool {
-    match e {
-        Expr::Const(v) => match *v {
-            Value::F16(x) => x.to_bits() == 0,
-            Value::BF16(x) => x.to_bits() == 0,
-            Value::F32(x) => x.to_bits() == 0,
-            Value::I32(x) => x == 0,
-            Value::U32(x) => x == 0,
-            Value::I64(x) => x == 0,
-            Value::Bool(x) => !x,
-        },
-        Expr::Cast { arg, .. } => is_zero_fill(arg),
-        _ => false,
-    }
+    e.is_zero_constant()
 }
 
 impl Lx<'_> {
@@ -278,6 +266,21 @@ impl Lx<'_> {
         Region { id: u32::MAX - buf.0, op: REFILL_OP }
     }
 
+    /// A loop's bounds as i32 registers, snapshots taken before the body
+    /// runs (it may reassign variables the bounds mention).
+    pub(super) fn loop_bounds(&mut self, start: &Expr, end: &Expr) -> R<(Reg, Reg)> {
+        let s0 = self.expr(start)?;
+        let s0 = self.convert(s0, DType::I32)?;
+        let s0 = self.materialize(&s0);
+        let e0 = self.expr(end)?;
+        let e0 = self.convert(e0, DType::I32)?;
+        let e0 = self.materialize(&e0);
+        let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(a, s0.into(), DType::I32);
+        self.mov(b, e0.into(), DType::I32);
+        Ok((a, b))
+    }
+
     /// Lowers a software-pipelined loop (see the module doc for the schedule).
     ///
     /// When pipelined copies take the 16-byte path only after a run-time
@@ -370,16 +373,7 @@ impl Lx<'_> {
         reduce: bool,
     ) -> R<()> {
         let stages = pl.stages as i64;
-        let s0 = self.expr(start)?;
-        let s0 = self.convert(s0, DType::I32)?;
-        let s0 = self.materialize(&s0);
-        let e0 = self.expr(end)?;
-        let e0 = self.convert(e0, DType::I32)?;
-        let e0 = self.materialize(&e0);
-        // Snapshots: the body may reassign variables the bounds mention.
-        let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
-        self.mov(a, s0.into(), DType::I32);
-        self.mov(b, e0.into(), DType::I32);
+        let (a, b) = self.loop_bounds(start, end)?;
         if self.loop_depth > 0 {
             // Run again by an enclosing loop: the prologue refills stages that
             // other threads may still be reading from the previous run.

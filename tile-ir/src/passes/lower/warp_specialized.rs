@@ -116,20 +116,6 @@ impl Lx<'_> {
         Ok(self.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), base.into()]))
     }
 
-    /// The loop bounds `(a, b)` as i32 snapshots.
-    fn ws_bounds(&mut self, start: &Expr, end: &Expr) -> R<(Reg, Reg)> {
-        let s0 = self.expr(start)?;
-        let s0 = self.convert(s0, DType::I32)?;
-        let s0 = self.materialize(&s0);
-        let e0 = self.expr(end)?;
-        let e0 = self.convert(e0, DType::I32)?;
-        let e0 = self.materialize(&e0);
-        let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
-        self.mov(a, s0.into(), DType::I32);
-        self.mov(b, e0.into(), DType::I32);
-        Ok((a, b))
-    }
-
     /// Thread 0 initializes the barriers; all `T + 128` threads sync.
     fn ws_init_barriers(&mut self) -> R<()> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
@@ -171,7 +157,7 @@ impl Lx<'_> {
 
     /// Lowers the warp-specialized pipelined loop (see the module doc).
     pub(super) fn lower_ws_loop(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[TStmt]) -> R<()> {
-        let (a, b) = self.ws_bounds(start, end)?;
+        let (a, b) = self.loop_bounds(start, end)?;
         self.ws_init_barriers()?;
         self.ws_split(|x| {
             let st = x.ws_producer_state()?;
@@ -230,7 +216,7 @@ impl Lx<'_> {
                         y.stmt(s)?;
                     }
                 }
-                let (a, b) = y.ws_bounds(start, end)?;
+                let (a, b) = y.loop_bounds(start, end)?;
                 y.ws_producer_loop(&st, *var, a, b, loop_body)
             })
         })?;
@@ -240,7 +226,7 @@ impl Lx<'_> {
             for s in pre {
                 x.stmt(s)?;
             }
-            let (a, b) = x.ws_bounds(start, end)?;
+            let (a, b) = x.loop_bounds(start, end)?;
             x.ws_consumer_loop(&st, a, b)?;
             // The previous tile's store must have read its shared panels.
             let wait = x.capture(|y| {
