@@ -1,5 +1,5 @@
 //! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...),
-//! cluster = (x, y, z), warp_specialize = true|false)]`.
+//! cluster = (x, y, z), warp_specialize = true|false, archs = "sm_90a,..")]`.
 //!
 //! Expects the attribute's tokens (what is inside the parentheses).
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
@@ -26,13 +26,16 @@ pub(crate) struct KernelAttr {
     pub cluster: [u32; 3],
     /// `warp_specialize = true|false`; default `true`.
     pub warp_specialize: bool,
+    /// `archs = "sm_90a"`: the only targets to embed (of those `TILE_ARCHS`
+    /// asks for); `None`: every target of `TILE_ARCHS`.
+    pub archs: Option<Vec<tile_ir::Target>>,
 }
 
 // The portable cluster size limit (blocks per cluster) of sm_90: larger
 // clusters need an opt-in that not every GPU grants.
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 
-const OPTIONS: [&str; 4] = ["threads", "consts", "cluster", "warp_specialize"];
+const OPTIONS: [&str; 5] = ["threads", "consts", "cluster", "warp_specialize", "archs"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
     let mut attr = KernelAttr {
@@ -40,7 +43,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         consts: Vec::new(),
         cluster: [1, 1, 1],
         warp_specialize: true,
+        archs: None,
     };
+    let mut archs_seen = false;
     let mut threads_seen = false;
     let mut cluster_seen = false;
     let mut warp_specialize_seen = false;
@@ -113,11 +118,31 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         }
                     }
                 }
+                "archs" => {
+                    if archs_seen {
+                        errors.at(key.span(), "`archs` is given twice");
+                    }
+                    archs_seen = true;
+                    input.parse::<Token![=]>()?;
+                    let lit: syn::LitStr = input.parse()?;
+                    match crate::backend::parse_target_list(&lit.value()) {
+                        Ok(list) if !list.is_empty() => attr.archs = Some(list),
+                        Ok(_) => {
+                            errors.at(lit.span(), "`archs` names no target; write e.g. `archs = \"sm_90a\"` (the known targets are `sm_80` and `sm_90a`)");
+                        }
+                        Err(name) => {
+                            errors.at(
+                                lit.span(),
+                                format!("`archs` names an unknown target `{name}`; the known targets are `sm_80` and `sm_90a`"),
+                            );
+                        }
+                    }
+                }
                 other => {
                     errors.at(
                         key.span(),
                         format!(
-                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)` or `warp_specialize = true|false`",
+                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false` or `archs = \"sm_90a,..\"`",
                             did_you_mean(other, OPTIONS)
                         ),
                     );

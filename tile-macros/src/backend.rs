@@ -68,16 +68,22 @@ pub(crate) fn targets_from_env() -> Result<Vec<Target>, String> {
 }
 
 pub(crate) fn parse_targets(spec: &str) -> Result<Vec<Target>, String> {
+    parse_target_list(spec).map_err(|name| {
+        format!(
+            "TILE_ARCHS names an unknown target `{name}`; the known targets are `sm_80` and `sm_90a` (an empty TILE_ARCHS embeds none: interpreter only)"
+        )
+    })
+}
+
+/// A comma-separated list of target names, duplicates dropped; the first
+/// unknown name as the error.
+pub(crate) fn parse_target_list(spec: &str) -> Result<Vec<Target>, String> {
     let mut targets = Vec::new();
     for name in spec.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         match Target::from_name(name) {
             Some(t) if !targets.contains(&t) => targets.push(t),
             Some(_) => {}
-            None => {
-                return Err(format!(
-                    "TILE_ARCHS names an unknown target `{name}`; the known targets are `sm_80` and `sm_90a` (an empty TILE_ARCHS embeds none: interpreter only)"
-                ))
-            }
+            None => return Err(name.to_string()),
         }
     }
     Ok(targets)
@@ -92,15 +98,21 @@ pub(crate) fn compile_all(
     kernel: &Kernel,
     spans: &SpanTable,
     name_span: Span,
+    archs: Option<&[Target]>,
     errors: &mut Errors,
 ) -> Vec<TargetCode> {
-    let targets = match targets_from_env() {
+    let mut targets = match targets_from_env() {
         Ok(t) => t,
         Err(msg) => {
             errors.at(name_span, msg);
             return Vec::new();
         }
     };
+    // `archs = ".."` in the attribute: only those (a Hopper-only kernel need
+    // not fit sm_80's shared memory); the runtime says so on other GPUs.
+    if let Some(archs) = archs {
+        targets.retain(|t| archs.contains(t));
+    }
     let dump = non_empty_env("TILE_DUMP").map(PathBuf::from);
     let ptxas = non_empty_env("TILE_PTXAS");
     let name = &kernel.name;

@@ -72,7 +72,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let (kernel, spans) = lower::lower(&attr, &sig, &mut errors);
     let mut compiled = None;
     if errors.is_empty() {
-        let targets = backend::compile_all(&kernel, &spans, sig.ident.span(), &mut errors);
+        let targets = backend::compile_all(&kernel, &spans, sig.ident.span(), attr.archs.as_deref(), &mut errors);
         match serde_json::to_string(&kernel) {
             Ok(ir_json) => compiled = Some(Compiled { ir_json, targets }),
             Err(e) => {

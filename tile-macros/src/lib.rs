@@ -55,6 +55,10 @@ mod sig;
 ///   runtime launches it only when the mapped tensors are TMA-addressable
 ///   (16-byte aligned, rows a multiple of 16 bytes), else the general code.
 ///   `false` turns it off, for bisecting.
+/// - `archs = "sm_90a"` (optional, comma-separated): embed only these of the
+///   targets `TILE_ARCHS` asks for, e.g. a Hopper-only configuration whose
+///   shared memory exceeds sm_80's. On a GPU without an embedded target the
+///   launch is a `tile::Error` naming the targets there are.
 ///
 /// ```ignore
 /// #[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64), cluster = (2, 1, 1))]
