@@ -259,6 +259,44 @@ pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, Str
     Ok(RootLayout::mma_accumulator(m, n, threads, (m / 16, 1)))
 }
 
+/// The accumulator layout of the warp-specialized GEMM variant: an `[m, n]`
+/// f32 tile over `threads / 128` warpgroups, warpgroup `j` owning the
+/// `r = m / (64 · threads/128)` consecutive 64-row slices from `64·r·j`,
+/// each computed by its own `m64nNk16` chain. Register `(l_row, l_col)`
+/// of a thread holds row `64·r·j + 64·(l_row / 2) + 16·w + g + 8·(l_row % 2)`
+/// (`w` its warp in the warpgroup) and column as in [`wgmma_accumulator`];
+/// `l_row / 2` is the slice, and within a slice the registers are
+/// [`wgmma_d_index`]`(l_row % 2, l_col)` of its `d` list. For `r = 1` this
+/// is exactly [`wgmma_accumulator`].
+pub fn ws_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, String> {
+    let groups = (threads / 128) as i64;
+    if threads % 128 != 0 || groups == 0 || groups.count_ones() != 1 || m % (64 * groups) != 0 || m == 0 {
+        return Err(format!("warp-specialized accumulator [{m}, {n}] over {threads} threads: m must be a multiple of 64 per warpgroup"));
+    }
+    let r = m / (64 * groups);
+    if r == 1 {
+        return wgmma_accumulator(m, n, threads);
+    }
+    if !(8..=256).contains(&n) || n % 8 != 0 {
+        return Err(format!("warp-specialized accumulator [{m}, {n}]: n must be in 8..=256, a multiple of 8"));
+    }
+    use crate::layout::{DimDist, ThreadField};
+    let mut rows = vec![ThreadField { shift: 2, count: 8, mult: 1 }, ThreadField { shift: 5, count: 4, mult: 16 }];
+    if groups > 1 {
+        rows.push(ThreadField { shift: 7, count: groups, mult: 64 * r });
+    }
+    let row_regs = (0..2 * r).map(|l| 64 * (l / 2) + 8 * (l % 2)).collect();
+    let col_regs = (0..n / 4).map(|l| (l / 2) * 8 + l % 2).collect();
+    Ok(RootLayout {
+        shape: vec![m, n],
+        dims: vec![
+            DimDist { fields: rows, regs: row_regs, vec: 1 },
+            DimDist { fields: vec![ThreadField { shift: 0, count: 4, mult: 2 }], regs: col_regs, vec: 2 },
+        ],
+        threads,
+    })
+}
+
 /// The register-A fragment layout of an `[m, k]` f16/bf16 tile (`k` a
 /// multiple of 16): the same placement as the accumulator, so a converted
 /// accumulator feeds the next wgmma's A directly.
@@ -567,6 +605,32 @@ mod tests {
         assert!(wgmma_accumulator(128, 64, 128).is_err());
         assert!(wgmma_accumulator(32, 64, 128).is_err());
         assert!(wgmma_accumulator(192, 64, 384).is_err());
+    }
+
+    /// Several 64-row slices per warpgroup: a bijection whose slice `s`,
+    /// register `wgmma_d_index(h, c)`, is the PTX placement shifted by the
+    /// slice's 64·(r·j + s) rows.
+    #[test]
+    fn warp_specialized_accumulator_slices() {
+        for (m, n, threads) in [(128, 128, 128), (256, 128, 256), (128, 64, 128), (64, 256, 128), (128, 256, 256)] {
+            let l = ws_accumulator(m, n, threads).unwrap();
+            let r = m / (64 * (threads as i64 / 128));
+            assert_eq!(l.regs_along(0), 2 * r);
+            let mut seen = HashSet::new();
+            for t in 0..threads as i64 {
+                for lr in 0..l.regs_along(0) {
+                    for lc in 0..l.regs_along(1) {
+                        let (row, col) = (l.coord(t, 0, lr), l.coord(t, 1, lc));
+                        assert!(row < m && col < n && seen.insert((row, col)));
+                        let (s, h) = (lr / 2, lr % 2);
+                        let (pr, pc) = wgmma_d_coord(t, wgmma_d_index(h, lc) as i64);
+                        assert_eq!((pr + 64 * (r * (t / 128) + s), pc), (row, col), "m {m} n {n} t {t} lr {lr} lc {lc}");
+                    }
+                }
+            }
+            assert_eq!(seen.len() as i64, m * n);
+        }
+        assert!(ws_accumulator(96, 64, 128).is_err());
     }
 
     #[test]

@@ -202,6 +202,10 @@ fn gemm_configurations_assemble_without_spills() {
             trans_b: true,
             ..BASE
         },
+        // Two 64-row slices per warpgroup.
+        Config { bm: 128, bn: 128, threads: 128, ..BASE },
+        Config { bm: 256, bn: 128, threads: 256, stages: 4, ..BASE },
+        Config { bm: 128, bn: 64, threads: 128, trans_a: true, bf16: true, ..BASE },
     ];
     for c in configs {
         let text = kernel_text(c);

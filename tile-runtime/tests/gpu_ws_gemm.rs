@@ -251,6 +251,7 @@ fn warp_specialized_gemm_matches_the_reference() {
         check::<f16>(&device, &stream, Config { blocks: 2, ..BASE }, (200, 520, 136));
         check::<bf16>(&device, &stream, Config { bf16: true, trans_a: true, trans_b: true, ..BASE }, (136, 264, 72));
         check::<f16>(&device, &stream, Config { bm: 64, bn: 128, threads: 128, stages: 2, ..BASE }, (100, 136, 200));
+        check::<f16>(&device, &stream, Config { bm: 128, bn: 128, threads: 128, blocks: 2, ..BASE }, (200, 264, 136));
         return;
     }
     let shapes = [(1000, 1000, 1000), (1999, 1000, 4096), (4095, 1016, 1032), (128, 256, 64), (127, 264, 8), (256, 512, 4096)];
@@ -265,6 +266,10 @@ fn warp_specialized_gemm_matches_the_reference() {
             check::<f16>(&device, &stream, Config { trans_a: ta, trans_b: tb, ..BASE }, shape);
         }
     }
+    // Two 64-row slices per warpgroup (one warpgroup on 128 rows; two on 256).
+    check::<f16>(&device, &stream, Config { bm: 128, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
+    check::<bf16>(&device, &stream, Config { bf16: true, bm: 256, bn: 128, threads: 256, stages: 4, trans_b: true, ..BASE }, (1000, 1016, 1032));
+    check::<f16>(&device, &stream, Config { bm: 128, bn: 64, threads: 128, trans_a: true, blocks: 7, ..BASE }, (1016, 200, 136));
     // A persistent launch with few blocks: each loops over many tiles.
     check::<f16>(&device, &stream, Config { blocks: 5, ..BASE }, (1999, 1000, 1032));
     check::<bf16>(&device, &stream, Config { blocks: 3, bf16: true, stages: 2, ..BASE }, (1000, 2040, 136));
@@ -312,6 +317,38 @@ fn bench_against_cublas() {
             println!(
                 "RESULT ws_gemm dtype={} size={size} stages={stages} persistent={persistent} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
                 if bf { "bf16" } else { "f16" },
+                ours.tflops(flops),
+                theirs.tflops(flops),
+                ours.tflops(flops) / theirs.tflops(flops)
+            );
+        }
+    }
+}
+
+/// `TILE_WS_BENCH=1`: tile shapes of the warp-specialized variant (one or
+/// two 64-row slices per consumer warpgroup), f16, against cuBLAS.
+#[test]
+fn bench_tile_shapes() {
+    if std::env::var("TILE_WS_BENCH").is_err() {
+        return;
+    }
+    let Some((device, stream)) = hopper_gpu() else {
+        return;
+    };
+    let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
+    let shapes = [
+        Config { bm: 128, bn: 128, threads: 128, stages: 4, ..BASE },
+        Config { bm: 256, bn: 128, threads: 256, stages: 3, ..BASE },
+        Config { bm: 128, bn: 128, threads: 256, stages: 4, ..BASE },
+    ];
+    for size in [4096usize, 8192] {
+        for cfg in shapes {
+            let l = load(&device, ws_variant(cfg));
+            let (ours, theirs) = run_pair::<f16>(&device, &stream, &blas, &l, cfg, size);
+            let flops = 2.0 * (size as f64).powi(3);
+            println!(
+                "RESULT ws_tiles dtype=f16 size={size} tile={}x{}x{} threads={} stages={} persistent={} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
+                cfg.bm, cfg.bn, cfg.bk, cfg.threads, cfg.stages, l.compiled.persistent,
                 ours.tflops(flops),
                 theirs.tflops(flops),
                 ours.tflops(flops) / theirs.tflops(flops)

@@ -532,7 +532,12 @@ impl Infer<'_> {
             ));
         }
         let warps = if self.wgmma_accs.contains(&c) { (m / 16, 1) } else { mma_warp_grid(m, n, self.k.threads, policy)? };
-        let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, self.k.threads, warps));
+        let acc = if self.wgmma_accs.contains(&c) {
+            // The warp-specialized variant: a warpgroup may own several 64-row slices.
+            FragLayout::full(crate::hopper::ws_accumulator(m, n, self.k.threads)?)
+        } else {
+            FragLayout::full(RootLayout::mma_accumulator(m, n, self.k.threads, warps))
+        };
         let regs = acc.num_regs();
         if regs > MAX_ACCUMULATOR_REGS {
             return Err(format!(

@@ -106,6 +106,9 @@ pub struct WsGemm {
     pub m: i64,
     pub n: i64,
     pub k: i64,
+    /// 64-row slices per warpgroup (`M / (64 · warpgroups)`): each its own
+    /// `m64nNk16` chain ([`crate::hopper::ws_accumulator`]).
+    pub slices: i64,
 }
 
 /// The accumulator store right after the loop, done by TMA: the consumers
@@ -251,7 +254,13 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
         }
         let (am, ak) = if trans_a { (oa.cols, oa.rows) } else { (oa.rows, oa.cols) };
         let (bk, bn) = if trans_b { (ob.cols, ob.rows) } else { (ob.rows, ob.cols) };
-        if am != m || bn != n || ak != bk || m != 64 * warpgroups || n % 8 != 0 || !(8..=256).contains(&n) || ak % 16 != 0 {
+        if am != m || bn != n || ak != bk || m % (64 * warpgroups) != 0 || n % 8 != 0 || !(8..=256).contains(&n) || ak % 16 != 0 {
+            return None;
+        }
+        // One or two 64-row slices per warpgroup, at most 128 accumulator
+        // registers per thread (the consumers keep room for addresses).
+        let slices = m / (64 * warpgroups);
+        if !(1..=2).contains(&slices) || slices * n / 2 > 128 {
             return None;
         }
         // The K-major operand's k16 slices lie inside one panel; the
@@ -259,7 +268,7 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
         if (!trans_a && oa.panel_cols % 16 != 0) || (trans_a && 64 % oa.panel_cols != 0) || (trans_b && ob.panel_cols % 16 != 0) {
             return None;
         }
-        ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak });
+        ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak, slices });
     }
     // Registers: the producer keeps PRODUCER_REGS; the consumers share the rest.
     let pool = 65_536 - 128 * PRODUCER_REGS;

@@ -32,7 +32,7 @@
 //! zero-filled by TMA and still complete the full box's bytes.
 
 use super::*;
-use crate::hopper::{wgmma_accumulator, wgmma_d_index, MatrixDescriptor};
+use crate::hopper::{wgmma_d_index, ws_accumulator, MatrixDescriptor};
 use crate::ir::Stmt as TStmt;
 use crate::passes::warp_specialize::{TmaOperand, WsGemm, WsStore, PRODUCER_REGS};
 use crate::thread_ir::WgmmaA;
@@ -46,7 +46,8 @@ struct ProducerState {
 
 /// What the consumers carry across loops (and tiles).
 struct ConsumerState {
-    dregs: Vec<Vec<Reg>>,
+    /// Per gemm, per 64-row slice: the accumulator registers in `d` order.
+    dregs: Vec<Vec<Vec<Reg>>>,
     wg: Reg,
     stage: Reg,
     phase: Reg,
@@ -371,7 +372,7 @@ impl Lx<'_> {
         let mut dregs = Vec::new();
         for g in &ws.gemms {
             let name = &self.k.buffer(g.c).name;
-            let want = FragLayout::full(wgmma_accumulator(g.m, g.n, ws.consumer_threads).map_err(|e| self.err(e))?);
+            let want = FragLayout::full(ws_accumulator(g.m, g.n, ws.consumer_threads).map_err(|e| self.err(e))?);
             let have = self.plan.frags.get(&g.c).ok_or_else(|| self.err(format!("internal: `{name}` has no layout")))?;
             if !have.agrees(&want) {
                 return Err(self.err(format!("internal: `{name}` is laid out as {}, not as the wgmma accumulator", have.describe())));
@@ -380,13 +381,17 @@ impl Lx<'_> {
             if creg.len() != want.num_regs() {
                 return Err(self.err(format!("internal: accumulator `{name}` has no registers")));
             }
-            let mut d = vec![Reg(0); (g.n / 2) as usize];
-            for lr in 0..2 {
-                for lc in 0..g.n / 4 {
-                    d[wgmma_d_index(lr, lc)] = creg[want.flatten(&[lr, lc])];
+            let mut slices = Vec::new();
+            for s in 0..g.slices {
+                let mut d = vec![Reg(0); (g.n / 2) as usize];
+                for lr in 0..2 {
+                    for lc in 0..g.n / 4 {
+                        d[wgmma_d_index(lr, lc)] = creg[want.flatten(&[2 * s + lr, lc])];
+                    }
                 }
+                slices.push(d);
             }
-            dregs.push(d);
+            dregs.push(slices);
         }
         let tid = self.tid;
         let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
@@ -438,8 +443,8 @@ impl Lx<'_> {
         Ok(())
     }
 
-    /// One gemm of the loop body: K/16 wgmma per warpgroup.
-    fn ws_gemm(&mut self, g: &WsGemm, d: &[Reg], base16: &[Reg], wg: Reg) -> R<()> {
+    /// One gemm of the loop body: K/16 wgmma per warpgroup and 64-row slice.
+    fn ws_gemm(&mut self, g: &WsGemm, d: &[Vec<Reg>], base16: &[Reg], wg: Reg) -> R<()> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
         let (oa, ob) = (&ws.operands[g.a], &ws.operands[g.b]);
         let ab = match oa.dtype {
@@ -449,28 +454,34 @@ impl Lx<'_> {
         };
         // The warpgroup's first A row (K-major) or column panel (MN-major), in 16-byte units.
         let wa = oa.swizzle.bytes() as i64;
-        let wg_step = if g.trans_a { (64 / oa.panel_cols) * oa.panel_bytes() } else { 64 * wa };
+        // Bytes from one 64-row slice of A to the next (a warpgroup has `slices`).
+        let slice_step = if g.trans_a { (64 / oa.panel_cols) * oa.panel_bytes() } else { 64 * wa };
+        let wg_step = slice_step * g.slices;
         let a_base = self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(wg_step / 16), base16[g.a].into()]);
         let a64 = self.op("cvt.u64.u32", RegClass::B64, vec![a_base.into()]);
         let b64 = self.op("cvt.u64.u32", RegClass::B64, vec![base16[g.b].into()]);
         for ks in 0..g.k / 16 {
-            let da = operand_desc(oa, g.trans_a, 16 * ks).encode().map_err(|e| self.err(e))?;
             let db = operand_desc(ob, !g.trans_b, 16 * ks).encode().map_err(|e| self.err(e))?;
-            let ra = self.op("add.s64", RegClass::B64, vec![a64.into(), Operand::Imm(da as i64)]);
             let rb = self.op("add.s64", RegClass::B64, vec![b64.into(), Operand::Imm(db as i64)]);
-            self.emit(Inst::Wgmma {
-                n: g.n as u32,
-                ab,
-                d: d.to_vec(),
-                a: WgmmaA::Desc(ra.into()),
-                b_desc: rb.into(),
-                scale_d: Operand::Imm(!(g.clear && ks == 0) as i64),
-                neg_a: false,
-                neg_b: false,
-                trans_a: g.trans_a,
-                trans_b: !g.trans_b,
-                regions: vec![],
-            });
+            for (s, ds) in d.iter().enumerate() {
+                let mut desc = operand_desc(oa, g.trans_a, 16 * ks);
+                desc.start += (slice_step * s as i64) as u32;
+                let da = desc.encode().map_err(|e| self.err(e))?;
+                let ra = self.op("add.s64", RegClass::B64, vec![a64.into(), Operand::Imm(da as i64)]);
+                self.emit(Inst::Wgmma {
+                    n: g.n as u32,
+                    ab,
+                    d: ds.clone(),
+                    a: WgmmaA::Desc(ra.into()),
+                    b_desc: rb.into(),
+                    scale_d: Operand::Imm(!(g.clear && ks == 0) as i64),
+                    neg_a: false,
+                    neg_b: false,
+                    trans_a: g.trans_a,
+                    trans_b: !g.trans_b,
+                    regions: vec![],
+                });
+            }
         }
         Ok(())
     }
@@ -506,20 +517,25 @@ impl Lx<'_> {
             DType::BF16 => "cvt.rn.bf16x2.f32",
             t => return Err(self.err(format!("internal: TMA store of {t}"))),
         };
-        let want = FragLayout::full(wgmma_accumulator(st.rows, st.cols, ws.consumer_threads).map_err(|e| self.err(e))?);
+        let want = FragLayout::full(ws_accumulator(st.rows, st.cols, ws.consumer_threads).map_err(|e| self.err(e))?);
+        let slices = st.rows / (64 * (ws.consumer_threads / 128) as i64);
         let creg = self.frags.get(&st.acc).cloned().unwrap_or_default();
         if creg.len() != want.num_regs() {
             return Err(self.err("internal: the stored accumulator has no registers"));
         }
-        // Thread t holds rows r = 16·(t/32) + lane/4 (+ 8) and columns
-        // 8j + 2·(lane%4) (+ 1); r % 8 = lane/4 picks the swizzle.
+        // Thread t (warpgroup j, warp w in it) holds rows
+        // r = 64·slices·j + 64·s + 16·w + lane/4 (+ 8) and columns
+        // 8c + 2·(lane%4) (+ 1); r % 8 = lane/4 picks the swizzle.
         let tid = self.tid;
         let smem = self.smem;
-        let warp = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(5)]);
+        let wgi = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+        let warp_t = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(5)]);
+        let warp = self.op("and.b32", RegClass::B32, vec![warp_t.into(), Operand::Imm(3)]);
         let lane = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm(31)]);
         let g8 = self.op("shr.u32", RegClass::B32, vec![lane.into(), Operand::Imm(2)]);
         let q = self.op("and.b32", RegClass::B32, vec![lane.into(), Operand::Imm(3)]);
-        let row = self.op("mad.lo.s32", RegClass::B32, vec![warp.into(), Operand::Imm(16), g8.into()]);
+        let row0 = self.op("mad.lo.s32", RegClass::B32, vec![warp.into(), Operand::Imm(16), g8.into()]);
+        let row = self.op("mad.lo.s32", RegClass::B32, vec![wgi.into(), Operand::Imm(64 * slices), row0.into()]);
         // row·128 + 4q + smem + base
         let r128 = self.op("shl.b32", RegClass::B32, vec![row.into(), Operand::Imm(7)]);
         let t0 = self.op("mad.lo.s32", RegClass::B32, vec![q.into(), Operand::Imm(4), r128.into()]);
@@ -532,16 +548,19 @@ impl Lx<'_> {
             chunk.push(self.op("mad.lo.s32", RegClass::B32, vec![x.into(), Operand::Imm(16), rowbase.into()]));
         }
         let pc = st.panel_cols();
-        for j in 0..st.cols / 8 {
-            for half in 0..2 {
-                let lo = creg[want.flatten(&[half, 2 * j])];
-                let hi = creg[want.flatten(&[half, 2 * j + 1])];
-                let w = self.op(cvt, RegClass::B32, vec![hi.into(), lo.into()]);
-                // Column 8j: panel (8j) / pc, chunk (8j % pc) / 8.
-                let panel = (8 * j) / pc;
-                let c = ((8 * j) % pc) / 8;
-                let addr = Address { base: chunk[c as usize].into(), offset: panel * st.panel_bytes() + 8 * half * 128 };
-                self.emit(Inst::St { space: Space::Shared, ty: "b32", srcs: vec![w.into()], addr, region: None });
+        for s in 0..slices {
+            for j in 0..st.cols / 8 {
+                for half in 0..2 {
+                    let lo = creg[want.flatten(&[2 * s + half, 2 * j])];
+                    let hi = creg[want.flatten(&[2 * s + half, 2 * j + 1])];
+                    let w = self.op(cvt, RegClass::B32, vec![hi.into(), lo.into()]);
+                    // Column 8j: panel (8j) / pc, chunk (8j % pc) / 8.
+                    let panel = (8 * j) / pc;
+                    let c = ((8 * j) % pc) / 8;
+                    let offset = panel * st.panel_bytes() + (64 * s + 8 * half) * 128;
+                    let addr = Address { base: chunk[c as usize].into(), offset };
+                    self.emit(Inst::St { space: Space::Shared, ty: "b32", srcs: vec![w.into()], addr, region: None });
+                }
             }
         }
         self.emit(Inst::FenceProxyAsync);
