@@ -291,7 +291,7 @@ fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand]
     };
     let g = gemms.iter().find(|g| g.c == src.buf)?;
     let db = k.buffer(dst.buf);
-    if db.scope != Scope::Global || db.shape.len() != 2 || dst.origin.len() != 2 || src.origin.iter().any(|e| !is_zero(e)) {
+    if db.scope != Scope::Global || db.shape.len() != 2 || dst.origin.len() != 2 || src.origin.iter().any(|e| !e.is_zero_constant()) {
         return None;
     }
     if !matches!(db.dtype, DType::F16 | DType::BF16) {
@@ -336,16 +336,12 @@ fn has_load(e: &Expr) -> bool {
     }
 }
 
-fn is_zero(e: &Expr) -> bool {
-    e.is_zero_constant()
-}
-
 fn tma_operand(k: &Kernel, copy: usize, src: &crate::ir::TileRef, dst: &crate::ir::TileRef, fill: Option<&Expr>) -> Option<TmaOperand> {
     let (sb, db) = (k.buffer(src.buf), k.buffer(dst.buf));
     if sb.scope != Scope::Global || db.scope != Scope::Shared || sb.dtype != db.dtype || !matches!(sb.dtype, DType::F16 | DType::BF16) {
         return None;
     }
-    if sb.shape.len() != 2 || src.origin.len() != 2 || dst.origin.iter().any(|e| !is_zero(e)) || fill.is_some_and(|f| !is_zero(f)) {
+    if sb.shape.len() != 2 || src.origin.len() != 2 || dst.origin.iter().any(|e| !e.is_zero_constant()) || fill.is_some_and(|f| !f.is_zero_constant()) {
         return None;
     }
     if db.layout.is_some() {

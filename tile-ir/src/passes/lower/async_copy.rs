@@ -49,11 +49,6 @@ use crate::passes::pipeline::PipelinedLoop;
 /// of one region by one operation never need a barrier between them.
 const REFILL_OP: u32 = u32::MAX;
 
-/// Whether `e` is a constant whose bits are all zero (possibly cast).
-pub(super) fn is_zero_fill(e: &Expr) -> bool {
-    e.is_zero_constant()
-}
-
 impl Lx<'_> {
     /// Whether a copy can use cp.async: global → shared, no conversion, and
     /// masked elements filled with zero (what `src_bytes` zero-filling gives).
@@ -62,7 +57,7 @@ impl Lx<'_> {
             && matches!(dst, Side::Shared(_))
             && sdt == ddt
             && sdt != DType::Bool
-            && fill.is_none_or(is_zero_fill)
+            && fill.is_none_or(Expr::is_zero_constant)
     }
 
     /// The copy's element groups as cp.async chunks (`use_async`), else the

@@ -136,7 +136,7 @@ impl Lx<'_> {
         if !matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32) {
             return None;
         }
-        if dst.origin.iter().any(|e| const_int(e) != Some(0)) || fill.is_some_and(|f| !async_copy::is_zero_fill(f)) {
+        if dst.origin.iter().any(|e| const_int(e) != Some(0)) || fill.is_some_and(|f| !f.is_zero_constant()) {
             return None;
         }
         let tensor = self.k.params.iter().position(|p| p.kind == ParamKind::Tensor(src.buf))?;

@@ -204,12 +204,12 @@ impl Lx<'_> {
         let t1 = self.op("add.s32", RegClass::B32, vec![left.into(), ncta.into()]);
         let t2 = self.op("sub.s32", RegClass::B32, vec![t1.into(), Operand::Imm(1)]);
         let count = self.op("div.s32", RegClass::B32, vec![t2.into(), ncta.into()]);
-        let (gx, gy) = (g[0], g[1]);
+        let gx = g[0];
         self.ws_init_barriers()?;
         self.ws_split(|x| {
             let st = x.ws_producer_state()?;
             x.ws_tiles(count, cta, ncta, false, |y, tile| {
-                y.ws_bind_tile(tile, gx, gy, gxy)?;
+                y.ws_bind_tile(tile, gx, gxy)?;
                 // Only what the copies' origins and the bounds may use: the
                 // producer keeps few registers (no accumulator fills).
                 for s in pre {
@@ -223,7 +223,7 @@ impl Lx<'_> {
         })?;
         let st = self.ws_consumer_state()?;
         self.ws_tiles(count, cta, ncta, true, |x, tile| {
-            x.ws_bind_tile(tile, gx, gy, gxy)?;
+            x.ws_bind_tile(tile, gx, gxy)?;
             for s in pre {
                 x.stmt(s)?;
             }
@@ -263,7 +263,7 @@ impl Lx<'_> {
     /// Binds the block-index variables to those of linear block `tile`
     /// (`ctaid.y · gx + ctaid.x` in a launch of the whole grid), through the
     /// kernel's rasterization when it has one.
-    fn ws_bind_tile(&mut self, tile: Reg, gx: Reg, gy: Reg, gxy: Reg) -> R<()> {
+    fn ws_bind_tile(&mut self, tile: Reg, gx: Reg, gxy: Reg) -> R<()> {
         let block_var = |k: &Kernel, axis: u8| k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32));
         let (vx, vy, vz) = (block_var(self.k, 0), block_var(self.k, 1), block_var(self.k, 2));
         let bz = self.op("div.u32", RegClass::B32, vec![tile.into(), gxy.into()]);
@@ -286,7 +286,6 @@ impl Lx<'_> {
             _ => {
                 let bx = self.op("rem.u32", RegClass::B32, vec![lin.into(), gx.into()]);
                 let by = self.op("div.u32", RegClass::B32, vec![lin.into(), gx.into()]);
-                let _ = gy;
                 if let Some(v) = vx {
                     self.vars.insert(v, bx);
                 }
@@ -510,7 +509,6 @@ impl Lx<'_> {
     pub(super) fn lower_ws_store(&mut self, st: &WsStore, dst: &crate::ir::TileRef) -> R<()> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
         let g = ws.gemms.iter().find(|g| g.c == st.acc).ok_or_else(|| self.err("internal: store of a non-accumulator"))?;
-        let (_, _) = (g.m, g.n);
         let base = self.ws_store_base;
         let cvt = match st.dtype {
             DType::F16 => "cvt.rn.f16x2.f32",
@@ -518,7 +516,7 @@ impl Lx<'_> {
             t => return Err(self.err(format!("internal: TMA store of {t}"))),
         };
         let want = FragLayout::full(ws_accumulator(st.rows, st.cols, ws.consumer_threads).map_err(|e| self.err(e))?);
-        let slices = st.rows / (64 * (ws.consumer_threads / 128) as i64);
+        let slices = g.slices;
         let creg = self.frags.get(&st.acc).cloned().unwrap_or_default();
         if creg.len() != want.num_regs() {
             return Err(self.err("internal: the stored accumulator has no registers"));
