@@ -44,8 +44,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let copy = bench(&stream, 10, 50, || dst.copy_from(&stream, &src))?;
         let ours_bw = bytes / (ours.median_ms * 1e-3) / 1e12;
         let copy_bw = bytes / (copy.median_ms * 1e-3) / 1e12;
-        println!("ours: {:.3} ms, {ours_bw:.2} TB/s; copy: {:.3} ms, {copy_bw:.2} TB/s", ours.median_ms, copy.median_ms);
-        println!("RESULT softmax m={m} n={n} ours_tbps={ours_bw:.3} copy_tbps={copy_bw:.3} ratio={:.3}", ours_bw / copy_bw);
+        println!(
+            "ours: {:.3} ms, {ours_bw:.2} TB/s; copy: {:.3} ms, {copy_bw:.2} TB/s",
+            ours.median_ms, copy.median_ms
+        );
+        println!(
+            "RESULT softmax m={m} n={n} ours_tbps={ours_bw:.3} copy_tbps={copy_bw:.3} ratio={:.3}",
+            ours_bw / copy_bw
+        );
     }
     Ok(())
 }

@@ -68,7 +68,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let check = assert_close(&rows[..64 * n], &softmax_ref(&x_host[..64 * n], n), 5e-3);
             let t = bench(&stream, 10, 50, || launch(&stream, &x, &mut y))?;
             let bw = bytes / (t.median_ms * 1e-3) / 1e12;
-            println!("  {name}: {bw:.2} TB/s ({:.3}), {}", bw / copy_bw, if check.is_ok() { "correct" } else { "WRONG" });
+            println!(
+                "  {name}: {bw:.2} TB/s ({:.3}), {}",
+                bw / copy_bw,
+                if check.is_ok() { "correct" } else { "WRONG" }
+            );
         }
     }
     Ok(())

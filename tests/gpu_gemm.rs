@@ -329,12 +329,23 @@ fn hopper_kernels_have_a_warp_specialized_variant() {
 #[test]
 fn hopper_general_only() {
     let d = gpu();
-    hopper_cases(&[gemm::HopperCase { name: "general_only_nn_f16", trans: gemm::NN, launch: gemm::general_only_nn_f16::launch }], 800);
-    hopper_cases(&[gemm::HopperCase { name: "general_only_tt_bf16", trans: gemm::TT, launch: gemm::general_only_tt_bf16::launch }], 900);
+    hopper_cases(
+        &[gemm::HopperCase { name: "general_only_nn_f16", trans: gemm::NN, launch: gemm::general_only_nn_f16::launch }],
+        800,
+    );
+    hopper_cases(
+        &[gemm::HopperCase {
+            name: "general_only_tt_bf16",
+            trans: gemm::TT,
+            launch: gemm::general_only_tt_bf16::launch,
+        }],
+        900,
+    );
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
         for meta in [&gemm::general_only_nn_f16::META, &gemm::general_only_tt_bf16::META] {
             let counts = d.launch_counts(meta);
-            let sm90: Vec<(usize, &tile::KernelTarget)> = meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();
+            let sm90: Vec<(usize, &tile::KernelTarget)> =
+                meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();
             assert!(sm90.len() >= 2 && !sm90[0].1.tensor_maps.is_empty(), "{}: no TMA-copy variant", meta.name);
             assert!(counts[sm90[0].0] > 0, "{}: the TMA-copy variant never ran ({counts:?})", meta.name);
             assert!(counts[sm90[sm90.len() - 1].0] > 0, "{}: the general variant never ran ({counts:?})", meta.name);

@@ -8,7 +8,6 @@ use crate::examples;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-
 pub fn vector_add(dev: &Device, n: usize, seed: u64) -> Res<Vec<f32>> {
     let s = dev.stream()?;
     let mut rng = Rng::new(seed);

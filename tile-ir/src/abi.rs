@@ -142,11 +142,9 @@ pub fn eval_host_int(kernel: &Kernel, e: &Expr, dims: &[i64]) -> Result<i64, Str
         Expr::Const(Value::U32(v)) => *v as i64,
         Expr::Const(Value::I64(v)) => *v,
         Expr::Var(v) => {
-            let k = kernel
-                .dims
-                .iter()
-                .position(|x| x == v)
-                .ok_or_else(|| format!("`{}` is not a dimension; the grid may use only dimensions and constants", kernel.var(*v).name))?;
+            let k = kernel.dims.iter().position(|x| x == v).ok_or_else(|| {
+                format!("`{}` is not a dimension; the grid may use only dimensions and constants", kernel.var(*v).name)
+            })?;
             dims[k]
         }
         Expr::Cast { arg, .. } => ev(arg)?,
@@ -271,8 +269,7 @@ mod rasterize_tests {
             let gy = ((state >> 8) % 40 + 1) as u32;
             let panel = ((state >> 16) % 12 + 1) as u32;
             let l = (state >> 24) % (u64::from(gx) * u64::from(gy));
-            let (ex, ey) =
-                rasterize_exprs(panel, &Expr::i32(gx as i32), &Expr::i32(gy as i32), &Expr::i32(l as i32));
+            let (ex, ey) = rasterize_exprs(panel, &Expr::i32(gx as i32), &Expr::i32(gy as i32), &Expr::i32(l as i32));
             let got = (eval_host_int(&k, &ex, &[]).unwrap(), eval_host_int(&k, &ey, &[]).unwrap());
             let (bx, by) = rasterize(panel, gx, gy, l);
             assert_eq!(got, (i64::from(bx), i64::from(by)), "panel {panel} grid {gx}x{gy} linear {l}");

@@ -79,7 +79,11 @@ pub fn compile(kernel: &Kernel, target: Target) -> Result<Compiled, Vec<CompileE
 /// ([`CompileOptions::tma_copies`], same requirement) when it has any; then
 /// the general variant, which runs on any tensors. The runtime launches the
 /// first variant whose requirements the arguments meet.
-pub fn compile_variants(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Vec<Compiled>, Vec<CompileError>> {
+pub fn compile_variants(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+) -> Result<Vec<Compiled>, Vec<CompileError>> {
     crate::verify::verify(kernel)?;
     let general = compile_verified_with(kernel, target, CompileOptions { tma_copies: false, ..options })?;
     let mut out = Vec::new();
@@ -114,7 +118,11 @@ pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec
 
 /// [`compile_verified`] with explicit [`CompileOptions`].
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
-pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
+pub fn compile_verified_with(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+) -> Result<Compiled, Vec<CompileError>> {
     if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {
         return Err(vec![CompileError::new(
             SpanId::NONE,
@@ -143,8 +151,13 @@ pub fn compile_verified_with(kernel: &Kernel, target: Target, options: CompileOp
 /// The warp-specialized variant (see [`crate::passes::warp_specialize`]):
 /// layouts with wgmma accumulators, epilogue staging as usual, the
 /// specialized lowering. Errors when the kernel has no plan or a pass fails.
-pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
-    let no_plan = || vec![CompileError::new(SpanId::NONE, format!("kernel `{}` cannot be warp-specialized", kernel.name))];
+pub(crate) fn compile_warp_specialized(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+) -> Result<Compiled, Vec<CompileError>> {
+    let no_plan =
+        || vec![CompileError::new(SpanId::NONE, format!("kernel `{}` cannot be warp-specialized", kernel.name))];
     let mut ws = warp_specialize::plan(kernel).ok_or_else(no_plan)?;
     if !options.tma_store {
         ws.store = None;
@@ -172,7 +185,12 @@ pub(crate) fn compile_warp_specialized(kernel: &Kernel, target: Target, options:
 }
 
 /// Barriers, the shared-memory limit and PTX emission.
-fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_ir::Function) -> Result<Compiled, Vec<CompileError>> {
+fn finish(
+    kernel: &Kernel,
+    target: Target,
+    plan: &LayoutPlan,
+    mut func: thread_ir::Function,
+) -> Result<Compiled, Vec<CompileError>> {
     wgmma_wait::defer_wgmma_waits(&mut func.body);
     barriers::insert_barriers(&mut func.body);
     let limit = pipeline::shared_limit(target);
@@ -191,11 +209,22 @@ fn finish(kernel: &Kernel, target: Target, plan: &LayoutPlan, mut func: thread_i
     let ptx = crate::ptx::try_emit(&func, target).map_err(|e| vec![e])?;
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
-    layouts.extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));
+    layouts
+        .extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));
     layouts.sort();
     let thread_ir = thread_ir::print_function(&func);
     let threads = func.threads;
     let tensor_maps = func.tensor_maps.clone();
     let persistent = func.persistent;
-    Ok(Compiled { target, ptx, shared_bytes: func.shared_bytes, thread_ir, layouts, function: func, threads, tensor_maps, persistent })
+    Ok(Compiled {
+        target,
+        ptx,
+        shared_bytes: func.shared_bytes,
+        thread_ir,
+        layouts,
+        function: func,
+        threads,
+        tensor_maps,
+        persistent,
+    })
 }

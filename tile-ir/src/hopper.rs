@@ -135,7 +135,9 @@ impl MatrixDescriptor {
     /// The 64-bit value: bits 0–13 start >> 4, 16–29 LBO >> 4, 32–45 SBO >> 4,
     /// 49–51 base offset, 62–63 swizzle (0 none, 1 128B, 2 64B, 3 32B).
     pub fn encode(&self) -> Result<u64, String> {
-        for (name, v) in [("start address", self.start), ("leading byte offset", self.lbo), ("stride byte offset", self.sbo)] {
+        for (name, v) in
+            [("start address", self.start), ("leading byte offset", self.lbo), ("stride byte offset", self.sbo)]
+        {
             if v % 16 != 0 || v >= 1 << 18 {
                 return Err(format!("wgmma descriptor {name} {v} must be a multiple of 16 below 262144"));
             }
@@ -208,7 +210,8 @@ pub fn operand_descriptor(
     let pb = layout.panel_bytes();
     let start = match major {
         Major::K => {
-            if row0 % 8 != 0 || col0 % 16 != 0 || col0 % pc + 16 > pc || col0 + 16 > layout.cols || row0 >= layout.rows {
+            if row0 % 8 != 0 || col0 % 16 != 0 || col0 % pc + 16 > pc || col0 + 16 > layout.cols || row0 >= layout.rows
+            {
                 return Err(format!(
                     "K-major slice at row {row0}, k {col0} of a [{}, {}] tile: row must be a multiple of 8 and k a multiple of 16 inside the tile",
                     layout.rows, layout.cols
@@ -245,7 +248,9 @@ pub fn operand_descriptor(
 /// `64j..64j+64`) with `m64nNk16`, `N = n`.
 pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, String> {
     if m <= 0 || m % 64 != 0 || !(8..=256).contains(&n) || n % 8 != 0 {
-        return Err(format!("wgmma accumulator [{m}, {n}]: m must be a multiple of 64 and n in 8..=256, a multiple of 8"));
+        return Err(format!(
+            "wgmma accumulator [{m}, {n}]: m must be a multiple of 64 and n in 8..=256, a multiple of 8"
+        ));
     }
     if (m / 64).count_ones() != 1 {
         return Err(format!(
@@ -254,7 +259,10 @@ pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, Str
         ));
     }
     if (m / 64) * 128 > threads as i64 {
-        return Err(format!("wgmma accumulator [{m}, {n}] needs {} threads (a warpgroup per 64 rows); the block has {threads}", (m / 64) * 128));
+        return Err(format!(
+            "wgmma accumulator [{m}, {n}] needs {} threads (a warpgroup per 64 rows); the block has {threads}",
+            (m / 64) * 128
+        ));
     }
     Ok(RootLayout::mma_accumulator(m, n, threads, (m / 16, 1)))
 }
@@ -271,7 +279,9 @@ pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, Str
 pub fn ws_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, String> {
     let groups = (threads / 128) as i64;
     if threads % 128 != 0 || groups == 0 || groups.count_ones() != 1 || m % (64 * groups) != 0 || m == 0 {
-        return Err(format!("warp-specialized accumulator [{m}, {n}] over {threads} threads: m must be a multiple of 64 per warpgroup"));
+        return Err(format!(
+            "warp-specialized accumulator [{m}, {n}] over {threads} threads: m must be a multiple of 64 per warpgroup"
+        ));
     }
     let r = m / (64 * groups);
     if r == 1 {
@@ -385,7 +395,9 @@ fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
     let (rows, cols, elem) = shape2(b)?;
     match b.layout {
         Some(spec) => SharedLayout::from_spec(spec, rows, cols, elem).ok(),
-        None => Some(SharedLayout::panelled(rows, cols, elem).unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, elem))),
+        None => Some(
+            SharedLayout::panelled(rows, cols, elem).unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, elem)),
+        ),
     }
 }
 
@@ -411,7 +423,8 @@ pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Op
             let mut all = Vec::new();
             gemms(&kernel.body, &mut all);
             let eligible = all.iter().any(|&(a, bb, c, ta, tb)| {
-                (a == buf || bb == buf) && wgmma_shape_with(kernel, a, bb, c, ta, tb, &|x| layout_if_panelled(kernel, x)).is_some()
+                (a == buf || bb == buf)
+                    && wgmma_shape_with(kernel, a, bb, c, ta, tb, &|x| layout_if_panelled(kernel, x)).is_some()
             });
             if eligible {
                 return Some(p);
@@ -551,9 +564,15 @@ mod tests {
             let d = MatrixDescriptor { start: 4096 + 32, lbo: 256, sbo: 512, base_offset: 3, swizzle: sw };
             assert_eq!(MatrixDescriptor::decode(d.encode().unwrap()), d);
         }
-        assert!(MatrixDescriptor { start: 8, lbo: 16, sbo: 16, base_offset: 0, swizzle: Swizzle::None }.encode().is_err());
-        assert!(MatrixDescriptor { start: 1 << 18, lbo: 16, sbo: 16, base_offset: 0, swizzle: Swizzle::None }.encode().is_err());
-        assert!(MatrixDescriptor { start: 0, lbo: 16, sbo: 16, base_offset: 8, swizzle: Swizzle::None }.encode().is_err());
+        assert!(MatrixDescriptor { start: 8, lbo: 16, sbo: 16, base_offset: 0, swizzle: Swizzle::None }
+            .encode()
+            .is_err());
+        assert!(MatrixDescriptor { start: 1 << 18, lbo: 16, sbo: 16, base_offset: 0, swizzle: Swizzle::None }
+            .encode()
+            .is_err());
+        assert!(MatrixDescriptor { start: 0, lbo: 16, sbo: 16, base_offset: 8, swizzle: Swizzle::None }
+            .encode()
+            .is_err());
     }
 
     #[test]
@@ -561,7 +580,16 @@ mod tests {
         let l = SharedLayout::for_ldmatrix(128, 64, 2);
         assert_eq!(Swizzle::of_layout(&l), Some(Swizzle::B128));
         let d = operand_descriptor(&l, Major::K, 2048, 64, 32).unwrap();
-        assert_eq!(d, MatrixDescriptor { start: 2048 + 64 * 128 + 64, lbo: 16, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert_eq!(
+            d,
+            MatrixDescriptor {
+                start: 2048 + 64 * 128 + 64,
+                lbo: 16,
+                sbo: 1024,
+                base_offset: 0,
+                swizzle: Swizzle::B128
+            }
+        );
         let l64 = SharedLayout::for_ldmatrix(64, 32, 2);
         assert_eq!(operand_descriptor(&l64, Major::K, 0, 0, 16).unwrap().sbo, 512);
         assert_eq!(Swizzle::of_layout(&SharedLayout::for_ldmatrix(64, 16, 2)), Some(Swizzle::B32));
@@ -624,7 +652,11 @@ mod tests {
                         assert!(row < m && col < n && seen.insert((row, col)));
                         let (s, h) = (lr / 2, lr % 2);
                         let (pr, pc) = wgmma_d_coord(t, wgmma_d_index(h, lc) as i64);
-                        assert_eq!((pr + 64 * (r * (t / 128) + s), pc), (row, col), "m {m} n {n} t {t} lr {lr} lc {lc}");
+                        assert_eq!(
+                            (pr + 64 * (r * (t / 128) + s), pc),
+                            (row, col),
+                            "m {m} n {n} t {t} lr {lr} lc {lc}"
+                        );
                     }
                 }
             }
@@ -659,12 +691,24 @@ mod tests {
         // [N = 64, K = 128] K-major: k16 slice 5 is slice 1 of panel 1.
         let k = SharedLayout::panelled(64, 128, 2).unwrap();
         let d = operand_descriptor(&k, Major::K, 1024, 8, 80).unwrap();
-        assert_eq!(d, MatrixDescriptor { start: 1024 + 64 * 128 + 8 * 128 + 32, lbo: 16, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert_eq!(
+            d,
+            MatrixDescriptor {
+                start: 1024 + 64 * 128 + 8 * 128 + 32,
+                lbo: 16,
+                sbo: 1024,
+                base_offset: 0,
+                swizzle: Swizzle::B128
+            }
+        );
         assert!(operand_descriptor(&k, Major::K, 0, 0, 56).is_err(), "a slice may not straddle panels");
         // [K = 32, N = 128] MN-major: panels of 32·128 bytes are LBO apart.
         let mn = SharedLayout::panelled(32, 128, 2).unwrap();
         let d = operand_descriptor(&mn, Major::MN, 0, 16, 64).unwrap();
-        assert_eq!(d, MatrixDescriptor { start: 4096 + 16 * 128, lbo: 4096, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 });
+        assert_eq!(
+            d,
+            MatrixDescriptor { start: 4096 + 16 * 128, lbo: 4096, sbo: 1024, base_offset: 0, swizzle: Swizzle::B128 }
+        );
         assert!(operand_descriptor(&mn, Major::MN, 0, 0, 32).is_err());
         assert!(operand_descriptor(&mn, Major::MN, 0, 0, 128).is_err());
     }
@@ -685,11 +729,21 @@ mod tests {
                     layout: None,
                 })
             };
-            let (ab, bb, cb) = (add("a", a.0, dt, a.1), add("b", Scope::Shared, dt, b), add("c", Scope::Fragment, DType::F32, c));
-            k.body = vec![Stmt::new(StmtKind::Gemm { a: ab, b: bb, c: cb, trans_a: false, trans_b: false, clear: false, policy: crate::ir::WarpPolicy::Square })];
+            let (ab, bb, cb) =
+                (add("a", a.0, dt, a.1), add("b", Scope::Shared, dt, b), add("c", Scope::Fragment, DType::F32, c));
+            k.body = vec![Stmt::new(StmtKind::Gemm {
+                a: ab,
+                b: bb,
+                c: cb,
+                trans_a: false,
+                trans_b: false,
+                clear: false,
+                policy: crate::ir::WarpPolicy::Square,
+            })];
             (k, ab, bb, cb)
         };
-        let shape = |k: &(Kernel, BufferId, BufferId, BufferId), t: Target| wgmma_shape(&k.0, k.1, k.2, k.3, false, false, t);
+        let shape =
+            |k: &(Kernel, BufferId, BufferId, BufferId), t: Target| wgmma_shape(&k.0, k.1, k.2, k.3, false, false, t);
         let g = mk(128, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F16);
         let w = shape(&g, Target::Sm90a).expect("eligible");
         assert_eq!((w.m, w.n, w.k, w.ab, w.warpgroups), (64, 64, 32, "f16", 1));

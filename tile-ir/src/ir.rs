@@ -173,7 +173,9 @@ mod f32_json {
                 "inf" => Ok(f32::INFINITY),
                 "-inf" => Ok(f32::NEG_INFINITY),
                 "NaN" => Ok(f32::NAN),
-                other => Err(de::Error::custom(format!("expected an f32 or \"inf\", \"-inf\", \"NaN\", got {other:?}"))),
+                other => {
+                    Err(de::Error::custom(format!("expected an f32 or \"inf\", \"-inf\", \"NaN\", got {other:?}")))
+                }
             },
         }
     }
@@ -336,14 +338,35 @@ pub enum Expr {
     Const(Value),
     Var(VarId),
     /// Element read. Global reads out of bounds give zero.
-    Load { buf: BufferId, index: Vec<Expr> },
-    Unary { op: UnOp, arg: Box<Expr> },
-    Binary { op: BinOp, lhs: Box<Expr>, rhs: Box<Expr> },
+    Load {
+        buf: BufferId,
+        index: Vec<Expr>,
+    },
+    Unary {
+        op: UnOp,
+        arg: Box<Expr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
     /// `a * b + c`, rounded once for floats.
-    Fma { a: Box<Expr>, b: Box<Expr>, c: Box<Expr> },
+    Fma {
+        a: Box<Expr>,
+        b: Box<Expr>,
+        c: Box<Expr>,
+    },
     /// Numeric conversion (`as`): float→int truncates and saturates, as Rust.
-    Cast { to: DType, arg: Box<Expr> },
-    Select { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
+    Cast {
+        to: DType,
+        arg: Box<Expr>,
+    },
+    Select {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
 }
 
 impl Expr {
@@ -444,22 +467,55 @@ pub struct Stmt {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum StmtKind {
     /// Bind a `Let` or `Mut` variable.
-    Let { var: VarId, value: Expr },
+    Let {
+        var: VarId,
+        value: Expr,
+    },
     /// Reassign a `Mut` variable.
-    Assign { var: VarId, value: Expr },
+    Assign {
+        var: VarId,
+        value: Expr,
+    },
     /// Element write. Global writes out of bounds are skipped.
-    Store { buf: BufferId, index: Vec<Expr>, value: Expr },
+    Store {
+        buf: BufferId,
+        index: Vec<Expr>,
+        value: Expr,
+    },
     /// `for var in start..end` (step 1).
-    For { var: VarId, start: Expr, end: Expr, kind: LoopKind, body: Vec<Stmt> },
-    If { cond: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt> },
+    For {
+        var: VarId,
+        start: Expr,
+        end: Expr,
+        kind: LoopKind,
+        body: Vec<Stmt>,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        otherwise: Vec<Stmt>,
+    },
     /// Collective copy, converting the element type if the two differ.
     /// `fill` (of the destination's dtype) replaces masked reads.
-    Copy { src: TileRef, dst: TileRef, fill: Option<Expr> },
+    Copy {
+        src: TileRef,
+        dst: TileRef,
+        fill: Option<Expr>,
+    },
     /// Set every element of a shared, fragment or local buffer.
-    Fill { buf: BufferId, value: Expr },
+    Fill {
+        buf: BufferId,
+        value: Expr,
+    },
     /// `dst = reduce(src, dim)`; `dst`'s shape is `src`'s without `dim`.
     /// With `keep`, `dst = op(dst, reduce(src, dim))`.
-    Reduce { op: ReduceOp, src: BufferId, dst: BufferId, dim: usize, keep: bool },
+    Reduce {
+        op: ReduceOp,
+        src: BufferId,
+        dst: BufferId,
+        dim: usize,
+        keep: bool,
+    },
     /// Matrix multiply on tensor cores: `c = op(a) · op(b)` (with `clear`) or
     /// `c += op(a) · op(b)`, where `op` transposes when `trans_*` is set.
     /// `a` is `[M, K]` (`[K, M]` with `trans_a`), a shared buffer or a
@@ -476,7 +532,11 @@ pub enum StmtKind {
         policy: WarpPolicy,
     },
     /// Atomic `+=` on one element of a global tensor (skipped out of bounds).
-    AtomicAdd { buf: BufferId, index: Vec<Expr>, value: Expr },
+    AtomicAdd {
+        buf: BufferId,
+        index: Vec<Expr>,
+        value: Expr,
+    },
     /// Explicit block-wide barrier (escape hatch; the compiler inserts the
     /// ones that shared-memory dependences need).
     Barrier,

@@ -65,7 +65,8 @@ pub struct DimDist {
 impl DimDist {
     /// The blocked distribution `(rep · thr + t_d) · spt + e`, `t_d = (t / stride) % thr`.
     pub fn blocked(spt: i64, thr: i64, reps: i64, stride: i64) -> DimDist {
-        let fields = if thr > 1 { vec![ThreadField { shift: log2(stride) as u32, count: thr, mult: spt }] } else { vec![] };
+        let fields =
+            if thr > 1 { vec![ThreadField { shift: log2(stride) as u32, count: thr, mult: spt }] } else { vec![] };
         let regs = (0..reps * spt).map(|l| (l / spt) * thr * spt + l % spt).collect();
         DimDist { fields, regs, vec: spt }
     }
@@ -168,7 +169,13 @@ impl RootLayout {
     /// every thread. `active` is the number of active threads of the layout
     /// the fixed dims come from: the result uses at least those threads (so
     /// that it agrees with that layout). `None` when that is impossible.
-    pub fn with_outer_fixed(shape: &[i64], threads: u32, max_vec: i64, fixed: &[DimDist], active: i64) -> Option<RootLayout> {
+    pub fn with_outer_fixed(
+        shape: &[i64],
+        threads: u32,
+        max_vec: i64,
+        fixed: &[DimDist],
+        active: i64,
+    ) -> Option<RootLayout> {
         let n = shape.len();
         let p = fixed.len();
         if p == 0 || p > n {
@@ -241,7 +248,10 @@ impl RootLayout {
         let col_regs = (0..tn / 4).map(|l| (l / 2) * 8 + l % 2).collect();
         RootLayout {
             shape: vec![m, n],
-            dims: vec![DimDist { fields: rows, regs: row_regs, vec: 1 }, DimDist { fields: cols, regs: col_regs, vec: 2 }],
+            dims: vec![
+                DimDist { fields: rows, regs: row_regs, vec: 1 },
+                DimDist { fields: cols, regs: col_regs, vec: 2 },
+            ],
             threads,
         }
     }
@@ -365,7 +375,8 @@ impl FragLayout {
             .dims
             .iter()
             .map(|d| {
-                let f: Vec<String> = d.fields.iter().map(|f| format!("t[{}+:{}]*{}", f.shift, log2(f.count), f.mult)).collect();
+                let f: Vec<String> =
+                    d.fields.iter().map(|f| format!("t[{}+:{}]*{}", f.shift, log2(f.count), f.mult)).collect();
                 let regs = if d.regs.len() > 6 {
                     format!("{:?}..{} regs", &d.regs[..4], d.regs.len())
                 } else {
@@ -465,7 +476,12 @@ impl SharedLayout {
     /// The layout a user asked for with `annotate_layout(..)` (see
     /// [`crate::ir::SharedLayoutSpec`]), or why it does not fit a
     /// `[rows, cols]` buffer of `elem`-byte elements.
-    pub fn from_spec(spec: crate::ir::SharedLayoutSpec, rows: i64, cols: i64, elem: i64) -> Result<SharedLayout, String> {
+    pub fn from_spec(
+        spec: crate::ir::SharedLayoutSpec,
+        rows: i64,
+        cols: i64,
+        elem: i64,
+    ) -> Result<SharedLayout, String> {
         use crate::ir::SharedLayoutSpec as S;
         let rb = cols * elem;
         match spec {
@@ -488,7 +504,14 @@ impl SharedLayout {
                     ));
                 }
                 // XOR source = byte-offset bits [log2(rb), +bits) = the row index's low bits.
-                Ok(SharedLayout { rows, cols, elem, row_stride: rb, swizzle: Some((bits, log2(rb) as u32 - 4)), panel_cols: None })
+                Ok(SharedLayout {
+                    rows,
+                    cols,
+                    elem,
+                    row_stride: rb,
+                    swizzle: Some((bits, log2(rb) as u32 - 4)),
+                    panel_cols: None,
+                })
             }
         }
     }
@@ -648,11 +671,14 @@ mod tests {
     #[test]
     fn outer_fixed_layouts_agree_with_reduced_rows() {
         // The rows of a reduction over [BM, BN] can drive a nest over [BM, D].
-        for (bm, bn, d, threads) in [(8i64, 64i64, 32i64, 128u32), (16, 256, 64, 256), (64, 64, 128, 128), (4, 1024, 100, 256)] {
+        for (bm, bn, d, threads) in
+            [(8i64, 64i64, 32i64, 128u32), (16, 256, 64, 256), (64, 64, 128, 128), (4, 1024, 100, 256)]
+        {
             let s = FragLayout::full(RootLayout::blocked(&[bm, bn], threads, 4));
             let m = s.reduced(1);
             let fixed = [m.root.dims[0].clone()];
-            let o = RootLayout::with_outer_fixed(&[bm, d], threads, 4, &fixed, m.root.active_threads()).expect("layout");
+            let o =
+                RootLayout::with_outer_fixed(&[bm, d], threads, 4, &fixed, m.root.active_threads()).expect("layout");
             let of = FragLayout::full(o.clone());
             check_root(&[bm, d], threads, 4);
             let view = FragLayout { root: o, kept: vec![0] };
@@ -755,7 +781,8 @@ mod tests {
             let threads = (warps.0 * warps.1 * 32) as u32;
             let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, threads, warps));
             let rows = acc.reduced(1);
-            let o = RootLayout::with_outer_fixed(&[m, d], threads, 4, &[rows.root.dims[0].clone()], threads as i64).expect("layout");
+            let o = RootLayout::with_outer_fixed(&[m, d], threads, 4, &[rows.root.dims[0].clone()], threads as i64)
+                .expect("layout");
             check_layout(&o, 4);
             let view = FragLayout { root: o, kept: vec![0] };
             assert!(view.agrees(&rows));
@@ -764,7 +791,16 @@ mod tests {
 
     #[test]
     fn shared_layouts_are_bijections_and_ldmatrix_is_conflict_free() {
-        for (rows, cols, elem) in [(64i64, 32i64, 2i64), (128, 64, 2), (32, 128, 2), (64, 16, 2), (16, 256, 2), (32, 24, 2), (8, 8, 4), (64, 48, 2)] {
+        for (rows, cols, elem) in [
+            (64i64, 32i64, 2i64),
+            (128, 64, 2),
+            (32, 128, 2),
+            (64, 16, 2),
+            (16, 256, 2),
+            (32, 24, 2),
+            (8, 8, 4),
+            (64, 48, 2),
+        ] {
             let l = SharedLayout::for_ldmatrix(rows, cols, elem);
             let mut seen = std::collections::HashSet::new();
             for r in 0..rows {
@@ -782,7 +818,8 @@ mod tests {
             if (cols * elem) % 16 == 0 && rows >= 8 {
                 for r0 in (0..rows - 7).step_by(8) {
                     for c in (0..cols).step_by((16 / elem) as usize) {
-                        let groups: std::collections::HashSet<i64> = (0..8).map(|i| (l.offset(r0 + i, c) % 128) / 16).collect();
+                        let groups: std::collections::HashSet<i64> =
+                            (0..8).map(|i| (l.offset(r0 + i, c) % 128) / 16).collect();
                         assert_eq!(groups.len(), 8, "{}: bank conflict at rows {r0}.., col {c}", l.describe());
                     }
                 }

@@ -20,7 +20,9 @@ pub mod ptx;
 pub mod thread_ir;
 pub mod verify;
 
-pub use compile::{compile, compile_variants, compile_verified, compile_verified_with, compile_with, CompileOptions, Compiled};
+pub use compile::{
+    compile, compile_variants, compile_verified, compile_verified_with, compile_with, CompileOptions, Compiled,
+};
 pub use ir::*;
 
 /// A code-generation target.

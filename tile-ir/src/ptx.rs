@@ -10,7 +10,9 @@
 //! parameters ([`TENSOR_MAP_PARAM`]) print as `.param .align 64 .b8 name[128]`.
 
 use crate::ir::SpanId;
-use crate::thread_ir::{fmt_address, fmt_inst, fmt_operand, Function, Inst, Operand, RegClass, Stmt, SMEM, TENSOR_MAP_PARAM};
+use crate::thread_ir::{
+    fmt_address, fmt_inst, fmt_operand, Function, Inst, Operand, RegClass, Stmt, SMEM, TENSOR_MAP_PARAM,
+};
 use crate::{CompileError, Target};
 use std::fmt::Write;
 
@@ -48,7 +50,10 @@ pub fn try_emit(f: &Function, target: Target) -> Result<String, CompileError> {
         if let Some(op) = bad {
             return Err(CompileError::new(
                 SpanId::NONE,
-                format!("kernel `{}` uses `{op}`, which needs sm_90 or later; compile it for sm_90a, not sm_80", f.name),
+                format!(
+                    "kernel `{}` uses `{op}`, which needs sm_90 or later; compile it for sm_90a, not sm_80",
+                    f.name
+                ),
             ));
         }
     }
@@ -137,7 +142,8 @@ fn emit_block(f: &Function, body: &[Stmt], out: &mut String, labels: &mut u32) {
                 let skip = if *negate { format!("@{p}") } else { format!("@!{p}") };
                 let else_label = format!("$L_else_{id}");
                 let end_label = format!("$L_end_{id}");
-                let _ = writeln!(out, "    {skip} {bra} {};", if otherwise.is_empty() { &end_label } else { &else_label });
+                let _ =
+                    writeln!(out, "    {skip} {bra} {};", if otherwise.is_empty() { &end_label } else { &else_label });
                 emit_block(f, then, out, labels);
                 if !otherwise.is_empty() {
                     let _ = writeln!(out, "    {bra} {end_label};");

@@ -341,12 +341,28 @@ impl Inst {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     /// An instruction, optionally predicated (`@p` / `@!p`).
-    Inst { inst: Inst, guard: Option<(Reg, bool)> },
+    Inst {
+        inst: Inst,
+        guard: Option<(Reg, bool)>,
+    },
     /// `if cond (negated when `negate`) { then } else { otherwise }`.
-    If { cond: Reg, negate: bool, uniform: bool, then: Vec<Stmt>, otherwise: Vec<Stmt> },
+    If {
+        cond: Reg,
+        negate: bool,
+        uniform: bool,
+        then: Vec<Stmt>,
+        otherwise: Vec<Stmt>,
+    },
     /// `for var in start..end` (32-bit signed counter, step 1); `exit` is a
     /// predicate register the loop test uses.
-    For { var: Reg, start: Operand, end: Operand, exit: Reg, uniform: bool, body: Vec<Stmt> },
+    For {
+        var: Reg,
+        start: Operand,
+        end: Operand,
+        exit: Reg,
+        uniform: bool,
+        body: Vec<Stmt>,
+    },
     Comment(String),
 }
 
@@ -443,19 +459,35 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             }
             s
         }
-        Inst::Pack { dst, lo, hi } => format!("mov.b32 {}, {{{}, {}}}", f.reg_name(*dst), f.reg_name(*lo), f.reg_name(*hi)),
-        Inst::Unpack { lo, hi, src } => format!("mov.b32 {{{}, {}}}, {}", f.reg_name(*lo), f.reg_name(*hi), f.reg_name(*src)),
+        Inst::Pack { dst, lo, hi } => {
+            format!("mov.b32 {}, {{{}, {}}}", f.reg_name(*dst), f.reg_name(*lo), f.reg_name(*hi))
+        }
+        Inst::Unpack { lo, hi, src } => {
+            format!("mov.b32 {{{}, {}}}, {}", f.reg_name(*lo), f.reg_name(*hi), f.reg_name(*src))
+        }
         Inst::Ld { space, ty, dsts, addr, .. } => {
             let d: Vec<Operand> = dsts.iter().map(|r| Operand::Reg(*r)).collect();
             format!("ld.{}{}.{ty} {}, {}", space.name(), vec_suffix(dsts.len()), fmt_list(f, &d), fmt_address(f, addr))
         }
         Inst::LdParam { ty, dst, name } => format!("ld.param.{ty} {}, [{name}]", f.reg_name(*dst)),
         Inst::St { space, ty, srcs, addr, .. } => {
-            format!("st.{}{}.{ty} {}, {}", space.name(), vec_suffix(srcs.len()), fmt_address(f, addr), fmt_list(f, srcs))
+            format!(
+                "st.{}{}.{ty} {}, {}",
+                space.name(),
+                vec_suffix(srcs.len()),
+                fmt_address(f, addr),
+                fmt_list(f, srcs)
+            )
         }
         Inst::AtomAdd { space, ty, dst, addr, src } => {
             let noftz = if *ty == "f16" || *ty == "bf16" { ".noftz" } else { "" };
-            format!("atom.{}.add{noftz}.{ty} {}, {}, {}", space.name(), f.reg_name(*dst), fmt_address(f, addr), fmt_operand(f, src))
+            format!(
+                "atom.{}.add{noftz}.{ty} {}, {}, {}",
+                space.name(),
+                f.reg_name(*dst),
+                fmt_address(f, addr),
+                fmt_operand(f, src)
+            )
         }
         Inst::ShflBfly { dst, src, lane_mask } => {
             format!("shfl.sync.bfly.b32 {}, {}, {lane_mask}, 31, -1", f.reg_name(*dst), f.reg_name(*src))
@@ -489,7 +521,13 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         }
         Inst::Mma { ab, d, a, b, c } => {
             let l = |rs: &[Reg]| rs.iter().map(|r| f.reg_name(*r)).collect::<Vec<_>>().join(", ");
-            format!("mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}", l(d), l(a), l(b), l(c))
+            format!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}",
+                l(d),
+                l(a),
+                l(b),
+                l(c)
+            )
         }
 
         // ---- Hopper ----
@@ -578,7 +616,8 @@ fn guard_text(f: &Function, guard: &Option<(Reg, bool)>) -> String {
 pub fn print_function(f: &Function) -> String {
     let mut out = String::new();
     let params: Vec<String> = f.params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
-    let _ = writeln!(out, "fn {}({}) threads={} shared_bytes={} {{", f.name, params.join(", "), f.threads, f.shared_bytes);
+    let _ =
+        writeln!(out, "fn {}({}) threads={} shared_bytes={} {{", f.name, params.join(", "), f.threads, f.shared_bytes);
     for (name, bytes) in &f.local_arrays {
         let _ = writeln!(out, "  local {name}[{bytes} bytes]");
     }

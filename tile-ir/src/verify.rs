@@ -173,7 +173,11 @@ impl<'k> Verifier<'k> {
         if buf.scope != Scope::Shared {
             self.err_at(
                 buf.span,
-                format!("`annotate_layout`: `{}` is a {}; only shared buffers have a layout to choose", buf.name, scope_name(buf.scope)),
+                format!(
+                    "`annotate_layout`: `{}` is a {}; only shared buffers have a layout to choose",
+                    buf.name,
+                    scope_name(buf.scope)
+                ),
             );
             return;
         }
@@ -367,7 +371,10 @@ impl<'k> Verifier<'k> {
         }
         let blocks: u128 = k.cluster.iter().map(|&c| c as u128).product();
         if k.cluster.contains(&0) {
-            self.err_at(SpanId::NONE, format!("kernel `{}`: cluster {:?} has an extent of 0; every extent is at least 1", k.name, k.cluster));
+            self.err_at(
+                SpanId::NONE,
+                format!("kernel `{}`: cluster {:?} has an extent of 0; every extent is at least 1", k.name, k.cluster),
+            );
         } else if blocks > MAX_CLUSTER_BLOCKS as u128 {
             self.err_at(
                 SpanId::NONE,

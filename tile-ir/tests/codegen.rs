@@ -9,9 +9,6 @@ use tile_ir::*;
 mod kernels;
 use kernels::*;
 
-
-
-
 struct Built {
     sm80: Compiled,
     sm90: Compiled,
@@ -77,10 +74,13 @@ fn softmax_compiles_with_shuffles_and_cross_warp_reduction() {
 /// Reduce a [A, B] (or [A, B, C]) fragment along `dim` and write the result.
 #[test]
 fn reductions_along_every_dim_assemble() {
-    let cases: &[&[i64]] = &[&[4, 64], &[16, 256], &[3, 100], &[64, 8], &[2, 4, 8], &[8, 3, 64], &[4, 32, 32], &[1, 1024]];
+    let cases: &[&[i64]] =
+        &[&[4, 64], &[16, 256], &[3, 100], &[64, 8], &[2, 4, 8], &[8, 3, 64], &[4, 32, 32], &[1, 1024]];
     for shape in cases {
         for dim in 0..shape.len() {
-            for (op, dt, threads) in [(ReduceOp::Sum, DType::F32, 128), (ReduceOp::Max, DType::F16, 256), (ReduceOp::Min, DType::BF16, 64)] {
+            for (op, dt, threads) in
+                [(ReduceOp::Sum, DType::F32, 128), (ReduceOp::Max, DType::F16, 256), (ReduceOp::Min, DType::BF16, 64)]
+            {
                 let k = reduce_kernel(shape, dim, op, dt, threads);
                 let b = build(&k);
                 let _ = b;
@@ -116,7 +116,15 @@ fn loop_with_shared_if_atomics_and_locals() {
         assert!(c.ptx.contains("cvt.rzi.s32.f32"));
         assert!(c.ptx.contains("bra.uni"));
         // Launch ABI: tensors, then dims, then scalars, each in order.
-        let order = [".param .u64 p0_x", ".param .u64 p1_total", ".param .u64 p2_counts", ".param .s32 p3_N", ".param .f32 p4_alpha", ".param .u32 p5_lim", ".param .b16 p6_h"];
+        let order = [
+            ".param .u64 p0_x",
+            ".param .u64 p1_total",
+            ".param .u64 p2_counts",
+            ".param .s32 p3_N",
+            ".param .f32 p4_alpha",
+            ".param .u32 p5_lim",
+            ".param .b16 p6_h",
+        ];
         let pos: Vec<usize> = order.iter().map(|p| c.ptx.find(p).unwrap_or_else(|| panic!("{p} missing"))).collect();
         assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
         // Barrier before the nest (RAW) and at the loop head (WAR across the back-edge).
@@ -179,7 +187,6 @@ fn atomics_assemble() {
     assert!(c.ptx.contains("atom.global.add.noftz.bf16"));
     assemble("atomics_bf16", &c.ptx, "sm_90a");
 }
-
 
 #[test]
 fn online_softmax_assembles_without_spills() {

@@ -5,13 +5,13 @@
 //! multiples of the tiles; and the annotation visibly changes the code
 //! (shared size, XOR instructions) without changing the result.
 
-mod ptxas;
 mod gemm_sim;
+mod ptxas;
 mod sim;
 
+use gemm_sim::*;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
-use gemm_sim::*;
 
 /// The pipelined matmul of `codegen_gemm_pipelined.rs` with `{A}` / `{B}`
 /// in place of the operands' layout annotations.
@@ -83,7 +83,8 @@ fn transposed_a_bf16_with_annotations_matches_the_reference() {
 /// the pipelined operands' alone (the scratch tile would add to it).
 fn compiled(text: &str) -> Compiled {
     let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
-    compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false, ..CompileOptions::default() }).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
+    compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
+        .unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
 }
 
 #[test]
@@ -101,7 +102,9 @@ fn annotation_changes_the_code() {
     assert_eq!(plain.shared_bytes as i64, 3 * (stage(128 * 64) + stage(32 * 256)));
     assert_eq!(padded.shared_bytes as i64, 3 * (stage(128 * 80) + stage(32 * 272)));
     // The plan reports the user's layout.
-    let desc = |c: &Compiled, name: &str| c.layouts.iter().find(|(n, _)| n == name).map(|(_, d)| d.clone()).unwrap_or_default();
+    let desc = |c: &Compiled, name: &str| {
+        c.layouts.iter().find(|(n, _)| n == name).map(|(_, d)| d.clone()).unwrap_or_default()
+    };
     assert!(desc(&padded, "a_s").contains("row_bytes=80"), "{:?}", padded.layouts);
     let swz = compiled(&with_layouts(MATMUL, "swizzle(1)", "swizzle(3)"));
     assert!(desc(&swz, "a_s").starts_with("shared swizzle<1,4,2>"), "{:?}", swz.layouts);
@@ -119,12 +122,18 @@ fn bad_annotations_are_compile_errors() {
         }
     };
     let e = err(with_layouts(MATMUL, "swizzle(3)", ""));
-    assert!(e.contains("`swizzle(3)` needs rows of a power of two of at least 128 bytes") && e.contains("64 bytes"), "{e}");
+    assert!(
+        e.contains("`swizzle(3)` needs rows of a power of two of at least 128 bytes") && e.contains("64 bytes"),
+        "{e}"
+    );
     let e = err(with_layouts(MATMUL, "padded(8)", ""));
     assert!(e.contains("positive multiple of 16"), "{e}");
     let e = err(with_layouts(MATMUL, "", "swizzle(4)"));
     assert!(e.contains("must be 1, 2 or 3"), "{e}");
-    let e = err(MATMUL.replace("{A}", "").replace("{B}", "").replace("@5 acc: fragment f32", "@5 acc: fragment(row_major()) f32"));
+    let e = err(MATMUL
+        .replace("{A}", "")
+        .replace("{B}", "")
+        .replace("@5 acc: fragment f32", "@5 acc: fragment(row_major()) f32"));
     assert!(e.contains("only shared buffers have a layout"), "{e}");
 }
 

@@ -13,12 +13,11 @@ mod gemm_sim;
 mod ptxas;
 mod sim;
 
+use gemm_sim::MATMUL;
 use half::f16;
 use std::collections::{HashMap, HashSet};
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
-use gemm_sim::MATMUL;
-
 
 /// `c[b] = a[b]ᵀ · w` over k-tiles `1..`: A stored `[batch, K, M]` (the copy
 /// advances along a non-innermost dim, under a leading batch dim), the loop
@@ -40,7 +39,9 @@ const BATCHED_TN_FROM_1: &str = "kernel batched_tn<%0 B, %1 K, %2 M, %3 N>(@0 a:
 }";
 
 fn is_reg(t: &str) -> bool {
-    t.starts_with('%') && t[1..].starts_with(|c: char| c.is_ascii_lowercase()) && t.ends_with(|c: char| c.is_ascii_digit())
+    t.starts_with('%')
+        && t[1..].starts_with(|c: char| c.is_ascii_lowercase())
+        && t.ends_with(|c: char| c.is_ascii_digit())
 }
 
 fn reg_tokens(line: &str) -> Vec<&str> {
@@ -111,7 +112,12 @@ fn steady_state_refill_costs_a_few_instructions_per_chunk() {
         // count, the stage's shared address and (for a chunk in another
         // row) one mad.wide; per copy the address and `rest` updates.
         // Before the reduction it was ~17 per chunk.
-        assert!(live.len() <= 6 * chunks + 8, "{} integer instructions for {chunks} chunks:\n{}", live.len(), live.join("\n"));
+        assert!(
+            live.len() <= 6 * chunks + 8,
+            "{} integer instructions for {chunks} chunks:\n{}",
+            live.len(),
+            live.join("\n")
+        );
         eprintln!("{}: {} integer instructions for {chunks} cp.async chunks", target.name(), live.len());
         if let Ok(dir) = std::env::var("TILE_DUMP") {
             let _ = std::fs::write(format!("{dir}/matmul_{}.ptx", target.name()), &c.ptx);
@@ -128,7 +134,8 @@ impl Rng {
         self.0
     }
     fn f16s(&mut self, n: usize) -> (Vec<u8>, Vec<f64>) {
-        let x: Vec<f16> = (0..n).map(|_| f16::from_f32((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
+        let x: Vec<f16> =
+            (0..n).map(|_| f16::from_f32((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
         (x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(), x.iter().map(|v| v.to_f64()).collect())
     }
 }
@@ -163,8 +170,12 @@ fn example_gemm_matches_reference_at_edges() {
         for i in 0..m {
             for j in 0..n {
                 let want: f64 = (0..kk).map(|p| av[i * kk + p] * bv[p * n + j]).sum();
-                let got = f16::from_bits(u16::from_le_bytes([out[2][2 * (i * n + j)], out[2][2 * (i * n + j) + 1]])).to_f64();
-                assert!((got - want).abs() <= 2e-2 * (1.0 + want.abs()), "{m}x{n}x{kk}: C[{i},{j}] = {got}, want {want}");
+                let got =
+                    f16::from_bits(u16::from_le_bytes([out[2][2 * (i * n + j)], out[2][2 * (i * n + j) + 1]])).to_f64();
+                assert!(
+                    (got - want).abs() <= 2e-2 * (1.0 + want.abs()),
+                    "{m}x{n}x{kk}: C[{i},{j}] = {got}, want {want}"
+                );
             }
         }
     }
@@ -176,7 +187,11 @@ fn batched_transposed_copy_from_a_nonzero_start_matches_reference() {
         let mut rng = Rng(0xBA7C4 ^ (bt * 1000 + kk * 10 + m + n) as u64);
         let (ab, av) = rng.f16s(bt * kk * m);
         let (wb, wv) = rng.f16s(kk * n);
-        let out = run(BATCHED_TN_FROM_1, vec![ab, wb, vec![0xFF; 4 * bt * m * n]], &[bt as i64, kk as i64, m as i64, n as i64]);
+        let out = run(
+            BATCHED_TN_FROM_1,
+            vec![ab, wb, vec![0xFF; 4 * bt * m * n]],
+            &[bt as i64, kk as i64, m as i64, n as i64],
+        );
         for z in 0..bt {
             for i in 0..m {
                 for j in 0..n {
@@ -184,7 +199,10 @@ fn batched_transposed_copy_from_a_nonzero_start_matches_reference() {
                     let want: f64 = (32.min(kk)..kk).map(|p| av[(z * kk + p) * m + i] * wv[p * n + j]).sum();
                     let o = 4 * ((z * m + i) * n + j);
                     let got = f32::from_le_bytes([out[2][o], out[2][o + 1], out[2][o + 2], out[2][o + 3]]) as f64;
-                    assert!((got - want).abs() <= 1e-3 * (1.0 + want.abs()), "{bt}x{kk}x{m}x{n}: C[{z},{i},{j}] = {got}, want {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                        "{bt}x{kk}x{m}x{n}: C[{z},{i},{j}] = {got}, want {want}"
+                    );
                 }
             }
         }
@@ -223,22 +241,34 @@ fn example_configuration_assembles_without_spills() {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
         for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
             let c = compile(&k, target).unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch}: {e:?}"));
-            let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
-                .unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch} (direct): {e:?}"));
+            let direct =
+                compile_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
+                    .unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch} (direct): {e:?}"));
             // The epilogue goes through shared memory (16-byte stores) in the
             // memory of the dead B stages: no more shared memory than before.
             assert!(c.ptx.contains("st.global.v4.b32"), "{dt} {gemm_b} {arch}: no 16-byte stores in the epilogue");
-            assert!(!direct.ptx.contains("st.global.v4"), "{dt} {gemm_b} {arch}: the direct epilogue has 16-byte stores");
-            assert_eq!(c.shared_bytes, direct.shared_bytes, "{dt} {gemm_b} {arch}: the epilogue scratch needs more shared memory");
-            if let (Some(report), Some(direct_report)) =
-                (ptxas::assemble("matmul_example", &c.ptx, arch), ptxas::assemble("matmul_example_direct", &direct.ptx, arch))
-            {
+            assert!(
+                !direct.ptx.contains("st.global.v4"),
+                "{dt} {gemm_b} {arch}: the direct epilogue has 16-byte stores"
+            );
+            assert_eq!(
+                c.shared_bytes, direct.shared_bytes,
+                "{dt} {gemm_b} {arch}: the epilogue scratch needs more shared memory"
+            );
+            if let (Some(report), Some(direct_report)) = (
+                ptxas::assemble("matmul_example", &c.ptx, arch),
+                ptxas::assemble("matmul_example_direct", &direct.ptx, arch),
+            ) {
                 assert!(
                     report.contains("0 bytes spill stores") && report.contains("0 bytes spill loads"),
                     "{dt} {gemm_b} ({arch}) spills:\n{report}"
                 );
                 let regs = |r: &str| -> u32 {
-                    r.split("Used ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(u32::MAX)
+                    r.split("Used ")
+                        .nth(1)
+                        .and_then(|t| t.split(' ').next())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(u32::MAX)
                 };
                 assert!(
                     regs(&report) <= regs(&direct_report),

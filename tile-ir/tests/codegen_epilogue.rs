@@ -46,7 +46,8 @@ impl Rng {
         self.0
     }
     fn f16s(&mut self, n: usize) -> (Vec<u8>, Vec<f64>) {
-        let x: Vec<f16> = (0..n).map(|_| f16::from_f32((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
+        let x: Vec<f16> =
+            (0..n).map(|_| f16::from_f32((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
         (x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(), x.iter().map(|v| v.to_f64()).collect())
     }
 }
@@ -90,8 +91,9 @@ fn staged_epilogue_matches_reference_at_edges() {
         let text = matmul(out, bm, bn, bk, threads);
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
         let staged = compile(&k, Target::Sm80).unwrap_or_else(|e| panic!("{out} {bm}x{bn}: {e:?}"));
-        let direct = compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
-            .unwrap_or_else(|e| panic!("{out} {bm}x{bn} (direct): {e:?}"));
+        let direct =
+            compile_with(&k, Target::Sm80, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
+                .unwrap_or_else(|e| panic!("{out} {bm}x{bn} (direct): {e:?}"));
         assert!(staged.ptx.contains("st.global.v4"), "{out} {bm}x{bn}: not staged");
         assert!(!direct.ptx.contains("st.global.v4"), "{out} {bm}x{bn}: direct path has 16-byte stores");
         if aliased {
@@ -101,7 +103,12 @@ fn staged_epilogue_matches_reference_at_edges() {
         }
         let esize = if out == "f32" { 4 } else { 2 };
         // N a multiple of 8 (16-byte path, f16) or of 4 (f32) and not (element fallback); M, N off the tile.
-        for (m, n, kk) in [(bm as usize + 5, bn as usize + 8, 72usize), (bm as usize * 2 - 1, bn as usize + 3, 40), (3, 8, 8), (7, 13, 17)] {
+        for (m, n, kk) in [
+            (bm as usize + 5, bn as usize + 8, 72usize),
+            (bm as usize * 2 - 1, bn as usize + 3, 40),
+            (3, 8, 8),
+            (7, 13, 17),
+        ] {
             let mut rng = Rng(0xE916 ^ (m * 7 + n * 131 + kk + bm as usize) as u64);
             let (ab, av) = rng.f16s(m * kk);
             let (bb, bv) = rng.f16s(kk * n);
@@ -111,7 +118,12 @@ fn staged_epilogue_matches_reference_at_edges() {
                 _ => 1e-3,
             };
             for (what, c) in [("staged", &staged), ("direct", &direct)] {
-                let res = run(c, &k, vec![ab.clone(), bb.clone(), vec![0xFF; esize * m * n]], &[m as i64, kk as i64, n as i64]);
+                let res = run(
+                    c,
+                    &k,
+                    vec![ab.clone(), bb.clone(), vec![0xFF; esize * m * n]],
+                    &[m as i64, kk as i64, n as i64],
+                );
                 for i in 0..m {
                     for j in 0..n {
                         let want: f64 = (0..kk).map(|p| av[i * kk + p] * bv[p * n + j]).sum();
@@ -151,7 +163,8 @@ fn a_scratch_that_does_not_fit_falls_back_to_direct_stores() {
     let k = parse_kernel(&matmul("f32", 128, 256, 64, 256)).unwrap_or_else(|e| panic!("parse: {e:?}"));
     for target in [Target::Sm80, Target::Sm90a] {
         let c = compile(&k, target).unwrap_or_else(|e| panic!("{e:?}"));
-        let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() }).unwrap_or_else(|e| panic!("{e:?}"));
+        let direct = compile_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() })
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(c.ptx, direct.ptx);
         assert!(!c.ptx.contains("st.global.v4"));
     }

@@ -265,7 +265,11 @@ fn gemm_layouts_are_reported() {
     let c = compile_verified(&gemm_kernel(&cfg(256, 128, 128, 32)), Target::Sm80).unwrap();
     let get = |n: &str| c.layouts.iter().find(|(b, _)| b == n).map(|x| x.1.clone()).unwrap_or_default();
     // 8 warps as 4×2: 32×64 per warp; A rows of 64 bytes, B rows of 256 bytes.
-    assert!(get("acc").contains("t[2+:3]*1 + t[6+:2]*32") && get("acc").contains("t[0+:2]*2 + t[5+:1]*64"), "{}", get("acc"));
+    assert!(
+        get("acc").contains("t[2+:3]*1 + t[6+:2]*32") && get("acc").contains("t[0+:2]*2 + t[5+:1]*64"),
+        "{}",
+        get("acc")
+    );
     assert_eq!(get("a_s"), "shared swizzle<2,4,3>(rows=128, row_bytes=64)");
     assert_eq!(get("b_s"), "shared swizzle<3,4,4>(rows=32, row_bytes=256)");
 }
@@ -318,7 +322,10 @@ fn accumulator_layout_conflicts_name_both_gemms() {
     let StmtKind::Gemm { a, b, c, .. } = body[2].kind.clone() else { panic!("gemm") };
     body.push(s(StmtKind::Gemm { a, b, c, trans_a: false, trans_b: false, clear: false, policy: WarpPolicy::FullCol }));
     let e = compile_err(&k);
-    assert!(e.contains("layout conflict on fragment `acc`") && e.contains("warps 4×1") && e.contains("warps 1×4"), "{e}");
+    assert!(
+        e.contains("layout conflict on fragment `acc`") && e.contains("warps 4×1") && e.contains("warps 1×4"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -333,8 +340,6 @@ fn unsupported_gemm_shapes_are_errors() {
 }
 
 // -------------------------------------------------------------------- ptxas
-
-
 
 /// Compiles for both targets, checks the PTX structure, assembles without spills.
 fn assemble_both(k: &Kernel, ldmatrix: &[&str]) -> Vec<String> {
@@ -387,7 +392,6 @@ fn gemm_128x256x32_and_64x64_tiles_assemble() {
         assemble_both(&gemm_kernel(&c), &["ldmatrix.sync.aligned.m8n8"]);
     }
 }
-
 
 // ----------------------------------------------------------- attention pattern
 

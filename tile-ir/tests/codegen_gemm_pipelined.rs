@@ -12,10 +12,9 @@
 mod gemm_sim;
 mod sim;
 
+use gemm_sim::*;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
-use gemm_sim::*;
-
 
 const MATMUL_BT: &str = "kernel matmul_bt<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[N, K], @2 c: &mut f16[M, N]) threads=256 grid=((N + 127) / 128, (M + 127) / 128, 1) swizzle=8 {
   %3 bx = block_idx.x
@@ -46,7 +45,6 @@ const GEMM_TN_BF16: &str = "kernel gemm_tn_bf16<%0 K, %1 M, %2 N>(@0 a: &bf16[K,
   }
   copy acc -> c[by * 64, bx * 64]
 }";
-
 
 #[test]
 fn matmul_three_stages_with_rasterization() {

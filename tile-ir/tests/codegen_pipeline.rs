@@ -234,8 +234,6 @@ fn the_simulator_catches_reads_before_the_wait() {
     run_fn(&c.function, &k, t, &[m as i64, kk as i64]);
 }
 
-
-
 /// The statement lists that hold a version of the (one) pipelined loop: the
 /// function body, or both branches of the uniform test that versions it.
 fn loop_versions(body: &[TStmt]) -> Vec<&[TStmt]> {
@@ -540,7 +538,6 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
     }
 }
 
-
 // ------------------------------------------------ pipelined gemm (mma.sync)
 
 /// `C[M, N] (f32) = op(A) · op(B)` tiled `bm × bn`, K in steps of `bk`, the
@@ -641,7 +638,12 @@ fn pipelined_gemm_128x128x32_assembles_without_spills() {
                 // The verifier does not know gemm yet (its branch adds it).
                 // Direct epilogue stores: the shared memory is the stages' alone
                 // (a staged epilogue adds its scratch; `codegen_epilogue.rs`).
-                let c = compile_verified_with(&k, target, CompileOptions { stage_epilogues: false, ..CompileOptions::default() }).unwrap();
+                let c = compile_verified_with(
+                    &k,
+                    target,
+                    CompileOptions { stage_epilogues: false, ..CompileOptions::default() },
+                )
+                .unwrap();
                 assert_eq!(c.shared_bytes, stages * 2 * 128 * 32 * 2);
                 if let Some(r) = assemble(&k.name, &c.ptx, arch) {
                     assert!(

@@ -106,7 +106,12 @@ fn softmax_matches_reference() {
                 let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let sum: f64 = row.iter().map(|v| (v - mx).exp()).sum();
                 for j in 0..n {
-                    close(y[r * n + j], (row[j] - mx).exp() / sum, 2e-3, &format!("softmax t{threads} bn{bn} m{m} n{n} [{r},{j}]"));
+                    close(
+                        y[r * n + j],
+                        (row[j] - mx).exp() / sum,
+                        2e-3,
+                        &format!("softmax t{threads} bn{bn} m{m} n{n} [{r},{j}]"),
+                    );
                 }
             }
         }
@@ -116,12 +121,16 @@ fn softmax_matches_reference() {
 #[test]
 fn reductions_match_reference_along_every_dim() {
     let mut rng = Rng(7);
-    let cases: &[&[i64]] = &[&[4, 64], &[16, 256], &[3, 100], &[64, 8], &[2, 4, 8], &[8, 3, 64], &[4, 32, 32], &[1, 1024], &[5, 7, 9]];
+    let cases: &[&[i64]] =
+        &[&[4, 64], &[16, 256], &[3, 100], &[64, 8], &[2, 4, 8], &[8, 3, 64], &[4, 32, 32], &[1, 1024], &[5, 7, 9]];
     for shape in cases {
         for dim in 0..shape.len() {
-            for (op, dt, threads) in
-                [(ReduceOp::Sum, DType::F32, 128u32), (ReduceOp::Max, DType::F16, 256), (ReduceOp::Min, DType::BF16, 64), (ReduceOp::Sum, DType::F32, 96)]
-            {
+            for (op, dt, threads) in [
+                (ReduceOp::Sum, DType::F32, 128u32),
+                (ReduceOp::Max, DType::F16, 256),
+                (ReduceOp::Min, DType::BF16, 64),
+                (ReduceOp::Sum, DType::F32, 96),
+            ] {
                 let k = reduce_kernel(shape, dim, op, dt, threads);
                 let total: usize = shape.iter().product::<i64>() as usize;
                 let x: Vec<f32> = (0..total).map(|_| rng.f32(-3.0, 3.0)).collect();
@@ -138,12 +147,15 @@ fn reductions_match_reference_along_every_dim() {
                     let out = run(&k, target, vec![xb.clone(), vec![0u8; 4 * rn]], &dims, &[]);
                     let y = f32s(&out[1]);
                     // Reference: out[rest] = op(1.0, reduce over dim).
-                    let strides: Vec<usize> = (0..shape.len()).map(|d| shape[d + 1..].iter().product::<i64>() as usize).collect();
+                    let strides: Vec<usize> =
+                        (0..shape.len()).map(|d| shape[d + 1..].iter().product::<i64>() as usize).collect();
                     for o in 0..rn {
                         // Unflatten o over rshape, insert dim.
                         let mut idx = vec![0usize; shape.len()];
                         let mut rem = o;
-                        for (a, d) in (0..shape.len()).filter(|d| *d != dim).enumerate().collect::<Vec<_>>().into_iter().rev() {
+                        for (a, d) in
+                            (0..shape.len()).filter(|d| *d != dim).enumerate().collect::<Vec<_>>().into_iter().rev()
+                        {
                             idx[d] = rem % rshape[a] as usize;
                             rem /= rshape[a] as usize;
                         }
@@ -185,7 +197,9 @@ fn transpose_through_shared_matches_reference() {
 fn serial_loop_if_locals_atomics_match_reference() {
     let k = loop_kernel(256);
     let mut rng = Rng(99);
-    for (n, lim, alpha, h) in [(1000usize, 2u32, 0.5f32, 1.5f32), (256, 0, -1.25, 2.0), (1, 5, 2.0, -3.0), (2000, 3, 1.0, 0.25)] {
+    for (n, lim, alpha, h) in
+        [(1000usize, 2u32, 0.5f32, 1.5f32), (256, 0, -1.25, 2.0), (1, 5, 2.0, -3.0), (2000, 3, 1.0, 0.25)]
+    {
         for target in [Target::Sm80, Target::Sm90a] {
             let x: Vec<f32> = (0..n).map(|_| rng.f32(-2.0, 2.0)).collect();
             let total0 = [10.0f32, 0.0, 0.0, 0.0];
@@ -290,7 +304,11 @@ fn copies_in_every_direction_match_reference() {
             for i in 0..m {
                 for j in 0..n {
                     let src = if j + 1 < n { x[(bb * m + i) * n + j + 1] } else { 7.0 };
-                    assert_eq!(y[(bb * m + i) * n + j], f16::from_f32(src).to_f32(), "y[{bb},{i},{j}] (b {b} m {m} n {n})");
+                    assert_eq!(
+                        y[(bb * m + i) * n + j],
+                        f16::from_f32(src).to_f32(),
+                        "y[{bb},{i},{j}] (b {b} m {m} n {n})"
+                    );
                 }
             }
         }
@@ -314,7 +332,12 @@ fn unsupported_constructs_are_errors_not_panics() {
         s(StmtKind::Reduce { op: ReduceOp::Max, src: t_, dst: mm, dim: 1, keep: true }),
     ];
     let e = compile(&k, Target::Sm80).unwrap_err();
-    assert!(e[0].message.contains("`m`") && e[0].message.contains("reduction of `s`") && e[0].message.contains("reduction of `t`"), "{e:?}");
+    assert!(
+        e[0].message.contains("`m`")
+            && e[0].message.contains("reduction of `s`")
+            && e[0].message.contains("reduction of `t`"),
+        "{e:?}"
+    );
 
     // Fragment element access outside a parallel loop.
     let mut k = Kernel::new("outside", 128);
@@ -327,7 +350,8 @@ fn unsupported_constructs_are_errors_not_panics() {
     // bf16 atomics need sm_90.
     let mut k = Kernel::new("atom", 32);
     let t = k.add_tensor_param("t", DType::BF16, vec![Extent::Const(4)], true);
-    k.body = vec![s(StmtKind::AtomicAdd { buf: t, index: vec![Expr::i32(0)], value: Expr::Const(Value::BF16(bf16::ONE)) })];
+    k.body =
+        vec![s(StmtKind::AtomicAdd { buf: t, index: vec![Expr::i32(0)], value: Expr::Const(Value::BF16(bf16::ONE)) })];
     assert!(compile(&k, Target::Sm80).unwrap_err()[0].message.contains("bf16"));
     assert!(compile(&k, Target::Sm90a).is_ok());
 
@@ -352,18 +376,29 @@ fn unsupported_constructs_are_errors_not_panics() {
 
 #[test]
 fn reduced_rows_drive_a_nest_of_another_width() {
-    for (threads, bm, bn, d) in [(128u32, 8i64, 64i64, 32i64), (256, 16, 256, 64), (128, 64, 64, 128), (64, 4, 100, 12)] {
+    for (threads, bm, bn, d) in [(128u32, 8i64, 64i64, 32i64), (256, 16, 256, 64), (128, 64, 64, 128), (64, 4, 100, 12)]
+    {
         let k = row_scale_kernel(threads, bm, bn, d);
         let mut rng = Rng(3);
         for m in [bm as usize, bm as usize * 2 + 3, 1] {
             let x: Vec<f32> = (0..m * bn as usize).map(|_| rng.f32(-5.0, 5.0)).collect();
             let z: Vec<f32> = (0..m * d as usize).map(|_| rng.f32(-5.0, 5.0)).collect();
-            let out = run(&k, Target::Sm80, vec![bytes_f32(&x), bytes_f32(&z), vec![0u8; 4 * m * d as usize]], &[m as i64], &[]);
+            let out = run(
+                &k,
+                Target::Sm80,
+                vec![bytes_f32(&x), bytes_f32(&z), vec![0u8; 4 * m * d as usize]],
+                &[m as i64],
+                &[],
+            );
             let o = f32s(&out[2]);
             for i in 0..m {
                 let mx = x[i * bn as usize..(i + 1) * bn as usize].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                 for j in 0..d as usize {
-                    assert_eq!(o[i * d as usize + j], z[i * d as usize + j] * mx, "t{threads} bm{bm} bn{bn} d{d} m{m} [{i},{j}]");
+                    assert_eq!(
+                        o[i * d as usize + j],
+                        z[i * d as usize + j] * mx,
+                        "t{threads} bm{bm} bn{bn} d{d} m{m} [{i},{j}]"
+                    );
                 }
             }
         }
@@ -406,12 +441,14 @@ fn divergent_control_flow_inside_parallel_loops() {
 
 #[test]
 fn atomics_from_parallel_loops_match_reference() {
-    for (k, target) in [(atomics_kernel(64, 128, false), Target::Sm80), (atomics_kernel(64, 128, true), Target::Sm90a)] {
+    for (k, target) in [(atomics_kernel(64, 128, false), Target::Sm80), (atomics_kernel(64, 128, true), Target::Sm90a)]
+    {
         let mut rng = Rng(23);
         for n in [300usize, 128, 7] {
             let x: Vec<i32> = (0..n).map(|_| (rng.next() % 20) as i32 - 2).collect();
             let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let out = run(&k, target, vec![xb, vec![0u8; 64], vec![0u8; 4], vec![0u8; 4], vec![0u8; 2]], &[n as i64], &[]);
+            let out =
+                run(&k, target, vec![xb, vec![0u8; 64], vec![0u8; 4], vec![0u8; 4], vec![0u8; 2]], &[n as i64], &[]);
             let hist = i32s(&out[1]);
             for b in 0..16 {
                 assert_eq!(hist[b], x.iter().filter(|v| **v == b as i32).count() as i32, "bin {b}");
@@ -423,7 +460,11 @@ fn atomics_from_parallel_loops_match_reference() {
             if k.name == "atomics_bf16" {
                 let padded = n.div_ceil(128) * 128;
                 let b = bf16::from_bits(u16::from_le_bytes([out[4][0], out[4][1]])).to_f32();
-                assert_eq!(b, (padded as f32).min(256.0), "one bf16 add per iteration (bf16 saturates its integer range at 256)");
+                assert_eq!(
+                    b,
+                    (padded as f32).min(256.0),
+                    "one bf16 add per iteration (bf16 saturates its integer range at 256)"
+                );
             }
         }
     }
@@ -464,7 +505,12 @@ fn online_softmax_matches_reference() {
                 let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let sum: f64 = row.iter().map(|v| (v - mx).exp()).sum();
                 for j in 0..n {
-                    close(y[r * n + j], (row[j] - mx).exp() / sum, 3e-3, &format!("online softmax t{threads} bn{bn} {m}x{n} [{r},{j}]"));
+                    close(
+                        y[r * n + j],
+                        (row[j] - mx).exp() / sum,
+                        3e-3,
+                        &format!("online softmax t{threads} bn{bn} {m}x{n} [{r},{j}]"),
+                    );
                 }
             }
         }

@@ -129,11 +129,17 @@ impl G {
         let mut rng = Rng(0x5EED ^ (m * 7919 + n * 31 + kk) as u64);
         let (ab, av) = random(&mut rng, dt, m * kk, -1.0, 1.0);
         let (bb, bv) = random(&mut rng, dt, kk * n, -1.0, 1.0);
-        let out = run_on(target, &self.text(), vec![ab, bb, vec![0xFF; 4 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
+        let out =
+            run_on(target, &self.text(), vec![ab, bb, vec![0xFF; 4 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
         let got: Vec<f64> = out[2].chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect();
         let want = reference(m, n, kk, &av, &bv, self.ta, self.tb);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 1e-3 * (1.0 + w.abs()), "{self:?} {m}×{n}×{kk}: C[{}, {}] = {g}, want {w}", i / n, i % n);
+            assert!(
+                (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+                "{self:?} {m}×{n}×{kk}: C[{}, {}] = {g}, want {w}",
+                i / n,
+                i % n
+            );
         }
     }
 }
@@ -175,7 +181,8 @@ fn one_warpgroup_f16_bf16_both_transposes() {
 #[test]
 fn swizzle_spans_32_64_128_and_narrow_n() {
     // K tile 16 (32-byte rows), 64 (128-byte rows); N = 32, 24, 8 (K-major B).
-    for (bn, bk, tb) in [(64, 16, true), (64, 64, true), (32, 64, true), (24, 32, true), (8, 16, true), (32, 32, false)] {
+    for (bn, bk, tb) in [(64, 16, true), (64, 64, true), (32, 64, true), (24, 32, true), (8, 16, true), (32, 32, false)]
+    {
         let g = G { tb, ..G::new(128, 64, bn, bk) };
         let c = assert_wgmma(&g.text());
         assert_no_spills(&c, &format!("wgmma_n{bn}_k{bk}"));
@@ -204,9 +211,12 @@ fn pipelined_loops_and_clear() {
             // The wait for iteration k's wgmmas moved around the back-edge:
             // it comes right before iteration k+1's barrier (after its
             // cp.async wait), and once more after the loop.
-            let lines: Vec<&str> = c.ptx.lines().map(str::trim).filter(|l| !l.starts_with("fence.proxy.async")).collect();
+            let lines: Vec<&str> =
+                c.ptx.lines().map(str::trim).filter(|l| !l.starts_with("fence.proxy.async")).collect();
             let rotated = lines.windows(3).any(|w| {
-                w[0].starts_with("cp.async.wait_group") && w[1] == "wgmma.wait_group.sync.aligned 0;" && w[2].starts_with("bar.sync")
+                w[0].starts_with("cp.async.wait_group")
+                    && w[1] == "wgmma.wait_group.sync.aligned 0;"
+                    && w[2].starts_with("bar.sync")
             });
             assert!(rotated, "wgmma wait not deferred to the next iteration:\n{}", c.thread_ir);
             // More k-steps than stages, fewer, and a partial last one.
@@ -252,7 +262,11 @@ fn proxy_fences_order_generic_writes_before_wgmma() {
 fn ineligible_gemms_keep_mma_sync() {
     let mma_only = |g: &G| {
         let c = compiled(&g.text(), Target::Sm90a);
-        assert!(c.ptx.contains("mma.sync.aligned") && !c.ptx.contains("wgmma"), "expected mma.sync only:\n{}", c.thread_ir);
+        assert!(
+            c.ptx.contains("mma.sync.aligned") && !c.ptx.contains("wgmma"),
+            "expected mma.sync only:\n{}",
+            c.thread_ir
+        );
         assert!(!c.ptx.contains("fence.proxy.async"));
         assert!(!c.layouts.iter().any(|(_, l)| l.contains("panels")), "{:?}", c.layouts);
     };
@@ -301,7 +315,8 @@ fn panelled_operands_wider_than_128_bytes() {
         let mut rng = Rng(0xBEEF ^ (m * 31 + n + kk) as u64);
         let (ab, av) = random(&mut rng, DType::F16, m * kk, -1.0, 1.0);
         let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
-        let out = run_on(Target::Sm90a, MATMUL, vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
+        let out =
+            run_on(Target::Sm90a, MATMUL, vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
         let err = rel_l2(&decode(DType::F16, &out[2]), &reference(m, n, kk, &av, &bv, false, false));
         assert!(err <= 2e-3, "matmul {m}x{n}x{kk}: relative L2 error {err:.3e}");
     }
@@ -327,7 +342,6 @@ fn accumulator_has_the_wgmma_layout() {
 
 // ------------------------------------------------------- FlashAttention
 
-
 /// [`ATTENTION`] with head dimension `d`, `bm` query rows per block over
 /// `threads` threads, and element type `dt`.
 fn attention_text(d: i64, bm: i64, threads: u32, dt: &str) -> String {
@@ -348,8 +362,14 @@ fn attention_text(d: i64, bm: i64, threads: u32, dt: &str) -> String {
         .replace("%7 i in parallel 0..64", &format!("%7 i in parallel 0..{bm}"))
         .replace("%8 i in parallel 0..64", &format!("%8 i in parallel 0..{bm}"))
         .replace("%10 i in parallel 0..64", &format!("%10 i in parallel 0..{bm}"))
-        .replace("%11 i in parallel 0..64 {\n      for %12 j in parallel 0..64", &format!("%11 i in parallel 0..{bm} {{\n      for %12 j in parallel 0..{d}"))
-        .replace("%13 i in parallel 0..64 {\n    for %14 j in parallel 0..64", &format!("%13 i in parallel 0..{bm} {{\n    for %14 j in parallel 0..{d}"))
+        .replace(
+            "%11 i in parallel 0..64 {\n      for %12 j in parallel 0..64",
+            &format!("%11 i in parallel 0..{bm} {{\n      for %12 j in parallel 0..{d}"),
+        )
+        .replace(
+            "%13 i in parallel 0..64 {\n    for %14 j in parallel 0..64",
+            &format!("%13 i in parallel 0..{bm} {{\n    for %14 j in parallel 0..{d}"),
+        )
 }
 
 /// Runs an attention text on random inputs (`d` head dim) and compares
@@ -360,11 +380,18 @@ fn check_attention(text: &str, d: usize, dt: DType, sq: usize, sk: usize, tol: f
     let (kb, kv) = random(&mut rng, dt, sk * d, -2.0, 2.0);
     let (vb, vv) = random(&mut rng, dt, sk * d, -1.0, 1.0);
     let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-    let out = run_on(Target::Sm90a, text, vec![qb, kb, vb, vec![0xFF; 2 * sq * d]], &[sq as i64, sk as i64], &[scale.to_bits() as u64]);
+    let out = run_on(
+        Target::Sm90a,
+        text,
+        vec![qb, kb, vb, vec![0xFF; 2 * sq * d]],
+        &[sq as i64, sk as i64],
+        &[scale.to_bits() as u64],
+    );
     let got = decode(dt, &out[3]);
     let mut want = vec![0.0; sq * d];
     for i in 0..sq {
-        let s: Vec<f64> = (0..sk).map(|j| (0..d).map(|c| qv[i * d + c] * kv[j * d + c]).sum::<f64>() / (d as f64).sqrt()).collect();
+        let s: Vec<f64> =
+            (0..sk).map(|j| (0..d).map(|c| qv[i * d + c] * kv[j * d + c]).sum::<f64>() / (d as f64).sqrt()).collect();
         let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
         let sum: f64 = p.iter().sum();
@@ -410,11 +437,19 @@ fn flash_attention_pv_from_registers() {
         let (kb, kv) = random(&mut rng, DType::F16, sk * d, -2.0, 2.0);
         let (vb, vv) = random(&mut rng, DType::F16, sk * d, -1.0, 1.0);
         let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-        let out = run_on(Target::Sm90a, ATTENTION, vec![qb, kb, vb, vec![0xFF; 2 * sq * d]], &[sq as i64, sk as i64], &[scale.to_bits() as u64]);
+        let out = run_on(
+            Target::Sm90a,
+            ATTENTION,
+            vec![qb, kb, vb, vec![0xFF; 2 * sq * d]],
+            &[sq as i64, sk as i64],
+            &[scale.to_bits() as u64],
+        );
         let got = decode(DType::F16, &out[3]);
         let mut want = vec![0.0; sq * d];
         for i in 0..sq {
-            let s: Vec<f64> = (0..sk).map(|j| (0..d).map(|c| qv[i * d + c] * kv[j * d + c]).sum::<f64>() / (d as f64).sqrt()).collect();
+            let s: Vec<f64> = (0..sk)
+                .map(|j| (0..d).map(|c| qv[i * d + c] * kv[j * d + c]).sum::<f64>() / (d as f64).sqrt())
+                .collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
             let sum: f64 = p.iter().sum();
@@ -459,7 +494,8 @@ fn wgmma_reading_unfenced_generic_writes_fails() {
             params.insert(name.clone(), val);
         }
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut sm = sim::Sim::new(&f, vec![vec![0; 2 * m * kk], vec![0; 2 * kk * n], vec![0; 4 * m * n]], params.clone());
+            let mut sm =
+                sim::Sim::new(&f, vec![vec![0; 2 * m * kk], vec![0; 2 * kk * n], vec![0; 4 * m * n]], params.clone());
             sm.run_block();
         }));
         let msg = run.expect_err("a wgmma read unfenced generic writes and the simulator let it pass");
@@ -493,7 +529,11 @@ fn panelled_tile_shared_by_wgmma_and_mma_sync() {
   copy acc2 -> c2[0, bx * 128]
 }";
     let c = compiled(text, Target::Sm90a);
-    assert!(c.ptx.contains("wgmma.mma_async") && c.ptx.contains("mma.sync.aligned") && c.ptx.contains("ldmatrix"), "{}", c.thread_ir);
+    assert!(
+        c.ptx.contains("wgmma.mma_async") && c.ptx.contains("mma.sync.aligned") && c.ptx.contains("ldmatrix"),
+        "{}",
+        c.thread_ir
+    );
     assert!(c.layouts.iter().any(|(n, l)| n == "b_s" && l.contains("panels of 64 columns")), "{:?}", c.layouts);
     assert_no_spills(&c, "wgmma_and_mma");
     let (kk, n) = (70usize, 200usize);
@@ -501,9 +541,18 @@ fn panelled_tile_shared_by_wgmma_and_mma_sync() {
     let (ab, av) = random(&mut rng, DType::F16, 64 * kk, -1.0, 1.0);
     let (a2b, a2v) = random(&mut rng, DType::F16, 32 * kk, -1.0, 1.0);
     let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
-    let out = run_on(Target::Sm90a, text, vec![ab, a2b, bb, vec![0xFF; 4 * 64 * n], vec![0xFF; 4 * 32 * n]], &[kk as i64, n as i64], &[]);
+    let out = run_on(
+        Target::Sm90a,
+        text,
+        vec![ab, a2b, bb, vec![0xFF; 4 * 64 * n], vec![0xFF; 4 * 32 * n]],
+        &[kk as i64, n as i64],
+        &[],
+    );
     let f32s = |b: &[u8]| b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect::<Vec<_>>();
-    for (got, want) in [(f32s(&out[3]), reference(64, n, kk, &av, &bv, false, false)), (f32s(&out[4]), reference(32, n, kk, &a2v, &bv, false, false))] {
+    for (got, want) in [
+        (f32s(&out[3]), reference(64, n, kk, &av, &bv, false, false)),
+        (f32s(&out[4]), reference(32, n, kk, &a2v, &bv, false, false)),
+    ] {
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-3 * (1.0 + w.abs()), "element {i}: {g}, want {w}");
         }

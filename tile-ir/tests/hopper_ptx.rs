@@ -44,15 +44,25 @@ fn all_forms(n: u32, cta_dst: bool) -> Function {
     let bar_addr = Address { base: Operand::Reg(bar), offset: 8 };
     let leader = b.reg(RegClass::Pred);
     b.push(Inst::ElectSync { pred: leader });
-    b.f.body.push(Stmt::Inst { inst: Inst::MbarInit { addr: bar_addr.clone(), count: Operand::Imm(1) }, guard: Some((leader, false)) });
+    b.f.body.push(Stmt::Inst {
+        inst: Inst::MbarInit { addr: bar_addr.clone(), count: Operand::Imm(1) },
+        guard: Some((leader, false)),
+    });
     b.push(Inst::FenceMbarrierInit);
     b.push(Inst::MbarArrive { addr: smem(16) });
     let c0 = b.reg(RegClass::B32);
     b.push(Inst::Op { op: "mov.u32".into(), dst: c0, args: vec![Operand::Special(Special::TidX)] });
     let hint = b.reg(RegClass::B64);
-    b.push(Inst::Op { op: "createpolicy.fractional.L2::evict_first.b64".into(), dst: hint, args: vec![Operand::F32(1.0)] });
+    b.push(Inst::Op {
+        op: "createpolicy.fractional.L2::evict_first.b64".into(),
+        dst: hint,
+        args: vec![Operand::F32(1.0)],
+    });
     let then = vec![
-        Stmt::Inst { inst: Inst::MbarArriveExpectTx { addr: bar_addr.clone(), tx_bytes: Operand::Imm(2048) }, guard: None },
+        Stmt::Inst {
+            inst: Inst::MbarArriveExpectTx { addr: bar_addr.clone(), tx_bytes: Operand::Imm(2048) },
+            guard: None,
+        },
         Stmt::Inst {
             inst: Inst::TmaLoad {
                 dst: smem(1024),
@@ -129,7 +139,13 @@ fn all_forms(n: u32, cta_dst: bool) -> Function {
     b.push(Inst::WgmmaCommit);
     b.push(Inst::WgmmaWait { pending: 0 });
     // Accumulator → shared → TMA store.
-    b.push(Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(d[0])], addr: smem(3072), region: None });
+    b.push(Inst::St {
+        space: Space::Shared,
+        ty: "f32",
+        srcs: vec![Operand::Reg(d[0])],
+        addr: smem(3072),
+        region: None,
+    });
     b.push(Inst::FenceProxyAsync);
     b.push(Inst::BarSync);
     for rank in 1..=5 {
@@ -154,7 +170,9 @@ fn every_form_assembles_for_sm90a() {
         assert!(ptx.contains(".param .align 64 .b8 tmap[128],"), "{ptx}");
         assert!(ptx.contains("mbarrier.try_wait.parity.shared::cta.b64"));
         assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16")));
-        assert!(ptx.contains("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"));
+        assert!(ptx.contains(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+        ));
         assert!(ptx.contains("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group"));
         if let Some(report) = ptxas::assemble(&format!("hopper_forms_n{n}"), &ptx, "sm_90a") {
             assert!(!report.contains("error"), "{report}");

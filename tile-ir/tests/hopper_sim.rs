@@ -96,7 +96,13 @@ impl K {
         let v: Vec<Reg> = (0..4).map(|_| self.reg(RegClass::B32)).collect();
         let step = 16 * self.f.threads as i64;
         for j in 0..len / step {
-            self.push(Inst::Ld { space: Space::Shared, ty: "b32", dsts: v.clone(), addr: at(s, from + j * step), region: None });
+            self.push(Inst::Ld {
+                space: Space::Shared,
+                ty: "b32",
+                dsts: v.clone(),
+                addr: at(s, from + j * step),
+                region: None,
+            });
             let srcs = v.iter().map(|r| Operand::Reg(*r)).collect();
             self.push(Inst::St { space: Space::Global, ty: "b32", srcs, addr: at(g, j * step), region: None });
         }
@@ -331,7 +337,12 @@ fn tma_store_writes_only_in_bounds_elements() {
     k.push(Inst::MbarWait { addr: smem(0), parity: Operand::Imm(0), pred: p });
     // Store the box back at (64, 30): partly out of bounds.
     k.if_leader(vec![
-        Inst::TmaStore { tmap: Operand::Reg(k.tmap), coords: vec![Operand::Imm(64), Operand::Imm(30)], src: smem(1024), region: None },
+        Inst::TmaStore {
+            tmap: Operand::Reg(k.tmap),
+            coords: vec![Operand::Imm(64), Operand::Imm(30)],
+            src: smem(1024),
+            region: None,
+        },
         Inst::BulkCommit,
         Inst::BulkWaitRead { pending: 0 },
     ]);
@@ -362,7 +373,12 @@ fn overwriting_a_tma_store_source_before_wait_read_fails() {
     let x = Mat::random(16, 64, &mut Rng(3));
     let mut k = K::new(128, 4096, &[("tmap", TENSOR_MAP_PARAM), ("out", ".u64")]);
     k.if_leader(vec![
-        Inst::TmaStore { tmap: Operand::Reg(k.tmap), coords: vec![Operand::Imm(0), Operand::Imm(0)], src: smem(1024), region: None },
+        Inst::TmaStore {
+            tmap: Operand::Reg(k.tmap),
+            coords: vec![Operand::Imm(0), Operand::Imm(0)],
+            src: smem(1024),
+            region: None,
+        },
         Inst::BulkCommit,
         Inst::St { space: Space::Shared, ty: "b32", srcs: vec![Operand::Imm(0)], addr: smem(1024), region: None },
     ]);
@@ -396,7 +412,11 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
         Major::MN => [n as u32, 64],
     };
     let b_bytes = (b_box[0] * b_box[1] * 2) as i64;
-    let mut k = K::new(128, (bar + 64) as u32, &[("ta", TENSOR_MAP_PARAM), ("tb", TENSOR_MAP_PARAM), ("afrag", ".u64"), ("out", ".u64")]);
+    let mut k = K::new(
+        128,
+        (bar + 64) as u32,
+        &[("ta", TENSOR_MAP_PARAM), ("tb", TENSOR_MAP_PARAM), ("afrag", ".u64"), ("out", ".u64")],
+    );
     let tb = k.reg(RegClass::B64);
     k.push(Inst::TensorMapAddr { dst: tb, param: "tb".into() });
     k.if_leader(vec![Inst::MbarInit { addr: smem(bar), count: Operand::Imm(1) }, Inst::FenceMbarrierInit]);
@@ -422,7 +442,13 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
     if a_in_regs {
         let g = k.global_addr("afrag", 64);
         for (s, regs) in afrag.iter().enumerate() {
-            k.push(Inst::Ld { space: Space::Global, ty: "b32", dsts: regs.to_vec(), addr: at(g, 16 * s as i64), region: None });
+            k.push(Inst::Ld {
+                space: Space::Global,
+                ty: "b32",
+                dsts: regs.to_vec(),
+                addr: at(g, 16 * s as i64),
+                region: None,
+            });
         }
     }
     let d: Vec<Reg> = (0..n / 2).map(|_| k.reg(RegClass::F32)).collect();
@@ -459,7 +485,13 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
     let g = k.global_addr("out", 4 * (n / 2) as i64);
     let srcs: Vec<Operand> = d.iter().map(|r| Operand::Reg(*r)).collect();
     for (j, chunk) in srcs.chunks(4).enumerate() {
-        k.push(Inst::St { space: Space::Global, ty: "f32", srcs: chunk.to_vec(), addr: at(g, 16 * j as i64), region: None });
+        k.push(Inst::St {
+            space: Space::Global,
+            ty: "f32",
+            srcs: chunk.to_vec(),
+            addr: at(g, 16 * j as i64),
+            region: None,
+        });
     }
     let f = k.f;
     // The A fragment per thread from the PTX placement (tile_ir::hopper).
@@ -484,7 +516,11 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
     p.insert("out".to_string(), GBASE + (3u64 << 32));
     let mut s = Sim::new(&f, vec![h16(&a.vals, bf), h16(&b.vals, bf), frag, vec![0; 128 * n * 2]], p);
     s.add_tensor_map("ta", a.map(0, [64, 64], 128));
-    let bmap = SimTensorMap { boxdim: b_box.to_vec(), swizzle: if n * 2 >= 128 || b_major == Major::K { 128 } else { (n * 2) as u32 }, ..b.map(1, [0, 0], 0) };
+    let bmap = SimTensorMap {
+        boxdim: b_box.to_vec(),
+        swizzle: if n * 2 >= 128 || b_major == Major::K { 128 } else { (n * 2) as u32 },
+        ..b.map(1, [0, 0], 0)
+    };
     s.add_tensor_map("tb", bmap);
     s.run_block();
     assert_eq!(s.hopper.wgmmas, 4);
@@ -502,7 +538,10 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
             }
             let o = 4 * (t as usize * n / 2 + i as usize);
             let got = f32::from_le_bytes(out[o..o + 4].try_into().unwrap()) as f64;
-            assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{ab} n{n} {b_major:?} regA={a_in_regs}: C[{r}][{c}] = {got}, want {want}");
+            assert!(
+                (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                "{ab} n{n} {b_major:?} regA={a_in_regs}: C[{r}][{c}] = {got}, want {want}"
+            );
         }
     }
 }
@@ -531,13 +570,20 @@ fn wgmma_register_a_matches_the_reference() {
 fn wgmma_without_wait_fails() {
     let mut k = K::new(128, 2048, &[("out", ".u64")]);
     let d: Vec<Reg> = (0..4).map(|_| k.reg(RegClass::F32)).collect();
-    let desc = hopper::MatrixDescriptor { start: 0, lbo: 128, sbo: 256, base_offset: 0, swizzle: hopper::Swizzle::None };
+    let desc =
+        hopper::MatrixDescriptor { start: 0, lbo: 128, sbo: 256, base_offset: 0, swizzle: hopper::Swizzle::None };
     let dr = k.reg(RegClass::B64);
     k.op("mov.b64", dr, vec![Operand::Imm(desc.encode().unwrap() as i64)]);
     // Shared memory written by every thread, fenced into the async proxy, then the barrier.
     let s = k.reg(RegClass::B32);
     k.op("mul.lo.u32", s, vec![Operand::Reg(k.tid), Operand::Imm(16)]);
-    k.push(Inst::St { space: Space::Shared, ty: "b32", srcs: vec![Operand::Imm(0x3C00_3C00); 4], addr: at(s, 0), region: None });
+    k.push(Inst::St {
+        space: Space::Shared,
+        ty: "b32",
+        srcs: vec![Operand::Imm(0x3C00_3C00); 4],
+        addr: at(s, 0),
+        region: None,
+    });
     k.push(Inst::FenceProxyAsync);
     k.push(Inst::BarSync);
     k.push(Inst::Wgmma {

@@ -35,7 +35,8 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
     assert_eq!(ws.threads, 384);
     assert!(ws.persistent, "pre-statements, the loop and a TMA store: persistent");
     assert!(ws.ptx.contains("%nctaid.x"));
-    let plain = compile_variants(&k, Target::Sm90a, CompileOptions { persistent: false, ..CompileOptions::default() }).unwrap();
+    let plain =
+        compile_variants(&k, Target::Sm90a, CompileOptions { persistent: false, ..CompileOptions::default() }).unwrap();
     assert!(!plain[0].persistent && !plain[0].ptx.contains("%nctaid.x"));
     if let Some(report) = ptxas::assemble("matmul_ws_plain", &plain[0].ptx, "sm_90a") {
         assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{report}");
@@ -43,15 +44,8 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
     assert_eq!(ws.tensor_maps.len(), 3, "A, B and the TMA store of C");
     assert_eq!(ws.tensor_maps[0].box_shape, vec![128, 64]);
     assert_eq!(ws.tensor_maps[1].box_shape, vec![64, 64]);
-    assert_eq!(
-        (ws.tensor_maps[2].tensor, &ws.tensor_maps[2].box_shape),
-        (2, &vec![128, 64])
-    );
-    assert!(
-        ws.ptx
-            .contains("cp.async.bulk.tensor.2d.global.shared::cta"),
-        "TMA store"
-    );
+    assert_eq!((ws.tensor_maps[2].tensor, &ws.tensor_maps[2].box_shape), (2, &vec![128, 64]));
+    assert!(ws.ptx.contains("cp.async.bulk.tensor.2d.global.shared::cta"), "TMA store");
     for needle in [
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
         "cp.async.bulk.tensor.2d",
@@ -63,7 +57,11 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
     }
     let tma = &v[1];
     assert_eq!((tma.threads, tma.tensor_maps.len()), (256, 2));
-    assert!(tma.ptx.contains("cp.async.bulk.tensor.2d") && tma.ptx.contains("wgmma.mma_async") && !tma.ptx.contains("cp.async.cg"));
+    assert!(
+        tma.ptx.contains("cp.async.bulk.tensor.2d")
+            && tma.ptx.contains("wgmma.mma_async")
+            && !tma.ptx.contains("cp.async.cg")
+    );
     if let Some(report) = ptxas::assemble("matmul_tma", &tma.ptx, "sm_90a") {
         assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{report}");
     }
@@ -74,19 +72,11 @@ fn the_example_gemm_gets_a_warp_specialized_variant() {
     assert!(general.ptx.contains("wgmma.mma_async") && general.ptx.contains("cp.async.cg"));
     let report = ptxas::assemble("matmul_ws", &ws.ptx, "sm_90a");
     if let Some(report) = report {
-        assert!(
-            report.contains("0 bytes spill stores, 0 bytes spill loads"),
-            "{report}"
-        );
+        assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{report}");
         println!("{report}");
     }
     // sm_80 has one variant.
-    assert_eq!(
-        compile_variants(&k, Target::Sm80, CompileOptions::default())
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(compile_variants(&k, Target::Sm80, CompileOptions::default()).unwrap().len(), 1);
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -101,45 +91,21 @@ struct Config {
     threads: u32,
 }
 
-const BASE: Config = Config {
-    bf16: false,
-    trans_a: false,
-    trans_b: false,
-    stages: 3,
-    bm: 128,
-    bn: 256,
-    bk: 64,
-    threads: 256,
-};
+const BASE: Config =
+    Config { bf16: false, trans_a: false, trans_b: false, stages: 3, bm: 128, bn: 256, bk: 64, threads: 256 };
 
 fn kernel_text(c: Config) -> String {
     let t = if c.bf16 { "bf16" } else { "f16" };
     let (bm, bn, bk) = (c.bm, c.bn, c.bk);
     let (a_ty, a_s, a_org) = if c.trans_a {
-        (
-            "[K, M]",
-            format!("[{bk}, {bm}]"),
-            format!("[k * {bk}, by * {bm}]"),
-        )
+        ("[K, M]", format!("[{bk}, {bm}]"), format!("[k * {bk}, by * {bm}]"))
     } else {
-        (
-            "[M, K]",
-            format!("[{bm}, {bk}]"),
-            format!("[by * {bm}, k * {bk}]"),
-        )
+        ("[M, K]", format!("[{bm}, {bk}]"), format!("[by * {bm}, k * {bk}]"))
     };
     let (b_ty, b_s, b_org) = if c.trans_b {
-        (
-            "[N, K]",
-            format!("[{bn}, {bk}]"),
-            format!("[bx * {bn}, k * {bk}]"),
-        )
+        ("[N, K]", format!("[{bn}, {bk}]"), format!("[bx * {bn}, k * {bk}]"))
     } else {
-        (
-            "[K, N]",
-            format!("[{bk}, {bn}]"),
-            format!("[k * {bk}, bx * {bn}]"),
-        )
+        ("[K, N]", format!("[{bk}, {bn}]"), format!("[k * {bk}, bx * {bn}]"))
     };
     let ta = if c.trans_a { ".t" } else { "" };
     let tb = if c.trans_b { ".t" } else { "" };
@@ -173,35 +139,14 @@ fn gemm_configurations_assemble_without_spills() {
     let configs = [
         BASE,
         Config { bf16: true, ..BASE },
-        Config {
-            trans_b: true,
-            ..BASE
-        },
-        Config {
-            trans_a: true,
-            ..BASE
-        },
-        Config {
-            trans_a: true,
-            trans_b: true,
-            ..BASE
-        },
+        Config { trans_b: true, ..BASE },
+        Config { trans_a: true, ..BASE },
+        Config { trans_a: true, trans_b: true, ..BASE },
         Config { stages: 2, ..BASE },
         Config { stages: 4, ..BASE },
-        Config {
-            bm: 64,
-            bn: 128,
-            threads: 128,
-            ..BASE
-        },
+        Config { bm: 64, bn: 128, threads: 128, ..BASE },
         Config { bk: 32, ..BASE },
-        Config {
-            bf16: true,
-            bn: 128,
-            bk: 32,
-            trans_b: true,
-            ..BASE
-        },
+        Config { bf16: true, bn: 128, bk: 32, trans_b: true, ..BASE },
         // Two 64-row slices per warpgroup.
         Config { bm: 128, bn: 128, threads: 128, ..BASE },
         Config { bm: 256, bn: 128, threads: 256, stages: 4, ..BASE },
@@ -214,10 +159,7 @@ fn gemm_configurations_assemble_without_spills() {
         assert_eq!(v.len(), 3, "{c:?}: no warp-specialized variant");
         assert_eq!(v[0].threads, c.threads + 128);
         if let Some(report) = ptxas::assemble("matmul_ws", &v[0].ptx, "sm_90a") {
-            assert!(
-                report.contains("0 bytes spill stores, 0 bytes spill loads"),
-                "{c:?}\n{report}"
-            );
+            assert!(report.contains("0 bytes spill stores, 0 bytes spill loads"), "{c:?}\n{report}");
         }
     }
 }

@@ -79,15 +79,7 @@ fn check(run: &GemmRun, what: &str) {
 }
 
 fn config(dtype: DType, trans_a: bool, trans_b: bool) -> GemmConfig {
-    GemmConfig {
-        dtype,
-        trans_a,
-        trans_b,
-        a_fragment: false,
-        clear_first: true,
-        tile: (40, 24, 20),
-        swizzle: None,
-    }
+    GemmConfig { dtype, trans_a, trans_b, a_fragment: false, clear_first: true, tile: (40, 24, 20), swizzle: None }
 }
 
 #[test]

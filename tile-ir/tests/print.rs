@@ -160,12 +160,16 @@ fn cluster_and_warp_specialize_round_trip() {
         assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&k).unwrap());
         assert_eq!(print_kernel(&back), text);
     }
-    let bad = |header: &str| parse_kernel(&format!("kernel k() threads=32 grid=(1, 1, 1) {header} {{\n}}\n")).unwrap_err().message;
+    let bad = |header: &str| {
+        parse_kernel(&format!("kernel k() threads=32 grid=(1, 1, 1) {header} {{\n}}\n")).unwrap_err().message
+    };
     assert!(bad("warp_specialize=maybe").contains("expected `true` or `false`"));
     assert!(bad("cluster=(2, 1)").contains("expected `,`"), "{}", bad("cluster=(2, 1)"));
     assert!(bad("cluster=(2, 99999999999, 1)").contains("out of range"), "{}", bad("cluster=(2, 99999999999, 1)"));
     // Order is fixed: `warp_specialize` before `cluster` is not the text form.
-    assert!(parse_kernel("kernel k() threads=32 grid=(1, 1, 1) warp_specialize=false cluster=(2, 1, 1) {\n}\n").is_err());
+    assert!(
+        parse_kernel("kernel k() threads=32 grid=(1, 1, 1) warp_specialize=false cluster=(2, 1, 1) {\n}\n").is_err()
+    );
 }
 
 #[test]
@@ -303,7 +307,14 @@ fn gemm_text_round_trips() {
                 set_policy(&mut k.body, policy);
                 let text = print_kernel(&k);
                 if pi == 2 {
-                    assert!(text.contains(&format!("gemm @4{}, @5{}", if ta { ".t" } else { "" }, if tb { ".t" } else { "" })), "{text}");
+                    assert!(
+                        text.contains(&format!(
+                            "gemm @4{}, @5{}",
+                            if ta { ".t" } else { "" },
+                            if tb { ".t" } else { "" }
+                        )),
+                        "{text}"
+                    );
                 }
                 let back = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
                 assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&k).unwrap(), "\n{text}");

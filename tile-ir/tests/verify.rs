@@ -591,7 +591,11 @@ fn gemm_errors_are_all_collected() {
     let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 8]);
     k.buffers[c.0 as usize].dtype = DType::F16;
     k.buffers[b.0 as usize].scope = Scope::Fragment;
-    k.body = vec![gemm_stmt(a, b, c, false, false), Stmt::spanned(StmtKind::Barrier, SpanId(9)), gemm_stmt(a, b, c, true, true)];
+    k.body = vec![
+        gemm_stmt(a, b, c, false, false),
+        Stmt::spanned(StmtKind::Barrier, SpanId(9)),
+        gemm_stmt(a, b, c, true, true),
+    ];
     let errs = verify(&k).expect_err("three mistakes per gemm");
     assert_eq!(errs.len(), 6, "{errs:#?}");
     assert!(errs.iter().all(|e| e.span == SP));

@@ -38,13 +38,8 @@ use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 const OPTIONS: [&str; 5] = ["threads", "consts", "cluster", "warp_specialize", "archs"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
-    let mut attr = KernelAttr {
-        threads: None,
-        consts: Vec::new(),
-        cluster: [1, 1, 1],
-        warp_specialize: true,
-        archs: None,
-    };
+    let mut attr =
+        KernelAttr { threads: None, consts: Vec::new(), cluster: [1, 1, 1], warp_specialize: true, archs: None };
     let mut archs_seen = false;
     let mut threads_seen = false;
     let mut cluster_seen = false;
@@ -73,10 +68,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         match lit.base10_parse::<i64>() {
                             Ok(v) => {
                                 if attr.consts.iter().any(|(n, _)| *n == name) {
-                                    errors.at(
-                                        name.span(),
-                                        format!("the constant `{name}` is defined twice"),
-                                    );
+                                    errors.at(name.span(), format!("the constant `{name}` is defined twice"));
                                 } else {
                                     attr.consts.push((name, if negative { -v } else { v }));
                                 }
@@ -233,7 +225,10 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         };
         match lit.base10_parse::<u32>() {
             Ok(0) => {
-                errors.at(lit.span(), "a cluster extent of 0: every extent is at least 1 (1 leaves that axis unclustered)");
+                errors.at(
+                    lit.span(),
+                    "a cluster extent of 0: every extent is at least 1 (1 leaves that axis unclustered)",
+                );
                 ok = false;
             }
             Ok(v) => cluster[axis] = v,

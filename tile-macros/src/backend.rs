@@ -117,13 +117,7 @@ pub(crate) fn compile_all(
     let ptxas = non_empty_env("TILE_PTXAS");
     let name = &kernel.name;
     if let Some(dir) = &dump {
-        write_dump(
-            dir,
-            &format!("{name}.tile"),
-            &tile_ir::print::print_kernel(kernel),
-            name_span,
-            errors,
-        );
+        write_dump(dir, &format!("{name}.tile"), &tile_ir::print::print_kernel(kernel), name_span, errors);
     }
     if let Err(errs) = tile_ir::verify::verify(kernel) {
         report(errs.into_iter().map(|e| (e, None)).collect(), spans, errors);
@@ -160,7 +154,10 @@ pub(crate) fn compile_all(
                     }
                     Err(msg) => {
                         let which = suffix.as_ref().map_or_else(String::new, |s| format!(", variant `{s}`"));
-                        errors.at(name_span, format!("ptxas rejected the PTX generated for `{name}` ({arch}{which}):\n{msg}"));
+                        errors.at(
+                            name_span,
+                            format!("ptxas rejected the PTX generated for `{name}` ({arch}{which}):\n{msg}"),
+                        );
                     }
                 }
             }
@@ -180,27 +177,17 @@ pub(crate) fn compile_all(
 
 /// Turns `tile-ir` errors into spanned errors, merging the same error
 /// reported by several targets.
-fn report(
-    failures: Vec<(CompileError, Option<&'static str>)>,
-    spans: &SpanTable,
-    errors: &mut Errors,
-) {
+fn report(failures: Vec<(CompileError, Option<&'static str>)>, spans: &SpanTable, errors: &mut Errors) {
     let mut merged: Vec<(SpanId, String, Vec<&'static str>)> = Vec::new();
     for (e, arch) in failures {
-        match merged
-            .iter_mut()
-            .find(|(s, m, _)| *s == e.span && *m == e.message)
-        {
+        match merged.iter_mut().find(|(s, m, _)| *s == e.span && *m == e.message) {
             Some((_, _, archs)) => archs.extend(arch),
             None => merged.push((e.span, e.message, arch.into_iter().collect())),
         }
     }
     for (span, message, archs) in merged {
-        let message = if archs.is_empty() {
-            message
-        } else {
-            format!("{message} (compiling for {})", archs.join(", "))
-        };
+        let message =
+            if archs.is_empty() { message } else { format!("{message} (compiling for {})", archs.join(", ")) };
         errors.push(spans.range(span).error(message));
     }
 }
@@ -209,28 +196,18 @@ fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, errors: &mut E
     let path = dir.join(file);
     let result = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, contents));
     if let Err(e) = result {
-        errors.at(
-            span,
-            format!("TILE_DUMP: cannot write `{}`: {e}", path.display()),
-        );
+        errors.at(span, format!("TILE_DUMP: cannot write `{}`: {e}", path.display()));
     }
 }
 
 /// Runs `ptxas -arch=<arch> -v <file> -o <tmp>`; returns its `-v` report,
 /// or its message on failure.
 fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<String, String> {
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let stem = std::env::temp_dir().join(format!(
-        "tile-{}-{kernel}-{arch}-{nonce}",
-        std::process::id()
-    ));
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let stem = std::env::temp_dir().join(format!("tile-{}-{kernel}-{arch}-{nonce}", std::process::id()));
     let ptx_path = stem.with_extension("ptx");
     let cubin_path = stem.with_extension("cubin");
-    std::fs::write(&ptx_path, ptx)
-        .map_err(|e| format!("cannot write `{}`: {e}", ptx_path.display()))?;
+    std::fs::write(&ptx_path, ptx).map_err(|e| format!("cannot write `{}`: {e}", ptx_path.display()))?;
     let output = std::process::Command::new(ptxas)
         .arg(format!("-arch={arch}"))
         .arg("-v")
@@ -255,8 +232,7 @@ mod tests {
     use super::*;
     use crate::diag::SpanRange;
 
-    const PTXAS: &str =
-        "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
+    const PTXAS: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
 
     #[test]
     fn compile_errors_merge_across_targets() {
@@ -266,10 +242,7 @@ mod tests {
         let failures = vec![
             (CompileError::new(s0, "layout conflict"), Some("sm_80")),
             (CompileError::new(s0, "layout conflict"), Some("sm_90a")),
-            (
-                CompileError::new(SpanId::NONE, "too much shared memory"),
-                Some("sm_80"),
-            ),
+            (CompileError::new(SpanId::NONE, "too much shared memory"), Some("sm_80")),
             (CompileError::new(SpanId(77), "verifier: bad handle"), None),
         ];
         report(failures, &spans, &mut errors);
@@ -289,18 +262,13 @@ mod tests {
             eprintln!("ptxas not found at {PTXAS}; skipping");
             return;
         }
-        let good =
-            ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
+        let good = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
         let report = run_ptxas(PTXAS, "sm_80", "k", good).expect("valid PTX assembles");
         assert!(report.contains("Compiling entry function 'k'"), "{report}");
         let bad = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate;\n}\n";
         let err = run_ptxas(PTXAS, "sm_80", "k", bad).expect_err("invalid PTX fails");
-        assert!(
-            err.contains("frobnicate") || err.contains("syntax error"),
-            "{err}"
-        );
-        let missing =
-            run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
+        assert!(err.contains("frobnicate") || err.contains("syntax error"), "{err}");
+        let missing = run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
         assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
     }
 
@@ -328,26 +296,21 @@ mod tests {
     fn extra_variants_get_dump_suffixes() {
         let k = Kernel::new("k", 256);
         assert_eq!(variant_suffixes(&k, &[variant(256, 0)]), vec![None]);
+        assert_eq!(variant_suffixes(&k, &[variant(384, 2), variant(256, 0)]), vec![Some("ws".to_string()), None]);
         assert_eq!(
-            variant_suffixes(&k, &[variant(384, 2), variant(256, 0)]),
-            vec![Some("ws".to_string()), None]
-        );
-        assert_eq!(
-            variant_suffixes(&k, &[variant(384, 2), variant(384, 1), variant(256, 1), variant(256, 0), variant(256, 0)]),
+            variant_suffixes(
+                &k,
+                &[variant(384, 2), variant(384, 1), variant(256, 1), variant(256, 0), variant(256, 0)]
+            ),
             vec![Some("ws".into()), Some("ws1".into()), Some("tma".into()), Some("v3".into()), None]
         );
     }
 
     #[test]
     fn target_lists() {
-        assert_eq!(
-            parse_targets("sm_80,sm_90a"),
-            Ok(vec![Target::Sm80, Target::Sm90a])
-        );
+        assert_eq!(parse_targets("sm_80,sm_90a"), Ok(vec![Target::Sm80, Target::Sm90a]));
         assert_eq!(parse_targets(" sm_90a , sm_90a"), Ok(vec![Target::Sm90a]));
         assert_eq!(parse_targets(""), Ok(vec![]));
-        assert!(parse_targets("sm_80,sm_70")
-            .unwrap_err()
-            .contains("`sm_70`"));
+        assert!(parse_targets("sm_80,sm_70").unwrap_err().contains("`sm_70`"));
     }
 }

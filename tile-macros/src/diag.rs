@@ -46,10 +46,7 @@ impl Errors {
     /// The messages, in order (for tests).
     #[cfg(test)]
     pub fn messages(&self) -> Vec<String> {
-        self.errors
-            .iter()
-            .flat_map(|e| e.clone().into_iter().map(|e| e.to_string()))
-            .collect()
+        self.errors.iter().flat_map(|e| e.clone().into_iter().map(|e| e.to_string())).collect()
     }
 
     pub fn combined(self) -> Option<syn::Error> {
@@ -79,19 +76,14 @@ impl SpanRange {
     }
 
     pub fn single(span: Span) -> SpanRange {
-        SpanRange {
-            start: span,
-            end: span,
-        }
+        SpanRange { start: span, end: span }
     }
 
     pub fn error(self, message: impl std::fmt::Display) -> syn::Error {
-        let tokens: TokenStream = [
-            TokenTree::Ident(Ident::new("start", self.start)),
-            TokenTree::Ident(Ident::new("end", self.end)),
-        ]
-        .into_iter()
-        .collect();
+        let tokens: TokenStream =
+            [TokenTree::Ident(Ident::new("start", self.start)), TokenTree::Ident(Ident::new("end", self.end))]
+                .into_iter()
+                .collect();
         syn::Error::new_spanned(tokens, message)
     }
 }
@@ -107,10 +99,7 @@ pub(crate) struct SpanTable {
 
 impl SpanTable {
     pub fn new(fallback: Span) -> SpanTable {
-        SpanTable {
-            ranges: Vec::new(),
-            fallback,
-        }
+        SpanTable { ranges: Vec::new(), fallback }
     }
 
     pub fn add(&mut self, tokens: &dyn ToTokens) -> SpanId {
@@ -123,19 +112,13 @@ impl SpanTable {
     }
 
     pub fn range(&self, id: SpanId) -> SpanRange {
-        self.ranges
-            .get(id.0 as usize)
-            .copied()
-            .unwrap_or(SpanRange::single(self.fallback))
+        self.ranges.get(id.0 as usize).copied().unwrap_or(SpanRange::single(self.fallback))
     }
 }
 
 /// The closest candidate to `name` by edit distance, if close enough to be
 /// a plausible typo.
-pub(crate) fn closest<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).max(1);
     candidates
         .into_iter()
@@ -161,9 +144,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 best = best.min(d[i - 2][j - 2] + 1);
             }
@@ -174,10 +155,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// ` (did you mean `x`?)`-style suffix, or nothing.
-pub(crate) fn did_you_mean<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> String {
+pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     match closest(name, candidates) {
         Some(c) => format!("; did you mean `{c}`?"),
         None => String::new(),
@@ -191,10 +169,7 @@ mod tests {
     #[test]
     fn suggestions() {
         assert_eq!(closest("exp3", ["exp2", "exp", "log2"]), Some("exp2"));
-        assert_eq!(
-            closest("reduce_mx", ["reduce_max", "reduce_min"]),
-            Some("reduce_max")
-        );
+        assert_eq!(closest("reduce_mx", ["reduce_max", "reduce_min"]), Some("reduce_max"));
         assert_eq!(closest("frobnicate", ["exp2", "copy"]), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("cuont", "count"), 1);

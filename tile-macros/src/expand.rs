@@ -27,11 +27,8 @@ pub(crate) fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            syn::Error::new(
-                name_span,
-                format!("internal error in `#[tile_kernel]` (a bug; please report it): {msg}"),
-            )
-            .to_compile_error()
+            syn::Error::new(name_span, format!("internal error in `#[tile_kernel]` (a bug; please report it): {msg}"))
+                .to_compile_error()
         }
     }
 }
@@ -62,10 +59,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(sig) => sig,
         Err(e) => {
             errors.push(e);
-            return errors
-                .combined()
-                .map(|e| e.to_compile_error())
-                .unwrap_or_default();
+            return errors.combined().map(|e| e.to_compile_error()).unwrap_or_default();
         }
     };
     let kept_attrs = kept_attributes(&sig, &mut errors);
@@ -97,9 +91,7 @@ fn kept_attributes(sig: &Signature, errors: &mut Errors) -> Vec<syn::Attribute> 
     let mut kept = Vec::new();
     for a in &sig.attrs {
         let path = a.path();
-        let known = [
-            "doc", "cfg", "cfg_attr", "allow", "warn", "deny", "expect", "forbid",
-        ];
+        let known = ["doc", "cfg", "cfg_attr", "allow", "warn", "deny", "expect", "forbid"];
         if known.iter().any(|k| path.is_ident(k)) {
             kept.push(a.clone());
         } else {
@@ -156,11 +148,7 @@ fn scalar_arg(dtype: DType) -> Option<TokenStream> {
 /// How a parameter was written, for the generated docs.
 fn describe_param(ty: &ParamType) -> String {
     match ty {
-        ParamType::Tensor {
-            mutable,
-            dtype,
-            dims,
-        } => {
+        ParamType::Tensor { mutable, dtype, dims } => {
             let dims: Vec<String> = dims
                 .iter()
                 .map(|d| match d {
@@ -168,23 +156,14 @@ fn describe_param(ty: &ParamType) -> String {
                     DimDecl::Name(i) => i.to_string(),
                 })
                 .collect();
-            format!(
-                "&{}Tensor<{dtype}, {}>",
-                if *mutable { "mut " } else { "" },
-                dims.join(", ")
-            )
+            format!("&{}Tensor<{dtype}, {}>", if *mutable { "mut " } else { "" }, dims.join(", "))
         }
         ParamType::Scalar(d) => d.to_string(),
         ParamType::Invalid => "(invalid)".into(),
     }
 }
 
-fn module(
-    sig: &Signature,
-    attrs: &[syn::Attribute],
-    threads: Option<u32>,
-    compiled: Option<&Compiled>,
-) -> TokenStream {
+fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compiled: Option<&Compiled>) -> TokenStream {
     let vis = &sig.vis;
     let ident = &sig.ident;
     let name = syn::ext::IdentExt::unraw(ident).to_string();
@@ -199,34 +178,25 @@ fn module(
     let mut unused = Vec::new();
     for p in &sig.params {
         let pname = &p.name;
-        let ty_span = p
-            .ty_tokens
-            .clone()
-            .into_iter()
-            .next()
-            .map_or(pname.span(), |t| t.span());
+        let ty_span = p.ty_tokens.clone().into_iter().next().map_or(pname.span(), |t| t.span());
         match &p.ty {
             ParamType::Tensor { mutable, dtype, .. } => {
                 let elem = respan(rust_type(*dtype), ty_span);
                 if *mutable {
                     params.push(quote_spanned!(ty_span=> #pname: &mut ::tile::DeviceTensor<#elem>));
-                    args.push(
-                        quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)),
-                    );
+                    args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)));
                 } else {
                     params.push(quote_spanned!(ty_span=> #pname: &::tile::DeviceTensor<#elem>));
-                    args.push(
-                        quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor(#pname)),
-                    );
+                    args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor(#pname)));
                 }
             }
             ParamType::Scalar(dtype) => {
                 let ty = respan(rust_type(*dtype), ty_span);
                 params.push(quote_spanned!(ty_span=> #pname: #ty));
                 match scalar_arg(*dtype) {
-                    Some(variant) => args.push(
-                        quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname)),
-                    ),
+                    Some(variant) => {
+                        args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname)))
+                    }
                     None => unused.push(pname.clone()),
                 }
             }
@@ -260,23 +230,14 @@ fn module(
         }
         None => (String::new(), quote!()),
     };
-    let signature: Vec<String> = sig
-        .params
-        .iter()
-        .map(|p| format!("`{}: {}`", p.name, describe_param(&p.ty)))
-        .collect();
+    let signature: Vec<String> =
+        sig.params.iter().map(|p| format!("`{}: {}`", p.name, describe_param(&p.ty))).collect();
     let launch_doc = format!(
         " Launches the kernel `{name}` on `{stream}` ({} threads per block; dynamic dimensions and the grid come from the tensors' shapes).",
         threads.map_or_else(|| "?".to_string(), |t| t.to_string())
     );
-    let params_doc = format!(
-        " Parameters: {}.",
-        if signature.is_empty() {
-            "none".to_string()
-        } else {
-            signature.join(", ")
-        }
-    );
+    let params_doc =
+        format!(" Parameters: {}.", if signature.is_empty() { "none".to_string() } else { signature.join(", ") });
     let meta_doc =
         format!(" The compiled kernel `{name}`: its Tile IR (JSON) and the PTX of each target (several variants per target, preferred first, when one needs TMA-addressable tensors).");
     let launch = quote_spanned!(span=> launch);

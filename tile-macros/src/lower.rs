@@ -26,8 +26,8 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr as SynExpr, Ident, Pat, Stmt as SynStmt};
 use tile_ir::{
-    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ReduceOp, Scope, SpanId, Stmt,
-    SharedLayoutSpec, StmtKind, TileRef, UnOp, Value, VarId, VarKind, WarpPolicy,
+    BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, ReduceOp, Scope, SharedLayoutSpec, SpanId, Stmt,
+    StmtKind, TileRef, UnOp, Value, VarId, VarKind, WarpPolicy,
 };
 
 /// Every function a kernel body may call (for "did you mean" suggestions).
@@ -62,19 +62,13 @@ const FUNCTIONS: &[&str] = &[
     "cdiv",
 ];
 /// Functions with a value, usable in expressions.
-const MATH: &[&str] = &[
-    "exp2", "exp", "log2", "log", "abs", "sqrt", "rsqrt", "max", "min", "fma", "cdiv",
-];
+const MATH: &[&str] = &["exp2", "exp", "log2", "log", "abs", "sqrt", "rsqrt", "max", "min", "fma", "cdiv"];
 /// Element types of buffers and the targets of `as`.
 const DTYPES: [&str; 5] = ["f16", "bf16", "f32", "i32", "u32"];
 
 const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `gemm`, `atomic_add` and `barrier` (and `use_swizzle(panel)` right after `grid(..)`, `annotate_layout(&buf, layout)` before a shared buffer's first use)";
 
-pub(crate) fn lower(
-    attr: &KernelAttr,
-    sig: &Signature,
-    errors: &mut Errors,
-) -> (Kernel, SpanTable) {
+pub(crate) fn lower(attr: &KernelAttr, sig: &Signature, errors: &mut Errors) -> (Kernel, SpanTable) {
     let mut kernel = Kernel::new(sig.ident.unraw().to_string(), attr.threads.unwrap_or(128));
     kernel.cluster = attr.cluster;
     kernel.warp_specialize = attr.warp_specialize;
@@ -82,11 +76,7 @@ pub(crate) fn lower(
         k: kernel,
         spans: SpanTable::new(sig.ident.span()),
         errors,
-        consts: attr
-            .consts
-            .iter()
-            .map(|(n, v)| (n.to_string(), *v))
-            .collect(),
+        consts: attr.consts.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
         scopes: vec![Vec::new()],
         parallel_depth: 0,
         grid_at: None,
@@ -187,9 +177,7 @@ struct Lowerer<'e> {
 
 fn is_upper_case_name(name: &str) -> bool {
     name.chars().any(|c| c.is_ascii_uppercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 fn format_shape(shape: &[i64]) -> String {
@@ -220,9 +208,7 @@ fn path_ident(e: &SynExpr) -> Option<&Ident> {
 /// The name of a call's function when it is a plain identifier (`copy(..)`).
 fn call_name(call: &syn::ExprCall) -> Option<&Ident> {
     match &*call.func {
-        SynExpr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
-            Some(&p.path.segments[0].ident)
-        }
+        SynExpr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => Some(&p.path.segments[0].ident),
         _ => None,
     }
 }
@@ -287,20 +273,11 @@ impl Lowerer<'_> {
 
     /// The binding of `name`, without marking a buffer used.
     fn lookup_quiet(&self, name: &str) -> Option<Binding> {
-        self.scopes
-            .iter()
-            .rev()
-            .flat_map(|s| s.iter().rev())
-            .find(|(n, _)| n == name)
-            .map(|(_, b)| *b)
+        self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|(_, b)| *b)
     }
 
     fn visible_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .scopes
-            .iter()
-            .flat_map(|s| s.iter().map(|(n, _)| n.clone()))
-            .collect();
+        let mut names: Vec<String> = self.scopes.iter().flat_map(|s| s.iter().map(|(n, _)| n.clone())).collect();
         names.extend(self.consts.keys().cloned());
         names
     }
@@ -317,10 +294,7 @@ impl Lowerer<'_> {
         }
         let names = self.visible_names();
         let hint = did_you_mean(&name, names.iter().map(|s| s.as_str()));
-        self.errors.at(
-            ident.span(),
-            format!("cannot find `{name}` in this kernel{hint}"),
-        )
+        self.errors.at(ident.span(), format!("cannot find `{name}` in this kernel{hint}"))
     }
 
     fn span_id(&mut self, tokens: &dyn ToTokens) -> SpanId {
@@ -335,23 +309,13 @@ impl Lowerer<'_> {
         for p in &sig.params {
             let name = p.name.to_string();
             if seen.contains(&name) {
-                self.errors.at(
-                    p.name.span(),
-                    format!("the parameter `{name}` is declared twice"),
-                );
+                self.errors.at(p.name.span(), format!("the parameter `{name}` is declared twice"));
                 continue;
             }
             seen.push(name.clone());
-            let span = self.spans.add_range(SpanRange {
-                start: p.name.span(),
-                end: SpanRange::of(&p.ty_tokens).end,
-            });
+            let span = self.spans.add_range(SpanRange { start: p.name.span(), end: SpanRange::of(&p.ty_tokens).end });
             match &p.ty {
-                ParamType::Tensor {
-                    mutable,
-                    dtype,
-                    dims: decl,
-                } => {
+                ParamType::Tensor { mutable, dtype, dims: decl } => {
                     let mut shape = Vec::new();
                     for d in decl {
                         match d {
@@ -371,14 +335,7 @@ impl Lowerer<'_> {
                                 } else {
                                     let v = self.k.add_dim(dn.clone());
                                     dims.insert(dn, v);
-                                    self.bind(
-                                        ident,
-                                        Binding::Var {
-                                            id: v,
-                                            parallel: false,
-                                            depth: 0,
-                                        },
-                                    );
+                                    self.bind(ident, Binding::Var { id: v, parallel: false, depth: 0 });
                                     shape.push(Extent::Dyn(v));
                                 }
                             }
@@ -390,14 +347,7 @@ impl Lowerer<'_> {
                 }
                 ParamType::Scalar(dtype) => {
                     let v = self.k.add_scalar_param(name, *dtype);
-                    self.bind(
-                        &p.name,
-                        Binding::Var {
-                            id: v,
-                            parallel: false,
-                            depth: 0,
-                        },
-                    );
+                    self.bind(&p.name, Binding::Var { id: v, parallel: false, depth: 0 });
                 }
                 ParamType::Invalid => self.bind(&p.name, Binding::Poisoned),
             }
@@ -444,17 +394,12 @@ impl Lowerer<'_> {
 
     fn let_stmt(&mut self, local: &syn::Local, out: &mut Vec<Stmt>) -> Lowered<()> {
         let Some(init) = &local.init else {
-            let e = self
-                .errors
-                .spanned(local, "a `let` in a kernel needs a value: `let x = ..;`");
+            let e = self.errors.spanned(local, "a `let` in a kernel needs a value: `let x = ..;`");
             self.bind_pattern_poisoned(&local.pat);
             return Err(e);
         };
         if let Some((else_token, _)) = &init.diverge {
-            return Err(self.errors.at(
-                else_token.span,
-                "`let .. else` is not supported in a tile kernel",
-            ));
+            return Err(self.errors.at(else_token.span, "`let .. else` is not supported in a tile kernel"));
         }
         let value = &*init.expr;
         if let SynExpr::Call(call) = value {
@@ -467,9 +412,7 @@ impl Lowerer<'_> {
             }
         }
         let (ident, mutable, annotated) = match &local.pat {
-            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                (&p.ident, p.mutability.is_some(), None)
-            }
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => (&p.ident, p.mutability.is_some(), None),
             Pat::Type(pt) => match &*pt.pat {
                 Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
                     (&p.ident, p.mutability.is_some(), Some(&*pt.ty))
@@ -477,9 +420,7 @@ impl Lowerer<'_> {
                 other => return Err(self.errors.spanned(other, "expected a variable name")),
             },
             Pat::Wild(w) => {
-                return Err(self
-                    .errors
-                    .spanned(w, "`let _ = ..` has no effect in a kernel; remove it"));
+                return Err(self.errors.spanned(w, "`let _ = ..` has no effect in a kernel; remove it"));
             }
             other => {
                 self.bind_pattern_poisoned(other);
@@ -507,14 +448,7 @@ impl Lowerer<'_> {
         let var = self.k.add_var(ident.to_string(), dtype, kind);
         let span = self.span_id(local);
         out.push(Stmt::spanned(StmtKind::Let { var, value }, span));
-        self.bind(
-            ident,
-            Binding::Var {
-                id: var,
-                parallel: false,
-                depth: self.parallel_depth,
-            },
-        );
+        self.bind(ident, Binding::Var { id: var, parallel: false, depth: self.parallel_depth });
         Ok(())
     }
 
@@ -552,15 +486,13 @@ impl Lowerer<'_> {
     }
 
     /// `let (bx, by) = grid(x, y);` or `grid(x);`.
-    fn grid(
-        &mut self,
-        pat: Option<&Pat>,
-        call: &syn::ExprCall,
-        stmt: &dyn ToTokens,
-    ) -> Lowered<()> {
+    fn grid(&mut self, pat: Option<&Pat>, call: &syn::ExprCall, stmt: &dyn ToTokens) -> Lowered<()> {
         let name_span = call.func.span();
         if let Some(first) = self.grid_at {
-            let mut e = syn::Error::new(name_span, "`grid(..)` is called twice: a kernel declares its grid once, in its first statement");
+            let mut e = syn::Error::new(
+                name_span,
+                "`grid(..)` is called twice: a kernel declares its grid once, in its first statement",
+            );
             e.combine(syn::Error::new(first, "the grid is first declared here"));
             self.errors.push(e);
             if let Some(p) = pat {
@@ -585,10 +517,9 @@ impl Lowerer<'_> {
             if let Some(p) = pat {
                 self.bind_pattern_poisoned(p);
             }
-            return Err(self.errors.spanned(
-                call,
-                format!("`grid` takes 1 to 3 extents (x, y, z), but {n} were given"),
-            ));
+            return Err(self
+                .errors
+                .spanned(call, format!("`grid` takes 1 to 3 extents (x, y, z), but {n} were given")));
         }
         let names: Vec<Option<&Ident>> = match pat {
             None => vec![None; n],
@@ -600,26 +531,18 @@ impl Lowerer<'_> {
                     match p {
                         Pat::Ident(i) => v.push(Some(&i.ident)),
                         Pat::Wild(_) => v.push(None),
-                        other => {
-                            return Err(self
-                                .errors
-                                .spanned(other, "expected a name for a block index"))
-                        }
+                        other => return Err(self.errors.spanned(other, "expected a name for a block index")),
                     }
                 }
                 v
             }
             Some(other) => {
-                return Err(self.errors.spanned(
-                    other,
-                    "expected `let bx = grid(..)` or `let (bx, by) = grid(..)`",
-                ))
+                return Err(self.errors.spanned(other, "expected `let bx = grid(..)` or `let (bx, by) = grid(..)`"))
             }
         };
         if names.len() != n {
             let e = self.errors.spanned(
-                pat.map(|p| p as &dyn ToTokens)
-                    .unwrap_or(call as &dyn ToTokens),
+                pat.map(|p| p as &dyn ToTokens).unwrap_or(call as &dyn ToTokens),
                 format!(
                     "the pattern binds {} block ind{} but `grid` has {n} extent{}",
                     names.len(),
@@ -641,17 +564,8 @@ impl Lowerer<'_> {
         }
         for (axis, name) in names.iter().enumerate() {
             if let Some(ident) = name {
-                let v =
-                    self.k
-                        .add_var(ident.to_string(), DType::I32, VarKind::BlockIdx(axis as u8));
-                self.bind(
-                    ident,
-                    Binding::Var {
-                        id: v,
-                        parallel: false,
-                        depth: 0,
-                    },
-                );
+                let v = self.k.add_var(ident.to_string(), DType::I32, VarKind::BlockIdx(axis as u8));
+                self.bind(ident, Binding::Var { id: v, parallel: false, depth: 0 });
             }
         }
         if failed {
@@ -685,10 +599,7 @@ impl Lowerer<'_> {
             }
             Expr::Load { buf, .. } => {
                 if bad.is_none() {
-                    *bad = Some(format!(
-                        "reading `{}` is not allowed",
-                        self.k.buffer(*buf).name
-                    ));
+                    *bad = Some(format!("reading `{}` is not allowed", self.k.buffer(*buf).name));
                 }
             }
             Expr::Const(_) => {}
@@ -702,11 +613,7 @@ impl Lowerer<'_> {
                     self.visit_grid_expr(x, bad);
                 }
             }
-            Expr::Select {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::Select { cond, then, otherwise } => {
                 for x in [cond, then, otherwise] {
                     self.visit_grid_expr(x, bad);
                 }
@@ -720,10 +627,9 @@ impl Lowerer<'_> {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => &p.ident,
             other => {
                 self.bind_pattern_poisoned(other);
-                return Err(self.errors.spanned(
-                    other,
-                    "a buffer is bound to one name: `let mut x = shared::<T, D0, D1, ..>();`",
-                ));
+                return Err(self
+                    .errors
+                    .spanned(other, "a buffer is bound to one name: `let mut x = shared::<T, D0, D1, ..>();`"));
             }
         };
         match self.buffer_type(call) {
@@ -751,9 +657,7 @@ impl Lowerer<'_> {
 
     fn buffer_type(&mut self, call: &syn::ExprCall) -> Lowered<(Scope, DType, Vec<i64>)> {
         let SynExpr::Path(path) = &*call.func else {
-            return Err(self
-                .errors
-                .spanned(call, "expected `shared::<T, D0, D1, ..>()`"));
+            return Err(self.errors.spanned(call, "expected `shared::<T, D0, D1, ..>()`"));
         };
         let seg = &path.path.segments[path.path.segments.len() - 1];
         let kind = seg.ident.to_string();
@@ -762,41 +666,26 @@ impl Lowerer<'_> {
             "fragment" => Scope::Fragment,
             _ => Scope::Local,
         };
-        let usage = format!(
-            "a buffer is declared as `{kind}::<T, D0, D1, ..>()`, e.g. `{kind}::<f32, 64, BN>()`"
-        );
+        let usage = format!("a buffer is declared as `{kind}::<T, D0, D1, ..>()`, e.g. `{kind}::<f32, 64, BN>()`");
         if !call.args.is_empty() {
-            return Err(self
-                .errors
-                .spanned(&call.args, format!("`{kind}` takes no arguments; {usage}")));
+            return Err(self.errors.spanned(&call.args, format!("`{kind}` takes no arguments; {usage}")));
         }
         let syn::PathArguments::AngleBracketed(generics) = &seg.arguments else {
-            return Err(self
-                .errors
-                .spanned(call, format!("missing element type and shape: {usage}")));
+            return Err(self.errors.spanned(call, format!("missing element type and shape: {usage}")));
         };
         let args: Vec<&syn::GenericArgument> = generics.args.iter().collect();
         if args.len() < 2 {
-            return Err(self.errors.spanned(
-                generics,
-                format!("expected an element type and a shape: {usage}"),
-            ));
+            return Err(self.errors.spanned(generics, format!("expected an element type and a shape: {usage}")));
         }
         let dtype = match args[0] {
             syn::GenericArgument::Type(ty) => {
                 let d = self.dtype_of_type(ty)?;
                 if d == DType::Bool {
-                    return Err(self
-                        .errors
-                        .spanned(ty, "buffers hold `f16`, `bf16`, `f32`, `i32` or `u32`"));
+                    return Err(self.errors.spanned(ty, "buffers hold `f16`, `bf16`, `f32`, `i32` or `u32`"));
                 }
                 d
             }
-            other => {
-                return Err(self
-                    .errors
-                    .spanned(other, format!("expected an element type: {usage}")))
-            }
+            other => return Err(self.errors.spanned(other, format!("expected an element type: {usage}"))),
         };
         // `shared::<T, BM, BK>()`, or the whole shape as one tuple `(BM, BK)` / slice `[BM]`.
         let dims: Vec<SynExpr> = match &args[1..] {
@@ -819,9 +708,7 @@ impl Lowerer<'_> {
             }
         };
         if dims.is_empty() {
-            return Err(self
-                .errors
-                .spanned(args[1], "a buffer has at least one dimension"));
+            return Err(self.errors.spanned(args[1], "a buffer has at least one dimension"));
         }
         let mut shape = Vec::new();
         let mut failed = false;
@@ -829,8 +716,7 @@ impl Lowerer<'_> {
             match self.const_int(d, &format!("the shape of a `{kind}` buffer")) {
                 Ok(v) if v > 0 => shape.push(v),
                 Ok(v) => {
-                    self.errors
-                        .spanned(d, format!("a buffer dimension must be positive, found {v}"));
+                    self.errors.spanned(d, format!("a buffer dimension must be positive, found {v}"));
                     failed = true;
                 }
                 Err(Reported) => failed = true,
@@ -847,26 +733,17 @@ impl Lowerer<'_> {
     fn dim_expr(&mut self, arg: &syn::GenericArgument, usage: &str) -> Lowered<SynExpr> {
         match arg {
             syn::GenericArgument::Type(syn::Type::Path(tp)) if tp.qself.is_none() => {
-                Ok(SynExpr::Path(syn::ExprPath {
-                    attrs: Vec::new(),
-                    qself: None,
-                    path: tp.path.clone(),
-                }))
+                Ok(SynExpr::Path(syn::ExprPath { attrs: Vec::new(), qself: None, path: tp.path.clone() }))
             }
             syn::GenericArgument::Type(syn::Type::Paren(p)) => {
                 self.dim_expr(&syn::GenericArgument::Type((*p.elem).clone()), usage)
             }
             syn::GenericArgument::Const(SynExpr::Block(b)) => match b.block.stmts.as_slice() {
                 [SynStmt::Expr(e, None)] => Ok(e.clone()),
-                _ => Err(self.errors.spanned(
-                    b,
-                    format!("expected one constant expression in the braces: {usage}"),
-                )),
+                _ => Err(self.errors.spanned(b, format!("expected one constant expression in the braces: {usage}"))),
             },
             syn::GenericArgument::Const(e) => Ok(e.clone()),
-            other => Err(self
-                .errors
-                .spanned(other, format!("expected a dimension: {usage}"))),
+            other => Err(self.errors.spanned(other, format!("expected a dimension: {usage}"))),
         }
     }
 
@@ -1019,18 +896,14 @@ impl Lowerer<'_> {
 
     fn for_loop(&mut self, f: &syn::ExprForLoop, out: &mut Vec<Stmt>) -> Lowered<()> {
         if let Some(label) = &f.label {
-            return Err(self
-                .errors
-                .spanned(label, "loop labels are not supported in a tile kernel"));
+            return Err(self.errors.spanned(label, "loop labels are not supported in a tile kernel"));
         }
         let span = self.span_id(f);
         let loops_help = "a `for` loop runs over `a..b` (serial), `parallel(n)` / `parallel((n0, n1))` (independent iterations, spread over the threads) or `pipelined(n, stages)`";
         match &*f.expr {
             SynExpr::Range(r) => {
                 let (Some(start), Some(end)) = (&r.start, &r.end) else {
-                    return Err(self
-                        .errors
-                        .spanned(&*f.expr, "a serial loop needs both bounds: `for i in a..b`"));
+                    return Err(self.errors.spanned(&*f.expr, "a serial loop needs both bounds: `for i in a..b`"));
                 };
                 let start = self.index_value(start, "a loop bound");
                 let end_v = self.index_value(end, "a loop bound");
@@ -1041,16 +914,7 @@ impl Lowerer<'_> {
                 let ident = self.loop_var(&f.pat)?;
                 let body = self.loop_body(&f.body, &[ident], false);
                 let var = body.0[0];
-                out.push(Stmt::spanned(
-                    StmtKind::For {
-                        var,
-                        start,
-                        end,
-                        kind: LoopKind::Serial,
-                        body: body.1,
-                    },
-                    span,
-                ));
+                out.push(Stmt::spanned(StmtKind::For { var, start, end, kind: LoopKind::Serial, body: body.1 }, span));
                 Ok(())
             }
             SynExpr::Call(call) if call_name(call).is_some_and(|n| n == "parallel") => {
@@ -1067,21 +931,15 @@ impl Lowerer<'_> {
                     }
                 };
                 if extents.is_empty() || extents.len() > 3 {
-                    return Err(self
-                        .errors
-                        .spanned(call, "`parallel` loops have 1 to 3 dimensions"));
+                    return Err(self.errors.spanned(call, "`parallel` loops have 1 to 3 dimensions"));
                 }
                 let mut sizes = Vec::new();
                 for e in &extents {
                     match self.const_int(e, "the extent of a `parallel` loop") {
                         Ok(v) if v > 0 && v <= i32::MAX as i64 => sizes.push(v),
                         Ok(v) => {
-                            self.errors.spanned(
-                                *e,
-                                format!(
-                                    "the extent of a `parallel` loop must be positive, found {v}"
-                                ),
-                            );
+                            self.errors
+                                .spanned(*e, format!("the extent of a `parallel` loop must be positive, found {v}"));
                             return Err(Reported);
                         }
                         Err(r) => return Err(r),
@@ -1155,9 +1013,7 @@ impl Lowerer<'_> {
                         var: vars[0],
                         start: Expr::i32(0),
                         end,
-                        kind: LoopKind::Pipelined {
-                            stages: stages as u32,
-                        },
+                        kind: LoopKind::Pipelined { stages: stages as u32 },
                         body,
                     },
                     span,
@@ -1167,37 +1023,22 @@ impl Lowerer<'_> {
             SynExpr::Call(call) => {
                 let name = call_name(call).map(|n| n.to_string()).unwrap_or_default();
                 let hint = did_you_mean(&name, ["parallel", "pipelined"]);
-                Err(self.errors.spanned(
-                    &*f.expr,
-                    format!("unsupported loop iterator{hint}; {loops_help}"),
-                ))
+                Err(self.errors.spanned(&*f.expr, format!("unsupported loop iterator{hint}; {loops_help}")))
             }
-            other => Err(self
-                .errors
-                .spanned(other, format!("unsupported loop iterator; {loops_help}"))),
+            other => Err(self.errors.spanned(other, format!("unsupported loop iterator; {loops_help}"))),
         }
     }
 
     fn loop_var<'p>(&mut self, pat: &'p Pat) -> Lowered<Option<&'p Ident>> {
         match pat {
-            Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() => {
-                Ok(Some(&p.ident))
-            }
+            Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() => Ok(Some(&p.ident)),
             Pat::Wild(_) => Ok(None),
-            other => Err(self.errors.spanned(
-                other,
-                "expected a loop variable name (loop variables cannot be `mut`)",
-            )),
+            other => Err(self.errors.spanned(other, "expected a loop variable name (loop variables cannot be `mut`)")),
         }
     }
 
     /// Declares the loop variables, lowers the body in a new scope.
-    fn loop_body(
-        &mut self,
-        body: &syn::Block,
-        idents: &[Option<&Ident>],
-        parallel: bool,
-    ) -> (Vec<VarId>, Vec<Stmt>) {
+    fn loop_body(&mut self, body: &syn::Block, idents: &[Option<&Ident>], parallel: bool) -> (Vec<VarId>, Vec<Stmt>) {
         self.scopes.push(Vec::new());
         if parallel {
             self.parallel_depth += 1;
@@ -1207,14 +1048,7 @@ impl Lowerer<'_> {
             let name = ident.map(|i| i.to_string()).unwrap_or_else(|| "_".into());
             let v = self.k.add_var(name, DType::I32, VarKind::Loop);
             if let Some(i) = ident {
-                self.bind(
-                    i,
-                    Binding::Var {
-                        id: v,
-                        parallel,
-                        depth: self.parallel_depth,
-                    },
-                );
+                self.bind(i, Binding::Var { id: v, parallel, depth: self.parallel_depth });
             }
             vars.push(v);
         }
@@ -1238,26 +1072,15 @@ impl Lowerer<'_> {
                 other => return Err(self.errors.spanned(other, "expected a block after `else`")),
             },
         };
-        Ok(Stmt::spanned(
-            StmtKind::If {
-                cond: cond?,
-                then,
-                otherwise,
-            },
-            span,
-        ))
+        Ok(Stmt::spanned(StmtKind::If { cond: cond?, then, otherwise }, span))
     }
 
     fn condition(&mut self, cond: &SynExpr) -> Lowered<Expr> {
         match self.expr(cond)? {
             Val::Typed(e, DType::Bool) => Ok(e),
-            other => Err(self.errors.spanned(
-                cond,
-                format!(
-                    "an `if` condition must be a `bool`, found {}",
-                    other.describe()
-                ),
-            )),
+            other => Err(self
+                .errors
+                .spanned(cond, format!("an `if` condition must be a `bool`, found {}", other.describe()))),
         }
     }
 
@@ -1267,13 +1090,9 @@ impl Lowerer<'_> {
             Val::Typed(x, DType::I32) => Ok(x),
             Val::Typed(x, DType::U32) => Ok(Expr::cast(DType::I32, x)),
             Val::Int(v) => self.literal(Val::Int(v), DType::I32, e),
-            other => Err(self.errors.spanned(
-                e,
-                format!(
-                    "{what} must be an integer (`i32`), found {}",
-                    other.describe()
-                ),
-            )),
+            other => {
+                Err(self.errors.spanned(e, format!("{what} must be an integer (`i32`), found {}", other.describe())))
+            }
         }
     }
 
@@ -1285,10 +1104,7 @@ impl Lowerer<'_> {
             SynExpr::Index(ix) => {
                 let (buf, index) = self.element(ix, true)?;
                 let dtype = self.k.buffer(buf).dtype;
-                let what = format!(
-                    "`{}` holds `{dtype}` elements and this assignment",
-                    self.k.buffer(buf).name
-                );
+                let what = format!("`{}` holds `{dtype}` elements and this assignment", self.k.buffer(buf).name);
                 let v = self.expr(&a.right)?;
                 let value = self.coerce(v, dtype, &a.right, &what)?;
                 out.push(Stmt::spanned(StmtKind::Store { buf, index, value }, span));
@@ -1297,10 +1113,7 @@ impl Lowerer<'_> {
             left => {
                 let var = self.assignable_var(left)?;
                 let dtype = self.k.var(var).dtype;
-                let what = format!(
-                    "`{}` is `{dtype}` and this assignment",
-                    self.k.var(var).name
-                );
+                let what = format!("`{}` is `{dtype}` and this assignment", self.k.var(var).name);
                 let v = self.expr(&a.right)?;
                 let value = self.coerce(v, dtype, &a.right, &what)?;
                 out.push(Stmt::spanned(StmtKind::Assign { var, value }, span));
@@ -1317,11 +1130,7 @@ impl Lowerer<'_> {
         let (current, dtype, target) = match &*b.left {
             SynExpr::Index(ix) => {
                 let (buf, index) = self.element(ix, true)?;
-                (
-                    Expr::load(buf, index.clone()),
-                    self.k.buffer(buf).dtype,
-                    Target::Element(buf, index),
-                )
+                (Expr::load(buf, index.clone()), self.k.buffer(buf).dtype, Target::Element(buf, index))
             }
             left => {
                 let var = self.assignable_var(left)?;
@@ -1329,20 +1138,14 @@ impl Lowerer<'_> {
             }
         };
         let rhs = self.expr(&b.right)?;
-        let value =
-            match self.binary_op(op, &binop_symbol(&b.op), Val::Typed(current, dtype), rhs, b)? {
-                Val::Typed(e, t) if t == dtype => e,
-                other => {
-                    return Err(self.errors.spanned(
-                        b,
-                        format!(
-                            "`{}` would change the type to {}",
-                            binop_symbol(&b.op),
-                            other.describe()
-                        ),
-                    ))
-                }
-            };
+        let value = match self.binary_op(op, &binop_symbol(&b.op), Val::Typed(current, dtype), rhs, b)? {
+            Val::Typed(e, t) if t == dtype => e,
+            other => {
+                return Err(self
+                    .errors
+                    .spanned(b, format!("`{}` would change the type to {}", binop_symbol(&b.op), other.describe())))
+            }
+        };
         let kind = match target {
             Target::Element(buf, index) => StmtKind::Store { buf, index, value },
             Target::Var(var) => StmtKind::Assign { var, value },
@@ -1354,10 +1157,9 @@ impl Lowerer<'_> {
     /// The `let mut` variable on the left of `=` / `+=`.
     fn assignable_var(&mut self, left: &SynExpr) -> Lowered<VarId> {
         let Some(ident) = path_ident(left) else {
-            return Err(self.errors.spanned(
-                left,
-                "can only assign to a `let mut` variable or to an element (`x[i] = ..`)",
-            ));
+            return Err(self
+                .errors
+                .spanned(left, "can only assign to a `let mut` variable or to an element (`x[i] = ..`)"));
         };
         let name = ident.to_string();
         match self.lookup(&name) {
@@ -1406,20 +1208,16 @@ impl Lowerer<'_> {
             if let Some(t) = transposed(&ix.expr) {
                 return Err(self.transpose_misplaced(t));
             }
-            return Err(self.errors.spanned(
-                &*ix.expr,
-                "only buffers and tensors can be indexed, by name: `x[i]`",
-            ));
+            return Err(self.errors.spanned(&*ix.expr, "only buffers and tensors can be indexed, by name: `x[i]`"));
         };
         let name = ident.to_string();
         let buf = match self.lookup(&name) {
             Some(Binding::Buffer(b)) => b,
             Some(Binding::Poisoned) => return Err(Reported),
             Some(Binding::Var { .. }) => {
-                return Err(self.errors.at(
-                    ident.span(),
-                    format!("`{name}` is a scalar; only buffers and tensors can be indexed"),
-                ))
+                return Err(self
+                    .errors
+                    .at(ident.span(), format!("`{name}` is a scalar; only buffers and tensors can be indexed")))
             }
             None => return Err(self.unknown_name(ident)),
         };
@@ -1503,14 +1301,15 @@ impl Lowerer<'_> {
         out: &mut Vec<Stmt>,
     ) -> Lowered<()> {
         let Some(name_ident) = call_name(call) else {
-            return Err(self.errors.spanned(&*call.func, "unsupported call: a kernel calls the tile operations and math functions by their plain name"));
+            return Err(self.errors.spanned(
+                &*call.func,
+                "unsupported call: a kernel calls the tile operations and math functions by their plain name",
+            ));
         };
         let name = name_ident.to_string();
         let span = self.span_id(whole);
-        let collective = matches!(
-            name.as_str(),
-            "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min" | "barrier"
-        );
+        let collective =
+            matches!(name.as_str(), "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min" | "barrier");
         if collective && self.parallel_depth > 0 {
             return Err(self.errors.at(
                 name_ident.span(),
@@ -1519,11 +1318,7 @@ impl Lowerer<'_> {
         }
         if let Some(m) = modifier {
             let method = m.method.to_string();
-            let (expected, usage) = if name == "copy" {
-                ("fill", ".fill(value)")
-            } else {
-                ("keep", ".keep()")
-            };
+            let (expected, usage) = if name == "copy" { ("fill", ".fill(value)") } else { ("keep", ".keep()") };
             if method != expected {
                 return Err(self.errors.at(
                     m.method.span(),
@@ -1548,9 +1343,7 @@ impl Lowerer<'_> {
         let kind = match name.as_str() {
             "copy" => {
                 if let Some(msg) = arity(2) {
-                    return Err(self
-                        .errors
-                        .spanned(call, format!("{msg}: `copy(src, dst)`")));
+                    return Err(self.errors.spanned(call, format!("{msg}: `copy(src, dst)`")));
                 }
                 let src = self.tile_ref(args[0], false);
                 let dst = self.tile_ref(args[1], true);
@@ -1559,7 +1352,9 @@ impl Lowerer<'_> {
                 let fill = match modifier {
                     Some(m) => {
                         if m.args.len() != 1 {
-                            return Err(self.errors.spanned(m, "`.fill(v)` takes 1 argument: the value of elements read out of bounds"));
+                            return Err(self
+                                .errors
+                                .spanned(m, "`.fill(v)` takes 1 argument: the value of elements read out of bounds"));
                         }
                         let dtype = self.k.buffer(dst.tile.buf).dtype;
                         let v = self.expr(&m.args[0])?;
@@ -1567,40 +1362,24 @@ impl Lowerer<'_> {
                             v,
                             dtype,
                             &m.args[0],
-                            &format!(
-                                "the destination `{}` holds `{dtype}` and `.fill(..)`",
-                                dst.name
-                            ),
+                            &format!("the destination `{}` holds `{dtype}` and `.fill(..)`", dst.name),
                         )?)
                     }
                     None => None,
                 };
-                StmtKind::Copy {
-                    src: src.tile,
-                    dst: dst.tile,
-                    fill,
-                }
+                StmtKind::Copy { src: src.tile, dst: dst.tile, fill }
             }
             "fill" | "clear" => {
                 let n = if name == "fill" { 2 } else { 1 };
                 if let Some(msg) = arity(n) {
-                    let usage = if name == "fill" {
-                        "`fill(&mut buf, value)`"
-                    } else {
-                        "`clear(&mut buf)`"
-                    };
+                    let usage = if name == "fill" { "`fill(&mut buf, value)`" } else { "`clear(&mut buf)`" };
                     return Err(self.errors.spanned(call, format!("{msg}: {usage}")));
                 }
                 let buf = self.buffer_arg(args[0], true, &name)?;
                 let dtype = self.k.buffer(buf).dtype;
                 let value = if name == "fill" {
                     let v = self.expr(args[1])?;
-                    self.coerce(
-                        v,
-                        dtype,
-                        args[1],
-                        &format!("the buffer holds `{dtype}` and the fill value"),
-                    )?
+                    self.coerce(v, dtype, args[1], &format!("the buffer holds `{dtype}` and the fill value"))?
                 } else {
                     self.literal(Val::Int(0), dtype, call)?
                 };
@@ -1608,9 +1387,7 @@ impl Lowerer<'_> {
             }
             "reduce_max" | "reduce_sum" | "reduce_min" => {
                 if let Some(msg) = arity(3) {
-                    return Err(self
-                        .errors
-                        .spanned(call, format!("{msg}: `{name}(&src, &mut dst, dim)`")));
+                    return Err(self.errors.spanned(call, format!("{msg}: `{name}(&src, &mut dst, dim)`")));
                 }
                 let op = match name.as_str() {
                     "reduce_max" => ReduceOp::Max,
@@ -1622,10 +1399,7 @@ impl Lowerer<'_> {
                 let dim = self.const_int(args[2], &format!("the dimension of `{name}`"));
                 let (src, dst, dim) = (src?, dst?, dim?);
                 let (s, d) = (self.k.buffer(src).clone(), self.k.buffer(dst).clone());
-                let (s_shape, d_shape) = (
-                    s.const_shape().unwrap_or_default(),
-                    d.const_shape().unwrap_or_default(),
-                );
+                let (s_shape, d_shape) = (s.const_shape().unwrap_or_default(), d.const_shape().unwrap_or_default());
                 if dim < 0 || dim as usize >= s.rank() {
                     let valid: Vec<String> = (0..s.rank()).map(|d| d.to_string()).collect();
                     let dims = match valid.split_last() {
@@ -1636,11 +1410,7 @@ impl Lowerer<'_> {
                     };
                     return Err(self.errors.spanned(
                         args[2],
-                        format!(
-                            "`{name}` over dimension {dim}, but `{}` has rank {} ({dims})",
-                            s.name,
-                            s.rank()
-                        ),
+                        format!("`{name}` over dimension {dim}, but `{}` has rank {} ({dims})", s.name, s.rank()),
                     ));
                 }
                 let mut expected = s_shape.clone();
@@ -1664,34 +1434,32 @@ impl Lowerer<'_> {
                 if s.dtype != d.dtype {
                     return Err(self.errors.spanned(
                         call,
-                        format!("`{name}` needs `{}` and `{}` to hold the same element type, but they hold `{}` and `{}`", s.name, d.name, s.dtype, d.dtype),
+                        format!(
+                            "`{name}` needs `{}` and `{}` to hold the same element type, but they hold `{}` and `{}`",
+                            s.name, d.name, s.dtype, d.dtype
+                        ),
                     ));
                 }
-                StmtKind::Reduce {
-                    op,
-                    src,
-                    dst,
-                    dim: dim as usize,
-                    keep: modifier.is_some(),
-                }
+                StmtKind::Reduce { op, src, dst, dim: dim as usize, keep: modifier.is_some() }
             }
             "atomic_add" => {
                 if let Some(msg) = arity(2) {
-                    return Err(self
-                        .errors
-                        .spanned(call, format!("{msg}: `atomic_add(&mut t[(i, j)], value)`")));
+                    return Err(self.errors.spanned(call, format!("{msg}: `atomic_add(&mut t[(i, j)], value)`")));
                 }
                 let SynExpr::Reference(r) = args[0] else {
-                    return Err(self.errors.spanned(args[0], "the first argument of `atomic_add` is an element of a `&mut Tensor`: `&mut t[(i, j)]`"));
-                };
-                let SynExpr::Index(ix) = &*r.expr else {
-                    return Err(self.errors.spanned(args[0], "the first argument of `atomic_add` is an element of a `&mut Tensor`: `&mut t[(i, j)]`"));
-                };
-                if r.mutability.is_none() {
                     return Err(self.errors.spanned(
                         args[0],
-                        "`atomic_add` writes the element: write `&mut t[..]`",
+                        "the first argument of `atomic_add` is an element of a `&mut Tensor`: `&mut t[(i, j)]`",
                     ));
+                };
+                let SynExpr::Index(ix) = &*r.expr else {
+                    return Err(self.errors.spanned(
+                        args[0],
+                        "the first argument of `atomic_add` is an element of a `&mut Tensor`: `&mut t[(i, j)]`",
+                    ));
+                };
+                if r.mutability.is_none() {
+                    return Err(self.errors.spanned(args[0], "`atomic_add` writes the element: write `&mut t[..]`"));
                 }
                 let (buf, index) = self.element(ix, true)?;
                 let b = self.k.buffer(buf).clone();
@@ -1706,12 +1474,8 @@ impl Lowerer<'_> {
                     ));
                 }
                 let v = self.expr(args[1])?;
-                let value = self.coerce(
-                    v,
-                    b.dtype,
-                    args[1],
-                    &format!("`{}` holds `{}` and the added value", b.name, b.dtype),
-                )?;
+                let value =
+                    self.coerce(v, b.dtype, args[1], &format!("`{}` holds `{}` and the added value", b.name, b.dtype))?;
                 StmtKind::AtomicAdd { buf, index, value }
             }
             "barrier" => {
@@ -1726,22 +1490,17 @@ impl Lowerer<'_> {
             "shared" | "fragment" | "local" => {
                 return Err(self.errors.spanned(
                     call,
-                    format!(
-                    "a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"
-                ),
+                    format!("a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"),
                 ))
             }
             "parallel" | "pipelined" => {
-                return Err(self.errors.spanned(
-                    call,
-                    format!("`{name}(..)` is only valid as the iterator of a `for` loop"),
-                ))
+                return Err(self
+                    .errors
+                    .spanned(call, format!("`{name}(..)` is only valid as the iterator of a `for` loop")))
             }
             n if MATH.contains(&n) => {
                 let _ = self.expr(whole)?;
-                return Err(self
-                    .errors
-                    .spanned(whole, "the value of this expression is unused"));
+                return Err(self.errors.spanned(whole, "the value of this expression is unused"));
             }
             _ => return Err(self.unknown_function(name_ident)),
         };
@@ -1880,13 +1639,7 @@ impl Lowerer<'_> {
                     .into_iter()
                     .find(|&(x, y)| fits(x, y))
                     .map_or_else(String::new, |(x, y)| {
-                        format!(
-                            "; `gemm(&{}{}, &{}{}, ..)` would fit",
-                            ab.name,
-                            t(x),
-                            bb.name,
-                            t(y)
-                        )
+                        format!("; `gemm(&{}{}, &{}{}, ..)` would fit", ab.name, t(x), bb.name, t(y))
                     });
                 self.errors.spanned(
                     call,
@@ -1953,7 +1706,11 @@ impl Lowerer<'_> {
         let Some(ident) = path_ident(inner) else {
             return Err(self.errors.spanned(
                 e,
-                format!("operand {which} of `gemm` is a buffer by name: `&{}` (or `&{}.t()` for a transposed one)", if which == 'A' { "a" } else { "b" }, if which == 'A' { "a" } else { "b" }),
+                format!(
+                    "operand {which} of `gemm` is a buffer by name: `&{}` (or `&{}.t()` for a transposed one)",
+                    if which == 'A' { "a" } else { "b" },
+                    if which == 'A' { "a" } else { "b" }
+                ),
             ));
         };
         let buf = match self.lookup(&ident.to_string()) {
@@ -1978,24 +1735,28 @@ impl Lowerer<'_> {
             };
             return Err(self.errors.at(
                 ident.span(),
-                format!(
-                    "operand {which} of `gemm` is {expected}, but `{ident}` is a {}{fix}",
-                    scope_phrase(b.scope)
-                ),
+                format!("operand {which} of `gemm` is {expected}, but `{ident}` is a {}{fix}", scope_phrase(b.scope)),
             ));
         }
         let mut failed = false;
         if b.rank() != 2 {
             self.errors.at(
                 ident.span(),
-                format!("operand {which} of `gemm` is a matrix, but `{ident}` has rank {} ({})", b.rank(), format_shape(&const_shape_of(&b))),
+                format!(
+                    "operand {which} of `gemm` is a matrix, but `{ident}` has rank {} ({})",
+                    b.rank(),
+                    format_shape(&const_shape_of(&b))
+                ),
             );
             failed = true;
         }
         if !matches!(b.dtype, DType::F16 | DType::BF16) {
             self.errors.at(
                 ident.span(),
-                format!("`gemm` multiplies `f16` or `bf16` operands (on tensor cores), but `{ident}` holds `{}`", b.dtype),
+                format!(
+                    "`gemm` multiplies `f16` or `bf16` operands (on tensor cores), but `{ident}` holds `{}`",
+                    b.dtype
+                ),
             );
             failed = true;
         }
@@ -2050,10 +1811,9 @@ impl Lowerer<'_> {
         }
         self.swizzle_at = Some(name_span);
         if call.args.len() != 1 {
-            return Err(self.errors.spanned(
-                call,
-                "`use_swizzle` takes 1 argument, the panel width in blocks: `use_swizzle(8)`",
-            ));
+            return Err(self
+                .errors
+                .spanned(call, "`use_swizzle` takes 1 argument, the panel width in blocks: `use_swizzle(8)`"));
         }
         let panel = self.const_int(&call.args[0], "the panel width of `use_swizzle`")?;
         if !(1..=i32::MAX as i64).contains(&panel) {
@@ -2076,7 +1836,8 @@ impl Lowerer<'_> {
     /// the shared layout of `buf`, instead of the one the compiler picks.
     /// Allowed once per buffer, before any statement names the buffer.
     fn annotate_layout(&mut self, call: &syn::ExprCall) -> Lowered<()> {
-        const USAGE: &str = "`annotate_layout(&buf, layout)` with a layout `row_major()`, `padded(bytes)` or `swizzle(bits)`";
+        const USAGE: &str =
+            "`annotate_layout(&buf, layout)` with a layout `row_major()`, `padded(bytes)` or `swizzle(bits)`";
         if call.args.len() != 2 {
             return Err(self.errors.spanned(call, format!("`annotate_layout` takes 2 arguments: {USAGE}")));
         }
@@ -2086,7 +1847,10 @@ impl Lowerer<'_> {
             _ => None,
         };
         let Some(ident) = ident else {
-            return Err(self.errors.spanned(target, format!("the first argument of `annotate_layout` is `&buf`, a shared buffer: {USAGE}")));
+            return Err(self.errors.spanned(
+                target,
+                format!("the first argument of `annotate_layout` is `&buf`, a shared buffer: {USAGE}"),
+            ));
         };
         let name = ident.to_string();
         let buf = match self.lookup_quiet(&name) {
@@ -2096,7 +1860,12 @@ impl Lowerer<'_> {
                 let hint = did_you_mean(&name, self.visible_names().iter().map(|s| s.as_str()));
                 return Err(self.errors.spanned(target, format!("cannot find buffer `{name}` in this kernel{hint}")));
             }
-            Some(_) => return Err(self.errors.spanned(target, format!("`{name}` is not a buffer; `annotate_layout` chooses the layout of a shared buffer"))),
+            Some(_) => {
+                return Err(self.errors.spanned(
+                    target,
+                    format!("`{name}` is not a buffer; `annotate_layout` chooses the layout of a shared buffer"),
+                ))
+            }
         };
         let b = self.k.buffer(buf).clone();
         if b.scope != Scope::Shared {
@@ -2106,7 +1875,9 @@ impl Lowerer<'_> {
                 Scope::Local => "a local buffer",
                 Scope::Shared => "a shared buffer",
             };
-            return Err(self.errors.spanned(target, format!("`{name}` is {what}; only shared buffers have a layout to annotate")));
+            return Err(self
+                .errors
+                .spanned(target, format!("`{name}` is {what}; only shared buffers have a layout to annotate")));
         }
         if let Some(prev) = self.annotated_at.get(&buf) {
             let mut e = syn::Error::new(call.func.span(), format!("the layout of `{name}` is annotated twice"));
@@ -2149,7 +1920,9 @@ impl Lowerer<'_> {
         }
         let spec = match kind_name.as_str() {
             "row_major" => SharedLayoutSpec::RowMajor,
-            "padded" => SharedLayoutSpec::Padded { bytes: self.const_int(&spec_call.args[0], "the padding of `padded`")? },
+            "padded" => {
+                SharedLayoutSpec::Padded { bytes: self.const_int(&spec_call.args[0], "the padding of `padded`")? }
+            }
             _ => {
                 let bits = self.const_int(&spec_call.args[0], "the width of `swizzle`")?;
                 SharedLayoutSpec::Swizzle { bits: u32::try_from(bits).unwrap_or(u32::MAX) }
@@ -2160,7 +1933,10 @@ impl Lowerer<'_> {
         let cols = shape.last().copied().unwrap_or(1);
         let rows = shape.iter().rev().skip(1).product::<i64>();
         if let Err(why) = tile_ir::layout::SharedLayout::from_spec(spec, rows, cols, b.dtype.size_bytes() as i64) {
-            return Err(self.errors.spanned(spec_expr, format!("cannot lay out `{name}` (shared {}{}): {why}", b.dtype, format_shape(&shape))));
+            return Err(self.errors.spanned(
+                spec_expr,
+                format!("cannot lay out `{name}` (shared {}{}): {why}", b.dtype, format_shape(&shape)),
+            ));
         }
         self.k.buffers[buf.0 as usize].layout = Some(spec);
         Ok(())
@@ -2174,10 +1950,7 @@ impl Lowerer<'_> {
         } else {
             ""
         };
-        self.errors.at(
-            ident.span(),
-            format!("unknown function `{name}` in a tile kernel{hint}{list}"),
-        )
+        self.errors.at(ident.span(), format!("unknown function `{name}` in a tile kernel{hint}{list}"))
     }
 
     /// `&buf` / `&mut buf` naming a shared, fragment or local buffer.
@@ -2191,18 +1964,13 @@ impl Lowerer<'_> {
             if let Some(t) = transposed(e) {
                 return Err(self.transpose_misplaced(t));
             }
-            return Err(self
-                .errors
-                .spanned(e, format!("expected a buffer, {usage}")));
+            return Err(self.errors.spanned(e, format!("expected a buffer, {usage}")));
         };
         let buf = match self.lookup(&ident.to_string()) {
             Some(Binding::Buffer(b)) => b,
             Some(Binding::Poisoned) => return Err(Reported),
             Some(Binding::Var { .. }) => {
-                return Err(self.errors.at(
-                    ident.span(),
-                    format!("`{ident}` is a scalar; `{op}` works on buffers"),
-                ))
+                return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar; `{op}` works on buffers")))
             }
             None => return Err(self.unknown_name(ident)),
         };
@@ -2211,19 +1979,12 @@ impl Lowerer<'_> {
                 e,
                 format!(
                     "pass the buffer by reference: {}",
-                    if write {
-                        format!("`&mut {ident}`")
-                    } else {
-                        format!("`&{ident}`")
-                    }
+                    if write { format!("`&mut {ident}`") } else { format!("`&{ident}`") }
                 ),
             ));
         }
         if write && !mutable {
-            return Err(self.errors.spanned(
-                e,
-                format!("`{op}` writes this buffer: pass it as `&mut {ident}`"),
-            ));
+            return Err(self.errors.spanned(e, format!("`{op}` writes this buffer: pass it as `&mut {ident}`")));
         }
         if self.k.buffer(buf).scope == Scope::Global {
             return Err(self.errors.at(
@@ -2236,26 +1997,19 @@ impl Lowerer<'_> {
 
     /// One side of `copy`: `&buf`, `&mut buf` or `tensor.tile([origin..])`.
     fn tile_ref(&mut self, e: &SynExpr, dst: bool) -> Lowered<Side> {
-        let usage = if dst {
-            "`&mut buf` or `tensor.tile([..])`"
-        } else {
-            "`&buf` or `tensor.tile([..])`"
-        };
+        let usage = if dst { "`&mut buf` or `tensor.tile([..])`" } else { "`&buf` or `tensor.tile([..])`" };
         match e {
             SynExpr::MethodCall(m) if m.method == "tile" => {
                 let Some(ident) = path_ident(&m.receiver) else {
-                    return Err(self.errors.spanned(
-                        &*m.receiver,
-                        "`.tile(..)` applies to a tensor parameter by name: `a.tile([r, c])`",
-                    ));
+                    return Err(self
+                        .errors
+                        .spanned(&*m.receiver, "`.tile(..)` applies to a tensor parameter by name: `a.tile([r, c])`"));
                 };
                 let buf = match self.lookup(&ident.to_string()) {
                     Some(Binding::Buffer(b)) => b,
                     Some(Binding::Poisoned) => return Err(Reported),
                     Some(Binding::Var { .. }) => {
-                        return Err(self
-                            .errors
-                            .at(ident.span(), format!("`{ident}` is a scalar, not a tensor")))
+                        return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar, not a tensor")))
                     }
                     None => return Err(self.unknown_name(ident)),
                 };
@@ -2270,9 +2024,7 @@ impl Lowerer<'_> {
                     return Err(self.read_only(ident));
                 }
                 if m.args.len() != 1 {
-                    return Err(self
-                        .errors
-                        .spanned(m, "`.tile(..)` takes the window's origin: `t.tile([r, c])`"));
+                    return Err(self.errors.spanned(m, "`.tile(..)` takes the window's origin: `t.tile([r, c])`"));
                 }
                 let coords: Vec<&SynExpr> = match &m.args[0] {
                     SynExpr::Array(a) => a.elems.iter().collect(),
@@ -2282,7 +2034,14 @@ impl Lowerer<'_> {
                 if coords.len() != b.rank() {
                     return Err(self.errors.spanned(
                         &m.args[0],
-                        format!("`{ident}` has rank {}, so `.tile(..)` takes {} coordinate{}, but {} {} given", b.rank(), b.rank(), if b.rank() == 1 { "" } else { "s" }, coords.len(), if coords.len() == 1 { "was" } else { "were" }),
+                        format!(
+                            "`{ident}` has rank {}, so `.tile(..)` takes {} coordinate{}, but {} {} given",
+                            b.rank(),
+                            b.rank(),
+                            if b.rank() == 1 { "" } else { "s" },
+                            coords.len(),
+                            if coords.len() == 1 { "was" } else { "were" }
+                        ),
                     ));
                 }
                 let mut origin = Vec::new();
@@ -2296,10 +2055,7 @@ impl Lowerer<'_> {
                 if failed {
                     return Err(Reported);
                 }
-                Ok(Side {
-                    tile: TileRef { buf, origin },
-                    name: ident.to_string(),
-                })
+                Ok(Side { tile: TileRef { buf, origin }, name: ident.to_string() })
             }
             SynExpr::Reference(r) => {
                 let Some(ident) = path_ident(&r.expr) else {
@@ -2312,45 +2068,30 @@ impl Lowerer<'_> {
                     Some(Binding::Buffer(b)) => b,
                     Some(Binding::Poisoned) => return Err(Reported),
                     Some(Binding::Var { .. }) => {
-                        return Err(self.errors.at(
-                            ident.span(),
-                            format!("`{ident}` is a scalar; `copy` moves buffers and tensor tiles"),
-                        ))
+                        return Err(self
+                            .errors
+                            .at(ident.span(), format!("`{ident}` is a scalar; `copy` moves buffers and tensor tiles")))
                     }
                     None => return Err(self.unknown_name(ident)),
                 };
                 if dst && r.mutability.is_none() {
-                    return Err(self.errors.spanned(
-                        e,
-                        format!("the destination of `copy` is written: pass it as `&mut {ident}`"),
-                    ));
+                    return Err(self
+                        .errors
+                        .spanned(e, format!("the destination of `copy` is written: pass it as `&mut {ident}`")));
                 }
                 let b = self.k.buffer(buf).clone();
                 if dst && b.scope == Scope::Global && !b.mutable {
                     return Err(self.read_only(ident));
                 }
                 // A whole tensor: the window at the origin.
-                let origin = if b.scope == Scope::Global {
-                    vec![Expr::i32(0); b.rank()]
-                } else {
-                    Vec::new()
-                };
-                Ok(Side {
-                    tile: TileRef { buf, origin },
-                    name: ident.to_string(),
-                })
+                let origin = if b.scope == Scope::Global { vec![Expr::i32(0); b.rank()] } else { Vec::new() };
+                Ok(Side { tile: TileRef { buf, origin }, name: ident.to_string() })
             }
             other => {
                 if let Some(ident) = path_ident(other) {
                     if matches!(self.lookup(&ident.to_string()), Some(Binding::Buffer(_))) {
-                        let fix = if dst {
-                            format!("`&mut {ident}`")
-                        } else {
-                            format!("`&{ident}`")
-                        };
-                        return Err(self
-                            .errors
-                            .spanned(other, format!("pass the buffer by reference: {fix}")));
+                        let fix = if dst { format!("`&mut {ident}`") } else { format!("`&{ident}`") };
+                        return Err(self.errors.spanned(other, format!("pass the buffer by reference: {fix}")));
                     }
                 }
                 if let Some(t) = transposed(other) {
@@ -2362,10 +2103,7 @@ impl Lowerer<'_> {
     }
 
     fn check_copy(&mut self, src: &Side, dst: &Side, call: &syn::ExprCall) -> Lowered<()> {
-        let (s, d) = (
-            self.k.buffer(src.tile.buf).clone(),
-            self.k.buffer(dst.tile.buf).clone(),
-        );
+        let (s, d) = (self.k.buffer(src.tile.buf).clone(), self.k.buffer(dst.tile.buf).clone());
         let describe = |b: &Buffer| -> String {
             let parts: Vec<String> = b
                 .shape
@@ -2470,7 +2208,12 @@ impl Lowerer<'_> {
                     "" => Ok(Val::Int(v)),
                     s => match DType::from_name(s).filter(|d| DTYPES.contains(&d.name())) {
                         Some(d) => Ok(Val::Typed(self.literal(Val::Int(v), d, i)?, d)),
-                        None => Err(self.errors.spanned(i, format!("unsupported literal suffix `{s}`; the kernel types are f16, bf16, f32, i32 and u32"))),
+                        None => Err(self.errors.spanned(
+                            i,
+                            format!(
+                                "unsupported literal suffix `{s}`; the kernel types are f16, bf16, f32, i32 and u32"
+                            ),
+                        )),
                     },
                 }
             }
@@ -2482,21 +2225,14 @@ impl Lowerer<'_> {
                 match f.suffix() {
                     "" => Ok(Val::Float(v)),
                     "f32" => Ok(Val::Typed(Expr::f32(v as f32), DType::F32)),
-                    "f16" => Ok(Val::Typed(
-                        Expr::Const(Value::F16(half::f16::from_f64(v))),
-                        DType::F16,
-                    )),
-                    s => Err(self.errors.spanned(
-                        f,
-                        format!("unsupported literal suffix `{s}`; write `{v}` or `{v}f32`"),
-                    )),
+                    "f16" => Ok(Val::Typed(Expr::Const(Value::F16(half::f16::from_f64(v))), DType::F16)),
+                    s => Err(self
+                        .errors
+                        .spanned(f, format!("unsupported literal suffix `{s}`; write `{v}` or `{v}f32`"))),
                 }
             }
             syn::Lit::Bool(b) => Ok(Val::Typed(Expr::Const(Value::Bool(b.value)), DType::Bool)),
-            other => Err(self.errors.spanned(
-                other,
-                "only numbers and `true`/`false` are literals in a tile kernel",
-            )),
+            other => Err(self.errors.spanned(other, "only numbers and `true`/`false` are literals in a tile kernel")),
         }
     }
 
@@ -2505,15 +2241,16 @@ impl Lowerer<'_> {
             if let Some(ident) = p.path.get_ident() {
                 let name = ident.to_string();
                 return match self.lookup(&name) {
-                    Some(Binding::Var { id, .. }) => {
-                        Ok(Val::Typed(Expr::var(id), self.k.var(id).dtype))
-                    }
+                    Some(Binding::Var { id, .. }) => Ok(Val::Typed(Expr::var(id), self.k.var(id).dtype)),
                     Some(Binding::Buffer(b)) => {
                         let buffer = self.k.buffer(b);
                         let msg = if buffer.scope == Scope::Global {
                             format!("`{name}` is a tensor, not a value: read an element (`{name}[i]`) or copy a tile of it (`copy({name}.tile([..]), &mut buf)`)")
                         } else {
-                            format!("`{name}` is a {} buffer, not a value: read an element (`{name}[i]`)", scope_name(buffer.scope))
+                            format!(
+                                "`{name}` is a {} buffer, not a value: read an element (`{name}[i]`)",
+                                scope_name(buffer.scope)
+                            )
                         };
                         Err(self.errors.at(ident.span(), msg))
                     }
@@ -2524,16 +2261,8 @@ impl Lowerer<'_> {
                     },
                 };
             }
-            let segs: Vec<String> = p
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
-            if segs.len() == 2
-                && segs[0] == "f32"
-                && p.path.segments.iter().all(|s| s.arguments.is_none())
-            {
+            let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+            if segs.len() == 2 && segs[0] == "f32" && p.path.segments.iter().all(|s| s.arguments.is_none()) {
                 let v = match segs[1].as_str() {
                     "INFINITY" => Some(f32::INFINITY),
                     "NEG_INFINITY" => Some(f32::NEG_INFINITY),
@@ -2565,20 +2294,12 @@ impl Lowerer<'_> {
             },
             syn::UnOp::Not(_) => match v {
                 Val::Int(x) => Ok(Val::Int(!x)),
-                Val::Typed(e, t) if t == DType::Bool || t.is_int() => {
-                    Ok(Val::Typed(Expr::unary(UnOp::Not, e), t))
+                Val::Typed(e, t) if t == DType::Bool || t.is_int() => Ok(Val::Typed(Expr::unary(UnOp::Not, e), t)),
+                other => {
+                    Err(self.errors.spanned(u, format!("`!` needs a `bool` or an integer, found {}", other.describe())))
                 }
-                other => Err(self.errors.spanned(
-                    u,
-                    format!(
-                        "`!` needs a `bool` or an integer, found {}",
-                        other.describe()
-                    ),
-                )),
             },
-            _ => Err(self
-                .errors
-                .spanned(u, "`*` (dereference) is not supported in a tile kernel")),
+            _ => Err(self.errors.spanned(u, "`*` (dereference) is not supported in a tile kernel")),
         }
     }
 
@@ -2586,21 +2307,17 @@ impl Lowerer<'_> {
         let v = self.expr(&c.expr)?;
         let to = match self.dtype_of_type(&c.ty)? {
             DType::Bool => {
-                return Err(self
-                    .errors
-                    .spanned(&*c.ty, "cannot cast to `bool`; compare instead (`x != 0`)"))
+                return Err(self.errors.spanned(&*c.ty, "cannot cast to `bool`; compare instead (`x != 0`)"))
             }
             d => d,
         };
         match v {
             Val::Int(x) => Ok(Val::Typed(self.literal(Val::Int(x), to, c)?, to)),
-            Val::Float(x) if to.is_float() => {
-                Ok(Val::Typed(self.literal(Val::Float(x), to, c)?, to))
-            }
+            Val::Float(x) if to.is_float() => Ok(Val::Typed(self.literal(Val::Float(x), to, c)?, to)),
             Val::Float(x) => Ok(Val::Typed(self.literal(Val::Int(x as i64), to, c)?, to)),
-            Val::Typed(_, DType::Bool) => Err(self
-                .errors
-                .spanned(c, "cannot cast a `bool`; use `if c { 1 } else { 0 }`")),
+            Val::Typed(_, DType::Bool) => {
+                Err(self.errors.spanned(c, "cannot cast a `bool`; use `if c { 1 } else { 0 }`"))
+            }
             Val::Typed(e, t) if t == to => Ok(Val::Typed(e, t)),
             // `f32::NEG_INFINITY as f16`: fold the constant.
             Val::Typed(Expr::Const(v), _) => match cast_value(v, to) {
@@ -2620,46 +2337,33 @@ impl Lowerer<'_> {
             }
         }
         let Some(then) = single(&i.then_branch) else {
-            return Err(self.errors.spanned(
-                i,
-                "an `if` used as a value has one expression per branch: `if c { a } else { b }`",
-            ));
-        };
-        let Some((_, else_expr)) = &i.else_branch else {
             return Err(self
                 .errors
-                .spanned(i, "an `if` used as a value needs an `else` branch"));
+                .spanned(i, "an `if` used as a value has one expression per branch: `if c { a } else { b }`"));
+        };
+        let Some((_, else_expr)) = &i.else_branch else {
+            return Err(self.errors.spanned(i, "an `if` used as a value needs an `else` branch"));
         };
         let cond = self.condition(&i.cond);
         let a = self.expr(then);
         let b = match &**else_expr {
             SynExpr::Block(b) => match single(&b.block) {
                 Some(e) => self.expr(e),
-                None => Err(self
-                    .errors
-                    .spanned(b, "an `if` used as a value has one expression per branch")),
+                None => Err(self.errors.spanned(b, "an `if` used as a value has one expression per branch")),
             },
             SynExpr::If(nested) => self.select(nested),
             other => Err(self.errors.spanned(other, "expected a block after `else`")),
         };
         let (cond, a, b) = (cond?, a?, b?);
         let (a, b, t) = self.unify(a, b, i, "the two branches of this `if`")?;
-        Ok(Val::Typed(
-            Expr::Select {
-                cond: Box::new(cond),
-                then: Box::new(a),
-                otherwise: Box::new(b),
-            },
-            t,
-        ))
+        Ok(Val::Typed(Expr::Select { cond: Box::new(cond), then: Box::new(a), otherwise: Box::new(b) }, t))
     }
 
     fn call_expr(&mut self, c: &syn::ExprCall) -> Lowered<Val> {
         let Some(ident) = call_name(c) else {
-            return Err(self.errors.spanned(
-                &*c.func,
-                "unsupported call: a kernel calls math functions by their plain name (`exp2(x)`)",
-            ));
+            return Err(self
+                .errors
+                .spanned(&*c.func, "unsupported call: a kernel calls math functions by their plain name (`exp2(x)`)"));
         };
         let args: Vec<&SynExpr> = c.args.iter().collect();
         self.math(ident, &args, c)
@@ -2674,18 +2378,13 @@ impl Lowerer<'_> {
             return self.math(&m.method, &args, m);
         }
         if name == "tile" {
-            return Err(self
-                .errors
-                .spanned(m, "`.tile(..)` is only valid as an argument of `copy`"));
+            return Err(self.errors.spanned(m, "`.tile(..)` is only valid as an argument of `copy`"));
         }
         if name == "t" {
             return Err(self.transpose_misplaced(m));
         }
         let hint = did_you_mean(&name, MATH.iter().copied());
-        Err(self.errors.at(
-            m.method.span(),
-            format!("unknown method `.{name}()` in a tile kernel{hint}"),
-        ))
+        Err(self.errors.at(m.method.span(), format!("unknown method `.{name}()` in a tile kernel{hint}")))
     }
 
     fn math(&mut self, ident: &Ident, args: &[&SynExpr], whole: &dyn ToTokens) -> Lowered<Val> {
@@ -2694,30 +2393,26 @@ impl Lowerer<'_> {
             "exp2" | "exp" | "log2" | "log" | "abs" | "sqrt" | "rsqrt" => 1,
             "max" | "min" | "cdiv" => 2,
             "fma" => 3,
-            "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min"
-            | "atomic_add" | "barrier" | "gemm" | "use_swizzle" | "annotate_layout" => {
-                return Err(self.errors.at(
-                    ident.span(),
-                    format!("`{name}(..)` is a statement and has no value"),
+            "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min" | "atomic_add" | "barrier"
+            | "gemm" | "use_swizzle" | "annotate_layout" => {
+                return Err(self.errors.at(ident.span(), format!("`{name}(..)` is a statement and has no value")))
+            }
+            "grid" => {
+                return Err(self.errors.spanned(
+                    whole,
+                    "`grid(..)` must be the first statement of the kernel: `let (bx, by) = grid(..);`",
                 ))
             }
-            "grid" => return Err(self.errors.spanned(
-                whole,
-                "`grid(..)` must be the first statement of the kernel: `let (bx, by) = grid(..);`",
-            )),
             "shared" | "fragment" | "local" => {
                 return Err(self.errors.spanned(
                     whole,
-                    format!(
-                    "a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"
-                ),
+                    format!("a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"),
                 ))
             }
             "parallel" | "pipelined" => {
-                return Err(self.errors.spanned(
-                    whole,
-                    format!("`{name}(..)` is only valid as the iterator of a `for` loop"),
-                ))
+                return Err(self
+                    .errors
+                    .spanned(whole, format!("`{name}(..)` is only valid as the iterator of a `for` loop")))
             }
             _ => return Err(self.unknown_function(ident)),
         };
@@ -2739,68 +2434,42 @@ impl Lowerer<'_> {
         let vals: Vec<Val> = vals.into_iter().collect::<Result<_, _>>()?;
         match name.as_str() {
             "max" | "min" => {
-                let op = if name == "max" {
-                    BinOp::Max
-                } else {
-                    BinOp::Min
-                };
+                let op = if name == "max" { BinOp::Max } else { BinOp::Min };
                 if let (Val::Int(a), Val::Int(b)) = (&vals[0], &vals[1]) {
                     return Ok(Val::Int(if name == "max" { *a.max(b) } else { *a.min(b) }));
                 }
-                let (a, b, t) = self.unify(
-                    vals[0].clone(),
-                    vals[1].clone(),
-                    whole,
-                    &format!("the arguments of `{name}`"),
-                )?;
+                let (a, b, t) =
+                    self.unify(vals[0].clone(), vals[1].clone(), whole, &format!("the arguments of `{name}`"))?;
                 if t == DType::Bool {
-                    return Err(self
-                        .errors
-                        .spanned(whole, format!("`{name}` needs numbers, found `bool`")));
+                    return Err(self.errors.spanned(whole, format!("`{name}` needs numbers, found `bool`")));
                 }
                 Ok(Val::Typed(Expr::binary(op, a, b), t))
             }
             "cdiv" => {
                 if let (Val::Int(a), Val::Int(b)) = (&vals[0], &vals[1]) {
                     if *b <= 0 {
-                        return Err(self
-                            .errors
-                            .spanned(args[1], "`cdiv` divides by a positive number"));
+                        return Err(self.errors.spanned(args[1], "`cdiv` divides by a positive number"));
                     }
                     return Ok(Val::Int((a + b - 1).div_euclid(*b)));
                 }
-                let (a, b, t) = self.unify(
-                    vals[0].clone(),
-                    vals[1].clone(),
-                    whole,
-                    "the arguments of `cdiv`",
-                )?;
+                let (a, b, t) = self.unify(vals[0].clone(), vals[1].clone(), whole, "the arguments of `cdiv`")?;
                 if !t.is_int() {
-                    return Err(self
-                        .errors
-                        .spanned(whole, format!("`cdiv` needs integers, found `{t}`")));
+                    return Err(self.errors.spanned(whole, format!("`cdiv` needs integers, found `{t}`")));
                 }
                 // With a constant divisor, fold `b - 1`.
                 let e = match &b {
                     Expr::Const(Value::I32(d)) if *d > 0 => {
                         Expr::binary(BinOp::Div, Expr::binary(BinOp::Add, a, Expr::i32(d - 1)), b)
                     }
-                    Expr::Const(Value::U32(d)) if *d > 0 => Expr::binary(
-                        BinOp::Div,
-                        Expr::binary(BinOp::Add, a, Expr::Const(Value::U32(d - 1))),
-                        b,
-                    ),
+                    Expr::Const(Value::U32(d)) if *d > 0 => {
+                        Expr::binary(BinOp::Div, Expr::binary(BinOp::Add, a, Expr::Const(Value::U32(d - 1))), b)
+                    }
                     _ => Expr::cdiv(a, b),
                 };
                 Ok(Val::Typed(e, t))
             }
             "fma" => {
-                let (a, b, t) = self.unify(
-                    vals[0].clone(),
-                    vals[1].clone(),
-                    whole,
-                    "the arguments of `fma`",
-                )?;
+                let (a, b, t) = self.unify(vals[0].clone(), vals[1].clone(), whole, "the arguments of `fma`")?;
                 let c = self.coerce(
                     vals[2].clone(),
                     t,
@@ -2808,18 +2477,9 @@ impl Lowerer<'_> {
                     &format!("the first arguments of `fma` are `{t}` and the third"),
                 )?;
                 if t == DType::Bool {
-                    return Err(self
-                        .errors
-                        .spanned(whole, "`fma` needs numbers, found `bool`"));
+                    return Err(self.errors.spanned(whole, "`fma` needs numbers, found `bool`"));
                 }
-                Ok(Val::Typed(
-                    Expr::Fma {
-                        a: Box::new(a),
-                        b: Box::new(b),
-                        c: Box::new(c),
-                    },
-                    t,
-                ))
+                Ok(Val::Typed(Expr::Fma { a: Box::new(a), b: Box::new(b), c: Box::new(c) }, t))
             }
             _ => {
                 let op = match name.as_str() {
@@ -2833,9 +2493,7 @@ impl Lowerer<'_> {
                 };
                 let (e, t) = match vals[0].clone() {
                     // An untyped literal argument is an `f32`.
-                    Val::Int(x) if name != "abs" => {
-                        (self.literal(Val::Int(x), DType::F32, args[0])?, DType::F32)
-                    }
+                    Val::Int(x) if name != "abs" => (self.literal(Val::Int(x), DType::F32, args[0])?, DType::F32),
                     v => self.materialize(v, args[0])?,
                 };
                 let ok = t.is_float() || (name == "abs" && (t == DType::I32 || t == DType::I64));
@@ -2852,14 +2510,7 @@ impl Lowerer<'_> {
 
     /// A binary operator on two values of one type (untyped constants adopt
     /// the other side's type; two constants fold).
-    fn binary_op(
-        &mut self,
-        op: BinOp,
-        symbol: &str,
-        l: Val,
-        r: Val,
-        whole: &dyn ToTokens,
-    ) -> Lowered<Val> {
+    fn binary_op(&mut self, op: BinOp, symbol: &str, l: Val, r: Val, whole: &dyn ToTokens) -> Lowered<Val> {
         if let Some(v) = self.fold(op, symbol, &l, &r, whole)? {
             return Ok(v);
         }
@@ -2873,36 +2524,23 @@ impl Lowerer<'_> {
             _ => self.unify(l, r, whole, &format!("the operands of `{symbol}`"))?,
         };
         let allowed = match op {
-            BinOp::Add
-            | BinOp::Sub
-            | BinOp::Mul
-            | BinOp::Div
-            | BinOp::Rem
-            | BinOp::Min
-            | BinOp::Max => t != DType::Bool,
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Min | BinOp::Max => {
+                t != DType::Bool
+            }
             BinOp::And | BinOp::Or | BinOp::Xor => t == DType::Bool || t.is_int(),
             BinOp::Shl | BinOp::Shr => t.is_int(),
             BinOp::Eq | BinOp::Ne => true,
             BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => t != DType::Bool,
         };
         if !allowed {
-            return Err(self
-                .errors
-                .spanned(whole, format!("`{symbol}` is not defined on `{t}`")));
+            return Err(self.errors.spanned(whole, format!("`{symbol}` is not defined on `{t}`")));
         }
         let result = if op.is_comparison() { DType::Bool } else { t };
         Ok(Val::Typed(Expr::binary(op, a, b), result))
     }
 
     /// Folds an operator on two untyped constants; `None` if either is typed.
-    fn fold(
-        &mut self,
-        op: BinOp,
-        symbol: &str,
-        l: &Val,
-        r: &Val,
-        whole: &dyn ToTokens,
-    ) -> Lowered<Option<Val>> {
+    fn fold(&mut self, op: BinOp, symbol: &str, l: &Val, r: &Val, whole: &dyn ToTokens) -> Lowered<Option<Val>> {
         let cmp = |o: std::cmp::Ordering| -> bool {
             use std::cmp::Ordering::*;
             match op {
@@ -2938,12 +2576,10 @@ impl Lowerer<'_> {
                 };
                 match v {
                     Some(v) => Ok(Some(Val::Int(v))),
-                    None if b == 0 && matches!(op, BinOp::Div | BinOp::Rem) => Err(self
-                        .errors
-                        .spanned(whole, format!("`{a} {symbol} {b}` divides by zero"))),
-                    None => Err(self
-                        .errors
-                        .spanned(whole, format!("`{a} {symbol} {b}` overflows"))),
+                    None if b == 0 && matches!(op, BinOp::Div | BinOp::Rem) => {
+                        Err(self.errors.spanned(whole, format!("`{a} {symbol} {b}` divides by zero")))
+                    }
+                    None => Err(self.errors.spanned(whole, format!("`{a} {symbol} {b}` overflows"))),
                 }
             }
             (Val::Int(_) | Val::Float(_), Val::Int(_) | Val::Float(_)) => {
@@ -2964,11 +2600,7 @@ impl Lowerer<'_> {
                     BinOp::Rem => a % b,
                     BinOp::Min => a.min(b),
                     BinOp::Max => a.max(b),
-                    _ => {
-                        return Err(self
-                            .errors
-                            .spanned(whole, format!("`{symbol}` is not defined on floats")))
-                    }
+                    _ => return Err(self.errors.spanned(whole, format!("`{symbol}` is not defined on floats"))),
                 };
                 Ok(Some(Val::Float(v)))
             }
@@ -2979,13 +2611,7 @@ impl Lowerer<'_> {
     /// Two values of one type: typed ones must agree; an untyped one takes
     /// the other's type; two untyped ones default (`i32`, or `f32` if either
     /// is a float).
-    fn unify(
-        &mut self,
-        a: Val,
-        b: Val,
-        whole: &dyn ToTokens,
-        what: &str,
-    ) -> Lowered<(Expr, Expr, DType)> {
+    fn unify(&mut self, a: Val, b: Val, whole: &dyn ToTokens, what: &str) -> Lowered<(Expr, Expr, DType)> {
         match (a, b) {
             (Val::Typed(x, s), Val::Typed(y, t)) => {
                 if s != t {
@@ -3005,11 +2631,7 @@ impl Lowerer<'_> {
                 Ok((x, y, t))
             }
             (a, b) => {
-                let t = if matches!(a, Val::Float(_)) || matches!(b, Val::Float(_)) {
-                    DType::F32
-                } else {
-                    DType::I32
-                };
+                let t = if matches!(a, Val::Float(_)) || matches!(b, Val::Float(_)) { DType::F32 } else { DType::I32 };
                 let x = self.literal(a, t, whole)?;
                 let y = self.literal(b, t, whole)?;
                 Ok((x, y, t))
@@ -3022,10 +2644,9 @@ impl Lowerer<'_> {
     fn coerce(&mut self, v: Val, to: DType, tokens: &dyn ToTokens, what: &str) -> Lowered<Expr> {
         match v {
             Val::Typed(e, t) if t == to => Ok(e),
-            Val::Typed(_, t) => Err(self.errors.spanned(
-                tokens,
-                format!("mismatched types: {what} is `{t}`; convert it with `as {to}`"),
-            )),
+            Val::Typed(_, t) => Err(self
+                .errors
+                .spanned(tokens, format!("mismatched types: {what} is `{t}`; convert it with `as {to}`"))),
             other => self.literal(other, to, tokens),
         }
     }
@@ -3044,26 +2665,15 @@ impl Lowerer<'_> {
         let value = match (v, to) {
             (Val::Typed(e, t), _) if t == to => return Ok(e),
             (Val::Typed(_, t), _) => {
-                return Err(self.errors.spanned(
-                    tokens,
-                    format!("mismatched types: expected `{to}`, found `{t}`"),
-                ))
+                return Err(self.errors.spanned(tokens, format!("mismatched types: expected `{to}`, found `{t}`")))
             }
             (Val::Int(x), DType::I32) => match i32::try_from(x) {
                 Ok(x) => Value::I32(x),
-                Err(_) => {
-                    return Err(self
-                        .errors
-                        .spanned(tokens, format!("{x} does not fit in an `i32`")))
-                }
+                Err(_) => return Err(self.errors.spanned(tokens, format!("{x} does not fit in an `i32`"))),
             },
             (Val::Int(x), DType::U32) => match u32::try_from(x) {
                 Ok(x) => Value::U32(x),
-                Err(_) => {
-                    return Err(self
-                        .errors
-                        .spanned(tokens, format!("{x} does not fit in a `u32`")))
-                }
+                Err(_) => return Err(self.errors.spanned(tokens, format!("{x} does not fit in a `u32`"))),
             },
             (Val::Int(x), DType::I64) => Value::I64(x),
             (Val::Int(x), DType::F32) => Value::F32(x as f32),
@@ -3073,16 +2683,12 @@ impl Lowerer<'_> {
             (Val::Float(x), DType::F16) => Value::F16(half::f16::from_f64(x)),
             (Val::Float(x), DType::BF16) => Value::BF16(half::bf16::from_f64(x)),
             (Val::Float(_), t) => {
-                return Err(self.errors.spanned(
-                    tokens,
-                    format!("mismatched types: expected `{t}`, found a float literal"),
-                ))
+                return Err(self
+                    .errors
+                    .spanned(tokens, format!("mismatched types: expected `{t}`, found a float literal")))
             }
             (Val::Int(_), DType::Bool) => {
-                return Err(self.errors.spanned(
-                    tokens,
-                    "mismatched types: expected `bool`, found an integer",
-                ))
+                return Err(self.errors.spanned(tokens, "mismatched types: expected `bool`, found an integer"))
             }
         };
         Ok(Expr::Const(value))

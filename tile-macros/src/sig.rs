@@ -67,20 +67,17 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
             || input.peek(Token![extern])
         {
             let tok: TokenTree = input.parse()?;
-            return Err(syn::Error::new(
-                tok.span(),
-                format!("a tile kernel cannot be `{tok} fn`; write a plain `fn`"),
-            ));
+            return Err(syn::Error::new(tok.span(), format!("a tile kernel cannot be `{tok} fn`; write a plain `fn`")));
         }
         if !input.peek(Token![fn]) {
-            return Err(
-                input.error("`#[tile_kernel]` goes on a function: `pub fn name(params) { .. }`")
-            );
+            return Err(input.error("`#[tile_kernel]` goes on a function: `pub fn name(params) { .. }`"));
         }
         input.parse::<Token![fn]>()?;
         let ident: Ident = input.parse()?;
         if input.peek(Token![<]) {
-            return Err(input.error("a tile kernel cannot be generic; element types are written in the parameters (`&Tensor<f16, M, N>`)"));
+            return Err(input.error(
+                "a tile kernel cannot be generic; element types are written in the parameters (`&Tensor<f16, M, N>`)",
+            ));
         }
         let content;
         let paren = syn::parenthesized!(content in input);
@@ -93,38 +90,23 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
             while !input.is_empty() && !input.peek(syn::token::Brace) {
                 rest.extend([input.parse::<TokenTree>()?]);
             }
-            errors.spanned(
-                &rest,
-                "a tile kernel returns nothing; write its results into a `&mut Tensor` parameter",
-            );
+            errors.spanned(&rest, "a tile kernel returns nothing; write its results into a `&mut Tensor` parameter");
         }
         if input.peek(Token![where]) {
             return Err(input.error("a tile kernel cannot have a `where` clause"));
         }
         let body_tree: TokenTree = input.parse()?;
         let TokenTree::Group(group) = body_tree else {
-            return Err(syn::Error::new(
-                body_tree.span(),
-                "expected the kernel's body `{ .. }`",
-            ));
+            return Err(syn::Error::new(body_tree.span(), "expected the kernel's body `{ .. }`"));
         };
         if group.delimiter() != Delimiter::Brace {
-            return Err(syn::Error::new(
-                group.span(),
-                "expected the kernel's body `{ .. }`",
-            ));
+            return Err(syn::Error::new(group.span(), "expected the kernel's body `{ .. }`"));
         }
         if !input.is_empty() {
             return Err(input.error("unexpected tokens after the kernel's body"));
         }
         let body: Block = syn::parse2(TokenTree::Group(group).into_token_stream())?;
-        Ok(Signature {
-            attrs,
-            vis,
-            ident,
-            params,
-            body,
-        })
+        Ok(Signature { attrs, vis, ident, params, body })
     };
     parser.parse2(item)
 }
@@ -164,7 +146,10 @@ fn parse_param(tokens: TokenStream, errors: &mut Errors) -> Option<ParamDecl> {
     let parser = |input: ParseStream| -> syn::Result<(Ident, TokenStream)> {
         if input.peek(Token![mut]) {
             let m: Token![mut] = input.parse()?;
-            return Err(syn::Error::new(m.span, "kernel parameters cannot be `mut`; a `&mut Tensor` is written through, scalars are read-only"));
+            return Err(syn::Error::new(
+                m.span,
+                "kernel parameters cannot be `mut`; a `&mut Tensor` is written through, scalars are read-only",
+            ));
         }
         let name: Ident = input.parse()?;
         input.parse::<Token![:]>()?;
@@ -185,11 +170,7 @@ fn parse_param(tokens: TokenStream, errors: &mut Errors) -> Option<ParamDecl> {
             ParamType::Invalid
         }
     };
-    Some(ParamDecl {
-        name,
-        ty,
-        ty_tokens,
-    })
+    Some(ParamDecl { name, ty, ty_tokens })
 }
 
 fn unsupported_type(tokens: &TokenStream) -> syn::Error {
@@ -206,10 +187,7 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
             input.parse::<Token![&]>()?;
             if input.peek(syn::Lifetime) {
                 let lt: syn::Lifetime = input.parse()?;
-                return Err(syn::Error::new_spanned(
-                    lt,
-                    "kernel parameters take no lifetimes",
-                ));
+                return Err(syn::Error::new_spanned(lt, "kernel parameters take no lifetimes"));
             }
             let mutable = input.parse::<Option<Token![mut]>>()?.is_some();
             let tensor: Ident = input.parse().map_err(|_| unsupported_type(&whole))?;
@@ -232,11 +210,7 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
                 return Err(input.error("unexpected tokens after the tensor type"));
             }
             let dims = parse_dims(dim_tokens, close.span)?;
-            Ok(ParamType::Tensor {
-                mutable,
-                dtype,
-                dims,
-            })
+            Ok(ParamType::Tensor { mutable, dtype, dims })
         } else {
             let ident: Ident = input.parse().map_err(|_| unsupported_type(&whole))?;
             if ident == "Tensor" {
@@ -246,9 +220,7 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
                 ));
             }
             match DType::from_name(&ident.to_string()) {
-                Some(d) if PARAM_DTYPES.contains(&d.name()) && input.is_empty() => {
-                    Ok(ParamType::Scalar(d))
-                }
+                Some(d) if PARAM_DTYPES.contains(&d.name()) && input.is_empty() => Ok(ParamType::Scalar(d)),
                 _ => Err(unsupported_type(&whole)),
             }
         }
@@ -277,10 +249,7 @@ fn parse_dims(tokens: Vec<TokenTree>, close: proc_macro2::Span) -> syn::Result<V
             let lit: syn::LitInt = input.parse()?;
             let v: i64 = lit.base10_parse()?;
             if v <= 0 {
-                return Err(syn::Error::new(
-                    lit.span(),
-                    "a tensor dimension must be positive",
-                ));
+                return Err(syn::Error::new(lit.span(), "a tensor dimension must be positive"));
             }
             Ok(DimDecl::Literal(v))
         } else if input.peek(Ident) {
@@ -292,25 +261,14 @@ fn parse_dims(tokens: Vec<TokenTree>, close: proc_macro2::Span) -> syn::Result<V
     let parser = |input: ParseStream| -> syn::Result<Vec<DimDecl>> {
         let mut dims = Vec::new();
         if input.is_empty() {
-            return Err(syn::Error::new(
-                close,
-                format!("missing the tensor's shape: {usage}"),
-            ));
+            return Err(syn::Error::new(close, format!("missing the tensor's shape: {usage}")));
         }
         input.parse::<Token![,]>()?;
         // `(M, K)` or `[N]`: one group holding the whole shape.
-        let grouped = input
-            .fork()
-            .parse::<TokenTree>()
-            .ok()
-            .and_then(|tt| match tt {
-                TokenTree::Group(g)
-                    if matches!(g.delimiter(), Delimiter::Parenthesis | Delimiter::Bracket) =>
-                {
-                    Some(g)
-                }
-                _ => None,
-            });
+        let grouped = input.fork().parse::<TokenTree>().ok().and_then(|tt| match tt {
+            TokenTree::Group(g) if matches!(g.delimiter(), Delimiter::Parenthesis | Delimiter::Bracket) => Some(g),
+            _ => None,
+        });
         if let Some(g) = grouped {
             input.parse::<TokenTree>()?;
             if !input.is_empty() {
@@ -329,10 +287,7 @@ fn parse_dims(tokens: Vec<TokenTree>, close: proc_macro2::Span) -> syn::Result<V
             };
             dims = inner.parse2(g.stream())?;
             if dims.is_empty() {
-                return Err(syn::Error::new(
-                    g.span(),
-                    "a tensor has at least one dimension",
-                ));
+                return Err(syn::Error::new(g.span(), "a tensor has at least one dimension"));
             }
             return Ok(dims);
         }
@@ -344,10 +299,7 @@ fn parse_dims(tokens: Vec<TokenTree>, close: proc_macro2::Span) -> syn::Result<V
             input.parse::<Token![,]>()?;
         }
         if dims.is_empty() {
-            return Err(syn::Error::new(
-                close,
-                format!("missing the tensor's shape: {usage}"),
-            ));
+            return Err(syn::Error::new(close, format!("missing the tensor's shape: {usage}")));
         }
         Ok(dims)
     };

@@ -32,10 +32,7 @@ pub(crate) fn lower_err(attr_src: &str, item_src: &str, expected: &[&str]) -> Ve
     let (_, errs) = lower_src(attr_src, item_src);
     assert!(!errs.is_empty(), "expected errors, got none");
     for e in expected {
-        assert!(
-            errs.iter().any(|m| m.contains(e)),
-            "no error contains {e:?}; errors: {errs:#?}"
-        );
+        assert!(errs.iter().any(|m| m.contains(e)), "no error contains {e:?}; errors: {errs:#?}");
     }
     errs
 }
@@ -45,9 +42,7 @@ fn walk<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
         out.push(s);
         match &s.kind {
             StmtKind::For { body, .. } => walk(body, out),
-            StmtKind::If {
-                then, otherwise, ..
-            } => {
+            StmtKind::If { then, otherwise, .. } => {
                 walk(then, out);
                 walk(otherwise, out);
             }
@@ -96,17 +91,10 @@ fn vector_add_lowers() {
     // grid = cdiv(N, 1024) = (N + 1023) / 1024, then 1, 1.
     assert_eq!(
         k.grid[0],
-        Expr::binary(
-            BinOp::Div,
-            Expr::binary(BinOp::Add, Expr::var(n), Expr::i32(1023)),
-            Expr::i32(1024)
-        )
+        Expr::binary(BinOp::Div, Expr::binary(BinOp::Add, Expr::var(n), Expr::i32(1023)), Expr::i32(1024))
     );
     for (len, blocks) in [(5000i64, 5i64), (1024, 1), (1025, 2), (1, 1)] {
-        assert_eq!(
-            tile_ir::abi::eval_host_int(&k, &k.grid[0], &[len]),
-            Ok(blocks)
-        );
+        assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[0], &[len]), Ok(blocks));
     }
     assert_eq!(k.grid[1], Expr::i32(1));
     let x = k.buffer(BufferId(3));
@@ -115,42 +103,19 @@ fn vector_add_lowers() {
         ("x", Scope::Fragment, DType::F32, vec![Extent::Const(1024)])
     );
     assert_eq!(k.body.len(), 4);
-    let StmtKind::Copy {
-        src,
-        dst,
-        fill: None,
-    } = &k.body[0].kind
-    else {
-        panic!("{:?}", k.body[0])
-    };
+    let StmtKind::Copy { src, dst, fill: None } = &k.body[0].kind else { panic!("{:?}", k.body[0]) };
     assert_eq!(src.buf, BufferId(0));
     assert_eq!(dst.buf, BufferId(3));
     assert!(dst.origin.is_empty());
-    assert!(matches!(
-        &src.origin[..],
-        [Expr::Binary { op: BinOp::Mul, .. }]
-    ));
-    let StmtKind::For {
-        kind: LoopKind::Parallel,
-        end,
-        body,
-        var,
-        ..
-    } = &k.body[2].kind
-    else {
-        panic!()
-    };
+    assert!(matches!(&src.origin[..], [Expr::Binary { op: BinOp::Mul, .. }]));
+    let StmtKind::For { kind: LoopKind::Parallel, end, body, var, .. } = &k.body[2].kind else { panic!() };
     assert_eq!(*end, Expr::i32(1024));
     assert_eq!(k.var(*var).kind, VarKind::Loop);
-    let StmtKind::Store { buf, index, value } = &body[0].kind else {
-        panic!()
-    };
+    let StmtKind::Store { buf, index, value } = &body[0].kind else { panic!() };
     assert_eq!(*buf, BufferId(3));
     assert_eq!(index, &vec![Expr::var(*var)]);
     assert!(matches!(value, Expr::Binary { op: BinOp::Add, .. }));
-    let StmtKind::Copy { dst, .. } = &k.body[3].kind else {
-        panic!()
-    };
+    let StmtKind::Copy { dst, .. } = &k.body[3].kind else { panic!() };
     assert_eq!(dst.buf, BufferId(2));
     // Every statement and buffer carries a span.
     assert!(all_stmts(&k).iter().all(|s| s.span != SpanId::NONE));
@@ -188,73 +153,26 @@ fn softmax_lowers() {
     let k = lower_ok("threads = 128, consts(BM = 4, BN = 256)", SOFTMAX);
     assert_eq!(k.dims.len(), 2);
     assert!(matches!(k.params[2].kind, ParamKind::Scalar(_)));
-    let StmtKind::Copy {
-        fill: Some(Expr::Const(Value::F32(f))),
-        ..
-    } = &k.body[0].kind
-    else {
+    let StmtKind::Copy { fill: Some(Expr::Const(Value::F32(f))), .. } = &k.body[0].kind else {
         panic!("{:?}", k.body[0])
     };
     assert_eq!(*f, f32::NEG_INFINITY);
-    let StmtKind::Reduce {
-        op: ReduceOp::Max,
-        dim: 1,
-        keep: true,
-        ..
-    } = &k.body[2].kind
-    else {
+    let StmtKind::Reduce { op: ReduceOp::Max, dim: 1, keep: true, .. } = &k.body[2].kind else {
         panic!("{:?}", k.body[2])
     };
-    let StmtKind::Reduce {
-        op: ReduceOp::Sum,
-        keep: false,
-        ..
-    } = &k.body[4].kind
-    else {
-        panic!()
-    };
+    let StmtKind::Reduce { op: ReduceOp::Sum, keep: false, .. } = &k.body[4].kind else { panic!() };
     // (i, j) in parallel((BM, BN)) is a nest of two parallel loops.
-    let StmtKind::For {
-        kind: LoopKind::Parallel,
-        end,
-        body,
-        ..
-    } = &k.body[3].kind
-    else {
-        panic!()
-    };
+    let StmtKind::For { kind: LoopKind::Parallel, end, body, .. } = &k.body[3].kind else { panic!() };
     assert_eq!(*end, Expr::i32(4));
-    let StmtKind::For {
-        kind: LoopKind::Parallel,
-        end,
-        body,
-        ..
-    } = &body[0].kind
-    else {
-        panic!()
-    };
+    let StmtKind::For { kind: LoopKind::Parallel, end, body, .. } = &body[0].kind else { panic!() };
     assert_eq!(*end, Expr::i32(256));
-    let StmtKind::Store {
-        value: Expr::Unary { op: UnOp::Exp2, .. },
-        ..
-    } = &body[0].kind
-    else {
+    let StmtKind::Store { value: Expr::Unary { op: UnOp::Exp2, .. }, .. } = &body[0].kind else {
         panic!("{:?}", body[0])
     };
     // The f16 store of an f32 value carries the user's cast.
-    let StmtKind::For { body, .. } = &k.body[5].kind else {
-        panic!()
-    };
-    let StmtKind::For { body, .. } = &body[0].kind else {
-        panic!()
-    };
-    let StmtKind::Store {
-        value: Expr::Cast { to: DType::F16, .. },
-        ..
-    } = &body[0].kind
-    else {
-        panic!()
-    };
+    let StmtKind::For { body, .. } = &k.body[5].kind else { panic!() };
+    let StmtKind::For { body, .. } = &body[0].kind else { panic!() };
+    let StmtKind::Store { value: Expr::Cast { to: DType::F16, .. }, .. } = &body[0].kind else { panic!() };
 }
 
 #[test]
@@ -275,60 +193,20 @@ fn untyped_literals_adopt_the_other_operand_type() {
             let u = 3u32 as i32;
         }"#,
     );
-    let StmtKind::For { body, .. } = &k.body[0].kind else {
-        panic!()
-    };
-    let StmtKind::Store {
-        value:
-            Expr::Binary {
-                op: BinOp::Add,
-                lhs,
-                rhs,
-            },
-        ..
-    } = &body[0].kind
-    else {
-        panic!()
-    };
+    let StmtKind::For { body, .. } = &k.body[0].kind else { panic!() };
+    let StmtKind::Store { value: Expr::Binary { op: BinOp::Add, lhs, rhs }, .. } = &body[0].kind else { panic!() };
     assert_eq!(**rhs, Expr::Const(Value::F16(half::f16::from_f32(0.5))));
-    let Expr::Binary {
-        op: BinOp::Mul,
-        rhs: two,
-        ..
-    } = &**lhs
-    else {
-        panic!()
-    };
+    let Expr::Binary { op: BinOp::Mul, rhs: two, .. } = &**lhs else { panic!() };
     assert_eq!(**two, Expr::Const(Value::F16(half::f16::from_f32(2.0))));
-    let StmtKind::Let {
-        var,
-        value: Expr::Binary { rhs, .. },
-    } = &k.body[1].kind
-    else {
-        panic!()
-    };
+    let StmtKind::Let { var, value: Expr::Binary { rhs, .. } } = &k.body[1].kind else { panic!() };
     assert_eq!(k.var(*var).dtype, DType::U32);
     assert_eq!(k.var(*var).kind, VarKind::Mut);
     assert_eq!(**rhs, Expr::Const(Value::U32(1)));
-    let StmtKind::Assign {
-        value: Expr::Binary {
-            op: BinOp::Add,
-            rhs,
-            ..
-        },
-        ..
-    } = &k.body[2].kind
-    else {
-        panic!()
-    };
+    let StmtKind::Assign { value: Expr::Binary { op: BinOp::Add, rhs, .. }, .. } = &k.body[2].kind else { panic!() };
     assert_eq!(**rhs, Expr::Const(Value::U32(3)));
-    let StmtKind::Let { var, value } = &k.body[3].kind else {
-        panic!()
-    };
+    let StmtKind::Let { var, value } = &k.body[3].kind else { panic!() };
     assert_eq!((k.var(*var).dtype, value), (DType::F32, &Expr::f32(1e-5)));
-    let StmtKind::Let { var, .. } = &k.body[4].kind else {
-        panic!()
-    };
+    let StmtKind::Let { var, .. } = &k.body[4].kind else { panic!() };
     assert_eq!(k.var(*var).dtype, DType::F16);
     // Casts of constants fold, with Rust's `as` semantics.
     let consts: Vec<&Expr> = k.body[5..]
@@ -370,71 +248,20 @@ fn constants_fold_and_loops_lower() {
         }"#,
     );
     assert_eq!(k.buffer(BufferId(2)).shape, vec![Extent::Const(4)]);
-    assert_eq!(
-        k.vars
-            .iter()
-            .filter(|v| matches!(v.kind, VarKind::BlockIdx(_)))
-            .count(),
-        2
-    );
+    assert_eq!(k.vars.iter().filter(|v| matches!(v.kind, VarKind::BlockIdx(_))).count(), 2);
     assert_eq!(k.grid[1], Expr::i32(2));
-    let StmtKind::Fill {
-        value: Expr::Const(Value::F32(z)),
-        ..
-    } = &k.body[0].kind
-    else {
-        panic!()
-    };
+    let StmtKind::Fill { value: Expr::Const(Value::F32(z)), .. } = &k.body[0].kind else { panic!() };
     assert_eq!(*z, 0.0);
-    let StmtKind::For {
-        kind: LoopKind::Pipelined { stages: 3 },
-        body,
-        ..
-    } = &k.body[1].kind
-    else {
-        panic!()
-    };
-    let StmtKind::For {
-        kind: LoopKind::Serial,
-        end,
-        body,
-        ..
-    } = &body[1].kind
-    else {
-        panic!()
-    };
+    let StmtKind::For { kind: LoopKind::Pipelined { stages: 3 }, body, .. } = &k.body[1].kind else { panic!() };
+    let StmtKind::For { kind: LoopKind::Serial, end, body, .. } = &body[1].kind else { panic!() };
     // `..=` adds one to the end.
     assert!(matches!(end, Expr::Binary { op: BinOp::Add, .. }));
-    let StmtKind::If {
-        cond,
-        then,
-        otherwise,
-    } = &body[0].kind
-    else {
-        panic!()
-    };
+    let StmtKind::If { cond, then, otherwise } = &body[0].kind else { panic!() };
     assert_eq!(k.expr_type(cond), DType::Bool);
-    assert!(matches!(
-        then[0].kind,
-        StmtKind::Store {
-            value: Expr::Binary { op: BinOp::Add, .. },
-            ..
-        }
-    ));
+    assert!(matches!(then[0].kind, StmtKind::Store { value: Expr::Binary { op: BinOp::Add, .. }, .. }));
     assert!(matches!(otherwise[0].kind, StmtKind::If { .. }));
-    let StmtKind::Let {
-        value: Expr::Select { .. },
-        ..
-    } = &k.body[2].kind
-    else {
-        panic!()
-    };
-    let StmtKind::AtomicAdd {
-        buf: BufferId(1), ..
-    } = &k.body[3].kind
-    else {
-        panic!()
-    };
+    let StmtKind::Let { value: Expr::Select { .. }, .. } = &k.body[2].kind else { panic!() };
+    let StmtKind::AtomicAdd { buf: BufferId(1), .. } = &k.body[3].kind else { panic!() };
 }
 
 #[test]
@@ -482,11 +309,7 @@ fn unknown_function_suggests() {
 
 #[test]
 fn name_errors() {
-    lower_err(
-        "threads = 32",
-        "fn k(a: &mut Tensor<f32, 32>) { let x = 1; let y = z + 1; }",
-        &["cannot find `z`"],
-    );
+    lower_err("threads = 32", "fn k(a: &mut Tensor<f32, 32>) { let x = 1; let y = z + 1; }", &["cannot find `z`"]);
     lower_err(
         "threads = 32",
         "fn k(a: &mut Tensor<f32, 32>) { let count = 1; let y = cuont + 1; }",
@@ -495,11 +318,7 @@ fn name_errors() {
     let errs = lower_err(
         "threads = 32",
         "fn k(a: &mut Tensor<f32, 32>) { let mut s = shared::<f32, TILE>(); }",
-        &[
-            "`TILE` is not a kernel constant",
-            "cannot see `const` items",
-            "consts(TILE = ..)",
-        ],
+        &["`TILE` is not a kernel constant", "cannot see `const` items", "consts(TILE = ..)"],
     );
     assert_eq!(errs.len(), 1, "{errs:?}");
     // A failed declaration does not cascade into "unknown variable" errors.
@@ -516,10 +335,7 @@ fn shape_errors() {
     lower_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, M, K>) { let mut s = shared::<f32, 64, K>(); }",
-        &[
-            "must be a compile-time constant",
-            "`K` is a dynamic dimension",
-        ],
+        &["must be a compile-time constant", "`K` is a dynamic dimension"],
     );
     lower_err(
         "threads = 32",
@@ -546,11 +362,7 @@ fn shape_errors() {
         "fn k(a: &Tensor<f32, 64>) { for i in parallel(64) { a[i] = 1.0; } }",
         &["cannot write to `a`"],
     );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, 64>) { atomic_add(&mut a[0], 1.0); }",
-        &["cannot write to `a`"],
-    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { atomic_add(&mut a[0], 1.0); }", &["cannot write to `a`"]);
     lower_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, 64>) { let mut s = fragment::<f32, 4, 8>(); let mut m = fragment::<f32, 4>(); reduce_max(&s, &mut m, 2); }",
@@ -614,84 +426,32 @@ fn type_errors() {
         "fn k(a: &Tensor<i32, 64>) { let x = a[0] + 1.5; }",
         &["expected `i32`, found a float literal"],
     );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, 64>) { if a[0] { barrier(); } }",
-        &["must be a `bool`"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<i32, 64>) { let x = exp2(a[0]); }",
-        &["`exp2` needs a float argument"],
-    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { if a[0] { barrier(); } }", &["must be a `bool`"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<i32, 64>) { let x = exp2(a[0]); }", &["`exp2` needs a float argument"]);
     lower_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, 64>) { let x = max(a[0]); }",
         &["`max` takes 2 arguments, but 1 was given"],
     );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, 64>) { let x = a[0] as f64; }",
-        &["unsupported type"],
-    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { let x = a[0] as f64; }", &["unsupported type"]);
 }
 
 #[test]
 fn attribute_errors() {
-    lower_err(
-        "consts(B = 4)",
-        "fn k(a: &Tensor<f32, 64>) { }",
-        &["missing `threads = N`"],
-    );
-    lower_err(
-        "threads = 100",
-        "fn k(a: &Tensor<f32, 64>) { }",
-        &["multiple of 32"],
-    );
-    lower_err(
-        "threads = 2048",
-        "fn k(a: &Tensor<f32, 64>) { }",
-        &["between 32 and 1024"],
-    );
-    lower_err(
-        "threads = 32, thread = 4",
-        "fn k(a: &Tensor<f32, 64>) { }",
-        &["did you mean `threads`?"],
-    );
-    lower_err(
-        "threads = 32, consts(A = 1, A = 2)",
-        "fn k(a: &Tensor<f32, 64>) { }",
-        &["defined twice"],
-    );
+    lower_err("consts(B = 4)", "fn k(a: &Tensor<f32, 64>) { }", &["missing `threads = N`"]);
+    lower_err("threads = 100", "fn k(a: &Tensor<f32, 64>) { }", &["multiple of 32"]);
+    lower_err("threads = 2048", "fn k(a: &Tensor<f32, 64>) { }", &["between 32 and 1024"]);
+    lower_err("threads = 32, thread = 4", "fn k(a: &Tensor<f32, 64>) { }", &["did you mean `threads`?"]);
+    lower_err("threads = 32, consts(A = 1, A = 2)", "fn k(a: &Tensor<f32, 64>) { }", &["defined twice"]);
 }
 
 #[test]
 fn signature_errors() {
-    lower_err(
-        "threads = 32",
-        "fn k(a: Vec<f32>) { }",
-        &["unsupported parameter type"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f64, N>) { }",
-        &["unsupported element type `f64`"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k(a: Tensor<f32, N>) { }",
-        &["passed by reference"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, 64>) -> f32 { }",
-        &["returns nothing"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k<T>(a: &Tensor<T, 64>) { }",
-        &["cannot be generic"],
-    );
+    lower_err("threads = 32", "fn k(a: Vec<f32>) { }", &["unsupported parameter type"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f64, N>) { }", &["unsupported element type `f64`"]);
+    lower_err("threads = 32", "fn k(a: Tensor<f32, N>) { }", &["passed by reference"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) -> f32 { }", &["returns nothing"]);
+    lower_err("threads = 32", "fn k<T>(a: &Tensor<T, 64>) { }", &["cannot be generic"]);
     lower_err("threads = 32", "struct S;", &["goes on a function"]);
 }
 
@@ -702,16 +462,8 @@ fn statement_errors() {
         "fn k(a: &Tensor<f32, 64>) { let mut i = 0; while i < 4 { i += 1; } }",
         &["`while` loops are not supported", "for i in parallel(n)"],
     );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, 64>) { println!(\"hi\"); }",
-        &["macros are not supported"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, 64>) { const X: i32 = 4; }",
-        &["consts(X = ..)"],
-    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { println!(\"hi\"); }", &["macros are not supported"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) { const X: i32 = 4; }", &["consts(X = ..)"]);
     lower_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, 64>) { let x = 1; let b = grid(4); }",
@@ -727,26 +479,14 @@ fn statement_errors() {
         "fn k(a: &Tensor<f32, N>, n: i32) { let b = grid(n); }",
         &["only tensor dimensions and constants"],
     );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, N>) { let x = 1; x = 2; }",
-        &["cannot assign twice to `x`"],
-    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { let x = 1; x = 2; }", &["cannot assign twice to `x`"]);
     lower_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, N>) { for i in 0..4 { if i == 2 { break; } } }",
         &["`break` is not supported"],
     );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, N>) { for i in (0..4).rev() { } }",
-        &["unsupported loop iterator"],
-    );
-    lower_err(
-        "threads = 32",
-        "fn k(a: &Tensor<f32, N>) { for i in paralel(4) { } }",
-        &["did you mean `parallel`?"],
-    );
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { for i in (0..4).rev() { } }", &["unsupported loop iterator"]);
+    lower_err("threads = 32", "fn k(a: &Tensor<f32, N>) { for i in paralel(4) { } }", &["did you mean `parallel`?"]);
 }
 
 #[test]
@@ -768,11 +508,9 @@ fn generated_module() {
     std::env::set_var("TILE_ARCHS", "");
     std::env::remove_var("TILE_DUMP");
     std::env::remove_var("TILE_PTXAS");
-    let out = crate::expand::tile_kernel(
-        "threads = 256, consts(BLOCK = 1024)".parse().unwrap(),
-        VECTOR_ADD.parse().unwrap(),
-    )
-    .to_string();
+    let out =
+        crate::expand::tile_kernel("threads = 256, consts(BLOCK = 1024)".parse().unwrap(), VECTOR_ADD.parse().unwrap())
+            .to_string();
     if std::env::var_os("TILE_TEST_SHOW").is_some() {
         eprintln!("{out}");
     }
@@ -790,27 +528,20 @@ fn generated_module() {
     // On error: the module with an empty META and the same launch, plus the errors.
     let out = crate::expand::tile_kernel(
         "threads = 256".parse().unwrap(),
-        "fn bad(x: &Tensor<bf16, N>, s: f16, q: Vec<u8>) { let y = nope; }"
-            .parse()
-            .unwrap(),
+        "fn bad(x: &Tensor<bf16, N>, s: f16, q: Vec<u8>) { let y = nope; }".parse().unwrap(),
     )
     .to_string();
     assert!(out.contains("mod bad"), "{out}");
     assert!(out.contains("ir : \"\""), "{out}");
-    assert!(
-        out.contains("x : & :: tile :: DeviceTensor < :: tile :: bf16 >"),
-        "{out}"
-    );
+    assert!(out.contains("x : & :: tile :: DeviceTensor < :: tile :: bf16 >"), "{out}");
     assert!(out.contains("KernelArg :: F16 (s)"), "{out}");
     assert!(out.contains("q : impl :: core :: marker :: Sized"), "{out}");
     assert!(out.contains("compile_error"), "{out}");
     // An unknown target is an error.
     std::env::set_var("TILE_ARCHS", "sm_75");
-    let out = crate::expand::tile_kernel(
-        "threads = 32".parse().unwrap(),
-        "fn k(a: &Tensor<f32, 4>) { }".parse().unwrap(),
-    )
-    .to_string();
+    let out =
+        crate::expand::tile_kernel("threads = 32".parse().unwrap(), "fn k(a: &Tensor<f32, 4>) { }".parse().unwrap())
+            .to_string();
     assert!(out.contains("unknown target `sm_75`"), "{out}");
     std::env::set_var("TILE_ARCHS", "");
 }
@@ -834,9 +565,17 @@ fn cluster_and_warp_specialize_options() {
     assert_eq!((back.cluster, back.warp_specialize), ([2, 2, 1], false));
 
     lower_err("threads = 64, cluster = (0, 1, 1)", body, &["a cluster extent of 0"]);
-    lower_err("threads = 64, cluster = (4, 4, 1)", body, &["`cluster = (4, 4, 1)` has 16 blocks; the portable limit is 8 blocks per cluster"]);
+    lower_err(
+        "threads = 64, cluster = (4, 4, 1)",
+        body,
+        &["`cluster = (4, 4, 1)` has 16 blocks; the portable limit is 8 blocks per cluster"],
+    );
     lower_err("threads = 64, cluster = (2, 2, 2, 1)", body, &["at most 3 extents"]);
-    lower_err("threads = 64, cluster = (2, x)", body, &["a cluster extent must be a positive integer literal; `x` is a name"]);
+    lower_err(
+        "threads = 64, cluster = (2, x)",
+        body,
+        &["a cluster extent must be a positive integer literal; `x` is a name"],
+    );
     lower_err("threads = 64, cluster = (2.0, 1)", body, &["a cluster extent must be a positive integer literal"]);
     lower_err("threads = 64, cluster = ()", body, &["empty cluster"]);
     lower_err("threads = 64, cluster = CLUSTER", body, &["expected `cluster = (x, y, z)`"]);
@@ -844,16 +583,27 @@ fn cluster_and_warp_specialize_options() {
     lower_err("threads = 64, cluster = (99999999999, 1, 1)", body, &["not a small positive integer"]);
     lower_err("threads = 64, warp_specialize = 1", body, &["`warp_specialize` takes `true`"]);
     lower_err("threads = 64, warp_specialize = yes", body, &["`warp_specialize` takes `true`"]);
-    lower_err("threads = 64, warp_specialize = true, warp_specialize = false", body, &["`warp_specialize` is given twice"]);
+    lower_err(
+        "threads = 64, warp_specialize = true, warp_specialize = false",
+        body,
+        &["`warp_specialize` is given twice"],
+    );
     // A constant grid extent the cluster does not divide is a compile
     // error (here the missing y axis, extent 1).
     let k = lower_ok("threads = 64, cluster = (1, 2)", "fn k(a: &Tensor<f32, N>) { let bx = grid(cdiv(N, 64)); }");
     let errs = tile_ir::verify::verify(&k).unwrap_err();
-    assert!(errs[0].message.contains("the grid's y extent is the constant 1, not a multiple of the cluster's 2"), "{errs:?}");
+    assert!(
+        errs[0].message.contains("the grid's y extent is the constant 1, not a multiple of the cluster's 2"),
+        "{errs:?}"
+    );
     let k = lower_ok("threads = 64, cluster = (2, 1)", "fn k(a: &Tensor<f32, N>) { let bx = grid(cdiv(N, 64)); }");
     tile_ir::verify::verify(&k).unwrap();
     // Every mistake at once, and the other options still apply.
-    let errs = lower_err("threads = 64, cluster = (0, 1), warp_specialize = no, clustr = 2", body, &["extent of 0", "`warp_specialize` takes", "did you mean `cluster`"]);
+    let errs = lower_err(
+        "threads = 64, cluster = (0, 1), warp_specialize = no, clustr = 2",
+        body,
+        &["extent of 0", "`warp_specialize` takes", "did you mean `cluster`"],
+    );
     assert_eq!(errs.len(), 3, "{errs:#?}");
 }
 
@@ -1006,24 +756,13 @@ fn malformed_kernels_never_panic() {
     let _env = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("TILE_ARCHS", "");
     for (attr, item) in cases {
-        let (Ok(attr_ts), Ok(item_ts)) = (attr.parse(), item.parse()) else {
-            panic!("bad test tokens: {item}")
-        };
+        let (Ok(attr_ts), Ok(item_ts)) = (attr.parse(), item.parse()) else { panic!("bad test tokens: {item}") };
         let out = crate::expand::tile_kernel(attr_ts, item_ts).to_string();
-        assert!(
-            out.contains("compile_error"),
-            "no error for #[tile_kernel({attr})] {item}\n{out}"
-        );
-        assert!(
-            !out.contains("internal error"),
-            "panic for #[tile_kernel({attr})] {item}\n{out}"
-        );
+        assert!(out.contains("compile_error"), "no error for #[tile_kernel({attr})] {item}\n{out}");
+        assert!(!out.contains("internal error"), "panic for #[tile_kernel({attr})] {item}\n{out}");
         if std::env::var_os("TILE_TEST_SHOW").is_some() {
-            let msgs: Vec<&str> = out
-                .split("compile_error ! {")
-                .skip(1)
-                .map(|m| m.split(" }").next().unwrap_or(""))
-                .collect();
+            let msgs: Vec<&str> =
+                out.split("compile_error ! {").skip(1).map(|m| m.split(" }").next().unwrap_or("")).collect();
             eprintln!("{item}\n    {}", msgs.join("\n    "));
         }
     }
@@ -1104,55 +843,16 @@ fn flash_attention_lowers() {
         }
         "#,
     );
-    assert_eq!(
-        k.dims
-            .iter()
-            .map(|d| k.var(*d).name.as_str())
-            .collect::<Vec<_>>(),
-        ["B", "H", "S", "SK"]
-    );
-    assert_eq!(
-        k.buffers
-            .iter()
-            .filter(|b| b.scope == Scope::Fragment)
-            .count(),
-        8
-    );
+    assert_eq!(k.dims.iter().map(|d| k.var(*d).name.as_str()).collect::<Vec<_>>(), ["B", "H", "S", "SK"]);
+    assert_eq!(k.buffers.iter().filter(|b| b.scope == Scope::Fragment).count(), 8);
     let stmts = all_stmts(&k);
     let count = |f: &dyn Fn(&StmtKind) -> bool| stmts.iter().filter(|s| f(&s.kind)).count();
     assert_eq!(count(&|s| matches!(s, StmtKind::Copy { .. })), 6);
-    assert_eq!(
-        count(&|s| matches!(s, StmtKind::Reduce { keep: true, .. })),
-        1
-    );
-    assert_eq!(
-        count(&|s| matches!(
-            s,
-            StmtKind::For {
-                kind: LoopKind::Pipelined { stages: 2 },
-                ..
-            }
-        )),
-        1
-    );
-    assert_eq!(
-        count(&|s| matches!(
-            s,
-            StmtKind::For {
-                kind: LoopKind::Parallel,
-                ..
-            }
-        )),
-        10
-    );
+    assert_eq!(count(&|s| matches!(s, StmtKind::Reduce { keep: true, .. })), 1);
+    assert_eq!(count(&|s| matches!(s, StmtKind::For { kind: LoopKind::Pipelined { stages: 2 }, .. })), 1);
+    assert_eq!(count(&|s| matches!(s, StmtKind::For { kind: LoopKind::Parallel, .. })), 10);
     assert!(stmts.iter().all(|s| s.span != SpanId::NONE));
     // The grid's second axis is B * H, evaluated on the host.
-    assert_eq!(
-        tile_ir::abi::eval_host_int(&k, &k.grid[1], &[2, 3, 100, 100]),
-        Ok(6)
-    );
-    assert_eq!(
-        tile_ir::abi::eval_host_int(&k, &k.grid[0], &[2, 3, 100, 100]),
-        Ok(4)
-    );
+    assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[1], &[2, 3, 100, 100]), Ok(6));
+    assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[0], &[2, 3, 100, 100]), Ok(4));
 }

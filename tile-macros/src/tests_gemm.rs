@@ -41,7 +41,13 @@ fn gemm_forms_lower() {
         ("gemm(&a_s, &b_s, &mut acc);", false, false, false, WarpPolicy::Square),
         ("gemm(&a_s, &bt_s.t(), &mut acc).clear();", false, true, true, WarpPolicy::Square),
         ("gemm(&at_s.t(), &b_s, &mut acc).policy(FullCol);", true, false, false, WarpPolicy::FullCol),
-        ("gemm(&at_s.t(), &bt_s.t(), &mut acc).policy(WarpPolicy::FullRow).clear();", true, true, true, WarpPolicy::FullRow),
+        (
+            "gemm(&at_s.t(), &bt_s.t(), &mut acc).policy(WarpPolicy::FullRow).clear();",
+            true,
+            true,
+            true,
+            WarpPolicy::FullRow,
+        ),
         ("gemm(&a_f, &b_s, &mut acc).clear().policy(Square);", false, false, true, WarpPolicy::Square),
         ("gemm(&(at_s.t()), &b_s, &mut acc);", true, false, false, WarpPolicy::Square),
     ];
@@ -52,7 +58,13 @@ fn gemm_forms_lower() {
         let StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } = &g[0] else { unreachable!() };
         assert_eq!((*trans_a, *trans_b, *clear, *policy), (ta, tb, cl, pol), "{stmt}");
         assert_eq!(k.buffer(*c).name, "acc");
-        let want_a = if stmt.contains("a_f") { "a_f" } else if ta { "at_s" } else { "a_s" };
+        let want_a = if stmt.contains("a_f") {
+            "a_f"
+        } else if ta {
+            "at_s"
+        } else {
+            "a_s"
+        };
         assert_eq!(k.buffer(*a).name, want_a, "{stmt}");
         assert_eq!(k.buffer(*b).name, if tb { "bt_s" } else { "b_s" }, "{stmt}");
         verify::verify(&k).unwrap_or_else(|e| panic!("{stmt}: {e:#?}"));
@@ -61,11 +73,27 @@ fn gemm_forms_lower() {
 
 #[test]
 fn gemm_operand_errors() {
-    lower_err(HEAD, &body("gemm(&a_s, &acc, &mut acc);"), &["operand B of `gemm` is a shared buffer, but `acc` is a fragment"]);
-    lower_err(HEAD, &body("gemm(&l, &b_s, &mut acc);"), &["operand A of `gemm` is a shared buffer or a fragment, but `l` is a local buffer"]);
-    lower_err(HEAD, &body("gemm(&a, &b_s, &mut acc);"), &["`a` is a tensor parameter; copy a tile of the tensor into a `shared::<..>()` buffer first"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &acc, &mut acc);"),
+        &["operand B of `gemm` is a shared buffer, but `acc` is a fragment"],
+    );
+    lower_err(
+        HEAD,
+        &body("gemm(&l, &b_s, &mut acc);"),
+        &["operand A of `gemm` is a shared buffer or a fragment, but `l` is a local buffer"],
+    );
+    lower_err(
+        HEAD,
+        &body("gemm(&a, &b_s, &mut acc);"),
+        &["`a` is a tensor parameter; copy a tile of the tensor into a `shared::<..>()` buffer first"],
+    );
     lower_err(HEAD, &body("gemm(a_s, &b_s, &mut acc);"), &["pass the operand of `gemm` by reference: `&a_s`"]);
-    lower_err(HEAD, &body("gemm(&a_s, bt_s.t(), &mut acc);"), &["pass the operand of `gemm` by reference: `&bt_s.t()`"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, bt_s.t(), &mut acc);"),
+        &["pass the operand of `gemm` by reference: `&bt_s.t()`"],
+    );
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &acc);"), &["`gemm` writes this buffer: pass it as `&mut acc`"]);
     lower_err(HEAD, &body("gemm(&a_s, &b_s);"), &["`gemm` takes 3 arguments, but 2 were given"]);
     lower_err(HEAD, &body("gemm(&a_s, &nope, &mut acc);"), &["cannot find `nope` in this kernel"]);
@@ -75,7 +103,11 @@ fn gemm_operand_errors() {
 
 #[test]
 fn gemm_type_errors() {
-    lower_err(HEAD, &body("gemm(&a_s, &bb_s, &mut acc);"), &["`gemm` operands must hold the same element type, but `a_s` holds `f16` and `bb_s` holds `bf16`"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &bb_s, &mut acc);"),
+        &["`gemm` operands must hold the same element type, but `a_s` holds `f16` and `bb_s` holds `bf16`"],
+    );
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc_h);"), &["the accumulator of `gemm` is an `f32` fragment of shape [M, N] (`fragment::<f32, M, N>()`), but `acc_h` is a fragment of `f16`"]);
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut b_s);"), &["but `b_s` is a shared buffer"]);
     lower_err(
@@ -99,19 +131,43 @@ fn gemm_shape_errors_name_the_three_shapes() {
     );
     // `.t()` on B: [BN, BK] read as [BK, BN] is fine, [BK, BN] read transposed is not.
     lower_ok(HEAD, &body("gemm(&a_s, &bt_s.t(), &mut acc);"));
-    lower_err(HEAD, &body("gemm(&a_s, &b_s.t(), &mut acc);"), &["`b_s.t()` [24, 16] is K×N = 16×24", "N disagrees (24 from B, 16 from the accumulator); K disagrees (24 from A, 16 from B)"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &b_s.t(), &mut acc);"),
+        &[
+            "`b_s.t()` [24, 16] is K×N = 16×24",
+            "N disagrees (24 from B, 16 from the accumulator); K disagrees (24 from A, 16 from B)",
+        ],
+    );
 }
 
 #[test]
 fn gemm_modifier_errors() {
-    lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).policy(Diagonal);"), &["`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N) or `Square`"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &b_s, &mut acc).policy(Diagonal);"),
+        &["`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N) or `Square`"],
+    );
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).clear().clear();"), &["`.clear()` is given twice"]);
-    lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).policy(FullRow).policy(FullCol);"), &["`.policy(..)` is given twice"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &b_s, &mut acc).policy(FullRow).policy(FullCol);"),
+        &["`.policy(..)` is given twice"],
+    );
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).clear(1);"), &["`.clear()` takes no arguments"]);
-    lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).fast();"), &["unknown method `.fast()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square)`"]);
-    lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).t();"), &["`.t()` transposes an operand of `gemm`, not its result"]);
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &b_s, &mut acc).fast();"),
+        &["unknown method `.fast()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square)`"],
+    );
+    lower_err(
+        HEAD,
+        &body("gemm(&a_s, &b_s, &mut acc).t();"),
+        &["`.t()` transposes an operand of `gemm`, not its result"],
+    );
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc.t());"), &["the accumulator of `gemm` cannot be transposed"]);
-    let v = lower_err(HEAD, &body("let x = gemm(&a_s, &b_s, &mut acc);"), &["`gemm(..)` is a statement and has no value"]);
+    let v =
+        lower_err(HEAD, &body("let x = gemm(&a_s, &b_s, &mut acc);"), &["`gemm(..)` is a statement and has no value"]);
     assert_eq!(v.len(), 1, "{v:#?}");
 }
 
@@ -139,9 +195,13 @@ const SWIZZLE_HEAD: &str = "threads = 128, consts(PANEL = 8)";
 
 #[test]
 fn use_swizzle_sets_rasterize() {
-    let k = lower_ok(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(PANEL); c[(by, bx)] = 1.0; }");
+    let k = lower_ok(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(PANEL); c[(by, bx)] = 1.0; }",
+    );
     assert_eq!(k.rasterize, Some(8));
-    let k = lower_ok(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by, bz) = grid(N, M, 2); use_swizzle(3); }");
+    let k =
+        lower_ok(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by, bz) = grid(N, M, 2); use_swizzle(3); }");
     assert_eq!(k.rasterize, Some(3));
     let k = lower_ok(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); }");
     assert_eq!(k.rasterize, None);
@@ -150,15 +210,47 @@ fn use_swizzle_sets_rasterize() {
 #[test]
 fn use_swizzle_errors() {
     let placed = "`use_swizzle(..)` must be the statement right after `let (bx, by) = grid(..);`";
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); let x = 1; use_swizzle(4); }", &[placed]);
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); let x = 1; use_swizzle(4); }",
+        &[placed],
+    );
     lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { use_swizzle(4); }", &[placed]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); for i in 0..2 { use_swizzle(4); } }", &[placed]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(4); use_swizzle(4); }", &["`use_swizzle(..)` is called twice"]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(0); }", &["the panel width of `use_swizzle` is 0; it must be at least 1"]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(M); }", &["the panel width of `use_swizzle` must be a compile-time constant"]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(); }", &["`use_swizzle` takes 1 argument, the panel width in blocks"]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let bx = grid(N); use_swizzle(2); }", &["`use_swizzle` reorders the blocks of a 2-D grid, but `grid(..)` has one axis"]);
-    lower_err(SWIZZLE_HEAD, "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); let p = use_swizzle(2); }", &["`use_swizzle(..)` is a statement and has no value"]);
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); for i in 0..2 { use_swizzle(4); } }",
+        &[placed],
+    );
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(4); use_swizzle(4); }",
+        &["`use_swizzle(..)` is called twice"],
+    );
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(0); }",
+        &["the panel width of `use_swizzle` is 0; it must be at least 1"],
+    );
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(M); }",
+        &["the panel width of `use_swizzle` must be a compile-time constant"],
+    );
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); use_swizzle(); }",
+        &["`use_swizzle` takes 1 argument, the panel width in blocks"],
+    );
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let bx = grid(N); use_swizzle(2); }",
+        &["`use_swizzle` reorders the blocks of a 2-D grid, but `grid(..)` has one axis"],
+    );
+    lower_err(
+        SWIZZLE_HEAD,
+        "fn k(c: &mut Tensor<f32, M, N>) { let (bx, by) = grid(N, M); let p = use_swizzle(2); }",
+        &["`use_swizzle(..)` is a statement and has no value"],
+    );
 }
 
 // ------------------------------------------------------------ running kernels written with gemm
@@ -252,7 +344,11 @@ fn tiled_gemm_from_the_dsl_runs() {
             let b_shape = if tb { [n, kd] } else { [kd, n] };
             interp::launch(
                 &k,
-                &mut [ro(&ab, &a_shape), ro(&bb, &b_shape), Arg::Tensor { data: TensorData::Rw(&mut cb), shape: vec![m, n] }],
+                &mut [
+                    ro(&ab, &a_shape),
+                    ro(&bb, &b_shape),
+                    Arg::Tensor { data: TensorData::Rw(&mut cb), shape: vec![m, n] },
+                ],
             )
             .unwrap();
             let c = f32s(&cb);
@@ -266,7 +362,10 @@ fn tiled_gemm_from_the_dsl_runs() {
                         })
                         .sum();
                     let got = c[i * n + j] as f64;
-                    assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{dtype} ta={ta} tb={tb} ({i}, {j}): {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{dtype} ta={ta} tb={tb} ({i}, {j}): {got} vs {want}"
+                    );
                 }
             }
         }
@@ -399,7 +498,10 @@ fn annotate_layout_sets_the_buffer_layout() {
         ("annotate_layout(&a_s, padded(PAD));", SharedLayoutSpec::Padded { bytes: 16 }),
         ("annotate_layout(&a_s, padded(48));", SharedLayoutSpec::Padded { bytes: 48 }),
         ("annotate_layout(&a_s, swizzle(3));", SharedLayoutSpec::Swizzle { bits: 3 }),
-        ("annotate_layout(&a_s, swizzle(1)); annotate_layout(&s_s, row_major());", SharedLayoutSpec::Swizzle { bits: 1 }),
+        (
+            "annotate_layout(&a_s, swizzle(1)); annotate_layout(&s_s, row_major());",
+            SharedLayoutSpec::Swizzle { bits: 1 },
+        ),
     ];
     for (stmt, want) in cases {
         let k = lower_ok(LAYOUT_HEAD, &layout_body(stmt));
@@ -416,10 +518,19 @@ fn annotate_layout_errors() {
     let cases: &[(&str, &str)] = &[
         ("annotate_layout(&a_s, diagonal(2));", "unknown shared layout `diagonal`"),
         ("annotate_layout(&a_s, swizle(2));", "did you mean `swizzle`?"),
-        ("annotate_layout(&acc, row_major());", "`acc` is a fragment (its layout over threads is inferred); only shared buffers have a layout to annotate"),
+        (
+            "annotate_layout(&acc, row_major());",
+            "`acc` is a fragment (its layout over threads is inferred); only shared buffers have a layout to annotate",
+        ),
         ("annotate_layout(&a, row_major());", "`a` is a global tensor"),
-        ("annotate_layout(&a_s, swizzle(3)); annotate_layout(&a_s, padded(16));", "the layout of `a_s` is annotated twice"),
-        ("copy(a.tile([bx * BM, 0]), &mut a_s); annotate_layout(&a_s, swizzle(3));", "comes after a statement that uses `a_s`"),
+        (
+            "annotate_layout(&a_s, swizzle(3)); annotate_layout(&a_s, padded(16));",
+            "the layout of `a_s` is annotated twice",
+        ),
+        (
+            "copy(a.tile([bx * BM, 0]), &mut a_s); annotate_layout(&a_s, swizzle(3));",
+            "comes after a statement that uses `a_s`",
+        ),
         ("annotate_layout(&a_s, swizzle(4));", "the swizzle width must be 1, 2 or 3 bits"),
         ("annotate_layout(&s_s, swizzle(1));", "`swizzle(1)` needs rows of a power of two of at least 32 bytes"),
         ("annotate_layout(&a_s, padded(8));", "positive multiple of 16"),

@@ -207,7 +207,10 @@ fn check_variants(k: &Kernel, targets: &[KernelTarget]) -> std::result::Result<(
     for t in targets {
         for m in t.tensor_maps {
             let Some(ParamKind::Tensor(b)) = k.params.get(m.tensor).map(|p| &p.kind) else {
-                return Err(format!("a {} tensor map names parameter {}, which is not a tensor parameter", t.arch, m.tensor));
+                return Err(format!(
+                    "a {} tensor map names parameter {}, which is not a tensor parameter",
+                    t.arch, m.tensor
+                ));
             };
             let rank = k.buffers.get(b.0 as usize).map_or(0, |b| b.shape.len());
             if m.box_shape.len() != rank {
@@ -244,7 +247,8 @@ pub fn launch(stream: &Stream, meta: &'static KernelMeta, args: &mut [KernelArg<
         dim: e.dim,
         message: e.message,
     })?;
-    let grid = tile_ir::abi::eval_grid(k, &dims).map_err(|message| Error::Launch { kernel: k.name.clone(), message })?;
+    let grid =
+        tile_ir::abi::eval_grid(k, &dims).map_err(|message| Error::Launch { kernel: k.name.clone(), message })?;
     if grid.contains(&0) {
         return Ok(());
     }
@@ -278,7 +282,8 @@ fn check_args(k: &Kernel, stream: &Stream, args: &[KernelArg<'_>]) -> Result<()>
         match p.kind {
             ParamKind::Tensor(b) => {
                 let buf = k.buffer(b);
-                let expected = || format!("a {} {} tensor", if buf.mutable { "writable" } else { "read-only" }, buf.dtype);
+                let expected =
+                    || format!("a {} {} tensor", if buf.mutable { "writable" } else { "read-only" }, buf.dtype);
                 let Some(t) = arg.raw() else { return Err(wrong(expected())) };
                 if t.dtype != buf.dtype || (buf.mutable && !matches!(arg, KernelArg::TensorMut(_))) {
                     return Err(wrong(expected()));
@@ -414,7 +419,9 @@ pub(crate) fn pick_variant(
         });
         match blocker {
             None => return Ok(i),
-            Some(m) => refused.push(k.params.get(m.tensor).map_or_else(|| format!("parameter {}", m.tensor), |p| format!("`{}`", p.name))),
+            Some(m) => refused.push(
+                k.params.get(m.tensor).map_or_else(|| format!("parameter {}", m.tensor), |p| format!("`{}`", p.name)),
+            ),
         }
     }
     Err(Error::Launch {
@@ -432,7 +439,11 @@ pub(crate) fn pick_variant(
 /// the kernel's meaning. On 9.0 and later the grid must be a multiple of
 /// the cluster on every axis (else the message says what to change).
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
-pub(crate) fn launch_cluster(k: &Kernel, grid: [u32; 3], cc: (u32, u32)) -> std::result::Result<Option<[u32; 3]>, String> {
+pub(crate) fn launch_cluster(
+    k: &Kernel,
+    grid: [u32; 3],
+    cc: (u32, u32),
+) -> std::result::Result<Option<[u32; 3]>, String> {
     let cluster = k.cluster;
     if cluster == [1, 1, 1] || cc.0 < 9 {
         return Ok(None);
@@ -513,10 +524,14 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
             target.shared_bytes, target.arch, dev.name, dev.max_shared_optin
         )));
     }
-    let ptx = CString::new(target.ptx)
-        .map_err(|_| Error::InvalidMeta { kernel: meta.name.to_string(), message: "the PTX contains a NUL byte".into() })?;
-    let entry = CString::new(k.name.as_str())
-        .map_err(|_| Error::InvalidMeta { kernel: meta.name.to_string(), message: "the name contains a NUL byte".into() })?;
+    let ptx = CString::new(target.ptx).map_err(|_| Error::InvalidMeta {
+        kernel: meta.name.to_string(),
+        message: "the PTX contains a NUL byte".into(),
+    })?;
+    let entry = CString::new(k.name.as_str()).map_err(|_| Error::InvalidMeta {
+        kernel: meta.name.to_string(),
+        message: "the name contains a NUL byte".into(),
+    })?;
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
 
     let mut error_log = vec![0u8; JIT_LOG_BYTES];
@@ -574,9 +589,8 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
         launches: std::sync::atomic::AtomicU64::new(0),
     };
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated.
-    loaded.function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {
-        launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e)))
-    })?;
+    loaded.function = unsafe { result::module::get_function(module, entry) }
+        .map_err(|e| launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e))))?;
     if target.shared_bytes > DEFAULT_SHARED_LIMIT {
         // SAFETY: `function` belongs to the loaded module; the context is current.
         unsafe {
@@ -802,7 +816,14 @@ mod tests {
     fn meta_with(archs: &[&'static str]) -> &'static KernelMeta {
         let targets: Vec<KernelTarget> = archs
             .iter()
-            .map(|&arch| KernelTarget { arch, ptx: "", shared_bytes: 0, threads: 32, tensor_maps: &[], persistent: false })
+            .map(|&arch| KernelTarget {
+                arch,
+                ptx: "",
+                shared_bytes: 0,
+                threads: 32,
+                tensor_maps: &[],
+                persistent: false,
+            })
             .collect();
         Box::leak(Box::new(KernelMeta { name: "k", ir: "", targets: Box::leak(targets.into_boxed_slice()) }))
     }
@@ -896,11 +917,8 @@ mod tests {
         let k = gemm_like();
         // Variants of sm_90a, preferred first; sm_80 in between to check
         // that only the chosen arch's entries count.
-        let meta = leak_meta(vec![
-            target("sm_90a", 384, MAPS_A_C),
-            target("sm_80", 256, &[]),
-            target("sm_90a", 256, &[]),
-        ]);
+        let meta =
+            leak_meta(vec![target("sm_90a", 384, MAPS_A_C), target("sm_80", 256, &[]), target("sm_90a", 256, &[])]);
         check_variants(&k, meta.targets).unwrap();
         let (a, c) = ([1000, 2048], [1000, 512]);
         let pick = |pa: u64, sa: &[usize], pc: u64, sc: &[usize], cc| {
@@ -929,12 +947,14 @@ mod tests {
     fn without_a_general_variant_the_error_names_the_tensor() {
         let k = gemm_like();
         let meta = leak_meta(vec![target("sm_90a", 384, MAPS_A_C)]);
-        let err = pick_variant(meta, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20004, &[64, 64])]).unwrap_err();
+        let err =
+            pick_variant(meta, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20004, &[64, 64])]).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, Error::Launch { .. }), "{err:?}");
         assert!(text.contains("`mm`") && text.contains("`c`") && text.contains("TMA-addressable"), "{text}");
         // A map over a scalar parameter never runs (and the meta check rejects it).
-        let bad = leak_meta(vec![target("sm_90a", 384, &[TensorMapMeta { tensor: 1, box_shape: &[8], swizzle_bytes: 0 }])]);
+        let bad =
+            leak_meta(vec![target("sm_90a", 384, &[TensorMapMeta { tensor: 1, box_shape: &[8], swizzle_bytes: 0 }])]);
         assert!(pick_variant(bad, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20000, &[64, 64])]).is_err());
     }
 

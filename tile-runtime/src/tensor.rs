@@ -33,7 +33,10 @@ pub struct RawTensor {
 pub(crate) enum Storage {
     Host(Vec<u8>),
     /// `slice` is `None` for a tensor of no elements (no allocation).
-    Cuda { device: Arc<CudaDevice>, slice: Option<CudaSlice<u8>> },
+    Cuda {
+        device: Arc<CudaDevice>,
+        slice: Option<CudaSlice<u8>>,
+    },
 }
 
 impl<T: Element> std::fmt::Debug for DeviceTensor<T> {

@@ -117,7 +117,13 @@ impl TensorMapSpec {
     /// A dense row-major tensor of `shape` (outermost first, as tensors are
     /// written in kernels) at `address`, with `box_shape` (same order),
     /// no L2 promotion: dims and strides are reversed into the driver's order.
-    pub fn row_major(dtype: DType, address: u64, shape: &[u64], box_shape: &[u32], swizzle: TmaSwizzle) -> TensorMapSpec {
+    pub fn row_major(
+        dtype: DType,
+        address: u64,
+        shape: &[u64],
+        box_shape: &[u32],
+        swizzle: TmaSwizzle,
+    ) -> TensorMapSpec {
         let elem = dtype.size_bytes() as u64;
         let dims: Vec<u64> = shape.iter().rev().copied().collect();
         let mut strides = Vec::new();
@@ -188,7 +194,9 @@ impl TensorMapSpec {
         }
         for (i, &b) in self.box_dims.iter().enumerate() {
             if b == 0 || b > 256 {
-                return bad(format!("box extent {b} of dimension {i} must be 1..=256 (split the tile into several boxes)"));
+                return bad(format!(
+                    "box extent {b} of dimension {i} must be 1..=256 (split the tile into several boxes)"
+                ));
             }
         }
         for (i, &e) in self.element_strides.iter().enumerate() {
@@ -237,7 +245,8 @@ impl TensorMap {
             DeviceKind::Cuda(d) => d.clone(),
             DeviceKind::Interpreter => {
                 return Err(Error::Usage(
-                    "tensor maps are encoded by the CUDA driver; the CPU interpreter has none (use Device::cuda)".into(),
+                    "tensor maps are encoded by the CUDA driver; the CPU interpreter has none (use Device::cuda)"
+                        .into(),
                 ))
             }
         };
@@ -339,7 +348,11 @@ mod tests {
         assert!(err(&s).contains("16-byte aligned"), "{}", err(&s));
         let mut s = spec();
         s.strides = vec![3998];
-        assert!(err(&s).contains("multiple of 16") && err(&s).contains("pad rows to a multiple of 8 elements"), "{}", err(&s));
+        assert!(
+            err(&s).contains("multiple of 16") && err(&s).contains("pad rows to a multiple of 8 elements"),
+            "{}",
+            err(&s)
+        );
         let mut s = spec();
         s.box_dims = vec![64, 257];
         assert!(err(&s).contains("1..=256"), "{}", err(&s));

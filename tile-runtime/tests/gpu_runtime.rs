@@ -12,7 +12,9 @@ mod common;
 
 use common::{affine_kernel, leak_meta, scale_kernel, Rng};
 use tile_runtime::__private::{launch, KernelArg};
-use tile_runtime::{assert_close, bench, bf16, f16, Device, DeviceTensor, Element, Error, KernelMeta, KernelTarget, Stream};
+use tile_runtime::{
+    assert_close, bench, bf16, f16, Device, DeviceTensor, Element, Error, KernelMeta, KernelTarget, Stream,
+};
 
 fn gpu() -> (Device, Stream) {
     let device = Device::cuda(0).expect("these tests need a GPU");
@@ -27,7 +29,14 @@ fn leak(s: String) -> &'static str {
 /// Targets for both archs from one sm_80 PTX text.
 fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
     vec![
-        KernelTarget { arch: "sm_80", ptx: leak(ptx.to_string()), shared_bytes, threads, tensor_maps: &[], persistent: false },
+        KernelTarget {
+            arch: "sm_80",
+            ptx: leak(ptx.to_string()),
+            shared_bytes,
+            threads,
+            tensor_maps: &[],
+            persistent: false,
+        },
         KernelTarget {
             arch: "sm_90a",
             ptx: leak(ptx.replace(".target sm_80", ".target sm_90a")),
@@ -124,10 +133,8 @@ fn launch_passes_two_dims_and_16_bit_scalars_in_abi_order() {
             &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(alpha), KernelArg::U32(beta)],
         )
         .unwrap();
-        let reference: Vec<f64> = x
-            .iter()
-            .map(|v| (f16::from_f64(v.to_f64() * alpha.to_f64()).to_f32() + beta as f32) as f64)
-            .collect();
+        let reference: Vec<f64> =
+            x.iter().map(|v| (f16::from_f64(v.to_f64() * alpha.to_f64()).to_f32() + beta as f32) as f64).collect();
         assert_eq!(assert_close(&yt.to_vec(&stream).unwrap(), &reference, 0.0), Ok(0.0), "{m}x{n}");
     }
 }
@@ -164,7 +171,17 @@ fn a_jit_failure_returns_the_driver_log() {
 #[test]
 fn no_matching_target_and_device_mismatch_are_errors() {
     let (_, stream) = gpu();
-    let only_old = leak_meta(&scale_kernel(), vec![KernelTarget { arch: "sm_70", ptx: "", shared_bytes: 0, threads: 128, tensor_maps: &[], persistent: false }]);
+    let only_old = leak_meta(
+        &scale_kernel(),
+        vec![KernelTarget {
+            arch: "sm_70",
+            ptx: "",
+            shared_bytes: 0,
+            threads: 128,
+            tensor_maps: &[],
+            persistent: false,
+        }],
+    );
     let a = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     let mut c = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
     match launch(&stream, only_old, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]) {
@@ -174,7 +191,11 @@ fn no_matching_target_and_device_mismatch_are_errors() {
 
     let cpu = Device::interpreter().stream().unwrap();
     let host = DeviceTensor::<f32>::zeros(&cpu, &[10]).unwrap();
-    match launch(&stream, scale_meta(), &mut [KernelArg::tensor(&host), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]) {
+    match launch(
+        &stream,
+        scale_meta(),
+        &mut [KernelArg::tensor(&host), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)],
+    ) {
         Err(Error::DeviceMismatch(what)) => assert!(what.contains("`a`"), "{what}"),
         other => panic!("{other:?}"),
     }

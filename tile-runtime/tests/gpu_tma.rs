@@ -29,15 +29,18 @@ fn hopper_gpu() -> Option<(Device, tile_runtime::Stream)> {
 fn encode_a_2d_f16_map() {
     let Some((device, stream)) = hopper_gpu() else { return };
     let t = DeviceTensor::<f16>::zeros(&stream, &[1000, 2000]).unwrap();
-    let spec = TensorMapSpec::row_major(DType::F16, t.device_ptr().unwrap(), &[1000, 2000], &[64, 64], TmaSwizzle::B128);
+    let spec =
+        TensorMapSpec::row_major(DType::F16, t.device_ptr().unwrap(), &[1000, 2000], &[64, 64], TmaSwizzle::B128);
     let map = TensorMap::encode(&device, &spec).unwrap();
     assert!(map.as_bytes().iter().any(|&b| b != 0));
     // A 3-D bf16 map with a 64B swizzle and a partial box.
     let t3 = DeviceTensor::<tile_runtime::bf16>::zeros(&stream, &[3, 40, 96]).unwrap();
-    let spec = TensorMapSpec::row_major(DType::BF16, t3.device_ptr().unwrap(), &[3, 40, 96], &[1, 16, 32], TmaSwizzle::B64);
+    let spec =
+        TensorMapSpec::row_major(DType::BF16, t3.device_ptr().unwrap(), &[3, 40, 96], &[1, 16, 32], TmaSwizzle::B64);
     TensorMap::encode(&device, &spec).unwrap();
     // Validation runs before the driver.
-    let bad = TensorMapSpec::row_major(DType::F16, t.device_ptr().unwrap() + 2, &[1000, 2000], &[64, 64], TmaSwizzle::B128);
+    let bad =
+        TensorMapSpec::row_major(DType::F16, t.device_ptr().unwrap() + 2, &[1000, 2000], &[64, 64], TmaSwizzle::B128);
     assert!(TensorMap::encode(&device, &bad).unwrap_err().to_string().contains("16-byte aligned"));
 }
 
@@ -75,7 +78,10 @@ pub fn kernel(b_n_major: bool) -> Function {
     };
     let mut body = vec![];
     let reg = |f: &mut Function, c| f.new_reg(c);
-    let op = |op: &str, dst: Reg, args: Vec<Operand>| Stmt::Inst { inst: Inst::Op { op: op.into(), dst, args }, guard: None };
+    let op = |op: &str, dst: Reg, args: Vec<Operand>| Stmt::Inst {
+        inst: Inst::Op { op: op.into(), dst, args },
+        guard: None,
+    };
     let inst = |i: Inst| Stmt::Inst { inst: i, guard: None };
     let tid = reg(&mut f, RegClass::B32);
     let leader = reg(&mut f, RegClass::Pred);
@@ -101,7 +107,11 @@ pub fn kernel(b_n_major: bool) -> Function {
             region: None,
         })
     };
-    let then = vec![inst(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: Operand::Imm(16384) }), load(0, ta), load(8192, tb)];
+    let then = vec![
+        inst(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: Operand::Imm(16384) }),
+        load(0, ta),
+        load(8192, tb),
+    ];
     body.push(Stmt::If { cond: leader, negate: false, uniform: false, then, otherwise: vec![] });
     let p = reg(&mut f, RegClass::Pred);
     body.push(inst(Inst::MbarWait { addr: bar, parity: Operand::Imm(0), pred: p }));
@@ -151,21 +161,45 @@ pub fn kernel(b_n_major: bool) -> Function {
     let gd = gaddr(&mut f, &mut body, "out_d", 128);
     for (j, c) in d.chunks(4).enumerate() {
         let srcs = c.iter().map(|r| Operand::Reg(*r)).collect();
-        body.push(inst(Inst::St { space: Space::Global, ty: "f32", srcs, addr: Address { base: Operand::Reg(gd), offset: 16 * j as i64 }, region: None }));
+        body.push(inst(Inst::St {
+            space: Space::Global,
+            ty: "f32",
+            srcs,
+            addr: Address { base: Operand::Reg(gd), offset: 16 * j as i64 },
+            region: None,
+        }));
     }
     let graw = gaddr(&mut f, &mut body, "out_raw", 64);
     let so = reg(&mut f, RegClass::B32);
     body.push(op("mad.lo.u32", so, vec![Operand::Reg(tid), Operand::Imm(64), Operand::Reg(sbase)]));
     let v: Vec<Reg> = (0..4).map(|_| reg(&mut f, RegClass::B32)).collect();
     for j in 0..4 {
-        body.push(inst(Inst::Ld { space: Space::Shared, ty: "b32", dsts: v.clone(), addr: Address { base: Operand::Reg(so), offset: 16 * j }, region: None }));
+        body.push(inst(Inst::Ld {
+            space: Space::Shared,
+            ty: "b32",
+            dsts: v.clone(),
+            addr: Address { base: Operand::Reg(so), offset: 16 * j },
+            region: None,
+        }));
         let srcs = v.iter().map(|r| Operand::Reg(*r)).collect();
-        body.push(inst(Inst::St { space: Space::Global, ty: "b32", srcs, addr: Address { base: Operand::Reg(graw), offset: 16 * j }, region: None }));
+        body.push(inst(Inst::St {
+            space: Space::Global,
+            ty: "b32",
+            srcs,
+            addr: Address { base: Operand::Reg(graw), offset: 16 * j },
+            region: None,
+        }));
     }
     let gb = f.new_reg(RegClass::B64);
     body.push(inst(Inst::LdParam { ty: "u64", dst: gb, name: "out_base".into() }));
     body.push(Stmt::Inst {
-        inst: Inst::St { space: Space::Global, ty: "u32", srcs: vec![Operand::Reg(sbase)], addr: Address { base: Operand::Reg(gb), offset: 0 }, region: None },
+        inst: Inst::St {
+            space: Space::Global,
+            ty: "u32",
+            srcs: vec![Operand::Reg(sbase)],
+            addr: Address { base: Operand::Reg(gb), offset: 0 },
+            region: None,
+        },
         guard: Some((leader, false)),
     });
     f.body = body;
@@ -196,7 +230,13 @@ fn tma_wgmma_case(b_n_major: bool) {
         let spec = TensorMapSpec {
             dims: vec![cols as u64, rows as u64],
             strides: vec![2 * pitch as u64],
-            ..TensorMapSpec::row_major(DType::F16, t.device_ptr().unwrap(), &[rows as u64, cols as u64], &[64, 64], TmaSwizzle::B128)
+            ..TensorMapSpec::row_major(
+                DType::F16,
+                t.device_ptr().unwrap(),
+                &[rows as u64, cols as u64],
+                &[64, 64],
+                TmaSwizzle::B128,
+            )
         };
         TensorMap::encode(&device, &spec).unwrap()
     };
@@ -210,9 +250,11 @@ fn tma_wgmma_case(b_n_major: bool) {
     ctx.bind_to_thread().unwrap();
     let src = CString::new(ptx.clone()).unwrap();
     // SAFETY: NUL-terminated PTX; the context is current.
-    let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap_or_else(|e| panic!("{e:?}\n{ptx}"));
+    let module =
+        unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap_or_else(|e| panic!("{e:?}\n{ptx}"));
     let func = unsafe { result::module::get_function(module, CString::new("tma_wgmma").unwrap()) }.unwrap();
-    let (mut pd, mut pr, mut pbase) = (out_d.device_ptr().unwrap(), out_raw.device_ptr().unwrap(), out_base.device_ptr().unwrap());
+    let (mut pd, mut pr, mut pbase) =
+        (out_d.device_ptr().unwrap(), out_raw.device_ptr().unwrap(), out_base.device_ptr().unwrap());
     let mut params: Vec<*mut c_void> = vec![
         ma.param_ptr(),
         mb.param_ptr(),
@@ -248,12 +290,16 @@ fn tma_wgmma_case(b_n_major: bool) {
             let (r, c) = hopper::wgmma_d_coord(t, i);
             let want: f64 = (0..64)
                 .map(|k| {
-                    let bv = if b_n_major { get(&b, k, c as usize, rb, cb, pb) } else { get(&b, c as usize, k, rb, cb, pb) };
+                    let bv =
+                        if b_n_major { get(&b, k, c as usize, rb, cb, pb) } else { get(&b, c as usize, k, rb, cb, pb) };
                     get(&a, r as usize, k, ra, ca, pa).to_f64() * bv.to_f64()
                 })
                 .sum();
             let got = dv[(t * 32 + i) as usize] as f64;
-            assert!((got - want).abs() < 1e-3 * (1.0 + want.abs()), "D[{r}][{c}] = {got}, want {want} (thread {t} reg {i})");
+            assert!(
+                (got - want).abs() < 1e-3 * (1.0 + want.abs()),
+                "D[{r}][{c}] = {got}, want {want} (thread {t} reg {i})"
+            );
         }
     }
     // SAFETY: no launch uses the module any more.

@@ -31,8 +31,12 @@ fn sm90(ptx: &str) -> String {
 /// `affine` taking a tensor map of `x` after its other parameters, adding 0.5.
 fn affine_with_map() -> String {
     let ptx = include_str!("ptx/affine.ptx");
-    let with_param = ptx.replace(".param .u32 p_beta\n", ".param .u32 p_beta,\n    .param .align 64 .b8 p_map_x[128]\n");
-    let marked = with_param.replace("    mul.wide.s32 %rd5, %r7, 4;\n", "    add.rn.f32 %f3, %f3, 0f3F000000;\n    mul.wide.s32 %rd5, %r7, 4;\n");
+    let with_param =
+        ptx.replace(".param .u32 p_beta\n", ".param .u32 p_beta,\n    .param .align 64 .b8 p_map_x[128]\n");
+    let marked = with_param.replace(
+        "    mul.wide.s32 %rd5, %r7, 4;\n",
+        "    add.rn.f32 %f3, %f3, 0f3F000000;\n    mul.wide.s32 %rd5, %r7, 4;\n",
+    );
     assert!(marked != with_param && with_param != ptx, "affine.ptx changed; update this test");
     sm90(&marked)
 }
@@ -46,9 +50,30 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
     let meta = leak_meta(
         &affine_kernel(),
         vec![
-            KernelTarget { arch: "sm_90a", ptx: leak(affine_with_map()), shared_bytes: 0, threads: 256, tensor_maps: MAP_X, persistent: false },
-            KernelTarget { arch: "sm_90a", ptx: leak(sm90(plain)), shared_bytes: 0, threads: 256, tensor_maps: &[], persistent: false },
-            KernelTarget { arch: "sm_80", ptx: plain, shared_bytes: 0, threads: 256, tensor_maps: &[], persistent: false },
+            KernelTarget {
+                arch: "sm_90a",
+                ptx: leak(affine_with_map()),
+                shared_bytes: 0,
+                threads: 256,
+                tensor_maps: MAP_X,
+                persistent: false,
+            },
+            KernelTarget {
+                arch: "sm_90a",
+                ptx: leak(sm90(plain)),
+                shared_bytes: 0,
+                threads: 256,
+                tensor_maps: &[],
+                persistent: false,
+            },
+            KernelTarget {
+                arch: "sm_80",
+                ptx: plain,
+                shared_bytes: 0,
+                threads: 256,
+                tensor_maps: &[],
+                persistent: false,
+            },
         ],
     );
     let hopper = device.compute_capability().unwrap().0 == 9;
@@ -62,8 +87,12 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
         // Twice: the second launch takes the loaded module and the cached map.
         let before = device.launch_counts(meta);
         for _ in 0..2 {
-            launch(&stream, meta, &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(alpha), KernelArg::U32(3)])
-                .unwrap();
+            launch(
+                &stream,
+                meta,
+                &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(alpha), KernelArg::U32(3)],
+            )
+            .unwrap();
         }
         let ran: Vec<u64> = device.launch_counts(meta).iter().zip(&before).map(|(a, b)| a - b).collect();
         let expected = match (hopper, addressable) {
@@ -92,14 +121,32 @@ fn a_map_that_cannot_be_encoded_names_the_kernel_and_tensor() {
     let meta = leak_meta(
         &affine_kernel(),
         vec![
-            KernelTarget { arch: "sm_90a", ptx: leak(affine_with_map()), shared_bytes: 0, threads: 256, tensor_maps: TOO_TALL, persistent: false },
-            KernelTarget { arch: "sm_90a", ptx: leak(sm90(include_str!("ptx/affine.ptx"))), shared_bytes: 0, threads: 256, tensor_maps: &[], persistent: false },
+            KernelTarget {
+                arch: "sm_90a",
+                ptx: leak(affine_with_map()),
+                shared_bytes: 0,
+                threads: 256,
+                tensor_maps: TOO_TALL,
+                persistent: false,
+            },
+            KernelTarget {
+                arch: "sm_90a",
+                ptx: leak(sm90(include_str!("ptx/affine.ptx"))),
+                shared_bytes: 0,
+                threads: 256,
+                tensor_maps: &[],
+                persistent: false,
+            },
         ],
     );
     let xt = DeviceTensor::<f16>::zeros(&stream, &[400, 64]).unwrap();
     let mut yt = DeviceTensor::<f32>::zeros(&stream, &[400, 64]).unwrap();
-    let err = launch(&stream, meta, &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(f16::ONE), KernelArg::U32(0)])
-        .unwrap_err();
+    let err = launch(
+        &stream,
+        meta,
+        &mut [KernelArg::tensor(&xt), KernelArg::tensor_mut(&mut yt), KernelArg::F16(f16::ONE), KernelArg::U32(0)],
+    )
+    .unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::Launch { .. }), "{err:?}");
     assert!(text.contains("`affine`") && text.contains("tensor `x`") && text.contains("1..=256"), "{text}");
@@ -112,8 +159,22 @@ fn scale_meta_with_cluster(cluster: [u32; 3]) -> &'static tile_runtime::KernelMe
     leak_meta(
         &k,
         vec![
-            KernelTarget { arch: "sm_80", ptx, shared_bytes: 100 * 1024, threads: 128, tensor_maps: &[], persistent: false },
-            KernelTarget { arch: "sm_90a", ptx: leak(sm90(ptx)), shared_bytes: 100 * 1024, threads: 128, tensor_maps: &[], persistent: false },
+            KernelTarget {
+                arch: "sm_80",
+                ptx,
+                shared_bytes: 100 * 1024,
+                threads: 128,
+                tensor_maps: &[],
+                persistent: false,
+            },
+            KernelTarget {
+                arch: "sm_90a",
+                ptx: leak(sm90(ptx)),
+                shared_bytes: 100 * 1024,
+                threads: 128,
+                tensor_maps: &[],
+                persistent: false,
+            },
         ],
     )
 }
@@ -149,7 +210,9 @@ fn clustered_launches_give_the_same_results() {
     }
     // A cluster along an axis of extent 1 can never divide it.
     match run_scale(&stream, scale_meta_with_cluster([1, 2, 1]), 1024, 5) {
-        Err(Error::Launch { message, .. }) if clusters => assert!(message.contains("y = 1 is not a multiple of 2"), "{message}"),
+        Err(Error::Launch { message, .. }) if clusters => {
+            assert!(message.contains("y = 1 is not a multiple of 2"), "{message}")
+        }
         Ok(()) if !clusters => {}
         other => panic!("{other:?}"),
     }

@@ -27,7 +27,17 @@ struct Config {
     blocks: u32,
 }
 
-const BASE: Config = Config { bf16: false, trans_a: false, trans_b: false, stages: 3, bm: 128, bn: 256, bk: 64, threads: 256, blocks: 0 };
+const BASE: Config = Config {
+    bf16: false,
+    trans_a: false,
+    trans_b: false,
+    stages: 3,
+    bm: 128,
+    bn: 256,
+    bk: 64,
+    threads: 256,
+    blocks: 0,
+};
 
 fn kernel_text(c: Config) -> String {
     let t = if c.bf16 { "bf16" } else { "f16" };
@@ -100,7 +110,8 @@ fn load(device: &Device, compiled: Compiled) -> Loaded {
     ctx.bind_to_thread().unwrap();
     let src = CString::new(compiled.ptx.clone()).unwrap();
     // SAFETY: NUL-terminated PTX; the context is current.
-    let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap_or_else(|e| panic!("{e:?}"));
+    let module =
+        unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap_or_else(|e| panic!("{e:?}"));
     let func = unsafe { result::module::get_function(module, CString::new("matmul").unwrap()) }.unwrap();
     unsafe {
         result::function::set_function_attribute(
@@ -133,8 +144,11 @@ fn launch<T: Element>(
     c: &mut DeviceTensor<T>,
 ) -> tile_runtime::Result<()> {
     let dtype = if cfg.bf16 { DType::BF16 } else { DType::F16 };
-    let tensors =
-        [(a.device_ptr().unwrap(), a.shape().to_vec()), (b.device_ptr().unwrap(), b.shape().to_vec()), (c.device_ptr().unwrap(), c.shape().to_vec())];
+    let tensors = [
+        (a.device_ptr().unwrap(), a.shape().to_vec()),
+        (b.device_ptr().unwrap(), b.shape().to_vec()),
+        (c.device_ptr().unwrap(), c.shape().to_vec()),
+    ];
     let maps: Vec<TensorMap> = l
         .compiled
         .tensor_maps
@@ -181,7 +195,10 @@ fn launch<T: Element>(
     }
     let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
     // SAFETY: the parameters match the kernel's ABI (3 pointers, 3 dims, the maps).
-    unsafe { result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params) }.unwrap();
+    unsafe {
+        result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params)
+    }
+    .unwrap();
     Ok(())
 }
 
@@ -254,7 +271,8 @@ fn warp_specialized_gemm_matches_the_reference() {
         check::<f16>(&device, &stream, Config { bm: 128, bn: 128, threads: 128, blocks: 2, ..BASE }, (200, 264, 136));
         return;
     }
-    let shapes = [(1000, 1000, 1000), (1999, 1000, 4096), (4095, 1016, 1032), (128, 256, 64), (127, 264, 8), (256, 512, 4096)];
+    let shapes =
+        [(1000, 1000, 1000), (1999, 1000, 4096), (4095, 1016, 1032), (128, 256, 64), (127, 264, 8), (256, 512, 4096)];
     for &shape in &shapes {
         check::<f16>(&device, &stream, BASE, shape);
         check::<bf16>(&device, &stream, Config { bf16: true, ..BASE }, shape);
@@ -268,8 +286,18 @@ fn warp_specialized_gemm_matches_the_reference() {
     }
     // Two 64-row slices per warpgroup (one warpgroup on 128 rows; two on 256).
     check::<f16>(&device, &stream, Config { bm: 128, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
-    check::<bf16>(&device, &stream, Config { bf16: true, bm: 256, bn: 128, threads: 256, stages: 4, trans_b: true, ..BASE }, (1000, 1016, 1032));
-    check::<f16>(&device, &stream, Config { bm: 128, bn: 64, threads: 128, trans_a: true, blocks: 7, ..BASE }, (1016, 200, 136));
+    check::<bf16>(
+        &device,
+        &stream,
+        Config { bf16: true, bm: 256, bn: 128, threads: 256, stages: 4, trans_b: true, ..BASE },
+        (1000, 1016, 1032),
+    );
+    check::<f16>(
+        &device,
+        &stream,
+        Config { bm: 128, bn: 64, threads: 128, trans_a: true, blocks: 7, ..BASE },
+        (1016, 200, 136),
+    );
     // A persistent launch with few blocks: each loops over many tiles.
     check::<f16>(&device, &stream, Config { blocks: 5, ..BASE }, (1999, 1000, 1032));
     check::<bf16>(&device, &stream, Config { blocks: 3, bf16: true, stages: 2, ..BASE }, (1000, 2040, 136));
@@ -312,8 +340,11 @@ fn bench_against_cublas() {
             let l = load(&device, ws_variant_with(cfg, CompileOptions { persistent, ..CompileOptions::default() }));
             assert_eq!(l.compiled.persistent, persistent);
             let flops = 2.0 * (size as f64).powi(3);
-            let (ours, theirs) =
-                if bf { run_pair::<bf16>(&device, &stream, &blas, &l, cfg, size) } else { run_pair::<f16>(&device, &stream, &blas, &l, cfg, size) };
+            let (ours, theirs) = if bf {
+                run_pair::<bf16>(&device, &stream, &blas, &l, cfg, size)
+            } else {
+                run_pair::<f16>(&device, &stream, &blas, &l, cfg, size)
+            };
             println!(
                 "RESULT ws_gemm dtype={} size={size} stages={stages} persistent={persistent} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3}",
                 if bf { "bf16" } else { "f16" },
@@ -372,7 +403,9 @@ fn bench_general_variants() {
     let k = parse_kernel(&kernel_text(BASE)).unwrap();
     for size in [4096usize, 8192] {
         for tma_copies in [true, false] {
-            let c = tile_ir::compile_with(&k, Target::Sm90a, CompileOptions { tma_copies, ..CompileOptions::default() }).unwrap();
+            let c =
+                tile_ir::compile_with(&k, Target::Sm90a, CompileOptions { tma_copies, ..CompileOptions::default() })
+                    .unwrap();
             assert_eq!(c.tensor_maps.is_empty(), !tma_copies);
             let l = load(&device, c);
             let (ours, theirs) = run_pair::<f16>(&device, &stream, &blas, &l, BASE, size);
@@ -406,7 +439,10 @@ fn run_pair<T: Element + tile_runtime::cublas::CublasElement>(
     let theirs = bench(stream, 5, 20, || blas.gemm(size, size, size, &a, &b, &mut c2, false, false)).unwrap();
     let x = c.to_vec(stream).unwrap();
     let y = c2.to_vec(stream).unwrap();
-    let err = tile_runtime::rel_error(&x.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), &y.iter().map(|v| v.to_f64()).collect::<Vec<_>>());
+    let err = tile_runtime::rel_error(
+        &x.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+        &y.iter().map(|v| v.to_f64()).collect::<Vec<_>>(),
+    );
     assert!(err < 1e-2, "ours and cuBLAS differ by {err}");
     (ours, theirs)
 }

@@ -6,7 +6,9 @@ mod common;
 
 use common::{affine_kernel, leak_meta, scale_kernel, Rng};
 use tile_runtime::__private::{launch, KernelArg};
-use tile_runtime::{assert_close, bench, bf16, f16, rel_error, Device, DeviceTensor, Element, Error, KernelMeta, Stream};
+use tile_runtime::{
+    assert_close, bench, bf16, f16, rel_error, Device, DeviceTensor, Element, Error, KernelMeta, Stream,
+};
 
 fn interp_stream() -> Stream {
     Device::interpreter().stream().unwrap()
@@ -129,14 +131,17 @@ fn launch_checks_arity_kinds_types_and_mutability() {
 
     let r = launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c)]);
     match r {
-        Err(Error::Argument { message, .. }) => assert!(message.contains("takes 3 arguments (a, c, s), got 2"), "{message}"),
+        Err(Error::Argument { message, .. }) => {
+            assert!(message.contains("takes 3 arguments (a, c, s), got 2"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
     let r = launch(&stream, meta, &mut [KernelArg::tensor(&a16), KernelArg::tensor_mut(&mut c), KernelArg::F32(2.0)]);
     expect_argument_error(r, "a", "expects a read-only f32 tensor, got a read-only f16 tensor");
     let r = launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor(&c), KernelArg::F32(2.0)]);
     expect_argument_error(r, "c", "expects a writable f32 tensor, got a read-only f32 tensor");
-    let r = launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F16(f16::ONE)]);
+    let r =
+        launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F16(f16::ONE)]);
     expect_argument_error(r, "s", "expects an f32 scalar, got an f16 scalar");
     let r = launch(&stream, meta, &mut [KernelArg::F32(1.0), KernelArg::tensor_mut(&mut c), KernelArg::F32(2.0)]);
     expect_argument_error(r, "a", "got an f32 scalar");

@@ -234,13 +234,25 @@ mod tests {
     }
     fn st(r: u32) -> Stmt {
         Stmt::Inst {
-            inst: Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region { id: r, op: next_op() }) },
+            inst: Inst::St {
+                space: Space::Shared,
+                ty: "f32",
+                srcs: vec![Operand::Reg(Reg(0))],
+                addr: Address { base: Operand::Imm(0), offset: 0 },
+                region: Some(Region { id: r, op: next_op() }),
+            },
             guard: None,
         }
     }
     fn ld(r: u32) -> Stmt {
         Stmt::Inst {
-            inst: Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(Region { id: r, op: next_op() }) },
+            inst: Inst::Ld {
+                space: Space::Shared,
+                ty: "f32",
+                dsts: vec![Reg(0)],
+                addr: Address { base: Operand::Imm(0), offset: 0 },
+                region: Some(Region { id: r, op: next_op() }),
+            },
             guard: None,
         }
     }
@@ -277,9 +289,21 @@ mod tests {
         let one = Region { id: 7, op: 1 };
         let mk = |store: bool| Stmt::Inst {
             inst: if store {
-                Inst::St { space: Space::Shared, ty: "f32", srcs: vec![Operand::Reg(Reg(0))], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(one) }
+                Inst::St {
+                    space: Space::Shared,
+                    ty: "f32",
+                    srcs: vec![Operand::Reg(Reg(0))],
+                    addr: Address { base: Operand::Imm(0), offset: 0 },
+                    region: Some(one),
+                }
             } else {
-                Inst::Ld { space: Space::Shared, ty: "f32", dsts: vec![Reg(0)], addr: Address { base: Operand::Imm(0), offset: 0 }, region: Some(one) }
+                Inst::Ld {
+                    space: Space::Shared,
+                    ty: "f32",
+                    dsts: vec![Reg(0)],
+                    addr: Address { base: Operand::Imm(0), offset: 0 },
+                    region: Some(one),
+                }
             },
             guard: None,
         };

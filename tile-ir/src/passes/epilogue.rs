@@ -57,7 +57,8 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
             span: stmt.span,
             layout: None,
         });
-        let layout = SharedLayout { rows, cols, elem, row_stride: cols * elem + VECTOR_BYTES, swizzle: None, panel_cols: None };
+        let layout =
+            SharedLayout { rows, cols, elem, row_stride: cols * elem + VECTOR_BYTES, swizzle: None, panel_cols: None };
         plan.shared.insert(scratch, layout);
         plan.scratch.insert(scratch);
         if let Some(dead) = largest_dead_shared(kernel, plan, &kernel.body[i..]) {

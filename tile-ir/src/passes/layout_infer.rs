@@ -244,7 +244,9 @@ fn infer(kernel: &Kernel, wgmma_accs: &HashSet<BufferId>, target: Target) -> Res
                 Ok(l) => {
                     inf.plan.shared.insert(BufferId(i as u32), l);
                 }
-                Err(why) => inf.errors.push(CompileError::new(b.span, format!("`annotate_layout` of shared buffer `{}`: {why}", b.name))),
+                Err(why) => inf
+                    .errors
+                    .push(CompileError::new(b.span, format!("`annotate_layout` of shared buffer `{}`: {why}", b.name))),
             }
         }
     }
@@ -489,7 +491,16 @@ impl Infer<'_> {
     /// operands, and (for a fragment `a`) the accumulator layout of an
     /// `[M, K]` tile with the same warps along M.
     #[allow(clippy::too_many_arguments)]
-    fn gemm(&mut self, a: BufferId, b: BufferId, c: BufferId, trans_a: bool, trans_b: bool, policy: WarpPolicy, span: SpanId) -> Result<(), String> {
+    fn gemm(
+        &mut self,
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        trans_a: bool,
+        trans_b: bool,
+        policy: WarpPolicy,
+        span: SpanId,
+    ) -> Result<(), String> {
         let (ab, bb, cb) = (self.k.buffer(a), self.k.buffer(b), self.k.buffer(c));
         let shape2 = |buf: &crate::ir::Buffer| -> Result<(i64, i64), String> {
             match buf.const_shape().as_deref() {
@@ -531,7 +542,8 @@ impl Infer<'_> {
                 "gemm tile M×N×K = {m}×{n}×{ak} is not supported: mma.sync m16n8k16 needs M a multiple of 16, N a multiple of 8 and K a multiple of 16"
             ));
         }
-        let warps = if self.wgmma_accs.contains(&c) { (m / 16, 1) } else { mma_warp_grid(m, n, self.k.threads, policy)? };
+        let warps =
+            if self.wgmma_accs.contains(&c) { (m / 16, 1) } else { mma_warp_grid(m, n, self.k.threads, policy)? };
         let acc = if self.wgmma_accs.contains(&c) {
             // The warp-specialized variant: a warpgroup may own several 64-row slices.
             FragLayout::full(crate::hopper::ws_accumulator(m, n, self.k.threads)?)
@@ -589,7 +601,12 @@ impl Infer<'_> {
     /// A layout for nest `n` that agrees with the fragments it reads that
     /// already have layouts and cover its outer dims (e.g. `m[i]` from a
     /// reduction read in a nest over `(i, j)`), when there is one.
-    fn layout_from_rows(&self, n: &Nest<'_>, uses: &[(BufferId, Vec<usize>)], full: Option<BufferId>) -> Option<FragLayout> {
+    fn layout_from_rows(
+        &self,
+        n: &Nest<'_>,
+        uses: &[(BufferId, Vec<usize>)],
+        full: Option<BufferId>,
+    ) -> Option<FragLayout> {
         let mut fixed: Vec<Option<crate::layout::DimDist>> = vec![None; n.vars.len()];
         let mut active = 1;
         for (b, p) in uses {
@@ -658,7 +675,8 @@ impl Infer<'_> {
             return;
         }
         for (b, p) in uses {
-            let view = FragLayout { root: nest_layout.root.clone(), kept: p.iter().map(|&i| nest_layout.kept[i]).collect() };
+            let view =
+                FragLayout { root: nest_layout.root.clone(), kept: p.iter().map(|&i| nest_layout.kept[i]).collect() };
             let why = format!("{loop_desc} (its access to `{}`)", self.name(b));
             self.constrain(b, view, why, span);
         }

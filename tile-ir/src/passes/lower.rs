@@ -40,8 +40,8 @@ use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, 
 use super::pipeline::{self, PipelinePlan};
 use super::warp_specialize::WsPlan;
 use crate::ir::{
-    BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt, StmtKind,
-    TileRef, UnOp, Value, VarId, VarKind,
+    BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt,
+    StmtKind, TileRef, UnOp, Value, VarId, VarKind,
 };
 use crate::layout::{FragLayout, RootLayout, SharedLayout, ThreadField};
 use crate::thread_ir::{Address, Function, Inst, Operand, Reg, RegClass, Region, Space, Special, Stmt, SMEM};
@@ -147,7 +147,12 @@ pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Funct
 
 /// [`lower`], with the pipelined loop of `ws` warp-specialized
 /// ([`warp_specialized`]).
-pub fn lower_with(kernel: &Kernel, target: Target, plan: &LayoutPlan, ws: Option<&WsPlan>) -> Result<Function, Vec<CompileError>> {
+pub fn lower_with(
+    kernel: &Kernel,
+    target: Target,
+    plan: &LayoutPlan,
+    ws: Option<&WsPlan>,
+) -> Result<Function, Vec<CompileError>> {
     lower_opts(kernel, target, plan, ws, false)
 }
 
@@ -406,7 +411,8 @@ impl<'a> Lx<'a> {
         // PTX identifiers: ASCII letters, digits and `_` (names are only hints).
         let mut pname = |n: &str| {
             pi += 1;
-            let clean: String = n.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+            let clean: String =
+                n.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
             format!("p{}_{}", pi - 1, clean)
         };
         // Tensor pointers.
@@ -452,7 +458,11 @@ impl<'a> Lx<'a> {
                     let r = self.new_reg(RegClass::B32);
                     self.emit_pro(Inst::LdParam { ty: lty, dst: r, name });
                     let pr = self.new_reg(RegClass::Pred);
-                    self.emit_pro(Inst::Op { op: "setp.ne.u32".into(), dst: pr, args: vec![r.into(), Operand::Imm(0)] });
+                    self.emit_pro(Inst::Op {
+                        op: "setp.ne.u32".into(),
+                        dst: pr,
+                        args: vec![r.into(), Operand::Imm(0)],
+                    });
                     self.vars.insert(v, pr);
                 } else {
                     let r = self.new_reg(class_of(t));
@@ -483,7 +493,11 @@ impl<'a> Lx<'a> {
         for (i, v) in k.vars.iter().enumerate() {
             if let VarKind::BlockIdx(a) = v.kind {
                 let r = self.new_reg(RegClass::B32);
-                self.emit_pro(Inst::Op { op: "mov.u32".into(), dst: r, args: vec![Operand::Special(Special::CtaId(a.min(2)))] });
+                self.emit_pro(Inst::Op {
+                    op: "mov.u32".into(),
+                    dst: r,
+                    args: vec![Operand::Special(Special::CtaId(a.min(2)))],
+                });
                 self.vars.insert(VarId(i as u32), r);
             }
         }
@@ -553,7 +567,10 @@ impl<'a> Lx<'a> {
                     if n > MAX_REGS_PER_THREAD as i64 {
                         self.errors.push(CompileError::new(
                             b.span,
-                            format!("local `{}` has {n} elements (at most {MAX_REGS_PER_THREAD}); use shared memory", b.name),
+                            format!(
+                                "local `{}` has {n} elements (at most {MAX_REGS_PER_THREAD}); use shared memory",
+                                b.name
+                            ),
                         ));
                         continue;
                     }
@@ -604,15 +621,25 @@ impl<'a> Lx<'a> {
         let mut acc: Option<Reg> = None;
         for f in fields {
             let a = self.new_reg(RegClass::B32);
-            self.emit_pro(Inst::Op { op: "shr.u32".into(), dst: a, args: vec![tid.into(), Operand::Imm(f.shift as i64)] });
+            self.emit_pro(Inst::Op {
+                op: "shr.u32".into(),
+                dst: a,
+                args: vec![tid.into(), Operand::Imm(f.shift as i64)],
+            });
             let b = self.new_reg(RegClass::B32);
             self.emit_pro(Inst::Op { op: "and.b32".into(), dst: b, args: vec![a.into(), Operand::Imm(f.count - 1)] });
             let c = self.new_reg(RegClass::B32);
             match acc {
-                None if f.mult.count_ones() == 1 => {
-                    self.emit_pro(Inst::Op { op: "shl.b32".into(), dst: c, args: vec![b.into(), Operand::Imm(log2(f.mult))] })
-                }
-                None => self.emit_pro(Inst::Op { op: "mul.lo.s32".into(), dst: c, args: vec![b.into(), Operand::Imm(f.mult)] }),
+                None if f.mult.count_ones() == 1 => self.emit_pro(Inst::Op {
+                    op: "shl.b32".into(),
+                    dst: c,
+                    args: vec![b.into(), Operand::Imm(log2(f.mult))],
+                }),
+                None => self.emit_pro(Inst::Op {
+                    op: "mul.lo.s32".into(),
+                    dst: c,
+                    args: vec![b.into(), Operand::Imm(f.mult)],
+                }),
                 Some(prev) => self.emit_pro(Inst::Op {
                     op: "mad.lo.s32".into(),
                     dst: c,
@@ -645,7 +672,11 @@ impl<'a> Lx<'a> {
             let v = self.op("and.b32", RegClass::B32, vec![s.into(), Operand::Imm((1i64 << width) - 1)]);
             out = Some(match out {
                 None => Operand::Reg(v),
-                Some(prev) => Operand::Reg(self.op("mad.lo.s32", RegClass::B32, vec![v.into(), Operand::Imm(1i64 << packed), prev])),
+                Some(prev) => Operand::Reg(self.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![v.into(), Operand::Imm(1i64 << packed), prev],
+                )),
             });
             packed += width;
         }
@@ -904,7 +935,12 @@ impl<'a> Lx<'a> {
         let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
         let lay = self.shared_layout(buf)?;
         if idx.len() != shape.len() || idx.is_empty() {
-            return Err(self.err(format!("`{}` has {} dimensions but is indexed with {}", b.name, shape.len(), idx.len())));
+            return Err(self.err(format!(
+                "`{}` has {} dimensions but is indexed with {}",
+                b.name,
+                shape.len(),
+                idx.len()
+            )));
         }
         let n = idx.len();
         let row = self.rowmajor_i32(&idx[..n - 1], &shape[..n - 1]);
@@ -954,7 +990,11 @@ impl<'a> Lx<'a> {
             _ => {
                 let rb = self.op("mul.lo.s32", RegClass::B32, vec![row.clone(), Operand::Imm(lay.row_stride)]);
                 let sh = self.op("shr.u32", RegClass::B32, vec![rb.into(), Operand::Imm(shift as i64)]);
-                Operand::Reg(self.op("and.b32", RegClass::B32, vec![sh.into(), Operand::Imm(((1i64 << bits) - 1) << 4)]))
+                Operand::Reg(self.op(
+                    "and.b32",
+                    RegClass::B32,
+                    vec![sh.into(), Operand::Imm(((1i64 << bits) - 1) << 4)],
+                ))
             }
         };
         if x == Operand::Imm(0) {
@@ -1033,9 +1073,8 @@ impl<'a> Lx<'a> {
     /// both indices keeps the plain order.
     fn rasterize_blocks(&mut self) -> R<()> {
         let Some(panel) = self.k.rasterize else { return Ok(()) };
-        let block_var = |axis: u8| {
-            self.k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32))
-        };
+        let block_var =
+            |axis: u8| self.k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32));
         let (Some(bx), Some(by)) = (block_var(0), block_var(1)) else { return Ok(()) };
         let (gx, gy) = (self.k.grid[0].clone(), self.k.grid[1].clone());
         let linear = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(by), gx.clone()), Expr::Var(bx));
@@ -1061,7 +1100,9 @@ impl<'a> Lx<'a> {
         match e {
             Expr::Const(c) => Ok(self.constant(*c)),
             Expr::Var(v) => {
-                let r = self.vars.get(v).ok_or_else(|| self.err(format!("variable `{}` is used before it is bound", self.k.var(*v).name)))?;
+                let r = self.vars.get(v).ok_or_else(|| {
+                    self.err(format!("variable `{}` is used before it is bound", self.k.var(*v).name))
+                })?;
                 Ok(Val { op: Operand::Reg(*r), ty: self.k.var(*v).dtype })
             }
             Expr::Load { buf, index } => self.load(*buf, index),
@@ -1364,7 +1405,12 @@ impl<'a> Lx<'a> {
     fn check_rank(&self, buf: BufferId, index: &[Expr]) -> R<()> {
         let b = self.k.buffer(buf);
         if index.len() != b.rank() {
-            return Err(self.err(format!("`{}` has {} dimensions but is indexed with {}", b.name, b.rank(), index.len())));
+            return Err(self.err(format!(
+                "`{}` has {} dimensions but is indexed with {}",
+                b.name,
+                b.rank(),
+                index.len()
+            )));
         }
         Ok(())
     }
@@ -1386,10 +1432,14 @@ impl<'a> Lx<'a> {
             .nest
             .as_ref()
             .ok_or_else(|| self.err(format!("fragment `{name}` can only be indexed inside a parallel loop")))?;
-        let pos = nest_positions(&nest.vars, index)
-            .ok_or_else(|| self.err(format!("fragment `{name}` must be indexed by the enclosing parallel loop variables, in loop order")))?;
+        let pos = nest_positions(&nest.vars, index).ok_or_else(|| {
+            self.err(format!(
+                "fragment `{name}` must be indexed by the enclosing parallel loop variables, in loop order"
+            ))
+        })?;
         let layout = self.plan.frags.get(&buf).ok_or_else(|| self.err(format!("fragment `{name}` has no layout")))?;
-        let view = FragLayout { root: nest.layout.root.clone(), kept: pos.iter().map(|&p| nest.layout.kept[p]).collect() };
+        let view =
+            FragLayout { root: nest.layout.root.clone(), kept: pos.iter().map(|&p| nest.layout.kept[p]).collect() };
         if !layout.agrees(&view) {
             return Err(self.err(format!(
                 "layout conflict: fragment `{name}` is laid out as {} but this parallel loop reads it as {}",
@@ -1399,7 +1449,10 @@ impl<'a> Lx<'a> {
         }
         let l: Vec<i64> = pos.iter().map(|&p| nest.l[p]).collect();
         let r = layout.flatten(&l);
-        self.frags.get(&buf).and_then(|v| v.get(r).copied()).ok_or_else(|| self.err("internal: fragment register out of range"))
+        self.frags
+            .get(&buf)
+            .and_then(|v| v.get(r).copied())
+            .ok_or_else(|| self.err("internal: fragment register out of range"))
     }
 
     /// Reads local element `idx` (every thread holds every element).
@@ -1410,7 +1463,10 @@ impl<'a> Lx<'a> {
         let regs = self.locals.get(&buf).cloned().unwrap_or_default();
         let flat = self.rowmajor_i32(idx, &shape);
         if let Operand::Imm(i) = flat {
-            let r = regs.get(i as usize).copied().ok_or_else(|| self.err(format!("index {i} out of bounds of local `{}`", b.name)))?;
+            let r = regs
+                .get(i as usize)
+                .copied()
+                .ok_or_else(|| self.err(format!("index {i} out of bounds of local `{}`", b.name)))?;
             return Ok(Val { op: r.into(), ty: t });
         }
         // Unrolled select over every element.
@@ -1419,7 +1475,10 @@ impl<'a> Lx<'a> {
         self.mov(acc, first.into(), t);
         for (i, r) in regs.iter().enumerate().skip(1) {
             let p = self.op("setp.eq.s32", RegClass::Pred, vec![flat.clone(), Operand::Imm(i as i64)]);
-            self.emit_guarded(Inst::Op { op: format!("mov.{}", mov_ty(t)), dst: acc, args: vec![(*r).into()] }, Some((p, false)));
+            self.emit_guarded(
+                Inst::Op { op: format!("mov.{}", mov_ty(t)), dst: acc, args: vec![(*r).into()] },
+                Some((p, false)),
+            );
         }
         Ok(Val { op: acc.into(), ty: t })
     }
@@ -1432,14 +1491,20 @@ impl<'a> Lx<'a> {
         let v = self.convert(v, t)?;
         let flat = self.rowmajor_i32(idx, &shape);
         if let Operand::Imm(i) = flat {
-            let r = regs.get(i as usize).copied().ok_or_else(|| self.err(format!("index {i} out of bounds of local `{}`", b.name)))?;
+            let r = regs
+                .get(i as usize)
+                .copied()
+                .ok_or_else(|| self.err(format!("index {i} out of bounds of local `{}`", b.name)))?;
             self.mov(r, v.op, t);
             return Ok(());
         }
         let src = self.materialize(&v);
         for (i, r) in regs.iter().enumerate() {
             let p = self.op("setp.eq.s32", RegClass::Pred, vec![flat.clone(), Operand::Imm(i as i64)]);
-            self.emit_guarded(Inst::Op { op: format!("mov.{}", mov_ty(t)), dst: *r, args: vec![src.into()] }, Some((p, false)));
+            self.emit_guarded(
+                Inst::Op { op: format!("mov.{}", mov_ty(t)), dst: *r, args: vec![src.into()] },
+                Some((p, false)),
+            );
         }
         Ok(())
     }
@@ -1471,7 +1536,13 @@ impl<'a> Lx<'a> {
                 let r = self.new_reg(class_of(t));
                 let zero = self.zero(t);
                 self.mov(r, zero, t);
-                let ld = Inst::Ld { space: Space::Global, ty: mem_ty(t), dsts: vec![r], addr: Address { base: addr.into(), offset: 0 }, region: None };
+                let ld = Inst::Ld {
+                    space: Space::Global,
+                    ty: mem_ty(t),
+                    dsts: vec![r],
+                    addr: Address { base: addr.into(), offset: 0 },
+                    region: None,
+                };
                 self.emit_guarded(ld, p.map(|p| (p, false)));
                 Ok(Val { op: r.into(), ty: t })
             }
@@ -1530,7 +1601,9 @@ impl<'a> Lx<'a> {
             return self.lower_nest(&n);
         }
         let in_nest = self.nest.is_some();
-        let collective = |s: &Self, what: &str| s.err(format!("`{what}` is a block-wide operation and cannot appear inside a parallel loop"));
+        let collective = |s: &Self, what: &str| {
+            s.err(format!("`{what}` is a block-wide operation and cannot appear inside a parallel loop"))
+        };
         if let (Some(st), false) = (self.ws.and_then(|w| w.store.as_ref()), in_nest) {
             if let (true, StmtKind::Copy { dst, .. }) = (std::ptr::eq(s, &self.k.body[st.index]), &s.kind) {
                 return self.lower_ws_store(st, dst);
@@ -1743,7 +1816,9 @@ impl<'a> Lx<'a> {
         let b = self.k.buffer(buf);
         let t = b.dtype;
         if b.scope != Scope::Global {
-            return Err(self.err(format!("atomic_add needs a global tensor element; `{}` is not a tensor parameter", b.name)));
+            return Err(
+                self.err(format!("atomic_add needs a global tensor element; `{}` is not a tensor parameter", b.name))
+            );
         }
         let ty = match (t, self.target) {
             (DType::F32, _) => "f32",
@@ -1766,7 +1841,13 @@ impl<'a> Lx<'a> {
         let addr = self.global_addr(buf, &idx)?;
         let dst = self.new_reg(class_of(t));
         let body = self.capture(|s| {
-            s.emit(Inst::AtomAdd { space: Space::Global, ty, dst, addr: Address { base: addr.into(), offset: 0 }, src: vr.into() });
+            s.emit(Inst::AtomAdd {
+                space: Space::Global,
+                ty,
+                dst,
+                addr: Address { base: addr.into(), offset: 0 },
+                src: vr.into(),
+            });
             Ok(())
         })?;
         self.emit_if(p, false, body, vec![]);
@@ -1992,9 +2073,11 @@ impl<'a> Lx<'a> {
                         let m = self.op("and.b32", RegClass::B32, vec![dr.into(), Operand::Imm(v - 1)]);
                         let p = self.op("setp.eq.u32", RegClass::Pred, vec![m.into(), Operand::Imm(0)]);
                         let (ss, ds, fv) = (s_side.clone(), d_side.clone(), fill_val.clone());
-                        let then = self.capture(|s| s.copy_groups_any(&layout, &ss, &ds, sdt, ddt, &fv, true, use_async))?;
-                        let other =
-                            self.capture(|s| s.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, false, use_async))?;
+                        let then =
+                            self.capture(|s| s.copy_groups_any(&layout, &ss, &ds, sdt, ddt, &fv, true, use_async))?;
+                        let other = self.capture(|s| {
+                            s.copy_groups_any(&layout, &s_side, &d_side, sdt, ddt, &fill_val, false, use_async)
+                        })?;
                         self.emit_if(Some(p), true, then, other);
                         Ok(())
                     }
@@ -2006,7 +2089,16 @@ impl<'a> Lx<'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn copy_groups(&mut self, lay: &FragLayout, src: &Side, dst: &Side, sdt: DType, ddt: DType, fill: &Val, vectorize: bool) -> R<()> {
+    fn copy_groups(
+        &mut self,
+        lay: &FragLayout,
+        src: &Side,
+        dst: &Side,
+        sdt: DType,
+        ddt: DType,
+        fill: &Val,
+        vectorize: bool,
+    ) -> R<()> {
         let v = lay.vec_width() as usize;
         // A replicated layout (a reduction's result) writes memory from its
         // first replica only.
@@ -2122,7 +2214,13 @@ impl<'a> Lx<'a> {
                         None => self.cur().extend(then),
                         Some(p) => {
                             let other = self.capture(scalar)?;
-                            self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then, otherwise: other });
+                            self.cur().push(Stmt::If {
+                                cond: p,
+                                negate: false,
+                                uniform: false,
+                                then,
+                                otherwise: other,
+                            });
                         }
                     }
                 } else {
@@ -2196,7 +2294,13 @@ impl<'a> Lx<'a> {
                         None => self.cur().extend(then),
                         Some(p) => {
                             let other = self.capture(scalar)?;
-                            self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then, otherwise: other });
+                            self.cur().push(Stmt::If {
+                                cond: p,
+                                negate: false,
+                                uniform: false,
+                                then,
+                                otherwise: other,
+                            });
                         }
                     }
                     Ok(())
@@ -2341,7 +2445,8 @@ impl<'a> Lx<'a> {
             }
             Scope::Shared => {
                 let shape = b.const_shape().ok_or_else(|| self.err("shared buffers need a constant shape"))?;
-                let lay = FragLayout::full(RootLayout::blocked(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
+                let lay =
+                    FragLayout::full(RootLayout::blocked(&shape, self.k.threads, (16 / t.size_bytes() as i64).max(1)));
                 let x = self.materialize(&v);
                 let vw = lay.vec_width() as usize;
                 let region = self.region_of(buf);
@@ -2358,7 +2463,9 @@ impl<'a> Lx<'a> {
                 }
                 Ok(())
             }
-            Scope::Global => Err(self.err(format!("fill of tensor `{}`: fill needs a shared, fragment or local buffer", b.name))),
+            Scope::Global => {
+                Err(self.err(format!("fill of tensor `{}`: fill needs a shared, fragment or local buffer", b.name)))
+            }
         }
     }
 
@@ -2486,7 +2593,13 @@ impl<'a> Lx<'a> {
             let body = self.capture(|s| {
                 for (rd, p) in parts.iter().enumerate() {
                     let a = Address { base: waddr.into(), offset: off + rd as i64 * rows * h * 4 };
-                    s.emit(Inst::St { space: Space::Shared, ty: ty_b32(ty), srcs: vec![(*p).into()], addr: a, region: Some(region) });
+                    s.emit(Inst::St {
+                        space: Space::Shared,
+                        ty: ty_b32(ty),
+                        srcs: vec![(*p).into()],
+                        addr: a,
+                        region: Some(region),
+                    });
                 }
                 Ok(())
             })?;
@@ -2497,7 +2610,13 @@ impl<'a> Lx<'a> {
                     for j in 0..h {
                         let y = s.new_reg(c);
                         let a = Address { base: raddr.into(), offset: off + (rd as i64 * rows * h + j) * 4 };
-                        s.emit(Inst::Ld { space: Space::Shared, ty: ty_b32(ty), dsts: vec![y], addr: a, region: Some(read_region) });
+                        s.emit(Inst::Ld {
+                            space: Space::Shared,
+                            ty: ty_b32(ty),
+                            dsts: vec![y],
+                            addr: a,
+                            region: Some(read_region),
+                        });
                         s.op_into(opname.clone(), *p, vec![(*p).into(), y.into()]);
                     }
                 }

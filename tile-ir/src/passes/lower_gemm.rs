@@ -22,8 +22,8 @@
 
 use super::{Lx, Val, R};
 use crate::ir::{BufferId, DType, Expr, Extent, Scope, WarpPolicy};
-use crate::thread_ir::Space;
 use crate::layout::{mma_warp_grid, FragLayout, RootLayout, ThreadField};
+use crate::thread_ir::Space;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 
 /// One ldmatrix: which matrix rows/columns each lane addresses.
@@ -174,9 +174,10 @@ impl Lx<'_> {
                     if let Some((lay, regs)) = &a_frag {
                         let pick = |lr: i64, lc: i64| regs[lay.flatten(&[lr, lc])];
                         let mut words = [Reg(0); 4];
-                        for (j, (lr, atom)) in [(2 * am, 2 * ks), (2 * am + 1, 2 * ks), (2 * am, 2 * ks + 1), (2 * am + 1, 2 * ks + 1)]
-                            .into_iter()
-                            .enumerate()
+                        for (j, (lr, atom)) in
+                            [(2 * am, 2 * ks), (2 * am + 1, 2 * ks), (2 * am, 2 * ks + 1), (2 * am + 1, 2 * ks + 1)]
+                                .into_iter()
+                                .enumerate()
                         {
                             let w = s.new_reg(RegClass::B32);
                             s.emit(Inst::Pack { dst: w, lo: pick(lr, 2 * atom), hi: pick(lr, 2 * atom + 1) });
@@ -276,7 +277,10 @@ impl Lx<'_> {
             Ok(())
         })?;
         self.push_pro(code);
-        self.ldm_bases.get(&(p.buf, p.row_fields.clone(), p.col_fields.clone(), col)).copied().ok_or_else(|| self.err("internal: ldmatrix base"))
+        self.ldm_bases
+            .get(&(p.buf, p.row_fields.clone(), p.col_fields.clone(), col))
+            .copied()
+            .ok_or_else(|| self.err("internal: ldmatrix base"))
     }
 
     /// The epilogue store of a full 2-D fragment (an accumulator) to a 2-D
@@ -285,12 +289,24 @@ impl Lx<'_> {
     /// vector group costs an add, a bounds test and a store. Returns `false`
     /// (nothing emitted) when the copy is not of that shape; the generic copy
     /// path handles it then.
-    pub(super) fn store_fragment_2d(&mut self, frag: BufferId, dst: BufferId, origin: &[Operand], origin_last: Option<&Expr>) -> R<bool> {
+    pub(super) fn store_fragment_2d(
+        &mut self,
+        frag: BufferId,
+        dst: BufferId,
+        origin: &[Operand],
+        origin_last: Option<&Expr>,
+    ) -> R<bool> {
         let k = self.k;
         let (fb, gb) = (k.buffer(frag), k.buffer(dst));
         let Some(lay) = self.plan.frags.get(&frag).cloned() else { return Ok(false) };
         let root = &lay.root;
-        if lay.kept != [0, 1] || gb.rank() != 2 || origin.len() != 2 || root.active_threads() != k.threads as i64 || root.dim_padded(0) || root.dim_padded(1) {
+        if lay.kept != [0, 1]
+            || gb.rank() != 2
+            || origin.len() != 2
+            || root.active_threads() != k.threads as i64
+            || root.dim_padded(0)
+            || root.dim_padded(1)
+        {
             return Ok(false);
         }
         let (sdt, ddt) = (fb.dtype, gb.dtype);
@@ -350,7 +366,16 @@ impl Lx<'_> {
                                 let pc = s.op("setp.lt.u32", RegClass::Pred, vec![c, cols.clone()]);
                                 let pe = s.op("and.pred", RegClass::Pred, vec![prow.into(), pc.into()]);
                                 let ae = Address { base: a.base.clone(), offset: a.offset + e as i64 * size };
-                                s.emit_guarded(Inst::St { space: Space::Global, ty: super::mem_ty(ddt), srcs: vec![(*x).into()], addr: ae, region: None }, Some((pe, false)));
+                                s.emit_guarded(
+                                    Inst::St {
+                                        space: Space::Global,
+                                        ty: super::mem_ty(ddt),
+                                        srcs: vec![(*x).into()],
+                                        addr: ae,
+                                        region: None,
+                                    },
+                                    Some((pe, false)),
+                                );
                             }
                             Ok(())
                         })?

@@ -84,7 +84,11 @@ impl TmaOperand {
         let mut out = Vec::new();
         for p in 0..self.cols / self.panel_cols {
             for j in 0..self.rows / self.box_rows {
-                out.push((p * self.panel_bytes() + j * self.box_rows * self.swizzle.bytes() as i64, j * self.box_rows, p * self.panel_cols));
+                out.push((
+                    p * self.panel_bytes() + j * self.box_rows * self.swizzle.bytes() as i64,
+                    j * self.box_rows,
+                    p * self.panel_cols,
+                ));
             }
         }
         out
@@ -197,7 +201,11 @@ impl WsPlan {
 /// The warp-specialized TMA + wgmma variant of `kernel`, or `None` when the
 /// kernel does not have the shape this pass takes (see the module doc) or
 /// its lowering fails (the general variant then serves alone).
-pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Option<Result<Compiled, Vec<CompileError>>> {
+pub fn compile(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+) -> Option<Result<Compiled, Vec<CompileError>>> {
     if target != Target::Sm90a || !kernel.warp_specialize {
         return None;
     }
@@ -214,7 +222,11 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
         return None;
     }
     let pipe = pipeline::plan(kernel);
-    let (loop_index, lp) = kernel.body.iter().enumerate().find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))?;
+    let (loop_index, lp) = kernel
+        .body
+        .iter()
+        .enumerate()
+        .find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))?;
     let StmtKind::For { var, body, kind: LoopKind::Pipelined { stages }, .. } = &lp.kind else {
         return None;
     };
@@ -254,7 +266,14 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
         }
         let (am, ak) = if trans_a { (oa.cols, oa.rows) } else { (oa.rows, oa.cols) };
         let (bk, bn) = if trans_b { (ob.cols, ob.rows) } else { (ob.rows, ob.cols) };
-        if am != m || bn != n || ak != bk || m % (64 * warpgroups) != 0 || n % 8 != 0 || !(8..=256).contains(&n) || ak % 16 != 0 {
+        if am != m
+            || bn != n
+            || ak != bk
+            || m % (64 * warpgroups) != 0
+            || n % 8 != 0
+            || !(8..=256).contains(&n)
+            || ak % 16 != 0
+        {
             return None;
         }
         // One or two 64-row slices per warpgroup, at most 128 accumulator
@@ -265,7 +284,10 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
         }
         // The K-major operand's k16 slices lie inside one panel; the
         // MN-major A's 64-row warpgroup slice starts on a panel.
-        if (!trans_a && oa.panel_cols % 16 != 0) || (trans_a && 64 % oa.panel_cols != 0) || (trans_b && ob.panel_cols % 16 != 0) {
+        if (!trans_a && oa.panel_cols % 16 != 0)
+            || (trans_a && 64 % oa.panel_cols != 0)
+            || (trans_b && ob.panel_cols % 16 != 0)
+        {
             return None;
         }
         ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak, slices });
@@ -277,9 +299,19 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
     let persistent = store.as_ref().is_some_and(|st| {
         let stages_bytes: i64 = operands.iter().map(|o| (o.stage_bytes() + 1023) / 1024 * 1024 * *stages as i64).sum();
         let panels = st.panel_bytes() * (st.cols / st.panel_cols());
-        st.index + 1 == kernel.body.len() && stages_bytes + panels + 16 * *stages as i64 <= pipeline::shared_limit(Target::Sm90a) as i64
+        st.index + 1 == kernel.body.len()
+            && stages_bytes + panels + 16 * *stages as i64 <= pipeline::shared_limit(Target::Sm90a) as i64
     });
-    Some(WsPlan { loop_index, stages: *stages, operands, gemms: ws_gemms, consumer_threads: threads, consumer_regs, store, persistent })
+    Some(WsPlan {
+        loop_index,
+        stages: *stages,
+        operands,
+        gemms: ws_gemms,
+        consumer_threads: threads,
+        consumer_regs,
+        store,
+        persistent,
+    })
 }
 
 /// The statement at `index`, when it is `copy(acc, tensor.tile(..))` of a
@@ -291,7 +323,11 @@ fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand]
     };
     let g = gemms.iter().find(|g| g.c == src.buf)?;
     let db = k.buffer(dst.buf);
-    if db.scope != Scope::Global || db.shape.len() != 2 || dst.origin.len() != 2 || src.origin.iter().any(|e| !e.is_zero_constant()) {
+    if db.scope != Scope::Global
+        || db.shape.len() != 2
+        || dst.origin.len() != 2
+        || src.origin.iter().any(|e| !e.is_zero_constant())
+    {
         return None;
     }
     if !matches!(db.dtype, DType::F16 | DType::BF16) {
@@ -309,7 +345,9 @@ fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand]
 fn count_pipelined(body: &[Stmt]) -> usize {
     body.iter()
         .map(|s| match &s.kind {
-            StmtKind::For { kind, body, .. } => (matches!(kind, LoopKind::Pipelined { .. }) as usize) + count_pipelined(body),
+            StmtKind::For { kind, body, .. } => {
+                (matches!(kind, LoopKind::Pipelined { .. }) as usize) + count_pipelined(body)
+            }
             StmtKind::If { then, otherwise, .. } => count_pipelined(then) + count_pipelined(otherwise),
             _ => 0,
         })
@@ -320,7 +358,9 @@ fn count_pipelined(body: &[Stmt]) -> usize {
 fn touches_no_memory(k: &Kernel, s: &Stmt) -> bool {
     match &s.kind {
         StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => !has_load(value),
-        StmtKind::Fill { buf, value } => matches!(k.buffer(*buf).scope, Scope::Fragment | Scope::Local) && !has_load(value),
+        StmtKind::Fill { buf, value } => {
+            matches!(k.buffer(*buf).scope, Scope::Fragment | Scope::Local) && !has_load(value)
+        }
         _ => false,
     }
 }
@@ -336,12 +376,26 @@ fn has_load(e: &Expr) -> bool {
     }
 }
 
-fn tma_operand(k: &Kernel, copy: usize, src: &crate::ir::TileRef, dst: &crate::ir::TileRef, fill: Option<&Expr>) -> Option<TmaOperand> {
+fn tma_operand(
+    k: &Kernel,
+    copy: usize,
+    src: &crate::ir::TileRef,
+    dst: &crate::ir::TileRef,
+    fill: Option<&Expr>,
+) -> Option<TmaOperand> {
     let (sb, db) = (k.buffer(src.buf), k.buffer(dst.buf));
-    if sb.scope != Scope::Global || db.scope != Scope::Shared || sb.dtype != db.dtype || !matches!(sb.dtype, DType::F16 | DType::BF16) {
+    if sb.scope != Scope::Global
+        || db.scope != Scope::Shared
+        || sb.dtype != db.dtype
+        || !matches!(sb.dtype, DType::F16 | DType::BF16)
+    {
         return None;
     }
-    if sb.shape.len() != 2 || src.origin.len() != 2 || dst.origin.iter().any(|e| !e.is_zero_constant()) || fill.is_some_and(|f| !f.is_zero_constant()) {
+    if sb.shape.len() != 2
+        || src.origin.len() != 2
+        || dst.origin.iter().any(|e| !e.is_zero_constant())
+        || fill.is_some_and(|f| !f.is_zero_constant())
+    {
         return None;
     }
     if db.layout.is_some() {
@@ -375,7 +429,17 @@ mod tests {
             64 => (Swizzle::B64, cols),
             _ => (Swizzle::B128, 64),
         };
-        TmaOperand { copy: 0, buf: BufferId(0), param: 0, dtype: DType::F16, rows, cols, swizzle, panel_cols, box_rows: rows.min(256) }
+        TmaOperand {
+            copy: 0,
+            buf: BufferId(0),
+            param: 0,
+            dtype: DType::F16,
+            rows,
+            cols,
+            swizzle,
+            panel_cols,
+            box_rows: rows.min(256),
+        }
     }
 
     /// The panelled placement is a bijection onto the stage's bytes, keeps

@@ -294,7 +294,14 @@ mod tests {
             wait(),
             op(30, 30),
         ];
-        let mut b = vec![Stmt::For { var: Reg(1), start: Operand::Imm(0), end: Operand::Imm(4), exit: Reg(2), uniform: true, body }];
+        let mut b = vec![Stmt::For {
+            var: Reg(1),
+            start: Operand::Imm(0),
+            end: Operand::Imm(4),
+            exit: Reg(2),
+            uniform: true,
+            body,
+        }];
         defer_wgmma_waits(&mut b);
         let Stmt::For { body, .. } = &b[0] else { panic!() };
         assert_eq!(position(body), vec![1], "{body:?}");
@@ -302,7 +309,14 @@ mod tests {
         assert!(is_wait(&b[1]), "{b:?}");
         // A body whose wait cannot reach the end keeps it inside.
         let body = vec![inst(Inst::BarSync), wgmma(10, 3), commit(), wait(), op(11, 10)];
-        let mut b = vec![Stmt::For { var: Reg(1), start: Operand::Imm(0), end: Operand::Imm(4), exit: Reg(2), uniform: true, body }];
+        let mut b = vec![Stmt::For {
+            var: Reg(1),
+            start: Operand::Imm(0),
+            end: Operand::Imm(4),
+            exit: Reg(2),
+            uniform: true,
+            body,
+        }];
         defer_wgmma_waits(&mut b);
         assert_eq!(b.len(), 1);
         let Stmt::For { body, .. } = &b[0] else { panic!() };

@@ -274,9 +274,13 @@ impl Parser {
             "padded" => S::Padded { bytes: self.int()? },
             "swizzle" => {
                 let bits = self.int()?;
-                S::Swizzle { bits: u32::try_from(bits).or_else(|_| self.err(format!("swizzle width {bits} is out of range")))? }
+                S::Swizzle {
+                    bits: u32::try_from(bits).or_else(|_| self.err(format!("swizzle width {bits} is out of range")))?,
+                }
             }
-            other => return self.err(format!("unknown shared layout `{other}` (expected row_major, padded or swizzle)")),
+            other => {
+                return self.err(format!("unknown shared layout `{other}` (expected row_major, padded or swizzle)"))
+            }
         };
         self.expect_punct(")")?;
         Ok(spec)
@@ -430,7 +434,15 @@ impl Parser {
                     let shape = self.shape()?;
                     let b = self.declare_buf(
                         id,
-                        Buffer { name: name.clone(), scope: Scope::Global, dtype, shape, mutable, span: SpanId::NONE, layout: None },
+                        Buffer {
+                            name: name.clone(),
+                            scope: Scope::Global,
+                            dtype,
+                            shape,
+                            mutable,
+                            span: SpanId::NONE,
+                            layout: None,
+                        },
                     )?;
                     k.params.push(Param { name, kind: ParamKind::Tensor(b) });
                 }
@@ -460,8 +472,7 @@ impl Parser {
         if self.eat_ident("swizzle") {
             self.expect_punct("=")?;
             let panel = self.int()?;
-            k.rasterize =
-                Some(u32::try_from(panel).or_else(|_| self.err(format!("swizzle={panel} is out of range")))?);
+            k.rasterize = Some(u32::try_from(panel).or_else(|_| self.err(format!("swizzle={panel} is out of range")))?);
         }
         if self.eat_ident("cluster") {
             self.expect_punct("=")?;
@@ -524,7 +535,10 @@ impl Parser {
                     };
                     let dtype = self.dtype()?;
                     let shape = self.shape()?;
-                    self.declare_buf(id, Buffer { name, scope, dtype, shape, mutable: false, span: SpanId::NONE, layout })?;
+                    self.declare_buf(
+                        id,
+                        Buffer { name, scope, dtype, shape, mutable: false, span: SpanId::NONE, layout },
+                    )?;
                 }
                 _ => break,
             }

@@ -188,4 +188,3 @@ pub fn check_gemm(text: &str, dt: DType, m: usize, n: usize, kk: usize, ta: bool
     let err = rel_l2(&got, &want);
     assert!(err <= tol, "{m}x{n}x{kk}: relative L2 error {err:.3e} > {tol:.1e}");
 }
-

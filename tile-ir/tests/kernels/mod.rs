@@ -43,8 +43,20 @@ pub fn par(k: &mut Kernel, name: &str, n: i64, body: impl FnOnce(VarId) -> Vec<S
 pub fn par2(k: &mut Kernel, n0: i64, n1: i64, body: impl FnOnce(VarId, VarId) -> Vec<Stmt>) -> Stmt {
     let i = k.add_var("i", DType::I32, VarKind::Loop);
     let j = k.add_var("j", DType::I32, VarKind::Loop);
-    let inner = s(StmtKind::For { var: j, start: Expr::i32(0), end: Expr::i32(n1 as i32), kind: LoopKind::Parallel, body: body(i, j) });
-    s(StmtKind::For { var: i, start: Expr::i32(0), end: Expr::i32(n0 as i32), kind: LoopKind::Parallel, body: vec![inner] })
+    let inner = s(StmtKind::For {
+        var: j,
+        start: Expr::i32(0),
+        end: Expr::i32(n1 as i32),
+        kind: LoopKind::Parallel,
+        body: body(i, j),
+    });
+    s(StmtKind::For {
+        var: i,
+        start: Expr::i32(0),
+        end: Expr::i32(n0 as i32),
+        kind: LoopKind::Parallel,
+        body: vec![inner],
+    })
 }
 
 pub fn vector_add(threads: u32, block: i64) -> Kernel {
@@ -88,7 +100,11 @@ pub fn softmax(threads: u32, bn: i64) -> Kernel {
             index: vec![v(i), v(j)],
             value: Expr::unary(
                 UnOp::Exp2,
-                bin(BinOp::Mul, bin(BinOp::Sub, Expr::load(xs, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)])), Expr::f32(scale)),
+                bin(
+                    BinOp::Mul,
+                    bin(BinOp::Sub, Expr::load(xs, vec![v(i), v(j)]), Expr::load(mx, vec![v(i)])),
+                    Expr::f32(scale),
+                ),
             ),
         })]
     });
@@ -156,9 +172,19 @@ pub fn shared_transpose(threads: u32, r: i64, c: i64) -> Kernel {
     let t = frag(&mut k, "t", DType::F16, &[c, r]);
     let lp = par2(&mut k, c, r, |i, j| vec![store(t, vec![v(i), v(j)], ld(sa, vec![v(j), v(i)]))]);
     k.body = vec![
-        copy(a, vec![bin(BinOp::Mul, v(by), Expr::i32(r as i32)), bin(BinOp::Mul, v(bx), Expr::i32(c as i32))], sa, vec![]),
+        copy(
+            a,
+            vec![bin(BinOp::Mul, v(by), Expr::i32(r as i32)), bin(BinOp::Mul, v(bx), Expr::i32(c as i32))],
+            sa,
+            vec![],
+        ),
         lp,
-        copy(t, vec![], b, vec![bin(BinOp::Mul, v(bx), Expr::i32(c as i32)), bin(BinOp::Mul, v(by), Expr::i32(r as i32))]),
+        copy(
+            t,
+            vec![],
+            b,
+            vec![bin(BinOp::Mul, v(bx), Expr::i32(c as i32)), bin(BinOp::Mul, v(by), Expr::i32(r as i32))],
+        ),
     ];
     k
 }
@@ -204,13 +230,30 @@ pub fn loop_kernel(threads: u32) -> Kernel {
         s(StmtKind::Fill { buf: acc, value: Expr::f32(0.0) }),
         s(StmtKind::Fill { buf: loc, value: Expr::i32(0) }),
         s(StmtKind::Let { var: cnt, value: Expr::i32(0) }),
-        s(StmtKind::For { var: it, start: Expr::i32(0), end: Expr::cdiv(v(n), Expr::i32(256)), kind: LoopKind::Serial, body }),
+        s(StmtKind::For {
+            var: it,
+            start: Expr::i32(0),
+            end: Expr::cdiv(v(n), Expr::i32(256)),
+            kind: LoopKind::Serial,
+            body,
+        }),
         s(StmtKind::Reduce { op: ReduceOp::Sum, src: acc, dst: red, dim: 1, keep: false }),
         copy(red, vec![], total, vec![Expr::i32(1)]),
-        s(StmtKind::Let { var: q, value: bin(BinOp::Mul, Expr::cast(DType::F32, v(h)), Expr::cast(DType::F32, ld(loc, vec![Expr::i32(1)]))) }),
-        s(StmtKind::AtomicAdd { buf: total, index: vec![Expr::i32(0)], value: Expr::unary(UnOp::Sqrt, Expr::unary(UnOp::Abs, v(q))) }),
+        s(StmtKind::Let {
+            var: q,
+            value: bin(BinOp::Mul, Expr::cast(DType::F32, v(h)), Expr::cast(DType::F32, ld(loc, vec![Expr::i32(1)]))),
+        }),
+        s(StmtKind::AtomicAdd {
+            buf: total,
+            index: vec![Expr::i32(0)],
+            value: Expr::unary(UnOp::Sqrt, Expr::unary(UnOp::Abs, v(q))),
+        }),
         s(StmtKind::AtomicAdd { buf: counts, index: vec![Expr::i32(1)], value: v(cnt) }),
-        s(StmtKind::Store { buf: counts, index: vec![Expr::i32(2)], value: Expr::cast(DType::I32, Expr::unary(UnOp::Exp, v(alpha))) }),
+        s(StmtKind::Store {
+            buf: counts,
+            index: vec![Expr::i32(2)],
+            value: Expr::cast(DType::I32, Expr::unary(UnOp::Exp, v(alpha))),
+        }),
     ];
     k
 }
@@ -259,7 +302,14 @@ pub fn casts_kernel(threads: u32, block: i64) -> Kernel {
                     otherwise: Box::new(bin(
                         BinOp::Add,
                         Expr::cast(DType::F32, Expr::cast(DType::BF16, v(xv))),
-                        Expr::cast(DType::F32, bin(BinOp::Max, Expr::cast(DType::F16, v(xv)), Expr::Const(Value::F16(half::f16::from_f32(-2.5))))),
+                        Expr::cast(
+                            DType::F32,
+                            bin(
+                                BinOp::Max,
+                                Expr::cast(DType::F16, v(xv)),
+                                Expr::Const(Value::F16(half::f16::from_f32(-2.5))),
+                            ),
+                        ),
                     )),
                 },
             ),
@@ -325,7 +375,9 @@ pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
     let mx = frag(&mut k, "mx", DType::F32, &[bm]);
     let o = frag(&mut k, "o", DType::F32, &[bm, d]);
     let row = || vec![bin(BinOp::Mul, v(by), Expr::i32(bm as i32)), Expr::i32(0)];
-    let lp = par2(&mut k, bm, d, |i, j| vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))]);
+    let lp = par2(&mut k, bm, d, |i, j| {
+        vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))]
+    });
     k.body = vec![
         copy(x, row(), s_, vec![]),
         s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mx, dim: 1, keep: false }),
@@ -373,13 +425,23 @@ pub fn divergent_kernel(threads: u32, block: i64) -> Kernel {
                 otherwise: vec![store(
                     f,
                     vec![v(i)],
-                    bin(BinOp::Sub, Expr::unary(UnOp::Log, bin(BinOp::Add, Expr::unary(UnOp::Abs, v(acc)), Expr::f32(1.0))), v(acc)),
+                    bin(
+                        BinOp::Sub,
+                        Expr::unary(UnOp::Log, bin(BinOp::Add, Expr::unary(UnOp::Abs, v(acc)), Expr::f32(1.0))),
+                        v(acc),
+                    ),
                 )],
             }),
-            store(sh, vec![bin(BinOp::Sub, Expr::i32(block as i32 - 1), v(i))], Expr::unary(UnOp::Rsqrt, bin(BinOp::Add, Expr::unary(UnOp::Abs, ld(f, vec![v(i)])), Expr::f32(1.0)))),
+            store(
+                sh,
+                vec![bin(BinOp::Sub, Expr::i32(block as i32 - 1), v(i))],
+                Expr::unary(UnOp::Rsqrt, bin(BinOp::Add, Expr::unary(UnOp::Abs, ld(f, vec![v(i)])), Expr::f32(1.0))),
+            ),
         ]
     });
-    let lp2 = par(&mut k, "i2", block, |i| vec![store(w, vec![bin(BinOp::Add, origin()[0].clone(), v(i))], ld(sh, vec![v(i)]))]);
+    let lp2 = par(&mut k, "i2", block, |i| {
+        vec![store(w, vec![bin(BinOp::Add, origin()[0].clone(), v(i))], ld(sh, vec![v(i)]))]
+    });
     k.body = vec![
         copy(x, origin(), f, vec![]),
         lp,
@@ -411,13 +473,21 @@ pub fn atomics_kernel(threads: u32, block: i64, with_bf16: bool) -> Kernel {
             cond: in_range,
             then: vec![
                 s(StmtKind::AtomicAdd { buf: hist, index: vec![xv.clone()], value: Expr::Const(Value::U32(1)) }),
-                s(StmtKind::AtomicAdd { buf: sums, index: vec![Expr::i32(1)], value: Expr::cast(DType::F16, Expr::cast(DType::F32, xv.clone())) }),
+                s(StmtKind::AtomicAdd {
+                    buf: sums,
+                    index: vec![Expr::i32(1)],
+                    value: Expr::cast(DType::F16, Expr::cast(DType::F32, xv.clone())),
+                }),
                 s(StmtKind::AtomicAdd { buf: big, index: vec![Expr::i32(0)], value: xv.clone() }),
             ],
             otherwise: vec![],
         })];
         if with_bf16 {
-            body.push(s(StmtKind::AtomicAdd { buf: bsum, index: vec![Expr::i32(0)], value: Expr::Const(Value::BF16(half::bf16::ONE)) }));
+            body.push(s(StmtKind::AtomicAdd {
+                buf: bsum,
+                index: vec![Expr::i32(0)],
+                value: Expr::Const(Value::BF16(half::bf16::ONE)),
+            }));
         }
         body
     });
@@ -447,10 +517,18 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
     let c2 = k.add_var("c2", DType::I32, VarKind::Loop);
     let tiles = || Expr::cdiv(v(n), Expr::i32(bn as i32));
     let ex = |a: Expr, b: Expr| Expr::unary(UnOp::Exp2, bin(BinOp::Mul, bin(BinOp::Sub, a, b), Expr::f32(l2e)));
-    let fill_neg = |src: TileRef| s(StmtKind::Copy { src, dst: TileRef { buf: t, origin: vec![] }, fill: Some(Expr::f32(f32::NEG_INFINITY)) });
-    let p1 = par2(&mut k, 1, bn, |i, j| vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]);
-    let p2 = par2(&mut k, 1, bn, |i, j| vec![store(t, vec![v(i), v(j)], bin(BinOp::Div, ld(t, vec![v(i), v(j)]), ld(row_sum, vec![v(i)])))]);
-    let p3 = par2(&mut k, 1, bn, |i, j| vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]);
+    let fill_neg = |src: TileRef| {
+        s(StmtKind::Copy { src, dst: TileRef { buf: t, origin: vec![] }, fill: Some(Expr::f32(f32::NEG_INFINITY)) })
+    };
+    let p1 = par2(&mut k, 1, bn, |i, j| {
+        vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]
+    });
+    let p2 = par2(&mut k, 1, bn, |i, j| {
+        vec![store(t, vec![v(i), v(j)], bin(BinOp::Div, ld(t, vec![v(i), v(j)]), ld(row_sum, vec![v(i)])))]
+    });
+    let p3 = par2(&mut k, 1, bn, |i, j| {
+        vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]
+    });
     let p4 = par(&mut k, "i4", 1, |i| {
         vec![store(
             row_sum,
@@ -463,7 +541,11 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
         )]
     });
     let p5 = par2(&mut k, 1, bn, |i, j| {
-        vec![store(t, vec![v(i), v(j)], bin(BinOp::Div, ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])), ld(row_sum, vec![v(i)])))]
+        vec![store(
+            t,
+            vec![v(i), v(j)],
+            bin(BinOp::Div, ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])), ld(row_sum, vec![v(i)])),
+        )]
     });
     let col = |c: VarId| bin(BinOp::Mul, v(c), Expr::i32(bn as i32));
     let short = vec![

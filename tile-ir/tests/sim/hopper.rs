@@ -171,7 +171,11 @@ impl<'f> Sim<'f> {
     }
 
     pub(super) fn hopper_block_end(&mut self) {
-        assert!(self.hopper.tma.is_empty(), "block exits with {} TMA loads that no mbarrier wait completed", self.hopper.tma.len());
+        assert!(
+            self.hopper.tma.is_empty(),
+            "block exits with {} TMA loads that no mbarrier wait completed",
+            self.hopper.tma.len()
+        );
         for (w, (o, g)) in self.hopper.wg_open.iter().zip(&self.hopper.wg_groups).enumerate() {
             assert!(o.is_empty() && g.is_empty(), "warpgroup {w} exits with wgmmas not retired by wgmma.wait_group");
         }
@@ -199,7 +203,11 @@ impl<'f> Sim<'f> {
         assert_eq!(addr % 8, 0, "mbarrier at misaligned shared byte {addr}");
         assert!(addr + 8 <= self.shared.len(), "mbarrier at {addr} outside shared memory");
         let epoch = self.epoch;
-        let m = self.hopper.mbarriers.get(&addr).unwrap_or_else(|| panic!("thread {t} {what} an uninitialized mbarrier at {addr}"));
+        let m = self
+            .hopper
+            .mbarriers
+            .get(&addr)
+            .unwrap_or_else(|| panic!("thread {t} {what} an uninitialized mbarrier at {addr}"));
         assert!(
             m.init_thread == t || m.init_epoch < epoch,
             "thread {t} {what} the mbarrier at {addr} initialized by thread {} with no bar.sync in between",
@@ -211,7 +219,11 @@ impl<'f> Sim<'f> {
     fn mbar_arrive(&mut self, addr: usize, tx: i64, arrivals: u32) {
         let m = self.hopper.mbarriers.get_mut(&addr).unwrap();
         m.tx += tx;
-        assert!(m.pending >= arrivals, "arrive on the mbarrier at {addr} with no pending arrivals in phase {}", m.phase);
+        assert!(
+            m.pending >= arrivals,
+            "arrive on the mbarrier at {addr} with no pending arrivals in phase {}",
+            m.phase
+        );
         m.pending -= arrivals;
         if m.pending == 0 && m.tx == 0 {
             m.phase += 1;
@@ -234,7 +246,10 @@ impl<'f> Sim<'f> {
                 self.shared[b] = v;
                 self.async_owner[b] = usize::MAX;
                 // Ordered by the mbarrier, not by bar.sync epochs.
-                assert!(self.hopper.async_reads[b] == 0, "TMA lands on shared byte {b} while a wgmma that reads it is in flight");
+                assert!(
+                    self.hopper.async_reads[b] == 0,
+                    "TMA lands on shared byte {b} while a wgmma that reads it is in flight"
+                );
                 self.shadow[b] = (usize::MAX, 0, usize::MAX, 0);
                 self.hopper.generic_writes[b] = (usize::MAX, 0);
             }
@@ -245,7 +260,10 @@ impl<'f> Sim<'f> {
 
     fn tensor_map(&self, t: usize, o: &Operand) -> SimTensorMap {
         let v = self.val(t, o);
-        assert!(v >= TMAP_BASE, "TMA tensor-map operand {v:#x} is not a tensor map address (cvta.param of a tensor-map parameter)");
+        assert!(
+            v >= TMAP_BASE,
+            "TMA tensor-map operand {v:#x} is not a tensor map address (cvta.param of a tensor-map parameter)"
+        );
         self.hopper.tensor_maps[(v - TMAP_BASE) as usize].1.clone()
     }
 
@@ -283,7 +301,11 @@ impl<'f> Sim<'f> {
                 map.swizzle as usize,
                 "the simulator models swizzled TMA boxes whose inner extent is the swizzle span"
             );
-            assert_eq!(dst % (8 * map.swizzle as usize), 0, "swizzled TMA box at {dst}: align it to 8 rows of the span");
+            assert_eq!(
+                dst % (8 * map.swizzle as usize),
+                0,
+                "swizzled TMA box at {dst}: align it to 8 rows of the span"
+            );
         }
     }
 
@@ -300,7 +322,11 @@ impl<'f> Sim<'f> {
                 }
                 true
             }
-            Inst::WgmmaFence | Inst::WgmmaCommit | Inst::WgmmaWait { .. } | Inst::Wgmma { .. } | Inst::SetMaxNreg { .. } => {
+            Inst::WgmmaFence
+            | Inst::WgmmaCommit
+            | Inst::WgmmaWait { .. }
+            | Inst::Wgmma { .. }
+            | Inst::SetMaxNreg { .. } => {
                 assert!(guard.is_none(), "guarded warpgroup-collective {inst:?}");
                 for wg in 0..self.threads.div_ceil(128) {
                     let lanes: Vec<usize> = (wg * 128..(wg * 128 + 128).min(self.threads)).collect();
@@ -308,7 +334,10 @@ impl<'f> Sim<'f> {
                     if on == 0 {
                         continue;
                     }
-                    assert_eq!(on, 128, "warpgroup-collective {inst:?} with {on} of 128 threads of warpgroup {wg} active");
+                    assert_eq!(
+                        on, 128,
+                        "warpgroup-collective {inst:?} with {on} of 128 threads of warpgroup {wg} active"
+                    );
                     self.steps += 128;
                     self.warpgroup(wg, inst);
                 }
@@ -322,7 +351,10 @@ impl<'f> Sim<'f> {
         match inst {
             Inst::WgmmaFence => {}
             Inst::SetMaxNreg { count, .. } => {
-                assert!((24..=256).contains(count) && count % 8 == 0, "setmaxnreg {count}: must be 24..=256, a multiple of 8");
+                assert!(
+                    (24..=256).contains(count) && count % 8 == 0,
+                    "setmaxnreg {count}: must be 24..=256, a multiple of 8"
+                );
             }
             Inst::WgmmaCommit => {
                 let g = std::mem::take(&mut self.hopper.wg_open[wg]);
@@ -344,7 +376,9 @@ impl<'f> Sim<'f> {
                     }
                 }
             }
-            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b, .. } => self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b),
+            Inst::Wgmma { n, ab, d, a, b_desc, scale_d, neg_a, neg_b, trans_a, trans_b, .. } => {
+                self.wgmma(wg, *n, ab, d, a, b_desc, scale_d, *neg_a, *neg_b, *trans_a, *trans_b)
+            }
             _ => unreachable!(),
         }
     }
@@ -371,14 +405,27 @@ impl<'f> Sim<'f> {
         swizzle_addr(logical, span as u32)
     }
 
-    fn read_operand(&mut self, wg: usize, desc: u64, rows: usize, mn_major: bool, cvt: &dyn Fn(u64) -> f64) -> Vec<Vec<f64>> {
+    fn read_operand(
+        &mut self,
+        wg: usize,
+        desc: u64,
+        rows: usize,
+        mn_major: bool,
+        cvt: &dyn Fn(u64) -> f64,
+    ) -> Vec<Vec<f64>> {
         let mut m = vec![vec![0f64; 16]; rows];
         for (mn, row) in m.iter_mut().enumerate() {
             for (k, x) in row.iter_mut().enumerate() {
                 let a = self.desc_element(desc, mn, k, mn_major);
-                assert!(a + 2 <= self.shared.len(), "wgmma (warpgroup {wg}) reads shared byte {a} outside shared memory");
+                assert!(
+                    a + 2 <= self.shared.len(),
+                    "wgmma (warpgroup {wg}) reads shared byte {a} outside shared memory"
+                );
                 for b in a..a + 2 {
-                    assert!(self.async_owner[b] == usize::MAX, "wgmma reads shared byte {b} whose async copy has not landed");
+                    assert!(
+                        self.async_owner[b] == usize::MAX,
+                        "wgmma reads shared byte {b} whose async copy has not landed"
+                    );
                     let (w, we, _, _) = self.shadow[b];
                     assert!(
                         we != self.epoch || w == usize::MAX,
@@ -490,7 +537,14 @@ impl<'f> Sim<'f> {
                 self.race_check(t, a as u64, 8, true);
                 let count = self.val(t, count) as u32;
                 assert!(count > 0, "mbarrier.init with count 0");
-                let m = MbarState { expected: count, pending: count, tx: 0, phase: 0, init_thread: t, init_epoch: self.epoch };
+                let m = MbarState {
+                    expected: count,
+                    pending: count,
+                    tx: 0,
+                    phase: 0,
+                    init_thread: t,
+                    init_epoch: self.epoch,
+                };
                 self.hopper.mbarriers.insert(a, m);
             }
             Inst::MbarArrive { addr } => {
@@ -507,13 +561,21 @@ impl<'f> Sim<'f> {
                 let p = self.val(t, parity);
                 let m = &self.hopper.mbarriers[&a];
                 let state = format!("phase {}, {} arrivals and {} tx bytes pending", m.phase, m.pending, m.tx);
-                assert!(self.mbar_wait(a, p), "thread {t} waits forever on the mbarrier at {a} for parity {p} ({state})");
+                assert!(
+                    self.mbar_wait(a, p),
+                    "thread {t} waits forever on the mbarrier at {a} for parity {p} ({state})"
+                );
                 self.regs[t][pred.0 as usize] = 1;
             }
             Inst::FenceMbarrierInit => {}
             Inst::FenceProxyAsync => self.hopper.proxy_fences[t] += 1,
             Inst::TensorMapAddr { dst, param } => {
-                let i = self.hopper.tensor_maps.iter().position(|(n, _)| n == param).unwrap_or_else(|| panic!("no tensor map for parameter {param}"));
+                let i = self
+                    .hopper
+                    .tensor_maps
+                    .iter()
+                    .position(|(n, _)| n == param)
+                    .unwrap_or_else(|| panic!("no tensor map for parameter {param}"));
                 self.regs[t][dst.0 as usize] = TMAP_BASE + i as u64;
             }
             Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, .. } => {

@@ -202,7 +202,8 @@ impl<'f> Sim<'f> {
                     }
                 }
                 Stmt::If { cond, negate, uniform, then, otherwise } => {
-                    let c: Vec<bool> = (0..self.threads).map(|t| (self.regs[t][cond.0 as usize] != 0) != *negate).collect();
+                    let c: Vec<bool> =
+                        (0..self.threads).map(|t| (self.regs[t][cond.0 as usize] != 0) != *negate).collect();
                     let tm: Vec<bool> = (0..self.threads).map(|t| mask[t] && c[t]).collect();
                     let em: Vec<bool> = (0..self.threads).map(|t| mask[t] && !c[t]).collect();
                     if *uniform {
@@ -224,7 +225,8 @@ impl<'f> Sim<'f> {
                     loop {
                         let m: Vec<bool> = (0..self.threads)
                             .map(|t| {
-                                mask[t] && (self.regs[t][var.0 as usize] as u32 as i32) < (self.val(t, end) as u32 as i32)
+                                mask[t]
+                                    && (self.regs[t][var.0 as usize] as u32 as i32) < (self.val(t, end) as u32 as i32)
                             })
                             .collect();
                         if !m.iter().any(|x| *x) {
@@ -346,7 +348,11 @@ impl<'f> Sim<'f> {
                 let off = ((addr - GBASE) & 0xFFFF_FFFF) as usize;
                 assert!(i < self.tensors.len(), "global address {addr:#x} outside tensors");
                 let t = &mut self.tensors[i];
-                assert!(off + len <= t.len(), "global access out of bounds: tensor {i} offset {off} len {len} size {}", t.len());
+                assert!(
+                    off + len <= t.len(),
+                    "global access out of bounds: tensor {i} offset {off} len {len} size {}",
+                    t.len()
+                );
                 assert_eq!(off % len.min(16), 0, "misaligned global access");
                 &mut t[off..off + len]
             }
@@ -363,7 +369,10 @@ impl<'f> Sim<'f> {
         for b in addr as usize..addr as usize + len {
             let (w, we, r, re) = self.shadow[b];
             if we == e && w != t {
-                panic!("shared-memory race at byte {b}: thread {t} {} after thread {w}'s write with no barrier between", if write { "writes" } else { "reads" });
+                panic!(
+                    "shared-memory race at byte {b}: thread {t} {} after thread {w}'s write with no barrier between",
+                    if write { "writes" } else { "reads" }
+                );
             }
             if write {
                 if re == e && r != t {
@@ -468,7 +477,11 @@ impl<'f> Sim<'f> {
                 let n = self.val(t, src_bytes) as u32 as usize;
                 assert!(n <= bytes, "cp.async src_bytes {n} > {bytes}");
                 let d = self.addr(t, dst) as u32 as usize;
-                assert!(d + bytes <= self.shared.len(), "cp.async to shared out of bounds: {d}+{bytes} > {}", self.shared.len());
+                assert!(
+                    d + bytes <= self.shared.len(),
+                    "cp.async to shared out of bounds: {d}+{bytes} > {}",
+                    self.shared.len()
+                );
                 assert_eq!(d % bytes, 0, "misaligned cp.async destination {d}");
                 let g = self.addr(t, src);
                 let mut data = vec![0u8; bytes];
@@ -479,7 +492,11 @@ impl<'f> Sim<'f> {
                     let off = ((g - GBASE) & 0xFFFF_FFFF) as usize;
                     assert!(i < self.tensors.len(), "cp.async source {g:#x} outside tensors");
                     let tn = &self.tensors[i];
-                    assert!(off + n <= tn.len(), "cp.async reads out of bounds: tensor {i} offset {off} len {n} size {}", tn.len());
+                    assert!(
+                        off + n <= tn.len(),
+                        "cp.async reads out of bounds: tensor {i} offset {off} len {n} size {}",
+                        tn.len()
+                    );
                     data[..n].copy_from_slice(&tn[off..off + n]);
                 }
                 // The write may land any time from now: it must not race with

@@ -56,7 +56,10 @@ pub fn affine_kernel() -> Kernel {
     let in_range = Expr::binary(BinOp::Lt, flat, Expr::binary(BinOp::Mul, Expr::var(m), Expr::var(n)));
     let value = Expr::binary(
         BinOp::Add,
-        Expr::cast(DType::F32, Expr::binary(BinOp::Mul, Expr::load(x, vec![row.clone(), col.clone()]), Expr::var(alpha))),
+        Expr::cast(
+            DType::F32,
+            Expr::binary(BinOp::Mul, Expr::load(x, vec![row.clone(), col.clone()]), Expr::var(alpha)),
+        ),
         Expr::cast(DType::F32, Expr::var(beta)),
     );
     k.body = vec![Stmt::new(StmtKind::For {

@@ -304,7 +304,8 @@ impl Lx<'_> {
             let p = self.op("setp.eq.u32", RegClass::Pred, vec![m.into(), Operand::Imm(0)]);
             aligned = self.and_pred(aligned, Some(p));
         }
-        let saved_mult: Vec<(VarId, Option<i64>)> = dyn_dims.iter().map(|&(dv, _)| (dv, self.var_mult.get(&dv).copied())).collect();
+        let saved_mult: Vec<(VarId, Option<i64>)> =
+            dyn_dims.iter().map(|&(dv, _)| (dv, self.var_mult.get(&dv).copied())).collect();
         let fast = self.capture(|x| {
             for &(dv, v) in &dyn_dims {
                 let m = x.var_mult.get(&dv).copied().unwrap_or(1).max(v);

@@ -152,7 +152,13 @@ impl Lx<'_> {
     /// loop `var in start..` (bound to `start` in `self.vars` by the caller)
     /// that qualify (see the module doc). Emits the loop-invariant code at
     /// the current position (before the prologue).
-    pub(super) fn prepare_reduced_copies(&mut self, var: VarId, start: &Expr, body: &[TStmt], pl: &PipelinedLoop) -> R<()> {
+    pub(super) fn prepare_reduced_copies(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        body: &[TStmt],
+        pl: &PipelinedLoop,
+    ) -> R<()> {
         let start_nonneg = self.provably_nonneg(start, var, false);
         let mut rests: Vec<RestKey> = Vec::new();
         for &i in &pl.copies {
@@ -346,17 +352,7 @@ impl Lx<'_> {
             chunks.push(ReducedChunk { from_base, inside, offset });
         }
         let Some(base) = base else { return Ok(None) };
-        Ok(Some(ReducedCopy {
-            coef,
-            rest,
-            owns_rest,
-            base,
-            delta,
-            layout: lay,
-            elems: v,
-            size,
-            chunks,
-        }))
+        Ok(Some(ReducedCopy { coef, rest, owns_rest, base, delta, layout: lay, elems: v, size, chunks }))
     }
 
     /// Issues the cp.asyncs of a strength-reduced copy for the next
@@ -394,7 +390,8 @@ impl Lx<'_> {
                 ChunkOffset::Imm(x) => self.op("add.s64", RegClass::B64, vec![rc.base.into(), Operand::Imm(*x)]),
                 ChunkOffset::Reg(r) => self.op("add.s64", RegClass::B64, vec![rc.base.into(), (*r).into()]),
                 ChunkOffset::Wide { dim, mult, imm } => {
-                    let t = self.op("mad.wide.s32", RegClass::B64, vec![dim.clone(), Operand::Imm(*mult), rc.base.into()]);
+                    let t =
+                        self.op("mad.wide.s32", RegClass::B64, vec![dim.clone(), Operand::Imm(*mult), rc.base.into()]);
                     match imm {
                         0 => t,
                         x => self.op("add.s64", RegClass::B64, vec![t.into(), Operand::Imm(*x)]),

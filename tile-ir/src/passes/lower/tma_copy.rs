@@ -79,13 +79,16 @@ impl Lx<'_> {
         if !self.tma_copies || self.target != Target::Sm90a {
             return;
         }
-        let mut loops: Vec<(VarId, Vec<usize>)> = self.pipe.loops.iter().map(|(v, pl)| (*v, pl.copies.clone())).collect();
+        let mut loops: Vec<(VarId, Vec<usize>)> =
+            self.pipe.loops.iter().map(|(v, pl)| (*v, pl.copies.clone())).collect();
         loops.sort_by_key(|(v, _)| *v);
         for (var, copies) in loops {
             let Some(body) = loop_body(&self.k.body, var) else { continue };
             for i in copies {
                 let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
-                let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else { continue };
+                let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
+                    continue;
+                };
                 let param = format!("tmap{}", self.f.tensor_maps.len());
                 self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
                 self.f.tensor_maps.push(TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
@@ -110,7 +113,10 @@ impl Lx<'_> {
             self.emit_pro(Inst::Op { op: "mov.u32".into(), dst: bits, args: vec![Operand::Imm(0)] });
             for s in 0..stages {
                 init.push(Stmt::Inst {
-                    inst: Inst::MbarInit { addr: Address { base: self.smem.into(), offset: bars + 8 * s }, count: Operand::Imm(1) },
+                    inst: Inst::MbarInit {
+                        addr: Address { base: self.smem.into(), offset: bars + 8 * s },
+                        count: Operand::Imm(1),
+                    },
                     guard: None,
                 });
             }
@@ -128,9 +134,19 @@ impl Lx<'_> {
     /// `(tensor param index, boxes, bytes, box shape, swizzle)` when the
     /// copy `src → dst` can be TMA boxes (see the module doc).
     #[allow(clippy::type_complexity)]
-    fn tma_copy_of(&self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> Option<(usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle)> {
+    fn tma_copy_of(
+        &self,
+        src: &TileRef,
+        dst: &TileRef,
+        fill: Option<&Expr>,
+    ) -> Option<(usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle)> {
         let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
-        if sb.scope != Scope::Global || db.scope != Scope::Shared || sb.dtype != db.dtype || sb.shape.len() != 2 || src.origin.len() != 2 {
+        if sb.scope != Scope::Global
+            || db.scope != Scope::Shared
+            || sb.dtype != db.dtype
+            || sb.shape.len() != 2
+            || src.origin.len() != 2
+        {
             return None;
         }
         if !matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32) {
@@ -150,7 +166,11 @@ impl Lx<'_> {
             }
             None => match Swizzle::of_layout(&l) {
                 Some(sw) => (sw, l.cols),
-                None if l.swizzle.is_none() && l.row_stride == l.cols * elem && (l.cols * elem) % 16 == 0 && l.cols <= 256 => {
+                None if l.swizzle.is_none()
+                    && l.row_stride == l.cols * elem
+                    && (l.cols * elem) % 16 == 0
+                    && l.cols <= 256 =>
+                {
                     (Swizzle::None, l.cols)
                 }
                 None => return None,
@@ -204,7 +224,8 @@ impl Lx<'_> {
     /// The pipelined copy into `dst` as thread 0's TMA boxes, when it is one.
     pub(super) fn tma_issue(&mut self, src: &TileRef, dst: &TileRef) -> R<bool> {
         let Some(tc) = self.tma_copy.get(&dst.buf).cloned() else { return Ok(false) };
-        let tl = self.tma_loops.get(&tc.loop_var).cloned().ok_or_else(|| self.err("internal: TMA copy without barriers"))?;
+        let tl =
+            self.tma_loops.get(&tc.loop_var).cloned().ok_or_else(|| self.err("internal: TMA copy without barriers"))?;
         let stage = self.tma_issue_stage.clone().ok_or_else(|| self.err("internal: TMA copy outside a stage issue"))?;
         let mbar = self.tma_bar_addr(&tl, &stage);
         let mut origin = Vec::new();

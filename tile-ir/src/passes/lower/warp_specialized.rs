@@ -93,7 +93,8 @@ impl Lx<'_> {
     fn ws_bar_addr(&mut self, stage: Reg, which: i64) -> Address {
         let stages = self.ws.map(|w| w.stages as i64).unwrap_or(1);
         let smem = self.smem;
-        let base = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(self.ws_bars + 8 * stages * which)]);
+        let base =
+            self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(self.ws_bars + 8 * stages * which)]);
         let addr = self.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(8), base.into()]);
         Address { base: addr.into(), offset: 0 }
     }
@@ -124,8 +125,14 @@ impl Lx<'_> {
         let init = self.capture(|x| {
             let smem = x.smem;
             for s in 0..stages {
-                x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: bars + 8 * s }, count: Operand::Imm(1) });
-                x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) }, count: Operand::Imm(t) });
+                x.emit(Inst::MbarInit {
+                    addr: Address { base: smem.into(), offset: bars + 8 * s },
+                    count: Operand::Imm(1),
+                });
+                x.emit(Inst::MbarInit {
+                    addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
+                    count: Operand::Imm(t),
+                });
             }
             x.emit(Inst::FenceMbarrierInit);
             Ok(())
@@ -151,7 +158,13 @@ impl Lx<'_> {
             x.emit(Inst::Exit);
             Ok(())
         })?;
-        self.cur().push(Stmt::If { cond: is_producer, negate: false, uniform: false, then: producer, otherwise: vec![] });
+        self.cur().push(Stmt::If {
+            cond: is_producer,
+            negate: false,
+            uniform: false,
+            then: producer,
+            otherwise: vec![],
+        });
         self.emit(Inst::SetMaxNreg { inc: true, count: ws.consumer_regs });
         Ok(())
     }
@@ -249,7 +262,14 @@ impl Lx<'_> {
     }
 
     /// `for i in 0..count { tile = cta + i·ncta; f(tile) }`.
-    fn ws_tiles(&mut self, count: Reg, cta: Reg, ncta: Reg, uniform: bool, f: impl FnOnce(&mut Self, Reg) -> R<()>) -> R<()> {
+    fn ws_tiles(
+        &mut self,
+        count: Reg,
+        cta: Reg,
+        ncta: Reg,
+        uniform: bool,
+        f: impl FnOnce(&mut Self, Reg) -> R<()>,
+    ) -> R<()> {
         let i = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         let body = self.capture(|x| {
@@ -264,7 +284,9 @@ impl Lx<'_> {
     /// (`ctaid.y · gx + ctaid.x` in a launch of the whole grid), through the
     /// kernel's rasterization when it has one.
     fn ws_bind_tile(&mut self, tile: Reg, gx: Reg, gxy: Reg) -> R<()> {
-        let block_var = |k: &Kernel, axis: u8| k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32));
+        let block_var = |k: &Kernel, axis: u8| {
+            k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32))
+        };
         let (vx, vy, vz) = (block_var(self.k, 0), block_var(self.k, 1), block_var(self.k, 2));
         let bz = self.op("div.u32", RegClass::B32, vec![tile.into(), gxy.into()]);
         let lin = self.op("rem.u32", RegClass::B32, vec![tile.into(), gxy.into()]);
@@ -372,9 +394,13 @@ impl Lx<'_> {
         for g in &ws.gemms {
             let name = &self.k.buffer(g.c).name;
             let want = FragLayout::full(ws_accumulator(g.m, g.n, ws.consumer_threads).map_err(|e| self.err(e))?);
-            let have = self.plan.frags.get(&g.c).ok_or_else(|| self.err(format!("internal: `{name}` has no layout")))?;
+            let have =
+                self.plan.frags.get(&g.c).ok_or_else(|| self.err(format!("internal: `{name}` has no layout")))?;
             if !have.agrees(&want) {
-                return Err(self.err(format!("internal: `{name}` is laid out as {}, not as the wgmma accumulator", have.describe())));
+                return Err(self.err(format!(
+                    "internal: `{name}` is laid out as {}, not as the wgmma accumulator",
+                    have.describe()
+                )));
             }
             let creg = self.frags.get(&g.c).cloned().unwrap_or_default();
             if creg.len() != want.num_regs() {
@@ -394,7 +420,8 @@ impl Lx<'_> {
         }
         let tid = self.tid;
         let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
-        let (stage, phase, prev) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        let (stage, phase, prev) =
+            (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         for r in [stage, phase, prev] {
             self.mov(r, Operand::Imm(0), DType::I32);
         }
@@ -456,7 +483,8 @@ impl Lx<'_> {
         // Bytes from one 64-row slice of A to the next (a warpgroup has `slices`).
         let slice_step = if g.trans_a { (64 / oa.panel_cols) * oa.panel_bytes() } else { 64 * wa };
         let wg_step = slice_step * g.slices;
-        let a_base = self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(wg_step / 16), base16[g.a].into()]);
+        let a_base =
+            self.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(wg_step / 16), base16[g.a].into()]);
         let a64 = self.op("cvt.u64.u32", RegClass::B64, vec![a_base.into()]);
         let b64 = self.op("cvt.u64.u32", RegClass::B64, vec![base16[g.b].into()]);
         for ks in 0..g.k / 16 {
@@ -508,7 +536,8 @@ impl Lx<'_> {
     /// waits until the boxes have been read out of shared memory.
     pub(super) fn lower_ws_store(&mut self, st: &WsStore, dst: &crate::ir::TileRef) -> R<()> {
         let ws = self.ws.ok_or_else(|| self.err("internal: no warp-specialization plan"))?;
-        let g = ws.gemms.iter().find(|g| g.c == st.acc).ok_or_else(|| self.err("internal: store of a non-accumulator"))?;
+        let g =
+            ws.gemms.iter().find(|g| g.c == st.acc).ok_or_else(|| self.err("internal: store of a non-accumulator"))?;
         let base = self.ws_store_base;
         let cvt = match st.dtype {
             DType::F16 => "cvt.rn.f16x2.f32",
@@ -565,7 +594,11 @@ impl Lx<'_> {
         self.emit(Inst::BarSync);
         // Thread 0: one TMA box per panel.
         let map_index = ws.operands.len();
-        let param = ws.tensor_maps().get(map_index).map(|m| m.param.clone()).ok_or_else(|| self.err("internal: no store map"))?;
+        let param = ws
+            .tensor_maps()
+            .get(map_index)
+            .map(|m| m.param.clone())
+            .ok_or_else(|| self.err("internal: no store map"))?;
         let mut origin = Vec::new();
         for e in &dst.origin {
             let v = self.expr(e)?;

@@ -34,7 +34,10 @@
 //! accumulator (overlap with independent work) is not done here.
 
 use super::*;
-use crate::hopper::{operand_descriptor, wgmma_a_frag_index, wgmma_a_fragment, wgmma_accumulator, wgmma_d_index, wgmma_shape, Major, Swizzle, WgmmaGemm};
+use crate::hopper::{
+    operand_descriptor, wgmma_a_frag_index, wgmma_a_fragment, wgmma_accumulator, wgmma_d_index, wgmma_shape, Major,
+    Swizzle, WgmmaGemm,
+};
 use crate::thread_ir::WgmmaA;
 
 /// Where a wgmma's A comes from.
@@ -84,7 +87,14 @@ impl Lx<'_> {
     /// inference for this target did that; a plan made for sm_80 did not,
     /// and the gemm then stays on mma.sync). The warp-specialized variant
     /// keeps mma.sync outside its loop.
-    pub(super) fn wgmma_plan(&self, a: BufferId, b: BufferId, c: BufferId, trans_a: bool, trans_b: bool) -> Option<WgmmaGemm> {
+    pub(super) fn wgmma_plan(
+        &self,
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        trans_a: bool,
+        trans_b: bool,
+    ) -> Option<WgmmaGemm> {
         if self.ws.is_some() {
             return None;
         }
@@ -144,7 +154,9 @@ impl Lx<'_> {
             Major::K => (0, 16 * s),
             Major::MN => (16 * s, 0),
         };
-        let d = operand_descriptor(layout, major, 0, row0, col0).and_then(|d| d.encode()).map_err(|e| self.err(format!("internal: {e}")))?;
+        let d = operand_descriptor(layout, major, 0, row0, col0)
+            .and_then(|d| d.encode())
+            .map_err(|e| self.err(format!("internal: {e}")))?;
         Ok(self.op("add.s64", RegClass::B64, vec![base.into(), Operand::Imm(d as i64)]))
     }
 
@@ -181,7 +193,11 @@ impl Lx<'_> {
             None => {
                 let want = FragLayout::full(wgmma_a_fragment(g.m, g.k, k.threads).map_err(|e| self.err(e))?);
                 let name = &k.buffer(a).name;
-                let have = self.plan.frags.get(&a).ok_or_else(|| self.err(format!("internal: fragment `{name}` has no layout")))?;
+                let have = self
+                    .plan
+                    .frags
+                    .get(&a)
+                    .ok_or_else(|| self.err(format!("internal: fragment `{name}` has no layout")))?;
                 if !have.agrees(&want) {
                     return Err(self.err(format!(
                         "gemm with A from fragment `{name}` needs A laid out as the wgmma register-A operand {}; it is {}",
