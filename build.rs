@@ -10,7 +10,7 @@
 //! - `TILE_DUMP`: a folder; each kernel's Tile IR, Thread IR and PTX (and the
 //!   `ptxas -v` report when `TILE_PTXAS` is set) are written there.
 fn main() {
-    for var in ["TILE_ARCHS", "TILE_PTXAS", "TILE_DUMP"] {
+    for var in ["TILE_ARCHS", "TILE_PTXAS", "TILE_DUMP", "TILE_PTX_SNAPSHOT"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -57,7 +57,23 @@ pub fn try_emit(f: &Function, target: Target) -> Result<String, CompileError> {
             ));
         }
     }
-    Ok(emit(f, target))
+    let ptx = emit(f, target);
+    #[cfg(feature = "ptx-snapshot")]
+    snapshot(&f.name, target, &ptx);
+    Ok(ptx)
+}
+
+/// With the `ptx-snapshot` feature (for refactors; `scripts/ptx-snapshot.sh`):
+/// every module emitted is written to `$TILE_PTX_SNAPSHOT/<kernel>.<arch>.<hash>.ptx`,
+/// so that two trees' sets of PTX can be compared file by file.
+#[cfg(feature = "ptx-snapshot")]
+fn snapshot(name: &str, target: Target, ptx: &str) {
+    use std::hash::{Hash, Hasher};
+    let Ok(dir) = std::env::var("TILE_PTX_SNAPSHOT") else { return };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ptx.hash(&mut h);
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(format!("{dir}/{name}.{}.{:016x}.ptx", target.name(), h.finish()), ptx);
 }
 
 /// Prints the module without checking the target (see [`try_emit`]).
