@@ -17,6 +17,8 @@
 //! on their mbarrier lets time pass; TMA stores with bulk groups; wgmma with
 //! shared-memory descriptors or register A, asynchronous until
 //! `wgmma.wait_group`; elect.sync and setmaxnreg.
+// Per-thread and per-byte state is indexed by thread and byte number on purpose.
+#![allow(clippy::needless_range_loop)]
 #![allow(dead_code)]
 
 mod hopper;
