@@ -10,21 +10,11 @@
 
 mod common;
 
-use common::{affine_kernel, leak_meta, scale_kernel, Rng};
+use common::{affine_kernel, gpu, leak, leak_meta, scale_kernel, Rng};
 use tile_runtime::__private::{launch, KernelArg};
 use tile_runtime::{
     assert_close, bench, bf16, f16, Device, DeviceTensor, Element, Error, KernelMeta, KernelTarget, Stream,
 };
-
-fn gpu() -> (Device, Stream) {
-    let device = Device::cuda(0).expect("these tests need a GPU");
-    let stream = device.stream().unwrap();
-    (device, stream)
-}
-
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
-}
 
 /// Targets for both archs from one sm_80 PTX text.
 fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {

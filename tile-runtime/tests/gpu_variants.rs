@@ -10,19 +10,9 @@
 
 mod common;
 
-use common::{affine_kernel, leak_meta, scale_kernel, Rng};
+use common::{affine_kernel, gpu, leak, leak_meta, scale_kernel, Rng};
 use tile_runtime::__private::{launch, KernelArg};
-use tile_runtime::{assert_close, f16, Device, DeviceTensor, Error, KernelTarget, Stream, TensorMapMeta};
-
-fn gpu() -> (Device, Stream) {
-    let device = Device::cuda(0).expect("these tests need a GPU");
-    let stream = device.stream().unwrap();
-    (device, stream)
-}
-
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
-}
+use tile_runtime::{assert_close, f16, DeviceTensor, Error, KernelTarget, Stream, TensorMapMeta};
 
 fn sm90(ptx: &str) -> String {
     ptx.replace(".target sm_80", ".target sm_90a")

@@ -1,9 +1,22 @@
 //! Helpers shared by the runtime's integration tests: hand-built kernels
-//! (as `generated code` would embed them) and a small deterministic RNG.
+//! (as `generated code` would embed them), a small deterministic RNG, and
+//! the GPU tests' device and leaked-string helpers.
 #![allow(dead_code)]
 
 use tile_ir::{BinOp, DType, Expr, Extent, Kernel, LoopKind, Stmt, StmtKind, VarKind};
-use tile_runtime::{KernelMeta, KernelTarget};
+use tile_runtime::{Device, KernelMeta, KernelTarget, Stream};
+
+/// The first CUDA device and a stream on it (the GPU tests).
+pub fn gpu() -> (Device, Stream) {
+    let device = Device::cuda(0).expect("these tests need a GPU");
+    let stream = device.stream().unwrap();
+    (device, stream)
+}
+
+/// Leaks `s`, for the `&'static str` fields of a hand-built `KernelMeta`.
+pub fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
 
 /// Leaks a `KernelMeta` for `kernel` with the given targets, as the macro's `static META` would be.
 pub fn leak_meta(kernel: &Kernel, targets: Vec<KernelTarget>) -> &'static KernelMeta {
