@@ -12,43 +12,7 @@ mod sim;
 use gemm_sim::*;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
-
-/// The pipelined matmul of `codegen_gemm_pipelined.rs` with `{A}` / `{B}`
-/// in place of the operands' layout annotations.
-const MATMUL: &str = "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut f16[M, N]) threads=256 grid=((N + 127) / 128, (M + 127) / 128, 1) swizzle=8 {
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared{A} f16[128, 32]
-  @4 b_s: shared{B} f16[32, 128]
-  @5 acc: fragment f32[128, 128]
-  fill acc, 0.0
-  for %5 k in pipelined(3) 0..(K + 31) / 32 {
-    copy a[by * 128, k * 32] -> a_s
-    copy b[k * 32, bx * 128] -> b_s
-    gemm a_s, b_s -> acc
-  }
-  copy acc -> c[by * 128, bx * 128]
-}";
-
-const GEMM_TN_BF16: &str = "kernel gemm_tn_bf16<%0 K, %1 M, %2 N>(@0 a: &bf16[K, M], @1 b: &bf16[K, N], @2 c: &mut bf16[M, N]) threads=128 grid=((N + 63) / 64, (M + 63) / 64, 1) {
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared{A} bf16[32, 64]
-  @4 b_s: shared{B} bf16[32, 64]
-  @5 acc: fragment f32[64, 64]
-  fill acc, 0.0
-  for %5 k in pipelined(2) 0..(K + 31) / 32 {
-    copy a[k * 32, by * 64] -> a_s
-    copy b[k * 32, bx * 64] -> b_s
-    gemm a_s.t, b_s -> acc
-  }
-  copy acc -> c[by * 64, bx * 64]
-}";
-
-fn with_layouts(text: &str, a: &str, b: &str) -> String {
-    let wrap = |l: &str| if l.is_empty() { String::new() } else { format!("({l})") };
-    text.replace("{A}", &wrap(a)).replace("{B}", &wrap(b))
-}
+use tile_testkit::{GEMM_TN_BF16, MATMUL};
 
 #[test]
 fn pipelined_matmul_with_each_annotation_matches_the_reference() {
@@ -61,7 +25,7 @@ fn pipelined_matmul_with_each_annotation_matches_the_reference() {
         ("padded(48)", "swizzle(2)"),
     ];
     for (a, b) in cases {
-        let text = with_layouts(MATMUL, a, b);
+        let text = MATMUL.text_with_layouts(a, b);
         for (m, n, kk) in [(130, 129, 70), (70, 130, 33)] {
             check_gemm(&text, DType::F16, m, n, kk, false, false, &[m as i64, kk as i64, n as i64], 2e-3);
         }
@@ -72,7 +36,7 @@ fn pipelined_matmul_with_each_annotation_matches_the_reference() {
 fn transposed_a_bf16_with_annotations_matches_the_reference() {
     // 128-byte rows: swizzle(3) is CuTe's Swizzle<3,4,3>.
     for (a, b) in [("swizzle(3)", "padded(16)"), ("row_major()", "swizzle(2)"), ("padded(32)", "row_major()")] {
-        let text = with_layouts(GEMM_TN_BF16, a, b);
+        let text = GEMM_TN_BF16.text_with_layouts(a, b);
         for (m, n, kk) in [(100, 70, 150), (65, 64, 31)] {
             check_gemm(&text, DType::BF16, m, n, kk, true, false, &[kk as i64, m as i64, n as i64], 1e-2);
         }
@@ -89,9 +53,9 @@ fn compiled(text: &str) -> Compiled {
 
 #[test]
 fn annotation_changes_the_code() {
-    let chosen = compiled(&with_layouts(MATMUL, "", ""));
-    let plain = compiled(&with_layouts(MATMUL, "row_major()", "row_major()"));
-    let padded = compiled(&with_layouts(MATMUL, "padded(16)", "padded(16)"));
+    let chosen = compiled(&MATMUL.text_with_layouts("", ""));
+    let plain = compiled(&MATMUL.text_with_layouts("row_major()", "row_major()"));
+    let padded = compiled(&MATMUL.text_with_layouts("padded(16)", "padded(16)"));
     let xors = |c: &Compiled| c.ptx.matches("xor.b32").count();
     // Inference swizzles both operands; row-major has no XOR at all.
     assert!(xors(&chosen) > 0, "inferred layouts should be swizzled");
@@ -106,7 +70,7 @@ fn annotation_changes_the_code() {
         c.layouts.iter().find(|(n, _)| n == name).map(|(_, d)| d.clone()).unwrap_or_default()
     };
     assert!(desc(&padded, "a_s").contains("row_bytes=80"), "{:?}", padded.layouts);
-    let swz = compiled(&with_layouts(MATMUL, "swizzle(1)", "swizzle(3)"));
+    let swz = compiled(&MATMUL.text_with_layouts("swizzle(1)", "swizzle(3)"));
     assert!(desc(&swz, "a_s").starts_with("shared swizzle<1,4,2>"), "{:?}", swz.layouts);
     assert!(desc(&swz, "b_s").starts_with("shared swizzle<3,4,4>"), "{:?}", swz.layouts);
     assert_ne!(swz.ptx, chosen.ptx);
@@ -121,25 +85,22 @@ fn bad_annotations_are_compile_errors() {
             Err(es) => es.iter().map(|e| e.message.clone()).collect::<Vec<_>>().join("\n"),
         }
     };
-    let e = err(with_layouts(MATMUL, "swizzle(3)", ""));
+    let e = err(MATMUL.text_with_layouts("swizzle(3)", ""));
     assert!(
         e.contains("`swizzle(3)` needs rows of a power of two of at least 128 bytes") && e.contains("64 bytes"),
         "{e}"
     );
-    let e = err(with_layouts(MATMUL, "padded(8)", ""));
+    let e = err(MATMUL.text_with_layouts("padded(8)", ""));
     assert!(e.contains("positive multiple of 16"), "{e}");
-    let e = err(with_layouts(MATMUL, "", "swizzle(4)"));
+    let e = err(MATMUL.text_with_layouts("", "swizzle(4)"));
     assert!(e.contains("must be 1, 2 or 3"), "{e}");
-    let e = err(MATMUL
-        .replace("{A}", "")
-        .replace("{B}", "")
-        .replace("@5 acc: fragment f32", "@5 acc: fragment(row_major()) f32"));
+    let e = err(MATMUL.text().replace("@5 acc: fragment f32", "@5 acc: fragment(row_major()) f32"));
     assert!(e.contains("only shared buffers have a layout"), "{e}");
 }
 
 #[test]
 fn annotation_prints_and_parses_back() {
-    let k = parse_kernel(&with_layouts(MATMUL, "padded(16)", "swizzle(3)")).unwrap();
+    let k = parse_kernel(&MATMUL.text_with_layouts("padded(16)", "swizzle(3)")).unwrap();
     assert_eq!(k.buffers[3].layout, Some(SharedLayoutSpec::Padded { bytes: 16 }));
     assert_eq!(k.buffers[4].layout, Some(SharedLayoutSpec::Swizzle { bits: 3 }));
     let text = tile_ir::print::print_kernel(&k);
@@ -148,13 +109,13 @@ fn annotation_prints_and_parses_back() {
     let json = serde_json::to_string(&k).unwrap();
     let back: Kernel = serde_json::from_str(&json).unwrap();
     assert_eq!(back, k);
-    assert!(parse_kernel(&with_layouts(MATMUL, "diagonal(2)", "")).is_err());
+    assert!(parse_kernel(&MATMUL.text_with_layouts("diagonal(2)", "")).is_err());
 }
 
 #[test]
 fn annotated_kernels_assemble_on_both_targets() {
     for (a, b) in [("row_major()", "padded(16)"), ("swizzle(2)", "swizzle(3)")] {
-        let k = parse_kernel(&with_layouts(MATMUL, a, b)).unwrap();
+        let k = parse_kernel(&MATMUL.text_with_layouts(a, b)).unwrap();
         for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
             let c = compile(&k, target).unwrap_or_else(|e| panic!("compile ({a}, {b}) {arch}: {e:?}"));
             // None when ptxas is absent (the `ptxas` module says so; `CI` makes that a failure).

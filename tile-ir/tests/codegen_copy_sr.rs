@@ -15,11 +15,12 @@ mod gemm_sim;
 mod ptxas;
 mod sim;
 
-use gemm_sim::MATMUL;
+use gemm_sim::{random, run, Rng};
 use half::f16;
 use std::collections::{HashMap, HashSet};
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
+use tile_testkit::{Matmul, MATMUL, MATMUL_128X256};
 
 /// `c[b] = a[b]ᵀ · w` over k-tiles `1..`: A stored `[batch, K, M]` (the copy
 /// advances along a non-innermost dim, under a leading batch dim), the loop
@@ -103,7 +104,7 @@ fn refill_cost(ptx: &str) -> (usize, Vec<String>) {
 
 #[test]
 fn steady_state_refill_costs_a_few_instructions_per_chunk() {
-    let k = parse_kernel(MATMUL).unwrap_or_else(|e| panic!("parse: {e:?}"));
+    let k = parse_kernel(&MATMUL.text()).unwrap_or_else(|e| panic!("parse: {e:?}"));
     for target in [Target::Sm80, Target::Sm90a] {
         let c = compile(&k, target).unwrap_or_else(|e| panic!("{e:?}"));
         let (chunks, live) = refill_cost(&c.ptx);
@@ -127,38 +128,6 @@ fn steady_state_refill_costs_a_few_instructions_per_chunk() {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f16s(&mut self, n: usize) -> (Vec<u8>, Vec<f64>) {
-        let x: Vec<f16> =
-            (0..n).map(|_| f16::from_f32((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
-        (x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(), x.iter().map(|v| v.to_f64()).collect())
-    }
-}
-
-/// Compiles for sm_80 and runs on the simulator: tensors, then dims.
-fn run(text: &str, tensors: Vec<Vec<u8>>, dims: &[i64]) -> Vec<Vec<u8>> {
-    let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
-    let c = compile(&k, Target::Sm80).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt { sim::GBASE + ((i as u64) << 32) } else { dims[i - nt] as u32 as u64 };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(&k, dims).unwrap();
-    let mut sm = sim::Sim::new(f, tensors, params);
-    sm.run_grid(grid);
-    sm.tensors
-}
-
 #[test]
 fn example_gemm_matches_reference_at_edges() {
     // K a multiple of 8 (strength-reduced 16-byte copies) and not (the
@@ -166,9 +135,9 @@ fn example_gemm_matches_reference_at_edges() {
     // above stages · 32.
     for (m, n, kk) in [(130, 136, 72), (129, 130, 200), (3, 8, 8), (140, 72, 33), (65, 129, 96)] {
         let mut rng = Rng(0xC0FFEE ^ (m * 7 + n * 131 + kk) as u64);
-        let (ab, av) = rng.f16s(m * kk);
-        let (bb, bv) = rng.f16s(kk * n);
-        let out = run(MATMUL, vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64]);
+        let (ab, av) = random(&mut rng, DType::F16, m * kk, -1.0, 1.0);
+        let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
+        let out = run(&MATMUL.text(), vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
         for i in 0..m {
             for j in 0..n {
                 let want: f64 = (0..kk).map(|p| av[i * kk + p] * bv[p * n + j]).sum();
@@ -187,12 +156,13 @@ fn example_gemm_matches_reference_at_edges() {
 fn batched_transposed_copy_from_a_nonzero_start_matches_reference() {
     for (bt, kk, m, n) in [(2usize, 104usize, 70usize, 72usize), (3, 64, 64, 64), (1, 40, 8, 16), (2, 200, 33, 65)] {
         let mut rng = Rng(0xBA7C4 ^ (bt * 1000 + kk * 10 + m + n) as u64);
-        let (ab, av) = rng.f16s(bt * kk * m);
-        let (wb, wv) = rng.f16s(kk * n);
+        let (ab, av) = random(&mut rng, DType::F16, bt * kk * m, -1.0, 1.0);
+        let (wb, wv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
         let out = run(
             BATCHED_TN_FROM_1,
             vec![ab, wb, vec![0xFF; 4 * bt * m * n]],
             &[bt as i64, kk as i64, m as i64, n as i64],
+            &[],
         );
         for z in 0..bt {
             for i in 0..m {
@@ -218,28 +188,8 @@ fn batched_transposed_copy_from_a_nonzero_start_matches_reference() {
 /// shared memory than the direct 4-byte stores.
 #[test]
 fn example_configuration_assembles_without_spills() {
-    for (dt, b_shape, b_origin, gemm_b) in [
-        ("f16", "K, N", "k * 64, bx * 256", "b_s"),
-        ("bf16", "K, N", "k * 64, bx * 256", "b_s"),
-        ("f16", "N, K", "bx * 256, k * 64", "b_s.t"),
-    ] {
-        let b_tile = if gemm_b == "b_s" { "64, 256" } else { "256, 64" };
-        let text = format!(
-            "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &{dt}[M, K], @1 b: &{dt}[{b_shape}], @2 c: &mut {dt}[M, N]) threads=256 grid=((N + 255) / 256, (M + 127) / 128, 1) swizzle=8 {{
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared {dt}[128, 64]
-  @4 b_s: shared {dt}[{b_tile}]
-  @5 acc: fragment f32[128, 256]
-  fill acc, 0.0
-  for %5 k in pipelined(3) 0..(K + 63) / 64 {{
-    copy a[by * 128, k * 64] -> a_s
-    copy b[{b_origin}] -> b_s
-    gemm a_s, {gemm_b} -> acc
-  }}
-  copy acc -> c[by * 128, bx * 256]
-}}"
-        );
+    for (dt, gemm_b) in [("f16", "b_s"), ("bf16", "b_s"), ("f16", "b_s.t")] {
+        let text = Matmul { dtype: dt, trans_b: gemm_b == "b_s.t", ..MATMUL_128X256 }.text();
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
         for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
             let c = compile(&k, target).unwrap_or_else(|e| panic!("{dt} {gemm_b} {arch}: {e:?}"));

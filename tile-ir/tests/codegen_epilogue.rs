@@ -6,64 +6,19 @@
 //! run-time fallback to element stores); the scratch takes the memory of the
 //! dead pipelined B stages when it fits there, fresh memory otherwise.
 
+mod gemm_sim;
 mod sim;
 
+use gemm_sim::{random, Rng};
 use half::{bf16, f16};
-use std::collections::HashMap;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
+use tile_testkit::{Matmul, MATMUL};
 
 /// `c = a · b` with `bm × bn × bk` tiles, 3 stages, `threads` threads,
 /// f16 inputs and `out` output.
-fn matmul(out: &str, bm: i64, bn: i64, bk: i64, threads: u32) -> String {
-    format!(
-        "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut {out}[M, N]) threads={threads} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, 1) {{
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared f16[{bm}, {bk}]
-  @4 b_s: shared f16[{bk}, {bn}]
-  @5 acc: fragment f32[{bm}, {bn}]
-  fill acc, 0.0
-  for %5 k in pipelined(3) 0..(K + {bk1}) / {bk} {{
-    copy a[by * {bm}, k * {bk}] -> a_s
-    copy b[k * {bk}, bx * {bn}] -> b_s
-    gemm a_s, b_s -> acc
-  }}
-  copy acc -> c[by * {bm}, bx * {bn}]
-}}",
-        bm1 = bm - 1,
-        bn1 = bn - 1,
-        bk1 = bk - 1
-    )
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f16s(&mut self, n: usize) -> (Vec<u8>, Vec<f64>) {
-        let x: Vec<f16> =
-            (0..n).map(|_| f16::from_f32((self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)).collect();
-        (x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(), x.iter().map(|v| v.to_f64()).collect())
-    }
-}
-
-fn run(c: &Compiled, k: &tile_ir::ir::Kernel, tensors: Vec<Vec<u8>>, dims: &[i64]) -> Vec<Vec<u8>> {
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt { sim::GBASE + ((i as u64) << 32) } else { dims[i - nt] as u32 as u64 };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
-    let mut sm = sim::Sim::new(f, tensors, params);
-    sm.run_grid(grid);
-    sm.tensors
+fn matmul(out: &'static str, bm: i64, bn: i64, bk: i64, threads: u32) -> String {
+    Matmul { out: Some(out), bm, bn, bk, threads, swizzle: None, ..MATMUL }.text()
 }
 
 fn read(out: &str, bytes: &[u8], i: usize) -> f64 {
@@ -110,20 +65,22 @@ fn staged_epilogue_matches_reference_at_edges() {
             (7, 13, 17),
         ] {
             let mut rng = Rng(0xE916 ^ (m * 7 + n * 131 + kk + bm as usize) as u64);
-            let (ab, av) = rng.f16s(m * kk);
-            let (bb, bv) = rng.f16s(kk * n);
+            let (ab, av) = random(&mut rng, DType::F16, m * kk, -1.0, 1.0);
+            let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
             let tol = match out {
                 "f16" => 2e-2,
                 "bf16" => 1e-1,
                 _ => 1e-3,
             };
             for (what, c) in [("staged", &staged), ("direct", &direct)] {
-                let res = run(
-                    c,
+                let res = sim::launch(
+                    &c.function,
                     &k,
                     vec![ab.clone(), bb.clone(), vec![0xFF; esize * m * n]],
                     &[m as i64, kk as i64, n as i64],
-                );
+                    &[],
+                )
+                .tensors;
                 for i in 0..m {
                     for j in 0..n {
                         let want: f64 = (0..kk).map(|p| av[i * kk + p] * bv[p * n + j]).sum();

@@ -7,59 +7,24 @@
 //! The kernels are compiled with `compile_verified` because the verifier
 //! learns `Gemm` on another branch.
 
+mod gemm_sim;
+mod kernels;
 mod sim;
 
-use half::{bf16, f16};
-use std::collections::HashMap;
 mod ptxas;
+use gemm_sim::encode;
+use kernels::{buffer, copy, par2, s, v};
 use ptxas::assemble;
 use tile_ir::*;
+use tile_testkit::Rng;
 
 // ------------------------------------------------------------------ builders
 
-fn buffer(k: &mut Kernel, name: &str, scope: Scope, dt: DType, shape: &[i64]) -> BufferId {
-    k.add_buffer(Buffer {
-        name: name.into(),
-        scope,
-        dtype: dt,
-        shape: shape.iter().map(|&c| Extent::Const(c)).collect(),
-        mutable: true,
-        span: SpanId::NONE,
-        layout: None,
-    })
-}
-fn s(kind: StmtKind) -> Stmt {
-    Stmt::new(kind)
-}
-fn v(x: VarId) -> Expr {
-    Expr::var(x)
-}
 fn mul(a: Expr, b: i64) -> Expr {
     Expr::binary(BinOp::Mul, a, Expr::i32(b as i32))
 }
-fn copy(src: BufferId, so: Vec<Expr>, dst: BufferId, dor: Vec<Expr>) -> Stmt {
-    s(StmtKind::Copy { src: TileRef { buf: src, origin: so }, dst: TileRef { buf: dst, origin: dor }, fill: None })
-}
 fn gemm(a: BufferId, b: BufferId, c: BufferId, cfg: &Cfg, clear: bool) -> Stmt {
     s(StmtKind::Gemm { a, b, c, trans_a: cfg.trans_a, trans_b: cfg.trans_b, clear, policy: cfg.policy })
-}
-fn par2(k: &mut Kernel, n0: i64, n1: i64, body: impl FnOnce(VarId, VarId) -> Vec<Stmt>) -> Stmt {
-    let i = k.add_var("i", DType::I32, VarKind::Loop);
-    let j = k.add_var("j", DType::I32, VarKind::Loop);
-    let inner = s(StmtKind::For {
-        var: j,
-        start: Expr::i32(0),
-        end: Expr::i32(n1 as i32),
-        kind: LoopKind::Parallel,
-        body: body(i, j),
-    });
-    s(StmtKind::For {
-        var: i,
-        start: Expr::i32(0),
-        end: Expr::i32(n0 as i32),
-        kind: LoopKind::Parallel,
-        body: vec![inner],
-    })
 }
 
 #[derive(Clone, Debug)]
@@ -138,33 +103,6 @@ fn gemm_kernel(cfg: &Cfg) -> Kernel {
 
 // --------------------------------------------------------------- simulation
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
-
-/// Rounds to the element type and returns (bytes, rounded values).
-fn encode(dt: DType, x: &[f32]) -> (Vec<u8>, Vec<f64>) {
-    match dt {
-        DType::F16 => (
-            x.iter().flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-            x.iter().map(|v| f16::from_f32(*v).to_f64()).collect(),
-        ),
-        DType::BF16 => (
-            x.iter().flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-            x.iter().map(|v| bf16::from_f32(*v).to_f64()).collect(),
-        ),
-        _ => (x.iter().flat_map(|v| v.to_le_bytes()).collect(), x.iter().map(|v| *v as f64).collect()),
-    }
-}
 fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
@@ -172,17 +110,7 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 /// Runs `k` on the simulator (tensors in parameter order, `dims` in `k.dims` order).
 fn run(k: &Kernel, target: Target, tensors: Vec<Vec<u8>>, dims: &[i64]) -> Vec<Vec<u8>> {
     let c = compile_verified(k, target).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt { sim::GBASE + ((i as u64) << 32) } else { dims[i - nt] as u32 as u64 };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
-    let mut sm = sim::Sim::new(f, tensors, params);
-    sm.run_grid(grid);
-    sm.tensors
+    sim::launch(&c.function, k, tensors, dims, &[]).tensors
 }
 
 fn check_gemm(cfg: &Cfg, m: usize, n: usize, kk: usize, seed: u64) {

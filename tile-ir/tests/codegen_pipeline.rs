@@ -10,25 +10,12 @@ mod sim;
 
 use half::f16;
 use kernels::*;
-use std::collections::HashMap;
 mod ptxas;
 use ptxas::assemble;
 use tile_ir::passes::pipeline;
 use tile_ir::thread_ir::{Inst, Stmt as TStmt};
 use tile_ir::*;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
+use tile_testkit::Rng;
 
 fn bytes_of(v: &[f32], dt: DType) -> Vec<u8> {
     match dt {
@@ -95,15 +82,7 @@ fn pipelined_rowsum_via(threads: u32, bm: i64, bk: i64, stages: u32, dt: DType, 
 /// Runs a compiled function on the simulator; returns the tensors and the
 /// number of cp.asyncs issued.
 fn run_fn(f: &thread_ir::Function, k: &Kernel, tensors: Vec<Vec<u8>>, dims: &[i64]) -> (Vec<Vec<u8>>, u64) {
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt { sim::GBASE + ((i as u64) << 32) } else { dims[i - nt] as u32 as u64 };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
-    let mut s = sim::Sim::new(f, tensors, params);
-    s.run_grid(grid);
+    let s = sim::launch(f, k, tensors, dims, &[]);
     (s.tensors, s.cp_async_count)
 }
 

@@ -10,21 +10,8 @@ mod sim;
 
 use half::{bf16, f16};
 use kernels::*;
-use std::collections::HashMap;
 use tile_ir::*;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
+use tile_testkit::Rng;
 
 fn bytes_f32(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -53,23 +40,7 @@ fn bf16s(b: &[u8]) -> Vec<f32> {
 /// `kernel.dims` order, `scalars` (bit patterns) in scalar-parameter order.
 fn run(k: &Kernel, target: Target, tensors: Vec<Vec<u8>>, dims: &[i64], scalars: &[u64]) -> Vec<Vec<u8>> {
     let c = compile(k, target).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let v = if i < nt {
-            sim::GBASE + ((i as u64) << 32)
-        } else if i < nt + dims.len() {
-            dims[i - nt] as u32 as u64
-        } else {
-            scalars[i - nt - dims.len()]
-        };
-        params.insert(name.clone(), v);
-    }
-    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
-    let mut s = sim::Sim::new(f, tensors, params);
-    s.run_grid(grid);
-    s.tensors
+    sim::launch(&c.function, k, tensors, dims, scalars).tensors
 }
 
 fn close(got: f32, want: f64, rel: f64, what: &str) {

@@ -14,41 +14,11 @@ mod gemm_sim;
 mod ptxas;
 mod sim;
 
-use gemm_sim::{decode, random, reference, rel_l2, Rng, ATTENTION, MATMUL};
+use gemm_sim::{check_attention, decode, random, reference, rel_l2, run_on, Rng};
 use std::collections::HashMap;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
-
-/// Compiles `text` for `target` and runs it on the simulator: tensors in
-/// parameter order, then `dims` (in `k.dims` order), then scalar bits.
-fn run_on(target: Target, text: &str, tensors: Vec<Vec<u8>>, dims: &[i64], scalars: &[u64]) -> Vec<Vec<u8>> {
-    let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
-    let c = compile(&k, target).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt {
-            sim::GBASE + ((i as u64) << 32)
-        } else if i < nt + dims.len() {
-            dims[i - nt] as u32 as u64
-        } else {
-            scalars[i - nt - dims.len()]
-        };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(&k, dims).unwrap();
-    let mut sm = sim::Sim::new(f, tensors, params);
-    sm.run_grid(grid);
-    assert_eq!(
-        sm.hopper.wgmmas > 0,
-        c.ptx.contains("wgmma.mma_async"),
-        "{}: the simulator ran {} wgmmas",
-        k.name,
-        sm.hopper.wgmmas
-    );
-    sm.tensors
-}
+use tile_testkit::{attention_text, ATTENTION, MATMUL};
 
 fn compiled(text: &str, target: Target) -> Compiled {
     let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
@@ -309,14 +279,15 @@ fn panelled_operands_wider_than_128_bytes() {
     assert_no_spills(&c, "wgmma_128x256x64");
     big.check(Target::Sm90a, 130, 260, 130);
     // The example GEMM (f16 output) as the macro lowers it.
-    let c = assert_wgmma(MATMUL);
+    let text = MATMUL.text();
+    let c = assert_wgmma(&text);
     assert_no_spills(&c, "matmul_wgmma");
     for (m, n, kk) in [(130, 129, 70), (1, 1, 1)] {
         let mut rng = Rng(0xBEEF ^ (m * 31 + n + kk) as u64);
         let (ab, av) = random(&mut rng, DType::F16, m * kk, -1.0, 1.0);
         let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
         let out =
-            run_on(Target::Sm90a, MATMUL, vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
+            run_on(Target::Sm90a, &text, vec![ab, bb, vec![0xFF; 2 * m * n]], &[m as i64, kk as i64, n as i64], &[]);
         let err = rel_l2(&decode(DType::F16, &out[2]), &reference(m, n, kk, &av, &bv, false, false));
         assert!(err <= 2e-3, "matmul {m}x{n}x{kk}: relative L2 error {err:.3e}");
     }
@@ -342,67 +313,6 @@ fn accumulator_has_the_wgmma_layout() {
 
 // ------------------------------------------------------- FlashAttention
 
-/// [`ATTENTION`] with head dimension `d`, `bm` query rows per block over
-/// `threads` threads, and element type `dt`.
-fn attention_text(d: i64, bm: i64, threads: u32, dt: &str) -> String {
-    ATTENTION
-        .replace("threads=128 grid=((SQ + 63) / 64", &format!("threads={threads} grid=((SQ + {}) / {bm}", bm - 1))
-        .replace("f16[SQ, 64]", &format!("{dt}[SQ, {d}]"))
-        .replace("f16[SK, 64]", &format!("{dt}[SK, {d}]"))
-        .replace("q_s: shared f16[64, 64]", &format!("q_s: shared {dt}[{bm}, {d}]"))
-        .replace("k_s: shared f16[64, 64]", &format!("k_s: shared {dt}[64, {d}]"))
-        .replace("v_s: shared f16[64, 64]", &format!("v_s: shared {dt}[64, {d}]"))
-        .replace("s: fragment f32[64, 64]", &format!("s: fragment f32[{bm}, 64]"))
-        .replace("p: fragment f16[64, 64]", &format!("p: fragment {dt}[{bm}, 64]"))
-        .replace("acc: fragment f32[64, 64]", &format!("acc: fragment f32[{bm}, {d}]"))
-        .replace("fragment f32[64]", &format!("fragment f32[{bm}]"))
-        .replace("copy q[bx * 64, 0]", &format!("copy q[bx * {bm}, 0]"))
-        .replace("copy acc -> o[bx * 64, 0]", &format!("copy acc -> o[bx * {bm}, 0]"))
-        .replace("i in parallel 0..64 {\n      for %6", &format!("i in parallel 0..{bm} {{\n      for %6"))
-        .replace("%7 i in parallel 0..64", &format!("%7 i in parallel 0..{bm}"))
-        .replace("%8 i in parallel 0..64", &format!("%8 i in parallel 0..{bm}"))
-        .replace("%10 i in parallel 0..64", &format!("%10 i in parallel 0..{bm}"))
-        .replace(
-            "%11 i in parallel 0..64 {\n      for %12 j in parallel 0..64",
-            &format!("%11 i in parallel 0..{bm} {{\n      for %12 j in parallel 0..{d}"),
-        )
-        .replace(
-            "%13 i in parallel 0..64 {\n    for %14 j in parallel 0..64",
-            &format!("%13 i in parallel 0..{bm} {{\n    for %14 j in parallel 0..{d}"),
-        )
-}
-
-/// Runs an attention text on random inputs (`d` head dim) and compares
-/// with an f64 softmax(Q·Kᵀ/√d)·V.
-fn check_attention(text: &str, d: usize, dt: DType, sq: usize, sk: usize, tol: f64) {
-    let mut rng = Rng(0xA77E ^ (sq * 1000 + sk + d) as u64);
-    let (qb, qv) = random(&mut rng, dt, sq * d, -2.0, 2.0);
-    let (kb, kv) = random(&mut rng, dt, sk * d, -2.0, 2.0);
-    let (vb, vv) = random(&mut rng, dt, sk * d, -1.0, 1.0);
-    let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-    let out = run_on(
-        Target::Sm90a,
-        text,
-        vec![qb, kb, vb, vec![0xFF; 2 * sq * d]],
-        &[sq as i64, sk as i64],
-        &[scale.to_bits() as u64],
-    );
-    let got = decode(dt, &out[3]);
-    let mut want = vec![0.0; sq * d];
-    for i in 0..sq {
-        let s: Vec<f64> =
-            (0..sk).map(|j| (0..d).map(|c| qv[i * d + c] * kv[j * d + c]).sum::<f64>() / (d as f64).sqrt()).collect();
-        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-        let sum: f64 = p.iter().sum();
-        for c in 0..d {
-            want[i * d + c] = (0..sk).map(|j| p[j] * vv[j * d + c]).sum::<f64>() / sum;
-        }
-    }
-    let err = rel_l2(&got, &want);
-    assert!(err <= tol, "attention d={d} sq={sq} sk={sk}: relative L2 error {err:.3e}");
-}
-
 /// Head dim 128 (V `[64, 128]`: an MN-major B in two 64-column panels,
 /// Q and K K-major in two panels), two warpgroups of 64 query rows each, bf16.
 #[test]
@@ -412,11 +322,11 @@ fn flash_attention_wide_heads_two_warpgroups_bf16() {
     let c = assert_wgmma(&t);
     assert!(c.layouts.iter().any(|(n, l)| n == "v_s" && l.contains("panels")), "{:?}", c.layouts);
     assert_no_spills(&c, "attention_d128");
-    check_attention(&t, 128, DType::F16, 70, 100, 5e-3);
+    check_attention(Target::Sm90a, &t, DType::F16, 128, 70, 100, 0xA77E ^ (70 * 1000 + 100 + 128), 5e-3);
     let t = attention_text(64, 128, 256, "bf16");
     let c = assert_wgmma(&t);
     assert_no_spills(&c, "attention_2wg_bf16");
-    check_attention(&t, 64, DType::BF16, 130, 129, 2e-2);
+    check_attention(Target::Sm90a, &t, DType::BF16, 64, 130, 129, 0xA77E ^ (130 * 1000 + 129 + 64), 2e-2);
 }
 
 #[test]
@@ -431,34 +341,7 @@ fn flash_attention_pv_from_registers() {
     );
     assert_no_spills(&c, "attention_wgmma");
     for (sq, sk) in [(70, 129), (64, 64), (1, 200)] {
-        let d = 64;
-        let mut rng = Rng(0xA77E ^ (sq * 1000 + sk) as u64);
-        let (qb, qv) = random(&mut rng, DType::F16, sq * d, -2.0, 2.0);
-        let (kb, kv) = random(&mut rng, DType::F16, sk * d, -2.0, 2.0);
-        let (vb, vv) = random(&mut rng, DType::F16, sk * d, -1.0, 1.0);
-        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-        let out = run_on(
-            Target::Sm90a,
-            ATTENTION,
-            vec![qb, kb, vb, vec![0xFF; 2 * sq * d]],
-            &[sq as i64, sk as i64],
-            &[scale.to_bits() as u64],
-        );
-        let got = decode(DType::F16, &out[3]);
-        let mut want = vec![0.0; sq * d];
-        for i in 0..sq {
-            let s: Vec<f64> = (0..sk)
-                .map(|j| (0..d).map(|c| qv[i * d + c] * kv[j * d + c]).sum::<f64>() / (d as f64).sqrt())
-                .collect();
-            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-            let sum: f64 = p.iter().sum();
-            for c in 0..d {
-                want[i * d + c] = (0..sk).map(|j| p[j] * vv[j * d + c]).sum::<f64>() / sum;
-            }
-        }
-        let err = rel_l2(&got, &want);
-        assert!(err <= 5e-3, "attention sq={sq} sk={sk}: relative L2 error {err:.3e}");
+        check_attention(Target::Sm90a, ATTENTION, DType::F16, 64, sq, sk, 0xA77E ^ (sq * 1000 + sk) as u64, 5e-3);
     }
 }
 

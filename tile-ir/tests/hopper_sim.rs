@@ -11,19 +11,7 @@ use std::collections::HashMap;
 use tile_ir::hopper::{self, Major};
 use tile_ir::layout::SharedLayout;
 use tile_ir::thread_ir::*;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f32(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
+use tile_testkit::Rng;
 
 /// A Thread IR function under construction, with the usual prologue:
 /// `tid`, `leader` (tid == 0), the tensor-map address of `tmap`.
@@ -207,7 +195,7 @@ struct Mat {
 impl Mat {
     fn random(rows: usize, cols: usize, rng: &mut Rng) -> Mat {
         let pitch = cols.div_ceil(8) * 8 + 8;
-        Mat { rows, cols, pitch, vals: (0..rows * pitch).map(|_| rng.f32()).collect() }
+        Mat { rows, cols, pitch, vals: (0..rows * pitch).map(|_| rng.f32(-1.0, 1.0)).collect() }
     }
     fn get(&self, r: i64, c: i64) -> f32 {
         if r < 0 || c < 0 || r >= self.rows as i64 || c >= self.cols as i64 {

@@ -15,7 +15,7 @@ fn close(got: f64, want: f64, atol: f64, rtol: f64) -> bool {
 
 fn run_vector_add(n: usize, block: i32) -> f64 {
     let k = vector_add(block);
-    let mut rng = XorShift(0x9e3779b97f4a7c15 ^ n as u64);
+    let mut rng = Rng(0x9e3779b97f4a7c15 ^ n as u64);
     let a: Vec<f32> = (0..n).map(|_| rng.f32(-10.0, 10.0)).collect();
     let b: Vec<f32> = (0..n).map(|_| rng.f32(-10.0, 10.0)).collect();
     let (ab, bb) = (f32_bytes(&a), f32_bytes(&b));
@@ -47,7 +47,7 @@ fn vector_add_64k_is_fast() {
 
 fn run_softmax(m: usize, n: usize, rows: i32, cols: i32) -> f64 {
     let k = softmax(rows, cols);
-    let mut rng = XorShift(42 + (m * n) as u64);
+    let mut rng = Rng(42 + (m * n) as u64);
     let x: Vec<f16> = (0..m * n).map(|_| f16::from_f32(rng.f32(-8.0, 8.0))).collect();
     let xf: Vec<f32> = x.iter().map(|h| h.to_f32()).collect();
     let xb = f16_bytes(&x);
@@ -131,7 +131,7 @@ fn reduce_ref(x: &[f64], shape: &[usize], dim: usize, op: ReduceOp, init: &[f64]
 
 #[test]
 fn reduce_every_dim_of_2d_and_3d_fragments() {
-    let mut rng = XorShift(7);
+    let mut rng = Rng(7);
     for shape in [vec![3usize, 5], vec![1, 7], vec![2, 3, 5], vec![4, 1, 3]] {
         for dim in 0..shape.len() {
             for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
@@ -213,7 +213,7 @@ fn transpose_kernel() -> Kernel {
 fn shared_memory_transpose() {
     let k = transpose_kernel();
     for (m, n) in [(70usize, 45usize), (32, 32), (1, 33)] {
-        let mut rng = XorShift(99 + m as u64);
+        let mut rng = Rng(99 + m as u64);
         let x: Vec<f32> = (0..m * n).map(|_| rng.f32(-1.0, 1.0)).collect();
         let xb = f32_bytes(&x);
         let mut ob = f32_bytes(&vec![f32::NAN; m * n]);
@@ -263,7 +263,7 @@ fn histogram_kernel() -> Kernel {
 fn atomics_histogram_and_sum() {
     let k = histogram_kernel();
     let n = 1001;
-    let mut rng = XorShift(1234);
+    let mut rng = Rng(1234);
     let x: Vec<i32> = (0..n).map(|_| rng.below(20) as i32).collect();
     let w: Vec<f32> = (0..n).map(|_| rng.f32(0.0, 1.0)).collect();
     let (xb, wb) = (i32_bytes(&x), f32_bytes(&w));
@@ -332,7 +332,7 @@ fn casts_saturate_and_round_like_rust() {
         1e-8,
         4294967296.0,
     ];
-    let mut rng = XorShift(5);
+    let mut rng = Rng(5);
     x.extend((0..50).map(|_| rng.f32(-1e5, 1e5)));
     let n = x.len();
     let xb = f32_bytes(&x);
@@ -387,7 +387,7 @@ fn f16_arithmetic_rounds_each_step() {
         pfor(i, 128, vec![store(h, vec![v(i)], add(mul(hi(), hi()), hi()))]),
         copy(tile(h, vec![]), tile(y, vec![Expr::i32(0)])),
     ];
-    let mut rng = XorShift(11);
+    let mut rng = Rng(11);
     let xs: Vec<f32> = (0..100).map(|_| rng.f32(-3.0, 3.0)).collect();
     let xb = f32_bytes(&xs);
     let mut yb = vec![0u8; 400];
@@ -453,7 +453,7 @@ fn serial_scan_with_if_else() {
         }),
     ];
     let (mm, nn) = (6usize, 13usize);
-    let mut rng = XorShift(77);
+    let mut rng = Rng(77);
     let xs: Vec<i32> = (0..mm * nn).map(|_| rng.below(200) as i32 - 100).collect();
     let xb = i32_bytes(&xs);
     let mut yb = i32_bytes(&vec![-999; mm * nn]);
@@ -632,7 +632,7 @@ kernel scale_relu<%0 N>(@0 x: &f32[N], @1 y: &mut f32[N], %1 s: f32) threads=128
     let k = tile_ir::print::parse_kernel(text).unwrap();
     tile_ir::verify::verify(&k).unwrap();
     let n = 300;
-    let mut rng = XorShift(3);
+    let mut rng = Rng(3);
     let x: Vec<f32> = (0..n).map(|_| rng.f32(-1.0, 1.0)).collect();
     let xb = f32_bytes(&x);
     let mut yb = vec![0u8; 4 * n];
@@ -675,7 +675,7 @@ fn math_intrinsics_and_select() {
                 })
                 .collect(),
         )];
-        let mut rng = XorShift(8);
+        let mut rng = Rng(8);
         let xs: Vec<f32> = (0..64).map(|_| rng.f32(-4.0, 4.0)).collect();
         let xb = f32_bytes(&xs);
         let mut yb = vec![0u8; 8 * 64 * 4];

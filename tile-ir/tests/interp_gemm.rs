@@ -13,7 +13,7 @@ use tile_ir::interp::Arg;
 use tile_ir::*;
 
 /// Random values of `dtype` in [-1, 1): their bytes and their exact values.
-fn random_matrix(rng: &mut XorShift, dtype: DType, len: usize) -> (Vec<u8>, Vec<f32>) {
+fn random_matrix(rng: &mut Rng, dtype: DType, len: usize) -> (Vec<u8>, Vec<f32>) {
     let mut bytes = Vec::with_capacity(2 * len);
     let mut values = Vec::with_capacity(len);
     for _ in 0..len {
@@ -40,7 +40,7 @@ struct GemmRun {
 fn run_gemm(cfg: GemmConfig, m: usize, n: usize, kd: usize, seed: u64) -> GemmRun {
     let k = gemm_kernel(cfg);
     verify::verify(&k).unwrap();
-    let mut rng = XorShift(seed);
+    let mut rng = Rng(seed);
     let (ab, a) = random_matrix(&mut rng, cfg.dtype, m * kd);
     let (bb, b) = random_matrix(&mut rng, cfg.dtype, kd * n);
     let c0: Vec<f32> = (0..m * n).map(|_| rng.f32(-4.0, 4.0)).collect();
@@ -161,7 +161,7 @@ kernel mm<%0 M, %1 N>(@0 a: &bf16[M, 24], @1 b: &bf16[N, 24], @2 c: &mut f32[M, 
     verify::verify(&k).unwrap();
     assert_eq!(k.rasterize, Some(2));
     let (m, n, kd) = (70, 37, 24);
-    let mut rng = XorShift(21);
+    let mut rng = Rng(21);
     let (ab, a) = random_matrix(&mut rng, DType::BF16, m * kd);
     let (bb, b) = random_matrix(&mut rng, DType::BF16, n * kd);
     let mut cb = f32_bytes(&vec![f32::NAN; m * n]);

@@ -25,7 +25,7 @@ fn leaves(j: &Json, out: &mut usize) {
 }
 
 /// Replaces the `target`-th leaf (numbers, strings, bools); also renames object keys that are variant names.
-fn mutate(j: &mut Json, target: usize, counter: &mut usize, rng: &mut XorShift) {
+fn mutate(j: &mut Json, target: usize, counter: &mut usize, rng: &mut Rng) {
     match j {
         Json::Array(a) => {
             for x in a.iter_mut() {
@@ -100,7 +100,7 @@ fn exercise(k: &Kernel, launch: &Launch) -> (usize, usize) {
     let base = serde_json::to_value(k).expect("serialize");
     let mut total = 0;
     leaves(&base, &mut total);
-    let mut rng = XorShift(0xdead_beef);
+    let mut rng = Rng(0xdead_beef);
     let (mut parsed, mut ran_ok) = (0, 0);
     for round in 0..1500 {
         let mut j = base.clone();

@@ -223,7 +223,7 @@ fn parser_survives_garbled_text() {
     let text = print_kernel(&every_construct()) + &print_kernel(&softmax(4, 1024));
     let chars: Vec<char> = text.chars().collect();
     let alphabet: Vec<char> = "%@[](){}<>=-+*/.,:&|^!0123456789aefinxNamut_ \n".chars().collect();
-    let mut rng = XorShift(2024);
+    let mut rng = Rng(2024);
     let mut parsed = 0;
     for _ in 0..3000 {
         let mut c = chars.clone();
@@ -364,7 +364,7 @@ fn garbled_gemm_text_never_panics() {
     let text = print_kernel(&gemm_kernel(gemm_config(false, true, true, Some(2))));
     let chars: Vec<char> = text.chars().collect();
     let alphabet: Vec<char> = "%@[](){}<>=-+*/.,:&|^!0123456789aefinxNamut_ \n".chars().collect();
-    let mut rng = XorShift(77);
+    let mut rng = Rng(77);
     let (mut parsed, mut verified) = (0, 0);
     for _ in 0..1500 {
         let mut c = chars.clone();

@@ -14,6 +14,7 @@ use tile_ir::thread_ir::*;
 use tile_ir::{DType, Target};
 use tile_runtime::cudarc::driver::{result, sys};
 use tile_runtime::{f16, Device, DeviceTensor, TensorMap, TensorMapSpec, TmaSwizzle};
+use tile_testkit::Rng;
 
 fn hopper_gpu() -> Option<(Device, tile_runtime::Stream)> {
     let device = Device::cuda(0).expect("these tests need a GPU");
@@ -42,16 +43,6 @@ fn encode_a_2d_f16_map() {
     let bad =
         TensorMapSpec::row_major(DType::F16, t.device_ptr().unwrap() + 2, &[1000, 2000], &[64, 64], TmaSwizzle::B128);
     assert!(TensorMap::encode(&device, &bad).unwrap_err().to_string().contains("16-byte aligned"));
-}
-
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
 }
 
 fn smem(offset: i64) -> Address {
@@ -222,8 +213,8 @@ fn tma_wgmma_case(b_n_major: bool) {
     // A: [61, 57] in a 64-column pitch; Bᵀ (or B): [61, 50] in a 56-column pitch.
     let (ra, ca, pa) = (61usize, 57usize, 64usize);
     let (rb, cb, pb) = (61usize, 50usize, 56usize);
-    let a: Vec<f16> = (0..ra * pa).map(|_| f16::from_f32(rng.f32())).collect();
-    let b: Vec<f16> = (0..rb * pb).map(|_| f16::from_f32(rng.f32())).collect();
+    let a: Vec<f16> = (0..ra * pa).map(|_| f16::from_f32(rng.f32(-1.0, 1.0))).collect();
+    let b: Vec<f16> = (0..rb * pb).map(|_| f16::from_f32(rng.f32(-1.0, 1.0))).collect();
     let ga = DeviceTensor::from_slice(&stream, &a, &[ra, pa]).unwrap();
     let gb = DeviceTensor::from_slice(&stream, &b, &[rb, pb]).unwrap();
     let map = |t: &DeviceTensor<f16>, rows: usize, cols: usize, pitch: usize| {

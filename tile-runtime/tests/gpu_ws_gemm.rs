@@ -12,91 +12,22 @@ use tile_ir::print::parse_kernel;
 use tile_ir::{compile_variants, CompileOptions, Compiled, DType, Target};
 use tile_runtime::cudarc::driver::{result, sys};
 use tile_runtime::{bench, bf16, f16, Device, DeviceTensor, Element, Stream, TensorMap, TensorMapSpec, TmaSwizzle};
+use tile_testkit::{Matmul, Rng, MATMUL_128X256};
 
-#[derive(Copy, Clone, Debug)]
-struct Config {
-    bf16: bool,
-    trans_a: bool,
-    trans_b: bool,
-    stages: u32,
-    bm: i64,
-    bn: i64,
-    bk: i64,
-    threads: u32,
-    /// Blocks a persistent variant is launched with (0: one per SM).
-    blocks: u32,
-}
+/// The example GEMM configuration (128×256×64, 3 stages, 256 threads, f16),
+/// which the other configurations vary.
+const BASE: Matmul = MATMUL_128X256;
 
-const BASE: Config = Config {
-    bf16: false,
-    trans_a: false,
-    trans_b: false,
-    stages: 3,
-    bm: 128,
-    bn: 256,
-    bk: 64,
-    threads: 256,
-    blocks: 0,
-};
-
-fn kernel_text(c: Config) -> String {
-    let t = if c.bf16 { "bf16" } else { "f16" };
-    let (bm, bn, bk) = (c.bm, c.bn, c.bk);
-    let (a_ty, a_s, a_org) = if c.trans_a {
-        ("[K, M]", format!("[{bk}, {bm}]"), format!("[k * {bk}, by * {bm}]"))
-    } else {
-        ("[M, K]", format!("[{bm}, {bk}]"), format!("[by * {bm}, k * {bk}]"))
-    };
-    let (b_ty, b_s, b_org) = if c.trans_b {
-        ("[N, K]", format!("[{bn}, {bk}]"), format!("[bx * {bn}, k * {bk}]"))
-    } else {
-        ("[K, N]", format!("[{bk}, {bn}]"), format!("[k * {bk}, bx * {bn}]"))
-    };
-    let ta = if c.trans_a { ".t" } else { "" };
-    let tb = if c.trans_b { ".t" } else { "" };
-    format!(
-        "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &{t}{a_ty}, @1 b: &{t}{b_ty}, @2 c: &mut {t}[M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, 1) swizzle=8 {{
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared {t}{a_s}
-  @4 b_s: shared {t}{b_s}
-  @5 acc: fragment f32[{bm}, {bn}]
-  fill acc, 0.0
-  for %5 k in pipelined({st}) 0..(K + {bk1}) / {bk} {{
-    copy a{a_org} -> a_s
-    copy b{b_org} -> b_s
-    gemm a_s{ta}, b_s{tb} -> acc
-  }}
-  copy acc -> c[by * {bm}, bx * {bn}]
-}}",
-        th = c.threads,
-        bn1 = bn - 1,
-        bm1 = bm - 1,
-        bk1 = bk - 1,
-        st = c.stages,
-    )
-}
-
-fn ws_variant(c: Config) -> Compiled {
+fn ws_variant(c: Matmul) -> Compiled {
     ws_variant_with(c, CompileOptions::default())
 }
 
-fn ws_variant_with(c: Config, options: CompileOptions) -> Compiled {
-    let text = kernel_text(c);
+fn ws_variant_with(c: Matmul, options: CompileOptions) -> Compiled {
+    let text = c.text();
     let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
     let mut v = compile_variants(&k, Target::Sm90a, options).unwrap();
     assert!(v.len() >= 2 && v[0].threads > c.threads, "{c:?}: expected a warp-specialized variant");
     v.remove(0)
-}
-
-struct Rng(u64);
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
 }
 
 struct Loaded {
@@ -131,19 +62,21 @@ impl Drop for Loaded {
     }
 }
 
-/// Launches `c = op(a) · op(b)` with the variant's ABI.
+/// Launches `c = op(a) · op(b)` with the variant's ABI; a persistent
+/// variant with `blocks` blocks (0: one per SM).
 #[allow(clippy::too_many_arguments)]
 fn launch<T: Element>(
     device: &Device,
     stream: &Stream,
     l: &Loaded,
-    cfg: Config,
+    cfg: Matmul,
+    blocks: u32,
     (m, n, k): (usize, usize, usize),
     a: &DeviceTensor<T>,
     b: &DeviceTensor<T>,
     c: &mut DeviceTensor<T>,
 ) -> tile_runtime::Result<()> {
-    let dtype = if cfg.bf16 { DType::BF16 } else { DType::F16 };
+    let dtype = if cfg.dtype == "bf16" { DType::BF16 } else { DType::F16 };
     let tensors = [
         (a.device_ptr().unwrap(), a.shape().to_vec()),
         (b.device_ptr().unwrap(), b.shape().to_vec()),
@@ -190,7 +123,7 @@ fn launch<T: Element>(
             .unwrap()
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .unwrap() as u32;
-        let blocks = if cfg.blocks > 0 { cfg.blocks } else { sms };
+        let blocks = if blocks > 0 { blocks } else { sms };
         grid = ((grid.0 * grid.1).min(blocks), 1, 1);
     }
     let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
@@ -217,18 +150,29 @@ fn to_host<T: Element>(v: &[f32]) -> Vec<T> {
 }
 
 /// Runs one configuration at one shape; checks sampled rows against f64.
-fn check<T: Element>(device: &Device, stream: &Stream, cfg: Config, (m, n, k): (usize, usize, usize)) -> Vec<T> {
+fn check<T: Element>(device: &Device, stream: &Stream, cfg: Matmul, shape: (usize, usize, usize)) -> Vec<T> {
+    check_blocks(device, stream, cfg, 0, shape)
+}
+
+/// [`check`], a persistent variant launched with `blocks` blocks (0: one per SM).
+fn check_blocks<T: Element>(
+    device: &Device,
+    stream: &Stream,
+    cfg: Matmul,
+    blocks: u32,
+    (m, n, k): (usize, usize, usize),
+) -> Vec<T> {
     let l = load(device, ws_variant(cfg));
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (m * 31 + n * 7 + k) as u64);
     let a_shape = if cfg.trans_a { [k, m] } else { [m, k] };
     let b_shape = if cfg.trans_b { [n, k] } else { [k, n] };
-    let a32: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
-    let b32: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
+    let a32: Vec<f32> = (0..m * k).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let b32: Vec<f32> = (0..k * n).map(|_| rng.f32(-1.0, 1.0)).collect();
     let (ah, bh): (Vec<T>, Vec<T>) = (to_host(&a32), to_host(&b32));
     let a = DeviceTensor::from_slice(stream, &ah, &a_shape).unwrap();
     let b = DeviceTensor::from_slice(stream, &bh, &b_shape).unwrap();
     let mut c = DeviceTensor::<T>::from_slice(stream, &vec![T::from_f64(7.0); m * n], &[m, n]).unwrap();
-    launch(device, stream, &l, cfg, (m, n, k), &a, &b, &mut c).unwrap();
+    launch(device, stream, &l, cfg, blocks, (m, n, k), &a, &b, &mut c).unwrap();
     stream.synchronize().unwrap();
     let got = c.to_vec(stream).unwrap();
     let av = |r: usize, kk: usize| {
@@ -250,7 +194,7 @@ fn check<T: Element>(device: &Device, stream: &Stream, cfg: Config, (m, n, k): (
         for col in 0..n {
             let want: f64 = (0..k).map(|kk| av(r, kk) * bv(kk, col)).sum();
             let g = got[r * n + col].to_f64();
-            let tol = if cfg.bf16 { 2e-2 } else { 4e-3 } * (1.0 + want.abs()) + 1e-3 * (k as f64).sqrt();
+            let tol = if cfg.dtype == "bf16" { 2e-2 } else { 4e-3 } * (1.0 + want.abs()) + 1e-3 * (k as f64).sqrt();
             assert!((g - want).abs() <= tol, "{cfg:?} {m}x{n}x{k}: c[{r}][{col}] = {g}, want {want}");
         }
     }
@@ -265,46 +209,52 @@ fn warp_specialized_gemm_matches_the_reference() {
     if std::env::var("TILE_TEST_SMALL").is_ok() {
         // Under compute-sanitizer: a few small cases through every code path
         // (edges, transposes, persistent tile loops, the TMA store).
-        check::<f16>(&device, &stream, Config { blocks: 2, ..BASE }, (200, 520, 136));
-        check::<bf16>(&device, &stream, Config { bf16: true, trans_a: true, trans_b: true, ..BASE }, (136, 264, 72));
-        check::<f16>(&device, &stream, Config { bm: 64, bn: 128, threads: 128, stages: 2, ..BASE }, (100, 136, 200));
-        check::<f16>(&device, &stream, Config { bm: 128, bn: 128, threads: 128, blocks: 2, ..BASE }, (200, 264, 136));
+        check_blocks::<f16>(&device, &stream, BASE, 2, (200, 520, 136));
+        check::<bf16>(&device, &stream, Matmul { dtype: "bf16", trans_a: true, trans_b: true, ..BASE }, (136, 264, 72));
+        check::<f16>(&device, &stream, Matmul { bm: 64, bn: 128, threads: 128, stages: 2, ..BASE }, (100, 136, 200));
+        check_blocks::<f16>(&device, &stream, Matmul { bm: 128, bn: 128, threads: 128, ..BASE }, 2, (200, 264, 136));
         return;
     }
     let shapes =
         [(1000, 1000, 1000), (1999, 1000, 4096), (4095, 1016, 1032), (128, 256, 64), (127, 264, 8), (256, 512, 4096)];
     for &shape in &shapes {
         check::<f16>(&device, &stream, BASE, shape);
-        check::<bf16>(&device, &stream, Config { bf16: true, ..BASE }, shape);
+        check::<bf16>(&device, &stream, Matmul { dtype: "bf16", ..BASE }, shape);
     }
     // Transposed operands are read through maps of `[K, M]` / `[N, K]`
     // tensors: every extent a multiple of 8 keeps their rows 16-byte multiples.
     for (ta, tb) in [(false, true), (true, false), (true, true)] {
         for shape in [(1000, 1000, 1000), (2040, 1016, 1032), (136, 264, 72)] {
-            check::<f16>(&device, &stream, Config { trans_a: ta, trans_b: tb, ..BASE }, shape);
+            check::<f16>(&device, &stream, Matmul { trans_a: ta, trans_b: tb, ..BASE }, shape);
         }
     }
     // Two 64-row slices per warpgroup (one warpgroup on 128 rows; two on 256).
-    check::<f16>(&device, &stream, Config { bm: 128, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
+    check::<f16>(&device, &stream, Matmul { bm: 128, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
     check::<bf16>(
         &device,
         &stream,
-        Config { bf16: true, bm: 256, bn: 128, threads: 256, stages: 4, trans_b: true, ..BASE },
+        Matmul { dtype: "bf16", bm: 256, bn: 128, threads: 256, stages: 4, trans_b: true, ..BASE },
         (1000, 1016, 1032),
     );
-    check::<f16>(
+    check_blocks::<f16>(
         &device,
         &stream,
-        Config { bm: 128, bn: 64, threads: 128, trans_a: true, blocks: 7, ..BASE },
+        Matmul { bm: 128, bn: 64, threads: 128, trans_a: true, ..BASE },
+        7,
         (1016, 200, 136),
     );
     // A persistent launch with few blocks: each loops over many tiles.
-    check::<f16>(&device, &stream, Config { blocks: 5, ..BASE }, (1999, 1000, 1032));
-    check::<bf16>(&device, &stream, Config { blocks: 3, bf16: true, stages: 2, ..BASE }, (1000, 2040, 136));
+    check_blocks::<f16>(&device, &stream, BASE, 5, (1999, 1000, 1032));
+    check_blocks::<bf16>(&device, &stream, Matmul { dtype: "bf16", stages: 2, ..BASE }, 3, (1000, 2040, 136));
     // One consumer warpgroup, 128×128 tiles; 64-deep K-major tiles of 32 columns (64B swizzle).
-    check::<f16>(&device, &stream, Config { bm: 64, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
-    check::<f16>(&device, &stream, Config { bk: 32, ..BASE }, (1000, 1000, 1000));
-    check::<bf16>(&device, &stream, Config { bf16: true, bn: 128, bk: 32, trans_b: true, ..BASE }, (1000, 1000, 1000));
+    check::<f16>(&device, &stream, Matmul { bm: 64, bn: 128, threads: 128, ..BASE }, (1000, 1000, 1000));
+    check::<f16>(&device, &stream, Matmul { bk: 32, ..BASE }, (1000, 1000, 1000));
+    check::<bf16>(
+        &device,
+        &stream,
+        Matmul { dtype: "bf16", bn: 128, bk: 32, trans_b: true, ..BASE },
+        (1000, 1000, 1000),
+    );
 }
 
 #[test]
@@ -316,9 +266,9 @@ fn results_do_not_depend_on_the_number_of_stages() {
         return;
     }
     let shape = (1000, 1016, 2000);
-    let base = check::<f16>(&device, &stream, Config { stages: 2, ..BASE }, shape);
+    let base = check::<f16>(&device, &stream, Matmul { stages: 2, ..BASE }, shape);
     for stages in [3, 4] {
-        let other = check::<f16>(&device, &stream, Config { stages, ..BASE }, shape);
+        let other = check::<f16>(&device, &stream, Matmul { stages, ..BASE }, shape);
         assert!(base.iter().zip(&other).all(|(x, y)| x.to_bits() == y.to_bits()), "stages {stages} differ from 2");
     }
 }
@@ -336,7 +286,7 @@ fn bench_against_cublas() {
     let stages: u32 = std::env::var("TILE_WS_STAGES").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     for size in [4096usize, 8192] {
         for (bf, persistent) in [(false, true), (true, true), (false, false), (true, false)] {
-            let cfg = Config { bf16: bf, stages, ..BASE };
+            let cfg = Matmul { dtype: if bf { "bf16" } else { "f16" }, stages, ..BASE };
             let l = load(&device, ws_variant_with(cfg, CompileOptions { persistent, ..CompileOptions::default() }));
             assert_eq!(l.compiled.persistent, persistent);
             let flops = 2.0 * (size as f64).powi(3);
@@ -368,9 +318,9 @@ fn bench_tile_shapes() {
     };
     let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
     let shapes = [
-        Config { bm: 128, bn: 128, threads: 128, stages: 4, ..BASE },
-        Config { bm: 256, bn: 128, threads: 256, stages: 3, ..BASE },
-        Config { bm: 128, bn: 128, threads: 256, stages: 4, ..BASE },
+        Matmul { bm: 128, bn: 128, threads: 128, stages: 4, ..BASE },
+        Matmul { bm: 256, bn: 128, threads: 256, stages: 3, ..BASE },
+        Matmul { bm: 128, bn: 128, threads: 256, stages: 4, ..BASE },
     ];
     for size in [4096usize, 8192] {
         for cfg in shapes {
@@ -400,7 +350,7 @@ fn bench_general_variants() {
         return;
     };
     let blas = tile_runtime::cublas::Gemm::new(&stream).unwrap();
-    let k = parse_kernel(&kernel_text(BASE)).unwrap();
+    let k = parse_kernel(&BASE.text()).unwrap();
     for size in [4096usize, 8192] {
         for tma_copies in [true, false] {
             let c =
@@ -426,16 +376,16 @@ fn run_pair<T: Element + tile_runtime::cublas::CublasElement>(
     stream: &Stream,
     blas: &tile_runtime::cublas::Gemm,
     l: &Loaded,
-    cfg: Config,
+    cfg: Matmul,
     size: usize,
 ) -> (tile_runtime::BenchResult, tile_runtime::BenchResult) {
     let mut rng = Rng(5);
-    let host: Vec<T> = (0..size * size).map(|_| T::from_f64(rng.f32() as f64)).collect();
+    let host: Vec<T> = (0..size * size).map(|_| T::from_f64(rng.f32(-1.0, 1.0) as f64)).collect();
     let a = DeviceTensor::from_slice(stream, &host, &[size, size]).unwrap();
     let b = DeviceTensor::from_slice(stream, &host, &[size, size]).unwrap();
     let mut c = DeviceTensor::<T>::zeros(stream, &[size, size]).unwrap();
     let mut c2 = DeviceTensor::<T>::zeros(stream, &[size, size]).unwrap();
-    let ours = bench(stream, 5, 20, || launch(device, stream, l, cfg, (size, size, size), &a, &b, &mut c)).unwrap();
+    let ours = bench(stream, 5, 20, || launch(device, stream, l, cfg, 0, (size, size, size), &a, &b, &mut c)).unwrap();
     let theirs = bench(stream, 5, 20, || blas.gemm(size, size, size, &a, &b, &mut c2, false, false)).unwrap();
     let x = c.to_vec(stream).unwrap();
     let y = c2.to_vec(stream).unwrap();

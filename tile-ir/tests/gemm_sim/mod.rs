@@ -1,107 +1,24 @@
 //! The simulator harness shared by the gemm codegen tests: random f16/bf16
-//! inputs, a kernel in text form compiled for sm_80 and run on the Thread IR
-//! simulator (`crate::sim`), and an f64 reference to compare with.
+//! inputs, a kernel in text form (the shared ones are in `tile_testkit`)
+//! compiled for sm_80 or sm_90a and run on the Thread IR simulator
+//! (`crate::sim`), and f64 references (gemm, attention) to compare with.
 #![allow(dead_code)]
 
 use crate::sim;
 use half::{bf16, f16};
-use std::collections::HashMap;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
-
-/// The example GEMM at 128×128×32, 3 stages, f16 (its shape before it moved
-/// to 128×256×64), as the macro lowers it.
-pub const MATMUL: &str = "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut f16[M, N]) threads=256 grid=((N + 127) / 128, (M + 127) / 128, 1) swizzle=8 {
-  %3 bx = block_idx.x
-  %4 by = block_idx.y
-  @3 a_s: shared f16[128, 32]
-  @4 b_s: shared f16[32, 128]
-  @5 acc: fragment f32[128, 128]
-  fill acc, 0.0
-  for %5 k in pipelined(3) 0..(K + 31) / 32 {
-    copy a[by * 128, k * 32] -> a_s
-    copy b[k * 32, bx * 128] -> b_s
-    gemm a_s, b_s -> acc
-  }
-  copy acc -> c[by * 128, bx * 128]
-}";
-
-/// The FlashAttention inner loop (head dim 64, 64 query rows per block,
-/// 128 threads, 2 stages, P·V with A from registers), as the macro lowers it.
-pub const ATTENTION: &str = "kernel attention<%0 SQ, %1 SK>(@0 q: &f16[SQ, 64], @1 k: &f16[SK, 64], @2 v: &f16[SK, 64], @3 o: &mut f16[SQ, 64], %2 scale: f32) threads=128 grid=((SQ + 63) / 64, 1, 1) {
-  %3 bx = block_idx.x
-  @4 q_s: shared f16[64, 64]
-  @5 k_s: shared f16[64, 64]
-  @6 v_s: shared f16[64, 64]
-  @7 s: fragment f32[64, 64]
-  @8 p: fragment f16[64, 64]
-  @9 acc: fragment f32[64, 64]
-  @10 m: fragment f32[64]
-  @11 m_prev: fragment f32[64]
-  @12 r: fragment f32[64]
-  @13 l: fragment f32[64]
-  @14 row_sum: fragment f32[64]
-  copy q[bx * 64, 0] -> q_s
-  fill acc, 0.0
-  fill l, 0.0
-  fill m, -inf
-  for %4 kb in pipelined(2) 0..(SK + 63) / 64 {
-    copy k[kb * 64, 0] -> k_s
-    copy v[kb * 64, 0] -> v_s
-    gemm q_s, k_s.t -> s, clear, policy=full_row
-    for %5 i in parallel 0..64 {
-      for %6 j in parallel 0..64 {
-        if kb * 64 + %6 >= SK {
-          s[%5, %6] = -inf
-        }
-      }
-    }
-    copy m -> m_prev
-    reduce.max s -> m, dim=1, keep
-    for %7 i in parallel 0..64 {
-      r[%7] = exp2((m_prev[%7] - m[%7]) * scale)
-    }
-    for %8 i in parallel 0..64 {
-      for %9 j in parallel 0..64 {
-        s[%8, %9] = exp2(s[%8, %9] * scale - m[%8] * scale)
-      }
-    }
-    reduce.sum s -> row_sum, dim=1
-    for %10 i in parallel 0..64 {
-      l[%10] = l[%10] * r[%10] + row_sum[%10]
-    }
-    for %11 i in parallel 0..64 {
-      for %12 j in parallel 0..64 {
-        acc[%11, %12] = acc[%11, %12] * r[%11]
-      }
-    }
-    copy s -> p
-    gemm p, v_s -> acc, policy=full_row
-  }
-  for %13 i in parallel 0..64 {
-    for %14 j in parallel 0..64 {
-      acc[%13, %14] = acc[%13, %14] / l[%13]
-    }
-  }
-  copy acc -> o[bx * 64, 0]
-}";
-
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
+pub use tile_testkit::Rng;
 
 /// Random values rounded to `dt` (f16 or bf16): (bytes, rounded values).
 pub fn random(rng: &mut Rng, dt: DType, n: usize, lo: f32, hi: f32) -> (Vec<u8>, Vec<f64>) {
+    assert!(matches!(dt, DType::F16 | DType::BF16), "inputs are f16 or bf16");
     let x: Vec<f32> = (0..n).map(|_| rng.f32(lo, hi)).collect();
+    encode(dt, &x)
+}
+
+/// `x` rounded to `dt` (f16, bf16; f32 for any other): (bytes, rounded values).
+pub fn encode(dt: DType, x: &[f32]) -> (Vec<u8>, Vec<f64>) {
     match dt {
         DType::F16 => (
             x.iter().flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
@@ -111,7 +28,7 @@ pub fn random(rng: &mut Rng, dt: DType, n: usize, lo: f32, hi: f32) -> (Vec<u8>,
             x.iter().flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
             x.iter().map(|v| bf16::from_f32(*v).to_f64()).collect(),
         ),
-        _ => panic!("inputs are f16 or bf16"),
+        _ => (x.iter().flat_map(|v| v.to_le_bytes()).collect(), x.iter().map(|v| *v as f64).collect()),
     }
 }
 
@@ -130,24 +47,22 @@ pub fn decode(dt: DType, b: &[u8]) -> Vec<f64> {
 /// Compiles `text` for sm_80 and runs it on the simulator: tensors in
 /// parameter order, then `dims` (in `k.dims` order), then scalar bits.
 pub fn run(text: &str, tensors: Vec<Vec<u8>>, dims: &[i64], scalars: &[u64]) -> Vec<Vec<u8>> {
+    run_on(Target::Sm80, text, tensors, dims, scalars)
+}
+
+/// [`run`] for `target`; checks that the simulator ran wgmmas exactly when
+/// the PTX has them.
+pub fn run_on(target: Target, text: &str, tensors: Vec<Vec<u8>>, dims: &[i64], scalars: &[u64]) -> Vec<Vec<u8>> {
     let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
-    let c = compile(&k, Target::Sm80).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        let val = if i < nt {
-            sim::GBASE + ((i as u64) << 32)
-        } else if i < nt + dims.len() {
-            dims[i - nt] as u32 as u64
-        } else {
-            scalars[i - nt - dims.len()]
-        };
-        params.insert(name.clone(), val);
-    }
-    let grid = tile_ir::abi::eval_grid(&k, dims).unwrap();
-    let mut sm = sim::Sim::new(f, tensors, params);
-    sm.run_grid(grid);
+    let c = compile(&k, target).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
+    let sm = sim::launch(&c.function, &k, tensors, dims, scalars);
+    assert_eq!(
+        sm.hopper.wgmmas > 0,
+        c.ptx.contains("wgmma.mma_async"),
+        "{}: the simulator ran {} wgmmas",
+        k.name,
+        sm.hopper.wgmmas
+    );
     sm.tensors
 }
 
@@ -187,4 +102,45 @@ pub fn check_gemm(text: &str, dt: DType, m: usize, n: usize, kk: usize, ta: bool
     let want = reference(m, n, kk, &av, &bv, ta, tb);
     let err = rel_l2(&got, &want);
     assert!(err <= tol, "{m}x{n}x{kk}: relative L2 error {err:.3e} > {tol:.1e}");
+}
+
+/// Softmax attention of one head in f64: `softmax(q·kᵀ / √d) · v`, `q`
+/// `[sq, d]`, `k` and `v` `[sk, d]`; the result `[sq, d]`.
+pub fn attention_reference(q: &[f64], k: &[f64], v: &[f64], sq: usize, sk: usize, d: usize) -> Vec<f64> {
+    let mut want = vec![0.0; sq * d];
+    for i in 0..sq {
+        let s: Vec<f64> =
+            (0..sk).map(|j| (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>() / (d as f64).sqrt()).collect();
+        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+        let sum: f64 = p.iter().sum();
+        for c in 0..d {
+            want[i * d + c] = (0..sk).map(|j| p[j] * v[j * d + c]).sum::<f64>() / sum;
+        }
+    }
+    want
+}
+
+/// Runs an attention kernel text (`tile_testkit::attention_text`: head
+/// dimension `d`, element type `dt`) for `target` on random inputs from
+/// `seed` at `sq` queries and `sk` keys, and compares with
+/// [`attention_reference`] (relative L2 error at most `tol`).
+#[allow(clippy::too_many_arguments)]
+pub fn check_attention(target: Target, text: &str, dt: DType, d: usize, sq: usize, sk: usize, seed: u64, tol: f64) {
+    let mut rng = Rng(seed);
+    let (qb, qv) = random(&mut rng, dt, sq * d, -2.0, 2.0);
+    let (kb, kv) = random(&mut rng, dt, sk * d, -2.0, 2.0);
+    let (vb, vv) = random(&mut rng, dt, sk * d, -1.0, 1.0);
+    let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+    let out = run_on(
+        target,
+        text,
+        vec![qb, kb, vb, vec![0xFF; 2 * sq * d]],
+        &[sq as i64, sk as i64],
+        &[scale.to_bits() as u64],
+    );
+    let got = decode(dt, &out[3]);
+    let want = attention_reference(&qv, &kv, &vv, sq, sk, d);
+    let err = rel_l2(&got, &want);
+    assert!(err <= tol, "attention d={d} sq={sq} sk={sk}: relative L2 error {err:.3e}");
 }

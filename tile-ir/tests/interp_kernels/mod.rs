@@ -4,28 +4,8 @@
 
 use tile_ir::interp::{self, Arg, TensorData};
 use tile_ir::*;
-
-/// A 64-bit xorshift: deterministic inputs without a crate.
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    /// Uniform in [lo, hi).
-    pub fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * u
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+#[allow(unused_imports)]
+pub use tile_testkit::Rng;
 
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -30,6 +30,35 @@ use tile_ir::thread_ir::*;
 
 pub const GBASE: u64 = 0x1000_0000;
 
+/// Runs `f` (compiled from `k`) over the grid of `k` at `dims`: tensors in
+/// parameter order, each at `GBASE + i * 2^32`, then `dims` (in `k.dims`
+/// order), then `scalars` (bit patterns, in scalar-parameter order). Returns
+/// the finished simulation (its tensors, counters, Hopper state).
+pub fn launch<'f>(
+    f: &'f Function,
+    k: &tile_ir::Kernel,
+    tensors: Vec<Vec<u8>>,
+    dims: &[i64],
+    scalars: &[u64],
+) -> Sim<'f> {
+    let nt = tensors.len();
+    let mut params = HashMap::new();
+    for (i, (name, _)) in f.params.iter().enumerate() {
+        let val = if i < nt {
+            GBASE + ((i as u64) << 32)
+        } else if i < nt + dims.len() {
+            dims[i - nt] as u32 as u64
+        } else {
+            scalars[i - nt - dims.len()]
+        };
+        params.insert(name.clone(), val);
+    }
+    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
+    let mut sm = Sim::new(f, tensors, params);
+    sm.run_grid(grid);
+    sm
+}
+
 /// The cp.asyncs of one group: (shared address, bytes that will land).
 type AsyncGroup = Vec<(usize, Vec<u8>)>;
 

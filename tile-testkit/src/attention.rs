@@ -1,0 +1,100 @@
+//! The FlashAttention inner loop in Tile IR text form, as the `tile` macro
+//! lowers `tests/kernels/gemm.rs::attention` (`tests/gemm_interp.rs` checks
+//! that the two agree): one block per 64 query rows walks the keys in
+//! tiles of 64 with an online softmax, `S = Q·Kᵀ` from shared memory and
+//! `O += P·V` with P from registers.
+//!
+//! [`ATTENTION`] is the kernel at head dimension 64, 64 query rows per
+//! block, 128 threads, f16; [`attention_text`] derives the other shapes from
+//! it, so the loop body exists once.
+
+/// The FlashAttention inner loop (head dim 64, 64 query rows per block,
+/// 128 threads, 2 stages, P·V with A from registers), as the macro lowers it.
+pub const ATTENTION: &str = "kernel attention<%0 SQ, %1 SK>(@0 q: &f16[SQ, 64], @1 k: &f16[SK, 64], @2 v: &f16[SK, 64], @3 o: &mut f16[SQ, 64], %2 scale: f32) threads=128 grid=((SQ + 63) / 64, 1, 1) {
+  %3 bx = block_idx.x
+  @4 q_s: shared f16[64, 64]
+  @5 k_s: shared f16[64, 64]
+  @6 v_s: shared f16[64, 64]
+  @7 s: fragment f32[64, 64]
+  @8 p: fragment f16[64, 64]
+  @9 acc: fragment f32[64, 64]
+  @10 m: fragment f32[64]
+  @11 m_prev: fragment f32[64]
+  @12 r: fragment f32[64]
+  @13 l: fragment f32[64]
+  @14 row_sum: fragment f32[64]
+  copy q[bx * 64, 0] -> q_s
+  fill acc, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %4 kb in pipelined(2) 0..(SK + 63) / 64 {
+    copy k[kb * 64, 0] -> k_s
+    copy v[kb * 64, 0] -> v_s
+    gemm q_s, k_s.t -> s, clear, policy=full_row
+    for %5 i in parallel 0..64 {
+      for %6 j in parallel 0..64 {
+        if kb * 64 + %6 >= SK {
+          s[%5, %6] = -inf
+        }
+      }
+    }
+    copy m -> m_prev
+    reduce.max s -> m, dim=1, keep
+    for %7 i in parallel 0..64 {
+      r[%7] = exp2((m_prev[%7] - m[%7]) * scale)
+    }
+    for %8 i in parallel 0..64 {
+      for %9 j in parallel 0..64 {
+        s[%8, %9] = exp2(s[%8, %9] * scale - m[%8] * scale)
+      }
+    }
+    reduce.sum s -> row_sum, dim=1
+    for %10 i in parallel 0..64 {
+      l[%10] = l[%10] * r[%10] + row_sum[%10]
+    }
+    for %11 i in parallel 0..64 {
+      for %12 j in parallel 0..64 {
+        acc[%11, %12] = acc[%11, %12] * r[%11]
+      }
+    }
+    copy s -> p
+    gemm p, v_s -> acc, policy=full_row
+  }
+  for %13 i in parallel 0..64 {
+    for %14 j in parallel 0..64 {
+      acc[%13, %14] = acc[%13, %14] / l[%13]
+    }
+  }
+  copy acc -> o[bx * 64, 0]
+}";
+
+/// [`ATTENTION`] with head dimension `d`, `bm` query rows per block over
+/// `threads` threads, and element type `dt` (`"f16"` or `"bf16"`). Key tiles
+/// stay 64 wide. `attention_text(64, 64, 128, "f16")` is [`ATTENTION`].
+pub fn attention_text(d: i64, bm: i64, threads: u32, dt: &str) -> String {
+    ATTENTION
+        .replace("threads=128 grid=((SQ + 63) / 64", &format!("threads={threads} grid=((SQ + {}) / {bm}", bm - 1))
+        .replace("f16[SQ, 64]", &format!("{dt}[SQ, {d}]"))
+        .replace("f16[SK, 64]", &format!("{dt}[SK, {d}]"))
+        .replace("q_s: shared f16[64, 64]", &format!("q_s: shared {dt}[{bm}, {d}]"))
+        .replace("k_s: shared f16[64, 64]", &format!("k_s: shared {dt}[64, {d}]"))
+        .replace("v_s: shared f16[64, 64]", &format!("v_s: shared {dt}[64, {d}]"))
+        .replace("s: fragment f32[64, 64]", &format!("s: fragment f32[{bm}, 64]"))
+        .replace("p: fragment f16[64, 64]", &format!("p: fragment {dt}[{bm}, 64]"))
+        .replace("acc: fragment f32[64, 64]", &format!("acc: fragment f32[{bm}, {d}]"))
+        .replace("fragment f32[64]", &format!("fragment f32[{bm}]"))
+        .replace("copy q[bx * 64, 0]", &format!("copy q[bx * {bm}, 0]"))
+        .replace("copy acc -> o[bx * 64, 0]", &format!("copy acc -> o[bx * {bm}, 0]"))
+        .replace("i in parallel 0..64 {\n      for %6", &format!("i in parallel 0..{bm} {{\n      for %6"))
+        .replace("%7 i in parallel 0..64", &format!("%7 i in parallel 0..{bm}"))
+        .replace("%8 i in parallel 0..64", &format!("%8 i in parallel 0..{bm}"))
+        .replace("%10 i in parallel 0..64", &format!("%10 i in parallel 0..{bm}"))
+        .replace(
+            "%11 i in parallel 0..64 {\n      for %12 j in parallel 0..64",
+            &format!("%11 i in parallel 0..{bm} {{\n      for %12 j in parallel 0..{d}"),
+        )
+        .replace(
+            "%13 i in parallel 0..64 {\n    for %14 j in parallel 0..64",
+            &format!("%13 i in parallel 0..{bm} {{\n    for %14 j in parallel 0..{d}"),
+        )
+}
