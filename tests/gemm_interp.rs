@@ -66,6 +66,24 @@ fn example_kernels() {
     gemm::example_bt_f16(&dev(), 129, 130, 33, 10).unwrap();
 }
 
+/// The Tile IR that the macro embeds for the attention kernel and for the
+/// example's matmul, printed, is the text the compiler's own tests use
+/// (`tile_testkit`): the DSL and IR-text copies of each kernel cannot drift apart.
+#[test]
+fn embedded_ir_is_the_shared_text() {
+    let printed = |ir: &str| {
+        let kernel: tile::ir::Kernel = serde_json::from_str(ir).expect("embedded Tile IR parses");
+        tile::ir::print::print_kernel(&kernel).trim_end().to_string()
+    };
+    assert_eq!(printed(gemm::attention::META.ir), tile_testkit::ATTENTION);
+    let example = tile_testkit::MATMUL_128X256;
+    assert_eq!(printed(examples::gemm::matmul::META.ir), example.text());
+    let bf16 = tile_testkit::Matmul { name: "matmul_bf16", dtype: "bf16", ..example };
+    assert_eq!(printed(examples::gemm::matmul_bf16::META.ir), bf16.text());
+    let bt = tile_testkit::Matmul { name: "matmul_bt", trans_b: true, ..example };
+    assert_eq!(printed(examples::gemm::matmul_bt::META.ir), bt.text());
+}
+
 #[test]
 fn attention_pipelined_f16() {
     for (sq, sk) in [(100, 77), (1, 1), (64, 200), (70, 129)] {
