@@ -537,6 +537,23 @@ fn gemm_shape_mismatch_names_the_extents() {
 }
 
 #[test]
+fn gemm_shape_mismatch_names_the_transpose_that_fits() {
+    // A stored [K, M] = [24, 40]: read transposed, it fits.
+    let (mut k, a, b, c) = gemm_base(&[24, 40], &[24, 8], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "; `gemm(&a_s.t(), &b_s, ..)` would fit");
+    // Both stored transposed, both read as stored: the hint flips both.
+    let (mut k, a, b, c) = gemm_base(&[24, 40], &[8, 24], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "; `gemm(&a_s.t(), &b_s.t(), ..)` would fit");
+    // No reading fits: no hint.
+    let (mut k, a, b, c) = gemm_base(&[40, 32], &[48, 8], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    let errs = verify(&k).expect_err("K disagrees");
+    assert!(!errs[0].message.contains("would fit"), "{errs:#?}");
+}
+
+#[test]
 fn gemm_operand_scopes_and_types() {
     // A may be a fragment; B may not.
     let (mut k, a, b, c) = gemm_base(&[16, 16], &[16, 16], &[16, 16]);

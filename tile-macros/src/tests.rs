@@ -37,6 +37,23 @@ pub(crate) fn lower_err(attr_src: &str, item_src: &str, expected: &[&str]) -> Ve
     errs
 }
 
+/// The errors the macro reports for a kernel that must fail: the
+/// frontend's, or, when it lowered, the verifier's (as `backend.rs` runs
+/// it). For the tile-op rules that live in `tile_ir::verify`.
+pub(crate) fn verified_err(attr_src: &str, item_src: &str, expected: &[&str]) -> Vec<String> {
+    let (k, mut errs) = lower_src(attr_src, item_src);
+    if errs.is_empty() {
+        if let Err(found) = tile_ir::verify::verify(&k.expect("kernel")) {
+            errs.extend(found.into_iter().map(|e| e.message));
+        }
+    }
+    assert!(!errs.is_empty(), "expected errors, got none");
+    for e in expected {
+        assert!(errs.iter().any(|m| m.contains(e)), "no error contains {e:?}; errors: {errs:#?}");
+    }
+    errs
+}
+
 fn walk<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
     for s in stmts {
         out.push(s);
@@ -330,6 +347,18 @@ fn name_errors() {
     assert_eq!(errs.len(), 1, "{errs:?}");
 }
 
+/// A kernel that fails to lower is not compiled, but the verifier still
+/// checks what was lowered: its errors come with the frontend's.
+#[test]
+fn verifier_errors_come_with_frontend_errors() {
+    let errs = lower_err(
+        "threads = 32",
+        "fn k(a: &Tensor<f32, 64>, b: &mut Tensor<f32, 64>) { copy(a.tile([0]), b.tile([0])); let x = y; }",
+        &["cannot find `y` in this kernel", "copy from `a` to `b`: both sides are global tensors"],
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+}
+
 #[test]
 fn shape_errors() {
     lower_err(
@@ -342,15 +371,21 @@ fn shape_errors() {
         "fn k(a: &Tensor<f32, 64>, n: i32) { let mut s = fragment::<f32, n>(); }",
         &["`n` is a kernel parameter"],
     );
-    lower_err(
+    // The sides of a copy are the verifier's rule.
+    verified_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, 64>) { let mut s = shared::<f32, 64, 32>(); let mut f = fragment::<f32, 32, 64>(); copy(&s, &mut f); }",
-        &["shape mismatch in `copy`", "[64, 32]", "[32, 64]"],
+        &["copy from `s` [64, 32] to `f` [32, 64]: the shapes differ"],
     );
-    lower_err(
+    verified_err(
         "threads = 32",
         "fn k(a: &Tensor<f32, 64>, b: &mut Tensor<f32, 64>) { copy(a.tile([0]), b.tile([0])); }",
-        &["between two tensor parameters", "`a` → `b`"],
+        &["copy from `a` to `b`: both sides are global tensors (tensor parameters); stage the data through a shared buffer or a fragment"],
+    );
+    verified_err(
+        "threads = 32",
+        "fn k(a: &Tensor<f32, 64>) { let mut g = fragment::<f32, 4, 16>(); copy(a.tile([0]), &mut g); }",
+        &["copy between `g` (rank 2) and a tile of `a` (rank 1): the buffer's rank exceeds the tensor's (`g` is [4, 16], `a` is [64])"],
     );
     lower_err(
         "threads = 32",

@@ -51,7 +51,7 @@ impl Verifier<'_> {
         match (sb.scope == Scope::Global, db.scope == Scope::Global) {
             (true, true) => {
                 self.err(format!(
-                    "copy from `{}` to `{}`: both sides are global tensors; copy through a shared buffer or fragment",
+                    "copy from `{}` to `{}`: both sides are global tensors (tensor parameters); stage the data through a shared buffer or a fragment",
                     sb.name, db.name
                 ));
             }
@@ -94,11 +94,15 @@ impl Verifier<'_> {
                 }
                 if l.rank() > g.rank() {
                     self.err(format!(
-                        "copy between `{}` (rank {}) and a tile of `{}` (rank {}): the buffer's rank exceeds the tensor's",
+                        "copy between `{}` (rank {}) and a tile of `{}` (rank {}): the buffer's rank exceeds the tensor's (`{}` is {}, `{}` is {})",
                         l.name,
                         l.rank(),
                         g.name,
-                        g.rank()
+                        g.rank(),
+                        l.name,
+                        shape_text(self.kernel, &l.shape),
+                        g.name,
+                        shape_text(self.kernel, &g.shape)
                     ));
                 }
             }

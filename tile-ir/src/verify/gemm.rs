@@ -6,7 +6,10 @@
 //! `op(b)` = `[K, N]` (transposed when `trans_*` is set), `c` is `[M, N]`
 //! ([`super::rules::gemm_mismatch`]).
 
-use super::rules::gemm_mismatch;
+use super::rules::{
+    gemm_a_scope_ok, gemm_b_scope_ok, gemm_fitting_transposes, gemm_mismatch, gemm_operand_dtype_ok,
+    gemm_operand_extents,
+};
 use super::{scope_name, Verifier};
 use crate::ir::{BufferId, DType, Scope};
 
@@ -20,24 +23,24 @@ impl Verifier<'_> {
         };
         let t = |trans: bool| if trans { ".t" } else { "" };
         let (an, bn) = (format!("`{}{}`", ab.name, t(trans_a)), format!("`{}{}`", bb.name, t(trans_b)));
-        if !matches!(ab.scope, Scope::Shared | Scope::Fragment) {
+        if !gemm_a_scope_ok(ab.scope) {
             self.err(format!(
                 "gemm: operand A {an} is a {}, expected a shared buffer or a fragment",
                 scope_name(ab.scope)
             ));
         }
-        if bb.scope != Scope::Shared {
+        if !gemm_b_scope_ok(bb.scope) {
             self.err(format!("gemm: operand B {bn} is a {}, expected a shared buffer", scope_name(bb.scope)));
         }
         if cb.scope != Scope::Fragment {
             self.err(format!("gemm: the accumulator `{}` is a {}, expected a fragment", cb.name, scope_name(cb.scope)));
         }
         for (name, buf) in [(&an, ab), (&bn, bb)] {
-            if !matches!(buf.dtype, DType::F16 | DType::BF16) {
+            if !gemm_operand_dtype_ok(buf.dtype) {
                 self.err(format!("gemm: operand {name} holds {}; operands hold f16 or bf16", buf.dtype));
             }
         }
-        if ab.dtype != bb.dtype && [ab.dtype, bb.dtype].iter().all(|t| matches!(t, DType::F16 | DType::BF16)) {
+        if ab.dtype != bb.dtype && gemm_operand_dtype_ok(ab.dtype) && gemm_operand_dtype_ok(bb.dtype) {
             self.err(format!("gemm: operands {an} ({}) and {bn} ({}) hold different types", ab.dtype, bb.dtype));
         }
         if cb.dtype != DType::F32 {
@@ -56,12 +59,18 @@ impl Verifier<'_> {
         if !ranks_ok {
             return;
         }
-        let (m_a, k_a) = if trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
-        let (k_b, n_b) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
+        let (m_a, k_a) = gemm_operand_extents(&sa, trans_a);
+        let (k_b, n_b) = gemm_operand_extents(&sb, trans_b);
         let (m_c, n_c) = (sc[0], sc[1]);
         if let Some(what) = gemm_mismatch((m_a, k_a), (k_b, n_b), (m_c, n_c)) {
+            // The transposes that would make the shapes agree, in the
+            // kernel's syntax (this is what the frontend reports).
+            let call = |x: bool| if x { ".t()" } else { "" };
+            let hint = gemm_fitting_transposes(&sa, &sb, &sc, trans_a, trans_b).map_or_else(String::new, |(x, y)| {
+                format!("; `gemm(&{}{}, &{}{}, ..)` would fit", ab.name, call(x), bb.name, call(y))
+            });
             self.err(format!(
-                "gemm shape mismatch: {an} {sa:?} is M×K = {m_a}×{k_a}, {bn} {sb:?} is K×N = {k_b}×{n_b}, `{}` {sc:?} is M×N = {m_c}×{n_c}: {what}",
+                "gemm shape mismatch: {an} {sa:?} is M×K = {m_a}×{k_a}, {bn} {sb:?} is K×N = {k_b}×{n_b}, `{}` {sc:?} is M×N = {m_c}×{n_c}: {what}{hint}",
                 cb.name
             ));
         }

@@ -9,6 +9,7 @@
 //! (accumulate f16/bf16 in f32), not `bool`; `AtomicAdd` on a mutable
 //! global tensor, not of `bool`, with a value of the element type.
 
+use super::rules::{reduce_result_shape, reduce_shape_ok};
 use super::{scope_name, Verifier};
 use crate::ir::{BufferId, DType, Expr, ReduceOp, Scope};
 
@@ -60,10 +61,8 @@ impl Verifier<'_> {
         if *dim >= sb.rank() {
             self.err(format!("reduce_{opn} of `{}` along dim {dim}, but it has rank {}", sb.name, sb.rank()));
         } else if let (Some(ss), Some(ds)) = (sb.const_shape(), db.const_shape()) {
-            let mut want = ss.clone();
-            want.remove(*dim);
-            let ok = ds == want || (ss.len() == 1 && ds == [1]);
-            if !ok {
+            if !reduce_shape_ok(&ss, *dim, &ds) {
+                let want = reduce_result_shape(&ss, *dim).unwrap_or_default();
                 self.err(format!(
                     "reduce_{opn} of `{}` {:?} along dim {dim} gives shape {:?}, but `{}` has shape {:?}",
                     sb.name, ss, want, db.name, ds

@@ -1,14 +1,16 @@
 //! Expressions: every expression has one type.
 //!
 //! Checks: variables exist and are visible; binary operands agree (insert a
-//! cast otherwise) and the operator is defined on their type; comparisons
-//! give `Bool`; math intrinsics take floats (`abs` and `neg` also signed
-//! integers); `fma` operands agree; casts are between numeric types or from
-//! `bool` to an integer ([`super::rules::cast_allowed`]); `select` has a
+//! cast otherwise) and the operator is defined on their type
+//! ([`super::rules::binop_defined`]); comparisons give `Bool`; math
+//! intrinsics take floats, `abs` and `neg` also signed integers
+//! ([`super::rules::unop_defined`]); `fma` operands agree; casts are between
+//! numeric types or from `bool` to an integer
+//! ([`super::rules::cast_allowed`]); `select` has a
 //! `Bool` condition and arms of one type. Loads are checked by
 //! [`super::access`].
 
-use super::rules::cast_allowed;
+use super::rules::{binop_defined, cast_allowed, unop_defined};
 use super::Verifier;
 use crate::ir::{BinOp, DType, Expr, UnOp};
 
@@ -36,13 +38,7 @@ impl Verifier<'_> {
             }
             Expr::Unary { op, arg } => {
                 let t = self.expr(arg)?;
-                let ok = match op {
-                    UnOp::Neg => t.is_float() || matches!(t, DType::I32 | DType::I64),
-                    UnOp::Not => t == DType::Bool || t.is_int(),
-                    UnOp::Abs => t.is_float() || matches!(t, DType::I32 | DType::I64),
-                    UnOp::Exp2 | UnOp::Exp | UnOp::Log2 | UnOp::Log | UnOp::Sqrt | UnOp::Rsqrt => t.is_float(),
-                };
-                if !ok {
+                if !unop_defined(*op, t) {
                     self.err(format!("{} applied to {t}", unop_name(*op)));
                     return None;
                 }
@@ -55,15 +51,7 @@ impl Verifier<'_> {
                     self.err(format!("operands of {} have types {a} and {b}; insert a cast", binop_name(*op)));
                     return None;
                 }
-                let ok = match op {
-                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Min | BinOp::Max => {
-                        a != DType::Bool
-                    }
-                    BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => true,
-                    BinOp::And | BinOp::Or | BinOp::Xor => a == DType::Bool || a.is_int(),
-                    BinOp::Shl | BinOp::Shr => a.is_int(),
-                };
-                if !ok {
+                if !binop_defined(*op, a) {
                     self.err(format!("{} applied to {a}", binop_name(*op)));
                     return None;
                 }

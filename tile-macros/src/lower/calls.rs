@@ -12,7 +12,8 @@ use super::syntax::{call_name, format_shape, path_ident, scope_name, transposed}
 use super::{Binding, Lowerer, Side, Val, FUNCTIONS, MATH};
 use crate::diag::{did_you_mean, Lowered, Reported};
 use syn::{Expr as SynExpr, Ident};
-use tile_ir::{Buffer, BufferId, Expr, Extent, ReduceOp, Scope, Stmt, StmtKind, TileRef};
+use tile_ir::verify::rules;
+use tile_ir::{BufferId, Expr, ReduceOp, Scope, Stmt, StmtKind, TileRef};
 
 impl Lowerer<'_> {
     pub(super) fn call_stmt(
@@ -70,7 +71,9 @@ impl Lowerer<'_> {
                 let src = self.tile_ref(args[0], false);
                 let dst = self.tile_ref(args[1], true);
                 let (src, dst) = (src?, dst?);
-                self.check_copy(&src, &dst, call)?;
+                // Which sides may meet (at most one tensor, equal buffer
+                // shapes, a buffer's rank at most the tensor's) is the
+                // verifier's rule, reported at this statement.
                 let fill = match modifier {
                     Some(m) => {
                         if m.args.len() != 1 {
@@ -122,7 +125,7 @@ impl Lowerer<'_> {
                 let (src, dst, dim) = (src?, dst?, dim?);
                 let (s, d) = (self.k.buffer(src).clone(), self.k.buffer(dst).clone());
                 let (s_shape, d_shape) = (s.const_shape().unwrap_or_default(), d.const_shape().unwrap_or_default());
-                if dim < 0 || dim as usize >= s.rank() {
+                if dim < 0 || rules::reduce_result_shape(&s_shape, dim as usize).is_none() {
                     let valid: Vec<String> = (0..s.rank()).map(|d| d.to_string()).collect();
                     let dims = match valid.split_last() {
                         Some((last, rest)) if !rest.is_empty() => {
@@ -135,12 +138,11 @@ impl Lowerer<'_> {
                         format!("`{name}` over dimension {dim}, but `{}` has rank {} ({dims})", s.name, s.rank()),
                     ));
                 }
-                let mut expected = s_shape.clone();
-                expected.remove(dim as usize);
-                if expected.is_empty() {
-                    expected.push(1);
-                }
-                if d_shape != expected {
+                if !rules::reduce_shape_ok(&s_shape, dim as usize, &d_shape) {
+                    let mut expected = rules::reduce_result_shape(&s_shape, dim as usize).unwrap_or_default();
+                    if expected.is_empty() {
+                        expected.push(1);
+                    }
                     return Err(self.errors.spanned(
                         args[1],
                         format!(
@@ -394,53 +396,6 @@ impl Lowerer<'_> {
                     return Err(self.transpose_misplaced(t));
                 }
                 Err(self.errors.spanned(other, format!("expected {usage}")))
-            }
-        }
-    }
-
-    pub(super) fn check_copy(&mut self, src: &Side, dst: &Side, call: &syn::ExprCall) -> Lowered<()> {
-        let (s, d) = (self.k.buffer(src.tile.buf).clone(), self.k.buffer(dst.tile.buf).clone());
-        let describe = |b: &Buffer| -> String {
-            let parts: Vec<String> = b
-                .shape
-                .iter()
-                .map(|e| match e {
-                    Extent::Const(c) => c.to_string(),
-                    Extent::Dyn(v) => self.k.var(*v).name.clone(),
-                })
-                .collect();
-            format!("[{}]", parts.join(", "))
-        };
-        match (s.scope == Scope::Global, d.scope == Scope::Global) {
-            (true, true) => Err(self.errors.spanned(
-                call,
-                format!("`copy` between two tensor parameters (`{}` → `{}`) is not supported: stage the data through a `shared` or `fragment` buffer", src.name, dst.name),
-            )),
-            (false, false) => {
-                if s.shape != d.shape {
-                    return Err(self.errors.spanned(
-                        call,
-                        format!("shape mismatch in `copy`: the source `{}` is {} but the destination `{}` is {}", src.name, describe(&s), dst.name, describe(&d)),
-                    ));
-                }
-                Ok(())
-            }
-            (global_src, _) => {
-                let (tile, tensor) = if global_src { (&d, &s) } else { (&s, &d) };
-                let (tile_name, tensor_name) = if global_src { (&dst.name, &src.name) } else { (&src.name, &dst.name) };
-                if tile.rank() > tensor.rank() {
-                    return Err(self.errors.spanned(
-                        call,
-                        format!(
-                            "shape mismatch in `copy`: the buffer `{tile_name}` is {} (rank {}) but the tensor `{tensor_name}` is {} (rank {})",
-                            describe(tile),
-                            tile.rank(),
-                            describe(tensor),
-                            tensor.rank()
-                        ),
-                    ));
-                }
-                Ok(())
             }
         }
     }

@@ -12,6 +12,7 @@ use super::{Binding, Lowerer, Val, DTYPES, MATH, STATEMENTS_HELP};
 use crate::diag::{did_you_mean, Lowered, Reported};
 use quote::ToTokens;
 use syn::{Expr as SynExpr, Ident, Stmt as SynStmt};
+use tile_ir::verify::rules;
 use tile_ir::{BinOp, DType, Expr, Scope, UnOp, Value};
 
 impl Lowerer<'_> {
@@ -151,14 +152,12 @@ impl Lowerer<'_> {
             syn::UnOp::Neg(_) => match v {
                 Val::Int(x) => Ok(Val::Int(-x)),
                 Val::Float(x) => Ok(Val::Float(-x)),
-                Val::Typed(e, t) if t.is_float() || t == DType::I32 || t == DType::I64 => {
-                    Ok(Val::Typed(Expr::unary(UnOp::Neg, e), t))
-                }
+                Val::Typed(e, t) if rules::unop_defined(UnOp::Neg, t) => Ok(Val::Typed(Expr::unary(UnOp::Neg, e), t)),
                 Val::Typed(_, t) => Err(self.errors.spanned(u, format!("cannot negate a `{t}`"))),
             },
             syn::UnOp::Not(_) => match v {
                 Val::Int(x) => Ok(Val::Int(!x)),
-                Val::Typed(e, t) if t == DType::Bool || t.is_int() => Ok(Val::Typed(Expr::unary(UnOp::Not, e), t)),
+                Val::Typed(e, t) if rules::unop_defined(UnOp::Not, t) => Ok(Val::Typed(Expr::unary(UnOp::Not, e), t)),
                 other => {
                     Err(self.errors.spanned(u, format!("`!` needs a `bool` or an integer, found {}", other.describe())))
                 }
@@ -360,8 +359,7 @@ impl Lowerer<'_> {
                     Val::Int(x) if name != "abs" => (self.literal(Val::Int(x), DType::F32, args[0])?, DType::F32),
                     v => self.materialize(v, args[0])?,
                 };
-                let ok = t.is_float() || (name == "abs" && (t == DType::I32 || t == DType::I64));
-                if !ok {
+                if !rules::unop_defined(op, t) {
                     return Err(self.errors.spanned(
                         args[0],
                         format!("`{name}` needs a float argument (`f16`, `bf16` or `f32`), found `{t}`; convert it with `as f32`"),

@@ -1,15 +1,18 @@
 //! `gemm(&a, &b, &mut acc)` with `.t()` on an operand and the modifiers
 //! `.clear()` and `.policy(..)`.
 //!
-//! Recognizes the chain and the operands, checks placement (not inside
-//! `parallel`), the modifiers, and the operand and accumulator kinds at the
-//! operand at fault; the shape agreement comes from
-//! `tile_ir::verify::rules`, with a hint of the `.t()` that would fit.
+//! Recognizes the chain and the operands, and checks placement (not inside
+//! `parallel`) and the modifiers. The operand and accumulator rules
+//! (`tile_ir::verify::rules`: scopes, element types, rank 2) are asked here
+//! so that the error points at the operand at fault; whether the shapes
+//! agree is left to the verifier, which reports it at the `gemm(..)` call
+//! with the `.t()` that would fit.
 
 use super::syntax::{const_shape_of, format_shape, path_ident, scope_phrase, transposed, warp_policy};
 use super::{Binding, Lowerer};
 use crate::diag::{Lowered, Reported};
 use syn::Expr as SynExpr;
+use tile_ir::verify::rules;
 use tile_ir::{BufferId, DType, Scope, Stmt, StmtKind, WarpPolicy};
 
 impl Lowerer<'_> {
@@ -19,10 +22,11 @@ impl Lowerer<'_> {
         &mut self,
         call: &syn::ExprCall,
         modifiers: &[&syn::ExprMethodCall],
-        whole: &SynExpr,
         out: &mut Vec<Stmt>,
     ) -> Lowered<()> {
-        let span = self.span_id(whole);
+        // The statement is the call: errors about it underline `gemm(..)`,
+        // not the modifiers after it, which have their own errors.
+        let span = self.span_id(call);
         let mut failed = false;
         if self.parallel_depth > 0 {
             self.errors.spanned(
@@ -106,11 +110,10 @@ impl Lowerer<'_> {
         let (Ok((a, trans_a)), Ok((b, trans_b)), Ok(c)) = (a, b, c) else {
             return Err(Reported);
         };
-        let (ab, bb, cb) = (self.k.buffer(a).clone(), self.k.buffer(b).clone(), self.k.buffer(c).clone());
+        let (ab, bb) = (self.k.buffer(a).clone(), self.k.buffer(b).clone());
         // Element types: f16/bf16 operands of one type (checked per operand
         // in `gemm_operand`), an f32 accumulator (in `gemm_accumulator`).
-        let is_half = |t: DType| matches!(t, DType::F16 | DType::BF16);
-        if is_half(ab.dtype) && is_half(bb.dtype) && ab.dtype != bb.dtype {
+        if rules::gemm_operand_dtype_ok(ab.dtype) && rules::gemm_operand_dtype_ok(bb.dtype) && ab.dtype != bb.dtype {
             self.errors.spanned(
                 args[1],
                 format!(
@@ -120,43 +123,9 @@ impl Lowerer<'_> {
             );
             failed = true;
         }
-        let (sa, sb, sc) = (const_shape_of(&ab), const_shape_of(&bb), const_shape_of(&cb));
-        if sa.len() == 2 && sb.len() == 2 && sc.len() == 2 {
-            let (m_a, k_a) = if trans_a { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
-            let (k_b, n_b) = if trans_b { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
-            if let Some(what) = tile_ir::verify::gemm_mismatch((m_a, k_a), (k_b, n_b), (sc[0], sc[1])) {
-                let t = |x: bool| if x { ".t()" } else { "" };
-                // The operand(s) whose other reading would make the shapes agree.
-                let fits = |ta: bool, tb: bool| {
-                    let (m, k) = if ta { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
-                    let (k2, n) = if tb { (sb[1], sb[0]) } else { (sb[0], sb[1]) };
-                    tile_ir::verify::gemm_mismatch((m, k), (k2, n), (sc[0], sc[1])).is_none()
-                };
-                let hint = [(trans_a, !trans_b), (!trans_a, trans_b), (!trans_a, !trans_b)]
-                    .into_iter()
-                    .find(|&(x, y)| fits(x, y))
-                    .map_or_else(String::new, |(x, y)| {
-                        format!("; `gemm(&{}{}, &{}{}, ..)` would fit", ab.name, t(x), bb.name, t(y))
-                    });
-                self.errors.spanned(
-                    call,
-                    format!(
-                        "shape mismatch in `gemm`: `{}{}` {} is M×K = {m_a}×{k_a}, `{}{}` {} is K×N = {k_b}×{n_b}, and `{}` {} is M×N = {}×{}: {what}{hint}",
-                        ab.name,
-                        t(trans_a),
-                        format_shape(&sa),
-                        bb.name,
-                        t(trans_b),
-                        format_shape(&sb),
-                        cb.name,
-                        format_shape(&sc),
-                        sc[0],
-                        sc[1]
-                    ),
-                );
-                failed = true;
-            }
-        }
+        // Whether the shapes agree (`M`, `N`, `K`) is the verifier's rule
+        // (`tile_ir::verify::rules::gemm_mismatch`), reported at this
+        // statement with the `.t()` that would fit.
         if failed {
             return Err(Reported);
         }
@@ -220,8 +189,8 @@ impl Lowerer<'_> {
         };
         let b = self.k.buffer(buf).clone();
         let scope_ok = match which {
-            'A' => matches!(b.scope, Scope::Shared | Scope::Fragment),
-            _ => b.scope == Scope::Shared,
+            'A' => rules::gemm_a_scope_ok(b.scope),
+            _ => rules::gemm_b_scope_ok(b.scope),
         };
         if !scope_ok {
             let expected = if which == 'A' { "a shared buffer or a fragment" } else { "a shared buffer" };
@@ -247,7 +216,7 @@ impl Lowerer<'_> {
             );
             failed = true;
         }
-        if !matches!(b.dtype, DType::F16 | DType::BF16) {
+        if !rules::gemm_operand_dtype_ok(b.dtype) {
             self.errors.at(
                 ident.span(),
                 format!(
@@ -273,7 +242,7 @@ impl Lowerer<'_> {
         }
         let buf = self.buffer_arg(e, true, "gemm")?;
         let b = self.k.buffer(buf).clone();
-        if b.scope != Scope::Fragment || b.dtype != DType::F32 || b.rank() != 2 {
+        if !rules::gemm_accumulator_ok(b.scope, b.dtype) || b.rank() != 2 {
             let what = if b.scope != Scope::Fragment {
                 format!("a {}", scope_phrase(b.scope))
             } else if b.dtype != DType::F32 {

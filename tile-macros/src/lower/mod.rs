@@ -3,19 +3,25 @@
 //! Expects a [`Signature`] from `sig.rs` (whose body had its turbofish shapes
 //! rewritten) and the [`KernelAttr`]. Guarantees a `Kernel` whose every
 //! statement and buffer carries a `SpanId` registered in the returned
-//! [`SpanTable`], and that every DSL rule the frontend can see (names,
-//! types, shapes, fragment access, writability, statement placement) is
-//! checked here with a precise span. Errors are collected, never thrown:
-//! a construct that fails is reported, skipped, and its name (if it binds
-//! one) is bound to a poisoned entry so that later uses stay silent. When
-//! errors were reported the returned kernel is incomplete and must not be
-//! compiled.
+//! [`SpanTable`]. The frontend checks what only it can see, each at the
+//! tokens at fault: syntax, names (with "did you mean"), literal typing,
+//! statement placement (what may be inside `parallel`, `grid` first, ..),
+//! writability and the argument kinds of tile ops. The typing and shape
+//! rules of tile ops are `tile_ir::verify`'s: asked here through
+//! `tile_ir::verify::rules` where the answer decides which operand to
+//! point at, else left to the verifier, whose errors map back to the
+//! statement through the `SpanTable`.
+//!
+//! Errors are collected, never thrown: a construct that fails is reported,
+//! skipped, and its name (if it binds one) is bound to a poisoned entry so
+//! that later uses stay silent. When errors were reported the returned
+//! kernel is incomplete and must not be compiled; the verifier still checks
+//! what was lowered ([`verify_partial`]), so that all mistakes show at once.
 //!
 //! Typing follows Rust: binary operators take operands of one type and the
 //! frontend never converts silently, except that untyped literals (and
 //! `consts(..)` names) adopt the type of the other operand, defaulting to
 //! `i32` / `f32`.
-
 //!
 //! One file per job: `stmt.rs` recognizes statements and dispatches them;
 //! `grid.rs`, `buffers.rs`, `loops.rs`, `assign.rs`, `calls.rs` (tile
@@ -110,7 +116,26 @@ pub(crate) fn lower(attr: &KernelAttr, sig: &Signature, errors: &mut Errors) -> 
     lowerer.at_kernel_start = true;
     let body = lowerer.block(&sig.body.stmts);
     lowerer.k.body = body;
-    (lowerer.k, lowerer.spans)
+    let (kernel, spans) = (lowerer.k, lowerer.spans);
+    if !errors.is_empty() {
+        verify_partial(&kernel, &spans, errors);
+    }
+    (kernel, spans)
+}
+
+/// The verifier's errors about the statements and buffers of a kernel that
+/// failed to lower, which `backend.rs` will not compile (it verifies only
+/// complete kernels). A failed construct is left out of the kernel and
+/// everything naming it fails too, so what remains is consistent and the
+/// verifier's errors there are real mistakes (a gemm whose shapes disagree
+/// next to a misspelt name elsewhere). Errors about the kernel as a whole
+/// are left out: the attribute and signature checks here cover them, and an
+/// incomplete kernel may lack what its header refers to.
+fn verify_partial(kernel: &Kernel, spans: &SpanTable, errors: &mut Errors) {
+    let Err(found) = tile_ir::verify::verify(kernel) else { return };
+    for e in found.into_iter().filter(|e| e.span != SpanId::NONE) {
+        errors.push(spans.range(e.span).error(e.message));
+    }
 }
 
 #[derive(Copy, Clone)]

@@ -121,7 +121,7 @@ impl Lowerer<'_> {
 
     pub(super) fn expr_stmt(&mut self, e: &SynExpr, has_semi: bool, out: &mut Vec<Stmt>) -> Lowered<()> {
         if let Some((call, modifiers)) = gemm_chain(e) {
-            return self.gemm_stmt(call, &modifiers, e, out);
+            return self.gemm_stmt(call, &modifiers, out);
         }
         match e {
             SynExpr::ForLoop(f) => self.for_loop(f, out),

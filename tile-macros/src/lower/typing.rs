@@ -8,6 +8,7 @@ use super::{Lowerer, Val, DTYPES};
 use crate::diag::Lowered;
 use quote::ToTokens;
 use syn::Expr as SynExpr;
+use tile_ir::verify::rules;
 use tile_ir::{BinOp, DType, Expr, Value};
 
 impl Lowerer<'_> {
@@ -58,15 +59,9 @@ impl Lowerer<'_> {
             }
             _ => self.unify(l, r, whole, &format!("the operands of `{symbol}`"))?,
         };
-        let allowed = match op {
-            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Min | BinOp::Max => {
-                t != DType::Bool
-            }
-            BinOp::And | BinOp::Or | BinOp::Xor => t == DType::Bool || t.is_int(),
-            BinOp::Shl | BinOp::Shr => t.is_int(),
-            BinOp::Eq | BinOp::Ne => true,
-            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => t != DType::Bool,
-        };
+        // The IR's rule, plus one of the language: bools are not ordered.
+        let ordering = matches!(op, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge);
+        let allowed = rules::binop_defined(op, t) && !(ordering && t == DType::Bool);
         if !allowed {
             return Err(self.errors.spanned(whole, format!("`{symbol}` is not defined on `{t}`")));
         }
