@@ -76,3 +76,13 @@ fn reduce_shapes() {
     assert!(reduce_shape_ok(&[128], 0, &[]) && reduce_shape_ok(&[128], 0, &[1]));
     assert!(!reduce_shape_ok(&[128], 0, &[2]) && !reduce_shape_ok(&[4, 8], 2, &[4]));
 }
+
+#[test]
+fn threads_per_block() {
+    for ok in [32, 64, 96, 1024] {
+        assert!(threads_ok(ok), "{ok}");
+    }
+    for bad in [0, 16, 100, 1056, 2048] {
+        assert!(!threads_ok(bad), "{bad}");
+    }
+}

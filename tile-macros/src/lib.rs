@@ -2,11 +2,16 @@
 //!
 //! The pipeline, one module per step (as in serde_derive / thiserror):
 //! `attr` parses the attribute, `sig` the function (its own parser:
-//! `&Tensor<f16, M, K>` is DSL, not a Rust type), `lower` turns the body
-//! into a `tile_ir::Kernel`, `backend` verifies and compiles it for each
-//! target, and `expand` quotes the `mod name { META; fn launch }` that the
-//! runtime uses. Every rejection is a `syn::Error` at a span; all errors of a
-//! kernel are reported together; the macro never panics.
+//! `&Tensor<f16, M, K>` is DSL, not a Rust type), `lower/` turns the body
+//! into a `tile_ir::Kernel` (one file per kind of statement), `backend`
+//! verifies and compiles it for each target, and `expand` quotes the
+//! `mod name { META; fn launch }` that the runtime uses. The frontend checks
+//! syntax, names, literal types and placement; the typing and shape rules of
+//! tile ops are `tile_ir::verify`'s, whose errors `diag::SpanTable` maps back
+//! to the statements. Every rejection is a `syn::Error` at a span; all
+//! errors of a kernel are reported together; the macro never panics.
+//!
+//! The language reference is the documentation of [`macro@tile_kernel`].
 use proc_macro::TokenStream;
 
 mod attr;
@@ -180,10 +185,11 @@ mod sig;
 ///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
 ///   ```
 ///
-/// Each rule above is checked once: syntax, names (with "did you mean"),
-/// literal types and statement placement by this macro, the typing and
-/// shape rules of the tile operations by `tile_ir::verify`, whose errors
-/// point at the statement concerned.
+/// Who checks what: this macro checks syntax, names (with "did you mean"),
+/// literal types, statement placement and the argument kinds of tile
+/// operations, at the tokens at fault; the typing and shape rules of the IR
+/// are `tile_ir::verify`'s (its `rules` module holds the ones the macro also
+/// asks), and its errors point at the statement concerned.
 ///
 /// # What it generates
 /// ```ignore

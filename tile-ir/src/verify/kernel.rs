@@ -14,6 +14,7 @@
 //! portable cluster size), and divide every constant grid extent (dynamic
 //! extents are checked at launch). Layout annotations: [`super::layout`].
 
+use super::rules::threads_ok;
 use super::{buf_label, scope_name, Verifier};
 use crate::ir::{BufferId, DType, Expr, Extent, Kernel, ParamKind, Scope, SpanId, Value, VarId, VarKind};
 
@@ -24,10 +25,7 @@ pub const MAX_CLUSTER_BLOCKS: u64 = 8;
 impl Verifier<'_> {
     pub(super) fn check_header(&mut self) {
         let k = self.kernel;
-        // `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
-        #[allow(clippy::manual_is_multiple_of)]
-        let bad_threads = k.threads == 0 || k.threads % 32 != 0 || k.threads > 1024;
-        if bad_threads {
+        if !threads_ok(k.threads.into()) {
             self.err_at(
                 SpanId::NONE,
                 format!("kernel `{}`: threads = {} must be a positive multiple of 32, at most 1024", k.name, k.threads),

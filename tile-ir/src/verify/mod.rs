@@ -5,16 +5,16 @@
 //! Expects: any [`Kernel`] (handles may be out of range, types may disagree).
 //! Guarantees, when it returns `Ok`, every invariant listed by its parts, one
 //! file per kind of rule:
-//! - [`kernel`]: threads, variables, dims, params, buffer shapes, the grid,
+//! - `kernel.rs`: threads, variables, dims, params, buffer shapes, the grid,
 //!   `use_swizzle` and the cluster;
-//! - [`layout`]: `annotate_layout` specs;
-//! - [`types`]: expressions are well typed;
-//! - [`scopes`]: `let`/assignment targets, binding once, lexical scoping,
+//! - `layout.rs`: `annotate_layout` specs;
+//! - `types.rs`: expressions are well typed;
+//! - `scopes.rs`: `let`/assignment targets, binding once, lexical scoping,
 //!   no reassignment of outer variables inside parallel loops;
-//! - [`access`]: element loads and stores (rank, index types, writability,
+//! - `access.rs`: element loads and stores (rank, index types, writability,
 //!   fragment access only in parallel loops by their variables);
-//! - [`loops`]: loop variables and bounds, pipelined and parallel loops, `if`;
-//! - [`copy`], [`gemm`], [`tile_ops`] (`fill`, `reduce_*`, `atomic_add`,
+//! - `loops.rs`: loop variables and bounds, pipelined and parallel loops, `if`;
+//! - `copy.rs`, `gemm.rs`, `tile_ops.rs` (`fill`, `reduce_*`, `atomic_add`,
 //!   `barrier`): the tile operations;
 //! - [`rules`]: the pure rules of tile ops that the frontend also asks
 //!   (before it has a kernel to verify), so that each is written once.

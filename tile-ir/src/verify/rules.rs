@@ -8,6 +8,15 @@
 
 use crate::ir::{BinOp, DType, Scope, UnOp};
 
+/// Whether a block may have `threads` threads: a positive multiple of 32
+/// (whole warps), at most 1024.
+pub fn threads_ok(threads: u64) -> bool {
+    // `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
+    #[allow(clippy::manual_is_multiple_of)]
+    let whole_warps = threads % 32 == 0;
+    threads != 0 && whole_warps && threads <= 1024
+}
+
 /// Whether `as` between the two types is allowed: numeric ↔ numeric, same
 /// type, or `bool` → integer (as Rust).
 pub fn cast_allowed(from: DType, to: DType) -> bool {
