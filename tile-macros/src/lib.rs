@@ -220,5 +220,3 @@ pub fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_gemm;

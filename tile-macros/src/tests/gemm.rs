@@ -3,7 +3,7 @@
 //! against f64 references (a tiled GEMM over every transpose and dtype, and
 //! a FlashAttention inner loop).
 
-use crate::tests::{all_stmts, lower_err, lower_ok, verified_err};
+use super::{all_stmts, lower_err, lower_ok, verified_err};
 use half::{bf16, f16};
 use tile_ir::interp::{Arg, TensorData};
 use tile_ir::*;
