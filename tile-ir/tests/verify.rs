@@ -533,7 +533,7 @@ fn gemm_shape_mismatch_names_the_extents() {
     expect_one(&k, SP, "`a_s` [40, 32] is M×K = 40×32, `b_s` [32, 8] is K×N = 32×8, `acc` [16, 9] is M×N = 16×9: M disagrees (40 from A, 16 from the accumulator); N disagrees (8 from B, 9 from the accumulator)");
     let (mut k, a, b, c) = gemm_base(&[40, 32], &[8, 31], &[40, 8]);
     k.body = vec![gemm_stmt(a, b, c, false, true)];
-    expect_one(&k, SP, "`b_s.t` [8, 31] is K×N = 31×8");
+    expect_one(&k, SP, "`b_s.t()` [8, 31] is K×N = 31×8");
 }
 
 #[test]

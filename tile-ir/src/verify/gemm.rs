@@ -21,7 +21,8 @@ impl Verifier<'_> {
             self.err(format!("gemm of {al} and {bl} into {cl}: no such buffer"));
             return;
         };
-        let t = |trans: bool| if trans { ".t" } else { "" };
+        // Operands are named as the kernel writes them (`b_s.t()`).
+        let t = |trans: bool| if trans { ".t()" } else { "" };
         let (an, bn) = (format!("`{}{}`", ab.name, t(trans_a)), format!("`{}{}`", bb.name, t(trans_b)));
         if !gemm_a_scope_ok(ab.scope) {
             self.err(format!(
@@ -63,11 +64,9 @@ impl Verifier<'_> {
         let (k_b, n_b) = gemm_operand_extents(&sb, trans_b);
         let (m_c, n_c) = (sc[0], sc[1]);
         if let Some(what) = gemm_mismatch((m_a, k_a), (k_b, n_b), (m_c, n_c)) {
-            // The transposes that would make the shapes agree, in the
-            // kernel's syntax (this is what the frontend reports).
-            let call = |x: bool| if x { ".t()" } else { "" };
+            // The transposes that would make the shapes agree.
             let hint = gemm_fitting_transposes(&sa, &sb, &sc, trans_a, trans_b).map_or_else(String::new, |(x, y)| {
-                format!("; `gemm(&{}{}, &{}{}, ..)` would fit", ab.name, call(x), bb.name, call(y))
+                format!("; `gemm(&{}{}, &{}{}, ..)` would fit", ab.name, t(x), bb.name, t(y))
             });
             self.err(format!(
                 "gemm shape mismatch: {an} {sa:?} is M×K = {m_a}×{k_a}, {bn} {sb:?} is K×N = {k_b}×{n_b}, `{}` {sc:?} is M×N = {m_c}×{n_c}: {what}{hint}",

@@ -137,7 +137,7 @@ fn gemm_shape_errors_name_the_three_shapes() {
         HEAD,
         &body("gemm(&a_s, &b_s.t(), &mut acc);"),
         &[
-            "`b_s.t` [24, 16] is K×N = 16×24",
+            "`b_s.t()` [24, 16] is K×N = 16×24",
             "N disagrees (24 from B, 16 from the accumulator); K disagrees (24 from A, 16 from B)",
         ],
     );
