@@ -4,7 +4,11 @@
 //! Produces a [`Val`]: a typed `tile_ir::Expr`, or an untyped constant that
 //! `typing.rs` gives its type from the context. Names resolve through the
 //! scopes (with "did you mean"), `consts(..)` names become constants, and
-//! `f32::INFINITY` and friends are folded here.
+//! `f32::INFINITY` and friends are folded here. Which operand types a unary
+//! operator or math function takes is the IR's rule
+//! (`tile_ir::verify::rules::unop_defined`), asked here to point at the
+//! argument; the language adds that casts from and to `bool` are written
+//! otherwise (`if c { 1 } else { 0 }`, `x != 0`).
 
 use super::syntax::{binop_symbol, call_name, plain_op, scope_name};
 use super::typing::cast_value;

@@ -1,7 +1,8 @@
 //! Statements: recognizes each kind of statement and hands it to the file
 //! that lowers it; `let` bindings of values; `if`/`else`; and the Rust
 //! syntax a kernel cannot have (`while`, `match`, `return`, items, macros),
-//! each rejected with a message naming what to write instead.
+//! each rejected with a message naming what to write instead. The rules of
+//! each statement are in the file that lowers it (or the verifier's).
 
 use super::syntax::{call_name, compound_op, gemm_chain};
 use super::{Binding, Lowerer, Val, STATEMENTS_HELP};

@@ -2,7 +2,9 @@
 //! untyped literal (or `consts(..)` name) adopts the other operand's type
 //! (`x * 2` with `x: f16`), defaulting to `i32` / `f32`; two constants fold;
 //! typed operands must agree (no implicit conversions, as in Rust), with a
-//! message that names the `as` to insert. Also the DSL's type names.
+//! message that names the `as` to insert. Which types an operator is
+//! defined on is the IR's rule (`tile_ir::verify::rules::binop_defined`);
+//! the language adds that bools are not ordered. Also the DSL's type names.
 
 use super::{Lowerer, Val, DTYPES};
 use crate::diag::Lowered;
