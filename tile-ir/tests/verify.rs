@@ -533,7 +533,24 @@ fn gemm_shape_mismatch_names_the_extents() {
     expect_one(&k, SP, "`a_s` [40, 32] is M×K = 40×32, `b_s` [32, 8] is K×N = 32×8, `acc` [16, 9] is M×N = 16×9: M disagrees (40 from A, 16 from the accumulator); N disagrees (8 from B, 9 from the accumulator)");
     let (mut k, a, b, c) = gemm_base(&[40, 32], &[8, 31], &[40, 8]);
     k.body = vec![gemm_stmt(a, b, c, false, true)];
-    expect_one(&k, SP, "`b_s.t` [8, 31] is K×N = 31×8");
+    expect_one(&k, SP, "`b_s.t()` [8, 31] is K×N = 31×8");
+}
+
+#[test]
+fn gemm_shape_mismatch_names_the_transpose_that_fits() {
+    // A stored [K, M] = [24, 40]: read transposed, it fits.
+    let (mut k, a, b, c) = gemm_base(&[24, 40], &[24, 8], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "; `gemm(&a_s.t(), &b_s, ..)` would fit");
+    // Both stored transposed, both read as stored: the hint flips both.
+    let (mut k, a, b, c) = gemm_base(&[24, 40], &[8, 24], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    expect_one(&k, SP, "; `gemm(&a_s.t(), &b_s.t(), ..)` would fit");
+    // No reading fits: no hint.
+    let (mut k, a, b, c) = gemm_base(&[40, 32], &[48, 8], &[40, 8]);
+    k.body = vec![gemm_stmt(a, b, c, false, false)];
+    let errs = verify(&k).expect_err("K disagrees");
+    assert!(!errs[0].message.contains("would fit"), "{errs:#?}");
 }
 
 #[test]

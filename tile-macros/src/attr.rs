@@ -263,7 +263,7 @@ fn check_threads(lit: &LitInt, errors: &mut Errors) -> Option<u32> {
             return None;
         }
     };
-    if value == 0 || value % 32 != 0 || value > 1024 {
+    if !tile_ir::verify::rules::threads_ok(value) {
         errors.at(
             lit.span(),
             format!("`threads = {value}`: the threads per block must be a multiple of 32 (the warp size) between 32 and 1024"),

@@ -2,11 +2,16 @@
 //!
 //! The pipeline, one module per step (as in serde_derive / thiserror):
 //! `attr` parses the attribute, `sig` the function (its own parser:
-//! `&Tensor<f16, M, K>` is DSL, not a Rust type), `lower` turns the body
-//! into a `tile_ir::Kernel`, `backend` verifies and compiles it for each
-//! target, and `expand` quotes the `mod name { META; fn launch }` that the
-//! runtime uses. Every rejection is a `syn::Error` at a span; all errors of a
-//! kernel are reported together; the macro never panics.
+//! `&Tensor<f16, M, K>` is DSL, not a Rust type), `lower/` turns the body
+//! into a `tile_ir::Kernel` (one file per kind of statement), `backend`
+//! verifies and compiles it for each target, and `expand` quotes the
+//! `mod name { META; fn launch }` that the runtime uses. The frontend checks
+//! syntax, names, literal types and placement; the typing and shape rules of
+//! tile ops are `tile_ir::verify`'s, whose errors `diag::SpanTable` maps back
+//! to the statements. Every rejection is a `syn::Error` at a span; all
+//! errors of a kernel are reported together; the macro never panics.
+//!
+//! The language reference is the documentation of [`macro@tile_kernel`].
 use proc_macro::TokenStream;
 
 mod attr;
@@ -18,6 +23,9 @@ mod sig;
 
 /// Compiles a kernel function to PTX at build time and replaces it with a
 /// module holding its metadata (`META`) and a typed `launch` function.
+///
+/// This is the language reference of `tile`: what a kernel may contain and
+/// the rules each construct follows.
 ///
 /// ```ignore
 /// use tile::prelude::*;
@@ -44,21 +52,28 @@ mod sig;
 /// `const` item outside the kernel is invisible to a macro; put it here.
 /// Optional:
 /// - `cluster = (x, y, z)`: thread block clusters (sm_90 and later): 1 to 3
-///   positive integers (missing ones are 1), at most 8 blocks in all (the
-///   portable limit). A cluster never changes results; on a GPU with
-///   clusters the grid must be a multiple of it on every axis (a launch
-///   error otherwise), and GPUs without them (sm_8x) and the interpreter
-///   ignore it.
+///   positive integer literals (missing ones are 1), at most 8 blocks in all
+///   (the portable limit). A cluster never changes results: on a GPU with
+///   clusters the blocks of a cluster are co-scheduled on one GPC, and the
+///   grid must be a multiple of the cluster on every axis (a compile error
+///   for a constant grid extent, a launch error for a dynamic one); GPUs
+///   without clusters (sm_8x) and the interpreter ignore it
+///   (`tile_ir::Kernel::cluster`).
 /// - `warp_specialize = true | false` (default `true`): whether the sm_90a
 ///   compiler may add a warp-specialized TMA + wgmma variant of pipelined
-///   loops (a producer warpgroup loads, the block's threads compute). The
-///   runtime launches it only when the mapped tensors are TMA-addressable
-///   (16-byte aligned, rows a multiple of 16 bytes), else the general code.
-///   `false` turns it off, for bisecting.
-/// - `archs = "sm_90a"` (optional, comma-separated): embed only these of the
-///   targets `TILE_ARCHS` asks for, e.g. a Hopper-only configuration whose
-///   shared memory exceeds sm_80's. On a GPU without an embedded target the
-///   launch is a `tile::Error` naming the targets there are.
+///   loops (a producer warpgroup issues TMA loads into mbarrier-guarded
+///   stages, the block's warpgroups run `wgmma.mma_async` on them,
+///   `setmaxnreg` moves registers to the consumers; the accumulator may be
+///   stored with TMA and the kernel run persistently over the grid's tiles).
+///   The runtime launches it only when the mapped tensors are
+///   TMA-addressable (16-byte aligned, rows a multiple of 16 bytes), else the
+///   general code. `false` turns it off, for bisecting
+///   (`tile_ir::Kernel::warp_specialize`).
+/// - `archs = "sm_90a"` (comma-separated): embed only these of the targets
+///   `TILE_ARCHS` asks for, e.g. a Hopper-only configuration whose shared
+///   memory exceeds sm_80's; a compile-time choice, not in the IR. On a GPU
+///   without an embedded target the launch is a `tile::Error` naming the
+///   targets there are.
 ///
 /// ```ignore
 /// #[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64), cluster = (2, 1, 1))]
@@ -68,70 +83,113 @@ mod sig;
 /// `&Tensor<T, D0, D1, ..>` (read-only), `&mut Tensor<T, D0, D1, ..>`, and
 /// scalars `f32`, `i32`, `u32`, `f16`, `bf16`. `T` is one of those types. A
 /// dimension is an integer literal, a name from `consts(..)`, or any other
-/// name: a dynamic dimension, bound at launch from the tensors' shapes
-/// (tensors naming the same dimension must agree). `Tensor<T, (M, K)>` and
-/// 1-D `Tensor<T, [N]>` are accepted too; `[M, K]` is not Rust syntax.
+/// name: a dynamic dimension, an `i32` bound at launch from the tensors'
+/// shapes (tensors naming the same dimension must agree). Shapes are generic
+/// arguments because rustc parses the item before the macro runs and
+/// `[M, K]` is not Rust type syntax; `Tensor<T, (M, K)>` and 1-D
+/// `Tensor<T, [N]>` are accepted too.
 ///
 /// # The body
 /// What one thread block does.
 /// - `let bx = grid(x);` / `let (bx, by) = grid(x, y);` (up to 3 axes) as
-///   the first statement; the extents use dimensions and constants only.
+///   the first statement; the extents use dimensions and constants only (the
+///   host computes the grid before the launch).
 /// - `use_swizzle(panel);` (optional, right after a 2-D or 3-D `grid(..)`,
-///   `panel` a constant ≥ 1): threadblock rasterization for L2 reuse. Blocks
-///   are visited in panels of `panel` columns of the grid (x = column,
-///   y = row), walking down each panel before moving to the next; every block
-///   still runs once, so results do not change (`tile_ir::abi::rasterize`).
+///   once, `panel` a constant ≥ 1): threadblock rasterization for L2 reuse.
+///   The block with hardware linear id `L = ctaid.y·gx + ctaid.x` runs as
+///   `(bx, by) = tile_ir::abi::rasterize(panel, gx, gy, L)`: panels of
+///   `panel` columns of the grid (x = column, y = row; the last panel
+///   narrower when `gx % panel ≠ 0`), each walked row by row before the next.
+///   A bijection: every block still runs once, so results do not change.
 /// - Buffers: `let mut s = shared::<T, D0, D1>();`, `fragment::<..>()` (a
 ///   tile spread over the threads' registers), `local::<..>()` (a small
-///   array every thread holds); constant shapes (`{ BK * 2 }` for an
-///   expression).
-/// - `annotate_layout(&s, layout);` (optional, for a `shared` buffer, once,
-///   before any statement uses `s`): the buffer's layout in shared memory
-///   instead of the compiler's choice; results never change. Seeing `s` as
-///   `[rows, cols]` (outer dims folded into rows), `layout` is
-///   `row_major()`, `padded(bytes)` (each row followed by `bytes` unused
-///   bytes, a positive multiple of 16 so 16-byte chunks stay aligned), or
-///   `swizzle(bits)` (`bits` in 1..=3: the 16-byte chunk index within a row
-///   XORed with `row mod 2^bits`; rows a power of two of at least
-///   `16·2^bits` bytes; with 128-byte rows this is CuTe's
-///   `Swizzle<bits, 4, 3>`). Arguments are constants.
-/// - Loops: `for i in a..b` (or `a..=b`), `for i in parallel(N)`,
-///   `for (i, j) in parallel((M, N))` (up to 3-D, constant extents,
-///   iterations spread over the threads), `for k in pipelined(n, stages)`.
-/// - `if`/`else` (also as a value: `if c { a } else { b }`), `let`,
-///   `let mut`, `=`, `+=` (and the other compound operators) on variables
-///   and elements.
+///   array every thread holds); at least one dimension, each a positive
+///   compile-time constant: a literal, a `consts(..)` name, or `{ expr }` of
+///   them (`shared::<f16, BM, { BK * 2 }>()`). Elements are `f16`, `bf16`,
+///   `f32`, `i32` or `u32`.
+/// - `annotate_layout(&s, layout);` (optional, for a `shared` buffer, at
+///   most once, before any statement uses `s`: put it with the
+///   declarations): the buffer's layout in shared memory instead of the
+///   compiler's choice (an ldmatrix swizzle or padding for gemm operands,
+///   row-major otherwise); results never change and the interpreter ignores
+///   it. Seeing `s` as `[rows, cols]` (outer dims folded into rows),
+///   `layout` is `row_major()`, `padded(bytes)` (each row followed by `bytes`
+///   unused bytes, a positive multiple of 16 so 16-byte cp.async/ldmatrix
+///   chunks stay aligned), or `swizzle(bits)` (`bits` in 1..=3: the 16-byte
+///   chunk index within a row XORed with `row mod 2^bits`; rows a power of
+///   two of at least `16·2^bits` bytes; with 128-byte rows this is CuTe's
+///   `Swizzle<bits, 4, 3>`). Arguments are constants. Pipelined buffers get
+///   `stages` copies of the annotated layout (`tile_ir::Buffer::layout`).
+/// - Loops: `for i in a..b` (or `a..=b`; serial, `i32` bounds),
+///   `for i in parallel(N)`, `for (i, j) in parallel((M, N))` (up to 3-D,
+///   positive constant extents; iterations are independent and spread over
+///   the threads), `for k in pipelined(n, stages)` (a serial loop from 0 to
+///   `n` whose shared-memory tile copies are multi-buffered, `stages` a
+///   constant in 1..=16: `cp.async`, or TMA on sm_90a). Loop variables are
+///   not `mut`; loops have no labels.
+/// - `if`/`else` (also as a value: `if c { a } else { b }`, one expression
+///   per branch), `let x = ..`, `let mut x: f32 = ..`, `=`, `+=` (and the
+///   other compound operators) on `let mut` variables and on elements, and
+///   `{ .. }` blocks. Not in a kernel: `while`, `loop`, `match`, `return`,
+///   `break`, `continue`, closures, items and macros.
 /// - Operators `+ - * / % & | ^ << >> == != < <= > >= && || ! -`, casts
 ///   `as f16|bf16|f32|i32|u32`. Operands have one type: no implicit
 ///   conversions, except that untyped literals and constants adopt the
-///   other operand's type (`x * 2` with `x: f16`).
-/// - Math: `exp2 exp log2 log abs sqrt rsqrt` (also as methods, `x.exp2()`),
-///   `max min` (`x.max(y)`), `fma(a, b, c)`, `cdiv(a, b)`; `f32::INFINITY`,
+///   other operand's type (`x * 2` with `x: f16`), defaulting to `i32` (or
+///   `f32` for a float literal); operators on two constants are folded.
+///   Conditions and `&&`/`||` operands are `bool`.
+/// - Math: `exp2 exp log2 log abs sqrt rsqrt` (one float argument; `abs`
+///   also `i32`; also as methods, `x.exp2()`), `max min` (`x.max(y)`),
+///   `fma(a, b, c)`, `cdiv(a, b)` (integers); `f32::INFINITY`,
 ///   `f32::NEG_INFINITY`, `f32::MAX`, `f32::MIN`.
-/// - Elements: `x[i]`, `x[(i, j)]`, `x[[i, j]]`. A fragment only inside a
-///   `parallel` loop, indexed by its loop variables. Tensors: reads out of
-///   bounds give 0, writes out of bounds are skipped.
-/// - Tile operations (block-wide, not inside `parallel`):
-///   `copy(src, dst)` with `&buf`, `&mut buf` or `t.tile([origin..])` on
-///   each side (one side a buffer), `.fill(v)` for masked reads;
-///   `fill(&mut buf, v)`; `clear(&mut buf)`;
-///   `reduce_max(&src, &mut dst, dim)` (`reduce_sum`, `reduce_min`),
-///   `.keep()` to combine with `dst`; `barrier()`. And
-///   `atomic_add(&mut t[(i, j)], v)` on a `&mut Tensor`.
+/// - Elements: `x[i]`, `x[(i, j)]`, `x[[i, j]]`, one index per dimension.
+///   A fragment only inside a `parallel` loop, indexed by its loop variables
+///   (which say which thread holds which element). Tensors: reads out of
+///   bounds give 0, writes out of bounds are skipped. A variable or `local`
+///   buffer declared outside a `parallel` loop is not written inside it (the
+///   iterations run on different threads).
+/// - Tile operations (block-wide: not inside `parallel`):
+///   - `copy(src, dst)` with `&buf`, `&mut buf`, `&t` (a whole tensor) or
+///     `t.tile([origin..])` on each side: at most one side is a tensor;
+///     `.tile(..)` takes one coordinate per tensor dimension, and the buffer
+///     facing it has at most the tensor's rank (the window is the buffer's
+///     shape, masked at the tensor's edges); two buffers have the same shape.
+///     Element types convert (`f16` → `f32` ..). `.fill(v)` sets the value
+///     of masked reads from a tensor (of the destination's type). A written
+///     tensor is a `&mut Tensor`.
+///   - `fill(&mut buf, v)` (a value of `buf`'s type), `clear(&mut buf)`: on
+///     shared, fragment and local buffers.
+///   - `reduce_max(&src, &mut dst, dim)` (`reduce_sum`, `reduce_min`): `src`
+///     and `dst` fragments of one element type, `dim` a constant below
+///     `src`'s rank, `dst` shaped as `src` without `dim` (`[1]` for a 1-D
+///     `src`); `.keep()` combines with `dst`'s current values.
+///   - `atomic_add(&mut t[(i, j)], v)` on an element of a `&mut Tensor`,
+///     `v` of its type.
+///   - `barrier()`: all threads of the block meet.
 /// - Matrix multiply on tensor cores (block-wide, not inside `parallel`):
 ///   `gemm(&a, &b, &mut acc);` accumulates `acc += a · b` where `a` is
 ///   `[M, K]` (a shared buffer or a fragment), `b` is `[K, N]` (a shared
 ///   buffer), both `f16` or both `bf16`, and `acc` an `f32` fragment
-///   `[M, N]`; products and sums are in f32. `.t()` on an operand reads it
-///   transposed: `&a.t()` with `a` stored `[K, M]`, `&b.t()` with `b` stored
-///   `[N, K]` (Q·Kᵀ: `gemm(&q_s, &k_s.t(), &mut s)`). Modifiers, chained in
-///   any order: `.clear()` overwrites `acc` (`acc = a · b`);
-///   `.policy(FullRow | FullCol | Square)` (or `WarpPolicy::FullRow`, ..)
-///   says how warps split `M × N` (whole rows, whole columns, or as square
-///   as possible: the default). `.t()` is valid only on a `gemm` operand.
+///   `[M, N]`. `.t()` on an operand reads it transposed: `&a.t()` with `a`
+///   stored `[K, M]`, `&b.t()` with `b` stored `[N, K]` (Q·Kᵀ:
+///   `gemm(&q_s, &k_s.t(), &mut s)`); `.t()` is valid only on a `gemm`
+///   operand. Modifiers, chained in any order: `.clear()` overwrites `acc`
+///   (`acc = a · b`); `.policy(FullRow | FullCol | Square)` (or
+///   `WarpPolicy::FullRow`, ..) says how warps split `M × N` (whole rows,
+///   whole columns, or as square as possible: the default). Semantics (the
+///   interpreter's): products of the stored f16/bf16 values in f32, summed in
+///   f32 (k ascending); the GPU sums in another order. Lowered to
+///   `mma.sync` with `ldmatrix` from swizzled shared tiles (`wgmma` on
+///   sm_90a).
 ///   ```ignore
 ///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
 ///   ```
+///
+/// Who checks what: this macro checks syntax, names (with "did you mean"),
+/// literal types, statement placement and the argument kinds of tile
+/// operations, at the tokens at fault; the typing and shape rules of the IR
+/// are `tile_ir::verify`'s (its `rules` module holds the ones the macro also
+/// asks), and its errors point at the statement concerned.
 ///
 /// # What it generates
 /// ```ignore
@@ -162,5 +220,3 @@ pub fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_gemm;

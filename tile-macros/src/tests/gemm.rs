@@ -3,7 +3,7 @@
 //! against f64 references (a tiled GEMM over every transpose and dtype, and
 //! a FlashAttention inner loop).
 
-use crate::tests::{all_stmts, lower_err, lower_ok};
+use super::{all_stmts, lower_err, lower_ok, verified_err};
 use half::{bf16, f16};
 use tile_ir::interp::{Arg, TensorData};
 use tile_ir::*;
@@ -124,14 +124,16 @@ fn gemm_type_errors() {
 
 #[test]
 fn gemm_shape_errors_name_the_three_shapes() {
-    let errs = lower_err(HEAD, &body("gemm(&at_s, &b_s, &mut acc);"), &["shape mismatch in `gemm`"]);
+    // The shape agreement is the verifier's rule, reported at the statement.
+    let errs = verified_err(HEAD, &body("gemm(&at_s, &b_s, &mut acc);"), &["gemm shape mismatch"]);
     assert_eq!(
         errs,
-        ["shape mismatch in `gemm`: `at_s` [24, 32] is M×K = 24×32, `b_s` [24, 16] is K×N = 24×16, and `acc` [32, 16] is M×N = 32×16: M disagrees (24 from A, 32 from the accumulator); K disagrees (32 from A, 24 from B); `gemm(&at_s.t(), &b_s, ..)` would fit"]
+        ["gemm shape mismatch: `at_s` [24, 32] is M×K = 24×32, `b_s` [24, 16] is K×N = 24×16, `acc` [32, 16] is M×N = 32×16: M disagrees (24 from A, 32 from the accumulator); K disagrees (32 from A, 24 from B); `gemm(&at_s.t(), &b_s, ..)` would fit"]
     );
     // `.t()` on B: [BN, BK] read as [BK, BN] is fine, [BK, BN] read transposed is not.
-    lower_ok(HEAD, &body("gemm(&a_s, &bt_s.t(), &mut acc);"));
-    lower_err(
+    let k = lower_ok(HEAD, &body("gemm(&a_s, &bt_s.t(), &mut acc);"));
+    tile_ir::verify::verify(&k).expect("the shapes agree");
+    verified_err(
         HEAD,
         &body("gemm(&a_s, &b_s.t(), &mut acc);"),
         &[

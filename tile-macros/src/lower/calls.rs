@@ -1,0 +1,402 @@
+//! Tile-operation statements: `copy(src, dst)` (with `.fill(v)`),
+//! `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min` (with `.keep()`),
+//! `atomic_add`, `barrier`; the dispatch of the other statement calls
+//! (`grid`, `use_swizzle`, `annotate_layout`, `gemm`) to their files.
+//!
+//! Recognizes the arguments (`&buf`, `&mut buf`, `t.tile([..])`), checks
+//! arity, names, placement (not inside `parallel`) and writability at the
+//! argument at fault. Leaves to the verifier the shape and scope agreement
+//! of the two sides of a `copy`.
+
+use super::syntax::{call_name, format_shape, path_ident, scope_name, transposed};
+use super::{Binding, Lowerer, Side, Val, FUNCTIONS, MATH};
+use crate::diag::{did_you_mean, Lowered, Reported};
+use syn::{Expr as SynExpr, Ident};
+use tile_ir::verify::rules;
+use tile_ir::{BufferId, Expr, ReduceOp, Scope, Stmt, StmtKind, TileRef};
+
+impl Lowerer<'_> {
+    pub(super) fn call_stmt(
+        &mut self,
+        call: &syn::ExprCall,
+        modifier: Option<&syn::ExprMethodCall>,
+        whole: &SynExpr,
+        out: &mut Vec<Stmt>,
+    ) -> Lowered<()> {
+        let Some(name_ident) = call_name(call) else {
+            return Err(self.errors.spanned(
+                &*call.func,
+                "unsupported call: a kernel calls the tile operations and math functions by their plain name",
+            ));
+        };
+        let name = name_ident.to_string();
+        let span = self.span_id(whole);
+        let collective =
+            matches!(name.as_str(), "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min" | "barrier");
+        if collective && self.parallel_depth > 0 {
+            return Err(self.errors.at(
+                name_ident.span(),
+                format!("`{name}` is a block-wide operation and cannot be used inside a `parallel` loop, whose iterations run on different threads"),
+            ));
+        }
+        if let Some(m) = modifier {
+            let method = m.method.to_string();
+            let (expected, usage) = if name == "copy" { ("fill", ".fill(value)") } else { ("keep", ".keep()") };
+            if method != expected {
+                return Err(self.errors.at(
+                    m.method.span(),
+                    format!("unknown method `.{method}()` on `{name}(..)`; it supports `{usage}`"),
+                ));
+            }
+            if expected == "keep" && !m.args.is_empty() {
+                return Err(self.errors.spanned(&m.args, "`.keep()` takes no arguments"));
+            }
+        }
+        let arity = |n: usize| -> Option<String> {
+            (call.args.len() != n).then(|| {
+                format!(
+                    "`{name}` takes {n} argument{}, but {} {} given",
+                    if n == 1 { "" } else { "s" },
+                    call.args.len(),
+                    if call.args.len() == 1 { "was" } else { "were" }
+                )
+            })
+        };
+        let args: Vec<&SynExpr> = call.args.iter().collect();
+        let kind = match name.as_str() {
+            "copy" => {
+                if let Some(msg) = arity(2) {
+                    return Err(self.errors.spanned(call, format!("{msg}: `copy(src, dst)`")));
+                }
+                let src = self.tile_ref(args[0], false);
+                let dst = self.tile_ref(args[1], true);
+                let (src, dst) = (src?, dst?);
+                // Which sides may meet (at most one tensor, equal buffer
+                // shapes, a buffer's rank at most the tensor's) is the
+                // verifier's rule, reported at this statement.
+                let fill = match modifier {
+                    Some(m) => {
+                        if m.args.len() != 1 {
+                            return Err(self
+                                .errors
+                                .spanned(m, "`.fill(v)` takes 1 argument: the value of elements read out of bounds"));
+                        }
+                        let dtype = self.k.buffer(dst.tile.buf).dtype;
+                        let v = self.expr(&m.args[0])?;
+                        Some(self.coerce(
+                            v,
+                            dtype,
+                            &m.args[0],
+                            &format!("the destination `{}` holds `{dtype}` and `.fill(..)`", dst.name),
+                        )?)
+                    }
+                    None => None,
+                };
+                StmtKind::Copy { src: src.tile, dst: dst.tile, fill }
+            }
+            "fill" | "clear" => {
+                let n = if name == "fill" { 2 } else { 1 };
+                if let Some(msg) = arity(n) {
+                    let usage = if name == "fill" { "`fill(&mut buf, value)`" } else { "`clear(&mut buf)`" };
+                    return Err(self.errors.spanned(call, format!("{msg}: {usage}")));
+                }
+                let buf = self.buffer_arg(args[0], true, &name)?;
+                let dtype = self.k.buffer(buf).dtype;
+                let value = if name == "fill" {
+                    let v = self.expr(args[1])?;
+                    self.coerce(v, dtype, args[1], &format!("the buffer holds `{dtype}` and the fill value"))?
+                } else {
+                    self.literal(Val::Int(0), dtype, call)?
+                };
+                StmtKind::Fill { buf, value }
+            }
+            "reduce_max" | "reduce_sum" | "reduce_min" => {
+                if let Some(msg) = arity(3) {
+                    return Err(self.errors.spanned(call, format!("{msg}: `{name}(&src, &mut dst, dim)`")));
+                }
+                let op = match name.as_str() {
+                    "reduce_max" => ReduceOp::Max,
+                    "reduce_sum" => ReduceOp::Sum,
+                    _ => ReduceOp::Min,
+                };
+                let src = self.buffer_arg(args[0], false, &name);
+                let dst = self.buffer_arg(args[1], true, &name);
+                let dim = self.const_int(args[2], &format!("the dimension of `{name}`"));
+                let (src, dst, dim) = (src?, dst?, dim?);
+                let (s, d) = (self.k.buffer(src).clone(), self.k.buffer(dst).clone());
+                let (s_shape, d_shape) = (s.const_shape().unwrap_or_default(), d.const_shape().unwrap_or_default());
+                if dim < 0 || rules::reduce_result_shape(&s_shape, dim as usize).is_none() {
+                    let valid: Vec<String> = (0..s.rank()).map(|d| d.to_string()).collect();
+                    let dims = match valid.split_last() {
+                        Some((last, rest)) if !rest.is_empty() => {
+                            format!("valid dimensions: {} and {last}", rest.join(", "))
+                        }
+                        _ => "valid dimension: 0".to_string(),
+                    };
+                    return Err(self.errors.spanned(
+                        args[2],
+                        format!("`{name}` over dimension {dim}, but `{}` has rank {} ({dims})", s.name, s.rank()),
+                    ));
+                }
+                if !rules::reduce_shape_ok(&s_shape, dim as usize, &d_shape) {
+                    let mut expected = rules::reduce_result_shape(&s_shape, dim as usize).unwrap_or_default();
+                    if expected.is_empty() {
+                        expected.push(1);
+                    }
+                    return Err(self.errors.spanned(
+                        args[1],
+                        format!(
+                            "shape mismatch in `{name}`: reducing `{}` {} over dimension {dim} gives {}, but `{}` is {}",
+                            s.name,
+                            format_shape(&s_shape),
+                            format_shape(&expected),
+                            d.name,
+                            format_shape(&d_shape)
+                        ),
+                    ));
+                }
+                if s.dtype != d.dtype {
+                    return Err(self.errors.spanned(
+                        call,
+                        format!(
+                            "`{name}` needs `{}` and `{}` to hold the same element type, but they hold `{}` and `{}`",
+                            s.name, d.name, s.dtype, d.dtype
+                        ),
+                    ));
+                }
+                StmtKind::Reduce { op, src, dst, dim: dim as usize, keep: modifier.is_some() }
+            }
+            "atomic_add" => {
+                if let Some(msg) = arity(2) {
+                    return Err(self.errors.spanned(call, format!("{msg}: `atomic_add(&mut t[(i, j)], value)`")));
+                }
+                let SynExpr::Reference(r) = args[0] else {
+                    return Err(self.errors.spanned(
+                        args[0],
+                        "the first argument of `atomic_add` is an element of a `&mut Tensor`: `&mut t[(i, j)]`",
+                    ));
+                };
+                let SynExpr::Index(ix) = &*r.expr else {
+                    return Err(self.errors.spanned(
+                        args[0],
+                        "the first argument of `atomic_add` is an element of a `&mut Tensor`: `&mut t[(i, j)]`",
+                    ));
+                };
+                if r.mutability.is_none() {
+                    return Err(self.errors.spanned(args[0], "`atomic_add` writes the element: write `&mut t[..]`"));
+                }
+                let (buf, index) = self.element(ix, true)?;
+                let b = self.k.buffer(buf).clone();
+                if b.scope != Scope::Global {
+                    return Err(self.errors.spanned(
+                        &*ix.expr,
+                        format!(
+                            "`atomic_add` works on tensor parameters; `{}` is a {} buffer",
+                            b.name,
+                            scope_name(b.scope)
+                        ),
+                    ));
+                }
+                let v = self.expr(args[1])?;
+                let value =
+                    self.coerce(v, b.dtype, args[1], &format!("`{}` holds `{}` and the added value", b.name, b.dtype))?;
+                StmtKind::AtomicAdd { buf, index, value }
+            }
+            "barrier" => {
+                if let Some(msg) = arity(0) {
+                    return Err(self.errors.spanned(call, msg));
+                }
+                StmtKind::Barrier
+            }
+            "grid" => return self.grid(None, call, whole),
+            "use_swizzle" => return self.use_swizzle(call, whole),
+            "annotate_layout" => return self.annotate_layout(call),
+            "shared" | "fragment" | "local" => {
+                return Err(self.errors.spanned(
+                    call,
+                    format!("a buffer is declared with a name: `let mut x = {name}::<T, D0, D1, ..>();`"),
+                ))
+            }
+            "parallel" | "pipelined" => {
+                return Err(self
+                    .errors
+                    .spanned(call, format!("`{name}(..)` is only valid as the iterator of a `for` loop")))
+            }
+            n if MATH.contains(&n) => {
+                let _ = self.expr(whole)?;
+                return Err(self.errors.spanned(whole, "the value of this expression is unused"));
+            }
+            _ => return Err(self.unknown_function(name_ident)),
+        };
+        out.push(Stmt::spanned(kind, span));
+        Ok(())
+    }
+
+    /// `.t()` used anywhere but on an operand of `gemm`.
+    pub(super) fn transpose_misplaced(&mut self, m: &syn::ExprMethodCall) -> Reported {
+        self.errors.spanned(
+            m,
+            "`.t()` (transpose) is only valid on an operand of `gemm`: `gemm(&a, &b.t(), &mut acc)` reads `b` as transposed; elsewhere, transpose with a `parallel` loop (`t[(j, i)] = x[(i, j)]`)",
+        )
+    }
+
+    pub(super) fn unknown_function(&mut self, ident: &Ident) -> Reported {
+        let name = ident.to_string();
+        let hint = did_you_mean(&name, FUNCTIONS.iter().copied());
+        let list = if hint.is_empty() {
+            "; a kernel can call `copy`, `fill`, `clear`, `reduce_max`, `reduce_sum`, `reduce_min`, `gemm`, `use_swizzle`, `atomic_add`, `barrier`, `exp2`, `exp`, `log2`, `log`, `abs`, `sqrt`, `rsqrt`, `max`, `min`, `fma` and `cdiv`"
+        } else {
+            ""
+        };
+        self.errors.at(ident.span(), format!("unknown function `{name}` in a tile kernel{hint}{list}"))
+    }
+
+    /// `&buf` / `&mut buf` naming a shared, fragment or local buffer.
+    pub(super) fn buffer_arg(&mut self, e: &SynExpr, write: bool, op: &str) -> Lowered<BufferId> {
+        let usage = if write { "`&mut buf`" } else { "`&buf`" };
+        let (inner, mutable) = match e {
+            SynExpr::Reference(r) => (&*r.expr, r.mutability.is_some()),
+            other => (other, false),
+        };
+        let Some(ident) = path_ident(inner) else {
+            if let Some(t) = transposed(e) {
+                return Err(self.transpose_misplaced(t));
+            }
+            return Err(self.errors.spanned(e, format!("expected a buffer, {usage}")));
+        };
+        let buf = match self.lookup(&ident.to_string()) {
+            Some(Binding::Buffer(b)) => b,
+            Some(Binding::Poisoned) => return Err(Reported),
+            Some(Binding::Var { .. }) => {
+                return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar; `{op}` works on buffers")))
+            }
+            None => return Err(self.unknown_name(ident)),
+        };
+        if !matches!(e, SynExpr::Reference(_)) {
+            return Err(self.errors.spanned(
+                e,
+                format!(
+                    "pass the buffer by reference: {}",
+                    if write { format!("`&mut {ident}`") } else { format!("`&{ident}`") }
+                ),
+            ));
+        }
+        if write && !mutable {
+            return Err(self.errors.spanned(e, format!("`{op}` writes this buffer: pass it as `&mut {ident}`")));
+        }
+        if self.k.buffer(buf).scope == Scope::Global {
+            return Err(self.errors.at(
+                ident.span(),
+                format!("`{op}` works on shared, fragment and local buffers; `{ident}` is a tensor parameter: copy a tile of it into a buffer first"),
+            ));
+        }
+        Ok(buf)
+    }
+
+    /// One side of `copy`: `&buf`, `&mut buf` or `tensor.tile([origin..])`.
+    pub(super) fn tile_ref(&mut self, e: &SynExpr, dst: bool) -> Lowered<Side> {
+        let usage = if dst { "`&mut buf` or `tensor.tile([..])`" } else { "`&buf` or `tensor.tile([..])`" };
+        match e {
+            SynExpr::MethodCall(m) if m.method == "tile" => {
+                let Some(ident) = path_ident(&m.receiver) else {
+                    return Err(self
+                        .errors
+                        .spanned(&*m.receiver, "`.tile(..)` applies to a tensor parameter by name: `a.tile([r, c])`"));
+                };
+                let buf = match self.lookup(&ident.to_string()) {
+                    Some(Binding::Buffer(b)) => b,
+                    Some(Binding::Poisoned) => return Err(Reported),
+                    Some(Binding::Var { .. }) => {
+                        return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar, not a tensor")))
+                    }
+                    None => return Err(self.unknown_name(ident)),
+                };
+                let b = self.k.buffer(buf).clone();
+                if b.scope != Scope::Global {
+                    return Err(self.errors.spanned(
+                        e,
+                        format!("`.tile(..)` selects a window of a tensor parameter; `{ident}` is a {} buffer: pass it as `{}{ident}`", scope_name(b.scope), if dst { "&mut " } else { "&" }),
+                    ));
+                }
+                if dst && !b.mutable {
+                    return Err(self.read_only(ident));
+                }
+                if m.args.len() != 1 {
+                    return Err(self.errors.spanned(m, "`.tile(..)` takes the window's origin: `t.tile([r, c])`"));
+                }
+                let coords: Vec<&SynExpr> = match &m.args[0] {
+                    SynExpr::Array(a) => a.elems.iter().collect(),
+                    SynExpr::Tuple(t) => t.elems.iter().collect(),
+                    other => vec![other],
+                };
+                if coords.len() != b.rank() {
+                    return Err(self.errors.spanned(
+                        &m.args[0],
+                        format!(
+                            "`{ident}` has rank {}, so `.tile(..)` takes {} coordinate{}, but {} {} given",
+                            b.rank(),
+                            b.rank(),
+                            if b.rank() == 1 { "" } else { "s" },
+                            coords.len(),
+                            if coords.len() == 1 { "was" } else { "were" }
+                        ),
+                    ));
+                }
+                let mut origin = Vec::new();
+                let mut failed = false;
+                for c in coords {
+                    match self.index_value(c, "a tile origin") {
+                        Ok(x) => origin.push(x),
+                        Err(Reported) => failed = true,
+                    }
+                }
+                if failed {
+                    return Err(Reported);
+                }
+                Ok(Side { tile: TileRef { buf, origin }, name: ident.to_string() })
+            }
+            SynExpr::Reference(r) => {
+                let Some(ident) = path_ident(&r.expr) else {
+                    if let Some(t) = transposed(e) {
+                        return Err(self.transpose_misplaced(t));
+                    }
+                    return Err(self.errors.spanned(e, format!("expected {usage}")));
+                };
+                let buf = match self.lookup(&ident.to_string()) {
+                    Some(Binding::Buffer(b)) => b,
+                    Some(Binding::Poisoned) => return Err(Reported),
+                    Some(Binding::Var { .. }) => {
+                        return Err(self
+                            .errors
+                            .at(ident.span(), format!("`{ident}` is a scalar; `copy` moves buffers and tensor tiles")))
+                    }
+                    None => return Err(self.unknown_name(ident)),
+                };
+                if dst && r.mutability.is_none() {
+                    return Err(self
+                        .errors
+                        .spanned(e, format!("the destination of `copy` is written: pass it as `&mut {ident}`")));
+                }
+                let b = self.k.buffer(buf).clone();
+                if dst && b.scope == Scope::Global && !b.mutable {
+                    return Err(self.read_only(ident));
+                }
+                // A whole tensor: the window at the origin.
+                let origin = if b.scope == Scope::Global { vec![Expr::i32(0); b.rank()] } else { Vec::new() };
+                Ok(Side { tile: TileRef { buf, origin }, name: ident.to_string() })
+            }
+            other => {
+                if let Some(ident) = path_ident(other) {
+                    if matches!(self.lookup(&ident.to_string()), Some(Binding::Buffer(_))) {
+                        let fix = if dst { format!("`&mut {ident}`") } else { format!("`&{ident}`") };
+                        return Err(self.errors.spanned(other, format!("pass the buffer by reference: {fix}")));
+                    }
+                }
+                if let Some(t) = transposed(other) {
+                    return Err(self.transpose_misplaced(t));
+                }
+                Err(self.errors.spanned(other, format!("expected {usage}")))
+            }
+        }
+    }
+}

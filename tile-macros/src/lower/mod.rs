@@ -1,0 +1,315 @@
+//! Lowering: the parsed kernel (attribute, signature, syn body) → `tile_ir::Kernel`.
+//!
+//! Expects a [`Signature`] from `sig.rs` (whose body had its turbofish shapes
+//! rewritten) and the [`KernelAttr`]. Guarantees a `Kernel` whose every
+//! statement and buffer carries a `SpanId` registered in the returned
+//! [`SpanTable`]. The frontend checks what only it can see, each at the
+//! tokens at fault: syntax, names (with "did you mean"), literal typing,
+//! statement placement (what may be inside `parallel`, `grid` first, ..),
+//! writability and the argument kinds of tile ops. The typing and shape
+//! rules of tile ops are `tile_ir::verify`'s: asked here through
+//! `tile_ir::verify::rules` where the answer decides which operand to
+//! point at, else left to the verifier, whose errors map back to the
+//! statement through the `SpanTable`.
+//!
+//! Errors are collected, never thrown: a construct that fails is reported,
+//! skipped, and its name (if it binds one) is bound to a poisoned entry so
+//! that later uses stay silent. When errors were reported the returned
+//! kernel is incomplete and must not be compiled; the verifier still checks
+//! what was lowered ([`verify_partial`]), so that all mistakes show at once.
+//!
+//! Typing follows Rust: binary operators take operands of one type and the
+//! frontend never converts silently, except that untyped literals (and
+//! `consts(..)` names) adopt the type of the other operand, defaulting to
+//! `i32` / `f32`.
+//!
+//! One file per job: `stmt.rs` recognizes statements and dispatches them;
+//! `grid.rs`, `buffers.rs`, `loops.rs`, `assign.rs`, `calls.rs` (tile
+//! operations) and `gemm.rs` lower each kind; `expr.rs` lowers expressions
+//! and `typing.rs` types literals and folds constants; `syntax.rs` holds the
+//! syn helpers. This file holds the entry point, the lowering context, the
+//! scopes of names and the kernel's parameters.
+
+mod assign;
+mod buffers;
+mod calls;
+mod expr;
+mod gemm;
+mod grid;
+mod loops;
+mod stmt;
+mod syntax;
+mod typing;
+
+use crate::attr::KernelAttr;
+use crate::diag::{did_you_mean, Errors, Reported, SpanRange, SpanTable};
+use crate::sig::{DimDecl, ParamType, Signature};
+use proc_macro2::Span;
+use quote::ToTokens;
+use std::collections::HashMap;
+use syn::ext::IdentExt;
+use syn::Ident;
+use syntax::is_upper_case_name;
+use tile_ir::{BufferId, DType, Expr, Extent, Kernel, SpanId, TileRef, VarId};
+
+/// Every function a kernel body may call (for "did you mean" suggestions).
+const FUNCTIONS: &[&str] = &[
+    "grid",
+    "shared",
+    "fragment",
+    "local",
+    "copy",
+    "fill",
+    "clear",
+    "reduce_max",
+    "reduce_sum",
+    "reduce_min",
+    "atomic_add",
+    "barrier",
+    "gemm",
+    "use_swizzle",
+    "annotate_layout",
+    "parallel",
+    "pipelined",
+    "exp2",
+    "exp",
+    "log2",
+    "log",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "max",
+    "min",
+    "fma",
+    "cdiv",
+];
+/// Functions with a value, usable in expressions.
+const MATH: &[&str] = &["exp2", "exp", "log2", "log", "abs", "sqrt", "rsqrt", "max", "min", "fma", "cdiv"];
+/// Element types of buffers and the targets of `as`.
+const DTYPES: [&str; 5] = ["f16", "bf16", "f32", "i32", "u32"];
+
+const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `gemm`, `atomic_add` and `barrier` (and `use_swizzle(panel)` right after `grid(..)`, `annotate_layout(&buf, layout)` before a shared buffer's first use)";
+
+pub(crate) fn lower(attr: &KernelAttr, sig: &Signature, errors: &mut Errors) -> (Kernel, SpanTable) {
+    let mut kernel = Kernel::new(sig.ident.unraw().to_string(), attr.threads.unwrap_or(128));
+    kernel.cluster = attr.cluster;
+    kernel.warp_specialize = attr.warp_specialize;
+    let mut lowerer = Lowerer {
+        k: kernel,
+        spans: SpanTable::new(sig.ident.span()),
+        errors,
+        consts: attr.consts.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        scopes: vec![Vec::new()],
+        parallel_depth: 0,
+        grid_at: None,
+        at_kernel_start: false,
+        first_stmt: false,
+        buffer_depth: HashMap::new(),
+        grid_axes: 0,
+        grid_just_declared: false,
+        right_after_grid: false,
+        swizzle_at: None,
+        used_buffers: Default::default(),
+        annotated_at: HashMap::new(),
+    };
+    lowerer.params(sig);
+    lowerer.at_kernel_start = true;
+    let body = lowerer.block(&sig.body.stmts);
+    lowerer.k.body = body;
+    let (kernel, spans) = (lowerer.k, lowerer.spans);
+    if !errors.is_empty() {
+        verify_partial(&kernel, &spans, errors);
+    }
+    (kernel, spans)
+}
+
+/// The verifier's errors about the statements and buffers of a kernel that
+/// failed to lower, which `backend.rs` will not compile (it verifies only
+/// complete kernels). A failed construct is left out of the kernel and
+/// everything naming it fails too, so what remains is consistent and the
+/// verifier's errors there are real mistakes (a gemm whose shapes disagree
+/// next to a misspelt name elsewhere). Errors about the kernel as a whole
+/// are left out: the attribute and signature checks here cover them, and an
+/// incomplete kernel may lack what its header refers to.
+fn verify_partial(kernel: &Kernel, spans: &SpanTable, errors: &mut Errors) {
+    let Err(found) = tile_ir::verify::verify(kernel) else { return };
+    for e in found.into_iter().filter(|e| e.span != SpanId::NONE) {
+        errors.push(spans.range(e.span).error(e.message));
+    }
+}
+
+#[derive(Copy, Clone)]
+enum Binding {
+    /// A scalar. `parallel`: the variable of a `parallel` loop. `depth`: how
+    /// many parallel loops enclose its declaration.
+    Var {
+        id: VarId,
+        parallel: bool,
+        depth: u32,
+    },
+    Buffer(BufferId),
+    /// Its declaration failed (already reported): uses are silent errors.
+    Poisoned,
+}
+
+/// A lowered expression, or an untyped constant that will take the type of
+/// its context.
+#[derive(Clone, Debug)]
+enum Val {
+    Typed(Expr, DType),
+    Int(i64),
+    Float(f64),
+}
+
+impl Val {
+    fn describe(&self) -> String {
+        match self {
+            Val::Typed(_, t) => format!("`{t}`"),
+            Val::Int(_) => "an integer constant".into(),
+            Val::Float(_) => "a float literal".into(),
+        }
+    }
+}
+
+/// The left side of `+=` and friends.
+enum Target {
+    Var(VarId),
+    Element(BufferId, Vec<Expr>),
+}
+
+/// One side of a `copy`.
+struct Side {
+    tile: TileRef,
+    name: String,
+}
+
+struct Lowerer<'e> {
+    k: Kernel,
+    spans: SpanTable,
+    errors: &'e mut Errors,
+    consts: HashMap<String, i64>,
+    scopes: Vec<Vec<(String, Binding)>>,
+    /// How many `parallel` loops enclose the code being lowered.
+    parallel_depth: u32,
+    /// Where `grid(..)` was called, once it has been.
+    grid_at: Option<Span>,
+    /// How many `parallel` loops enclose each buffer's declaration.
+    buffer_depth: HashMap<BufferId, u32>,
+    /// True until the kernel body's first statement starts lowering.
+    at_kernel_start: bool,
+    /// True while lowering the kernel body's first statement (before any
+    /// statement nested in it).
+    first_stmt: bool,
+    /// How many axes `grid(..)` declared (0 before it is seen).
+    grid_axes: usize,
+    /// Set by `grid(..)`; taken by the next statement.
+    grid_just_declared: bool,
+    /// True while lowering the statement right after `grid(..)`, the only
+    /// place for `use_swizzle(..)`.
+    right_after_grid: bool,
+    /// Where `use_swizzle(..)` was called, once it has been.
+    swizzle_at: Option<Span>,
+    /// Buffers that a statement has named (through [`Lowerer::lookup`]):
+    /// `annotate_layout` must come before a buffer's first use.
+    used_buffers: std::cell::RefCell<std::collections::HashSet<BufferId>>,
+    /// Where each buffer's `annotate_layout(..)` is.
+    annotated_at: HashMap<BufferId, Span>,
+}
+
+impl Lowerer<'_> {
+    pub(super) fn bind(&mut self, name: &Ident, binding: Binding) {
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push((name.to_string(), binding));
+        }
+    }
+
+    /// The binding of `name`; a buffer found here counts as used.
+    pub(super) fn lookup(&self, name: &str) -> Option<Binding> {
+        let found = self.lookup_quiet(name);
+        if let Some(Binding::Buffer(b)) = found {
+            self.used_buffers.borrow_mut().insert(b);
+        }
+        found
+    }
+
+    /// The binding of `name`, without marking a buffer used.
+    pub(super) fn lookup_quiet(&self, name: &str) -> Option<Binding> {
+        self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|(_, b)| *b)
+    }
+
+    pub(super) fn visible_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.scopes.iter().flat_map(|s| s.iter().map(|(n, _)| n.clone())).collect();
+        names.extend(self.consts.keys().cloned());
+        names
+    }
+
+    pub(super) fn unknown_name(&mut self, ident: &Ident) -> Reported {
+        let name = ident.to_string();
+        if is_upper_case_name(&name) {
+            return self.errors.at(
+                ident.span(),
+                format!(
+                    "`{name}` is not a kernel constant: `#[tile_kernel]` cannot see `const` items from outside the kernel; add it to the attribute, e.g. `#[tile_kernel(threads = .., consts({name} = ..))]`"
+                ),
+            );
+        }
+        let names = self.visible_names();
+        let hint = did_you_mean(&name, names.iter().map(|s| s.as_str()));
+        self.errors.at(ident.span(), format!("cannot find `{name}` in this kernel{hint}"))
+    }
+
+    pub(super) fn span_id(&mut self, tokens: &dyn ToTokens) -> SpanId {
+        self.spans.add(tokens)
+    }
+
+    pub(super) fn params(&mut self, sig: &Signature) {
+        let mut dims: HashMap<String, VarId> = HashMap::new();
+        let mut seen: Vec<String> = Vec::new();
+        for p in &sig.params {
+            let name = p.name.to_string();
+            if seen.contains(&name) {
+                self.errors.at(p.name.span(), format!("the parameter `{name}` is declared twice"));
+                continue;
+            }
+            seen.push(name.clone());
+            let span = self.spans.add_range(SpanRange { start: p.name.span(), end: SpanRange::of(&p.ty_tokens).end });
+            match &p.ty {
+                ParamType::Tensor { mutable, dtype, dims: decl } => {
+                    let mut shape = Vec::new();
+                    for d in decl {
+                        match d {
+                            DimDecl::Literal(v) => shape.push(Extent::Const(*v)),
+                            DimDecl::Name(ident) => {
+                                let dn = ident.to_string();
+                                if let Some(v) = self.consts.get(&dn) {
+                                    shape.push(Extent::Const(*v));
+                                } else if let Some(v) = dims.get(&dn) {
+                                    shape.push(Extent::Dyn(*v));
+                                } else if sig.params.iter().any(|q| q.name == *ident) {
+                                    self.errors.at(
+                                        ident.span(),
+                                        format!("the dimension `{dn}` has the name of a parameter; rename one of them"),
+                                    );
+                                    shape.push(Extent::Const(1));
+                                } else {
+                                    let v = self.k.add_dim(dn.clone());
+                                    dims.insert(dn, v);
+                                    self.bind(ident, Binding::Var { id: v, parallel: false, depth: 0 });
+                                    shape.push(Extent::Dyn(v));
+                                }
+                            }
+                        }
+                    }
+                    let id = self.k.add_tensor_param(name, *dtype, shape, *mutable);
+                    self.k.buffers[id.0 as usize].span = span;
+                    self.bind(&p.name, Binding::Buffer(id));
+                }
+                ParamType::Scalar(dtype) => {
+                    let v = self.k.add_scalar_param(name, *dtype);
+                    self.bind(&p.name, Binding::Var { id: v, parallel: false, depth: 0 });
+                }
+                ParamType::Invalid => self.bind(&p.name, Binding::Poisoned),
+            }
+        }
+    }
+}
