@@ -41,8 +41,8 @@ fn walk_insts<'a>(body: &'a [Stmt], visit: &mut impl FnMut(&'a Inst)) {
 }
 
 /// The first instruction of `f` (in program order) whose feature `target`
-/// lacks, with that feature.
-fn first_unsupported(f: &Function, target: Target) -> Option<(&Inst, Feature)> {
+/// lacks, with that feature: what [`try_emit`] rejects.
+pub(crate) fn first_unsupported(f: &Function, target: Target) -> Option<(&Inst, Feature)> {
     let mut bad = None;
     walk_insts(&f.body, &mut |i| {
         if bad.is_none() {
