@@ -17,6 +17,7 @@ pub mod layout;
 pub mod passes;
 pub mod print;
 pub mod ptx;
+pub mod target;
 pub mod thread_ir;
 pub mod verify;
 
@@ -24,39 +25,7 @@ pub use compile::{
     compile, compile_variants, compile_verified, compile_verified_with, compile_with, CompileOptions, Compiled,
 };
 pub use ir::*;
-
-/// A code-generation target.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// Ampere and later: mma.sync, cp.async, ldmatrix.
-    Sm80,
-    /// Hopper with the arch-specific features (wgmma, setmaxnreg, TMA).
-    Sm90a,
-}
-
-impl Target {
-    /// The `.target` name: `sm_80`, `sm_90a`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Sm80 => "sm_80",
-            Target::Sm90a => "sm_90a",
-        }
-    }
-    pub fn from_name(name: &str) -> Option<Target> {
-        match name.trim() {
-            "sm_80" => Some(Target::Sm80),
-            "sm_90a" => Some(Target::Sm90a),
-            _ => None,
-        }
-    }
-    /// Compute capability as major*10+minor (80, 90).
-    pub fn compute_capability(self) -> u32 {
-        match self {
-            Target::Sm80 => 80,
-            Target::Sm90a => 90,
-        }
-    }
-}
+pub use target::Target;
 
 /// A problem found in a kernel, located at the statement or buffer it concerns.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -163,9 +163,9 @@ pub enum Inst {
     Mma { ab: &'static str, d: [Reg; 4], a: [Reg; 4], b: [Reg; 2], c: [Reg; 4] },
 
     // ---- Hopper (sm_90 / sm_90a) building blocks; see `crate::hopper` ----
-    // Each needs a minimum PTX ISA version and target
-    // ([`Inst::min_ptx_version`], [`Inst::needs_sm90`]); the PTX printer
-    // raises the module's `.version` and rejects them on sm_80.
+    // Each needs a minimum PTX ISA version and a target feature
+    // ([`crate::target::isa`]); the PTX printer raises the module's
+    // `.version` and rejects them on targets without the feature.
     /// `mbarrier.init.shared::cta.b64 [addr], count;`: the 8-byte barrier at
     /// `addr` expects `count` arrivals per phase, starts in phase 0 with no
     /// pending transaction bytes.
@@ -267,55 +267,15 @@ pub enum WgmmaA {
 pub const TENSOR_MAP_PARAM: &str = ".tensormap";
 
 impl Inst {
-    /// The lowest PTX ISA version (major·10 + minor) that has this
-    /// instruction in the form printed (checked with ptxas 12.9).
-    pub fn min_ptx_version(&self) -> u32 {
-        match self {
-            Inst::MbarInit { .. } | Inst::MbarArrive { .. } | Inst::MbarWait { .. } => 78,
-            Inst::TensorMapAddr { .. } => 77,
-            Inst::TmaLoad { cta_dst: true, .. } => 86,
-            Inst::MbarArriveExpectTx { .. }
-            | Inst::FenceMbarrierInit
-            | Inst::FenceProxyAsync
-            | Inst::TmaLoad { .. }
-            | Inst::TmaStore { .. }
-            | Inst::BulkCommit
-            | Inst::BulkWaitRead { .. }
-            | Inst::WgmmaFence
-            | Inst::WgmmaCommit
-            | Inst::WgmmaWait { .. }
-            | Inst::Wgmma { .. }
-            | Inst::SetMaxNreg { .. }
-            | Inst::ElectSync { .. } => 80,
-            _ => 70,
-        }
-    }
-
-    /// Whether the instruction needs an sm_90 (or sm_90a) target.
-    /// `mbarrier.init` and a plain `arrive` exist on sm_80 too.
-    pub fn needs_sm90(&self) -> bool {
-        matches!(
-            self,
-            Inst::MbarArriveExpectTx { .. }
-                | Inst::MbarWait { .. }
-                | Inst::FenceMbarrierInit
-                | Inst::FenceProxyAsync
-                | Inst::TmaLoad { .. }
-                | Inst::TmaStore { .. }
-                | Inst::BulkCommit
-                | Inst::BulkWaitRead { .. }
-                | Inst::WgmmaFence
-                | Inst::WgmmaCommit
-                | Inst::WgmmaWait { .. }
-                | Inst::Wgmma { .. }
-                | Inst::SetMaxNreg { .. }
-                | Inst::ElectSync { .. }
-        )
-    }
-
-    /// The PTX opcode of a Hopper instruction (for error messages).
+    /// The PTX opcode of an instruction, with the modifiers that decide
+    /// what it needs (for error messages; [`crate::target::isa`]).
     pub fn opcode(&self) -> String {
         match self {
+            Inst::Op { op, .. } => op.clone(),
+            Inst::AtomAdd { space, ty, .. } => {
+                let noftz = if *ty == "f16" || *ty == "bf16" { ".noftz" } else { "" };
+                format!("atom.{}.add{noftz}.{ty}", space.name())
+            }
             Inst::MbarInit { .. } => "mbarrier.init.shared::cta.b64".into(),
             Inst::MbarArriveExpectTx { .. } => "mbarrier.arrive.expect_tx.shared::cta.b64".into(),
             Inst::MbarArrive { .. } => "mbarrier.arrive.shared::cta.b64".into(),

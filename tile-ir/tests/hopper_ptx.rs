@@ -183,7 +183,7 @@ fn every_form_assembles_for_sm90a() {
 #[test]
 fn the_cta_destination_raises_the_version_to_8_6() {
     let f = all_forms(16, true);
-    assert_eq!(tile_ir::ptx::ptx_version(&f), 86);
+    assert_eq!(tile_ir::ptx::ptx_version(&f, Target::Sm90a), 86);
     let ptx = tile_ir::ptx::try_emit(&f, Target::Sm90a).unwrap();
     assert!(ptx.contains(".version 8.6\n"));
     assert!(ptx.contains("cp.async.bulk.tensor.2d.shared::cta.global.tile"));
@@ -226,7 +226,7 @@ fn modules_without_hopper_instructions_keep_version_8_0() {
     let mut b = Builder::new(32);
     b.f.params = vec![("out".into(), ".u64")];
     b.push(Inst::BarSync);
-    assert_eq!(tile_ir::ptx::ptx_version(&b.f), 80);
+    assert_eq!(tile_ir::ptx::ptx_version(&b.f, Target::Sm80), 80);
     let thread_ir = print_function(&all_forms(8, false));
     assert!(thread_ir.contains("(loop)"));
     assert!(thread_ir.contains("// region 0.1"));

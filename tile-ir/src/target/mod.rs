@@ -1,0 +1,195 @@
+//! Code-generation targets as data: what each one has.
+//!
+//! A [`Target`] is a small `Copy` name; [`Target::info`] gives its
+//! [`TargetInfo`] (one file per target: [`sm80`], [`sm90a`]): the PTX
+//! `.target` name, compute capability, lowest module `.version`, dynamic
+//! shared memory per block, register file and the [`Feature`]s it has. The
+//! instruction table ([`isa`]) says which PTX ISA version and which feature
+//! each Thread IR instruction needs; the PTX emitter derives `.version` from
+//! it and rejects an instruction whose feature the target lacks. Device
+//! choice (which embedded target a GPU of some compute capability runs) is
+//! [`Target::runs_on`] and [`Target::for_device_among`].
+//!
+//! To add a target (sm_100a, say): write `sm100a.rs` with its
+//! [`TargetInfo`] (its features listed; a new instruction family gets a new
+//! [`Feature`] and a row in [`isa`]), add the variant here, its arm in
+//! [`Target::info`] and its place in [`Target::ALL`] (preference order).
+
+pub mod isa;
+pub mod sm80;
+pub mod sm90a;
+#[cfg(test)]
+mod tests;
+
+pub use isa::{requirement, Requirement};
+
+/// A code-generation target.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Ampere and later: mma.sync, cp.async, ldmatrix.
+    Sm80,
+    /// Hopper with the arch-specific features (wgmma, setmaxnreg, TMA).
+    Sm90a,
+}
+
+/// A hardware capability that some instructions need and some targets have.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Feature {
+    /// `cp.async` (global → shared, with commit and wait groups).
+    CpAsync,
+    /// `ldmatrix.sync.aligned.m8n8`.
+    Ldmatrix,
+    /// `mma.sync.aligned.m16n8k16` on f16 and bf16.
+    MmaSync,
+    /// `mbarrier.init` and `mbarrier.arrive` in `.shared::cta`.
+    Mbarrier,
+    /// mbarrier transaction counts (`arrive.expect_tx`) and `try_wait`.
+    MbarrierTx,
+    /// Thread-block clusters: `.cluster`-scoped fences
+    /// (`fence.mbarrier_init.release.cluster`) and cluster launches.
+    Clusters,
+    /// `fence.proxy.async`: orders generic-proxy accesses with TMA and wgmma.
+    FenceProxyAsync,
+    /// The tensor memory accelerator: `cp.async.bulk.tensor` and bulk groups.
+    Tma,
+    /// `wgmma.mma_async` and its fence, commit and wait (arch-specific `a`).
+    Wgmma,
+    /// `setmaxnreg` (arch-specific `a`).
+    Setmaxnreg,
+    /// `elect.sync`.
+    ElectSync,
+    /// bf16 beyond storage, mma and conversion from f32: `cvt.f32.bf16`,
+    /// `atom.add.noftz.bf16`.
+    Bf16Native,
+}
+
+/// What one target has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetInfo {
+    pub target: Target,
+    /// The PTX `.target` name (`sm_80`, `sm_90a`), also the `TILE_ARCHS` name.
+    pub name: &'static str,
+    /// major·10 + minor (80, 90).
+    pub compute_capability: u32,
+    /// Arch-specific (`a`): the code runs only on devices of this major
+    /// version, since `a` features are not forward compatible. Otherwise it
+    /// runs on every device of this compute capability or later.
+    pub arch_specific: bool,
+    /// The lowest `.version` a module for this target declares (major·10 +
+    /// minor); instructions may raise it ([`isa`]).
+    pub base_ptx_version: u32,
+    /// The most dynamic shared memory one block may have, in bytes.
+    pub shared_limit: u32,
+    pub registers: RegisterFile,
+    /// What the target's instructions may use; [`isa::requirement`] names
+    /// the feature each instruction needs.
+    pub features: &'static [Feature],
+}
+
+/// The register file of one SM, in 32-bit registers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisterFile {
+    /// Registers per SM, shared by every resident thread.
+    pub per_sm: u32,
+    /// The most one thread may have.
+    pub per_thread: u32,
+    /// How a warp-specialized kernel splits the file with `setmaxnreg`;
+    /// `None` where the target has no `setmaxnreg`.
+    pub split: Option<RegisterSplit>,
+}
+
+/// Registers per thread of a warp-specialized kernel's two roles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisterSplit {
+    /// What the producer warpgroup keeps (`setmaxnreg.dec`): enough to issue
+    /// TMA loads and wait on barriers.
+    pub producer: u32,
+    /// The most a consumer thread takes (`setmaxnreg.inc`), however few
+    /// consumers there are.
+    pub consumer_max: u32,
+}
+
+/// Threads of a warp-specialized kernel's producer: one warpgroup.
+pub const PRODUCER_THREADS: u32 = 128;
+
+impl TargetInfo {
+    /// Whether the target has `feature`.
+    pub fn has(&self, feature: Feature) -> bool {
+        self.features.contains(&feature)
+    }
+
+    /// Registers per consumer thread of a warp-specialized kernel whose
+    /// `consumer_threads` share the SM's file with one producer warpgroup at
+    /// [`RegisterSplit::producer`]: an equal share of the rest, rounded down
+    /// to a multiple of 8 (`setmaxnreg`'s granularity), at most
+    /// [`RegisterSplit::consumer_max`]. `None` without `setmaxnreg`.
+    pub fn consumer_regs(&self, consumer_threads: u32) -> Option<u32> {
+        let split = self.registers.split.as_ref()?;
+        let pool = self.registers.per_sm - PRODUCER_THREADS * split.producer;
+        Some((pool / consumer_threads.max(1) / 8 * 8).min(split.consumer_max))
+    }
+}
+
+impl Target {
+    /// Every target, in the order a device that runs several prefers them
+    /// (the most specific first).
+    pub const ALL: [Target; 2] = [Target::Sm90a, Target::Sm80];
+
+    /// What the target has.
+    pub fn info(self) -> &'static TargetInfo {
+        match self {
+            Target::Sm80 => &sm80::SM80,
+            Target::Sm90a => &sm90a::SM90A,
+        }
+    }
+
+    /// The `.target` name: `sm_80`, `sm_90a`.
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    pub fn from_name(name: &str) -> Option<Target> {
+        let name = name.trim();
+        Target::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Compute capability as major*10+minor (80, 90).
+    pub fn compute_capability(self) -> u32 {
+        self.info().compute_capability
+    }
+
+    /// Whether the target has `feature`.
+    pub fn has(self, feature: Feature) -> bool {
+        self.info().has(feature)
+    }
+
+    /// Whether a device of compute capability `major.minor` runs this
+    /// target's code: sm_80 on every 8.0 and later device, sm_90a only on
+    /// 9.x (see [`TargetInfo::arch_specific`]).
+    pub fn runs_on(self, major: u32, minor: u32) -> bool {
+        let info = self.info();
+        let cc = info.compute_capability;
+        (major, minor) >= (cc / 10, cc % 10) && (!info.arch_specific || major == cc / 10)
+    }
+
+    /// The preferred target ([`Target::ALL`] order) that a device of compute
+    /// capability `major.minor` runs, if any.
+    pub fn for_device(major: u32, minor: u32) -> Option<Target> {
+        Target::ALL.into_iter().find(|t| t.runs_on(major, minor))
+    }
+
+    /// The preferred target among `embedded` (the targets a kernel was
+    /// compiled for) that a device of compute capability `major.minor`
+    /// runs: what the runtime launches.
+    pub fn for_device_among(major: u32, minor: u32, embedded: &[Target]) -> Option<Target> {
+        Target::ALL.into_iter().find(|t| embedded.contains(t) && t.runs_on(major, minor))
+    }
+}
+
+impl Feature {
+    /// The first target ([`Target::compute_capability`] order) that has the
+    /// feature: what a kernel using it must be compiled for.
+    pub fn lowest_target(self) -> Option<Target> {
+        Target::ALL.into_iter().filter(|t| t.has(self)).min_by_key(|t| t.compute_capability())
+    }
+}
