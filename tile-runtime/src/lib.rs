@@ -11,12 +11,15 @@
 //! with the same message.
 
 mod bench;
+mod cache;
 pub mod cublas;
 mod device;
+mod driver;
 mod element;
 mod error;
 mod launch;
 mod tensor;
+mod tensor_map;
 mod tma;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
@@ -26,7 +29,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use launch::{KernelMeta, KernelTarget, TensorMapMeta};
 pub use tensor::DeviceTensor;
-pub use tma::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
+pub use tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// The cudarc version the runtime uses, for calling other CUDA libraries
 /// (cuBLAS) on the same context, stream and memory.
