@@ -9,6 +9,12 @@
 //! share argument checking, dimension binding and grid evaluation
 //! (`tile_ir::abi`), so a launch that is wrong on one is wrong on the other
 //! with the same message.
+//!
+//! Layers, each importing only from layers before it: `error`, `element`;
+//! `driver` (libcuda, driver errors); `tensor_map` (TMA maps as data);
+//! `cache` (what a GPU keeps between launches); `device` (devices, streams,
+//! events); `tensor`, `tma` (encoding maps), `bench`; `cublas`; `launch/`
+//! (metadata, arguments, variant choice, the CUDA and interpreter paths).
 
 mod bench;
 mod cache;
