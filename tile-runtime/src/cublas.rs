@@ -24,7 +24,8 @@
 use std::ffi::{c_int, c_void, CString};
 use std::sync::{Arc, OnceLock};
 
-use crate::device::{driver_err, CudaDevice, DeviceKind, Stream};
+use crate::device::{CudaDevice, DeviceKind, Stream};
+use crate::driver::driver_err;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::tensor::{DeviceTensor, Storage};

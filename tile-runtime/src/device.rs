@@ -1,26 +1,27 @@
 //! Devices, streams and events.
 //!
 //! A [`Device`] is a CUDA GPU (through cudarc, with `libcuda` loaded at run
-//! time) or the CPU interpreter. The driver library is probed before any
-//! cudarc call, because cudarc panics when it is absent: no driver gives
-//! [`Error::NoDriver`], never a panic. Each CUDA device is opened once per
-//! process (its primary context) and shared by every `Device` value for that
-//! ordinal, together with its module cache; so a kernel's PTX is loaded once
-//! per device.
+//! time) or the CPU interpreter. Expects `driver.rs` to have found the driver
+//! library before any cudarc call (cudarc panics when it is absent): no
+//! driver gives [`Error::NoDriver`], never a panic. Guarantees: each CUDA
+//! device is opened once per process (its primary context) and shared by
+//! every `Device` value for that ordinal, together with its caches
+//! (`cache.rs`); so a kernel's PTX is loaded once per device.
+//! [`Device::launch_counts`] reads those caches and lives beside the launch
+//! that counts (`launch/cuda.rs`), so that this file knows nothing of kernels.
 //!
 //! A [`Stream`] is the device's default stream (work on it runs in order).
 //! On the interpreter everything is synchronous.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use cudarc::driver::{result, safe::CudaContext, safe::CudaEvent, safe::CudaStream, sys, DriverError};
+use cudarc::driver::{safe::CudaContext, safe::CudaEvent, safe::CudaStream, sys};
 
+use crate::cache::{KernelCache, TensorMapCache};
+use crate::driver::{self, driver_err, guarded};
 use crate::error::{Error, Result};
-use crate::launch::LoadedKernel;
-use crate::tma::{TensorMap, TensorMapSpec};
 
 /// The environment variable that makes [`Device::auto`] pick the interpreter.
 pub const INTERPRET_ENV: &str = "TILE_INTERPRET";
@@ -38,7 +39,7 @@ pub(crate) enum DeviceKind {
 }
 
 /// One opened CUDA device: its primary context, default stream, properties
-/// and the kernels loaded into it. Lives for the rest of the process.
+/// and caches. Lives for the rest of the process.
 pub(crate) struct CudaDevice {
     pub(crate) ordinal: usize,
     pub(crate) ctx: Arc<CudaContext>,
@@ -49,12 +50,10 @@ pub(crate) struct CudaDevice {
     pub(crate) max_shared_optin: u32,
     /// Streaming multiprocessors (the blocks of a persistent launch).
     pub(crate) multiprocessors: u32,
-    /// Loaded kernels, keyed by the address of their `&'static KernelMeta`
-    /// and the variant's index in its `targets`.
-    pub(crate) kernels: Mutex<HashMap<(usize, usize), Arc<LoadedKernel>>>,
-    /// Encoded TMA tensor maps, keyed by their exact spec (an encoding
-    /// depends on nothing else).
-    pub(crate) tensor_maps: Mutex<HashMap<TensorMapSpec, TensorMap>>,
+    /// Loaded kernels (each variant once) and their launch counts.
+    pub(crate) kernels: KernelCache,
+    /// Encoded TMA tensor maps.
+    pub(crate) tensor_maps: TensorMapCache,
 }
 
 impl std::fmt::Debug for Device {
@@ -70,59 +69,6 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// The driver error as "CUDA_ERROR_X: description".
-pub(crate) fn describe(err: DriverError) -> String {
-    let name = err.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", err.0));
-    match err.error_string() {
-        Ok(text) => format!("{name}: {}", text.to_string_lossy()),
-        Err(_) => name,
-    }
-}
-
-/// Maps a driver error of `call` to [`Error::Driver`].
-pub(crate) fn driver_err(call: &str) -> impl FnOnce(DriverError) -> Error + '_ {
-    move |err| Error::Driver { call: call.to_string(), message: describe(err) }
-}
-
-fn no_driver_message(detail: &str) -> String {
-    format!(
-        "no NVIDIA driver was found: {detail}. Kernels can run on the CPU instead: use \
-         Device::interpreter(), or Device::auto() with TILE_INTERPRET=1 (auto also falls back to \
-         the interpreter when there is no GPU)"
-    )
-}
-
-/// Whether `libcuda` can be loaded. Probed once; cudarc is touched only after this succeeds.
-fn driver_library() -> Result<()> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: `is_culib_present` only tries to open the library (dlopen) and
-    // drops the handle; it runs no driver code besides the library's initializers.
-    let present = *PRESENT.get_or_init(|| catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false));
-    if present {
-        Ok(())
-    } else {
-        Err(Error::NoDriver(no_driver_message(
-            "the CUDA driver library (libcuda.so / libcuda.so.1) could not be loaded",
-        )))
-    }
-}
-
-/// Runs a cudarc call that may panic (a symbol missing from an old driver),
-/// turning a panic into an error.
-pub(crate) fn guarded<R>(call: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".to_string());
-        Err(Error::Driver {
-            call: call.to_string(),
-            message: format!("the driver binding failed ({what}); the installed NVIDIA driver may be too old"),
-        })
-    })
-}
-
 /// Opened CUDA devices, by ordinal.
 fn cuda_devices() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
     static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
@@ -130,22 +76,7 @@ fn cuda_devices() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
 }
 
 fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
-    if let Err(err) = result::init() {
-        return Err(Error::NoDriver(no_driver_message(&format!(
-            "the CUDA driver library loaded but cuInit failed with {} (no GPU, or a driver/kernel-module mismatch)",
-            describe(err)
-        ))));
-    }
-    let count = result::device::get_count().map_err(driver_err("cuDeviceGetCount"))?;
-    if count <= 0 {
-        return Err(Error::NoDriver(no_driver_message("the NVIDIA driver reports no CUDA device")));
-    }
-    if ordinal >= count as usize {
-        return Err(Error::Driver {
-            call: "cuDeviceGet".into(),
-            message: format!("there is no CUDA device {ordinal}: this machine has {count} (ordinals 0..{count})"),
-        });
-    }
+    driver::init(ordinal)?;
     let ctx = CudaContext::new(ordinal).map_err(driver_err("cuDevicePrimaryCtxRetain"))?;
     let name = ctx.name().map_err(driver_err("cuDeviceGetName"))?;
     let (major, minor) = ctx.compute_capability().map_err(driver_err("cuDeviceGetAttribute"))?;
@@ -164,8 +95,8 @@ fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
         compute_capability: (major.max(0) as u32, minor.max(0) as u32),
         max_shared_optin: max_shared_optin.max(0) as u32,
         multiprocessors: multiprocessors.max(1) as u32,
-        kernels: Mutex::new(HashMap::new()),
-        tensor_maps: Mutex::new(HashMap::new()),
+        kernels: KernelCache::default(),
+        tensor_maps: TensorMapCache::default(),
     }))
 }
 
@@ -173,7 +104,7 @@ impl Device {
     /// CUDA device `ordinal`. [`Error::NoDriver`] when there is no NVIDIA
     /// driver or no GPU; never panics.
     pub fn cuda(ordinal: usize) -> Result<Device> {
-        driver_library()?;
+        driver::driver_library()?;
         let mut devices = cuda_devices().lock().unwrap_or_else(|e| e.into_inner());
         if let Some(dev) = devices.get(&ordinal) {
             return Ok(Device { kind: DeviceKind::Cuda(dev.clone()) });
@@ -241,18 +172,6 @@ impl Device {
         match &self.kind {
             DeviceKind::Interpreter => None,
             DeviceKind::Cuda(d) => Some(&d.ctx),
-        }
-    }
-
-    /// How many launches of the kernel `meta` each of its compiled variants
-    /// (`meta.targets`, in order) ran on this GPU so far; all zeros on the
-    /// interpreter. For tests and benchmarks that must know which variant ran
-    /// (a warp-specialized TMA variant runs only on TMA-addressable tensors;
-    /// otherwise the runtime falls back silently to the general one).
-    pub fn launch_counts(&self, meta: &'static crate::KernelMeta) -> Vec<u64> {
-        match &self.kind {
-            DeviceKind::Interpreter => vec![0; meta.targets.len()],
-            DeviceKind::Cuda(d) => crate::launch::launch_counts(d, meta),
         }
     }
 

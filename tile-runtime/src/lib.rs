@@ -9,14 +9,23 @@
 //! share argument checking, dimension binding and grid evaluation
 //! (`tile_ir::abi`), so a launch that is wrong on one is wrong on the other
 //! with the same message.
+//!
+//! Layers, each importing only from layers before it: `error`, `element`;
+//! `driver` (libcuda, driver errors); `tensor_map` (TMA maps as data);
+//! `cache` (what a GPU keeps between launches); `device` (devices, streams,
+//! events); `tensor`, `tma` (encoding maps), `bench`; `cublas`; `launch/`
+//! (metadata, arguments, variant choice, the CUDA and interpreter paths).
 
 mod bench;
+mod cache;
 pub mod cublas;
 mod device;
+mod driver;
 mod element;
 mod error;
 mod launch;
 mod tensor;
+mod tensor_map;
 mod tma;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
@@ -26,7 +35,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use launch::{KernelMeta, KernelTarget, TensorMapMeta};
 pub use tensor::DeviceTensor;
-pub use tma::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
+pub use tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// The cudarc version the runtime uses, for calling other CUDA libraries
 /// (cuBLAS) on the same context, stream and memory.

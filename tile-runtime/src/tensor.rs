@@ -12,7 +12,8 @@ use std::sync::Arc;
 use cudarc::driver::safe::{CudaSlice, DevicePtr};
 use tile_ir::DType;
 
-use crate::device::{driver_err, CudaDevice, DeviceKind, Stream};
+use crate::device::{CudaDevice, DeviceKind, Stream};
+use crate::driver::driver_err;
 use crate::element::{as_bytes, as_bytes_mut, from_bytes, Element};
 use crate::error::{Error, Result};
 

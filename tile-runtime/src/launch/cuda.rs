@@ -1,0 +1,345 @@
+//! The CUDA path: from checked arguments to `cuLaunchKernel`.
+//!
+//! Expects checked arguments (`args.rs`), bound dimensions and a non-empty
+//! grid. In order: checks the thread block cluster against the grid (9.x
+//! and later; devices without clusters ignore it, as it never changes what
+//! a kernel computes); takes the tensors' device pointers and picks the
+//! variant (`variant.rs`); loads it once per device (`cache.rs`), keeping
+//! the driver's JIT log on failure and raising the dynamic shared-memory
+//! limit once when needed; encodes the variant's tensor maps (cached per
+//! device by their exact spec); and launches with the variant's threads and
+//! the parameters in the launch ABI order, with `cuLaunchKernelEx` and a
+//! cluster dimension when clustered. A persistent variant gets one block
+//! per SM (at most the grid's blocks) as a 1-D grid, unless clustered.
+//! Guarantees: every failure is an [`Error`] naming the kernel; a launch
+//! that was issued counts once in [`Device::launch_counts`].
+
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+use tile_ir::{DType, Kernel};
+
+use super::args::{abi_params, param_pointers, KernelArg};
+use super::meta::{KernelMeta, KernelTarget, TensorMapMeta};
+use super::variant::{pick_variant, TensorPlace};
+use crate::cache::LoadedKernel;
+use crate::device::{CudaDevice, Device, DeviceKind};
+use crate::driver::{describe, driver_err, guarded};
+use crate::error::{Error, Result};
+use crate::tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
+
+/// The cluster shape to launch with: `None` when the kernel has none or the
+/// device (compute capability `cc`) has no clusters, which never changes
+/// the kernel's meaning. On 9.0 and later the grid must be a multiple of
+/// the cluster on every axis (else the message says what to change).
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+fn launch_cluster(k: &Kernel, grid: [u32; 3], cc: (u32, u32)) -> std::result::Result<Option<[u32; 3]>, String> {
+    let cluster = k.cluster;
+    if cluster == [1, 1, 1] || cc.0 < 9 {
+        return Ok(None);
+    }
+    if cluster.contains(&0) {
+        return Err(format!("its cluster {cluster:?} has an extent of 0"));
+    }
+    let axes = ["x", "y", "z"];
+    let bad: Vec<String> = (0..3)
+        .filter(|&a| grid[a] % cluster[a] != 0)
+        .map(|a| format!("{} = {} is not a multiple of {}", axes[a], grid[a], cluster[a]))
+        .collect();
+    if !bad.is_empty() {
+        return Err(format!(
+            "the grid {grid:?} must be a multiple of the thread block cluster ({}, {}, {}) on every axis, but {}; \
+             make the grid's extents multiples of the cluster (e.g. round them up with cdiv and mask the extra blocks), \
+             or change `cluster = (..)`",
+            cluster[0],
+            cluster[1],
+            cluster[2],
+            bad.join(" and ")
+        ));
+    }
+    Ok(Some(cluster))
+}
+
+/// The variant `variant` of `meta` loaded on `dev`, loaded the first time.
+fn loaded_kernel(dev: &CudaDevice, meta: &'static KernelMeta, variant: usize, k: &Kernel) -> Result<Arc<LoadedKernel>> {
+    let key = (meta as *const KernelMeta as usize, variant);
+    dev.kernels.get_or_load(key, || load_kernel(dev, meta, &meta.targets[variant], k))
+}
+
+/// The driver's description of tensor map `m` over `tensor`: dense
+/// row-major strides from its shape, the box and swizzle of the variant,
+/// L2 promotion 256 bytes.
+fn map_spec(m: &TensorMapMeta, tensor: TensorPlace<'_>) -> TensorMapSpec {
+    let shape: Vec<u64> = tensor.shape.iter().map(|&d| d as u64).collect();
+    let swizzle = TmaSwizzle::from_bytes(m.swizzle_bytes).unwrap_or(TmaSwizzle::None);
+    let mut spec = TensorMapSpec::row_major(tensor.dtype, tensor.address, &shape, m.box_shape, swizzle);
+    spec.l2_promotion = L2Promotion::B256;
+    spec
+}
+
+/// Encodes `spec` on `dev`, or returns the map encoded before for the same
+/// spec (`cache.rs`).
+fn encoded_map(dev: &Arc<CudaDevice>, spec: TensorMapSpec) -> Result<TensorMap> {
+    dev.tensor_maps.get_or_encode(spec, |spec| TensorMap::encode(&Device { kind: DeviceKind::Cuda(dev.clone()) }, spec))
+}
+
+const JIT_LOG_BYTES: usize = 16 * 1024;
+/// Dynamic shared memory a block may use without opting in.
+const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
+
+fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarget, k: &Kernel) -> Result<LoadedKernel> {
+    let launch_err = |message: String| Error::Launch { kernel: k.name.clone(), message };
+    if target.shared_bytes > dev.max_shared_optin.max(DEFAULT_SHARED_LIMIT) {
+        return Err(launch_err(format!(
+            "it needs {} bytes of shared memory per block ({}), but {} allows at most {}",
+            target.shared_bytes, target.arch, dev.name, dev.max_shared_optin
+        )));
+    }
+    let ptx = CString::new(target.ptx).map_err(|_| Error::InvalidMeta {
+        kernel: meta.name.to_string(),
+        message: "the PTX contains a NUL byte".into(),
+    })?;
+    let entry = CString::new(k.name.as_str()).map_err(|_| Error::InvalidMeta {
+        kernel: meta.name.to_string(),
+        message: "the name contains a NUL byte".into(),
+    })?;
+    dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
+
+    let mut error_log = vec![0u8; JIT_LOG_BYTES];
+    let mut info_log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // Size options pass their value in the pointer itself (driver API convention).
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+        info_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+    ];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `ptx` is NUL-terminated; the option arrays have 4 entries; the
+    // log buffers outlive the call and their sizes are given.
+    let status = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            ptx.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        let text = |buf: &[u8]| {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            String::from_utf8_lossy(&buf[..end]).trim().to_string()
+        };
+        let mut log = describe(cudarc::driver::DriverError(status));
+        for part in [text(&error_log), text(&info_log)] {
+            if !part.is_empty() {
+                log.push('\n');
+                log.push_str(&part);
+            }
+        }
+        log.push_str(if status == sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+            "\nhint: the PTX's ISA version is newer than this NVIDIA driver accepts; update the driver"
+        } else {
+            "\nhint: this is a bug in the tile compiler; build with TILE_DUMP=<dir> to inspect the PTX, \
+             and with TILE_PTXAS=<ptxas> to catch it at build time"
+        });
+        return Err(Error::Jit { kernel: k.name.clone(), arch: target.arch.to_string(), log });
+    }
+    let mut loaded = LoadedKernel {
+        ctx: dev.ctx.clone(),
+        module,
+        function: std::ptr::null_mut(),
+        shared_bytes: target.shared_bytes,
+        launches: AtomicU64::new(0),
+    };
+    // SAFETY: `module` was just loaded; `entry` is NUL-terminated.
+    loaded.function = unsafe { result::module::get_function(module, entry) }
+        .map_err(|e| launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e))))?;
+    if target.shared_bytes > DEFAULT_SHARED_LIMIT {
+        // SAFETY: `function` belongs to the loaded module; the context is current.
+        unsafe {
+            result::function::set_function_attribute(
+                loaded.function,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                target.shared_bytes as i32,
+            )
+        }
+        .map_err(driver_err("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
+    }
+    Ok(loaded)
+}
+
+pub(super) fn launch_cuda(
+    dev: &Arc<CudaDevice>,
+    meta: &'static KernelMeta,
+    k: &Kernel,
+    args: &mut [KernelArg<'_>],
+    dims: &[i64],
+    grid: [u32; 3],
+) -> Result<()> {
+    let launch_err = |message: String| Error::Launch { kernel: k.name.clone(), message };
+    let cluster = launch_cluster(k, grid, dev.compute_capability).map_err(launch_err)?;
+    // Shapes and element types of the tensors that some variant maps (the
+    // arguments are borrowed by the access guards below).
+    let mapped: Vec<Option<(Vec<usize>, DType)>> = if meta.targets.iter().any(|t| !t.tensor_maps.is_empty()) {
+        args.iter().map(|a| a.raw().map(|t| (t.shape.clone(), t.dtype))).collect()
+    } else {
+        Vec::new()
+    };
+    let (mut slots, _access_guards, addresses) = abi_params(k, args, dims, Some(&dev.stream));
+    let places: Vec<Option<TensorPlace<'_>>> = mapped
+        .iter()
+        .zip(&addresses)
+        .map(|(m, a)| match (m, a) {
+            (Some((shape, dtype)), Some(address)) => Some(TensorPlace { address: *address, shape, dtype: *dtype }),
+            _ => None,
+        })
+        .collect();
+    let variant = pick_variant(meta, k, dev.compute_capability, &places)?;
+    let target = &meta.targets[variant];
+    if target.threads == 0 || target.threads > 1024 {
+        return Err(launch_err(format!(
+            "its {} code has {} threads per block; a block has 1 to 1024 threads",
+            target.arch, target.threads
+        )));
+    }
+    let loaded = loaded_kernel(dev, meta, variant, k)?;
+    let grid = if target.persistent && cluster.is_none() {
+        let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
+        [blocks.min(dev.multiprocessors as u64) as u32, 1, 1]
+    } else {
+        grid
+    };
+    // Kept alive until the launch call returns: the driver copies the 128
+    // bytes of each map from these addresses.
+    let mut maps = Vec::with_capacity(target.tensor_maps.len());
+    for m in target.tensor_maps {
+        let Some(place) = places.get(m.tensor).copied().flatten() else {
+            return Err(Error::InvalidMeta {
+                kernel: k.name.clone(),
+                message: format!("a tensor map names parameter {}, which is not a tensor", m.tensor),
+            });
+        };
+        let map = encoded_map(dev, map_spec(m, place)).map_err(|e| {
+            launch_err(format!("cannot encode the TMA tensor map of tensor `{}`: {e}", k.params[m.tensor].name))
+        })?;
+        maps.push(map);
+    }
+    let mut pointers = param_pointers(&mut slots, &maps);
+    dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
+    let launched = match cluster {
+        // SAFETY: `function` is live (held by `loaded`); `pointers` has one
+        // entry per PTX parameter, each pointing at a slot or a tensor map
+        // that outlives the call (the driver copies parameters at launch);
+        // the tensors are borrowed by `args` for the duration, and writable
+        // ones exclusively.
+        None => unsafe {
+            result::launch_kernel(
+                loaded.function,
+                (grid[0], grid[1], grid[2]),
+                (target.threads, 1, 1),
+                loaded.shared_bytes,
+                dev.stream.cu_stream(),
+                &mut pointers,
+            )
+        }
+        .map_err(|e| launch_err(format!("cuLaunchKernel failed: {}", describe(e)))),
+        Some(cluster) => guarded("cuLaunchKernelEx", || {
+            // SAFETY: an all-zero launch attribute is a valid value of this
+            // plain C struct; the cluster fields are set next.
+            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attribute.value.clusterDim =
+                sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster[0], y: cluster[1], z: cluster[2] };
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: target.threads,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: loaded.shared_bytes,
+                hStream: dev.stream.cu_stream(),
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel above; `config` and `attribute`
+            // outlive the call.
+            unsafe { sys::cuLaunchKernelEx(&config, loaded.function, pointers.as_mut_ptr(), std::ptr::null_mut()) }
+                .result()
+                .map_err(|e| launch_err(format!("cuLaunchKernelEx (cluster {cluster:?}) failed: {}", describe(e))))
+        }),
+    };
+    if launched.is_ok() {
+        loaded.launches.fetch_add(1, Ordering::Relaxed);
+    }
+    launched
+}
+
+impl Device {
+    /// How many launches of the kernel `meta` each of its compiled variants
+    /// (`meta.targets`, in order) ran on this GPU so far; all zeros on the
+    /// interpreter. For tests and benchmarks that must know which variant ran
+    /// (a warp-specialized TMA variant runs only on TMA-addressable tensors;
+    /// otherwise the runtime falls back silently to the general one).
+    pub fn launch_counts(&self, meta: &'static KernelMeta) -> Vec<u64> {
+        match &self.kind {
+            DeviceKind::Interpreter => vec![0; meta.targets.len()],
+            DeviceKind::Cuda(d) => d.kernels.launch_counts(meta as *const KernelMeta as usize, meta.targets.len()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::gemm_like;
+    use super::*;
+
+    #[test]
+    fn a_map_spec_comes_from_the_tensor_and_the_variant() {
+        let m = TensorMapMeta { tensor: 0, box_shape: &[128, 64], swizzle_bytes: 128 };
+        let shape = [1000, 4096];
+        let spec = map_spec(&m, TensorPlace { address: 0x7000, shape: &shape, dtype: DType::BF16 });
+        assert_eq!(spec.dtype, DType::BF16);
+        assert_eq!(spec.global_address, 0x7000);
+        assert_eq!(spec.dims, vec![4096, 1000]);
+        assert_eq!(spec.strides, vec![8192]);
+        assert_eq!(spec.box_dims, vec![64, 128]);
+        assert_eq!(spec.swizzle, TmaSwizzle::B128);
+        assert_eq!(spec.l2_promotion, L2Promotion::B256);
+        spec.validate().unwrap();
+        let m = TensorMapMeta { tensor: 0, box_shape: &[2, 16, 32], swizzle_bytes: 0 };
+        let spec = map_spec(&m, TensorPlace { address: 0x100, shape: &[3, 40, 96], dtype: DType::F32 });
+        assert_eq!((spec.dims, spec.strides, spec.box_dims), (vec![96, 40, 3], vec![384, 384 * 40], vec![32, 16, 2]));
+        assert_eq!(spec.swizzle, TmaSwizzle::None);
+    }
+
+    #[test]
+    fn the_grid_must_be_a_multiple_of_the_cluster_on_hopper() {
+        let mut k = gemm_like();
+        assert_eq!(launch_cluster(&k, [7, 3, 1], (9, 0)), Ok(None));
+        k.cluster = [2, 1, 1];
+        assert_eq!(launch_cluster(&k, [8, 3, 1], (9, 0)), Ok(Some([2, 1, 1])));
+        let e = launch_cluster(&k, [7, 3, 1], (9, 0)).unwrap_err();
+        assert!(e.contains("x = 7 is not a multiple of 2") && e.contains("cluster (2, 1, 1)"), "{e}");
+        // Devices without clusters ignore it: it never changes the results.
+        assert_eq!(launch_cluster(&k, [7, 3, 1], (8, 0)), Ok(None));
+        k.cluster = [2, 2, 2];
+        let e = launch_cluster(&k, [4, 3, 5], (9, 0)).unwrap_err();
+        assert!(e.contains("y = 3 is not a multiple of 2 and z = 5 is not a multiple of 2"), "{e}");
+        assert!(!e.contains("x = 4"), "{e}");
+        assert_eq!(launch_cluster(&k, [4, 6, 2], (10, 0)), Ok(Some([2, 2, 2])));
+        // As a launch error it names the kernel.
+        let err = Error::Launch { kernel: k.name.clone(), message: e };
+        assert!(err.to_string().starts_with("cannot launch kernel `mm`: the grid [4, 3, 5]"), "{err}");
+    }
+}

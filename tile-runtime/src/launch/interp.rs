@@ -1,0 +1,50 @@
+//! The interpreter path: runs a kernel on the CPU (`tile_ir::interp`) over
+//! the arguments' host bytes.
+//!
+//! Expects checked arguments (`args.rs`), bound dimensions and a non-empty
+//! grid. Guarantees: the kernel runs to completion before this returns;
+//! a tensor on a GPU is an [`Error::DeviceMismatch`], an interpreter error
+//! or panic an [`Error::Interpreter`] naming the kernel (a bug in the
+//! interpreter never takes the caller down). The kernel's cluster is
+//! ignored: it never changes what a kernel computes.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tile_ir::interp::{Arg as InterpArg, TensorData};
+use tile_ir::Kernel;
+
+use super::args::KernelArg;
+use crate::error::{Error, Result};
+use crate::tensor::Storage;
+
+pub(super) fn launch_interpreter(k: &Kernel, args: &mut [KernelArg<'_>], dims: &[i64], grid: [u32; 3]) -> Result<()> {
+    let mut interp_args: Vec<InterpArg<'_>> = Vec::with_capacity(args.len());
+    for arg in args.iter_mut() {
+        interp_args.push(match arg {
+            KernelArg::Tensor(t) => match &t.storage {
+                Storage::Host(bytes) => InterpArg::Tensor { data: TensorData::Ro(bytes), shape: t.shape.clone() },
+                Storage::Cuda { .. } => return Err(Error::DeviceMismatch(format!("a tensor of kernel `{}`", k.name))),
+            },
+            KernelArg::TensorMut(t) => {
+                let shape = t.shape.clone();
+                match &mut t.storage {
+                    Storage::Host(bytes) => InterpArg::Tensor { data: TensorData::Rw(bytes), shape },
+                    Storage::Cuda { .. } => {
+                        return Err(Error::DeviceMismatch(format!("a tensor of kernel `{}`", k.name)))
+                    }
+                }
+            }
+            other => InterpArg::Scalar(other.scalar().expect("tensor arguments are handled above")),
+        });
+    }
+    // The interpreter is ordinary code; a bug in it must not take the caller down.
+    let outcome = catch_unwind(AssertUnwindSafe(|| tile_ir::interp::run(k, &mut interp_args, dims, grid)));
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::Interpreter(format!("kernel `{}`: {e}", k.name))),
+        Err(_) => Err(Error::Interpreter(format!(
+            "kernel `{}`: the interpreter panicked (a bug in tile; please report it with the kernel)",
+            k.name
+        ))),
+    }
+}

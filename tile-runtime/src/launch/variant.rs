@@ -1,0 +1,180 @@
+//! Which compiled variant runs: the arch for the device's compute
+//! capability ([`pick_arch`]), then among that arch's variants, preferred
+//! first, the first whose mapped tensors are all TMA-addressable
+//! ([`pick_variant`], `tile_ir::abi::tma_addressable`).
+//!
+//! Expects the variants in `KernelMeta::targets` in preference order, the
+//! last of an arch without tensor maps (as `#[tile_kernel]` emits them).
+//! Guarantees: the choice depends only on the compute capability and the
+//! tensors' addresses, shapes and element types; no arch for the device is
+//! [`Error::NoTarget`], and no runnable variant (only when the metadata
+//! lacks a general one) is an [`Error::Launch`] naming the tensor. The arch
+//! rule is in [`pick_arch`] alone, so that asking `tile_ir::Target` instead
+//! changes only that function.
+
+use tile_ir::{DType, Kernel};
+
+use super::meta::KernelMeta;
+#[cfg(test)]
+use super::meta::KernelTarget;
+use crate::error::{Error, Result};
+
+/// The arch to run on a device of compute capability `cc`: sm_90a PTX on
+/// 9.x, else sm_80 on 8.0 and later (sm_80 also on 9.x without sm_90a).
+fn pick_arch(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&'static str> {
+    let has = |arch: &str| meta.targets.iter().any(|t| t.arch == arch);
+    let chosen = if cc.0 == 9 && has("sm_90a") {
+        Some("sm_90a")
+    } else if cc.0 >= 8 && has("sm_80") {
+        Some("sm_80")
+    } else {
+        None
+    };
+    chosen.ok_or_else(|| Error::NoTarget {
+        kernel: meta.name.to_string(),
+        device_arch: format!("sm_{}{}", cc.0, cc.1),
+        available: meta.targets.iter().map(|t| t.arch.to_string()).collect(),
+    })
+}
+
+/// The preferred (first) variant of the target for compute capability `cc`.
+#[cfg(test)]
+fn pick_target(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&'static KernelTarget> {
+    let arch = pick_arch(meta, cc)?;
+    Ok(meta.targets.iter().find(|t| t.arch == arch).expect("pick_arch found it"))
+}
+
+/// A tensor argument as variant choice and map encoding see it.
+#[derive(Copy, Clone, Debug)]
+pub(super) struct TensorPlace<'a> {
+    /// Device address of element 0 (0 for an empty tensor).
+    pub address: u64,
+    pub shape: &'a [usize],
+    pub dtype: DType,
+}
+
+/// The index in `meta.targets` of the variant to launch on a device of
+/// compute capability `cc`: among the variants of the chosen arch, in
+/// order, the first whose mapped tensors are all TMA-addressable.
+/// `tensors[i]` is parameter `i`'s tensor (`None` for scalars).
+pub(super) fn pick_variant(
+    meta: &'static KernelMeta,
+    k: &Kernel,
+    cc: (u32, u32),
+    tensors: &[Option<TensorPlace<'_>>],
+) -> Result<usize> {
+    let arch = pick_arch(meta, cc)?;
+    let mut refused = Vec::new();
+    for (i, t) in meta.targets.iter().enumerate().filter(|(_, t)| t.arch == arch) {
+        let blocker = t.tensor_maps.iter().find(|m| match tensors.get(m.tensor).copied().flatten() {
+            Some(p) => !tile_ir::abi::tma_addressable(p.address, p.shape, p.dtype.size_bytes() as usize),
+            None => true,
+        });
+        match blocker {
+            None => return Ok(i),
+            Some(m) => refused.push(
+                k.params.get(m.tensor).map_or_else(|| format!("parameter {}", m.tensor), |p| format!("`{}`", p.name)),
+            ),
+        }
+    }
+    Err(Error::Launch {
+        kernel: k.name.clone(),
+        message: format!(
+            "every {arch} variant needs TMA-addressable tensors, and {} is not (a 16-byte aligned address and rows \
+             of a multiple of 16 bytes); rebuild the kernel with a tile version whose last variant has no tensor maps",
+            refused.join(", ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{gemm_like, leak_meta, target, MAPS_A_C};
+    use super::super::meta::{check_variants, TensorMapMeta};
+    use super::*;
+
+    fn meta_with(archs: &[&'static str]) -> &'static KernelMeta {
+        let targets: Vec<KernelTarget> = archs
+            .iter()
+            .map(|&arch| KernelTarget {
+                arch,
+                ptx: "",
+                shared_bytes: 0,
+                threads: 32,
+                tensor_maps: &[],
+                persistent: false,
+            })
+            .collect();
+        Box::leak(Box::new(KernelMeta { name: "k", ir: "", targets: Box::leak(targets.into_boxed_slice()) }))
+    }
+
+    #[test]
+    fn target_choice_follows_the_compute_capability() {
+        let both = meta_with(&["sm_80", "sm_90a"]);
+        assert_eq!(pick_target(both, (9, 0)).unwrap().arch, "sm_90a");
+        assert_eq!(pick_target(both, (8, 9)).unwrap().arch, "sm_80");
+        assert_eq!(pick_target(both, (8, 0)).unwrap().arch, "sm_80");
+        // sm_90a code runs only on 9.x; later GPUs run the portable PTX.
+        assert_eq!(pick_target(both, (10, 0)).unwrap().arch, "sm_80");
+        assert_eq!(pick_target(meta_with(&["sm_80"]), (9, 0)).unwrap().arch, "sm_80");
+        match pick_target(meta_with(&["sm_90a"]), (8, 6)) {
+            Err(Error::NoTarget { kernel, device_arch, available }) => {
+                assert_eq!((kernel.as_str(), device_arch.as_str()), ("k", "sm_86"));
+                assert_eq!(available, vec!["sm_90a".to_string()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = pick_target(both, (7, 5)).unwrap_err();
+        assert!(err.to_string().contains("TILE_ARCHS"), "{err}");
+    }
+
+    fn place(address: u64, shape: &[usize]) -> Option<TensorPlace<'_>> {
+        Some(TensorPlace { address, shape, dtype: DType::F16 })
+    }
+
+    #[test]
+    fn the_first_variant_whose_tensors_are_tma_addressable_runs() {
+        let k = gemm_like();
+        // Variants of sm_90a, preferred first; sm_80 in between to check
+        // that only the chosen arch's entries count.
+        let meta =
+            leak_meta(vec![target("sm_90a", 384, MAPS_A_C), target("sm_80", 256, &[]), target("sm_90a", 256, &[])]);
+        check_variants(&k, meta.targets).unwrap();
+        let (a, c) = ([1000, 2048], [1000, 512]);
+        let pick = |pa: u64, sa: &[usize], pc: u64, sc: &[usize], cc| {
+            pick_variant(meta, &k, cc, &[place(pa, sa), None, place(pc, sc)]).unwrap()
+        };
+        assert_eq!(pick(0x10000, &a, 0x20000, &c, (9, 0)), 0);
+        // An address off by 8 bytes, on either mapped tensor.
+        assert_eq!(pick(0x10008, &a, 0x20000, &c, (9, 0)), 2);
+        assert_eq!(pick(0x10000, &a, 0x20008, &c, (9, 0)), 2);
+        // Rows of 1001 f16 elements (2002 bytes) are not a multiple of 16 bytes.
+        assert_eq!(pick(0x10000, &[1000, 1001], 0x20000, &c, (9, 0)), 2);
+        assert_eq!(pick(0x10000, &a, 0x20000, &[3, 1004], (9, 0)), 2);
+        // Rows of 1000 f16 (2000 bytes) are; so are rows of 8 (16 bytes).
+        assert_eq!(pick(0x10000, &[7, 1000], 0x20000, &[1, 8], (9, 0)), 0);
+        // An empty tensor (address 0, a zero extent) is not addressable.
+        assert_eq!(pick(0, &[0, 2048], 0x20000, &c, (9, 0)), 2);
+        // Other GPUs run sm_80, whatever the tensors.
+        assert_eq!(pick(0x10000, &a, 0x20000, &c, (8, 0)), 1);
+        assert_eq!(pick(0x10008, &a, 0x20000, &c, (10, 0)), 1);
+        // A kernel with a single variant per arch (no warp specialization).
+        let single = leak_meta(vec![target("sm_80", 256, &[]), target("sm_90a", 256, &[])]);
+        assert_eq!(pick_variant(single, &k, (9, 0), &[place(3, &a), None, place(5, &c)]).unwrap(), 1);
+    }
+
+    #[test]
+    fn without_a_general_variant_the_error_names_the_tensor() {
+        let k = gemm_like();
+        let meta = leak_meta(vec![target("sm_90a", 384, MAPS_A_C)]);
+        let err =
+            pick_variant(meta, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20004, &[64, 64])]).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Launch { .. }), "{err:?}");
+        assert!(text.contains("`mm`") && text.contains("`c`") && text.contains("TMA-addressable"), "{text}");
+        // A map over a scalar parameter never runs (and the meta check rejects it).
+        let bad =
+            leak_meta(vec![target("sm_90a", 384, &[TensorMapMeta { tensor: 1, box_shape: &[8], swizzle_bytes: 0 }])]);
+        assert!(pick_variant(bad, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20000, &[64, 64])]).is_err());
+    }
+}
