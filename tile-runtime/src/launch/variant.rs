@@ -9,27 +9,25 @@
 //! tensors' addresses, shapes and element types; no arch for the device is
 //! [`Error::NoTarget`], and no runnable variant (only when the metadata
 //! lacks a general one) is an [`Error::Launch`] naming the tensor. The arch
-//! rule is in [`pick_arch`] alone, so that asking `tile_ir::Target` instead
-//! changes only that function.
+//! rule is `tile_ir::Target::for_device_among`'s: the runtime matches no
+//! arch names itself.
 
-use tile_ir::{DType, Kernel};
+use tile_ir::{DType, Kernel, Target};
 
 use super::meta::KernelMeta;
 #[cfg(test)]
 use super::meta::KernelTarget;
 use crate::error::{Error, Result};
 
-/// The arch to run on a device of compute capability `cc`: sm_90a PTX on
-/// 9.x, else sm_80 on 8.0 and later (sm_80 also on 9.x without sm_90a).
+/// The arch to run on a device of compute capability `cc`: the preferred
+/// embedded target that the device runs (`Target::for_device_among`: sm_90a
+/// on 9.x, else sm_80 on 8.0 and later, sm_80 also on 9.x without sm_90a).
 fn pick_arch(meta: &'static KernelMeta, cc: (u32, u32)) -> Result<&'static str> {
-    let has = |arch: &str| meta.targets.iter().any(|t| t.arch == arch);
-    let chosen = if cc.0 == 9 && has("sm_90a") {
-        Some("sm_90a")
-    } else if cc.0 >= 8 && has("sm_80") {
-        Some("sm_80")
-    } else {
-        None
-    };
+    // Which embedded target a device runs is the compiler's knowledge
+    // (`tile_ir::Target`): an arch-specific target (sm_90a) runs only on its
+    // own major version, a portable one (sm_80) on every later device.
+    let embedded: Vec<Target> = meta.targets.iter().filter_map(|t| Target::from_name(t.arch)).collect();
+    let chosen = Target::for_device_among(cc.0, cc.1, &embedded).map(Target::name);
     chosen.ok_or_else(|| Error::NoTarget {
         kernel: meta.name.to_string(),
         device_arch: format!("sm_{}{}", cc.0, cc.1),
