@@ -34,6 +34,7 @@ pub(crate) struct KernelAttr {
 // The portable cluster size limit (blocks per cluster) of sm_90: larger
 // clusters need an opt-in that not every GPU grants.
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
+use tile_ir::Target;
 
 const OPTIONS: [&str; 5] = ["threads", "consts", "cluster", "warp_specialize", "archs"];
 
@@ -120,12 +121,21 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     match crate::backend::parse_target_list(&lit.value()) {
                         Ok(list) if !list.is_empty() => attr.archs = Some(list),
                         Ok(_) => {
-                            errors.at(lit.span(), "`archs` names no target; write e.g. `archs = \"sm_90a\"` (the known targets are `sm_80` and `sm_90a`)");
+                            errors.at(
+                                lit.span(),
+                                format!(
+                                    "`archs` names no target; write e.g. `archs = \"sm_90a\"` (the known targets are {})",
+                                    Target::known_names()
+                                ),
+                            );
                         }
                         Err(name) => {
                             errors.at(
                                 lit.span(),
-                                format!("`archs` names an unknown target `{name}`; the known targets are `sm_80` and `sm_90a`"),
+                                format!(
+                                    "`archs` names an unknown target `{name}`; the known targets are {}",
+                                    Target::known_names()
+                                ),
                             );
                         }
                     }

@@ -70,7 +70,8 @@ pub(crate) fn targets_from_env() -> Result<Vec<Target>, String> {
 pub(crate) fn parse_targets(spec: &str) -> Result<Vec<Target>, String> {
     parse_target_list(spec).map_err(|name| {
         format!(
-            "TILE_ARCHS names an unknown target `{name}`; the known targets are `sm_80` and `sm_90a` (an empty TILE_ARCHS embeds none: interpreter only)"
+            "TILE_ARCHS names an unknown target `{name}`; the known targets are {} (an empty TILE_ARCHS embeds none: interpreter only)",
+            Target::known_names()
         )
     })
 }

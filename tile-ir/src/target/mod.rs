@@ -135,6 +135,18 @@ impl Target {
     /// (the most specific first).
     pub const ALL: [Target; 2] = [Target::Sm90a, Target::Sm80];
 
+    /// The known targets' names for messages, lowest compute capability
+    /// first: "`sm_80` and `sm_90a`".
+    pub fn known_names() -> String {
+        let mut all = Target::ALL;
+        all.sort_by_key(|t| t.compute_capability());
+        let names: Vec<String> = all.iter().map(|t| format!("`{}`", t.name())).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    }
+
     /// What the target has.
     pub fn info(self) -> &'static TargetInfo {
         match self {

@@ -309,3 +309,10 @@ fn shared_memory_and_registers_per_target() {
     assert!(!Target::Sm80.has(Feature::Wgmma) && !Target::Sm80.has(Feature::Tma));
     assert!(!Target::Sm80.has(Feature::Clusters) && Target::Sm90a.has(Feature::Clusters));
 }
+
+#[test]
+fn known_names_list_every_target_lowest_first() {
+    // The frontend's messages ("the known targets are ...") and the trybuild
+    // `.stderr` files that pin them.
+    assert_eq!(Target::known_names(), "`sm_80` and `sm_90a`");
+}
