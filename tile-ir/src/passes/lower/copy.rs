@@ -18,16 +18,17 @@ impl<'a> Lx<'a> {
     }
 
     pub(crate) fn lower_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> R<()> {
-        if self.in_pipeline_issue && self.tma_issue(src, dst)? {
-            return Ok(());
-        }
-        if self.in_pipeline_issue {
-            if let Some(rc) = self.reduced.get(&dst.buf).cloned() {
-                // Strength-reduced (`lower/reduced_copy.rs`): the origin is
-                // not evaluated, the copy's state says where the next tile is.
-                return self.issue_reduced(&rc, dst.buf);
-            }
-        }
+        self.lower_copy_with(src, dst, fill, true)
+    }
+
+    /// A copy whose cp.asyncs are issued but neither committed nor waited
+    /// for: a pipelined loop's stage issue, whose schedule does that.
+    pub(crate) fn issue_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> R<()> {
+        self.lower_copy_with(src, dst, fill, false)
+    }
+
+    /// [`Lx::lower_copy`]; `complete`: commit and wait for its cp.asyncs.
+    fn lower_copy_with(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>, complete: bool) -> R<()> {
         let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
         let (sdt, ddt) = (sb.dtype, db.dtype);
         if sb.scope == Scope::Global && db.scope == Scope::Global {
@@ -110,7 +111,7 @@ impl<'a> Lx<'a> {
         let v = layout.vec_width();
         let use_async = self.async_copy_ok(&s_side, &d_side, sdt, ddt, fill);
         self.copy_dispatch(&layout, &s_side, &d_side, sdt, ddt, &fill_val, v, global_origin_expr, use_async)?;
-        if use_async && !self.in_pipeline_issue {
+        if use_async && complete {
             // Outside pipelined loops the copy completes here; the barrier
             // pass puts a `bar.sync` before the first read by other threads.
             self.emit(Inst::CpAsyncCommit);
@@ -260,53 +261,28 @@ impl<'a> Lx<'a> {
                 let g = self.global_coords(origin, *lead, coords);
                 let addr = self.global_addr(*buf, &g)?;
                 let outs: Vec<Reg> = (0..v).map(|_| self.new_reg(class_of(ddt))).collect();
-                let size = sdt.size_bytes() as i64;
-                let scalar = |s: &mut Self| -> R<()> {
-                    for (e, out) in outs.iter().enumerate() {
-                        s.mov(*out, fill.op.clone(), ddt);
-                        let mut ge = g.clone();
-                        let last = ge.len() - 1;
-                        ge[last] = s.add_i32(ge[last].clone(), Operand::Imm(e as i64));
-                        let p = s.in_bounds(*buf, &ge, 0)?;
-                        let p = s.and_pred(p, fvalid);
-                        let (out, a) = (*out, Address { base: addr.into(), offset: e as i64 * size });
-                        let body = s.capture(|s| {
-                            let x = s.load_vec(Space::Global, None, &a, sdt, 1);
-                            let c = s.convert(Val { op: x[0].into(), ty: sdt }, ddt)?;
-                            s.mov(out, c.op, ddt);
-                            Ok(())
-                        })?;
-                        s.emit_if(p, false, body, vec![]);
-                    }
-                    Ok(())
-                };
-                if vectorize && v > 1 {
-                    let p = self.in_bounds(*buf, &g, v as i64 - 1)?;
-                    let p = self.and_pred(p, fvalid);
-                    let then = self.capture(|s| {
-                        let xs = s.load_vec(Space::Global, None, &Address { base: addr.into(), offset: 0 }, sdt, v);
+                let access =
+                    GlobalAccess { buf: *buf, coords: &g, addr, elems: v, elem_bytes: sdt.size_bytes() as i64 };
+                self.global_access(
+                    &access,
+                    fvalid,
+                    vectorize,
+                    &mut |s, a| {
+                        let xs = s.load_vec(Space::Global, None, a, sdt, v);
                         for (x, out) in xs.iter().zip(&outs) {
                             let c = s.convert(Val { op: (*x).into(), ty: sdt }, ddt)?;
                             s.mov(*out, c.op, ddt);
                         }
                         Ok(())
-                    })?;
-                    match p {
-                        None => self.cur().extend(then),
-                        Some(p) => {
-                            let other = self.capture(scalar)?;
-                            self.cur().push(Stmt::If {
-                                cond: p,
-                                negate: false,
-                                uniform: false,
-                                then,
-                                otherwise: other,
-                            });
-                        }
-                    }
-                } else {
-                    scalar(self)?;
-                }
+                    },
+                    &mut |s, e| s.mov(outs[e], fill.op.clone(), ddt),
+                    &mut |s, e, a| {
+                        let x = s.load_vec(Space::Global, None, a, sdt, 1);
+                        let c = s.convert(Val { op: x[0].into(), ty: sdt }, ddt)?;
+                        s.mov(outs[e], c.op, ddt);
+                        Ok(())
+                    },
+                )?;
                 Ok(outs)
             }
             Side::Local(_) => Err(self.err("internal: local copy on the distributed path")),
@@ -346,50 +322,77 @@ impl<'a> Lx<'a> {
             Side::Global { buf, origin, lead } => {
                 let g = self.global_coords(origin, *lead, coords);
                 let addr = self.global_addr(*buf, &g)?;
-                let size = ddt.size_bytes() as i64;
-                let v = vals.len();
-                let scalar = |s: &mut Self| -> R<()> {
-                    for (e, x) in vals.iter().enumerate() {
-                        let mut ge = g.clone();
-                        let last = ge.len() - 1;
-                        ge[last] = s.add_i32(ge[last].clone(), Operand::Imm(e as i64));
-                        let p = s.in_bounds(*buf, &ge, 0)?;
-                        let p = s.and_pred(p, fvalid);
-                        let a = Address { base: addr.into(), offset: e as i64 * size };
-                        let body = s.capture(|s| {
-                            s.store_vec(Space::Global, None, &a, ddt, &[*x]);
-                            Ok(())
-                        })?;
-                        s.emit_if(p, false, body, vec![]);
-                    }
-                    Ok(())
+                let access = GlobalAccess {
+                    buf: *buf,
+                    coords: &g,
+                    addr,
+                    elems: vals.len(),
+                    elem_bytes: ddt.size_bytes() as i64,
                 };
-                if vectorize && v > 1 {
-                    let p = self.in_bounds(*buf, &g, v as i64 - 1)?;
-                    let p = self.and_pred(p, fvalid);
-                    let then = self.capture(|s| {
-                        s.store_vec(Space::Global, None, &Address { base: addr.into(), offset: 0 }, ddt, vals);
+                self.global_access(
+                    &access,
+                    fvalid,
+                    vectorize,
+                    &mut |s, a| {
+                        s.store_vec(Space::Global, None, a, ddt, vals);
                         Ok(())
-                    })?;
-                    match p {
-                        None => self.cur().extend(then),
-                        Some(p) => {
-                            let other = self.capture(scalar)?;
-                            self.cur().push(Stmt::If {
-                                cond: p,
-                                negate: false,
-                                uniform: false,
-                                then,
-                                otherwise: other,
-                            });
-                        }
-                    }
-                    Ok(())
-                } else {
-                    scalar(self)
-                }
+                    },
+                    &mut |_, _| {},
+                    &mut |s, e, a| {
+                        s.store_vec(Space::Global, None, a, ddt, &[vals[e]]);
+                        Ok(())
+                    },
+                )
             }
             Side::Local(_) => Err(self.err("internal: local copy on the distributed path")),
+        }
+    }
+
+    /// The masks of a global side's access to `access.elems` contiguous
+    /// elements (shared by [`Lx::read_side`] and [`Lx::write_side`]): with
+    /// `vectorize` and more than one element, one vector access (`vector`)
+    /// when the last element is in bounds, else (and without `vectorize`)
+    /// each element `e` on its own: `before(e)` unguarded, then `elem(e)`
+    /// at its address under its bounds test; everything under `fvalid`.
+    #[allow(clippy::type_complexity)]
+    fn global_access(
+        &mut self,
+        access: &GlobalAccess<'_>,
+        fvalid: Option<Reg>,
+        vectorize: bool,
+        vector: &mut dyn FnMut(&mut Self, &Address) -> R<()>,
+        before: &mut dyn FnMut(&mut Self, usize),
+        elem: &mut dyn FnMut(&mut Self, usize, &Address) -> R<()>,
+    ) -> R<()> {
+        let &GlobalAccess { buf, coords: g, addr, elems: v, elem_bytes: size } = access;
+        let mut scalar = |s: &mut Self| -> R<()> {
+            for e in 0..v {
+                before(s, e);
+                let mut ge = g.to_vec();
+                let last = ge.len() - 1;
+                ge[last] = s.add_i32(ge[last].clone(), Operand::Imm(e as i64));
+                let p = s.in_bounds(buf, &ge, 0)?;
+                let p = s.and_pred(p, fvalid);
+                let a = Address { base: addr.into(), offset: e as i64 * size };
+                let body = s.capture(|s| elem(s, e, &a))?;
+                s.emit_if(p, false, body, vec![]);
+            }
+            Ok(())
+        };
+        if vectorize && v > 1 {
+            let p = self.in_bounds(buf, g, v as i64 - 1)?;
+            let p = self.and_pred(p, fvalid);
+            let then = self.capture(|s| vector(s, &Address { base: addr.into(), offset: 0 }))?;
+            match p {
+                None => self.cur().extend(then),
+                Some(p) => {
+                    let other = self.capture(scalar)?;
+                    self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then, otherwise: other });
+                }
+            }
+            Ok(())
+        } else {
+            scalar(self)
         }
     }
 
@@ -511,4 +514,14 @@ impl<'a> Lx<'a> {
             _ => Err(self.err("internal: unsupported element write")),
         }
     }
+}
+
+/// A global side's access: `elems` contiguous elements of `elem_bytes` at
+/// tensor coordinates `coords` (the first one's), address `addr`.
+struct GlobalAccess<'c> {
+    buf: BufferId,
+    coords: &'c [Operand],
+    addr: Reg,
+    elems: usize,
+    elem_bytes: i64,
 }

@@ -1,7 +1,9 @@
-//! Lowering: Tile IR → Thread IR (the SIMT path).
+//! The lowering core: Tile IR → Thread IR (the SIMT path), with the hook
+//! points the schedules plug into ([`ScheduleLowering`], `hooks.rs`).
 //!
-//! Expects a verified kernel and a [`LayoutPlan`] from
-//! [`super::layout_infer`]. Produces one Thread IR [`Function`] in which:
+//! Expects a verified kernel, a [`LayoutPlan`] from [`super::layout_infer`]
+//! and a schedule's [`ScheduleLowering`] (`crate::schedule`; the core knows
+//! no schedule). Produces one Thread IR [`Function`] in which:
 //! - uniform code (outside parallel nests) is executed redundantly by every
 //!   thread; its side effects on global or shared memory are done by thread 0
 //!   only (guarded `if`s, non-uniform);
@@ -15,41 +17,50 @@
 //! - shared buffers and reduction scratch are carved out of the dynamic
 //!   shared memory; every shared access names its [`Region`] and computes
 //!   its address through `Lx::shared_addr` / `Lx::shared_offset`, which
-//!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands);
-//! - `Gemm` becomes ldmatrix + mma.sync (`lower_gemm.rs`), or on sm_90a,
-//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma (`lower/wgmma.rs`);
+//!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands)
+//!   and the buffer's current stage offset (`Lx::shared_stage`);
+//! - `Gemm` becomes ldmatrix + mma.sync (`gemm_mma.rs`), or on sm_90a,
+//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma (`gemm_wgmma.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
-//!   extent), with per-element guarded fallbacks at the edges.
+//!   extent), with per-element guarded fallbacks at the edges;
+//! - global → shared copies become `cp.async` (`cp_async.rs`: 16-byte `.cg`
+//!   where the vector path applies, 4/8-byte `.ca` otherwise; zero-fill
+//!   masks the edges), committed and waited for at once, except when a
+//!   schedule issues them in a pipeline stage ([`Lx::issue_copy`]).
 //!
-//! - global → shared copies become `cp.async` (16-byte `.cg` where the
-//!   vector path applies, 4/8-byte `.ca` otherwise; zero-fill masks the
-//!   edges), committed and waited for at once, except in pipelined loops
-//!   ([`super::pipeline`]), whose schedule is emitted by [`async_copy`].
+//! No barriers are inserted here except for explicit `Barrier` statements
+//! and those a schedule emits: [`super::barriers`] does that.
 //!
-//! No barriers are inserted here except for explicit `Barrier` statements and
-//! the one at the top of each pipelined iteration: [`super::barriers`] does that.
+//! Files, one job each: `mod.rs` (entry point, the state), `hooks.rs` (the
+//! schedule hooks), `emit.rs` (emission helpers), `setup.rs` (parameters,
+//! buffer placement, the staged-memory budget), `coords.rs` (layout
+//! coordinates as operands), `address.rs` (integer arithmetic, global and
+//! shared addressing), `expr.rs` (expressions, conversions), `memory.rs`
+//! (loads, stores, fragments, locals, `fill`), `stmt.rs` (statements, serial
+//! loops), `nest.rs` (parallel nests), `copy.rs` (tile copies), `cp_async.rs`
+//! (cp.async chunks), `reduce.rs` (reductions), `gemm_mma.rs` (ldmatrix +
+//! mma.sync), `gemm_wgmma.rs` (wgmma).
 
 mod address;
-mod async_copy;
 mod coords;
 mod copy;
+mod cp_async;
 mod emit;
 mod expr;
 mod gemm_mma;
 mod gemm_wgmma;
+mod hooks;
 mod memory;
 mod nest;
 mod reduce;
-mod reduced_copy;
 mod setup;
 mod stmt;
-mod tma_copy;
-mod warp_specialized;
+
+pub(crate) use hooks::ScheduleLowering;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
-use super::pipeline::{self, PipelinePlan};
-use super::warp_specialize::WsPlan;
+use super::pipeline;
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt,
     StmtKind, TileRef, UnOp, Value, VarId, VarKind,
@@ -58,27 +69,28 @@ use crate::layout::{FragLayout, RootLayout, SharedLayout, ThreadField};
 use crate::thread_ir::{Address, Function, Inst, Operand, Reg, RegClass, Region, Space, Special, Stmt, SMEM};
 use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
-type R<T> = Result<T, CompileError>;
+pub(crate) type R<T> = Result<T, CompileError>;
 
 /// Registers one fragment or local buffer may take per thread (the
 /// hardware has 255; beyond that the unrolled code would only spill).
 const MAX_REGS_PER_THREAD: usize = 256;
 
 #[derive(Clone, Debug)]
-struct Val {
-    op: Operand,
-    ty: DType,
+pub(crate) struct Val {
+    pub(crate) op: Operand,
+    pub(crate) ty: DType,
 }
 
-struct TensorInfo {
-    ptr: Reg,
+pub(crate) struct TensorInfo {
+    pub(crate) ptr: Reg,
     /// Extents as `s32` operands, and as `s64` operands.
-    dims: Vec<Operand>,
-    dims64: Vec<Operand>,
+    pub(crate) dims: Vec<Operand>,
+    pub(crate) dims64: Vec<Operand>,
 }
 
-struct NestCtx {
+pub(crate) struct NestCtx {
     layout: FragLayout,
     vars: Vec<VarId>,
     /// The register being executed, per nest dim.
@@ -89,14 +101,14 @@ struct NestCtx {
 
 /// A side of a copy.
 #[derive(Clone)]
-enum Side {
+pub(crate) enum Side {
     Global { buf: BufferId, origin: Vec<Operand>, lead: usize },
     Shared(BufferId),
     Frag(BufferId),
     Local(BufferId),
 }
 
-fn class_of(t: DType) -> RegClass {
+pub(crate) fn class_of(t: DType) -> RegClass {
     match t {
         DType::F16 | DType::BF16 => RegClass::B16,
         DType::F32 => RegClass::F32,
@@ -106,7 +118,7 @@ fn class_of(t: DType) -> RegClass {
     }
 }
 
-fn mov_ty(t: DType) -> &'static str {
+pub(crate) fn mov_ty(t: DType) -> &'static str {
     match class_of(t) {
         RegClass::B16 => "b16",
         RegClass::F32 => "f32",
@@ -116,7 +128,7 @@ fn mov_ty(t: DType) -> &'static str {
     }
 }
 
-fn int_ty(t: DType) -> Option<&'static str> {
+pub(crate) fn int_ty(t: DType) -> Option<&'static str> {
     match t {
         DType::I32 => Some("s32"),
         DType::U32 => Some("u32"),
@@ -125,7 +137,7 @@ fn int_ty(t: DType) -> Option<&'static str> {
     }
 }
 
-fn bits_ty(t: DType) -> &'static str {
+pub(crate) fn bits_ty(t: DType) -> &'static str {
     if t == DType::I64 {
         "b64"
     } else {
@@ -133,7 +145,7 @@ fn bits_ty(t: DType) -> &'static str {
     }
 }
 
-fn mem_ty(t: DType) -> &'static str {
+pub(crate) fn mem_ty(t: DType) -> &'static str {
     match t {
         DType::F16 | DType::BF16 => "b16",
         DType::F32 => "f32",
@@ -144,43 +156,21 @@ fn mem_ty(t: DType) -> &'static str {
     }
 }
 
-fn log2(x: i64) -> i64 {
+pub(crate) fn log2(x: i64) -> i64 {
     63 - (x.max(1) as u64).leading_zeros() as i64
 }
 
-/// Lowers `kernel` to a Thread IR function.
-pub fn lower(kernel: &Kernel, target: Target, plan: &LayoutPlan) -> Result<Function, Vec<CompileError>> {
-    lower_with(kernel, target, plan, None)
-}
-
-/// [`lower`], with the pipelined loop of `ws` warp-specialized
-/// ([`warp_specialized`]).
-pub fn lower_with(
+/// Lowers `kernel` to a Thread IR function, with `schedule`'s hooks
+/// (`crate::schedule`: each schedule builds the [`ScheduleLowering`] it
+/// needs; the lowering core knows none of them).
+pub(crate) fn lower(
     kernel: &Kernel,
     target: Target,
     plan: &LayoutPlan,
-    ws: Option<&WsPlan>,
-) -> Result<Function, Vec<CompileError>> {
-    lower_opts(kernel, target, plan, ws, false)
-}
-
-/// [`lower_with`]; `tma_copies`: on sm_90a, issue the pipelined copies that
-/// TMA can do as TMA boxes ([`tma_copy`]).
-pub fn lower_opts(
-    kernel: &Kernel,
-    target: Target,
-    plan: &LayoutPlan,
-    ws: Option<&WsPlan>,
-    tma_copies: bool,
+    schedule: Rc<dyn ScheduleLowering>,
 ) -> Result<Function, Vec<CompileError>> {
     let mut lx = Lx {
-        tma_copies,
-        tma_copy: HashMap::new(),
-        tma_loops: HashMap::new(),
-        tma_issue_stage: None,
-        ws,
-        ws_bars: 0,
-        ws_store_base: 0,
+        schedule: schedule.clone(),
         k: kernel,
         target,
         plan,
@@ -208,24 +198,18 @@ pub fn lower_opts(
         affine: HashMap::new(),
         shared_bases: HashMap::new(),
         errors: Vec::new(),
-        pipe: pipeline::plan(kernel),
         stage_stride: HashMap::new(),
         footprint: HashMap::new(),
         local_prologue: None,
         region_override: HashMap::new(),
-        in_pipeline_issue: false,
         loop_depth: 0,
-        reduced: HashMap::new(),
     };
     lx.setup();
-    lx.check_pipeline_budget();
-    match ws {
-        Some(w) if w.persistent => {
-            if let Err(e) = lx.lower_ws_persistent(&kernel.body) {
-                lx.errors.push(e);
-            }
-        }
-        _ => lx.lower_block(&kernel.body),
+    lx.check_staged_budget();
+    match schedule.lower_body(&mut lx, &kernel.body) {
+        Some(Err(e)) => lx.errors.push(e),
+        Some(Ok(())) => {}
+        None => lx.lower_block(&kernel.body),
     }
     if !lx.errors.is_empty() {
         return Err(lx.errors);
@@ -238,53 +222,44 @@ pub fn lower_opts(
     Ok(f)
 }
 
-struct Lx<'a> {
-    k: &'a Kernel,
-    /// Issue TMA-able pipelined copies with TMA (`tma_copy.rs`).
-    tma_copies: bool,
-    /// The pipelined copies issued with TMA, by destination buffer.
-    tma_copy: HashMap<BufferId, tma_copy::TmaCopy>,
-    /// The barriers of the pipelined loops with TMA copies, by loop variable.
-    tma_loops: HashMap<VarId, tma_copy::TmaLoop>,
-    /// The stage being issued (while `in_pipeline_issue`), for TMA copies.
-    tma_issue_stage: Option<Operand>,
-    /// The warp specialization of the kernel's pipelined loop, if any.
-    ws: Option<&'a WsPlan>,
-    /// Byte offset of the warp-specialized loop's mbarriers in `smem`.
-    ws_bars: i64,
-    /// Byte offset of the TMA store's shared panels in `smem`.
-    ws_store_base: i64,
-    target: Target,
-    plan: &'a LayoutPlan,
-    f: Function,
+/// The lowering state of one kernel: what the core tracks while it walks
+/// the body. Nothing here belongs to one schedule; a schedule's own state
+/// lives in its [`ScheduleLowering`].
+pub(crate) struct Lx<'a> {
+    /// The schedule's hooks (see [`ScheduleLowering`]).
+    pub(crate) schedule: Rc<dyn ScheduleLowering>,
+    pub(crate) k: &'a Kernel,
+    pub(crate) target: Target,
+    pub(crate) plan: &'a LayoutPlan,
+    pub(crate) f: Function,
     /// Entry code (values that depend only on parameters and the thread index;
     /// they dominate everything).
-    prologue: Vec<Stmt>,
-    blocks: Vec<Vec<Stmt>>,
-    span: SpanId,
-    vars: HashMap<VarId, Reg>,
+    pub(crate) prologue: Vec<Stmt>,
+    pub(crate) blocks: Vec<Vec<Stmt>>,
+    pub(crate) span: SpanId,
+    pub(crate) vars: HashMap<VarId, Reg>,
     /// Known power-of-two divisors of uniform `let` variables (alignment proofs).
-    var_mult: HashMap<VarId, i64>,
+    pub(crate) var_mult: HashMap<VarId, i64>,
     /// Variables bound inside the parallel nest being lowered.
-    nest_bound: HashSet<VarId>,
-    tid: Reg,
-    is_t0: Reg,
-    smem: Reg,
-    tensors: HashMap<BufferId, TensorInfo>,
-    shared: HashMap<BufferId, (i64, u32)>,
+    pub(crate) nest_bound: HashSet<VarId>,
+    pub(crate) tid: Reg,
+    pub(crate) is_t0: Reg,
+    pub(crate) smem: Reg,
+    pub(crate) tensors: HashMap<BufferId, TensorInfo>,
+    pub(crate) shared: HashMap<BufferId, (i64, u32)>,
     /// The collective operation being lowered (see [`Region`]).
-    cur_op: u32,
-    smem_top: i64,
-    next_region: u32,
-    frags: HashMap<BufferId, Vec<Reg>>,
-    locals: HashMap<BufferId, Vec<Reg>>,
-    nest: Option<NestCtx>,
-    tbases: HashMap<Vec<ThreadField>, Reg>,
+    pub(crate) cur_op: u32,
+    pub(crate) smem_top: i64,
+    pub(crate) next_region: u32,
+    pub(crate) frags: HashMap<BufferId, Vec<Reg>>,
+    pub(crate) locals: HashMap<BufferId, Vec<Reg>>,
+    pub(crate) nest: Option<NestCtx>,
+    pub(crate) tbases: HashMap<Vec<ThreadField>, Reg>,
     /// Registers known to be `base + constant` (from `add_i32`).
-    affine: HashMap<Reg, (Reg, i64)>,
+    pub(crate) affine: HashMap<Reg, (Reg, i64)>,
     /// Per-thread shared addresses (with the `smem` base) of thread-part
     /// coordinates, computed in the prologue: (buffer, row, column) → register.
-    shared_bases: HashMap<(BufferId, Option<Reg>, Option<Reg>), Reg>,
+    pub(crate) shared_bases: HashMap<(BufferId, Option<Reg>, Option<Reg>), Reg>,
     /// An extra byte offset added to every address of a shared buffer while
     /// it is set (a software-pipelining stage's copy of the buffer: the
     /// pipelining pass allocates `stages` slots of `shared_layout(buf).bytes()`
@@ -292,30 +267,22 @@ struct Lx<'a> {
     /// immediate costs nothing; a register costs one add per access.
     pub(crate) shared_stage: HashMap<BufferId, Operand>,
     /// Per-thread ldmatrix row addresses (see `lower_gemm.rs`).
-    ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
-    errors: Vec<CompileError>,
-    /// Which loops are software-pipelined and which shared buffers have stages.
-    pipe: PipelinePlan,
+    pub(crate) ldm_bases: HashMap<(BufferId, Vec<ThreadField>, Vec<ThreadField>, i64), Reg>,
+    pub(crate) errors: Vec<CompileError>,
     /// Bytes between consecutive stage copies of a multi-buffered shared buffer.
-    stage_stride: HashMap<BufferId, i64>,
+    pub(crate) stage_stride: HashMap<BufferId, i64>,
     /// Region used for the accesses of a buffer instead of its own (the
     /// pipeline's stage refills, which never touch the stage being read).
-    region_override: HashMap<BufferId, Region>,
+    pub(crate) region_override: HashMap<BufferId, Region>,
     /// Bytes of shared memory allocated to each shared buffer (all stages).
-    footprint: HashMap<BufferId, i64>,
+    pub(crate) footprint: HashMap<BufferId, i64>,
     /// While lowering a top-level copy through an epilogue scratch: the
     /// "entry code" it needs (per-thread bases, masks), placed right before
     /// it instead of in the entry block. A top-level statement dominates
     /// everything after it, so the caches of such values stay valid.
-    local_prologue: Option<Vec<Stmt>>,
-    /// Lowering the copies of a pipelined iteration: cp.asyncs are issued
-    /// but neither committed nor waited for (the pipeline does that).
-    in_pipeline_issue: bool,
+    pub(crate) local_prologue: Option<Vec<Stmt>>,
     /// Serial loops enclosing the statement being lowered.
-    loop_depth: u32,
-    /// Strength-reduced pipelined copies of the pipelined loops being
-    /// lowered, by destination shared buffer (see `reduced_copy.rs`).
-    reduced: HashMap<BufferId, reduced_copy::ReducedCopy>,
+    pub(crate) loop_depth: u32,
 }
 
 /// `name` as a PTX identifier: other characters become `_`, and a leading

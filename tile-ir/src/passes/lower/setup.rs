@@ -114,9 +114,9 @@ impl<'a> Lx<'a> {
         if let Err(e) = self.rasterize_blocks() {
             self.errors.push(e);
         }
-        // The warp-specialized loop's stage buffers come first (aligned).
-        self.ws_setup();
-        self.tma_copy_setup();
+        // The schedule's own buffers come first (aligned).
+        let schedule = self.schedule.clone();
+        schedule.place_buffers(self);
         // Buffers: shared offsets, fragment and local registers.
         let wgmma_align = self.wgmma_operand_alignment();
         for (i, b) in k.buffers.iter().enumerate() {
@@ -128,12 +128,11 @@ impl<'a> Lx<'a> {
             match b.scope {
                 Scope::Shared => {
                     let bytes = self.shared_layout(id).map(|l| l.bytes()).unwrap_or(n * b.dtype.size_bytes() as i64);
-                    let stages = self.pipe.stages_of(id) as i64;
+                    let stages = schedule.stages_of(id) as i64;
                     // Stage copies start 128-byte aligned, like buffers
                     // (wgmma operands: 8 rows of their swizzle span).
                     let align = wgmma_align.get(&id).copied().unwrap_or(128);
-                    // TMA boxes start on their swizzle pattern's 1024 bytes.
-                    let align = if self.is_tma_copy(id) { align.max(1024) } else { align };
+                    let align = schedule.buffer_alignment(id, align);
                     let stride = (bytes + align - 1) / align * align;
                     let footprint = if stages > 1 { stride * stages } else { bytes };
                     // An epilogue scratch takes the memory (and the region,
@@ -190,7 +189,7 @@ impl<'a> Lx<'a> {
                 Scope::Global => {}
             }
         }
-        self.tma_barrier_setup();
+        schedule.after_buffers(self);
     }
 
     pub(crate) fn region_of(&self, buf: BufferId) -> Option<Region> {
@@ -238,5 +237,34 @@ impl<'a> Lx<'a> {
             self.vars.insert(by, y);
         }
         Ok(())
+    }
+
+    /// Errors when the stage copies of the multi-buffered shared buffers
+    /// ([`Lx::stage_stride`]) make the kernel exceed the target's shared memory.
+    pub(crate) fn check_staged_budget(&mut self) {
+        let limit = pipeline::shared_limit(self.target) as i64;
+        if self.stage_stride.is_empty() || self.smem_top <= limit {
+            return;
+        }
+        let mut parts: Vec<(u32, String)> = Vec::new();
+        for (&b, &stride) in &self.stage_stride {
+            let buf = self.k.buffer(b);
+            let stages = self.footprint.get(&b).copied().unwrap_or(0) / stride.max(1);
+            parts.push((b.0, format!("`{}` {} × {} bytes", buf.name, stages, stride)));
+        }
+        parts.sort();
+        let span = parts.first().map(|p| self.k.buffer(BufferId(p.0)).span).unwrap_or(SpanId::NONE);
+        let list: Vec<String> = parts.into_iter().map(|p| p.1).collect();
+        self.errors.push(CompileError::new(
+            span,
+            format!(
+                "kernel `{}` needs {} bytes of shared memory with its pipeline stages ({}), more than the {} bytes a block can have on {}; use fewer stages or smaller tiles",
+                self.k.name,
+                self.smem_top,
+                list.join(", "),
+                limit,
+                self.target.name()
+            ),
+        ));
     }
 }

@@ -40,9 +40,9 @@ impl<'a> Lx<'a> {
         let collective = |s: &Self, what: &str| {
             s.err(format!("`{what}` is a block-wide operation and cannot appear inside a parallel loop"))
         };
-        if let (Some(st), false) = (self.ws.and_then(|w| w.store.as_ref()), in_nest) {
-            if let (true, StmtKind::Copy { dst, .. }) = (std::ptr::eq(s, &self.k.body[st.index]), &s.kind) {
-                return self.lower_ws_store(st, dst);
+        if !in_nest {
+            if let Some(lowered) = self.schedule.clone().lower_stmt(self, s) {
+                return lowered;
             }
         }
         match &s.kind {
@@ -82,13 +82,10 @@ impl<'a> Lx<'a> {
                 if self.k.var(*var).dtype != DType::I32 {
                     return Err(self.err("loop variables must be i32"));
                 }
-                if let Some(ws) = self.ws {
-                    if !in_nest && std::ptr::eq(s, &self.k.body[ws.loop_index]) {
-                        return self.lower_ws_loop(*var, start, end, body);
+                if !in_nest {
+                    if let Some(lowered) = self.schedule.clone().lower_loop(self, s, *var, start, end, body) {
+                        return lowered;
                     }
-                }
-                if let (false, Some(pl)) = (in_nest, self.pipe.loops.get(var).cloned()) {
-                    return self.lower_pipelined(*var, start, end, body, &pl);
                 }
                 let s0 = self.expr(start)?;
                 let s0 = self.convert(s0, DType::I32)?.op;
@@ -288,5 +285,20 @@ impl<'a> Lx<'a> {
         })?;
         self.emit_if(p, false, body, vec![]);
         Ok(())
+    }
+
+    /// A loop's bounds as i32 registers, snapshots taken before the body
+    /// runs (it may reassign variables the bounds mention).
+    pub(crate) fn loop_bounds(&mut self, start: &Expr, end: &Expr) -> R<(Reg, Reg)> {
+        let s0 = self.expr(start)?;
+        let s0 = self.convert(s0, DType::I32)?;
+        let s0 = self.materialize(&s0);
+        let e0 = self.expr(end)?;
+        let e0 = self.convert(e0, DType::I32)?;
+        let e0 = self.materialize(&e0);
+        let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(a, s0.into(), DType::I32);
+        self.mov(b, e0.into(), DType::I32);
+        Ok((a, b))
     }
 }
