@@ -7,7 +7,7 @@
 
 pub use crate::compiled::{CompileOptions, Compiled};
 use crate::ir::Kernel;
-use crate::schedule::{general, Schedule};
+use crate::schedule::{general, tma_copy, Schedule};
 use crate::{CompileError, Target};
 
 /// Compiles a kernel for one target.
@@ -61,12 +61,16 @@ pub fn compile_verified(kernel: &Kernel, target: Target) -> Result<Compiled, Vec
 }
 
 /// [`compile_verified`] with explicit [`CompileOptions`]: the general
-/// schedule ([`general::compile`]; with TMA pipelined copies on sm_90a when
-/// [`CompileOptions::tma_copies`]).
+/// schedule ([`general::compile`]), or with [`CompileOptions::tma_copies`]
+/// its TMA pipelined copies where it can ([`tma_copy::compile_where_possible`]).
 pub fn compile_verified_with(
     kernel: &Kernel,
     target: Target,
     options: CompileOptions,
 ) -> Result<Compiled, Vec<CompileError>> {
-    general::compile(kernel, target, options)
+    if options.tma_copies {
+        tma_copy::compile_where_possible(kernel, target, options)
+    } else {
+        general::compile(kernel, target, options)
+    }
 }

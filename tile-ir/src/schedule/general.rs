@@ -10,20 +10,36 @@
 //! [`CompileOptions::stage_epilogues`] and the result fits (else the direct
 //! stores); the [`Compiled::schedule`] named after what the lowering did
 //! ([`name_of`]).
+//!
+//! [`compile_with_stages`] serves the TMA-copy schedule: the same
+//! lowering with other stage hooks.
 
-use super::tma_copy::pipeline_lowering;
+use super::cp_async_pipeline::{CpAsyncStages, PipelineLowering, StageHooks};
 use crate::compiled::{finish, CompileOptions, Compiled};
 use crate::ir::{Kernel, SpanId};
 use crate::passes::{epilogue, layout_infer, lower, pipeline};
-use crate::{thread_ir, CompileError, Target};
+use crate::{CompileError, Target};
 use std::rc::Rc;
 
 /// The schedule's name ([`Compiled::schedule`]).
 pub const NAME: &str = "general";
 
-/// Compiles `kernel` with the general lowering (see the module doc).
-#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+/// Compiles `kernel` with the general lowering (see the module doc), the
+/// plain cp.async pipeline for its pipelined loops
+/// ([`CompileOptions::tma_copies`] is the driver's to read).
 pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
+    compile_with_stages(kernel, target, options, &|| Box::new(CpAsyncStages))
+}
+
+/// [`compile`], the pipeline's stages issued through `stages()`'s hooks
+/// (the TMA-copy schedule's, [`super::tma_copy`]).
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+pub(crate) fn compile_with_stages(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+    stages: &dyn Fn() -> Box<dyn StageHooks>,
+) -> Result<Compiled, Vec<CompileError>> {
     if kernel.threads == 0 || kernel.threads % 32 != 0 || kernel.threads > 1024 {
         return Err(vec![CompileError::new(
             SpanId::NONE,
@@ -38,29 +54,26 @@ pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Resu
             // Staging is an optimization: when its scratch does not fit (no
             // dead buffer to take, no shared memory left), or lowering it
             // fails, the direct stores below are the answer.
-            let lowering = Rc::new(pipeline_lowering(&staged, target, options.tma_copies));
+            let lowering = Rc::new(PipelineLowering::new(&staged, stages()));
             if let Ok(func) = lower::lower(&staged, target, &staged_plan, lowering) {
                 if func.shared_bytes <= pipeline::shared_limit(target) {
-                    let name = name_of(&staged, &func);
+                    let name = name_of(&staged);
                     return finish(&staged, target, &staged_plan, func, name);
                 }
             }
         }
     }
-    let lowering = Rc::new(pipeline_lowering(kernel, target, options.tma_copies));
+    let lowering = Rc::new(PipelineLowering::new(kernel, stages()));
     let func = lower::lower(kernel, target, &plan, lowering)?;
-    let name = name_of(kernel, &func);
+    let name = name_of(kernel);
     finish(kernel, target, &plan, func, name)
 }
 
-/// The schedule a general lowering of `kernel` amounts to: `"tma_copy"`
-/// when it issued copies with TMA (it then takes tensor maps, and nothing
-/// else in this lowering does), else `"cp_async_pipeline"` when the
-/// pipeline analysis takes one of its loops, else `"general"`.
-pub fn name_of(kernel: &Kernel, func: &thread_ir::Function) -> &'static str {
-    if !func.tensor_maps.is_empty() {
-        super::tma_copy::NAME
-    } else if !pipeline::plan(kernel).loops.is_empty() {
+/// The schedule a general lowering of `kernel` amounts to:
+/// `"cp_async_pipeline"` when the pipeline analysis takes one of its loops,
+/// else `"general"` (the TMA-copy schedule renames its variant).
+pub fn name_of(kernel: &Kernel) -> &'static str {
+    if !pipeline::plan(kernel).loops.is_empty() {
         super::cp_async_pipeline::NAME
     } else {
         NAME

@@ -125,9 +125,7 @@ impl Plan {
         match self {
             Plan::WarpSpecializedGemm(_) => warp_specialized_gemm::compile(kernel, target, options),
             Plan::TmaCopy(_) => tma_copy::compile(kernel, target, options),
-            Plan::CpAsyncPipeline(_) | Plan::General => {
-                general::compile(kernel, target, CompileOptions { tma_copies: false, ..options })
-            }
+            Plan::CpAsyncPipeline(_) | Plan::General => general::compile(kernel, target, options),
         }
     }
 }
@@ -157,40 +155,59 @@ pub fn describe_decisions(kernel: &Kernel, target: Target, options: CompileOptio
 
 #[cfg(test)]
 mod tests {
+    //! The kernels here are ones the integration tests compile too (so that
+    //! the PTX snapshot of the suite stays the same set of modules).
     use super::*;
     use crate::print::parse_kernel;
 
-    /// A pipelined GEMM main loop (`extra`: more statements in its body).
-    fn gemm(attrs: &str, extra: &str) -> Kernel {
-        let text = format!(
-            "kernel g<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut f32[M, N]) threads=128 grid=((N + 63) / 64, (M + 63) / 64, 1){attrs} {{
+    /// The example GEMM configuration of `tests/hopper_ws.rs`: 128×256×64,
+    /// 3 stages, 256 threads (every schedule takes it on sm_90a).
+    const MATMUL: &str = "kernel matmul<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut f16[M, N]) threads=256 grid=((N + 255) / 256, (M + 127) / 128, 1) swizzle=8 {
+  %3 bx = block_idx.x
+  %4 by = block_idx.y
+  @3 a_s: shared f16[128, 64]
+  @4 b_s: shared f16[64, 256]
+  @5 acc: fragment f32[128, 256]
+  fill acc, 0.0
+  for %5 k in pipelined(3) 0..(K + 63) / 64 {
+    copy a[by * 128, k * 64] -> a_s
+    copy b[k * 64, bx * 256] -> b_s
+    gemm a_s, b_s -> acc
+  }
+  copy acc -> c[by * 128, bx * 256]
+}";
+
+    /// `tests/codegen_tma_copy.rs`'s GEMM (128 threads, 64×64×64 tiles, 3
+    /// stages): its pipelined loop is inside another loop, and it says
+    /// `warp_specialize=false`.
+    const NESTED: &str = "kernel g<%0 M, %1 K, %2 N>(@0 a: &f16[M, K], @1 b: &f16[K, N], @2 c: &mut f32[M, N]) threads=128 grid=((N + 63) / 64, (M + 63) / 64, 1) warp_specialize=false {
   %3 bx = block_idx.x
   %4 by = block_idx.y
   @3 a_s: shared f16[64, 64]
   @4 b_s: shared f16[64, 64]
   @5 acc: fragment f32[64, 64]
-  fill acc, 0.0
-  for %5 k in pipelined(3) 0..(K + 63) / 64 {{
-    copy a[by * 64, k * 64] -> a_s
-    copy b[k * 64, bx * 64] -> b_s
-    gemm a_s, b_s -> acc{extra}
-  }}
-  copy acc -> c[by * 64, bx * 64]
-}}"
-        );
-        parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"))
+  for %6 r in 0..1 {
+    fill acc, 0.0
+    for %5 k in pipelined(3) 0..(K + 63) / 64 {
+      copy a[by * 64, k * 64] -> a_s
+      copy b[k * 64, bx * 64] -> b_s
+      gemm a_s, b_s -> acc
     }
+  }
+  copy acc -> c[by * 64, bx * 64]
+}";
 
-    fn vector_add() -> Kernel {
-        parse_kernel(
-            "kernel v<%0 N>(@0 x: &f32[N], @1 y: &mut f32[N]) threads=128 grid=((N + 127) / 128, 1, 1) {
-  %1 bx = block_idx.x
-  @2 t: fragment f32[128]
-  copy x[bx * 128] -> t
-  copy t -> y[bx * 128]
-}",
-        )
-        .unwrap()
+    /// `tests/codegen_epilogue.rs`'s tile copy: no loop at all.
+    const ADD: &str = "kernel add<%0 M, %1 N>(@0 x: &f32[M, N], @1 y: &mut f32[M, N]) threads=128 grid=((N + 63) / 64, (M + 15) / 16, 1) {
+  %2 bx = block_idx.x
+  %3 by = block_idx.y
+  @2 t: fragment f32[16, 64]
+  copy x[by * 16, bx * 64] -> t
+  copy t -> y[by * 16, bx * 64]
+}";
+
+    fn kernel(text: &str) -> Kernel {
+        parse_kernel(text).unwrap_or_else(|e| panic!("{e:?}\n{text}"))
     }
 
     fn reason(s: Schedule, k: &Kernel, target: Target) -> String {
@@ -217,20 +234,22 @@ mod tests {
 
     #[test]
     fn compile_variants_names_its_variants() {
-        let k = gemm("", "");
-        assert_eq!(names(&k, Target::Sm90a), ["warp_specialized_gemm", "tma_copy", "cp_async_pipeline"]);
-        assert_eq!(names(&k, Target::Sm80), ["cp_async_pipeline"]);
-        let off = gemm(" warp_specialize=false", "");
-        assert_eq!(names(&off, Target::Sm90a), ["tma_copy", "cp_async_pipeline"]);
-        assert_eq!(names(&vector_add(), Target::Sm90a), ["general"]);
+        let matmul = kernel(MATMUL);
+        assert_eq!(names(&matmul, Target::Sm90a), ["warp_specialized_gemm", "tma_copy", "cp_async_pipeline"]);
+        assert_eq!(names(&matmul, Target::Sm80), ["cp_async_pipeline"]);
+        let nested = kernel(NESTED);
+        assert_eq!(names(&nested, Target::Sm90a), ["tma_copy", "cp_async_pipeline"]);
+        assert_eq!(names(&nested, Target::Sm80), ["cp_async_pipeline"]);
+        let add = kernel(ADD);
+        assert_eq!(names(&add, Target::Sm80), ["general"]);
         // One compile names its own schedule too.
-        assert_eq!(crate::compile(&vector_add(), Target::Sm80).unwrap().schedule, "general");
-        assert_eq!(crate::compile(&k, Target::Sm80).unwrap().schedule, "cp_async_pipeline");
+        assert_eq!(crate::compile(&add, Target::Sm80).unwrap().schedule, "general");
+        assert_eq!(crate::compile(&nested, Target::Sm80).unwrap().schedule, "cp_async_pipeline");
     }
 
     #[test]
-    fn every_schedule_takes_the_gemm_on_sm90a() {
-        let k = gemm("", "");
+    fn every_schedule_takes_the_example_gemm_on_sm90a() {
+        let k = kernel(MATMUL);
         for (s, d) in decisions(&k, Target::Sm90a, CompileOptions::default()) {
             assert_eq!(d, Ok(()), "{}", s.name());
         }
@@ -242,20 +261,28 @@ mod tests {
 
     #[test]
     fn schedules_say_why_they_refuse() {
-        let k = gemm("", "");
-        assert!(reason(Schedule::WarpSpecializedGemm, &k, Target::Sm80).contains("needs sm_90a, not sm_80"));
-        assert!(reason(Schedule::TmaCopy, &k, Target::Sm80).contains("TMA needs sm_90a"));
-        let off = gemm(" warp_specialize=false", "");
-        assert!(reason(Schedule::WarpSpecializedGemm, &off, Target::Sm90a).contains("`warp_specialize = false`"));
-        let barrier = gemm("", "\n    barrier");
+        let matmul = kernel(MATMUL);
+        assert!(reason(Schedule::WarpSpecializedGemm, &matmul, Target::Sm80).contains("needs sm_90a, not sm_80"));
+        assert!(reason(Schedule::TmaCopy, &matmul, Target::Sm80).contains("TMA needs sm_90a"));
+        let nested = kernel(NESTED);
+        assert!(reason(Schedule::WarpSpecializedGemm, &nested, Target::Sm90a).contains("`warp_specialize = false`"));
+        let mut on = nested.clone();
+        on.warp_specialize = true;
+        assert!(
+            reason(Schedule::WarpSpecializedGemm, &on, Target::Sm90a).contains("no `pipelined` loop at the top level")
+        );
+        let barrier = kernel(&MATMUL.replace("gemm a_s, b_s -> acc", "gemm a_s, b_s -> acc\n    barrier"));
         assert!(reason(Schedule::WarpSpecializedGemm, &barrier, Target::Sm90a)
             .contains("statement other than a copy or a gemm; the warp-specialized GEMM takes only copies and gemms"));
-        let v = vector_add();
-        assert!(reason(Schedule::WarpSpecializedGemm, &v, Target::Sm90a).contains("no `pipelined` loop"));
-        assert!(reason(Schedule::CpAsyncPipeline, &v, Target::Sm90a).contains("no `pipelined(n, stages)` loop"));
-        assert!(reason(Schedule::TmaCopy, &v, Target::Sm90a).contains("no `pipelined(n, stages)` loop"));
-        let text = describe_decisions(&v, Target::Sm80, CompileOptions::default());
+        let add = kernel(ADD);
+        assert!(reason(Schedule::CpAsyncPipeline, &add, Target::Sm90a).contains("no `pipelined(n, stages)` loop"));
+        assert!(reason(Schedule::TmaCopy, &add, Target::Sm90a).contains("no `pipelined(n, stages)` loop"));
+        let text = describe_decisions(&add, Target::Sm80, CompileOptions::default());
         assert!(text.starts_with("warp_specialized_gemm: not applicable: warp specialization needs sm_90a"), "{text}");
-        assert!(text.ends_with("general: applies\n"), "{text}");
+        assert!(
+            text.contains("\ncp_async_pipeline: not applicable: the kernel has no `pipelined(n, stages)` loop"),
+            "{text}"
+        );
+        assert!(text.ends_with("\ngeneral: applies\n"), "{text}");
     }
 }

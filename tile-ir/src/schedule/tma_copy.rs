@@ -23,7 +23,7 @@
 //! copy ([`crate::abi::TensorMapUse`]), so the variant needs TMA-addressable
 //! tensors.
 
-use super::cp_async_pipeline::{PipelineLowering, StageHooks};
+use super::cp_async_pipeline::{CpAsyncStages, StageHooks};
 use super::not_applicable::NotApplicable;
 use crate::abi::TensorMapUse;
 use crate::compiled::{CompileOptions, Compiled};
@@ -70,12 +70,36 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<PipelinePlan, NotApplicab
 /// The TMA-copy variant of `kernel`: the general lowering with TMA stage
 /// copies. Errors when none of the pipelined copies became TMA boxes.
 pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
-    let compiled = super::general::compile(kernel, target, CompileOptions { tma_copies: true, ..options })?;
+    let compiled = compile_where_possible(kernel, target, options)?;
     if compiled.tensor_maps.is_empty() {
         return Err(vec![CompileError::new(
             crate::ir::SpanId::NONE,
             format!("kernel `{}`: none of its pipelined copies has a shared layout TMA writes", kernel.name),
         )]);
+    }
+    Ok(compiled)
+}
+
+/// The general lowering with the pipelined copies TMA can do as TMA boxes
+/// (on sm_90a; elsewhere, or when there are none, the general variant):
+/// [`crate::compile_with`] under [`CompileOptions::tma_copies`]. Named
+/// `"tma_copy"` when it took tensor maps (nothing else in the general
+/// lowering does).
+pub fn compile_where_possible(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+) -> Result<Compiled, Vec<CompileError>> {
+    let stages = || -> Box<dyn StageHooks> {
+        if target == Target::Sm90a {
+            Box::new(TmaCopies::default())
+        } else {
+            Box::new(CpAsyncStages)
+        }
+    };
+    let mut compiled = super::general::compile_with_stages(kernel, target, options, &stages)?;
+    if !compiled.tensor_maps.is_empty() {
+        compiled.schedule = NAME;
     }
     Ok(compiled)
 }
@@ -204,19 +228,7 @@ impl Lx<'_> {
         dst: &TileRef,
         fill: Option<&Expr>,
     ) -> Option<(usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle)> {
-        let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
-        if sb.scope != Scope::Global
-            || db.scope != Scope::Shared
-            || sb.dtype != db.dtype
-            || sb.shape.len() != 2
-            || src.origin.len() != 2
-        {
-            return None;
-        }
-        if !matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32) {
-            return None;
-        }
-        if dst.origin.iter().any(|e| const_int(e) != Some(0)) || fill.is_some_and(|f| !f.is_zero_constant()) {
+        if !tma_candidate(self.k, src, dst, fill) {
             return None;
         }
         let tensor = self.k.params.iter().position(|p| p.kind == ParamKind::Tensor(src.buf))?;
@@ -382,15 +394,4 @@ impl StageHooks for TmaCopies {
     fn wait_stage(&self, lx: &mut Lx<'_>, var: VarId, cur: Reg) {
         lx.tma_wait_stage(self, var, cur);
     }
-}
-
-/// The pipeline lowering of the general lowering: with TMA stage hooks when
-/// `tma_copies` on sm_90a, else the plain cp.async pipeline.
-pub(crate) fn pipeline_lowering(kernel: &Kernel, target: Target, tma_copies: bool) -> PipelineLowering {
-    let stages: Box<dyn StageHooks> = if tma_copies && target == Target::Sm90a {
-        Box::new(TmaCopies::default())
-    } else {
-        Box::new(super::cp_async_pipeline::CpAsyncStages)
-    };
-    PipelineLowering::new(kernel, stages)
 }

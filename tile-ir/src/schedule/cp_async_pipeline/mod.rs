@@ -35,7 +35,7 @@ pub fn plan(kernel: &Kernel) -> Result<PipelinePlan, NotApplicable> {
     let plan = pipeline::plan(kernel);
     if plan.loops.is_empty() {
         return Err(NotApplicable::new(
-            "the kernel has no `pipelined(n, stages)` loop with stages ≥ 2 whose body starts with a global → shared copy that depends on the loop variable",
+            "the kernel has no `pipelined(n, stages)` loop (stages ≥ 2, outside parallel loops) with a copy the pipeline can issue ahead (global → shared, its origin depending on the loop variable only through values it can compute early)",
         ));
     }
     Ok(plan)

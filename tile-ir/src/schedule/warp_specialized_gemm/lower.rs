@@ -31,13 +31,28 @@
 //! swizzle span; MN-major LBO = the panel size). Out-of-range tiles are
 //! zero-filled by TMA and still complete the full box's bytes.
 
-use super::plan::{TmaOperand, WsGemm, PRODUCER_REGS};
-use super::WsLowering;
+use super::plan::{TmaOperand, WsGemm, WsPlan, PRODUCER_REGS};
 use crate::hopper::{wgmma_d_index, ws_accumulator, MatrixDescriptor};
 use crate::ir::{DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::layout::FragLayout;
 use crate::passes::lower::{Lx, R};
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt, WgmmaA};
+use std::cell::Cell;
+
+/// The schedule's state while one kernel is lowered.
+pub(crate) struct WsLowering {
+    pub(crate) plan: WsPlan,
+    /// Byte offset of the loop's mbarriers in `smem` (placed first).
+    pub(crate) bars: Cell<i64>,
+    /// Byte offset of the TMA store's shared panels in `smem`.
+    pub(crate) store_base: Cell<i64>,
+}
+
+impl WsLowering {
+    pub(super) fn new(plan: WsPlan) -> WsLowering {
+        WsLowering { plan, bars: Cell::new(0), store_base: Cell::new(0) }
+    }
+}
 
 /// What the producer thread carries across loops (and tiles).
 pub(super) struct ProducerState {

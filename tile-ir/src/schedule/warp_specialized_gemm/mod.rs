@@ -23,6 +23,7 @@ mod persistent;
 mod plan;
 mod store;
 
+use lower::WsLowering;
 pub use plan::{plan, TmaOperand, WsGemm, WsPlan, WsStore, PRODUCER_REGS};
 
 use crate::compiled::{finish, CompileOptions, Compiled};
@@ -30,7 +31,6 @@ use crate::ir::{Expr, Kernel, SpanId, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, ScheduleLowering, R};
 use crate::passes::{epilogue, layout_infer, pipeline};
 use crate::{CompileError, Target};
-use std::cell::Cell;
 use std::rc::Rc;
 
 /// The schedule's name ([`Compiled::schedule`]).
@@ -70,21 +70,6 @@ pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Resu
     }
     let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WsLowering::new(ws)))?;
     finish(kernel, target, &layouts, func, NAME)
-}
-
-/// The schedule's state while one kernel is lowered.
-pub(crate) struct WsLowering {
-    pub(crate) plan: WsPlan,
-    /// Byte offset of the loop's mbarriers in `smem` (placed first).
-    pub(crate) bars: Cell<i64>,
-    /// Byte offset of the TMA store's shared panels in `smem`.
-    pub(crate) store_base: Cell<i64>,
-}
-
-impl WsLowering {
-    fn new(plan: WsPlan) -> WsLowering {
-        WsLowering { plan, bars: Cell::new(0), store_base: Cell::new(0) }
-    }
 }
 
 impl ScheduleLowering for WsLowering {

@@ -12,7 +12,7 @@
 //! their stage and phase across tiles, and each store waits until the
 //! previous tile's store has read its shared panels.
 
-use super::WsLowering;
+use super::lower::WsLowering;
 use crate::ir::{DType, Expr, Kernel, Stmt as TStmt, StmtKind, VarId, VarKind};
 use crate::passes::lower::{Lx, R};
 use crate::thread_ir::{Inst, Operand, Reg, RegClass, Special, Stmt};

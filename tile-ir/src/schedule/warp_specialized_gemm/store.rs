@@ -9,8 +9,8 @@
 //! element type, out-of-range elements not written, and (not persistent)
 //! the panels read out before the copy's code ends.
 
+use super::lower::WsLowering;
 use super::plan::WsStore;
-use super::WsLowering;
 use crate::hopper::ws_accumulator;
 use crate::ir::DType;
 use crate::layout::FragLayout;
