@@ -1,11 +1,11 @@
 //! What compiling a kernel produces ([`Compiled`]), the choices that shape
 //! it ([`CompileOptions`]), and the back end every schedule ends with
-//! ([`finish`]: wgmma waits, barriers, the shared-memory limit, PTX).
+//! (`finish`: wgmma waits, barriers, the shared-memory limit, PTX).
 //!
 //! Expects a lowered Thread IR function and the layouts it was lowered
 //! with. Guarantees a [`Compiled`] whose PTX is the function's, or an error
 //! naming the limit it exceeds. Depends on the passes only, so that every
-//! schedule ([`crate::schedule`]) and the driver ([`crate::compile`]) can
+//! schedule ([`crate::schedule`]) and the driver ([`mod@crate::compile`]) can
 //! use it without depending on each other.
 
 use crate::ir::{Kernel, SpanId};

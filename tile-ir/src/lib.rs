@@ -7,8 +7,8 @@
 //!
 //! Data flows one way: Tile IR → [`verify`] → a schedule ([`schedule`]:
 //! layout inference, the lowering core with the schedule's hooks) → Thread
-//! IR → the back end ([`compiled::finish`]) → PTX. The driver
-//! ([`compile`]) walks the schedules in their order of preference; the
+//! IR → the back end (`compiled::finish`) → PTX. The driver
+//! ([`mod@compile`]) walks the schedules in their order of preference; the
 //! passes are listed in [`passes`].
 
 pub mod abi;

@@ -1,5 +1,5 @@
 //! The passes, in the order a schedule ([`crate::schedule`]) runs them
-//! (the driver [`crate::compile`] picks the schedules; each one's `compile`
+//! (the driver [`mod@crate::compile`] picks the schedules; each one's `compile`
 //! calls these):
 //!
 //! 1. `verify` ([`crate::verify`], by the driver): the Tile IR invariants
@@ -36,7 +36,7 @@
 //!    shared writes.
 //! 8. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 8 and the shared-memory limit are [`crate::compiled::finish`],
+//! Steps 6 to 8 and the shared-memory limit are `crate::compiled::finish`,
 //! which every schedule ends with.
 
 pub mod barriers;

@@ -11,7 +11,7 @@
 //! stores); the [`Compiled::schedule`] named after what the lowering did
 //! ([`name_of`]).
 //!
-//! [`compile_with_stages`] serves the TMA-copy schedule: the same
+//! `compile_with_stages` serves the TMA-copy schedule: the same
 //! lowering with other stage hooks.
 
 use super::cp_async_pipeline::{CpAsyncStages, PipelineLowering, StageHooks};

@@ -12,7 +12,7 @@
 //! takes a kernel, and why not ([`NotApplicable`]); [`Plan::compile`] turns
 //! the plan into a [`Compiled`] through the lowering core
 //! ([`crate::passes::lower`]), into which the schedule plugs its hooks
-//! (`ScheduleLowering`), and the back end ([`crate::compiled::finish`]).
+//! (`ScheduleLowering`), and the back end (`crate::compiled::finish`).
 //! Guarantees that every schedule's variant computes what the general one
 //! does; they differ in speed and in what they need of the arguments.
 //!
@@ -20,7 +20,7 @@
 //! [`crate::compile_variants`] walks: every schedule that needs
 //! TMA-addressable tensors and applies adds a variant; the first one that
 //! runs on any tensors ends the list. Data flows one way: the schedules
-//! depend on the core and the passes, the driver ([`crate::compile`]) on
+//! depend on the core and the passes, the driver ([`mod@crate::compile`]) on
 //! the schedules.
 
 pub mod cp_async_pipeline;
@@ -80,8 +80,10 @@ impl Schedule {
     }
 
     /// Whether (and how) this schedule takes `kernel` on `target`.
-    pub fn plan(self, kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Plan, NotApplicable> {
-        let _ = options;
+    /// `_options` is for schedules whose applicability depends on them; none
+    /// does today (the warp-specialized GEMM's TMA-store and persistent
+    /// options shape its variant, [`Plan::compile`]).
+    pub fn plan(self, kernel: &Kernel, target: Target, _options: CompileOptions) -> Result<Plan, NotApplicable> {
         match self {
             Schedule::WarpSpecializedGemm => {
                 warp_specialized_gemm::plan(kernel, target).map(|p| Plan::WarpSpecializedGemm(Box::new(p)))
@@ -123,7 +125,9 @@ impl Plan {
         options: CompileOptions,
     ) -> Result<Compiled, Vec<CompileError>> {
         match self {
-            Plan::WarpSpecializedGemm(_) => warp_specialized_gemm::compile(kernel, target, options),
+            Plan::WarpSpecializedGemm(ws) => {
+                warp_specialized_gemm::compile_planned(kernel, target, options, ws.as_ref().clone())
+            }
             Plan::TmaCopy(_) => tma_copy::compile(kernel, target, options),
             Plan::CpAsyncPipeline(_) | Plan::General => general::compile(kernel, target, options),
         }

@@ -1,8 +1,8 @@
 //! The TMA-copy schedule (sm_90a, [`crate::CompileOptions::tma_copies`]):
 //! the cp.async pipeline ([`super::cp_async_pipeline`]) whose pipelined
-//! copies that [`Lx::tma_copy_of`] accepts are issued by thread 0 as
+//! copies that `Lx::tma_copy_of` accepts are issued by thread 0 as
 //! `cp.async.bulk.tensor` boxes completing on the stage's mbarrier, instead
-//! of every thread's cp.async chunks (the [`StageHooks`] of [`TmaCopies`]).
+//! of every thread's cp.async chunks (the `StageHooks` of `TmaCopies`).
 //!
 //! Expects the software-pipelined loop schedule of `async_copy.rs` (every
 //! stage refill after the barrier that ends the reads of the stage it

@@ -1,8 +1,8 @@
 //! The lowering core: Tile IR → Thread IR (the SIMT path), with the hook
-//! points the schedules plug into ([`ScheduleLowering`], `hooks.rs`).
+//! points the schedules plug into (`ScheduleLowering`, `hooks.rs`).
 //!
 //! Expects a verified kernel, a [`LayoutPlan`] from [`super::layout_infer`]
-//! and a schedule's [`ScheduleLowering`] (`crate::schedule`; the core knows
+//! and a schedule's `ScheduleLowering` (`crate::schedule`; the core knows
 //! no schedule). Produces one Thread IR [`Function`] in which:
 //! - uniform code (outside parallel nests) is executed redundantly by every
 //!   thread; its side effects on global or shared memory are done by thread 0
@@ -27,7 +27,7 @@
 //! - global → shared copies become `cp.async` (`cp_async.rs`: 16-byte `.cg`
 //!   where the vector path applies, 4/8-byte `.ca` otherwise; zero-fill
 //!   masks the edges), committed and waited for at once, except when a
-//!   schedule issues them in a pipeline stage ([`Lx::issue_copy`]).
+//!   schedule issues them in a pipeline stage (`Lx::issue_copy`).
 //!
 //! No barriers are inserted here except for explicit `Barrier` statements
 //! and those a schedule emits: [`super::barriers`] does that.

@@ -12,7 +12,7 @@
 //! the loop run serially.
 //!
 //! A schedule built on this one changes how a stage's copies are issued and
-//! waited for through [`StageHooks`] (the TMA-copy schedule,
+//! waited for through `StageHooks` (the TMA-copy schedule,
 //! [`super::tma_copy`], issues the copies TMA can do as TMA boxes).
 
 mod pipelined_loop;

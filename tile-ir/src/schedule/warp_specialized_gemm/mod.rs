@@ -40,12 +40,22 @@ pub const NAME: &str = "warp_specialized_gemm";
 /// with wgmma accumulators, epilogue staging as usual, the specialized
 /// lowering. Errors when the kernel has no plan or a pass fails.
 pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
-    let mut ws = plan(kernel, target).map_err(|na| {
+    let ws = plan(kernel, target).map_err(|na| {
         vec![CompileError::new(
             SpanId::NONE,
             format!("kernel `{}` cannot be warp-specialized: {}", kernel.name, na.reason),
         )]
     })?;
+    compile_planned(kernel, target, options, ws)
+}
+
+/// [`compile`] with the kernel's plan ([`plan`]) made already.
+pub fn compile_planned(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+    mut ws: WsPlan,
+) -> Result<Compiled, Vec<CompileError>> {
     if !options.tma_store {
         ws.store = None;
     }
