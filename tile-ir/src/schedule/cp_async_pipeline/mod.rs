@@ -23,9 +23,7 @@ use crate::ir::{BufferId, Expr, Kernel, Stmt as TStmt, TileRef, VarId};
 use crate::passes::lower::{Lx, ScheduleLowering, R};
 use crate::passes::pipeline::{self, PipelinePlan};
 use crate::thread_ir::{Operand, Reg};
-use reduced_copy::ReducedCopy;
-use std::cell::RefCell;
-use std::collections::HashMap;
+use reduced_copy::ReducedCopies;
 
 /// The schedule's name (`Compiled::schedule`).
 pub const NAME: &str = "cp_async_pipeline";
@@ -83,7 +81,7 @@ pub(crate) struct PipelineLowering {
     pub(crate) plan: PipelinePlan,
     /// Strength-reduced pipelined copies of the pipelined loops being
     /// lowered, by destination shared buffer (see `reduced_copy.rs`).
-    pub(crate) reduced: RefCell<HashMap<BufferId, ReducedCopy>>,
+    pub(crate) reduced: ReducedCopies,
     /// What the schedule built on the pipeline adds to a stage.
     pub(crate) stages: Box<dyn StageHooks>,
 }
@@ -92,7 +90,7 @@ impl PipelineLowering {
     /// The pipeline of `kernel` (the loops [`pipeline::plan`] takes; none
     /// is fine: the lowering is then the general one), with `stages`.
     pub(crate) fn new(kernel: &Kernel, stages: Box<dyn StageHooks>) -> PipelineLowering {
-        PipelineLowering { plan: pipeline::plan(kernel), reduced: RefCell::new(HashMap::new()), stages }
+        PipelineLowering { plan: pipeline::plan(kernel), reduced: ReducedCopies::default(), stages }
     }
 }
 

@@ -105,7 +105,7 @@ impl Lx<'_> {
         }
         pipe.stages.end_stage();
         if result.is_ok() {
-            self.advance_reduced_copies(pipe, body, pl);
+            self.advance_reduced_copies(&pipe.reduced, body, pl);
         }
         for st in saved {
             self.restore_stage(st);
@@ -261,7 +261,11 @@ impl Lx<'_> {
         }
         // Loop-invariant address and mask parts of the copies, for iteration a.
         let saved_var = self.vars.insert(var, a);
-        let prepared = if reduce { self.prepare_reduced_copies(pipe, var, start, body, pl) } else { Ok(()) };
+        let prepared = if reduce {
+            self.prepare_reduced_copies(&pipe.reduced, &|b| pipe.stages.issues(b), var, start, body, pl)
+        } else {
+            Ok(())
+        };
         match saved_var {
             Some(r) => self.vars.insert(var, r),
             None => self.vars.remove(&var),
@@ -334,7 +338,7 @@ impl Lx<'_> {
         }
         let lowered = lowered?;
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
-        self.drop_reduced_copies(pipe, body, pl);
+        self.drop_reduced_copies(&pipe.reduced, body, pl);
         // Drain: only empty groups can be left, but leave nothing in flight.
         self.emit(Inst::CpAsyncWait { pending: 0 });
         Ok(())
