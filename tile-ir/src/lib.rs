@@ -5,11 +5,15 @@
 //! by hand in tests, or deserialized from JSON) and produces PTX text per
 //! target, or executes the kernel on the CPU ([`interp`]).
 //!
-//! Data flows one way: Tile IR → [`verify`] → passes (layout inference,
-//! lowering) → Thread IR → PTX. The pass list lives in [`compile`].
+//! Data flows one way: Tile IR → [`verify`] → a schedule ([`schedule`]:
+//! layout inference, the lowering core with the schedule's hooks) → Thread
+//! IR → the back end (`compiled::finish`) → PTX. The driver
+//! ([`mod@compile`]) walks the schedules in their order of preference; the
+//! passes are listed in [`passes`].
 
 pub mod abi;
 pub mod compile;
+pub mod compiled;
 pub mod hopper;
 pub mod interp;
 pub mod ir;
@@ -17,6 +21,7 @@ pub mod layout;
 pub mod passes;
 pub mod print;
 pub mod ptx;
+pub mod schedule;
 pub mod target;
 pub mod thread_ir;
 pub mod verify;
@@ -25,6 +30,7 @@ pub use compile::{
     compile, compile_variants, compile_verified, compile_verified_with, compile_with, CompileOptions, Compiled,
 };
 pub use ir::*;
+pub use schedule::{NotApplicable, Schedule};
 pub use target::Target;
 
 /// A problem found in a kernel, located at the statement or buffer it concerns.

@@ -290,6 +290,7 @@ mod tests {
             threads,
             tensor_maps: vec![map; maps],
             persistent: false,
+            schedule: if maps == 0 { "general" } else { "tma_copy" },
         }
     }
 

@@ -21,8 +21,9 @@
 //! bytes; the destination is a 2-D tensor). A scratch is recorded in
 //! [`LayoutPlan::aliases`] over the largest shared buffer that no statement
 //! at or after the copy mentions (dead there: the top level runs in order);
-//! lowering decides whether it fits. [`crate::compile`] drops the staging
-//! when the result would exceed the target's shared-memory limit.
+//! lowering decides whether it fits. Each schedule ([`crate::schedule`])
+//! drops the staging when the result would exceed the target's shared-memory
+//! limit.
 
 use crate::ir::{Buffer, BufferId, Expr, Extent, Kernel, Scope, Stmt, StmtKind, TileRef};
 use crate::layout::SharedLayout;

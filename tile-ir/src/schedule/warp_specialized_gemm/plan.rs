@@ -1,15 +1,17 @@
-//! Warp specialization of a pipelined GEMM loop on sm_90a: the plan, and the
-//! compilation of the warp-specialized variant of a kernel.
+//! The plan of the warp-specialized GEMM: whether a kernel has the shape
+//! this schedule takes, and how its loop becomes producer and consumers.
 //!
-//! Expects a verified kernel. Takes it (returns a [`WsPlan`]) only when it
-//! has this shape, which is what a Hopper GEMM main loop looks like:
+//! Expects a verified kernel. Takes it (returns a [`WsPlan`]) only on
+//! sm_90a, without `warp_specialize = false`, and when it has this shape,
+//! which is what a Hopper GEMM main loop looks like (else the reason it
+//! does not, a [`NotApplicable`]):
 //!
 //! - exactly one `pipelined(n, stages ≥ 2)` loop, at the top level of the
 //!   body, and no other pipelined loop;
 //! - before it, only statements that touch no memory (scalar `let`s and
 //!   assignments without loads, fills of fragments and locals): the
 //!   producer warpgroup runs them too, harmlessly;
-//! - its body is exactly its pipelined copies ([`super::pipeline::plan`])
+//! - its body is exactly its pipelined copies ([`crate::passes::pipeline::plan`])
 //!   and gemms; every copy is TMA-able (a 2-D f16/bf16 global tensor tile
 //!   into a 2-D shared buffer of the same type, zero fill) and every gemm
 //!   reads two of those buffers into an f32 fragment `[M, N]` with
@@ -23,16 +25,15 @@
 //! whose first thread issues the TMA loads of each iteration into stage
 //! buffers guarded by full/empty mbarriers, while the kernel's own `T`
 //! threads consume the stages with wgmma and run everything after the loop
-//! (`lower/warp_specialized.rs` has the schedule). Anything else, or
-//! `warp_specialize = false`, or a target other than sm_90a: no plan, and
-//! the kernel has only its general variant.
+//! (`lower.rs` has the schedule). Anything else: no plan, and the kernel
+//! has only its other variants.
 
-use super::pipeline;
 use crate::abi::TensorMapUse;
-use crate::compile::{CompileOptions, Compiled};
 use crate::hopper::Swizzle;
 use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind};
-use crate::{CompileError, Target};
+use crate::passes::pipeline;
+use crate::schedule::not_applicable::NotApplicable;
+use crate::Target;
 use std::collections::HashSet;
 
 /// Registers per thread the producer warpgroup keeps (`setmaxnreg.dec`).
@@ -198,71 +199,83 @@ impl WsPlan {
     }
 }
 
-/// The warp-specialized TMA + wgmma variant of `kernel`, or `None` when the
-/// kernel does not have the shape this pass takes (see the module doc) or
-/// its lowering fails (the general variant then serves alone).
-pub fn compile(
-    kernel: &Kernel,
-    target: Target,
-    options: CompileOptions,
-) -> Option<Result<Compiled, Vec<CompileError>>> {
-    if target != Target::Sm90a || !kernel.warp_specialize {
-        return None;
-    }
-    plan(kernel)?;
-    let compiled = crate::compile::compile_warp_specialized(kernel, target, options).ok()?;
-    Some(Ok(compiled))
-}
-
-/// Whether (and how) `kernel` is warp-specialized; see the module doc.
+/// Whether (and how) `kernel` is warp-specialized on `target`, or why not;
+/// see the module doc.
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
-pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
+pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
+    let no = |reason: &str| NotApplicable::new(reason);
+    if target != Target::Sm90a {
+        return Err(NotApplicable::new(format!("warp specialization needs sm_90a, not {}", target.name())));
+    }
+    if !kernel.warp_specialize {
+        return Err(no("the kernel says `warp_specialize = false`"));
+    }
     let threads = kernel.threads;
     if threads % 128 != 0 || threads == 0 || threads + 128 > 1024 {
-        return None;
+        return Err(NotApplicable::new(format!(
+            "threads = {threads}: the consumers must be whole warpgroups (a multiple of 128) with room for a producer warpgroup (at most 896)"
+        )));
     }
     let pipe = pipeline::plan(kernel);
     let (loop_index, lp) = kernel
         .body
         .iter()
         .enumerate()
-        .find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))?;
+        .find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))
+        .ok_or_else(|| no("the kernel has no `pipelined` loop at the top level of its body"))?;
     let StmtKind::For { var, body, kind: LoopKind::Pipelined { stages }, .. } = &lp.kind else {
-        return None;
+        return Err(no("the kernel has no `pipelined` loop at the top level of its body"));
     };
-    let pl = pipe.loops.get(var)?;
+    let pl =
+        pipe.loops.get(var).ok_or_else(|| no("the pipeline analysis does not take the top-level pipelined loop"))?;
     if pipe.loops.len() != 1 || count_pipelined(&kernel.body) != 1 || *stages < 2 {
-        return None;
+        return Err(no("the kernel must have exactly one pipelined loop, with at least 2 stages"));
     }
     if !kernel.body[..loop_index].iter().all(|s| touches_no_memory(kernel, s)) {
-        return None;
+        return Err(no(
+            "a statement before the pipelined loop touches memory; the producer warpgroup runs those statements too",
+        ));
     }
     let mut operands = Vec::new();
     let mut gemms = Vec::new();
     for (i, s) in body.iter().enumerate() {
         match &s.kind {
             StmtKind::Copy { src, dst, fill } if pl.copies.contains(&i) => {
-                operands.push(tma_operand(kernel, i, src, dst, fill.as_ref())?);
+                operands.push(tma_operand(kernel, i, src, dst, fill.as_ref()).ok_or_else(|| {
+                    NotApplicable::new(format!(
+                        "the pipelined copy into `{}` is not a TMA box (a 2-D f16/bf16 global tile into a 2-D shared buffer of its type without an annotated layout, zero fill, rows of 32, 64 or a multiple of 128 bytes)",
+                        kernel.buffer(dst.buf).name
+                    ))
+                })?);
             }
             StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, .. } => {
                 gemms.push((i, *a, *b, *c, *trans_a, *trans_b, *clear));
             }
-            _ => return None,
+            StmtKind::Copy { .. } => {
+                return Err(no("the pipelined loop's body has a copy the pipeline does not take; the warp-specialized GEMM takes only pipelined copies and gemms"))
+            }
+            _ => {
+                return Err(no(
+                    "the pipelined loop's body has a statement other than a copy or a gemm; the warp-specialized GEMM takes only copies and gemms",
+                ))
+            }
         }
     }
     if gemms.is_empty() {
-        return None;
+        return Err(no("the pipelined loop has no gemm"));
     }
     let warpgroups = (threads / 128) as i64;
     let mut ws_gemms = Vec::new();
     for (stmt, a, b, c, trans_a, trans_b, clear) in gemms {
-        let ai = operands.iter().position(|o| o.buf == a)?;
-        let bi = operands.iter().position(|o| o.buf == b)?;
+        let not_staged = || no("a gemm reads a buffer that no pipelined copy of the loop fills");
+        let ai = operands.iter().position(|o| o.buf == a).ok_or_else(not_staged)?;
+        let bi = operands.iter().position(|o| o.buf == b).ok_or_else(not_staged)?;
         let (oa, ob) = (&operands[ai], &operands[bi]);
         let cb = kernel.buffer(c);
-        let [m, n] = cb.const_shape()?.try_into().ok()?;
+        let shape = cb.const_shape().and_then(|s| <[i64; 2]>::try_from(s).ok());
+        let [m, n] = shape.ok_or_else(|| no("a gemm's accumulator is not a constant 2-D fragment"))?;
         if cb.scope != Scope::Fragment || cb.dtype != DType::F32 || oa.dtype != ob.dtype {
-            return None;
+            return Err(no("a gemm's accumulator is not an f32 fragment, or its operands differ in type"));
         }
         let (am, ak) = if trans_a { (oa.cols, oa.rows) } else { (oa.rows, oa.cols) };
         let (bk, bn) = if trans_b { (ob.cols, ob.rows) } else { (ob.rows, ob.cols) };
@@ -274,13 +287,20 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
             || !(8..=256).contains(&n)
             || ak % 16 != 0
         {
-            return None;
+            return Err(NotApplicable::new(format!(
+                "gemm `{}` is {m}×{n}×{ak}: M must be a multiple of 64 rows per warpgroup ({} warpgroups), N a multiple of 8 up to 256, K a multiple of 16, and the operands' shapes must agree",
+                cb.name, warpgroups
+            )));
         }
         // One or two 64-row slices per warpgroup, at most 128 accumulator
         // registers per thread (the consumers keep room for addresses).
         let slices = m / (64 * warpgroups);
         if !(1..=2).contains(&slices) || slices * n / 2 > 128 {
-            return None;
+            return Err(NotApplicable::new(format!(
+                "gemm `{}` needs {slices} slices of 64 rows per warpgroup and {} accumulator registers per thread (at most 2 and 128)",
+                cb.name,
+                slices * n / 2
+            )));
         }
         // The K-major operand's k16 slices lie inside one panel; the
         // MN-major A's 64-row warpgroup slice starts on a panel.
@@ -288,7 +308,10 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
             || (trans_a && 64 % oa.panel_cols != 0)
             || (trans_b && ob.panel_cols % 16 != 0)
         {
-            return None;
+            return Err(NotApplicable::new(format!(
+                "gemm `{}`: an operand's 16-wide k slices or 64-row warpgroup slices would straddle its shared panels",
+                cb.name
+            )));
         }
         ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak, slices });
     }
@@ -302,7 +325,7 @@ pub fn plan(kernel: &Kernel) -> Option<WsPlan> {
         st.index + 1 == kernel.body.len()
             && stages_bytes + panels + 16 * *stages as i64 <= pipeline::shared_limit(Target::Sm90a) as i64
     });
-    Some(WsPlan {
+    Ok(WsPlan {
         loop_index,
         stages: *stages,
         operands,

@@ -53,7 +53,7 @@ impl Lx<'_> {
     /// of its swizzle span (the descriptors assume base offset 0, and the
     /// hardware swizzles absolute address bits; `smem` itself is
     /// 1024-aligned, see [`crate::hopper`]).
-    pub(super) fn wgmma_operand_alignment(&self) -> HashMap<BufferId, i64> {
+    pub(crate) fn wgmma_operand_alignment(&self) -> HashMap<BufferId, i64> {
         fn walk(lx: &Lx<'_>, body: &[TStmt], out: &mut HashMap<BufferId, i64>) {
             for s in body {
                 match &s.kind {
@@ -76,7 +76,7 @@ impl Lx<'_> {
             }
         }
         let mut out = HashMap::new();
-        if self.ws.is_none() {
+        if self.schedule.wgmma_gemms() {
             walk(self, &self.k.body, &mut out);
         }
         out
@@ -87,7 +87,7 @@ impl Lx<'_> {
     /// inference for this target did that; a plan made for sm_80 did not,
     /// and the gemm then stays on mma.sync). The warp-specialized variant
     /// keeps mma.sync outside its loop.
-    pub(super) fn wgmma_plan(
+    pub(crate) fn wgmma_plan(
         &self,
         a: BufferId,
         b: BufferId,
@@ -95,7 +95,7 @@ impl Lx<'_> {
         trans_a: bool,
         trans_b: bool,
     ) -> Option<WgmmaGemm> {
-        if self.ws.is_some() {
+        if !self.schedule.wgmma_gemms() {
             return None;
         }
         let g = wgmma_shape(self.k, a, b, c, trans_a, trans_b, self.target)?;
@@ -161,7 +161,7 @@ impl Lx<'_> {
     }
 
     /// Lowers `gemm a, b -> c` as wgmma (see the module doc).
-    pub(super) fn lower_wgmma(&mut self, g: &WgmmaGemm, a: BufferId, b: BufferId, c: BufferId, clear: bool) -> R<()> {
+    pub(crate) fn lower_wgmma(&mut self, g: &WgmmaGemm, a: BufferId, b: BufferId, c: BufferId, clear: bool) -> R<()> {
         let k = self.k;
         let acc = FragLayout::full(wgmma_accumulator(g.m, g.n, k.threads).map_err(|e| self.err(e))?);
         let creg = self.frags.get(&c).cloned().unwrap_or_default();

@@ -37,12 +37,24 @@
 //! zero-filling LDGSTS), unlike the general path, which selects the tensor's
 //! base for it. Copies that do not qualify keep the general path.
 
-use super::*;
+use crate::ir::{
+    BinOp, BufferId, DType, Expr, Extent, Scope, Stmt as TStmt, StmtKind, TileRef, UnOp, Value, VarId, VarKind,
+};
+use crate::layout::{FragLayout, RootLayout};
+use crate::passes::layout_infer::const_int;
+use crate::passes::lower::{Lx, Side, Val, R};
 use crate::passes::pipeline::PipelinedLoop;
+use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The strength-reduced copies of the pipelined loops being lowered, by
+/// destination shared buffer.
+pub(crate) type ReducedCopies = RefCell<HashMap<BufferId, ReducedCopy>>;
 
 /// The strength-reduced state of one pipelined copy.
 #[derive(Clone, Debug)]
-pub(super) struct ReducedCopy {
+pub(crate) struct ReducedCopy {
     /// Elements advanced along `kd` per iteration.
     coef: i64,
     /// `dim[kd] - origin[kd] - thread part of the tile coordinate along kd`
@@ -154,6 +166,8 @@ impl Lx<'_> {
     /// the current position (before the prologue).
     pub(super) fn prepare_reduced_copies(
         &mut self,
+        reduced: &ReducedCopies,
+        issued_elsewhere: &dyn Fn(BufferId) -> bool,
         var: VarId,
         start: &Expr,
         body: &[TStmt],
@@ -163,21 +177,21 @@ impl Lx<'_> {
         let mut rests: Vec<RestKey> = Vec::new();
         for &i in &pl.copies {
             let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
-            if self.is_tma_copy(dst.buf) {
+            if issued_elsewhere(dst.buf) {
                 continue;
             }
             if let Some(rc) = self.reduced_copy(var, start_nonneg, src, dst, fill.as_ref(), &mut rests)? {
-                self.reduced.insert(dst.buf, rc);
+                reduced.borrow_mut().insert(dst.buf, rc);
             }
         }
         Ok(())
     }
 
     /// Forgets the strength-reduced state of the loop's copies (after the loop).
-    pub(super) fn drop_reduced_copies(&mut self, body: &[TStmt], pl: &PipelinedLoop) {
+    pub(super) fn drop_reduced_copies(&mut self, reduced: &ReducedCopies, body: &[TStmt], pl: &PipelinedLoop) {
         for &i in &pl.copies {
             if let StmtKind::Copy { dst, .. } = &body[i].kind {
-                self.reduced.remove(&dst.buf);
+                reduced.borrow_mut().remove(&dst.buf);
             }
         }
     }
@@ -416,10 +430,10 @@ impl Lx<'_> {
 
     /// Moves the state of the strength-reduced copies of the loop to the
     /// next iteration (after an issue).
-    pub(super) fn advance_reduced_copies(&mut self, body: &[TStmt], pl: &PipelinedLoop) {
+    pub(super) fn advance_reduced_copies(&mut self, reduced: &ReducedCopies, body: &[TStmt], pl: &PipelinedLoop) {
         for &i in &pl.copies {
             let StmtKind::Copy { dst, .. } = &body[i].kind else { continue };
-            let Some(rc) = self.reduced.get(&dst.buf).cloned() else { continue };
+            let Some(rc) = reduced.borrow().get(&dst.buf).cloned() else { continue };
             match &rc.delta {
                 ChunkOffset::Imm(x) => self.op_into("add.s64", rc.base, vec![rc.base.into(), Operand::Imm(*x)]),
                 ChunkOffset::Reg(r) => self.op_into("add.s64", rc.base, vec![rc.base.into(), (*r).into()]),

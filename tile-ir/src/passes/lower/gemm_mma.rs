@@ -41,7 +41,7 @@ fn field(shift: u32, count: i64, mult: i64) -> Option<ThreadField> {
 
 impl Lx<'_> {
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn lower_gemm(
+    pub(crate) fn lower_gemm(
         &mut self,
         a: BufferId,
         b: BufferId,
@@ -289,7 +289,7 @@ impl Lx<'_> {
     /// vector group costs an add, a bounds test and a store. Returns `false`
     /// (nothing emitted) when the copy is not of that shape; the generic copy
     /// path handles it then.
-    pub(super) fn store_fragment_2d(
+    pub(crate) fn store_fragment_2d(
         &mut self,
         frag: BufferId,
         dst: BufferId,

@@ -1,7 +1,8 @@
-//! TMA for the pipelined copies of the general sm_90a lowering (the
-//! `CompileOptions::tma_copies` variant): a copy that [`Lx::tma_copy_of`]
-//! accepts is issued by thread 0 as `cp.async.bulk.tensor` boxes completing
-//! on the stage's mbarrier, instead of every thread's cp.async chunks.
+//! The TMA-copy schedule (sm_90a, [`crate::CompileOptions::tma_copies`]):
+//! the cp.async pipeline ([`super::cp_async_pipeline`]) whose pipelined
+//! copies that `Lx::tma_copy_of` accepts are issued by thread 0 as
+//! `cp.async.bulk.tensor` boxes completing on the stage's mbarrier, instead
+//! of every thread's cp.async chunks (the `StageHooks` of `TmaCopies`).
 //!
 //! Expects the software-pipelined loop schedule of `async_copy.rs` (every
 //! stage refill after the barrier that ends the reads of the stage it
@@ -22,13 +23,104 @@
 //! copy ([`crate::abi::TensorMapUse`]), so the variant needs TMA-addressable
 //! tensors.
 
-use super::*;
+use super::cp_async_pipeline::{CpAsyncStages, StageHooks};
+use super::not_applicable::NotApplicable;
 use crate::abi::TensorMapUse;
+use crate::compiled::{CompileOptions, Compiled};
 use crate::hopper::Swizzle;
+use crate::ir::{BufferId, DType, Expr, Kernel, ParamKind, Scope, Stmt as TStmt, StmtKind, TileRef, VarId};
+use crate::layout::SharedLayout;
+use crate::passes::layout_infer::const_int;
+use crate::passes::lower::{Lx, R};
+use crate::passes::pipeline::PipelinePlan;
+use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
+use crate::CompileError;
+use crate::Target;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The schedule's name ([`Compiled::schedule`]).
+pub const NAME: &str = "tma_copy";
+
+/// Whether the TMA-copy schedule takes `kernel` on `target`: sm_90a, a loop
+/// the cp.async pipeline takes, and a pipelined copy TMA may do as far as
+/// the kernel alone tells (a 2-D global tile of f16, bf16, f32, i32 or u32
+/// into a shared buffer of its type at origin 0, zero fill); whether its
+/// shared layout suits TMA is decided while lowering ([`compile`]).
+pub fn plan(kernel: &Kernel, target: Target) -> Result<PipelinePlan, NotApplicable> {
+    if target != Target::Sm90a {
+        return Err(NotApplicable::new(format!("TMA needs sm_90a, not {}", target.name())));
+    }
+    let pipe = super::cp_async_pipeline::plan(kernel)?;
+    let candidate = pipe.loops.iter().any(|(var, pl)| {
+        let Some(body) = loop_body(&kernel.body, *var) else { return false };
+        pl.copies.iter().any(|&i| match &body[i].kind {
+            StmtKind::Copy { src, dst, fill } => tma_candidate(kernel, src, dst, fill.as_ref()),
+            _ => false,
+        })
+    });
+    if !candidate {
+        return Err(NotApplicable::new(
+            "no pipelined copy is a 2-D global tile of f16, bf16, f32, i32 or u32 into a shared buffer of its type at origin 0 with a zero fill",
+        ));
+    }
+    Ok(pipe)
+}
+
+/// The TMA-copy variant of `kernel`: the general lowering with TMA stage
+/// copies. Errors when none of the pipelined copies became TMA boxes.
+pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
+    let compiled = compile_where_possible(kernel, target, options)?;
+    if compiled.tensor_maps.is_empty() {
+        return Err(vec![CompileError::new(
+            crate::ir::SpanId::NONE,
+            format!("kernel `{}`: none of its pipelined copies has a shared layout TMA writes", kernel.name),
+        )]);
+    }
+    Ok(compiled)
+}
+
+/// The general lowering with the pipelined copies TMA can do as TMA boxes
+/// (on sm_90a; elsewhere, or when there are none, the general variant):
+/// [`crate::compile_with`] under [`CompileOptions::tma_copies`]. Named
+/// `"tma_copy"` when it took tensor maps (nothing else in the general
+/// lowering does).
+pub fn compile_where_possible(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+) -> Result<Compiled, Vec<CompileError>> {
+    let stages = || -> Box<dyn StageHooks> {
+        if target == Target::Sm90a {
+            Box::new(TmaCopies::default())
+        } else {
+            Box::new(CpAsyncStages)
+        }
+    };
+    let mut compiled = super::general::compile_with_stages(kernel, target, options, &stages)?;
+    if !compiled.tensor_maps.is_empty() {
+        compiled.schedule = NAME;
+    }
+    Ok(compiled)
+}
+
+/// The checks of [`Lx::tma_copy_of`] that need no shared layout.
+fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> bool {
+    let (sb, db) = (k.buffer(src.buf), k.buffer(dst.buf));
+    sb.scope == Scope::Global
+        && db.scope == Scope::Shared
+        && sb.dtype == db.dtype
+        && sb.shape.len() == 2
+        && src.origin.len() == 2
+        && matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32)
+        && dst.origin.iter().all(|e| const_int(e) == Some(0))
+        && fill.is_none_or(|f| f.is_zero_constant())
+        && k.params.iter().any(|p| p.kind == ParamKind::Tensor(src.buf))
+}
 
 /// One pipelined copy issued with TMA.
 #[derive(Clone, Debug)]
-pub(super) struct TmaCopy {
+pub(crate) struct TmaCopy {
     /// The loop it belongs to (its variable).
     pub loop_var: VarId,
     /// The tensor map parameter.
@@ -41,7 +133,7 @@ pub(super) struct TmaCopy {
 
 /// The mbarriers of one pipelined loop with TMA copies.
 #[derive(Clone, Debug)]
-pub(super) struct TmaLoop {
+pub(crate) struct TmaLoop {
     /// Byte offset in `smem` of `full[0]` (then `full[1]`, ... 8 bytes apart).
     pub bars: i64,
     /// Bytes every stage's boxes deliver.
@@ -75,12 +167,8 @@ impl Lx<'_> {
     /// Decides which pipelined copies use TMA (before shared memory is
     /// placed: their buffers get 1024-byte alignment) and declares their
     /// tensor maps.
-    pub(super) fn tma_copy_setup(&mut self) {
-        if !self.tma_copies || self.target != Target::Sm90a {
-            return;
-        }
-        let mut loops: Vec<(VarId, Vec<usize>)> =
-            self.pipe.loops.iter().map(|(v, pl)| (*v, pl.copies.clone())).collect();
+    fn tma_copy_setup(&mut self, tc: &TmaCopies, pipe: &PipelinePlan) {
+        let mut loops: Vec<(VarId, Vec<usize>)> = pipe.loops.iter().map(|(v, pl)| (*v, pl.copies.clone())).collect();
         loops.sort_by_key(|(v, _)| *v);
         for (var, copies) in loops {
             let Some(body) = loop_body(&self.k.body, var) else { continue };
@@ -92,22 +180,22 @@ impl Lx<'_> {
                 let param = format!("tmap{}", self.f.tensor_maps.len());
                 self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
                 self.f.tensor_maps.push(TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-                self.tma_copy.insert(dst.buf, TmaCopy { loop_var: var, param, boxes, bytes });
+                tc.copies.borrow_mut().insert(dst.buf, TmaCopy { loop_var: var, param, boxes, bytes });
             }
         }
     }
 
     /// Allocates and initializes (at kernel entry) the loops' barriers.
-    pub(super) fn tma_barrier_setup(&mut self) {
+    fn tma_barrier_setup(&mut self, tc: &TmaCopies, pipe: &PipelinePlan) {
         let mut per_loop: HashMap<VarId, i64> = HashMap::new();
-        for c in self.tma_copy.values() {
+        for c in tc.copies.borrow().values() {
             *per_loop.entry(c.loop_var).or_insert(0) += c.bytes;
         }
         let mut vars: Vec<VarId> = per_loop.keys().copied().collect();
         vars.sort();
         let mut init = Vec::new();
         for var in vars {
-            let stages = self.pipe.loops.get(&var).map(|pl| pl.stages as i64).unwrap_or(1);
+            let stages = pipe.loops.get(&var).map(|pl| pl.stages as i64).unwrap_or(1);
             let bars = self.alloc_smem_aligned(8 * stages, 8);
             let bits = self.new_reg(RegClass::B32);
             self.emit_pro(Inst::Op { op: "mov.u32".into(), dst: bits, args: vec![Operand::Imm(0)] });
@@ -120,7 +208,7 @@ impl Lx<'_> {
                     guard: None,
                 });
             }
-            self.tma_loops.insert(var, TmaLoop { bars, bytes: per_loop[&var], bits });
+            tc.loops.borrow_mut().insert(var, TmaLoop { bars, bytes: per_loop[&var], bits });
         }
         if init.is_empty() {
             return;
@@ -140,19 +228,7 @@ impl Lx<'_> {
         dst: &TileRef,
         fill: Option<&Expr>,
     ) -> Option<(usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle)> {
-        let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
-        if sb.scope != Scope::Global
-            || db.scope != Scope::Shared
-            || sb.dtype != db.dtype
-            || sb.shape.len() != 2
-            || src.origin.len() != 2
-        {
-            return None;
-        }
-        if !matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32) {
-            return None;
-        }
-        if dst.origin.iter().any(|e| const_int(e) != Some(0)) || fill.is_some_and(|f| !f.is_zero_constant()) {
+        if !tma_candidate(self.k, src, dst, fill) {
             return None;
         }
         let tensor = self.k.params.iter().position(|p| p.kind == ParamKind::Tensor(src.buf))?;
@@ -200,12 +276,12 @@ impl Lx<'_> {
 
     /// At the start of issuing a stage of the loop over `var` (into stage
     /// `stage`): thread 0 announces the stage's bytes on its barrier.
-    pub(super) fn tma_expect_stage(&mut self, var: VarId, stage: &Operand) -> R<()> {
-        let Some(tl) = self.tma_loops.get(&var).cloned() else { return Ok(()) };
+    fn tma_expect_stage(&mut self, tc: &TmaCopies, var: VarId, stage: &Operand) -> R<()> {
+        let Some(tl) = tc.loops.borrow().get(&var).cloned() else { return Ok(()) };
         let addr = self.tma_bar_addr(&tl, stage);
         let t0 = self.is_t0;
         self.emit_guarded(Inst::MbarArriveExpectTx { addr, tx_bytes: Operand::Imm(tl.bytes) }, Some((t0, false)));
-        self.tma_issue_stage = Some(stage.clone());
+        *tc.issue_stage.borrow_mut() = Some(stage.clone());
         Ok(())
     }
 
@@ -222,11 +298,12 @@ impl Lx<'_> {
     }
 
     /// The pipelined copy into `dst` as thread 0's TMA boxes, when it is one.
-    pub(super) fn tma_issue(&mut self, src: &TileRef, dst: &TileRef) -> R<bool> {
-        let Some(tc) = self.tma_copy.get(&dst.buf).cloned() else { return Ok(false) };
-        let tl =
-            self.tma_loops.get(&tc.loop_var).cloned().ok_or_else(|| self.err("internal: TMA copy without barriers"))?;
-        let stage = self.tma_issue_stage.clone().ok_or_else(|| self.err("internal: TMA copy outside a stage issue"))?;
+    fn tma_issue(&mut self, copies: &TmaCopies, src: &TileRef, dst: &TileRef) -> R<bool> {
+        let Some(tc) = copies.copies.borrow().get(&dst.buf).cloned() else { return Ok(false) };
+        let tl = copies.loops.borrow().get(&tc.loop_var).cloned();
+        let tl = tl.ok_or_else(|| self.err("internal: TMA copy without barriers"))?;
+        let stage = copies.issue_stage.borrow().clone();
+        let stage = stage.ok_or_else(|| self.err("internal: TMA copy outside a stage issue"))?;
         let mbar = self.tma_bar_addr(&tl, &stage);
         let mut origin = Vec::new();
         for e in &src.origin {
@@ -263,8 +340,8 @@ impl Lx<'_> {
     }
 
     /// Every thread waits for stage `cur` of the loop over `var` to land.
-    pub(super) fn tma_wait_stage(&mut self, var: VarId, cur: Reg) {
-        let Some(tl) = self.tma_loops.get(&var).cloned() else { return };
+    fn tma_wait_stage(&mut self, tc: &TmaCopies, var: VarId, cur: Reg) {
+        let Some(tl) = tc.loops.borrow().get(&var).cloned() else { return };
         let addr = self.tma_bar_addr(&tl, &Operand::Reg(cur));
         let sh = self.op("shr.u32", RegClass::B32, vec![tl.bits.into(), cur.into()]);
         let parity = self.op("and.b32", RegClass::B32, vec![sh.into(), Operand::Imm(1)]);
@@ -273,9 +350,48 @@ impl Lx<'_> {
         let bit = self.op("shl.b32", RegClass::B32, vec![Operand::Imm(1), cur.into()]);
         self.op_into("xor.b32", tl.bits, vec![tl.bits.into(), bit.into()]);
     }
+}
 
-    /// Whether the copy into `buf` is issued with TMA.
-    pub(super) fn is_tma_copy(&self, buf: BufferId) -> bool {
-        self.tma_copy.contains_key(&buf)
+/// The TMA copies of one kernel's lowering: which pipelined copies are TMA
+/// boxes, the barriers of their loops, the stage being issued.
+#[derive(Default)]
+pub(crate) struct TmaCopies {
+    /// The pipelined copies issued with TMA, by destination buffer.
+    copies: RefCell<HashMap<BufferId, TmaCopy>>,
+    /// The barriers of the pipelined loops with TMA copies, by loop variable.
+    loops: RefCell<HashMap<VarId, TmaLoop>>,
+    /// The stage being issued, while a stage issue lasts.
+    issue_stage: RefCell<Option<Operand>>,
+}
+
+impl StageHooks for TmaCopies {
+    fn place_buffers(&self, lx: &mut Lx<'_>, plan: &PipelinePlan) {
+        lx.tma_copy_setup(self, plan);
+    }
+    fn buffer_alignment(&self, buf: BufferId, align: i64) -> i64 {
+        // TMA boxes start on their swizzle pattern's 1024 bytes.
+        if self.issues(buf) {
+            align.max(1024)
+        } else {
+            align
+        }
+    }
+    fn after_buffers(&self, lx: &mut Lx<'_>, plan: &PipelinePlan) {
+        lx.tma_barrier_setup(self, plan);
+    }
+    fn issues(&self, buf: BufferId) -> bool {
+        self.copies.borrow().contains_key(&buf)
+    }
+    fn begin_stage(&self, lx: &mut Lx<'_>, var: VarId, stage: &Operand) -> R<()> {
+        lx.tma_expect_stage(self, var, stage)
+    }
+    fn issue_copy(&self, lx: &mut Lx<'_>, src: &TileRef, dst: &TileRef) -> R<bool> {
+        lx.tma_issue(self, src, dst)
+    }
+    fn end_stage(&self) {
+        *self.issue_stage.borrow_mut() = None;
+    }
+    fn wait_stage(&self, lx: &mut Lx<'_>, var: VarId, cur: Reg) {
+        lx.tma_wait_stage(self, var, cur);
     }
 }

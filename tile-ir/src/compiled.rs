@@ -1,0 +1,122 @@
+//! What compiling a kernel produces ([`Compiled`]), the choices that shape
+//! it ([`CompileOptions`]), and the back end every schedule ends with
+//! (`finish`: wgmma waits, barriers, the shared-memory limit, PTX).
+//!
+//! Expects a lowered Thread IR function and the layouts it was lowered
+//! with. Guarantees a [`Compiled`] whose PTX is the function's, or an error
+//! naming the limit it exceeds. Depends on the passes only, so that every
+//! schedule ([`crate::schedule`]) and the driver ([`mod@crate::compile`]) can
+//! use it without depending on each other.
+
+use crate::ir::{Kernel, SpanId};
+use crate::passes::layout_infer::LayoutPlan;
+use crate::passes::{barriers, pipeline, wgmma_wait};
+use crate::{thread_ir, CompileError, Target};
+
+/// The result of compiling one kernel for one target.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub target: Target,
+    /// PTX text for the whole module (one `.entry`).
+    pub ptx: String,
+    /// Dynamic shared memory the kernel needs at launch, in bytes.
+    pub shared_bytes: u32,
+    /// The Thread IR in its text form (for `TILE_DUMP`).
+    pub thread_ir: String,
+    /// The layout chosen for each fragment, and for each shared buffer whose
+    /// layout is not row-major (prefixed `shared`), by name (for dumps and tests).
+    pub layouts: Vec<(String, String)>,
+    /// The Thread IR itself (for later passes, simulators and tests).
+    pub function: thread_ir::Function,
+    /// Threads per block at launch: `kernel.threads`, plus the producer
+    /// warpgroup when the kernel was warp-specialized.
+    pub threads: u32,
+    /// The TMA tensor maps the kernel takes after its other parameters
+    /// (empty for kernels without TMA); see [`crate::abi::TensorMapUse`].
+    pub tensor_maps: Vec<crate::abi::TensorMapUse>,
+    /// A persistent kernel: each block runs the grid's blocks
+    /// `ctaid.x, ctaid.x + nctaid.x, ...` itself, so the launch may use any
+    /// number of blocks from 1 to the grid's total, as a 1-D grid (the
+    /// runtime uses one per SM). Launched with the whole grid, it is the
+    /// ordinary kernel.
+    pub persistent: bool,
+    /// The schedule that made this variant ([`crate::schedule::Schedule::name`]):
+    /// `"warp_specialized_gemm"`, `"tma_copy"`, `"cp_async_pipeline"` or
+    /// `"general"`.
+    pub schedule: &'static str,
+}
+
+/// Choices that change the generated code, not its meaning.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Stage fragment → global copies that would store fewer than 16 bytes
+    /// per access through shared memory, for 16-byte stores
+    /// ([`crate::passes::epilogue`]). Dropped by itself when the kernel
+    /// would then exceed the target's shared memory.
+    pub stage_epilogues: bool,
+    /// In a warp-specialized variant, store the accumulator copied out right
+    /// after the main loop with TMA (through shared panels) instead of the
+    /// threads' own (staged) stores.
+    pub tma_store: bool,
+    /// Make a warp-specialized variant with a TMA store persistent when it
+    /// can be (see [`Compiled::persistent`]).
+    pub persistent: bool,
+    /// On sm_90a, issue the pipelined copies that TMA can do as TMA boxes
+    /// completing on per-stage mbarriers (`schedule/tma_copy.rs`). The
+    /// result then takes tensor maps: [`crate::compile_variants`] makes it a
+    /// variant of its own, before the general one (off by default).
+    pub tma_copies: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true, tma_copies: false }
+    }
+}
+
+/// Barriers, the shared-memory limit and PTX emission.
+pub(crate) fn finish(
+    kernel: &Kernel,
+    target: Target,
+    plan: &LayoutPlan,
+    mut func: thread_ir::Function,
+    schedule: &'static str,
+) -> Result<Compiled, Vec<CompileError>> {
+    wgmma_wait::defer_wgmma_waits(&mut func.body);
+    barriers::insert_barriers(&mut func.body);
+    let limit = pipeline::shared_limit(target);
+    if func.shared_bytes > limit {
+        return Err(vec![CompileError::new(
+            SpanId::NONE,
+            format!(
+                "kernel `{}` needs {} bytes of shared memory, more than the {} bytes a block can have on {}",
+                kernel.name,
+                func.shared_bytes,
+                limit,
+                target.name()
+            ),
+        )]);
+    }
+    let ptx = crate::ptx::try_emit(&func, target).map_err(|e| vec![e])?;
+    let mut layouts: Vec<(String, String)> =
+        plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();
+    layouts
+        .extend(plan.shared.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), format!("shared {}", l.describe()))));
+    layouts.sort();
+    let thread_ir = thread_ir::print_function(&func);
+    let threads = func.threads;
+    let tensor_maps = func.tensor_maps.clone();
+    let persistent = func.persistent;
+    Ok(Compiled {
+        target,
+        ptx,
+        shared_bytes: func.shared_bytes,
+        thread_ir,
+        layouts,
+        function: func,
+        threads,
+        tensor_maps,
+        persistent,
+        schedule,
+    })
+}

@@ -1,0 +1,304 @@
+//! Statements: blocks (with the local entry code of epilogue copies), the
+//! statement dispatch, scalar stores and atomics, serial loops and `if`s.
+
+use super::*;
+
+impl<'a> Lx<'a> {
+    pub(crate) fn lower_block(&mut self, body: &[TStmt]) {
+        for s in body {
+            let local = self.blocks.len() == 1
+                && self.local_prologue.is_none()
+                && matches!(&s.kind, StmtKind::Copy { src, dst, .. }
+                    if self.plan.scratch.contains(&src.buf) || self.plan.scratch.contains(&dst.buf));
+            let at = self.blocks[0].len();
+            if local {
+                self.local_prologue = Some(Vec::new());
+            }
+            if let Err(e) = self.stmt(s) {
+                self.errors.push(e);
+            }
+            if local {
+                let code = self.local_prologue.take().unwrap_or_default();
+                self.blocks[0].splice(at..at, code);
+            }
+        }
+    }
+
+    pub(crate) fn stmt(&mut self, s: &TStmt) -> R<()> {
+        self.span = s.span;
+        if self.nest.is_none() {
+            self.cur_op += 1;
+        }
+        if let Some(n) = parallel_nest(s) {
+            let n = n?;
+            if self.nest.is_some() {
+                return Err(self.err("a parallel loop cannot be nested inside another parallel loop's body"));
+            }
+            return self.lower_nest(&n);
+        }
+        let in_nest = self.nest.is_some();
+        let collective = |s: &Self, what: &str| {
+            s.err(format!("`{what}` is a block-wide operation and cannot appear inside a parallel loop"))
+        };
+        if !in_nest {
+            if let Some(lowered) = self.schedule.clone().lower_stmt(self, s) {
+                return lowered;
+            }
+        }
+        match &s.kind {
+            StmtKind::Let { var, value } => {
+                let v = self.expr(value)?;
+                let t = self.k.var(*var).dtype;
+                let v = self.convert(v, t)?;
+                let r = self.new_reg(class_of(t));
+                self.mov(r, v.op, t);
+                self.vars.insert(*var, r);
+                if in_nest {
+                    self.nest_bound.insert(*var);
+                } else if self.k.var(*var).kind == VarKind::Let {
+                    let m = self.known_multiple(value);
+                    self.var_mult.insert(*var, m);
+                }
+                Ok(())
+            }
+            StmtKind::Assign { var, value } => {
+                if in_nest && !self.nest_bound.contains(var) {
+                    return Err(self.err(format!(
+                        "`{}` is assigned inside a parallel loop but declared outside it; parallel iterations cannot update a shared scalar",
+                        self.k.var(*var).name
+                    )));
+                }
+                let v = self.expr(value)?;
+                let t = self.k.var(*var).dtype;
+                let v = self.convert(v, t)?;
+                let r = *self.vars.get(var).ok_or_else(|| self.err("assignment to an unbound variable"))?;
+                self.mov(r, v.op, t);
+                Ok(())
+            }
+            StmtKind::Store { buf, index, value } => self.lower_store(*buf, index, value),
+            StmtKind::AtomicAdd { buf, index, value } => self.lower_atomic(*buf, index, value),
+            StmtKind::For { var, start, end, kind, body } => {
+                debug_assert!(!matches!(kind, LoopKind::Parallel));
+                if self.k.var(*var).dtype != DType::I32 {
+                    return Err(self.err("loop variables must be i32"));
+                }
+                if !in_nest {
+                    if let Some(lowered) = self.schedule.clone().lower_loop(self, s, *var, start, end, body) {
+                        return lowered;
+                    }
+                }
+                let s0 = self.expr(start)?;
+                let s0 = self.convert(s0, DType::I32)?.op;
+                let e0 = self.expr(end)?;
+                let e0 = self.convert(e0, DType::I32)?.op;
+                // The range is evaluated once (Rust semantics): snapshot a
+                // register bound so that the body may reassign its variable.
+                let e0 = match e0 {
+                    Operand::Reg(r) => {
+                        let c = self.new_reg(RegClass::B32);
+                        self.mov(c, r.into(), DType::I32);
+                        Operand::Reg(c)
+                    }
+                    other => other,
+                };
+                let vr = self.new_reg(RegClass::B32);
+                let exit = self.new_reg(RegClass::Pred);
+                self.vars.insert(*var, vr);
+                if in_nest {
+                    self.nest_bound.insert(*var);
+                }
+                self.loop_depth += 1;
+                let b = self.capture(|s| {
+                    s.lower_block(body);
+                    Ok(())
+                });
+                self.loop_depth -= 1;
+                let b = b?;
+                self.cur().push(Stmt::For { var: vr, start: s0, end: e0, exit, uniform: !in_nest, body: b });
+                Ok(())
+            }
+            StmtKind::If { cond, then, otherwise } => {
+                let c = self.expr(cond)?;
+                let c = self.materialize(&c);
+                let t = self.capture(|s| {
+                    s.lower_block(then);
+                    Ok(())
+                })?;
+                let o = self.capture(|s| {
+                    s.lower_block(otherwise);
+                    Ok(())
+                })?;
+                self.cur().push(Stmt::If { cond: c, negate: false, uniform: !in_nest, then: t, otherwise: o });
+                Ok(())
+            }
+            StmtKind::Copy { src, dst, fill } => {
+                if in_nest {
+                    return Err(collective(self, "copy"));
+                }
+                self.lower_copy(src, dst, fill.as_ref())
+            }
+            StmtKind::Fill { buf, value } => {
+                if in_nest {
+                    return Err(collective(self, "fill"));
+                }
+                self.lower_fill(*buf, value)
+            }
+            StmtKind::Reduce { op, src, dst, dim, keep } => {
+                if in_nest {
+                    return Err(collective(self, "reduce"));
+                }
+                self.lower_reduce(*op, *src, *dst, *dim, *keep)
+            }
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } => {
+                if in_nest {
+                    return Err(collective(self, "gemm"));
+                }
+                self.lower_gemm(*a, *b, *c, *trans_a, *trans_b, *clear, *policy)
+            }
+            StmtKind::Barrier => {
+                if in_nest {
+                    return Err(collective(self, "barrier"));
+                }
+                self.emit(Inst::BarSync);
+                Ok(())
+            }
+        }
+    }
+
+    /// A power of two known to divide `e` (alignment proofs for vector accesses).
+    pub(crate) fn known_multiple(&self, e: &Expr) -> i64 {
+        const CAP: i64 = 1 << 20;
+        match e {
+            Expr::Const(Value::I32(0)) | Expr::Const(Value::I64(0)) | Expr::Const(Value::U32(0)) => CAP,
+            Expr::Const(Value::I32(c)) => (1i64 << (*c as i64).trailing_zeros().min(20)).min(CAP),
+            Expr::Const(Value::U32(c)) => (1i64 << (*c as i64).trailing_zeros().min(20)).min(CAP),
+            Expr::Const(Value::I64(c)) => (1i64 << c.trailing_zeros().min(20)).min(CAP),
+            Expr::Var(v) => self.var_mult.get(v).copied().unwrap_or(1),
+            Expr::Cast { to, arg } if to.is_int() => self.known_multiple(arg),
+            Expr::Binary { op: BinOp::Add | BinOp::Sub | BinOp::Min | BinOp::Max, lhs, rhs } => {
+                self.known_multiple(lhs).min(self.known_multiple(rhs))
+            }
+            Expr::Binary { op: BinOp::Mul, lhs, rhs } => (self.known_multiple(lhs) * self.known_multiple(rhs)).min(CAP),
+            Expr::Binary { op: BinOp::Shl, lhs, rhs } => match const_int(rhs) {
+                Some(s) if (0..20).contains(&s) => (self.known_multiple(lhs) << s).min(CAP),
+                _ => 1,
+            },
+            _ => 1,
+        }
+    }
+
+    pub(crate) fn lower_store(&mut self, buf: BufferId, index: &[Expr], value: &Expr) -> R<()> {
+        self.check_rank(buf, index)?;
+        let b = self.k.buffer(buf);
+        let t = b.dtype;
+        match b.scope {
+            Scope::Fragment => {
+                let r = self.frag_reg(buf, index)?;
+                let v = self.expr(value)?;
+                let v = self.convert(v, t)?;
+                self.mov(r, v.op, t);
+                Ok(())
+            }
+            Scope::Local => {
+                if self.nest.is_some() {
+                    return Err(self.err(format!(
+                        "local `{}` is block-uniform and cannot be written inside a parallel loop",
+                        b.name
+                    )));
+                }
+                let idx = self.index_ops(index)?;
+                let v = self.expr(value)?;
+                self.local_write(buf, &idx, v)
+            }
+            Scope::Shared => {
+                let idx = self.index_ops(index)?;
+                let v = self.expr(value)?;
+                let v = self.convert(v, t)?;
+                let vr = self.materialize(&v);
+                let addr = self.shared_addr(buf, &idx)?;
+                let region = self.region_of(buf);
+                let g = self.side_effect_guard();
+                let body = self.capture(|s| {
+                    s.store_vec(Space::Shared, region, &addr, t, &[vr]);
+                    Ok(())
+                })?;
+                self.emit_if(g, false, body, vec![]);
+                Ok(())
+            }
+            Scope::Global => {
+                let idx = self.index_ops(index)?;
+                let v = self.expr(value)?;
+                let v = self.convert(v, t)?;
+                let vr = self.materialize(&v);
+                let p = self.in_bounds(buf, &idx, 0)?;
+                let g = self.side_effect_guard();
+                let p = self.and_pred(p, g);
+                let addr = self.global_addr(buf, &idx)?;
+                let body = self.capture(|s| {
+                    s.store_vec(Space::Global, None, &Address { base: addr.into(), offset: 0 }, t, &[vr]);
+                    Ok(())
+                })?;
+                self.emit_if(p, false, body, vec![]);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn lower_atomic(&mut self, buf: BufferId, index: &[Expr], value: &Expr) -> R<()> {
+        self.check_rank(buf, index)?;
+        let b = self.k.buffer(buf);
+        let t = b.dtype;
+        if b.scope != Scope::Global {
+            return Err(
+                self.err(format!("atomic_add needs a global tensor element; `{}` is not a tensor parameter", b.name))
+            );
+        }
+        let ty = match (t, self.target) {
+            (DType::F32, _) => "f32",
+            (DType::I32, _) => "s32",
+            (DType::U32, _) => "u32",
+            (DType::I64, _) => "u64",
+            (DType::F16, _) => "f16",
+            (DType::BF16, Target::Sm90a) => "bf16",
+            _ => {
+                return Err(self.err(format!("atomic_add on {t} is not supported for {}", self.target.name())));
+            }
+        };
+        let idx = self.index_ops(index)?;
+        let v = self.expr(value)?;
+        let v = self.convert(v, t)?;
+        let vr = self.materialize(&v);
+        let p = self.in_bounds(buf, &idx, 0)?;
+        let g = self.side_effect_guard();
+        let p = self.and_pred(p, g);
+        let addr = self.global_addr(buf, &idx)?;
+        let dst = self.new_reg(class_of(t));
+        let body = self.capture(|s| {
+            s.emit(Inst::AtomAdd {
+                space: Space::Global,
+                ty,
+                dst,
+                addr: Address { base: addr.into(), offset: 0 },
+                src: vr.into(),
+            });
+            Ok(())
+        })?;
+        self.emit_if(p, false, body, vec![]);
+        Ok(())
+    }
+
+    /// A loop's bounds as i32 registers, snapshots taken before the body
+    /// runs (it may reassign variables the bounds mention).
+    pub(crate) fn loop_bounds(&mut self, start: &Expr, end: &Expr) -> R<(Reg, Reg)> {
+        let s0 = self.expr(start)?;
+        let s0 = self.convert(s0, DType::I32)?;
+        let s0 = self.materialize(&s0);
+        let e0 = self.expr(end)?;
+        let e0 = self.convert(e0, DType::I32)?;
+        let e0 = self.materialize(&e0);
+        let (a, b) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(a, s0.into(), DType::I32);
+        self.mov(b, e0.into(), DType::I32);
+        Ok((a, b))
+    }
+}
