@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, pipeline, wgmma_wait};
+use crate::passes::{barriers, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -84,7 +84,7 @@ pub(crate) fn finish(
 ) -> Result<Compiled, Vec<CompileError>> {
     wgmma_wait::defer_wgmma_waits(&mut func.body);
     barriers::insert_barriers(&mut func.body);
-    let limit = pipeline::shared_limit(target);
+    let limit = target.info().shared_limit;
     if func.shared_bytes > limit {
         return Err(vec![CompileError::new(
             SpanId::NONE,

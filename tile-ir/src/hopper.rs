@@ -62,6 +62,7 @@
 
 use crate::ir::{BufferId, DType, Kernel, Scope, Stmt, StmtKind};
 use crate::layout::{RootLayout, SharedLayout};
+use crate::target::Feature;
 use crate::Target;
 
 /// The swizzle mode of a wgmma operand (and of a TMA box).
@@ -418,7 +419,7 @@ pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Op
     if let Some(spec) = b.layout {
         return SharedLayout::from_spec(spec, rows, cols, elem).ok();
     }
-    if target == Target::Sm90a && b.scope == Scope::Shared {
+    if target.has(Feature::Wgmma) && b.scope == Scope::Shared {
         if let Some(p) = SharedLayout::panelled(rows, cols, elem) {
             let mut all = Vec::new();
             gemms(&kernel.body, &mut all);
@@ -459,7 +460,7 @@ pub fn wgmma_shape(
     trans_b: bool,
     target: Target,
 ) -> Option<WgmmaGemm> {
-    if target != Target::Sm90a {
+    if !target.has(Feature::Wgmma) {
         return None;
     }
     wgmma_shape_with(kernel, a, b, c, trans_a, trans_b, &|x| gemm_operand_layout(kernel, x, target))

@@ -26,7 +26,6 @@
 //! group waited for at once, or plain loads and stores).
 
 use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, Stmt, StmtKind, VarId};
-use crate::Target;
 use std::collections::{HashMap, HashSet};
 
 /// The pipelining decisions for one kernel.
@@ -50,15 +49,6 @@ impl PipelinePlan {
     /// Stage copies of a shared buffer (1 when it is not multi-buffered).
     pub fn stages_of(&self, buf: BufferId) -> u32 {
         self.stages.get(&buf).copied().unwrap_or(1)
-    }
-}
-
-/// The most dynamic shared memory a block may have on `target`, in bytes
-/// (A100 163 KB, H100/H200 227 KB).
-pub fn shared_limit(target: Target) -> u32 {
-    match target {
-        Target::Sm80 => 166_912,
-        Target::Sm90a => 232_448,
     }
 }
 

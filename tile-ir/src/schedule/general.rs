@@ -56,7 +56,7 @@ pub(crate) fn compile_with_stages(
             // fails, the direct stores below are the answer.
             let lowering = Rc::new(PipelineLowering::new(&staged, stages()));
             if let Ok(func) = lower::lower(&staged, target, &staged_plan, lowering) {
-                if func.shared_bytes <= pipeline::shared_limit(target) {
+                if func.shared_bytes <= target.info().shared_limit {
                     let name = name_of(&staged);
                     return finish(&staged, target, &staged_plan, func, name);
                 }

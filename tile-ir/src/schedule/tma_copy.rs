@@ -33,9 +33,9 @@ use crate::layout::SharedLayout;
 use crate::passes::layout_infer::const_int;
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::PipelinePlan;
+use crate::target::Feature;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
-use crate::CompileError;
-use crate::Target;
+use crate::{CompileError, Target};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -48,7 +48,7 @@ pub const NAME: &str = "tma_copy";
 /// into a shared buffer of its type at origin 0, zero fill); whether its
 /// shared layout suits TMA is decided while lowering ([`compile`]).
 pub fn plan(kernel: &Kernel, target: Target) -> Result<PipelinePlan, NotApplicable> {
-    if target != Target::Sm90a {
+    if !target.has(Feature::Tma) {
         return Err(NotApplicable::new(format!("TMA needs sm_90a, not {}", target.name())));
     }
     let pipe = super::cp_async_pipeline::plan(kernel)?;
@@ -91,7 +91,7 @@ pub fn compile_where_possible(
     options: CompileOptions,
 ) -> Result<Compiled, Vec<CompileError>> {
     let stages = || -> Box<dyn StageHooks> {
-        if target == Target::Sm90a {
+        if target.has(Feature::Tma) {
             Box::new(TmaCopies::default())
         } else {
             Box::new(CpAsyncStages)

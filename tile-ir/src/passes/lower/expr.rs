@@ -32,7 +32,7 @@ impl<'a> Lx<'a> {
             (F32, BF16) => self.op("cvt.rn.bf16.f32", c, vec![src.into()]),
             (F16, F32) => self.op("cvt.f32.f16", c, vec![src.into()]),
             (BF16, F32) => {
-                if self.target == Target::Sm90a {
+                if self.target.has(Feature::Bf16Native) {
                     self.op("cvt.f32.bf16", c, vec![src.into()])
                 } else {
                     // bf16 is the high half of an f32.

@@ -57,12 +57,12 @@ mod setup;
 mod stmt;
 
 use super::layout_infer::{const_int, nest_positions, parallel_nest, LayoutPlan, Nest};
-use super::pipeline;
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, SpanId, Stmt as TStmt,
     StmtKind, TileRef, UnOp, Value, VarId, VarKind,
 };
 use crate::layout::{FragLayout, RootLayout, SharedLayout, ThreadField};
+use crate::target::Feature;
 use crate::thread_ir::{Address, Function, Inst, Operand, Reg, RegClass, Region, Space, Special, Stmt, SMEM};
 use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};

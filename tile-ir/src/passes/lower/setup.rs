@@ -242,7 +242,7 @@ impl<'a> Lx<'a> {
     /// Errors when the stage copies of the multi-buffered shared buffers
     /// ([`Lx::stage_stride`]) make the kernel exceed the target's shared memory.
     pub(crate) fn check_staged_budget(&mut self) {
-        let limit = pipeline::shared_limit(self.target) as i64;
+        let limit = self.target.info().shared_limit as i64;
         if self.stage_stride.is_empty() || self.smem_top <= limit {
             return;
         }

@@ -253,13 +253,13 @@ impl<'a> Lx<'a> {
                 self.err(format!("atomic_add needs a global tensor element; `{}` is not a tensor parameter", b.name))
             );
         }
-        let ty = match (t, self.target) {
-            (DType::F32, _) => "f32",
-            (DType::I32, _) => "s32",
-            (DType::U32, _) => "u32",
-            (DType::I64, _) => "u64",
-            (DType::F16, _) => "f16",
-            (DType::BF16, Target::Sm90a) => "bf16",
+        let ty = match t {
+            DType::F32 => "f32",
+            DType::I32 => "s32",
+            DType::U32 => "u32",
+            DType::I64 => "u64",
+            DType::F16 => "f16",
+            DType::BF16 if self.target.has(Feature::Bf16Native) => "bf16",
             _ => {
                 return Err(self.err(format!("atomic_add on {t} is not supported for {}", self.target.name())));
             }

@@ -31,7 +31,7 @@
 //! swizzle span; MN-major LBO = the panel size). Out-of-range tiles are
 //! zero-filled by TMA and still complete the full box's bytes.
 
-use super::plan::{TmaOperand, WsGemm, WsPlan, PRODUCER_REGS};
+use super::plan::{TmaOperand, WsGemm, WsPlan};
 use crate::hopper::{wgmma_d_index, ws_accumulator, MatrixDescriptor};
 use crate::ir::{DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::layout::FragLayout;
@@ -169,7 +169,7 @@ impl Lx<'_> {
         let tid = self.tid;
         let is_producer = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
         let producer = self.capture(|x| {
-            x.emit(Inst::SetMaxNreg { inc: false, count: PRODUCER_REGS });
+            x.emit(Inst::SetMaxNreg { inc: false, count: ws.producer_regs });
             let leader = x.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
             let code = x.capture(issue)?;
             x.emit_if(Some(leader), false, code, vec![]);

@@ -24,12 +24,12 @@ mod plan;
 mod store;
 
 use lower::WsLowering;
-pub use plan::{plan, TmaOperand, WsGemm, WsPlan, WsStore, PRODUCER_REGS};
+pub use plan::{plan, TmaOperand, WsGemm, WsPlan, WsStore};
 
 use crate::compiled::{finish, CompileOptions, Compiled};
 use crate::ir::{Expr, Kernel, SpanId, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, ScheduleLowering, R};
-use crate::passes::{epilogue, layout_infer, pipeline};
+use crate::passes::{epilogue, layout_infer};
 use crate::{CompileError, Target};
 use std::rc::Rc;
 
@@ -71,7 +71,7 @@ pub fn compile_planned(
                 staged_ws.persistent = false;
                 let lowering = Rc::new(WsLowering::new(staged_ws));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
-                    if func.shared_bytes <= pipeline::shared_limit(target) {
+                    if func.shared_bytes <= target.info().shared_limit {
                         return finish(&staged, target, &staged_layouts, func, NAME);
                     }
                 }

@@ -33,11 +33,9 @@ use crate::hopper::Swizzle;
 use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind};
 use crate::passes::pipeline;
 use crate::schedule::not_applicable::NotApplicable;
+use crate::target::Feature;
 use crate::Target;
 use std::collections::HashSet;
-
-/// Registers per thread the producer warpgroup keeps (`setmaxnreg.dec`).
-pub const PRODUCER_REGS: u32 = 40;
 
 /// How one pipelined copy becomes TMA loads into panelled stage buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,6 +151,9 @@ pub struct WsPlan {
     pub gemms: Vec<WsGemm>,
     /// The kernel's threads: the consumer warpgroups.
     pub consumer_threads: u32,
+    /// Registers per producer thread after `setmaxnreg.dec` (the target's
+    /// split, [`crate::target::RegisterSplit`]).
+    pub producer_regs: u32,
     /// Registers per consumer thread after `setmaxnreg.inc`.
     pub consumer_regs: u32,
     /// The TMA store of the accumulator after the loop, when it has one.
@@ -204,9 +205,13 @@ impl WsPlan {
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
     let no = |reason: &str| NotApplicable::new(reason);
-    if target != Target::Sm90a {
+    // A producer warpgroup issuing TMA, consumers on wgmma, and registers
+    // moved between them with setmaxnreg.
+    let info = target.info();
+    let needs = [Feature::Wgmma, Feature::Tma, Feature::Setmaxnreg];
+    let (true, Some(split)) = (needs.iter().all(|f| target.has(*f)), info.registers.split.as_ref()) else {
         return Err(NotApplicable::new(format!("warp specialization needs sm_90a, not {}", target.name())));
-    }
+    };
     if !kernel.warp_specialize {
         return Err(no("the kernel says `warp_specialize = false`"));
     }
@@ -315,15 +320,16 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
         }
         ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak, slices });
     }
-    // Registers: the producer keeps PRODUCER_REGS; the consumers share the rest.
-    let pool = 65_536 - 128 * PRODUCER_REGS;
-    let consumer_regs = ((pool / threads) / 8 * 8).min(240);
+    // Registers: the producer keeps its share; the consumers split the rest.
+    let producer_regs = split.producer;
+    let Some(consumer_regs) = info.consumer_regs(threads) else {
+        return Err(NotApplicable::new(format!("{} has no register split between warpgroups", target.name())));
+    };
     let store = tma_store(kernel, loop_index + 1, &ws_gemms, &operands, *stages);
     let persistent = store.as_ref().is_some_and(|st| {
         let stages_bytes: i64 = operands.iter().map(|o| (o.stage_bytes() + 1023) / 1024 * 1024 * *stages as i64).sum();
         let panels = st.panel_bytes() * (st.cols / st.panel_cols());
-        st.index + 1 == kernel.body.len()
-            && stages_bytes + panels + 16 * *stages as i64 <= pipeline::shared_limit(Target::Sm90a) as i64
+        st.index + 1 == kernel.body.len() && stages_bytes + panels + 16 * *stages as i64 <= info.shared_limit as i64
     });
     Ok(WsPlan {
         loop_index,
@@ -331,6 +337,7 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
         operands,
         gemms: ws_gemms,
         consumer_threads: threads,
+        producer_regs,
         consumer_regs,
         store,
         persistent,
