@@ -1,8 +1,9 @@
 //! Driving `tile-ir` at expansion time: verify, compile every variant for
 //! each target of `TILE_ARCHS` (`tile_ir::compile_variants`: on sm_90a a
 //! warp-specialized TMA variant may come before the general one), write
-//! `TILE_DUMP` files (extra variants with a suffix: `<kernel>.sm_90a.ws.ptx`),
-//! assemble every variant with `TILE_PTXAS`.
+//! `TILE_DUMP` files (earlier variants named by their schedule:
+//! `<kernel>.sm_90a.warp_specialized_gemm.ptx`; every schedule's decision in
+//! `<kernel>.<arch>.schedules.txt`), assemble every variant with `TILE_PTXAS`.
 //!
 //! Expects a kernel that lowered without errors and its [`SpanTable`].
 //! Guarantees that every problem (a verifier or code-generation error, an
@@ -21,6 +22,8 @@ use tile_ir::{CompileError, CompileOptions, Compiled, Kernel, SpanId, Target};
 /// several, preferred first (`tile_ir::compile_variants`).
 pub(crate) struct TargetCode {
     pub arch: &'static str,
+    /// The schedule that made the variant (`tile_ir::Compiled::schedule`).
+    pub schedule: &'static str,
     pub ptx: String,
     pub shared_bytes: u32,
     /// Threads per block at launch (more than `kernel.threads` when
@@ -33,10 +36,10 @@ pub(crate) struct TargetCode {
 }
 
 /// The `TILE_DUMP` file-name suffix of each variant of one target: `None`
-/// for the last (general) one, which keeps the plain names; before it `ws`
-/// for a warp-specialized variant (more threads than the kernel's), `tma`
-/// for one with tensor maps, else `v<i>`, made unique with the index.
-fn variant_suffixes(kernel: &Kernel, variants: &[Compiled]) -> Vec<Option<String>> {
+/// for the last (general) one, which keeps the plain names; before it the
+/// name of the variant's schedule (`warp_specialized_gemm`, `tma_copy`),
+/// made unique with the index should two share one.
+fn variant_suffixes(variants: &[Compiled]) -> Vec<Option<String>> {
     let mut used: Vec<String> = Vec::new();
     variants
         .iter()
@@ -45,13 +48,7 @@ fn variant_suffixes(kernel: &Kernel, variants: &[Compiled]) -> Vec<Option<String
             if i + 1 == variants.len() {
                 return None;
             }
-            let mut s = if v.threads > kernel.threads {
-                "ws".to_string()
-            } else if !v.tensor_maps.is_empty() {
-                "tma".to_string()
-            } else {
-                format!("v{i}")
-            };
+            let mut s = v.schedule.to_string();
             if used.contains(&s) {
                 s = format!("{s}{i}");
             }
@@ -135,7 +132,14 @@ pub(crate) fn compile_all(
                 continue;
             }
         };
-        let suffixes = variant_suffixes(kernel, &variants);
+        if let Some(dir) = &dump {
+            // Which schedules took the kernel, and why the others did not.
+            let mut text = tile_ir::schedule::describe_decisions(kernel, target, CompileOptions::default());
+            let names: Vec<&str> = variants.iter().map(|v| v.schedule).collect();
+            text.push_str(&format!("variants, preferred first: {}\n", names.join(", ")));
+            write_dump(dir, &format!("{name}.{arch}.schedules.txt"), &text, name_span, errors);
+        }
+        let suffixes = variant_suffixes(&variants);
         for (compiled, suffix) in variants.into_iter().zip(suffixes) {
             // The last (general) variant keeps the plain file names.
             let stem = match &suffix {
@@ -164,6 +168,7 @@ pub(crate) fn compile_all(
             }
             out.push(TargetCode {
                 arch,
+                schedule: compiled.schedule,
                 ptx: compiled.ptx,
                 shared_bytes: compiled.shared_bytes,
                 threads: compiled.threads,
@@ -273,7 +278,7 @@ mod tests {
         assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
     }
 
-    fn variant(threads: u32, maps: usize) -> Compiled {
+    fn variant(schedule: &'static str, threads: u32, maps: usize) -> Compiled {
         let map = TensorMapUse {
             param: "tm".into(),
             tensor: 0,
@@ -290,21 +295,24 @@ mod tests {
             threads,
             tensor_maps: vec![map; maps],
             persistent: false,
-            schedule: if maps == 0 { "general" } else { "tma_copy" },
+            schedule,
         }
     }
 
     #[test]
     fn extra_variants_get_dump_suffixes() {
-        let k = Kernel::new("k", 256);
-        assert_eq!(variant_suffixes(&k, &[variant(256, 0)]), vec![None]);
-        assert_eq!(variant_suffixes(&k, &[variant(384, 2), variant(256, 0)]), vec![Some("ws".to_string()), None]);
+        let (ws, tma, pipe) = ("warp_specialized_gemm", "tma_copy", "cp_async_pipeline");
+        assert_eq!(variant_suffixes(&[variant(pipe, 256, 0)]), vec![None]);
+        assert_eq!(variant_suffixes(&[variant(ws, 384, 2), variant(pipe, 256, 0)]), vec![Some(ws.to_string()), None]);
         assert_eq!(
-            variant_suffixes(
-                &k,
-                &[variant(384, 2), variant(384, 1), variant(256, 1), variant(256, 0), variant(256, 0)]
-            ),
-            vec![Some("ws".into()), Some("ws1".into()), Some("tma".into()), Some("v3".into()), None]
+            variant_suffixes(&[
+                variant(ws, 384, 2),
+                variant(ws, 384, 1),
+                variant(tma, 256, 1),
+                variant("general", 256, 0),
+                variant("general", 256, 0)
+            ]),
+            vec![Some(ws.into()), Some(format!("{ws}1")), Some(tma.into()), Some("general".into()), None]
         );
     }
 

@@ -210,7 +210,8 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
     let (ir, targets) = match compiled {
         Some(c) => {
             let targets = c.targets.iter().map(|t| {
-                let (arch, ptx, shared, threads, persistent) = (t.arch, &t.ptx, t.shared_bytes, t.threads, t.persistent);
+                let (arch, schedule, ptx, shared, threads, persistent) =
+                    (t.arch, t.schedule, &t.ptx, t.shared_bytes, t.threads, t.persistent);
                 let maps = t.tensor_maps.iter().map(|m| {
                     let tensor = m.tensor;
                     let box_shape = &m.box_shape;
@@ -219,6 +220,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
                 });
                 quote!(::tile::KernelTarget {
                     arch: #arch,
+                    schedule: #schedule,
                     ptx: #ptx,
                     shared_bytes: #shared,
                     threads: #threads,

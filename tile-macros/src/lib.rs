@@ -206,8 +206,10 @@ mod sig;
 ///   both; empty: none, the interpreter only).
 /// - `TILE_DUMP=<dir>`: writes `<kernel>.tile`, `<kernel>.<arch>.thread`,
 ///   `<kernel>.<arch>.ptx` (and `<kernel>.<arch>.ptxas.txt`); a target's
-///   extra variants (before the general one) add a suffix:
-///   `<kernel>.sm_90a.ws.ptx` for the warp-specialized one.
+///   extra variants (before the general one) add their schedule's name:
+///   `<kernel>.sm_90a.warp_specialized_gemm.ptx`, `<kernel>.sm_90a.tma_copy.ptx`;
+///   `<kernel>.<arch>.schedules.txt` says which schedules took the kernel
+///   and, for the others, why not.
 /// - `TILE_PTXAS=<path>`: assembles the PTX of every variant of each target;
 ///   a failure is a compile error at the kernel.
 ///

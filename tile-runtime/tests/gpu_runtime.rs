@@ -21,6 +21,7 @@ fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
     vec![
         KernelTarget {
             arch: "sm_80",
+            schedule: "general",
             ptx: leak(ptx.to_string()),
             shared_bytes,
             threads,
@@ -29,6 +30,7 @@ fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
         },
         KernelTarget {
             arch: "sm_90a",
+            schedule: "general",
             ptx: leak(ptx.replace(".target sm_80", ".target sm_90a")),
             shared_bytes,
             threads,
@@ -165,6 +167,7 @@ fn no_matching_target_and_device_mismatch_are_errors() {
         &scale_kernel(),
         vec![KernelTarget {
             arch: "sm_70",
+            schedule: "general",
             ptx: "",
             shared_bytes: 0,
             threads: 128,

@@ -42,6 +42,7 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
         vec![
             KernelTarget {
                 arch: "sm_90a",
+                schedule: "tma_copy",
                 ptx: leak(affine_with_map()),
                 shared_bytes: 0,
                 threads: 256,
@@ -50,6 +51,7 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
             },
             KernelTarget {
                 arch: "sm_90a",
+                schedule: "general",
                 ptx: leak(sm90(plain)),
                 shared_bytes: 0,
                 threads: 256,
@@ -58,6 +60,7 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
             },
             KernelTarget {
                 arch: "sm_80",
+                schedule: "general",
                 ptx: plain,
                 shared_bytes: 0,
                 threads: 256,
@@ -113,6 +116,7 @@ fn a_map_that_cannot_be_encoded_names_the_kernel_and_tensor() {
         vec![
             KernelTarget {
                 arch: "sm_90a",
+                schedule: "tma_copy",
                 ptx: leak(affine_with_map()),
                 shared_bytes: 0,
                 threads: 256,
@@ -121,6 +125,7 @@ fn a_map_that_cannot_be_encoded_names_the_kernel_and_tensor() {
             },
             KernelTarget {
                 arch: "sm_90a",
+                schedule: "general",
                 ptx: leak(sm90(include_str!("ptx/affine.ptx"))),
                 shared_bytes: 0,
                 threads: 256,
@@ -151,6 +156,7 @@ fn scale_meta_with_cluster(cluster: [u32; 3]) -> &'static tile_runtime::KernelMe
         vec![
             KernelTarget {
                 arch: "sm_80",
+                schedule: "general",
                 ptx,
                 shared_bytes: 100 * 1024,
                 threads: 128,
@@ -159,6 +165,7 @@ fn scale_meta_with_cluster(cluster: [u32; 3]) -> &'static tile_runtime::KernelMe
             },
             KernelTarget {
                 arch: "sm_90a",
+                schedule: "general",
                 ptx: leak(sm90(ptx)),
                 shared_bytes: 100 * 1024,
                 threads: 128,

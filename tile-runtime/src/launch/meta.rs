@@ -36,6 +36,11 @@ pub struct KernelMeta {
 pub struct KernelTarget {
     /// `sm_80` or `sm_90a`.
     pub arch: &'static str,
+    /// The schedule that made this variant (`tile_ir::Compiled::schedule`:
+    /// `warp_specialized_gemm`, `tma_copy`, `cp_async_pipeline` or
+    /// `general`), for messages, `TILE_DUMP` and tests that check which
+    /// variant ran ([`crate::Device::launch_counts`]).
+    pub schedule: &'static str,
     pub ptx: &'static str,
     /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,

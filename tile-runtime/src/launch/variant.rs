@@ -70,9 +70,11 @@ pub(super) fn pick_variant(
         });
         match blocker {
             None => return Ok(i),
-            Some(m) => refused.push(
+            Some(m) => refused.push(format!(
+                "{} (the `{}` variant)",
                 k.params.get(m.tensor).map_or_else(|| format!("parameter {}", m.tensor), |p| format!("`{}`", p.name)),
-            ),
+                t.schedule
+            )),
         }
     }
     Err(Error::Launch {
@@ -96,6 +98,7 @@ mod tests {
             .iter()
             .map(|&arch| KernelTarget {
                 arch,
+                schedule: "general",
                 ptx: "",
                 shared_bytes: 0,
                 threads: 32,
