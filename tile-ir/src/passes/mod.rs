@@ -18,8 +18,7 @@
 //!    it fits there ([`crate::CompileOptions::stage_epilogues`] turns it off;
 //!    the schedule drops it when over the shared-memory limit).
 //! 4. [`pipeline`] (an analysis): which `pipelined` loops and copies are
-//!    software-pipelined, which shared buffers get stage copies; and the
-//!    target's shared-memory limit.
+//!    software-pipelined, which shared buffers get stage copies.
 //! 5. [`lower`]: the lowering core, Tile IR → Thread IR (uniform scalar
 //!    code, unrolled parallel nests, vectorized masked copies, cp.async
 //!    global → shared copies, reductions by registers → shuffles → shared
@@ -36,7 +35,8 @@
 //!    shared writes.
 //! 8. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 8 and the shared-memory limit are `crate::compiled::finish`,
+//! Steps 6 to 8 and the shared-memory limit (the target's,
+//! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
 pub mod barriers;
