@@ -21,6 +21,7 @@
 //! `Cᵀ = Bᵀ·Aᵀ`, i.e. cuBLAS is called with the operands swapped and M, N
 //! exchanged; no data moves.
 
+use cudarc::driver::safe::{DevicePtr, DevicePtrMut};
 use std::ffi::{c_int, c_void, CString};
 use std::sync::{Arc, OnceLock};
 
@@ -291,7 +292,12 @@ impl Gemm {
         check("cublasCreate_v2", unsafe { (library.create)(&mut handle) })?;
         let gemm = Gemm { library, handle, device: device.clone(), stream: stream.clone() };
         // SAFETY: a live handle and the device's live stream (which outlives the device value we hold).
-        check("cublasSetStream_v2", unsafe { (library.set_stream)(handle, device.stream.cu_stream() as *mut c_void) })?;
+        check("cublasSetStream_v2", unsafe {
+            (library.set_stream)(
+                handle,
+                stream.cuda_stream().map_or(device.stream.cu_stream(), |s| s.cu_stream()) as *mut c_void,
+            )
+        })?;
         Ok(gemm)
     }
 
@@ -383,13 +389,27 @@ impl Gemm {
         if k == 0 {
             // An empty sum: C = 0. (cuBLAS would too, but a and b have no allocation.)
             if let Storage::Cuda { slice: Some(slice), .. } = &mut c.raw.storage {
-                self.device.stream.memset_zeros(slice).map_err(driver_err("cuMemsetD8Async"))?;
+                self.stream
+                    .cuda_stream()
+                    .unwrap_or(&self.device.stream)
+                    .memset_zeros(slice)
+                    .map_err(driver_err("cuMemsetD8Async"))?;
             }
             return Ok(());
         }
-        let (Some(a_ptr), Some(b_ptr), Some(c_ptr)) = (a.device_ptr(), b.device_ptr(), c.device_ptr()) else {
+        // The pointers are taken on the handle's stream and their guards held
+        // until the call is issued, so that the gemm waits for the last writes
+        // of a and b and later uses wait for it (tensors' stream events).
+        let on: &cudarc::driver::safe::CudaStream = self.stream.cuda_stream().unwrap_or(&self.device.stream);
+        let (Some(sa), Some(sb)) = (a.cuda_slice(), b.cuda_slice()) else {
             return Err(Error::DeviceMismatch("a tensor of cublas gemm".to_string()));
         };
+        let Some(sc) = c.cuda_slice_mut() else {
+            return Err(Error::DeviceMismatch("the tensor `c` of cublas gemm".to_string()));
+        };
+        let (a_ptr, _read_a) = sa.device_ptr(on);
+        let (b_ptr, _read_b) = sb.device_ptr(on);
+        let (c_ptr, _write_c) = sc.device_ptr_mut(on);
         let (m, n, k) = (m as c_int, n as c_int, k as c_int);
         // Cᵀ[n, m] = op(B)ᵀ · op(A)ᵀ in column-major terms (module doc): cuBLAS's
         // first operand is B, whose column-major view is op(B)ᵀ unless trans_b.

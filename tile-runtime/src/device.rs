@@ -10,16 +10,38 @@
 //! [`Device::launch_counts`] reads those caches and lives beside the launch
 //! that counts (`launch/cuda.rs`), so that this file knows nothing of kernels.
 //!
-//! A [`Stream`] is the device's default stream (work on it runs in order).
-//! On the interpreter everything is synchronous.
+//! A [`Stream`] is an ordered queue of work: [`Device::stream`] gives the
+//! device's default stream, [`Device::new_stream`] a new stream of its own,
+//! whose work runs concurrently with other streams'. Tensors carry events
+//! (cudarc's multi-stream tracking), so a tensor written on one stream and
+//! read on another is read after the write. On the interpreter everything is
+//! synchronous.
+//!
+//! # Threads
+//!
+//! [`Device`], [`Stream`], [`Event`] and [`crate::DeviceTensor`] are `Send`
+//! and `Sync` (asserted at compile time in `tests/runtime.rs`), and so a
+//! generated `launch` may be called from any number of threads at once:
+//! - a `Device` is an `Arc` of the opened device, whose state is the CUDA
+//!   primary context (the driver API is thread-safe; every call binds the
+//!   context to the calling thread first), immutable properties, and caches
+//!   built for concurrency (`cache.rs`: each variant loaded once, whatever
+//!   the number of threads launching it first; no lock held across a driver
+//!   call that could wait for another lock; poisoned locks recovered);
+//! - a `Stream` is a device and a CUDA stream handle; issuing work on one
+//!   stream from several threads is allowed (the driver serializes it), but
+//!   then their order on the stream is whatever order the calls were made in;
+//! - a `DeviceTensor` is its memory and events; Rust's borrows make writes
+//!   exclusive (`launch` takes `&mut` for outputs), so several threads may
+//!   read one tensor while none writes it;
+//! - launch counters are atomics.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use cudarc::driver::{safe::CudaContext, safe::CudaEvent, safe::CudaStream, sys};
 
-use crate::cache::{KernelCache, TensorMapCache};
+use crate::cache::{KernelCache, OnceMap, TensorMapCache};
 use crate::driver::{self, driver_err, guarded};
 use crate::error::{Error, Result};
 
@@ -46,14 +68,28 @@ pub(crate) struct CudaDevice {
     pub(crate) stream: Arc<CudaStream>,
     pub(crate) name: String,
     pub(crate) compute_capability: (u32, u32),
-    /// The most dynamic shared memory a block may opt into, in bytes.
-    pub(crate) max_shared_optin: u32,
     /// Streaming multiprocessors (the blocks of a persistent launch).
     pub(crate) multiprocessors: u32,
+    /// What a launch and an allocation may ask for (checked before the
+    /// driver call, so that the message is ours).
+    pub(crate) limits: DeviceLimits,
     /// Loaded kernels (each variant once) and their launch counts.
     pub(crate) kernels: KernelCache,
     /// Encoded TMA tensor maps.
     pub(crate) tensor_maps: TensorMapCache,
+}
+
+/// A GPU's launch and memory limits, queried when it is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceLimits {
+    /// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
+    pub(crate) max_threads_per_block: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_{X,Y,Z}`.
+    pub(crate) max_grid: [u32; 3],
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, in bytes.
+    pub(crate) max_shared_optin: u32,
+    /// The device's memory in bytes (`cuDeviceTotalMem`).
+    pub(crate) total_memory: u64,
 }
 
 impl std::fmt::Debug for Device {
@@ -69,35 +105,45 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// Opened CUDA devices, by ordinal.
-fn cuda_devices() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
-    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
-    DEVICES.get_or_init(|| Mutex::new(HashMap::new()))
+/// Opened CUDA devices, by ordinal: each opened once, even when several
+/// threads ask for it first (`cache::OnceMap`).
+fn cuda_devices() -> &'static OnceMap<usize, CudaDevice> {
+    static DEVICES: OnceLock<OnceMap<usize, CudaDevice>> = OnceLock::new();
+    DEVICES.get_or_init(OnceMap::default)
 }
 
-fn open_cuda(ordinal: usize) -> Result<Arc<CudaDevice>> {
+fn open_cuda(ordinal: usize) -> Result<CudaDevice> {
     driver::init(ordinal)?;
     let ctx = CudaContext::new(ordinal).map_err(driver_err("cuDevicePrimaryCtxRetain"))?;
     let name = ctx.name().map_err(driver_err("cuDeviceGetName"))?;
     let (major, minor) = ctx.compute_capability().map_err(driver_err("cuDeviceGetAttribute"))?;
-    let max_shared_optin = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        .map_err(driver_err("cuDeviceGetAttribute"))?;
-    let multiprocessors = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(driver_err("cuDeviceGetAttribute"))?;
+    let attribute = |a: sys::CUdevice_attribute| -> Result<u32> {
+        Ok(ctx.attribute(a).map_err(driver_err("cuDeviceGetAttribute"))?.max(0) as u32)
+    };
+    use sys::CUdevice_attribute as A;
+    let limits = DeviceLimits {
+        max_threads_per_block: attribute(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        max_grid: [
+            attribute(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+            attribute(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+            attribute(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+        ],
+        max_shared_optin: attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        total_memory: ctx.total_mem().map_err(driver_err("cuDeviceTotalMem"))? as u64,
+    };
+    let multiprocessors = attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let stream = ctx.default_stream();
-    Ok(Arc::new(CudaDevice {
+    Ok(CudaDevice {
         ordinal,
         ctx,
         stream,
         name,
         compute_capability: (major.max(0) as u32, minor.max(0) as u32),
-        max_shared_optin: max_shared_optin.max(0) as u32,
-        multiprocessors: multiprocessors.max(1) as u32,
+        multiprocessors: multiprocessors.max(1),
+        limits,
         kernels: KernelCache::default(),
         tensor_maps: TensorMapCache::default(),
-    }))
+    })
 }
 
 impl Device {
@@ -105,12 +151,7 @@ impl Device {
     /// driver or no GPU; never panics.
     pub fn cuda(ordinal: usize) -> Result<Device> {
         driver::driver_library()?;
-        let mut devices = cuda_devices().lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(dev) = devices.get(&ordinal) {
-            return Ok(Device { kind: DeviceKind::Cuda(dev.clone()) });
-        }
-        let dev = guarded("cuInit", || open_cuda(ordinal))?;
-        devices.insert(ordinal, dev.clone());
+        let dev = cuda_devices().get_or_try_init(&ordinal, || guarded("cuInit", || open_cuda(ordinal)))?;
         Ok(Device { kind: DeviceKind::Cuda(dev) })
     }
 
@@ -162,9 +203,29 @@ impl Device {
         }
     }
 
-    /// A stream on this device (the device's default stream).
+    /// A stream on this device: the device's default stream (the same one
+    /// each call). Work on it runs in the order it was issued.
     pub fn stream(&self) -> Result<Stream> {
-        Ok(Stream { device: self.clone() })
+        let cuda = match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(d.stream.clone()),
+        };
+        Ok(Stream { device: self.clone(), cuda })
+    }
+
+    /// A new stream of its own on this device (`cuStreamCreate`,
+    /// non-blocking): its work may run concurrently with other streams'.
+    /// A tensor used on several streams is ordered by its events (a read
+    /// waits for the last write issued before it). On the interpreter it is
+    /// the same as [`Device::stream`].
+    pub fn new_stream(&self) -> Result<Stream> {
+        let cuda = match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => {
+                Some(guarded("cuStreamCreate", || d.ctx.new_stream().map_err(driver_err("cuStreamCreate")))?)
+            }
+        };
+        Ok(Stream { device: self.clone(), cuda })
     }
 
     /// The cudarc context of a GPU device (for calling other CUDA libraries, e.g. cuBLAS).
@@ -191,9 +252,20 @@ fn interpret_requested() -> bool {
 
 /// An ordered queue of work on a device. Kernels, copies and events on one
 /// stream run in the order they were issued.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Stream {
     pub(crate) device: Device,
+    /// The CUDA stream (`None` on the interpreter).
+    pub(crate) cuda: Option<Arc<CudaStream>>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cuda {
+            Some(s) => write!(f, "Stream({:?}, {:?})", self.device, s.cu_stream()),
+            None => write!(f, "Stream({:?})", self.device),
+        }
+    }
 }
 
 impl Stream {
@@ -203,21 +275,19 @@ impl Stream {
 
     /// Waits until all work issued on this stream has finished.
     pub fn synchronize(&self) -> Result<()> {
-        match &self.device.kind {
-            DeviceKind::Interpreter => Ok(()),
-            DeviceKind::Cuda(d) => d.stream.synchronize().map_err(driver_err("cuStreamSynchronize")),
+        match &self.cuda {
+            None => Ok(()),
+            Some(s) => s.synchronize().map_err(driver_err("cuStreamSynchronize")),
         }
     }
 
     /// Records an event: a point in this stream's work, for timing.
     pub fn record_event(&self) -> Result<Event> {
-        match &self.device.kind {
-            DeviceKind::Interpreter => Ok(Event { kind: EventKind::Host(Instant::now()) }),
-            DeviceKind::Cuda(d) => {
-                let event = d
-                    .stream
-                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(driver_err("cuEventRecord"))?;
+        match &self.cuda {
+            None => Ok(Event { kind: EventKind::Host(Instant::now()) }),
+            Some(s) => {
+                let event =
+                    s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_err("cuEventRecord"))?;
                 Ok(Event { kind: EventKind::Cuda(event) })
             }
         }
@@ -234,10 +304,7 @@ impl Stream {
 
     /// The cudarc stream of a GPU device (for calling other CUDA libraries).
     pub fn cuda_stream(&self) -> Option<&Arc<CudaStream>> {
-        match &self.device.kind {
-            DeviceKind::Interpreter => None,
-            DeviceKind::Cuda(d) => Some(&d.stream),
-        }
+        self.cuda.as_ref()
     }
 }
 

@@ -61,6 +61,12 @@ pub enum Error {
     #[error("{0}")]
     Interpreter(String),
 
+    /// A tensor does not fit in the memory of its device (a GPU's, or the
+    /// host's on the interpreter). `tensor` names it (element type and
+    /// shape), `message` gives the limit and what to do.
+    #[error("cannot allocate {tensor} ({bytes} bytes) on {device}: {message}")]
+    OutOfMemory { tensor: String, device: String, bytes: u64, message: String },
+
     /// A tensor lives on another device than the stream it is used with.
     #[error(
         "{0} lives on a different device than the stream; create the tensors and the stream \

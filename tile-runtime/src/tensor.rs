@@ -12,8 +12,11 @@ use std::sync::Arc;
 use cudarc::driver::safe::{CudaSlice, DevicePtr};
 use tile_ir::DType;
 
+use cudarc::driver::safe::CudaStream;
+use cudarc::driver::sys::CUresult;
+
 use crate::device::{CudaDevice, DeviceKind, Stream};
-use crate::driver::driver_err;
+use crate::driver::{describe, driver_err};
 use crate::element::{as_bytes, as_bytes_mut, from_bytes, Element};
 use crate::error::{Error, Result};
 
@@ -60,6 +63,106 @@ fn element_count(shape: &[usize]) -> Result<usize> {
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| shape_error(format!("shape {shape:?} has more elements than fit in memory")))
+}
+
+/// A GiB figure for messages.
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// What to say when `bytes` do not fit on a GPU with `total` bytes of
+/// memory of which `free` (when known) are free.
+pub(crate) fn device_memory_message(bytes: u64, total: u64, free: Option<u64>) -> String {
+    let limit = match free {
+        Some(free) => {
+            format!("the device has {total} bytes ({}), {free} bytes ({}) of them free", gib(total), gib(free))
+        }
+        None => format!("the device has {total} bytes ({}) in all", gib(total)),
+    };
+    if bytes > total {
+        format!("{limit}; no tensor this large fits: split the work into smaller tensors")
+    } else {
+        format!("{limit}; drop tensors that are no longer needed (or synchronize so that freed memory returns), or split the work into smaller tensors")
+    }
+}
+
+/// `n` zeroed host bytes, or `None` when the host cannot allocate them
+/// (never an abort: the interpreter's tensors are host memory).
+fn try_zeroed_host(n: usize) -> Option<Vec<u8>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size. A non-null result is `n` zeroed
+    // bytes allocated by the global allocator with the layout of a
+    // `Vec<u8>` of capacity `n`, so the vector may own and free it.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout);
+        (!ptr.is_null()).then(|| Vec::from_raw_parts(ptr, n, n))
+    }
+}
+
+/// A copy of `bytes` in host memory, or `None` when the host cannot allocate it.
+fn try_host_copy(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes.len()).ok()?;
+    v.extend_from_slice(bytes);
+    Some(v)
+}
+
+/// Allocates `bytes` on `stream` (zeroed, or a copy of `init`), with an
+/// [`Error::OutOfMemory`] naming `tensor` when they do not fit: checked
+/// against the device's memory before the driver call, and the driver's
+/// out-of-memory turned into the same error.
+fn cuda_alloc(
+    dev: &CudaDevice,
+    stream: &Arc<CudaStream>,
+    tensor: &dyn Fn() -> String,
+    bytes: usize,
+    init: Option<&[u8]>,
+) -> Result<CudaSlice<u8>> {
+    let oom = |free: Option<u64>| Error::OutOfMemory {
+        tensor: tensor(),
+        device: format!("{} (cuda:{})", dev.name, dev.ordinal),
+        bytes: bytes as u64,
+        message: device_memory_message(bytes as u64, dev.limits.total_memory, free),
+    };
+    if bytes as u64 > dev.limits.total_memory {
+        return Err(oom(None));
+    }
+    let allocated = match init {
+        None => stream.alloc_zeros::<u8>(bytes).map_err(|e| (e, "cuMemAllocAsync")),
+        Some(data) => stream.clone_htod(data).map_err(|e| (e, "cuMemcpyHtoDAsync")),
+    };
+    allocated.map_err(|(e, call)| {
+        if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            oom(dev.ctx.mem_get_info().ok().map(|(free, _)| free as u64))
+        } else {
+            Error::Driver { call: call.to_string(), message: describe(e) }
+        }
+    })
+}
+
+/// The error for a host allocation of `bytes` that failed.
+fn host_oom(tensor: String, device: &str, bytes: usize) -> Error {
+    Error::OutOfMemory {
+        tensor,
+        device: device.into(),
+        bytes: bytes as u64,
+        message: "the host cannot allocate that much memory (the interpreter keeps tensors in host memory); use \
+                  smaller tensors"
+            .into(),
+    }
+}
+
+/// "a DeviceTensor<f32> of shape [..]", for messages.
+fn describe_tensor(dtype: DType, shape: &[usize]) -> String {
+    format!("a DeviceTensor<{dtype}> of shape {shape:?}")
+}
+
+/// The CUDA stream of `stream`, which must be a GPU stream.
+fn cuda_of(stream: &Stream) -> Result<&Arc<CudaStream>> {
+    stream.cuda.as_ref().ok_or_else(|| Error::DeviceMismatch("the stream's device has no CUDA stream".into()))
 }
 
 impl RawTensor {
@@ -109,13 +212,16 @@ impl<T: Element> DeviceTensor<T> {
             )));
         }
         let bytes = as_bytes(data);
+        let what = || describe_tensor(T::DTYPE, shape);
         let storage = match &stream.device.kind {
-            DeviceKind::Interpreter => Storage::Host(bytes.to_vec()),
+            DeviceKind::Interpreter => {
+                Storage::Host(try_host_copy(bytes).ok_or_else(|| host_oom(what(), "the CPU interpreter", bytes.len()))?)
+            }
             DeviceKind::Cuda(dev) => {
                 let slice = if bytes.is_empty() {
                     None
                 } else {
-                    Some(dev.stream.clone_htod(bytes).map_err(driver_err("cuMemcpyHtoDAsync"))?)
+                    Some(cuda_alloc(dev, cuda_of(stream)?, &what, bytes.len(), Some(bytes))?)
                 };
                 Storage::Cuda { device: dev.clone(), slice }
             }
@@ -129,14 +235,14 @@ impl<T: Element> DeviceTensor<T> {
         let bytes = n
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| shape_error(format!("shape {shape:?} has more bytes than fit in memory")))?;
+        let what = || describe_tensor(T::DTYPE, shape);
         let storage = match &stream.device.kind {
-            DeviceKind::Interpreter => Storage::Host(vec![0u8; bytes]),
+            DeviceKind::Interpreter => {
+                Storage::Host(try_zeroed_host(bytes).ok_or_else(|| host_oom(what(), "the CPU interpreter", bytes))?)
+            }
             DeviceKind::Cuda(dev) => {
-                let slice = if bytes == 0 {
-                    None
-                } else {
-                    Some(dev.stream.alloc_zeros::<u8>(bytes).map_err(driver_err("cuMemAllocAsync"))?)
-                };
+                let slice =
+                    if bytes == 0 { None } else { Some(cuda_alloc(dev, cuda_of(stream)?, &what, bytes, None)?) };
                 Storage::Cuda { device: dev.clone(), slice }
             }
         };
@@ -149,14 +255,20 @@ impl<T: Element> DeviceTensor<T> {
         self.raw.check_device(stream, &|| "the tensor read by to_vec".to_string())?;
         match &self.raw.storage {
             Storage::Host(bytes) => Ok(from_bytes(bytes)),
-            Storage::Cuda { device, slice } => {
-                let mut out = vec![T::from_f64(0.0); self.len()];
+            Storage::Cuda { slice, .. } => {
+                let mut out = Vec::new();
+                out.try_reserve_exact(self.len()).map_err(|_| {
+                    host_oom(
+                        format!("a host copy of {}", describe_tensor(T::DTYPE, self.shape())),
+                        "the host",
+                        self.num_bytes(),
+                    )
+                })?;
+                out.resize(self.len(), T::from_f64(0.0));
                 if let Some(slice) = slice {
-                    device
-                        .stream
-                        .memcpy_dtoh(slice, as_bytes_mut(&mut out))
-                        .map_err(driver_err("cuMemcpyDtoHAsync"))?;
-                    device.stream.synchronize().map_err(driver_err("cuStreamSynchronize"))?;
+                    let s = cuda_of(stream)?;
+                    s.memcpy_dtoh(slice, as_bytes_mut(&mut out)).map_err(driver_err("cuMemcpyDtoHAsync"))?;
+                    s.synchronize().map_err(driver_err("cuStreamSynchronize"))?;
                 }
                 Ok(out)
             }
@@ -182,8 +294,8 @@ impl<T: Element> DeviceTensor<T> {
                 dst.copy_from_slice(s);
                 Ok(())
             }
-            (Storage::Cuda { device, slice: Some(dst) }, Storage::Cuda { slice: Some(s), .. }) => {
-                device.stream.memcpy_dtod(s, dst).map_err(driver_err("cuMemcpyDtoDAsync"))
+            (Storage::Cuda { slice: Some(dst), .. }, Storage::Cuda { slice: Some(s), .. }) => {
+                cuda_of(stream)?.memcpy_dtod(s, dst).map_err(driver_err("cuMemcpyDtoDAsync"))
             }
             // Empty tensors: nothing to copy.
             (Storage::Cuda { .. }, Storage::Cuda { .. }) => Ok(()),
@@ -256,5 +368,43 @@ impl<T: Element> DeviceTensor<T> {
             Storage::Cuda { slice, .. } => slice.as_mut(),
             Storage::Host(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_out_of_memory_message_gives_the_limit_and_what_to_do() {
+        let total = 150_000_000_000u64;
+        let m = device_memory_message(1_000_000_000_000, total, None);
+        assert!(m.starts_with("the device has 150000000000 bytes (139.7 GiB) in all"), "{m}");
+        assert!(m.contains("no tensor this large fits: split the work"), "{m}");
+        let m = device_memory_message(100_000_000_000, total, Some(60_000_000_000));
+        assert!(m.contains("60000000000 bytes (55.9 GiB) of them free"), "{m}");
+        assert!(m.contains("drop tensors that are no longer needed"), "{m}");
+        let e = Error::OutOfMemory {
+            tensor: describe_tensor(DType::F32, &[250_000_000_000]),
+            device: "NVIDIA H200 (cuda:0)".into(),
+            bytes: 1_000_000_000_000,
+            message: m,
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "cannot allocate a DeviceTensor<f32> of shape [250000000000] (1000000000000 bytes) on NVIDIA H200 (cuda:0): "
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn host_allocations_fail_as_none_not_an_abort() {
+        assert_eq!(try_zeroed_host(0), Some(Vec::new()));
+        assert_eq!(try_zeroed_host(5), Some(vec![0; 5]));
+        assert_eq!(try_zeroed_host(usize::MAX), None);
+        assert_eq!(try_zeroed_host(isize::MAX as usize), None);
+        assert_eq!(try_host_copy(&[1, 2, 3]), Some(vec![1, 2, 3]));
     }
 }

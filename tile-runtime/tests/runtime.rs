@@ -312,3 +312,97 @@ fn runtime_handles_are_send_and_sync() {
     check::<tile_runtime::Event>();
     check::<KernelMeta>();
 }
+
+/// What may cross threads (the `device.rs` doc, "Threads"): asserted at
+/// compile time, so that a field that is not thread-safe fails the build.
+#[test]
+fn devices_streams_events_tensors_and_metadata_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Device>();
+    assert_send_sync::<Stream>();
+    assert_send_sync::<tile_runtime::Event>();
+    assert_send_sync::<DeviceTensor<f16>>();
+    assert_send_sync::<DeviceTensor<bf16>>();
+    assert_send_sync::<DeviceTensor<f32>>();
+    assert_send_sync::<KernelMeta>();
+    assert_send_sync::<Error>();
+    // A cuBLAS handle may move to another thread but not be shared (cublas.rs).
+    fn assert_send<T: Send>() {}
+    assert_send::<tile_runtime::cublas::Gemm>();
+}
+
+#[test]
+fn an_absurd_interpreter_allocation_is_an_error_not_an_abort() {
+    let stream = interp_stream();
+    // 10^12 bytes: more than the host has (and 2^61 elements more than it can address).
+    for shape in [vec![250_000_000_000usize], vec![1 << 30, 1 << 31]] {
+        match DeviceTensor::<f32>::zeros(&stream, &shape) {
+            Err(Error::OutOfMemory { tensor, device, bytes, message }) => {
+                assert_eq!(tensor, format!("a DeviceTensor<f32> of shape {shape:?}"));
+                assert_eq!(device, "the CPU interpreter");
+                assert_eq!(bytes, shape.iter().product::<usize>() as u64 * 4);
+                assert!(message.contains("smaller tensors"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Past usize: a shape error, as before.
+    assert!(matches!(DeviceTensor::<f32>::zeros(&stream, &[usize::MAX, 2]), Err(Error::Shape { .. })));
+    // A small one still works afterwards.
+    assert_eq!(DeviceTensor::<f32>::zeros(&stream, &[3]).unwrap().to_vec(&stream).unwrap(), vec![0.0; 3]);
+}
+
+/// A grid of more blocks than any device runs (2^32 on x) is a launch error
+/// naming the kernel, on every device (the grid is evaluated before the
+/// device is asked).
+#[test]
+fn a_grid_no_device_can_run_is_a_launch_error_naming_the_kernel() {
+    let stream = interp_stream();
+    let mut k = scale_kernel();
+    let n = tile_ir::Expr::var(k.dims[0]);
+    k.grid[0] = tile_ir::Expr::binary(tile_ir::BinOp::Mul, n.clone(), n);
+    let meta = leak_meta(&k, vec![]);
+    let a = DeviceTensor::<f32>::zeros(&stream, &[65536]).unwrap();
+    let mut c = DeviceTensor::<f32>::zeros(&stream, &[65536]).unwrap();
+    match launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(2.0)]) {
+        Err(e @ Error::Launch { .. }) => {
+            let text = e.to_string();
+            assert!(text.starts_with("cannot launch kernel `scale`: ") && text.contains("4294967296"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The interpreter's streams: `new_stream` gives a stream of the same
+/// device, usable from other threads, and launches from several threads at
+/// once through one kernel's cached metadata all compute their own result.
+#[test]
+fn interpreter_launches_from_several_threads_agree_with_the_reference() {
+    let device = Device::interpreter();
+    let meta = leak_meta(&scale_kernel(), vec![]);
+    std::thread::scope(|scope| {
+        for t in 0..8u32 {
+            let device = &device;
+            scope.spawn(move || {
+                let stream = device.new_stream().unwrap();
+                assert!(stream.device().same_as(device));
+                let mut rng = Rng::new(100 + t as u64);
+                for i in 0..10 {
+                    let n = 1 + (rng.next_u64() % 1000) as usize;
+                    let a: Vec<f32> = (0..n).map(|_| rng.f64() as f32).collect();
+                    let s = t as f32 + i as f32 * 0.5;
+                    let at = DeviceTensor::from_slice(&stream, &a, &[n]).unwrap();
+                    let mut ct = DeviceTensor::<f32>::zeros(&stream, &[n]).unwrap();
+                    launch(
+                        &stream,
+                        meta,
+                        &mut [KernelArg::tensor(&at), KernelArg::tensor_mut(&mut ct), KernelArg::F32(s)],
+                    )
+                    .unwrap();
+                    let c = ct.to_vec(&stream).unwrap();
+                    assert!(c.iter().zip(&a).all(|(c, a)| *c == a * s), "thread {t}, launch {i}");
+                }
+            });
+        }
+    });
+}

@@ -18,10 +18,12 @@ use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use cudarc::driver::safe::CudaStream;
 use cudarc::driver::{result, sys};
 use tile_ir::{DType, Kernel};
 
 use super::args::{abi_params, param_pointers, KernelArg};
+use super::limits::{check_block, check_function, check_grid, DEFAULT_SHARED_LIMIT};
 use super::meta::{KernelMeta, KernelTarget, TensorMapMeta};
 use super::variant::{pick_variant, TensorPlace};
 use crate::cache::LoadedKernel;
@@ -86,17 +88,9 @@ fn encoded_map(dev: &Arc<CudaDevice>, spec: TensorMapSpec) -> Result<TensorMap> 
 }
 
 const JIT_LOG_BYTES: usize = 16 * 1024;
-/// Dynamic shared memory a block may use without opting in.
-const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
 fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarget, k: &Kernel) -> Result<LoadedKernel> {
     let launch_err = |message: String| Error::Launch { kernel: k.name.clone(), message };
-    if target.shared_bytes > dev.max_shared_optin.max(DEFAULT_SHARED_LIMIT) {
-        return Err(launch_err(format!(
-            "it needs {} bytes of shared memory per block ({}), but {} allows at most {}",
-            target.shared_bytes, target.arch, dev.name, dev.max_shared_optin
-        )));
-    }
     let ptx = CString::new(target.ptx).map_err(|_| Error::InvalidMeta {
         kernel: meta.name.to_string(),
         message: "the PTX contains a NUL byte".into(),
@@ -159,11 +153,22 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
         module,
         function: std::ptr::null_mut(),
         shared_bytes: target.shared_bytes,
+        max_threads: 0,
+        registers: 0,
         launches: AtomicU64::new(0),
     };
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated.
     loaded.function = unsafe { result::module::get_function(module, entry) }
         .map_err(|e| launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e))))?;
+    let function_attribute = |a: sys::CUfunction_attribute| {
+        // SAFETY: `function` belongs to the loaded module; the context is current.
+        unsafe { result::function::get_function_attribute(loaded.function, a) }
+            .map(|v| v.max(0) as u32)
+            .map_err(driver_err("cuFuncGetAttribute"))
+    };
+    let max_threads = function_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+    let registers = function_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
+    (loaded.max_threads, loaded.registers) = (max_threads, registers);
     if target.shared_bytes > DEFAULT_SHARED_LIMIT {
         // SAFETY: `function` belongs to the loaded module; the context is current.
         unsafe {
@@ -180,6 +185,7 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
 
 pub(super) fn launch_cuda(
     dev: &Arc<CudaDevice>,
+    stream: &Arc<CudaStream>,
     meta: &'static KernelMeta,
     k: &Kernel,
     args: &mut [KernelArg<'_>],
@@ -195,7 +201,7 @@ pub(super) fn launch_cuda(
     } else {
         Vec::new()
     };
-    let (mut slots, _access_guards, addresses) = abi_params(k, args, dims, Some(&dev.stream));
+    let (mut slots, _access_guards, addresses) = abi_params(k, args, dims, Some(stream));
     let places: Vec<Option<TensorPlace<'_>>> = mapped
         .iter()
         .zip(&addresses)
@@ -206,13 +212,9 @@ pub(super) fn launch_cuda(
         .collect();
     let variant = pick_variant(meta, k, dev.compute_capability, &places)?;
     let target = &meta.targets[variant];
-    if target.threads == 0 || target.threads > 1024 {
-        return Err(launch_err(format!(
-            "its {} code has {} threads per block; a block has 1 to 1024 threads",
-            target.arch, target.threads
-        )));
-    }
+    check_block(target, &dev.limits, &dev.name).map_err(launch_err)?;
     let loaded = loaded_kernel(dev, meta, variant, k)?;
+    check_function(target, loaded.max_threads, loaded.registers).map_err(launch_err)?;
     let grid = if target.persistent && cluster.is_none() {
         let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
         [blocks.min(dev.multiprocessors as u64) as u32, 1, 1]
@@ -234,6 +236,7 @@ pub(super) fn launch_cuda(
         })?;
         maps.push(map);
     }
+    check_grid(grid, &dev.limits, &dev.name).map_err(launch_err)?;
     let mut pointers = param_pointers(&mut slots, &maps);
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
     let launched = match cluster {
@@ -248,7 +251,7 @@ pub(super) fn launch_cuda(
                 (grid[0], grid[1], grid[2]),
                 (target.threads, 1, 1),
                 loaded.shared_bytes,
-                dev.stream.cu_stream(),
+                stream.cu_stream(),
                 &mut pointers,
             )
         }
@@ -268,7 +271,7 @@ pub(super) fn launch_cuda(
                 blockDimY: 1,
                 blockDimZ: 1,
                 sharedMemBytes: loaded.shared_bytes,
-                hStream: dev.stream.cu_stream(),
+                hStream: stream.cu_stream(),
                 attrs: &mut attribute,
                 numAttrs: 1,
             };

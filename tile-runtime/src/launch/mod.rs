@@ -36,6 +36,7 @@ mod cuda;
 #[cfg(test)]
 mod fixtures;
 mod interp;
+mod limits;
 mod meta;
 mod variant;
 
@@ -62,6 +63,9 @@ pub fn launch(stream: &Stream, meta: &'static KernelMeta, args: &mut [KernelArg<
 
     match &stream.device.kind {
         DeviceKind::Interpreter => interp::launch_interpreter(k, args, &dims, grid),
-        DeviceKind::Cuda(dev) => cuda::launch_cuda(dev, meta, k, args, &dims, grid),
+        DeviceKind::Cuda(dev) => {
+            let on = stream.cuda.as_ref().ok_or_else(|| Error::DeviceMismatch("the stream".into()))?;
+            cuda::launch_cuda(dev, on, meta, k, args, &dims, grid)
+        }
     }
 }
