@@ -195,6 +195,27 @@ impl Device {
         }
     }
 
+    /// The GPU's memory in bytes (`cuDeviceTotalMem`); `None` for the
+    /// interpreter. A tensor larger than this is [`Error::OutOfMemory`]
+    /// before the driver is asked.
+    pub fn total_memory(&self) -> Option<u64> {
+        match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(d.limits.total_memory),
+        }
+    }
+
+    /// The most dynamic shared memory a block may use on this GPU, in bytes
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, at least the
+    /// 48 KiB every block may use); `None` for the interpreter. A variant
+    /// needing more is refused at launch with an [`Error::Launch`] naming it.
+    pub fn max_shared_memory_per_block(&self) -> Option<u32> {
+        match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(d.limits.max_shared_optin.max(48 * 1024)),
+        }
+    }
+
     /// The CUDA ordinal; `None` for the interpreter.
     pub fn ordinal(&self) -> Option<usize> {
         match &self.kind {
