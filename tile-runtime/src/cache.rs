@@ -74,8 +74,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// it (the module's guarantees). The table lock is held only to find a key's
 /// slot; the slot's own lock is held while its value is made.
 pub(crate) struct OnceMap<K, V> {
-    slots: Mutex<HashMap<K, Arc<Mutex<Option<Arc<V>>>>>>,
+    slots: Mutex<HashMap<K, Arc<Slot<V>>>>,
 }
+
+/// One key's value: `None` until made.
+type Slot<V> = Mutex<Option<Arc<V>>>;
 
 impl<K, V> Default for OnceMap<K, V> {
     fn default() -> Self {

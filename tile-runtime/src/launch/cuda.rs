@@ -3,13 +3,17 @@
 //! Expects checked arguments (`args.rs`), bound dimensions and a non-empty
 //! grid. In order: checks the thread block cluster against the grid (9.x
 //! and later; devices without clusters ignore it, as it never changes what
-//! a kernel computes); takes the tensors' device pointers and picks the
-//! variant (`variant.rs`); loads it once per device (`cache.rs`), keeping
+//! a kernel computes); takes the tensors' device pointers on the launch's
+//! stream (so that it waits for their last writes on other streams) and
+//! picks the variant (`variant.rs`); checks its block against the device's
+//! limits (`limits.rs`); loads it once per device (`cache.rs`), keeping
 //! the driver's JIT log on failure and raising the dynamic shared-memory
 //! limit once when needed; encodes the variant's tensor maps (cached per
-//! device by their exact spec); and launches with the variant's threads and
-//! the parameters in the launch ABI order, with `cuLaunchKernelEx` and a
-//! cluster dimension when clustered. A persistent variant gets one block
+//! device by their exact spec); checks the loaded function's thread limit
+//! and the grid against the device (`limits.rs`); and launches on the
+//! given stream with the variant's threads and the parameters in the
+//! launch ABI order, with `cuLaunchKernelEx` and a cluster dimension when
+//! clustered. A persistent variant gets one block
 //! per SM (at most the grid's blocks) as a 1-D grid, unless clustered.
 //! Guarantees: every failure is an [`Error`] naming the kernel; a launch
 //! that was issued counts once in [`Device::launch_counts`].
