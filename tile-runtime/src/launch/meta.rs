@@ -10,11 +10,11 @@
 //! of the right rank with a swizzle the driver knows; otherwise the launch
 //! fails with [`Error::InvalidMeta`] and says to rebuild.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use tile_ir::{DType, Kernel, ParamKind};
 
+use crate::cache::OnceMap;
 use crate::error::{Error, Result};
 use crate::tensor_map::TmaSwizzle;
 
@@ -75,21 +75,19 @@ pub struct TensorMapMeta {
     pub swizzle_bytes: u32,
 }
 
-/// Parsed kernels, by the address of their `&'static KernelMeta`.
+/// Parsed kernels, by the address of their `&'static KernelMeta`: each
+/// parsed and checked once, however many threads launch it first.
 pub(super) fn parsed_kernel(meta: &'static KernelMeta) -> Result<Arc<Kernel>> {
-    static KERNELS: OnceLock<Mutex<HashMap<usize, Arc<Kernel>>>> = OnceLock::new();
+    static KERNELS: OnceLock<OnceMap<usize, Kernel>> = OnceLock::new();
     let key = meta as *const KernelMeta as usize;
-    let cache = KERNELS.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(k) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(k.clone());
-    }
-    let invalid = |message: String| Error::InvalidMeta { kernel: meta.name.to_string(), message };
-    let kernel: Kernel = serde_json::from_str(meta.ir).map_err(|e| invalid(format!("the IR does not parse: {e}")))?;
-    check_signature(&kernel).map_err(invalid)?;
-    check_variants(&kernel, meta.targets).map_err(invalid)?;
-    let kernel = Arc::new(kernel);
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
-    Ok(kernel)
+    KERNELS.get_or_init(OnceMap::default).get_or_try_init(&key, || {
+        let invalid = |message: String| Error::InvalidMeta { kernel: meta.name.to_string(), message };
+        let kernel: Kernel =
+            serde_json::from_str(meta.ir).map_err(|e| invalid(format!("the IR does not parse: {e}")))?;
+        check_signature(&kernel).map_err(invalid)?;
+        check_variants(&kernel, meta.targets).map_err(invalid)?;
+        Ok(kernel)
+    })
 }
 
 /// Checks what the launch path relies on (so that `tile_ir::abi` cannot index
