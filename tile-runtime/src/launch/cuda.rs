@@ -13,8 +13,8 @@
 //! and the grid against the device (`limits.rs`); and launches on the
 //! given stream with the variant's threads and the parameters in the
 //! launch ABI order, with `cuLaunchKernelEx` and a cluster dimension when
-//! clustered. A persistent variant gets one block
-//! per SM (at most the grid's blocks) as a 1-D grid, unless clustered.
+//! clustered. A persistent variant gets one block per SM (at most the
+//! grid's blocks) as a 1-D grid, unless clustered.
 //! Guarantees: every failure is an [`Error`] naming the kernel; a launch
 //! that was issued counts once in [`Device::launch_counts`].
 
