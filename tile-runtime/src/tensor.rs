@@ -86,11 +86,28 @@ pub(crate) fn device_memory_message(bytes: u64, total: u64, free: Option<u64>) -
     }
 }
 
+/// The host's physical memory in bytes (`MemTotal` of `/proc/meminfo`),
+/// where the system says; read once.
+fn host_memory() -> Option<u64> {
+    static TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
+}
+
 /// `n` zeroed host bytes, or `None` when the host cannot allocate them
-/// (never an abort: the interpreter's tensors are host memory).
+/// (never an abort: the interpreter's tensors are host memory). More than
+/// the host's physical memory is refused even where the system would
+/// overcommit it, since zeroed pages are touched as soon as a kernel runs.
 fn try_zeroed_host(n: usize) -> Option<Vec<u8>> {
     if n == 0 {
         return Some(Vec::new());
+    }
+    if host_memory().is_some_and(|total| n as u64 > total) {
+        return None;
     }
     let layout = std::alloc::Layout::array::<u8>(n).ok()?;
     // SAFETY: `layout` has a non-zero size. A non-null result is `n` zeroed
@@ -406,5 +423,10 @@ mod tests {
         assert_eq!(try_zeroed_host(usize::MAX), None);
         assert_eq!(try_zeroed_host(isize::MAX as usize), None);
         assert_eq!(try_host_copy(&[1, 2, 3]), Some(vec![1, 2, 3]));
+        // Past the host's physical memory, even where the system overcommits.
+        if let Some(total) = host_memory() {
+            assert!(total > 1 << 20, "{total}");
+            assert_eq!(try_zeroed_host(total as usize + 1), None);
+        }
     }
 }
