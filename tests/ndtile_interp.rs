@@ -47,3 +47,21 @@ fn attention_bshd() {
         ndtile::attention_check(&dev(), Layout::Bshd, b, h, sq, sk, (sq * sk + 7 * h) as u64).unwrap();
     }
 }
+
+/// The Tile IR the macro embeds for the 4-D attention kernels, printed, is
+/// the text the compiler's simulator and ptxas tests use
+/// (`tile_testkit::ATTENTION_BHSD`, `ATTENTION_BSHD`).
+#[test]
+fn embedded_ir_is_the_shared_text() {
+    let printed = |ir: &str| {
+        let kernel: tile::ir::Kernel = serde_json::from_str(ir).expect("embedded Tile IR parses");
+        tile::ir::print::print_kernel(&kernel).trim_end().to_string()
+    };
+    let (bhsd, bshd) = (printed(ndtile::attention_bhsd::META.ir), printed(ndtile::attention_bshd::META.ir));
+    if let Ok(dir) = std::env::var("NDTILE_PRINT") {
+        std::fs::write(format!("{dir}/bhsd.tile"), &bhsd).unwrap();
+        std::fs::write(format!("{dir}/bshd.tile"), &bshd).unwrap();
+    }
+    assert_eq!(bhsd, tile_testkit::ATTENTION_BHSD);
+    assert_eq!(bshd, tile_testkit::ATTENTION_BSHD);
+}
