@@ -241,6 +241,7 @@ pub enum Layout {
 }
 
 /// Element `(b, h, i, c)` of a `[b, h, s, d]` or `[b, s, h, d]` tensor.
+#[allow(clippy::too_many_arguments)]
 fn at(layout: Layout, h: usize, s: usize, d: usize, bi: usize, hi: usize, i: usize, c: usize) -> usize {
     match layout {
         Layout::Bhsd => ((bi * h + hi) * s + i) * d + c,
