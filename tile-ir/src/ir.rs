@@ -418,15 +418,41 @@ impl Expr {
 
 /// A rectangular window of a buffer. For shared, fragment and local buffers
 /// `origin` is empty: the whole buffer. For a global tensor it holds one
-/// coordinate per tensor dimension (`t.tile([r, c])`), and the window's
-/// extent is the shape of the other side of the copy, right-aligned with the
-/// tensor's dims (missing leading extents are 1). Elements of the window that
-/// fall outside the tensor are masked: reads give the fill value (default
+/// coordinate per tensor dimension (`t.tile([r, c])`). The tensor dims not in
+/// `squeezed` are the window's *spanned* dims: they take, in order, the
+/// extents of the other side of the copy (whose rank equals their number),
+/// starting at their origin coordinate. A squeezed dim is a scalar index
+/// (extent 1, not a dim of the other side): `q.tile([b, s0.., h, ..])` of a
+/// `[b, s, h, d]` tensor into a `[BM, D]` buffer has `squeezed = [0, 2]`.
+/// `squeezed` is sorted, without repeats, each `< origin.len()`; empty means
+/// every dim is spanned (the buffer's rank equals the tensor's). Elements of
+/// the window that fall outside the tensor are masked (a squeezed index out
+/// of range masks the whole window): reads give the fill value (default
 /// zero), writes are skipped.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TileRef {
     pub buf: BufferId,
     pub origin: Vec<Expr>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub squeezed: Vec<usize>,
+}
+
+impl TileRef {
+    /// A window spanning every dim of `buf` from `origin` (no squeezed dims).
+    pub fn new(buf: BufferId, origin: Vec<Expr>) -> TileRef {
+        TileRef { buf, origin, squeezed: Vec::new() }
+    }
+
+    /// The tensor dims the window spans, in order (those not squeezed).
+    pub fn spanned(&self) -> Vec<usize> {
+        (0..self.origin.len()).filter(|d| !self.squeezed.contains(d)).collect()
+    }
+
+    /// Whether the squeezed dims are exactly the leading ones (`0..n`), so
+    /// that the window is the trailing dims of the tensor.
+    pub fn squeezes_leading_only(&self) -> bool {
+        self.squeezed.iter().enumerate().all(|(i, &d)| i == d)
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -417,11 +417,26 @@ impl<'k> Printer<'k> {
         }
     }
 
+    /// A tile: `x` (a whole buffer), `x[r, c]` (every dim spanned), or with
+    /// squeezed dims `x[b, s0.., h, 0..]` (spanned entries end in `..`).
     fn tile(&self, out: &mut String, t: &TileRef) {
         if t.origin.is_empty() {
             out.push_str(&self.buf_ref(t.buf));
-        } else {
+        } else if t.squeezed.is_empty() {
             self.index(out, t.buf, &t.origin);
+        } else {
+            out.push_str(&self.buf_ref(t.buf));
+            out.push('[');
+            for (i, e) in t.origin.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                self.expr(out, e, 0);
+                if !t.squeezed.contains(&i) {
+                    out.push_str("..");
+                }
+            }
+            out.push(']');
         }
     }
 

@@ -34,11 +34,11 @@ const BATCHED_TN_FROM_1: &str = "kernel batched_tn<%0 B, %1 K, %2 M, %3 N>(@0 a:
   @5 acc: fragment f32[64, 64]
   fill acc, 0.0
   for %7 k in pipelined(3) 1..(K + 31) / 32 {
-    copy a[bz, k * 32, by * 64] -> a_s
+    copy a[bz, k * 32.., by * 64..] -> a_s
     copy w[k * 32, bx * 64] -> w_s
     gemm a_s.t, w_s -> acc
   }
-  copy acc -> c[bz, by * 64, bx * 64]
+  copy acc -> c[bz, by * 64.., bx * 64..]
 }";
 
 fn is_reg(t: &str) -> bool {

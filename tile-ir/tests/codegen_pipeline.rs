@@ -483,8 +483,8 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
         });
         k.body = vec![
             s(StmtKind::Copy {
-                src: TileRef { buf: x, origin: vec![Expr::i32(0), Expr::i32(0)] },
-                dst: TileRef { buf: t, origin: vec![] },
+                src: TileRef::new(x, vec![Expr::i32(0), Expr::i32(0)]),
+                dst: TileRef::new(t, vec![]),
                 fill: fill.clone(),
             }),
             nest,

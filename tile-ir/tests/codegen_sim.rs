@@ -489,3 +489,78 @@ fn online_softmax_matches_reference() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Tiles with squeezed dims (issue 9, item 1): windows of 4-D tensors that skip
+// a middle dim, strided columns (a squeezed innermost dim), on both targets.
+
+const ND_PERMUTE: &str = "kernel nd_permute<%0 B, %1 S, %2 H, %3 HD>(@0 x: &f16[B, S, H, HD], @1 y: &mut f16[B, H, S, HD]) threads=128 grid=((S + 31) / 32, H, B) {
+  %4 bs = block_idx.x
+  %5 bh = block_idx.y
+  %6 bb = block_idx.z
+  @2 t: shared f16[32, 64]
+  @3 f: fragment f32[32, 64]
+  copy x[bb, bs * 32.., bh, 0..] -> t
+  copy t -> f
+  copy f -> y[bb, bh, bs * 32.., 0..]
+}";
+
+const ND_COLUMNS: &str = "kernel nd_columns<%0 M, %1 N>(@0 x: &f32[M, N], @1 xt: &mut f32[N, M], @2 y: &mut f32[M, N]) threads=64 grid=((M + 127) / 128, N, 1) {
+  %2 bm = block_idx.x
+  %3 c = block_idx.y
+  @3 col: fragment f32[128]
+  @4 sh: shared f32[128]
+  copy x[bm * 128.., c] -> col
+  copy col -> xt[c, bm * 128..]
+  copy x[bm * 128.., c] -> sh
+  copy sh -> y[bm * 128.., c]
+}";
+
+#[test]
+fn squeezed_middle_dims_permute_bshd_to_bhsd() {
+    let k = tile_ir::print::parse_kernel(ND_PERMUTE).unwrap();
+    let mut rng = Rng(99);
+    for target in [Target::Sm80, Target::Sm90a] {
+        for (b, s, h, hd) in [(2usize, 45usize, 3usize, 64usize), (1, 1, 1, 1), (2, 70, 2, 40), (1, 33, 2, 100)] {
+            let x: Vec<f32> = (0..b * s * h * hd).map(|_| rng.f32(-4.0, 4.0)).collect();
+            let poison = vec![0xFFu8; 2 * b * s * h * hd];
+            let out = run(&k, target, vec![bytes_f16(&x), poison], &[b as i64, s as i64, h as i64, hd as i64], &[]);
+            let y = f16s(&out[1]);
+            for bi in 0..b {
+                for hi in 0..h {
+                    for si in 0..s {
+                        for di in 0..hd {
+                            let (src, dst) = (((bi * s + si) * h + hi) * hd + di, ((bi * h + hi) * s + si) * hd + di);
+                            let want = if di < 64 { f16::from_f32(x[src]).to_f32() } else { f32::NAN };
+                            let got = y[dst];
+                            assert!(
+                                got == want || (want.is_nan() && got.is_nan()),
+                                "{target:?} {b}x{s}x{h}x{hd}: y[{bi},{hi},{si},{di}] = {got}, want {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn squeezed_innermost_dim_reads_and_writes_strided_columns() {
+    let k = tile_ir::print::parse_kernel(ND_COLUMNS).unwrap();
+    let mut rng = Rng(7);
+    for target in [Target::Sm80, Target::Sm90a] {
+        for (m, n) in [(200usize, 7usize), (1, 1), (128, 3), (129, 2), (5, 33)] {
+            let x: Vec<f32> = (0..m * n).map(|_| rng.f32(-1.0, 1.0)).collect();
+            let poison = vec![0xFFu8; 4 * m * n];
+            let out = run(&k, target, vec![bytes_f32(&x), poison.clone(), poison], &[m as i64, n as i64], &[]);
+            let (xt, y) = (f32s(&out[1]), f32s(&out[2]));
+            for i in 0..m {
+                for j in 0..n {
+                    assert_eq!(xt[j * m + i], x[i * n + j], "{target:?} {m}x{n}: xt[{j},{i}]");
+                    assert_eq!(y[i * n + j], x[i * n + j], "{target:?} {m}x{n}: y[{i},{j}]");
+                }
+            }
+        }
+    }
+}

@@ -584,10 +584,11 @@ fn shared_out_of_bounds_is_an_error() {
     assert!(e.0.contains("index [4] is out of bounds for shared buffer `sh` of shape [4]"), "{e}");
 }
 
-/// Copies with a rank-1 fragment into a 3-D tensor (right-aligned window),
-/// negative origins, conversion f32 → i32, and fills of f16 shared buffers.
+/// Copies with a rank-1 fragment into a 3-D tensor (a window of the last dim,
+/// the leading two squeezed), negative origins, conversion f32 → i32, and
+/// fills of f16 shared buffers.
 #[test]
-fn copy_windows_are_right_aligned_and_masked() {
+fn copy_windows_of_the_last_dim_are_masked() {
     let mut k = Kernel::new("window", 32);
     let t = k.add_tensor_param("t", DType::I32, vec![Extent::Const(2), Extent::Const(3), Extent::Const(5)], true);
     let f = local(&mut k, "f", Scope::Fragment, DType::F32, &[4]);
@@ -598,11 +599,20 @@ fn copy_windows_are_right_aligned_and_masked() {
         copy(tile(sh, vec![]), tile(f, vec![])),
         pfor(i, 4, vec![store(f, vec![v(i)], add(Expr::load(f, vec![v(i)]), Expr::cast(DType::F32, v(i))))]),
         // f = [2.5, 3.5, 4.5, 5.5] → i32 [2, 3, 4, 5], written at t[1, 2, 3..7] (two masked)
-        copy(tile(f, vec![]), tile(t, vec![Expr::i32(1), Expr::i32(2), Expr::i32(3)])),
+        copy(
+            tile(f, vec![]),
+            TileRef { buf: t, origin: vec![Expr::i32(1), Expr::i32(2), Expr::i32(3)], squeezed: vec![0, 1] },
+        ),
         // and at t[0, 0, -2..2] (two masked on the left)
-        copy(tile(f, vec![]), tile(t, vec![Expr::i32(0), Expr::i32(0), Expr::i32(-2)])),
+        copy(
+            tile(f, vec![]),
+            TileRef { buf: t, origin: vec![Expr::i32(0), Expr::i32(0), Expr::i32(-2)], squeezed: vec![0, 1] },
+        ),
         // and nowhere (row out of range)
-        copy(tile(f, vec![]), tile(t, vec![Expr::i32(2), Expr::i32(0), Expr::i32(0)])),
+        copy(
+            tile(f, vec![]),
+            TileRef { buf: t, origin: vec![Expr::i32(2), Expr::i32(0), Expr::i32(0)], squeezed: vec![0, 1] },
+        ),
     ];
     let mut tb = vec![0u8; 30 * 4];
     launch(&k, &mut [rw(&mut tb, &[2, 3, 5])]).unwrap();
@@ -612,6 +622,48 @@ fn copy_windows_are_right_aligned_and_masked() {
     want[15 + 10 + 4] = 3;
     want[0] = 4;
     want[1] = 5;
+    assert_eq!(got, want);
+}
+
+/// Windows with a squeezed middle dim and a squeezed innermost dim (a
+/// strided column), against an element-by-element reference, with edges.
+#[test]
+fn copy_windows_with_squeezed_inner_dims() {
+    let mut k = Kernel::new("squeeze", 32);
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Const(3), Extent::Const(4), Extent::Const(5)], false);
+    let y = k.add_tensor_param("y", DType::F32, vec![Extent::Const(3), Extent::Const(4), Extent::Const(5)], true);
+    let f = local(&mut k, "f", Scope::Fragment, DType::F32, &[2, 3]);
+    let g = local(&mut k, "g", Scope::Fragment, DType::F32, &[4]);
+    let o = |a: i32, b: i32, c: i32| vec![Expr::i32(a), Expr::i32(b), Expr::i32(c)];
+    k.body = vec![
+        // x[2.., 1, 3..] is [2, 3] at rows 2, 3 (3 masked) and columns 3, 4, 5 (5 masked)
+        copy(TileRef { buf: x, origin: o(2, 1, 3), squeezed: vec![1] }, tile(f, vec![])),
+        copy(tile(f, vec![]), TileRef { buf: y, origin: o(0, 2, 0), squeezed: vec![1] }),
+        // x[1, 1.., 4] strided (rows 1..5 of column 4, row 4 masked) into y[2, 0.., 2]
+        copy(TileRef { buf: x, origin: o(1, 1, 4), squeezed: vec![0, 2] }, tile(g, vec![])),
+        copy(tile(g, vec![]), TileRef { buf: y, origin: o(2, 0, 2), squeezed: vec![0, 2] }),
+        // a squeezed index out of range masks the whole window
+        copy(tile(g, vec![]), TileRef { buf: y, origin: o(3, 0, 0), squeezed: vec![0, 2] }),
+    ];
+    tile_ir::verify::verify(&k).unwrap();
+    let xs: Vec<f32> = (0..60).map(|i| i as f32 + 0.5).collect();
+    let xb = f32_bytes(&xs);
+    let mut yb = f32_bytes(&[-1.0; 60]);
+    launch(&k, &mut [ro(&xb, &[3, 4, 5]), rw(&mut yb, &[3, 4, 5])]).unwrap();
+    let got = bytes_f32(&yb);
+    let at = |a: usize, b: usize, c: usize| (a * 4 + b) * 5 + c;
+    let mut want = vec![-1.0f32; 60];
+    for i in 0..2 {
+        for j in 0..3 {
+            // f[i, j] = x[2 + i, 1, 3 + j] or 0 when masked; written at y[i, 2, j].
+            let v = if 2 + i < 3 && 3 + j < 5 { xs[at(2 + i, 1, 3 + j)] } else { 0.0 };
+            want[at(i, 2, j)] = v;
+        }
+    }
+    for r in 0..4 {
+        let v = if 1 + r < 4 { xs[at(1, 1 + r, 4)] } else { 0.0 };
+        want[at(2, r, 2)] = v;
+    }
     assert_eq!(got, want);
 }
 

@@ -387,3 +387,59 @@ fn garbled_gemm_text_never_panics() {
     }
     assert!(parsed > 0 && verified > 0, "parsed {parsed}, verified {verified}");
 }
+
+/// A kernel with squeezed tiles: `q.tile([b, s0.., h, ..])`-style windows of
+/// a 4-D tensor, a strided column of a 2-D one.
+fn squeezed_tiles() -> Kernel {
+    let mut k = Kernel::new("nd", 64);
+    let n = k.add_dim("N");
+    let d = |n| vec![Extent::Dyn(n); 4];
+    let q = k.add_tensor_param("q", DType::F16, d(n), false);
+    let o = k.add_tensor_param("o", DType::F32, vec![Extent::Dyn(n), Extent::Const(8)], true);
+    k.grid[0] = v(n);
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let s = local(&mut k, "s", Scope::Shared, DType::F16, &[16, 8]);
+    let f = local(&mut k, "f", Scope::Fragment, DType::F32, &[16]);
+    let row = Expr::binary(BinOp::Mul, v(bx), Expr::i32(16));
+    k.body = vec![
+        Stmt::spanned(
+            StmtKind::Copy {
+                src: TileRef {
+                    buf: q,
+                    origin: vec![v(bx), row.clone(), Expr::i32(2), Expr::i32(0)],
+                    squeezed: vec![0, 2],
+                },
+                dst: TileRef::new(s, vec![]),
+                fill: None,
+            },
+            SpanId(1),
+        ),
+        Stmt::spanned(StmtKind::Fill { buf: f, value: Expr::f32(1.0) }, SpanId(2)),
+        Stmt::spanned(
+            StmtKind::Copy {
+                src: TileRef::new(f, vec![]),
+                dst: TileRef { buf: o, origin: vec![row, v(bx)], squeezed: vec![1] },
+                fill: None,
+            },
+            SpanId(3),
+        ),
+    ];
+    k
+}
+
+#[test]
+fn squeezed_tiles_text_and_round_trip() {
+    let k = squeezed_tiles();
+    tile_ir::verify::verify(&k).unwrap();
+    let text = print_kernel(&k);
+    assert!(text.contains("copy q[bx, bx * 16.., 2, 0..] -> s\n"), "{text}");
+    assert!(text.contains("copy f -> o[bx * 16.., bx]\n"), "{text}");
+    let back = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let kinds = |k: &Kernel| k.body.iter().map(|s| s.kind.clone()).collect::<Vec<_>>();
+    assert_eq!(kinds(&back), kinds(&k), "\n{text}");
+    assert_eq!(print_kernel(&back), text);
+    // Full-rank tiles print as before: no `..`, no `squeezed` in the JSON.
+    let plain = print_kernel(&softmax(4, 1024));
+    assert!(plain.lines().filter(|l| l.contains("copy")).all(|l| !l.contains("..")), "{plain}");
+    assert!(!serde_json::to_string(&softmax(4, 1024)).unwrap().contains("squeezed"));
+}

@@ -656,3 +656,65 @@ fn rasterize_panel_is_positive() {
     k.rasterize = Some(0);
     expect_one(&k, SpanId::NONE, "use_swizzle: the panel width is 0");
 }
+
+/// A 2-D read-only tensor `x` of `[N, N]` added to [`base`].
+fn with_matrix(b: &mut Base) -> BufferId {
+    b.k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(b.n), Extent::Dyn(b.n)], false)
+}
+
+fn squeezed_tile(buf: BufferId, origin: Vec<Expr>, squeezed: Vec<usize>) -> TileRef {
+    TileRef { buf, origin, squeezed }
+}
+
+#[test]
+fn copy_tile_with_squeezed_dims_verifies() {
+    let mut b = base();
+    let x = with_matrix(&mut b);
+    // A column `[128]` of `x` (squeezed innermost) and a row (squeezed leading).
+    for squeezed in [vec![1], vec![0]] {
+        b.k.body.push(sp(StmtKind::Copy {
+            src: squeezed_tile(x, vec![Expr::i32(0), v(b.bx)], squeezed),
+            dst: tile(b.f, vec![]),
+            fill: None,
+        }));
+    }
+    verify(&b.k).unwrap();
+}
+
+#[test]
+fn copy_tile_rank_differs_without_ranges() {
+    let mut b = base();
+    let x = with_matrix(&mut b);
+    b.k.body.push(sp(StmtKind::Copy { src: tile(x, vec![Expr::i32(0), v(b.bx)]), dst: tile(b.f, vec![]), fill: None }));
+    expect_one(
+        &b.k,
+        SP,
+        "the tile of `x` has 2 coordinates and `f` has rank 1: say which dims the tile spans (`e..` spans a dim from `e`, a plain index is squeezed), e.g. `x.tile([b, s0..])`",
+    );
+}
+
+#[test]
+fn copy_tile_spanned_dims_are_the_buffer_rank() {
+    let mut b = base();
+    let x = with_matrix(&mut b);
+    b.k.body.push(sp(StmtKind::Copy {
+        src: squeezed_tile(x, vec![Expr::i32(0), v(b.bx)], vec![0]),
+        dst: tile(b.g, vec![]),
+        fill: None,
+    }));
+    expect_one(&b.k, SP, "the tile of `x` spans 1 dim and `g` has rank 2: give one range entry");
+}
+
+#[test]
+fn copy_tile_squeezed_dims_in_range_and_increasing() {
+    for squeezed in [vec![2], vec![1, 0], vec![0, 0]] {
+        let mut b = base();
+        let x = with_matrix(&mut b);
+        b.k.body.push(sp(StmtKind::Copy {
+            src: squeezed_tile(x, vec![Expr::i32(0), v(b.bx)], squeezed),
+            dst: tile(b.f, vec![]),
+            fill: None,
+        }));
+        expect_one(&b.k, SP, "of the tile of `x` must be increasing and below its 2 coordinates");
+    }
+}

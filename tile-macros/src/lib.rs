@@ -150,10 +150,22 @@ mod sig;
 ///   iterations run on different threads).
 /// - Tile operations (block-wide: not inside `parallel`):
 ///   - `copy(src, dst)` with `&buf`, `&mut buf`, `&t` (a whole tensor) or
-///     `t.tile([origin..])` on each side: at most one side is a tensor;
-///     `.tile(..)` takes one coordinate per tensor dimension, and the buffer
-///     facing it has at most the tensor's rank (the window is the buffer's
-///     shape, masked at the tensor's edges); two buffers have the same shape.
+///     `t.tile([..])` on each side: at most one side is a tensor; two
+///     buffers have the same shape. `.tile(..)` takes one entry per tensor
+///     dimension, each `e..` (the window spans this dim from `e`), `..` (the
+///     same from 0) or a plain index `e`. Without any range every entry
+///     spans its dim and the buffer facing the tile has the tensor's rank
+///     (`x.tile([r, c])` into a `[BM, BN]` buffer). With ranges, the plain
+///     entries are *squeezed* dims (a scalar index, extent 1, not a dim of
+///     the buffer), and the buffer has one dim per range, in order: Q of
+///     `[b, s, h, d]` as `[BM, D]` is `q.tile([b, s0.., h, ..])`, an LSE
+///     row `[BM]` of `[b, h, s]` is `lse.tile([b, h, s0..])`, a column `[BM]`
+///     of `[M, N]` is `x.tile([r0.., c])` (strided: one element per row).
+///     A range has no end (`a..b`, `a..=b` are errors): the extent is the
+///     buffer's. Ranks that differ without ranges are an error. The window
+///     is masked at the tensor's edges (a squeezed index outside its dim
+///     masks the whole window): reads give 0 (or `.fill(v)`), writes are
+///     skipped. `&t` is `t.tile([0, 0, ..])`.
 ///     Element types convert (`f16` → `f32` ..). `.fill(v)` sets the value
 ///     of masked reads from a tensor (of the destination's type). A written
 ///     tensor is a `&mut Tensor`.

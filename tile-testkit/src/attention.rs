@@ -98,3 +98,129 @@ pub fn attention_text(d: i64, bm: i64, threads: u32, dt: &str) -> String {
             &format!("%13 i in parallel 0..{bm} {{\n    for %14 j in parallel 0..{d}"),
         )
 }
+
+/// FlashAttention forward over 4-D `[b, h, s, d]` tensors (head dim 64, 64
+/// query rows per block, 128 threads, f16), with its LSE `[b, h, s]`, as the
+/// macro lowers `tests/kernels/ndtile.rs::attention_bhsd` (tiles with the
+/// batch and head squeezed).
+pub const ATTENTION_BHSD: &str = "kernel attention_bhsd<%0 B, %1 H, %2 SQ, %3 SK>(@0 q: &f16[B, H, SQ, 64], @1 k: &f16[B, H, SK, 64], @2 v: &f16[B, H, SK, 64], @3 o: &mut f16[B, H, SQ, 64], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads=128 grid=((SQ + 63) / 64, H, B) {
+  %5 bx = block_idx.x
+  %6 hy = block_idx.y
+  %7 bz = block_idx.z
+  @5 q_s: shared f16[64, 64]
+  @6 k_s: shared f16[64, 64]
+  @7 v_s: shared f16[64, 64]
+  @8 s: fragment f32[64, 64]
+  @9 p: fragment f16[64, 64]
+  @10 acc: fragment f32[64, 64]
+  @11 m: fragment f32[64]
+  @12 m_prev: fragment f32[64]
+  @13 l: fragment f32[64]
+  @14 row_sum: fragment f32[64]
+  copy q[bz, hy, bx * 64.., 0..] -> q_s
+  fill acc, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %8 kb in pipelined(2) 0..(SK + 63) / 64 {
+    copy k[bz, hy, kb * 64.., 0..] -> k_s
+    copy v[bz, hy, kb * 64.., 0..] -> v_s
+    gemm q_s, k_s.t -> s, clear, policy=full_row
+    for %9 i in parallel 0..64 {
+      for %10 j in parallel 0..64 {
+        if kb * 64 + %10 >= SK {
+          s[%9, %10] = -inf
+        }
+      }
+    }
+    copy m -> m_prev
+    reduce.max s -> m, dim=1, keep
+    for %11 i in parallel 0..64 {
+      for %12 j in parallel 0..64 {
+        s[%11, %12] = exp2((s[%11, %12] - m[%11]) * scale)
+      }
+    }
+    reduce.sum s -> row_sum, dim=1
+    for %13 i in parallel 0..64 {
+      l[%13] = l[%13] * exp2((m_prev[%13] - m[%13]) * scale) + row_sum[%13]
+    }
+    for %14 i in parallel 0..64 {
+      for %15 j in parallel 0..64 {
+        acc[%14, %15] = acc[%14, %15] * exp2((m_prev[%14] - m[%14]) * scale)
+      }
+    }
+    copy s -> p
+    gemm p, v_s -> acc, policy=full_row
+  }
+  for %16 i in parallel 0..64 {
+    for %17 j in parallel 0..64 {
+      acc[%16, %17] = acc[%16, %17] / l[%16]
+    }
+  }
+  for %18 i in parallel 0..64 {
+    m_prev[%18] = (m[%18] * scale + log2(l[%18])) * 0.6931472
+  }
+  copy acc -> o[bz, hy, bx * 64.., 0..]
+  copy m_prev -> lse[bz, hy, bx * 64..]
+}";
+
+/// The same over `[b, s, h, d]` tensors (`tests/kernels/ndtile.rs::attention_bshd`):
+/// the head is squeezed between the sequence and head-dim ranges.
+pub const ATTENTION_BSHD: &str = "kernel attention_bshd<%0 B, %1 SQ, %2 H, %3 SK>(@0 q: &f16[B, SQ, H, 64], @1 k: &f16[B, SK, H, 64], @2 v: &f16[B, SK, H, 64], @3 o: &mut f16[B, SQ, H, 64], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads=128 grid=((SQ + 63) / 64, H, B) {
+  %5 bx = block_idx.x
+  %6 hy = block_idx.y
+  %7 bz = block_idx.z
+  @5 q_s: shared f16[64, 64]
+  @6 k_s: shared f16[64, 64]
+  @7 v_s: shared f16[64, 64]
+  @8 s: fragment f32[64, 64]
+  @9 p: fragment f16[64, 64]
+  @10 acc: fragment f32[64, 64]
+  @11 m: fragment f32[64]
+  @12 m_prev: fragment f32[64]
+  @13 l: fragment f32[64]
+  @14 row_sum: fragment f32[64]
+  copy q[bz, bx * 64.., hy, 0..] -> q_s
+  fill acc, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %8 kb in pipelined(2) 0..(SK + 63) / 64 {
+    copy k[bz, kb * 64.., hy, 0..] -> k_s
+    copy v[bz, kb * 64.., hy, 0..] -> v_s
+    gemm q_s, k_s.t -> s, clear, policy=full_row
+    for %9 i in parallel 0..64 {
+      for %10 j in parallel 0..64 {
+        if kb * 64 + %10 >= SK {
+          s[%9, %10] = -inf
+        }
+      }
+    }
+    copy m -> m_prev
+    reduce.max s -> m, dim=1, keep
+    for %11 i in parallel 0..64 {
+      for %12 j in parallel 0..64 {
+        s[%11, %12] = exp2((s[%11, %12] - m[%11]) * scale)
+      }
+    }
+    reduce.sum s -> row_sum, dim=1
+    for %13 i in parallel 0..64 {
+      l[%13] = l[%13] * exp2((m_prev[%13] - m[%13]) * scale) + row_sum[%13]
+    }
+    for %14 i in parallel 0..64 {
+      for %15 j in parallel 0..64 {
+        acc[%14, %15] = acc[%14, %15] * exp2((m_prev[%14] - m[%14]) * scale)
+      }
+    }
+    copy s -> p
+    gemm p, v_s -> acc, policy=full_row
+  }
+  for %16 i in parallel 0..64 {
+    for %17 j in parallel 0..64 {
+      acc[%16, %17] = acc[%16, %17] / l[%16]
+    }
+  }
+  for %18 i in parallel 0..64 {
+    m_prev[%18] = (m[%18] * scale + log2(l[%18])) * 0.6931472
+  }
+  copy acc -> o[bz, bx * 64.., hy, 0..]
+  copy m_prev -> lse[bz, hy, bx * 64..]
+}";

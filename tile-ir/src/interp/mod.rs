@@ -498,11 +498,43 @@ impl<'k, 'a> Machine<'k, 'a> {
         }
         let gshape = self.bufs[g].shape.clone();
         let lshape = self.bufs[l].shape.clone();
-        if origin.len() != gshape.len() || lshape.len() > gshape.len() {
+        let spanned = gref.spanned();
+        if origin.len() != gshape.len() || lshape.len() != spanned.len() {
             return fail(format!("copy: the tile of `{}` does not match its rank", self.bufs[g].decl.name));
         }
         let (gb, lb) = two_mut(&mut self.bufs, g, l);
         let (gt, lt) = (gb.decl.dtype, lb.decl.dtype);
+        if !gref.squeezes_leading_only() {
+            // Squeezed dims inside the window: element by element.
+            let fill = fill.unwrap_or_else(|| scalar::zero(lt));
+            let n: usize = lshape.iter().product();
+            let mut gc = origin.clone();
+            for i in 0..n {
+                let mut f = i;
+                for (a, &dim) in spanned.iter().enumerate().rev() {
+                    gc[dim] = origin[dim] + (f % lshape[a]) as i64;
+                    f /= lshape[a];
+                }
+                let mut linear = Some(0usize);
+                for (c, &e) in gc.iter().zip(&gshape) {
+                    linear = match linear {
+                        Some(x) if *c >= 0 && (*c as usize) < e => Some(x * e + *c as usize),
+                        _ => None,
+                    };
+                }
+                if src_global {
+                    let x = match linear {
+                        Some(j) => cast(scalar::read(gb.mem.bytes(), gt, j), lt),
+                        None => fill,
+                    };
+                    scalar::write(lb.bytes_mut()?, lt, i, x);
+                } else if let Some(j) = linear {
+                    let x = cast(scalar::read(lb.mem.bytes(), lt, i), gt);
+                    scalar::write(gb.bytes_mut()?, gt, j, x);
+                }
+            }
+            return Ok(());
+        }
         if src_global {
             let fill = fill.unwrap_or_else(|| scalar::zero(lt));
             copy_window(gb.mem.bytes(), gt, &gshape, &origin, lb.bytes_mut()?, lt, &lshape, fill);

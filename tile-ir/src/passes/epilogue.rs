@@ -67,11 +67,11 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
         }
         let zero = || vec![Expr::i32(0), Expr::i32(0)];
         body.push(Stmt::spanned(
-            StmtKind::Copy { src: src.clone(), dst: TileRef { buf: scratch, origin: zero() }, fill: None },
+            StmtKind::Copy { src: src.clone(), dst: TileRef::new(scratch, zero()), fill: None },
             stmt.span,
         ));
         body.push(Stmt::spanned(
-            StmtKind::Copy { src: TileRef { buf: scratch, origin: zero() }, dst: dst.clone(), fill: None },
+            StmtKind::Copy { src: TileRef::new(scratch, zero()), dst: dst.clone(), fill: None },
             stmt.span,
         ));
         staged = true;
@@ -83,7 +83,12 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
 /// `(rows, cols)` of the tile when the copy `src → dst` gains from staging.
 fn eligible(kernel: &Kernel, plan: &LayoutPlan, src: &TileRef, dst: &TileRef) -> Option<(i64, i64)> {
     let (fb, gb) = (kernel.buffer(src.buf), kernel.buffer(dst.buf));
-    if fb.scope != Scope::Fragment || gb.scope != Scope::Global || gb.rank() != 2 || dst.origin.len() != 2 {
+    if fb.scope != Scope::Fragment
+        || gb.scope != Scope::Global
+        || gb.rank() != 2
+        || dst.origin.len() != 2
+        || !dst.squeezed.is_empty()
+    {
         return None;
     }
     let shape = fb.const_shape()?;

@@ -589,10 +589,25 @@ impl Parser {
         body
     }
 
+    /// `x`, `x[r, c]`, or `x[b, s0.., h, 0..]`: when any entry ends in `..`,
+    /// the others are squeezed dims.
     fn tile(&mut self) -> PResult<TileRef> {
         let buf = self.buf_ref()?;
-        let origin = if self.is_punct("[") { self.index()? } else { Vec::new() };
-        Ok(TileRef { buf, origin })
+        if !self.is_punct("[") {
+            return Ok(TileRef::new(buf, Vec::new()));
+        }
+        self.expect_punct("[")?;
+        let (mut origin, mut ranged) = (Vec::new(), Vec::new());
+        while !self.eat_punct("]") {
+            if !origin.is_empty() {
+                self.expect_punct(",")?;
+            }
+            origin.push(self.expr()?);
+            ranged.push(self.eat_punct(".."));
+        }
+        let squeezed =
+            if ranged.iter().any(|&r| r) { (0..origin.len()).filter(|&d| !ranged[d]).collect() } else { Vec::new() };
+        Ok(TileRef { buf, origin, squeezed })
     }
 
     /// A gemm operand: a buffer, `.t` if stored transposed.

@@ -112,6 +112,9 @@ fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) 
         && sb.dtype == db.dtype
         && sb.shape.len() == 2
         && src.origin.len() == 2
+        // 2-D boxes of 2-D tensors only: a window with squeezed dims takes
+        // the general path.
+        && src.squeezed.is_empty()
         && matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32)
         && dst.origin.iter().all(|e| const_int(e) == Some(0))
         && fill.is_none_or(|f| f.is_zero_constant())

@@ -2,8 +2,9 @@
 //!
 //! Checks: not inside a parallel loop; origin coordinates are `I32`; at most
 //! one side global; a global side has one origin coordinate per tensor dim, a
-//! non-global side none; a non-global side facing a global one has rank ≤
-//! the tensor's; two non-global sides have equal shapes; `fill` has the
+//! non-global side none; a global side's squeezed dims are increasing and in
+//! range, and its spanned dims are as many as the other side's rank (no
+//! right-alignment: a tile of fewer dims than the tensor says which); two non-global sides have equal shapes; `fill` has the
 //! destination's dtype and only comes with a global source; the destination
 //! global is mutable.
 
@@ -77,6 +78,13 @@ impl Verifier<'_> {
             }
             (g_src, _) => {
                 let (g, gr, l, lr) = if g_src { (sb, src, db, dst) } else { (db, dst, sb, src) };
+                if !lr.origin.is_empty() || !lr.squeezed.is_empty() {
+                    self.err(format!(
+                        "copy: `{}` is a {} and takes no origin (the whole buffer is copied)",
+                        l.name,
+                        scope_name(l.scope)
+                    ));
+                }
                 if gr.origin.len() != g.rank() {
                     self.err(format!(
                         "copy: the tile of `{}` has {} origin coordinates, but the tensor has rank {}",
@@ -84,13 +92,7 @@ impl Verifier<'_> {
                         gr.origin.len(),
                         g.rank()
                     ));
-                }
-                if !lr.origin.is_empty() {
-                    self.err(format!(
-                        "copy: `{}` is a {} and takes no origin (the whole buffer is copied)",
-                        l.name,
-                        scope_name(l.scope)
-                    ));
+                    return;
                 }
                 if l.rank() > g.rank() {
                     self.err(format!(
@@ -104,8 +106,58 @@ impl Verifier<'_> {
                         g.name,
                         shape_text(self.kernel, &g.shape)
                     ));
+                    return;
+                }
+                let sq = &gr.squeezed;
+                if sq.windows(2).any(|w| w[0] >= w[1]) || sq.iter().any(|&d| d >= gr.origin.len()) {
+                    self.err(format!(
+                        "copy: the squeezed dims {sq:?} of the tile of `{}` must be increasing and below its {} coordinates",
+                        g.name,
+                        gr.origin.len()
+                    ));
+                    return;
+                }
+                let spanned = gr.origin.len() - sq.len();
+                if l.rank() != spanned {
+                    if sq.is_empty() {
+                        self.err(format!(
+                            "copy: the tile of `{}` has {} coordinates and `{}` has rank {}: say which dims the tile spans (`e..` spans a dim from `e`, a plain index is squeezed), e.g. `{}.tile([{}])`",
+                            g.name,
+                            gr.origin.len(),
+                            l.name,
+                            l.rank(),
+                            g.name,
+                            range_example(gr.origin.len(), l.rank())
+                        ));
+                    } else {
+                        self.err(format!(
+                            "copy: the tile of `{}` spans {spanned} dim{} and `{}` has rank {}: give one range entry (`e..` or `..`) per dim of `{}`",
+                            g.name,
+                            if spanned == 1 { "" } else { "s" },
+                            l.name,
+                            l.rank(),
+                            l.name
+                        ));
+                    }
                 }
             }
         }
     }
+}
+
+/// `a, b, c.., ..`-style coordinates for an example: the last `ranged` of
+/// `n` entries spanned.
+fn range_example(n: usize, ranged: usize) -> String {
+    let names = ["b", "s", "h", "d", "e"];
+    (0..n)
+        .map(|i| {
+            let nm = names.get(i).copied().unwrap_or("i");
+            if i + ranged >= n {
+                format!("{nm}0..")
+            } else {
+                nm.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

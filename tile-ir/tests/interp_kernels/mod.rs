@@ -71,7 +71,7 @@ pub fn local(k: &mut Kernel, name: &str, scope: Scope, dtype: DType, shape: &[i6
     })
 }
 pub fn tile(buf: BufferId, origin: Vec<Expr>) -> TileRef {
-    TileRef { buf, origin }
+    TileRef::new(buf, origin)
 }
 pub fn copy(src: TileRef, dst: TileRef) -> Stmt {
     st(StmtKind::Copy { src, dst, fill: None })

@@ -32,7 +32,7 @@ pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
 }
 
 pub fn copy(src: BufferId, so: Vec<Expr>, dst: BufferId, dor: Vec<Expr>) -> Stmt {
-    s(StmtKind::Copy { src: TileRef { buf: src, origin: so }, dst: TileRef { buf: dst, origin: dor }, fill: None })
+    s(StmtKind::Copy { src: TileRef::new(src, so), dst: TileRef::new(dst, dor), fill: None })
 }
 
 pub fn par(k: &mut Kernel, name: &str, n: i64, body: impl FnOnce(VarId) -> Vec<Stmt>) -> Stmt {
@@ -117,8 +117,8 @@ pub fn softmax(threads: u32, bn: i64) -> Kernel {
     });
     k.body = vec![
         s(StmtKind::Copy {
-            src: TileRef { buf: xin, origin: vec![v(bx), Expr::i32(0)] },
-            dst: TileRef { buf: xs, origin: vec![] },
+            src: TileRef::new(xin, vec![v(bx), Expr::i32(0)]),
+            dst: TileRef::new(xs, vec![]),
             fill: Some(Expr::f32(f32::NEG_INFINITY)),
         }),
         s(StmtKind::Reduce { op: ReduceOp::Max, src: xs, dst: mx, dim: 1, keep: false }),
@@ -345,13 +345,21 @@ pub fn copies_kernel(threads: u32) -> Kernel {
     let col = bin(BinOp::Mul, v(bx), Expr::i32(64));
     k.body = vec![
         s(StmtKind::Copy {
-            src: TileRef { buf: x, origin: vec![v(bz), row.clone(), bin(BinOp::Add, col.clone(), Expr::i32(1))] },
-            dst: TileRef { buf: f, origin: vec![] },
+            src: TileRef {
+                buf: x,
+                origin: vec![v(bz), row.clone(), bin(BinOp::Add, col.clone(), Expr::i32(1))],
+                squeezed: vec![0],
+            },
+            dst: TileRef::new(f, vec![]),
             fill: Some(Expr::f32(7.0)),
         }),
         copy(f, vec![], sh, vec![]),
         copy(sh, vec![], g, vec![]),
-        copy(g, vec![], y, vec![v(bz), row, col]),
+        s(StmtKind::Copy {
+            src: TileRef::new(g, vec![]),
+            dst: TileRef { buf: y, origin: vec![v(bz), row, col], squeezed: vec![0] },
+            fill: None,
+        }),
         copy(w, vec![Expr::i32(0)], loc, vec![]),
         s(StmtKind::Fill { buf: sl, value: Expr::i32(0) }),
         store(sl, vec![Expr::i32(3)], Expr::cast(DType::I32, ld(loc, vec![Expr::i32(2)]))),
@@ -519,7 +527,7 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
     let tiles = || Expr::cdiv(v(n), Expr::i32(bn as i32));
     let ex = |a: Expr, b: Expr| Expr::unary(UnOp::Exp2, bin(BinOp::Mul, bin(BinOp::Sub, a, b), Expr::f32(l2e)));
     let fill_neg = |src: TileRef| {
-        s(StmtKind::Copy { src, dst: TileRef { buf: t, origin: vec![] }, fill: Some(Expr::f32(f32::NEG_INFINITY)) })
+        s(StmtKind::Copy { src, dst: TileRef::new(t, vec![]), fill: Some(Expr::f32(f32::NEG_INFINITY)) })
     };
     let p1 = par2(&mut k, 1, bn, |i, j| {
         vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]
@@ -550,7 +558,7 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
     });
     let col = |c: VarId| bin(BinOp::Mul, v(c), Expr::i32(bn as i32));
     let short = vec![
-        fill_neg(TileRef { buf: x, origin: vec![v(row), Expr::i32(0)] }),
+        fill_neg(TileRef::new(x, vec![v(row), Expr::i32(0)])),
         s(StmtKind::Reduce { op: ReduceOp::Max, src: t, dst: row_max, dim: 1, keep: false }),
         p1,
         s(StmtKind::Reduce { op: ReduceOp::Sum, src: t, dst: row_sum, dim: 1, keep: false }),
@@ -566,7 +574,7 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
             end: tiles(),
             kind: LoopKind::Serial,
             body: vec![
-                fill_neg(TileRef { buf: x, origin: vec![v(row), col(c1)] }),
+                fill_neg(TileRef::new(x, vec![v(row), col(c1)])),
                 copy(row_max, vec![], prev_max, vec![]),
                 s(StmtKind::Reduce { op: ReduceOp::Max, src: t, dst: row_max, dim: 1, keep: true }),
                 p3,

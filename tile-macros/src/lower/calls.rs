@@ -11,6 +11,7 @@
 use super::syntax::{call_name, format_shape, path_ident, scope_name, transposed};
 use super::{Binding, Lowerer, Side, Val, FUNCTIONS, MATH};
 use crate::diag::{did_you_mean, Lowered, Reported};
+use quote::ToTokens;
 use syn::{Expr as SynExpr, Ident};
 use tile_ir::verify::rules;
 use tile_ir::{BufferId, Expr, ReduceOp, Scope, Stmt, StmtKind, TileRef};
@@ -71,6 +72,7 @@ impl Lowerer<'_> {
                 let src = self.tile_ref(args[0], false);
                 let dst = self.tile_ref(args[1], true);
                 let (src, dst) = (src?, dst?);
+                self.tile_ranks(&src, &dst)?;
                 // Which sides may meet (at most one tensor, equal buffer
                 // shapes, a buffer's rank at most the tensor's) is the
                 // verifier's rule, reported at this statement.
@@ -342,18 +344,49 @@ impl Lowerer<'_> {
                         ),
                     ));
                 }
+                // Each entry: `e..` (spans the dim from `e`), `..` (from 0)
+                // or a plain index; with any range, plain entries are squeezed.
+                let entries: Vec<String> = coords.iter().map(|c| c.to_token_stream().to_string()).collect();
                 let mut origin = Vec::new();
+                let mut ranged = Vec::new();
                 let mut failed = false;
                 for c in coords {
-                    match self.index_value(c, "a tile origin") {
-                        Ok(x) => origin.push(x),
-                        Err(Reported) => failed = true,
+                    let (start, is_range) = match c {
+                        SynExpr::Range(r) => {
+                            if r.end.is_some() {
+                                failed = true;
+                                self.errors.spanned(
+                                    c,
+                                    "a tile entry is `e..` (the dim from `e`), `..` (from 0) or a plain index: the extent comes from the other side of the copy, so a range has no end",
+                                );
+                                continue;
+                            }
+                            (r.start.as_deref(), true)
+                        }
+                        other => (Some(other), false),
+                    };
+                    ranged.push(is_range);
+                    match start {
+                        None => origin.push(Expr::i32(0)),
+                        Some(x) => match self.index_value(x, "a tile origin") {
+                            Ok(x) => origin.push(x),
+                            Err(Reported) => failed = true,
+                        },
                     }
                 }
                 if failed {
                     return Err(Reported);
                 }
-                Ok(Side { tile: TileRef { buf, origin }, name: ident.to_string() })
+                let squeezed = if ranged.iter().any(|&r| r) {
+                    (0..ranged.len()).filter(|&d| !ranged[d]).collect()
+                } else {
+                    Vec::new()
+                };
+                Ok(Side {
+                    tile: TileRef { buf, origin, squeezed },
+                    name: ident.to_string(),
+                    at: Some((m.args[0].to_token_stream(), entries)),
+                })
             }
             SynExpr::Reference(r) => {
                 let Some(ident) = path_ident(&r.expr) else {
@@ -383,7 +416,7 @@ impl Lowerer<'_> {
                 }
                 // A whole tensor: the window at the origin.
                 let origin = if b.scope == Scope::Global { vec![Expr::i32(0); b.rank()] } else { Vec::new() };
-                Ok(Side { tile: TileRef { buf, origin }, name: ident.to_string() })
+                Ok(Side { tile: TileRef::new(buf, origin), name: ident.to_string(), at: None })
             }
             other => {
                 if let Some(ident) = path_ident(other) {
@@ -398,5 +431,57 @@ impl Lowerer<'_> {
                 Err(self.errors.spanned(other, format!("expected {usage}")))
             }
         }
+    }
+}
+
+impl Lowerer<'_> {
+    /// A `.tile(..)` facing a buffer spans as many tensor dims as the
+    /// buffer has: without ranges every dim (equal ranks), with ranges one
+    /// per range. Reported at the tile's coordinates with the fix.
+    fn tile_ranks(&mut self, src: &Side, dst: &Side) -> Lowered<()> {
+        let (g, l) = match (self.k.buffer(src.tile.buf).scope, self.k.buffer(dst.tile.buf).scope) {
+            (Scope::Global, Scope::Global) => return Ok(()),
+            (Scope::Global, _) => (src, dst),
+            (_, Scope::Global) => (dst, src),
+            _ => return Ok(()),
+        };
+        let Some((tokens, entries)) = &g.at else { return Ok(()) };
+        let rank = self.k.buffer(l.tile.buf).rank();
+        let spanned = g.tile.origin.len() - g.tile.squeezed.len();
+        if spanned == rank {
+            return Ok(());
+        }
+        if rank > g.tile.origin.len() {
+            // The verifier's message, at the statement.
+            return Ok(());
+        }
+        let msg = if g.tile.squeezed.is_empty() {
+            let n = entries.len();
+            let example: Vec<String> = entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| match (i + rank >= n, e.as_str()) {
+                    (true, "0") => "..".to_string(),
+                    (true, _) => format!("{e}.."),
+                    (false, _) => e.clone(),
+                })
+                .collect();
+            format!(
+                "the tile of `{}` has {n} coordinates and `{}` has rank {rank}: say which dims the tile spans (`e..` spans a dim from `e`, `..` from 0, a plain index is squeezed), e.g. `{}.tile([{}])` spans the last {rank}",
+                g.name,
+                l.name,
+                g.name,
+                example.join(", ")
+            )
+        } else {
+            format!(
+                "the tile of `{}` spans {spanned} dim{} (its `e..` and `..` entries) and `{}` has rank {rank}: give one range entry per dim of `{}`",
+                g.name,
+                if spanned == 1 { "" } else { "s" },
+                l.name,
+                l.name
+            )
+        };
+        Err(self.errors.spanned(tokens, msg))
     }
 }

@@ -181,6 +181,10 @@ enum Target {
 struct Side {
     tile: TileRef,
     name: String,
+    /// The `[..]` of a `.tile([..])`, for errors about its entries.
+    /// For a `.tile([..])`: its `[..]` tokens and each entry's source text,
+    /// for errors about them.
+    at: Option<(proc_macro2::TokenStream, Vec<String>)>,
 }
 
 struct Lowerer<'e> {

@@ -255,13 +255,13 @@ fn flash_attention_lowers() {
             let mut row_sum = fragment::<f32, BM>();
             let mut out = fragment::<f16, BM, D>();
             let log2e = 1.4426950408889634;
-            copy(q.tile([b, h, bx * BM, 0]), &mut q_s);
+            copy(q.tile([b, h, bx * BM.., ..]), &mut q_s);
             clear(&mut acc);
             clear(&mut l);
             fill(&mut m, f32::NEG_INFINITY);
             for kb in pipelined(cdiv(SK, BN), 2) {
-                copy(key.tile([b, h, kb * BN, 0]), &mut k_s);
-                copy(value.tile([b, h, kb * BN, 0]), &mut v_s);
+                copy(key.tile([b, h, kb * BN.., ..]), &mut k_s);
+                copy(value.tile([b, h, kb * BN.., ..]), &mut v_s);
                 for (i, j) in parallel((BM, BN)) {
                     let mut dot = 0.0;
                     for d in 0..D {
@@ -295,7 +295,7 @@ fn flash_attention_lowers() {
             for (i, d) in parallel((BM, D)) {
                 out[(i, d)] = (acc[(i, d)] / l[i]) as f16;
             }
-            copy(&out, o.tile([b, h, bx * BM, 0]));
+            copy(&out, o.tile([b, h, bx * BM.., ..]));
         }
         "#,
     );
@@ -304,6 +304,12 @@ fn flash_attention_lowers() {
     let stmts = all_stmts(&k);
     let count = |f: &dyn Fn(&StmtKind) -> bool| stmts.iter().filter(|s| f(&s.kind)).count();
     assert_eq!(count(&|s| matches!(s, StmtKind::Copy { .. })), 6);
+    // `t.tile([b, h, r0.., ..])`: batch and head squeezed, one origin per dim.
+    let squeezed = |s: &StmtKind| match s {
+        StmtKind::Copy { src, dst, .. } => [src, dst].iter().any(|t| t.squeezed == [0, 1] && t.origin.len() == 4),
+        _ => false,
+    };
+    assert_eq!(count(&squeezed), 4);
     assert_eq!(count(&|s| matches!(s, StmtKind::Reduce { keep: true, .. })), 1);
     assert_eq!(count(&|s| matches!(s, StmtKind::For { kind: LoopKind::Pipelined { stages: 2 }, .. })), 1);
     assert_eq!(count(&|s| matches!(s, StmtKind::For { kind: LoopKind::Parallel, .. })), 10);

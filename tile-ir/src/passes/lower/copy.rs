@@ -9,7 +9,7 @@ impl<'a> Lx<'a> {
         Ok(match b.scope {
             Scope::Global => {
                 let origin = self.index_ops(&t.origin)?;
-                Side::Global { buf: t.buf, origin, lead: 0 }
+                Side::Global { buf: t.buf, origin, dims: t.spanned() }
             }
             Scope::Shared => Side::Shared(t.buf),
             Scope::Fragment => Side::Frag(t.buf),
@@ -54,7 +54,7 @@ impl<'a> Lx<'a> {
         let mut d_side = self.side(dst)?;
         let mut global_origin_expr: Option<(&Expr, BufferId)> = None;
         for (side, t) in [(&mut s_side, src), (&mut d_side, dst)] {
-            if let Side::Global { buf, origin, lead } = side {
+            if let Side::Global { buf, origin, dims } = side {
                 let rank = self.k.buffer(*buf).rank();
                 if origin.len() != rank {
                     return Err(self.err(format!(
@@ -64,23 +64,29 @@ impl<'a> Lx<'a> {
                         origin.len()
                     )));
                 }
-                if shape.len() > rank || shape.is_empty() {
+                if shape.len() != dims.len() || shape.is_empty() {
                     return Err(self.err(format!(
-                        "a {}-D tile does not fit tensor `{}` of rank {rank}",
+                        "a {}-D tile does not fit the {} spanned dims of tensor `{}`",
                         shape.len(),
+                        dims.len(),
                         self.k.buffer(*buf).name
                     )));
                 }
-                *lead = rank - shape.len();
-                global_origin_expr = t.origin.last().map(|e| (e, *buf));
+                // Vector widths and alignment follow the tensor's last dim,
+                // which only a contiguous window walks along.
+                if dims.last() == Some(&(rank - 1)) {
+                    global_origin_expr = t.origin.last().map(|e| (e, *buf));
+                }
             }
         }
         if matches!(s_side, Side::Local(_)) || matches!(d_side, Side::Local(_)) {
             return self.copy_local(&s_side, &d_side, &shape, sdt, ddt, &fill_val);
         }
-        if let (Side::Frag(fb), Side::Global { buf, origin, lead: 0 }) = (&s_side, &d_side) {
+        if let (Side::Frag(fb), Side::Global { buf, origin, dims }) = (&s_side, &d_side) {
             // Accumulator epilogues: per-thread base address, immediate column offsets.
-            if self.store_fragment_2d(*fb, *buf, origin, global_origin_expr.map(|e| e.0))? {
+            if dims.iter().copied().eq(0..origin.len())
+                && self.store_fragment_2d(*fb, *buf, origin, global_origin_expr.map(|e| e.0))?
+            {
                 return Ok(());
             }
         }
@@ -206,13 +212,23 @@ impl<'a> Lx<'a> {
         Ok(())
     }
 
-    pub(crate) fn global_coords(&mut self, origin: &[Operand], lead: usize, coords: &[Operand]) -> Vec<Operand> {
-        let mut g: Vec<Operand> = origin[..lead].to_vec();
-        for (a, c) in coords.iter().enumerate() {
-            let x = self.add_i32(origin[lead + a].clone(), c.clone());
-            g.push(x);
+    /// The tensor coordinates of tile coordinates `coords`: tile dim `a`
+    /// adds to the origin of tensor dim `dims[a]`; squeezed dims keep theirs.
+    pub(crate) fn global_coords(&mut self, origin: &[Operand], dims: &[usize], coords: &[Operand]) -> Vec<Operand> {
+        let mut g: Vec<Operand> = origin.to_vec();
+        for (&d, c) in dims.iter().zip(coords) {
+            g[d] = self.add_i32(origin[d].clone(), c.clone());
         }
         g
+    }
+
+    /// The tensor coordinates of element `e` of a group at tile `coords`
+    /// (the group runs along the tile's innermost dim).
+    fn strided_coords(&mut self, origin: &[Operand], dims: &[usize], coords: &[Operand], e: usize) -> R<Vec<Operand>> {
+        let mut c = coords.to_vec();
+        let last = c.len().checked_sub(1).ok_or_else(|| self.err("internal: a 0-D tile"))?;
+        c[last] = self.add_i32(c[last].clone(), Operand::Imm(e as i64));
+        Ok(self.global_coords(origin, dims, &c))
     }
 
     /// Reads `v` contiguous elements at tile `coords` (starting at register
@@ -257,8 +273,29 @@ impl<'a> Lx<'a> {
                 }
                 Ok(out)
             }
-            Side::Global { buf, origin, lead } => {
-                let g = self.global_coords(origin, *lead, coords);
+            Side::Global { buf, origin, dims } if !side.contiguous() => {
+                // A strided window: each element at its own address.
+                let mut outs = Vec::new();
+                for e in 0..v {
+                    let g = self.strided_coords(origin, dims, coords, e)?;
+                    let p = self.in_bounds(*buf, &g, 0)?;
+                    let p = self.and_pred(p, fvalid);
+                    let addr = self.global_addr(*buf, &g)?;
+                    let out = self.new_reg(class_of(ddt));
+                    self.mov(out, fill.op.clone(), ddt);
+                    let body = self.capture(|s| {
+                        let x = s.load_vec(Space::Global, None, &Address { base: addr.into(), offset: 0 }, sdt, 1);
+                        let y = s.convert(Val { op: x[0].into(), ty: sdt }, ddt)?;
+                        s.mov(out, y.op, ddt);
+                        Ok(())
+                    })?;
+                    self.emit_if(p, false, body, vec![]);
+                    outs.push(out);
+                }
+                Ok(outs)
+            }
+            Side::Global { buf, origin, dims } => {
+                let g = self.global_coords(origin, dims, coords);
                 let addr = self.global_addr(*buf, &g)?;
                 let outs: Vec<Reg> = (0..v).map(|_| self.new_reg(class_of(ddt))).collect();
                 let access =
@@ -319,8 +356,23 @@ impl<'a> Lx<'a> {
                 self.emit_if(fvalid, false, body, vec![]);
                 Ok(())
             }
-            Side::Global { buf, origin, lead } => {
-                let g = self.global_coords(origin, *lead, coords);
+            Side::Global { buf, origin, dims } if !side.contiguous() => {
+                // A strided window: each element at its own address.
+                for (e, x) in vals.iter().enumerate() {
+                    let g = self.strided_coords(origin, dims, coords, e)?;
+                    let p = self.in_bounds(*buf, &g, 0)?;
+                    let p = self.and_pred(p, fvalid);
+                    let addr = self.global_addr(*buf, &g)?;
+                    let body = self.capture(|s| {
+                        s.store_vec(Space::Global, None, &Address { base: addr.into(), offset: 0 }, ddt, &[*x]);
+                        Ok(())
+                    })?;
+                    self.emit_if(p, false, body, vec![]);
+                }
+                Ok(())
+            }
+            Side::Global { buf, origin, dims } => {
+                let g = self.global_coords(origin, dims, coords);
                 let addr = self.global_addr(*buf, &g)?;
                 let access = GlobalAccess {
                     buf: *buf,
@@ -471,8 +523,8 @@ impl<'a> Lx<'a> {
                 let r = self.load_vec(Space::Shared, region, &addr, sdt, 1);
                 Val { op: r[0].into(), ty: sdt }
             }
-            Side::Global { buf, origin, lead } => {
-                let g = self.global_coords(origin, *lead, c);
+            Side::Global { buf, origin, dims } => {
+                let g = self.global_coords(origin, dims, c);
                 let p = self.in_bounds(*buf, &g, 0)?;
                 let addr = self.global_addr(*buf, &g)?;
                 let out = self.new_reg(class_of(ddt));
@@ -500,8 +552,8 @@ impl<'a> Lx<'a> {
                 self.store_vec(Space::Shared, region, &addr, ddt, &[x]);
                 Ok(())
             }
-            Side::Global { buf, origin, lead } => {
-                let g = self.global_coords(origin, *lead, c);
+            Side::Global { buf, origin, dims } => {
+                let g = self.global_coords(origin, dims, c);
                 let p = self.in_bounds(*buf, &g, 0)?;
                 let addr = self.global_addr(*buf, &g)?;
                 let body = self.capture(|s| {

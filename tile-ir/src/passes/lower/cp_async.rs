@@ -20,6 +20,7 @@ impl Lx<'_> {
     /// masked elements filled with zero (what `src_bytes` zero-filling gives).
     pub(crate) fn async_copy_ok(&self, src: &Side, dst: &Side, sdt: DType, ddt: DType, fill: Option<&Expr>) -> bool {
         matches!(src, Side::Global { .. })
+            && src.contiguous()
             && matches!(dst, Side::Shared(_))
             && sdt == ddt
             && sdt != DType::Bool
@@ -43,7 +44,7 @@ impl Lx<'_> {
         let size = sdt.size_bytes() as usize;
         let v = lay.vec_width().max(1) as usize;
         let chunk = if vectorize { v } else { 1 };
-        let (Side::Global { buf, origin, lead }, Side::Shared(db)) = (src, dst) else {
+        let (Side::Global { buf, origin, dims }, Side::Shared(db)) = (src, dst) else {
             return self.copy_groups(lay, src, dst, sdt, ddt, fill, vectorize);
         };
         if !use_async || !matches!(chunk * size, 4 | 8 | 16) {
@@ -58,7 +59,7 @@ impl Lx<'_> {
                 let mut c = coords.clone();
                 let last = c.len() - 1;
                 c[last] = self.add_i32(c[last].clone(), Operand::Imm(e as i64));
-                let g = self.global_coords(origin, *lead, &c);
+                let g = self.global_coords(origin, dims, &c);
                 let dst_addr = self.shared_addr(*db, &c)?;
                 self.cp_async_chunk(*buf, &g, chunk as i64, size as i64, dst_addr, valid, region)?;
             }

@@ -99,10 +99,28 @@ pub(crate) struct NestCtx {
 /// A side of a copy.
 #[derive(Clone)]
 pub(crate) enum Side {
-    Global { buf: BufferId, origin: Vec<Operand>, lead: usize },
+    /// A window of a tensor: one origin coordinate per tensor dim; tile
+    /// dim `a` runs along tensor dim `dims[a]` (the others are squeezed).
+    Global {
+        buf: BufferId,
+        origin: Vec<Operand>,
+        dims: Vec<usize>,
+    },
     Shared(BufferId),
     Frag(BufferId),
     Local(BufferId),
+}
+
+impl Side {
+    /// Whether a global side's innermost tile dim is the tensor's innermost
+    /// dim (elements along it are contiguous in memory). Always true for
+    /// the other sides.
+    pub(crate) fn contiguous(&self) -> bool {
+        match self {
+            Side::Global { origin, dims, .. } => dims.last().is_none_or(|&d| d + 1 == origin.len()),
+            _ => true,
+        }
+    }
 }
 
 pub(crate) fn class_of(t: DType) -> RegClass {

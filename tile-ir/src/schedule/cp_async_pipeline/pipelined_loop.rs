@@ -221,7 +221,8 @@ impl Lx<'_> {
                 continue;
             }
             let (sb, db) = (self.k.buffer(src.buf), self.k.buffer(dst.buf));
-            let probe = (Side::Global { buf: src.buf, origin: Vec::new(), lead: 0 }, Side::Shared(dst.buf));
+            let origin = vec![Operand::Imm(0); src.origin.len()];
+            let probe = (Side::Global { buf: src.buf, origin, dims: src.spanned() }, Side::Shared(dst.buf));
             if !self.async_copy_ok(&probe.0, &probe.1, sb.dtype, db.dtype, fill.as_ref()) {
                 continue;
             }

@@ -212,10 +212,12 @@ impl Lx<'_> {
         if sb.scope != Scope::Global || db.scope != Scope::Shared || src.origin.len() != rank {
             return Ok(None);
         }
-        if shape.is_empty() || shape.len() > rank {
+        // Windows of the tensor's trailing dims only (squeezed dims, if any,
+        // lead); the general path takes the others.
+        if shape.is_empty() || !src.squeezes_leading_only() || shape.len() + src.squeezed.len() != rank {
             return Ok(None);
         }
-        let probe = (Side::Global { buf: src.buf, origin: Vec::new(), lead: 0 }, Side::Shared(dst.buf));
+        let probe = (Side::Global { buf: src.buf, origin: Vec::new(), dims: Vec::new() }, Side::Shared(dst.buf));
         if !self.async_copy_ok(&probe.0, &probe.1, sdt, ddt, fill) {
             return Ok(None);
         }
@@ -254,6 +256,7 @@ impl Lx<'_> {
         }
         let Some(kd) = kd else { return Ok(None) };
         let lead = rank - shape.len();
+        let spanned: Vec<usize> = (lead..rank).collect();
         let info = self.tensors.get(&src.buf).ok_or_else(|| self.err("internal: tensor parameter not bound"))?;
         let (dims, dims64) = (info.dims.clone(), info.dims64.clone());
         // Origin at the loop's start (the caller bound `var` to it).
@@ -299,7 +302,7 @@ impl Lx<'_> {
         for r0 in (0..lay.num_regs()).step_by(v as usize) {
             let l = lay.unflatten(r0);
             let coords: Vec<Operand> = (0..lay.rank()).map(|a| self.coord(&lay, a, l[a])).collect();
-            let g = self.global_coords(&origin, lead, &coords);
+            let g = self.global_coords(&origin, &spanned, &coords);
             let mut inside = None;
             for d in 0..n {
                 if d == kd {

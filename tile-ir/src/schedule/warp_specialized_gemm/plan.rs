@@ -356,6 +356,7 @@ fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand]
     if db.scope != Scope::Global
         || db.shape.len() != 2
         || dst.origin.len() != 2
+        || !dst.squeezed.is_empty()
         || src.origin.iter().any(|e| !e.is_zero_constant())
     {
         return None;
@@ -423,6 +424,7 @@ fn tma_operand(
     }
     if sb.shape.len() != 2
         || src.origin.len() != 2
+        || !src.squeezed.is_empty()
         || dst.origin.iter().any(|e| !e.is_zero_constant())
         || fill.is_some_and(|f| !f.is_zero_constant())
     {
