@@ -15,7 +15,9 @@
 //! the mutated kernel. Replay one case with
 //! `TILE_FUZZ_SEED=<seed> TILE_FUZZ_CASES=1 cargo test -p tile-macros --lib fuzz -- --nocapture`;
 //! run many with `TILE_FUZZ_CASES=10000` (`TILE_FUZZ_TRACE=1` prints each
-//! seed before it runs, for a case that aborts the process).
+//! seed before it runs, for a case that aborts the process, and its errors;
+//! `TILE_FUZZ_PTXAS=<ptxas>` assembles every variant of the cases that
+//! compile, and fails on a rejection (with 12 times the limit per case).
 
 use crate::backend::BuildEnv;
 use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
@@ -346,12 +348,18 @@ fn expand_case(attr: &str, item: &str) -> Outcome {
     let (Ok(attr), Ok(item)) = (attr.parse::<TokenStream>(), item.parse::<TokenStream>()) else {
         return Outcome::NotTokens;
     };
-    let env = BuildEnv { targets: Ok(Target::ALL.to_vec()), dump: None, ptxas: None };
+    // `TILE_FUZZ_PTXAS=<ptxas>`: also assemble every variant of the cases
+    // that compile; a rejection is a code-generation bug.
+    let ptxas = std::env::var("TILE_FUZZ_PTXAS").ok().filter(|p| !p.trim().is_empty());
+    let env = BuildEnv { targets: Ok(Target::ALL.to_vec()), dump: None, ptxas };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::expand::expand_with(attr, item, &env))) {
         Ok(out) => {
             let out = out.to_string();
             let internal = |m: &str| m.trim_start_matches([' ', '"']).starts_with("internal");
-            if out.contains("internal error") || out.split("compile_error ! {").skip(1).any(internal) {
+            if out.contains("internal error")
+                || out.contains("ptxas rejected")
+                || out.split("compile_error ! {").skip(1).any(internal)
+            {
                 Outcome::Internal(out)
             } else if out.contains("compile_error") {
                 let messages =
@@ -376,6 +384,8 @@ fn expand_case(attr: &str, item: &str) -> Outcome {
 /// Runs a case on its own thread (rustc's 8 MiB stack), giving up after
 /// [`CASE_LIMIT`]. `Err` is the failure's description.
 fn run_case(case: &Case) -> Result<(Outcome, Duration), String> {
+    // ptxas takes its own time (a few seconds for the largest kernels).
+    let limit = if std::env::var_os("TILE_FUZZ_PTXAS").is_some() { CASE_LIMIT * 12 } else { CASE_LIMIT };
     let (tx, rx) = mpsc::channel();
     let (attr, item) = (case.attr.clone(), case.item.clone());
     let start = Instant::now();
@@ -386,12 +396,12 @@ fn run_case(case: &Case) -> Result<(Outcome, Duration), String> {
             let _ = tx.send(expand_case(&attr, &item));
         })
         .expect("spawn a fuzz thread");
-    match rx.recv_timeout(CASE_LIMIT) {
+    match rx.recv_timeout(limit) {
         Ok(Outcome::Internal(msg)) => Err(format!("internal error: {msg}")),
-        Ok(outcome) if start.elapsed() <= CASE_LIMIT => Ok((outcome, start.elapsed())),
-        Ok(_) => Err(format!("took {:.1} s (limit {} s)", start.elapsed().as_secs_f64(), CASE_LIMIT.as_secs())),
+        Ok(outcome) if start.elapsed() <= limit => Ok((outcome, start.elapsed())),
+        Ok(_) => Err(format!("took {:.1} s (limit {} s)", start.elapsed().as_secs_f64(), limit.as_secs())),
         Err(_) => {
-            Err(format!("still running after {} s (a hang, or work that grows with a constant)", CASE_LIMIT.as_secs()))
+            Err(format!("still running after {} s (a hang, or work that grows with a constant)", limit.as_secs()))
         }
     }
 }
