@@ -457,6 +457,19 @@ fn resource_limits_are_errors() {
     k.body = vec![s(StmtKind::Fill { buf: sh, value: Expr::f32(0.0) })];
     assert!(compile(&k, Target::Sm90a).is_ok());
     assert!(compile(&k, Target::Sm80).unwrap_err()[0].message.contains("shared memory"));
+    // Without the verifier (which rejects it first), the lowering stops at
+    // the buffer it cannot place: no follow-up "internal" errors from the
+    // statements using it (the fuzz test's `col_sum` with `BN = 2^31 - 1`).
+    let mut k = Kernel::new("huge_reduce", 64);
+    let f = frag(&mut k, "f", DType::F32, &[256, 256]);
+    let r = frag(&mut k, "r", DType::F32, &[256]);
+    k.body = vec![
+        s(StmtKind::Fill { buf: f, value: Expr::f32(0.0) }),
+        s(StmtKind::Reduce { op: ReduceOp::Sum, src: f, dst: r, dim: 0, keep: false }),
+    ];
+    let e = compile_verified(&k, Target::Sm80).unwrap_err();
+    assert!(e.iter().any(|e| e.message.contains("registers per thread")), "{e:?}");
+    assert!(e.iter().all(|e| !e.message.starts_with("internal")), "{e:?}");
     // Wrong index count on a shared buffer.
     let mut k = Kernel::new("rank", 32);
     let sh = buffer(&mut k, "sh", Scope::Shared, DType::F32, &[4, 4]);

@@ -191,6 +191,51 @@ fn local_shapes_are_constant_and_positive() {
     expect_one(&b.k, SpanId(4), "fragment `d`: dimension 0 is `N`; only global tensors have dynamic dimensions");
 }
 
+/// Buffers too large for any target are errors at the buffer, naming the
+/// limit (the mutation fuzz test found a 64 × 10^6 shared tile compiling for
+/// minutes): shared memory over the largest target's, fragments over 256
+/// registers per thread whatever their layout.
+#[test]
+fn buffers_must_fit_any_target() {
+    let add = |k: &mut Kernel, name: &str, scope: Scope, dtype: DType, shape: &[i64]| {
+        k.add_buffer(Buffer {
+            name: name.into(),
+            scope,
+            dtype,
+            shape: shape.iter().map(|&c| Extent::Const(c)).collect(),
+            mutable: true,
+            span: SpanId(5),
+            layout: None,
+        })
+    };
+    let mut b = base();
+    add(&mut b.k, "a_s", Scope::Shared, DType::F16, &[64, 1_000_000]);
+    let limit = Target::ALL.iter().map(|t| t.info().shared_limit).max().unwrap();
+    expect_one(
+        &b.k,
+        SpanId(5),
+        &format!("shared buffer `a_s` ([64, 1000000] f16) takes 128000000 bytes, more than the {limit} bytes of shared memory of any target"),
+    );
+    // Exactly the limit is not this error.
+    let mut b = base();
+    add(&mut b.k, "fits", Scope::Shared, DType::F32, &[limit as i64 / 4]);
+    assert!(verify(&b.k).is_ok());
+    let mut b = base();
+    add(&mut b.k, "t", Scope::Fragment, DType::F32, &[32, 2147483647]);
+    expect_one(&b.k, SpanId(5), "fragment `t` ([32, 2147483647] f32) has 68719476704 elements: at least 536870912 registers per thread with 128 threads (at most 256)");
+    // 256 per thread is fine for the verifier; 256 × 128 + 1 is not.
+    let mut b = base();
+    add(&mut b.k, "ok", Scope::Fragment, DType::F32, &[256 * 128]);
+    assert!(verify(&b.k).is_ok());
+    let mut b = base();
+    add(&mut b.k, "t", Scope::Fragment, DType::F32, &[256 * 128 + 1]);
+    expect_one(&b.k, SpanId(5), "at least 257 registers per thread with 128 threads (at most 256)");
+    // Products past i64 saturate instead of overflowing.
+    let mut b = base();
+    add(&mut b.k, "h", Scope::Shared, DType::F32, &[2147483647, 2147483647, 2147483647]);
+    expect_one(&b.k, SpanId(5), "shared buffer `h`");
+}
+
 #[test]
 fn tensor_dims_must_be_listed_dims() {
     let mut b = base();

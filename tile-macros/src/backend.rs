@@ -91,16 +91,37 @@ fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// What the build environment asks of the backend: the targets
+/// (`TILE_ARCHS`, or why it names none that exist), `TILE_DUMP`,
+/// `TILE_PTXAS`. Tests (the fuzz test) build one by hand instead of setting
+/// environment variables.
+pub(crate) struct BuildEnv {
+    pub targets: Result<Vec<Target>, String>,
+    pub dump: Option<PathBuf>,
+    pub ptxas: Option<String>,
+}
+
+impl BuildEnv {
+    pub(crate) fn from_env() -> BuildEnv {
+        BuildEnv {
+            targets: targets_from_env(),
+            dump: non_empty_env("TILE_DUMP").map(PathBuf::from),
+            ptxas: non_empty_env("TILE_PTXAS"),
+        }
+    }
+}
+
 /// Verifies and compiles `kernel` for every target. Errors go to `errors`.
 pub(crate) fn compile_all(
     kernel: &Kernel,
     spans: &SpanTable,
     name_span: Span,
     archs: Option<&[Target]>,
+    env: &BuildEnv,
     errors: &mut Errors,
 ) -> Vec<TargetCode> {
-    let mut targets = match targets_from_env() {
-        Ok(t) => t,
+    let mut targets = match &env.targets {
+        Ok(t) => t.clone(),
         Err(msg) => {
             errors.at(name_span, msg);
             return Vec::new();
@@ -111,10 +132,10 @@ pub(crate) fn compile_all(
     if let Some(archs) = archs {
         targets.retain(|t| archs.contains(t));
     }
-    let dump = non_empty_env("TILE_DUMP").map(PathBuf::from);
-    let ptxas = non_empty_env("TILE_PTXAS");
+    let dump = &env.dump;
+    let ptxas = &env.ptxas;
     let name = &kernel.name;
-    if let Some(dir) = &dump {
+    if let Some(dir) = dump {
         write_dump(dir, &format!("{name}.tile"), &tile_ir::print::print_kernel(kernel), name_span, errors);
     }
     if let Err(errs) = tile_ir::verify::verify(kernel) {
@@ -132,7 +153,7 @@ pub(crate) fn compile_all(
                 continue;
             }
         };
-        if let Some(dir) = &dump {
+        if let Some(dir) = dump {
             // Which schedules took the kernel, and why the others did not.
             let mut text = tile_ir::schedule::describe_decisions(kernel, target, CompileOptions::default());
             let names: Vec<&str> = variants.iter().map(|v| v.schedule).collect();
@@ -146,14 +167,14 @@ pub(crate) fn compile_all(
                 Some(s) => format!("{name}.{arch}.{s}"),
                 None => format!("{name}.{arch}"),
             };
-            if let Some(dir) = &dump {
+            if let Some(dir) = dump {
                 write_dump(dir, &format!("{stem}.thread"), &compiled.thread_ir, name_span, errors);
                 write_dump(dir, &format!("{stem}.ptx"), &compiled.ptx, name_span, errors);
             }
-            if let Some(ptxas) = &ptxas {
+            if let Some(ptxas) = ptxas {
                 match run_ptxas(ptxas, arch, name, &compiled.ptx) {
                     Ok(report) => {
-                        if let Some(dir) = &dump {
+                        if let Some(dir) = dump {
                             write_dump(dir, &format!("{stem}.ptxas.txt"), &report, name_span, errors);
                         }
                     }

@@ -53,6 +53,12 @@ struct Compiled {
 }
 
 fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand_with(attr, item, &backend::BuildEnv::from_env())
+}
+
+/// [`expand`] with the build environment given (the fuzz test compiles for
+/// every target without `TILE_PTXAS` or `TILE_DUMP`).
+pub(crate) fn expand_with(attr: TokenStream, item: TokenStream, env: &backend::BuildEnv) -> TokenStream {
     let mut errors = Errors::default();
     let attr = attr::parse(attr, &mut errors);
     let sig = match sig::parse(item, &mut errors) {
@@ -66,7 +72,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let (kernel, spans) = lower::lower(&attr, &sig, &mut errors);
     let mut compiled = None;
     if errors.is_empty() {
-        let targets = backend::compile_all(&kernel, &spans, sig.ident.span(), attr.archs.as_deref(), &mut errors);
+        let targets = backend::compile_all(&kernel, &spans, sig.ident.span(), attr.archs.as_deref(), env, &mut errors);
         match serde_json::to_string(&kernel) {
             Ok(ir_json) => compiled = Some(Compiled { ir_json, targets }),
             Err(e) => {

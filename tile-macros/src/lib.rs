@@ -106,7 +106,12 @@ mod sig;
 ///   array every thread holds); at least one dimension, each a positive
 ///   compile-time constant: a literal, a `consts(..)` name, or `{ expr }` of
 ///   them (`shared::<f16, BM, { BK * 2 }>()`). Elements are `f16`, `bf16`,
-///   `f32`, `i32` or `u32`.
+///   `f32`, `i32` or `u32`. Limits: a `shared` buffer fits the shared memory
+///   of the largest target (the smaller targets' limits are checked when
+///   compiling for them); a `fragment` needs at most 256 registers per
+///   thread (elements / threads, more when its layout replicates); a
+///   `local` at most 256 elements. A fragment indexed in a `parallel` loop
+///   has the extents of the loop variables that index it.
 /// - `annotate_layout(&s, layout);` (optional, for a `shared` buffer, at
 ///   most once, before any statement uses `s`: put it with the
 ///   declarations): the buffer's layout in shared memory instead of the

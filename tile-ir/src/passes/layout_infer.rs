@@ -35,7 +35,7 @@
 //! fragment's shape; every parallel nest (keyed by its outermost loop
 //! variable) has a layout whose shape is its iteration space.
 
-use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind, VarId};
+use crate::ir::{BufferId, Expr, Extent, Kernel, LoopKind, Scope, SpanId, Stmt, StmtKind, VarId};
 use crate::ir::{DType, WarpPolicy};
 use crate::layout::{mma_warp_grid, FragLayout, RootLayout, SharedLayout};
 use crate::{CompileError, Target};
@@ -675,6 +675,21 @@ impl Infer<'_> {
             return;
         }
         for (b, p) in uses {
+            // A fragment indexed over other extents than its own shape (the
+            // fuzz test's `y[i]` of a 65536-element `y` in a 2048-loop).
+            let over: Vec<i64> = p.iter().map(|&i| n.extents[i]).collect();
+            let shape: Vec<i64> =
+                self.k.buffer(b).shape.iter().map(|e| if let Extent::Const(c) = e { *c } else { -1 }).collect();
+            if over != shape {
+                self.errors.push(CompileError::new(
+                    span,
+                    format!(
+                        "{loop_desc} indexes fragment `{}` over extents {over:?}, but its shape is {shape:?}; a fragment in a parallel loop has the extents of the loop variables indexing it",
+                        self.name(b)
+                    ),
+                ));
+                continue;
+            }
             let view =
                 FragLayout { root: nest_layout.root.clone(), kept: p.iter().map(|&i| nest_layout.kept[i]).collect() };
             let why = format!("{loop_desc} (its access to `{}`)", self.name(b));

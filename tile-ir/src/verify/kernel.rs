@@ -12,17 +12,67 @@
 //! `rasterize` (`use_swizzle`), when set, is at least 1; `cluster` extents
 //! are at least 1, with a product of at most [`MAX_CLUSTER_BLOCKS`] (the
 //! portable cluster size), and divide every constant grid extent (dynamic
-//! extents are checked at launch). Layout annotations: [`super::layout`].
+//! extents are checked at launch); a shared buffer fits the largest target's
+//! shared memory and a fragment fits [`MAX_REGS_PER_THREAD`] registers per
+//! thread. Layout annotations: [`super::layout`].
 
 use super::rules::threads_ok;
-use super::{buf_label, scope_name, Verifier};
+use super::{buf_label, scope_name, shape_text, Verifier};
 use crate::ir::{BufferId, DType, Expr, Extent, Kernel, ParamKind, Scope, SpanId, Value, VarId, VarKind};
+use crate::target::Target;
 
 /// The most blocks a thread block cluster may have without the non-portable
 /// opt-in (sm_90).
 pub const MAX_CLUSTER_BLOCKS: u64 = 8;
 
+/// The most registers a fragment or a local buffer may take per thread (the
+/// lowering's limit: a parallel nest or a fragment unrolls over them).
+pub const MAX_REGS_PER_THREAD: u64 = 256;
+
 impl Verifier<'_> {
+    /// A shared buffer larger than any target's shared memory, or a fragment
+    /// that cannot fit in [`MAX_REGS_PER_THREAD`] registers per thread
+    /// whatever its layout, is an error here, before schedules and layouts
+    /// would work over its elements.
+    fn check_buffer_size(&mut self, b: BufferId, scope: Scope) {
+        let Some(buf) = self.buffer(b) else { return };
+        let mut elements: u128 = 1;
+        for e in &buf.shape {
+            match *e {
+                Extent::Const(c) if c > 0 && c <= i32::MAX as i64 => elements = elements.saturating_mul(c as u128),
+                // Reported above.
+                _ => return,
+            }
+        }
+        let label =
+            format!("{} `{}` ({} {})", scope_name(scope), buf.name, shape_text(self.kernel, &buf.shape), buf.dtype);
+        match scope {
+            Scope::Shared => {
+                let limit = Target::ALL.iter().map(|t| t.info().shared_limit).max().unwrap_or(0);
+                let bytes = elements.saturating_mul(buf.dtype.size_bytes() as u128);
+                if bytes > limit as u128 {
+                    self.err_at(
+                        buf.span,
+                        format!("{label} takes {bytes} bytes, more than the {limit} bytes of shared memory of any target; use a smaller tile"),
+                    );
+                }
+            }
+            Scope::Fragment => {
+                let threads = self.kernel.threads as u128;
+                if threads_ok(self.kernel.threads.into()) && elements.div_ceil(threads) > MAX_REGS_PER_THREAD as u128 {
+                    self.err_at(
+                        buf.span,
+                        format!(
+                            "{label} has {elements} elements: at least {} registers per thread with {threads} threads (at most {MAX_REGS_PER_THREAD}); use a smaller tile or more threads",
+                            elements.div_ceil(threads)
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
     pub(super) fn check_header(&mut self) {
         let k = self.kernel;
         if !threads_ok(k.threads.into()) {
@@ -194,6 +244,7 @@ impl Verifier<'_> {
                             }
                         }
                     }
+                    self.check_buffer_size(id, scope);
                 }
             }
         }

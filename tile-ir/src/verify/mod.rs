@@ -35,7 +35,7 @@ mod scopes;
 mod tile_ops;
 mod types;
 
-pub use kernel::MAX_CLUSTER_BLOCKS;
+pub use kernel::{MAX_CLUSTER_BLOCKS, MAX_REGS_PER_THREAD};
 pub use rules::{cast_allowed, gemm_mismatch};
 pub use types::{binop_name, unop_name};
 

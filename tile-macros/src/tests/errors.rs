@@ -387,3 +387,96 @@ fn malformed_kernels_never_panic() {
         }
     }
 }
+
+/// Extreme constants found by the fuzz test (`fuzz.rs`): each is an error
+/// naming the limit, at once (a 64 × 10^6 shared tile used to compile for
+/// minutes; a 32 × (2^31 − 1) fragment took seconds and added an internal
+/// error).
+#[test]
+fn extreme_constants_are_errors_naming_the_limit() {
+    let gemm = r#"
+pub fn g(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f16, M, N>) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    let mut a_s = shared::<f16, BM, BK>();
+    let mut b_s = shared::<f16, BN, BK>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([by * BM, k * BK]), &mut a_s);
+        copy(b.tile([bx * BN, k * BK]), &mut b_s);
+        gemm(&a_s, &b_s, &mut acc).trans_b();
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
+"#;
+    let start = std::time::Instant::now();
+    verified_err(
+        "threads = 128, consts(BM = 64, BN = 64, BK = 1000000, STAGES = 2)",
+        gemm,
+        &[
+            "shared buffer `a_s` ([64, 1000000] f16) takes 128000000 bytes, more than the",
+            "bytes of shared memory of any target",
+        ],
+    );
+    verified_err(
+        "threads = 128, consts(BM = 64, BN = 1000000, BK = 64, STAGES = 2)",
+        gemm,
+        &["fragment `acc` ([64, 1000000] f32) has 64000000 elements: at least 500000 registers per thread with 128 threads (at most 256)"],
+    );
+    verified_err("threads = 128, consts(BM = 64, BN = 64, BK = 64, STAGES = 0)", gemm, &["between 1 and 16, found 0"]);
+    verified_err(
+        "threads = 256, consts(BM = 32, BN = 2147483647)",
+        "pub fn k(x: &Tensor<f32, M, N>) { let mut t = fragment::<f32, BM, BN>(); copy(x.tile([0, 0]), &mut t); }",
+        &["fragment `t` ([32, 2147483647] f32) has 68719476704 elements: at least 268435456 registers per thread with 256 threads (at most 256)"],
+    );
+    lower_err("threads = 2147483648", "pub fn k() {}", &["between 32 and 1024"]);
+    assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
+}
+
+/// The compile errors of the whole expansion (every target, no ptxas).
+fn expansion_errors(attr: &str, item: &str) -> Vec<String> {
+    let env = crate::backend::BuildEnv { targets: Ok(tile_ir::Target::ALL.to_vec()), dump: None, ptxas: None };
+    let out = crate::expand::expand_with(attr.parse().expect("attr"), item.parse().expect("item"), &env).to_string();
+    out.split("compile_error ! {").skip(1).map(|m| m.split(" }").next().unwrap_or("").to_string()).collect()
+}
+
+/// A fragment indexed in a parallel loop over other extents than its shape
+/// is an error at the loop (the fuzz test found it as an internal error at
+/// the copy: "layout shape differs from the copy's tile").
+#[test]
+fn fragment_indexed_over_other_extents() {
+    let errs = expansion_errors(
+        "threads = 256, consts(BLOCK = 2048)",
+        "pub fn k(a: &Tensor<f32, N>, c: &mut Tensor<f32, N>) {
+            let bx = grid(cdiv(N, BLOCK));
+            let mut x = fragment::<f32, BLOCK>();
+            let mut y = fragment::<f32, 65536>();
+            copy(a.tile([bx * BLOCK]), &mut x);
+            copy(a.tile([bx * BLOCK]), &mut y);
+            for i in parallel(BLOCK) { x[i] = x[i] + y[i]; }
+            copy(&x, c.tile([bx * BLOCK]));
+        }",
+    );
+    assert!(
+        errs.iter().any(|m| m
+            .contains("the parallel loop over (i) indexes fragment `y` over extents [2048], but its shape is [65536]")),
+        "{errs:#?}"
+    );
+    assert!(errs.iter().all(|m| !m.trim_start_matches([' ', '"']).starts_with("internal")), "{errs:#?}");
+    let errs = expansion_errors(
+        "threads = 128, consts(BM = 16, BN = 64)",
+        "pub fn k(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+            let mut t = fragment::<f32, BN, BM>();
+            let mut out = fragment::<f32, BM, BN>();
+            copy(x.tile([by * BM, bx * BN]), &mut t);
+            for (i, j) in parallel((BM, BN)) { out[(i, j)] = t[(i, j)]; }
+            copy(&out, y.tile([by * BM, bx * BN]));
+        }",
+    );
+    assert!(
+        errs.iter().any(|m| m.contains("indexes fragment `t` over extents [16, 64], but its shape is [64, 16]")),
+        "{errs:#?}"
+    );
+    assert!(errs.iter().all(|m| !m.trim_start_matches([' ', '"']).starts_with("internal")), "{errs:#?}");
+}

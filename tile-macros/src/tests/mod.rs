@@ -8,6 +8,7 @@
 
 mod errors;
 mod expand;
+mod fuzz;
 mod gemm;
 mod lowering;
 

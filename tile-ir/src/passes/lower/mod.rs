@@ -72,7 +72,7 @@ pub(crate) type R<T> = Result<T, CompileError>;
 
 /// Registers one fragment or local buffer may take per thread (the
 /// hardware has 255; beyond that the unrolled code would only spill).
-const MAX_REGS_PER_THREAD: usize = 256;
+const MAX_REGS_PER_THREAD: usize = crate::verify::MAX_REGS_PER_THREAD as usize;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Val {
@@ -293,6 +293,11 @@ pub(crate) fn lower(
     };
     lx.setup();
     lx.check_staged_budget();
+    // A buffer that got no registers or memory would make every statement
+    // using it fail with follow-up (internal) errors.
+    if !lx.errors.is_empty() {
+        return Err(lx.errors);
+    }
     match schedule.lower_body(&mut lx, &kernel.body) {
         Some(Err(e)) => lx.errors.push(e),
         Some(Ok(())) => {}
