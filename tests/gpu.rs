@@ -88,6 +88,25 @@ fn scalar_walk() {
     both(0.0, |d| checks::scalar_walk(d, 5, 17));
 }
 
+/// Grids past CUDA's per-axis limits (issue 12): 70,000 rows on y (and
+/// 65,539 batches on z) launch folded onto x and unfold in the kernel; the
+/// same kernels at y and z within the limits launch as written. Each result
+/// is exact, and the same as the interpreter's.
+#[test]
+fn grids_past_the_hardware_axis_limits() {
+    for swizzled in [false, true] {
+        for (r, c) in [(70_000, 37), (65_535, 33), (65_536, 1), (131_071, 70), (5, 100)] {
+            checks::row_tiles(&gpu(), r, c, swizzled, r as u64).unwrap();
+        }
+        both(0.0, |d| checks::row_tiles(d, 70_000, 37, swizzled, 1));
+    }
+    for (b, r, c) in [(65_539, 2, 5), (70_000, 8, 33), (3, 7, 40)] {
+        checks::batch_rows(&gpu(), b, r, c, b as u64).unwrap();
+    }
+    both(0.0, |d| checks::batch_rows(d, 65_539, 2, 5, 5));
+    checks::huge_grid_is_an_error(&gpu()).unwrap();
+}
+
 #[test]
 fn shape_mismatch_is_an_error() {
     let d = gpu();

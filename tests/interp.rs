@@ -64,3 +64,17 @@ fn histogram() {
 fn scalar_walk() {
     checks::scalar_walk(&dev(), 5, 17).unwrap();
 }
+
+/// Grids past CUDA's per-axis limits (issue 12): the interpreter runs the
+/// user's grid as written, 70,000 rows on y and 65,539 batches on z, with
+/// the same answers as small grids.
+#[test]
+fn grids_past_the_hardware_axis_limits() {
+    checks::row_tiles(&dev(), 70_000, 37, false, 1).unwrap();
+    checks::row_tiles(&dev(), 5, 100, false, 2).unwrap();
+    checks::row_tiles(&dev(), 70_001, 3, true, 3).unwrap();
+    checks::row_tiles(&dev(), 9, 70, true, 4).unwrap();
+    checks::batch_rows(&dev(), 65_539, 2, 5, 5).unwrap();
+    checks::batch_rows(&dev(), 3, 7, 40, 6).unwrap();
+    checks::huge_grid_is_an_error(&dev()).unwrap();
+}

@@ -115,3 +115,65 @@ pub fn scalar_walk(dev: &Device, k: usize, n: i32) -> Res<Vec<i32>> {
     }
     Ok(got)
 }
+
+/// Exact comparison, naming the first element that differs (a block that
+/// ran as the wrong index, twice or never, shows as a wrong value or NaN).
+fn exact(what: &str, got: &[f32], want: &[f32]) -> Res<()> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} elements, want {}", got.len(), want.len()).into());
+    }
+    match (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        Some(i) => Err(format!("{what}: element {i} is {}, want {}", got[i], want[i]).into()),
+        None => Ok(()),
+    }
+}
+
+/// `row_tiles` (or `row_tiles_swizzled`) over `r` rows and `c` columns:
+/// `y = x + row`, exactly.
+pub fn row_tiles(dev: &Device, r: usize, c: usize, swizzled: bool, seed: u64) -> Res<Vec<f32>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(r * c, -1.0, 1.0);
+    let dx = DeviceTensor::from_slice(&s, &x, &[r, c])?;
+    let mut dy = DeviceTensor::from_slice(&s, &vec![f32::NAN; r * c], &[r, c])?;
+    if swizzled {
+        row_tiles_swizzled::launch(&s, &dx, &mut dy)?;
+    } else {
+        row_tiles::launch(&s, &dx, &mut dy)?;
+    }
+    let y = dy.to_vec(&s)?;
+    let want: Vec<f32> = (0..r * c).map(|i| x[i] + (i / c) as f32).collect();
+    exact(&format!("row_tiles {r}x{c} swizzled {swizzled}"), &y, &want)?;
+    Ok(y)
+}
+
+/// `batch_rows` over `[b, r, c]` (`r ≤ 8`): `y = x + (8·batch + row)`, exactly.
+pub fn batch_rows(dev: &Device, b: usize, r: usize, c: usize, seed: u64) -> Res<Vec<f32>> {
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(b * r * c, -1.0, 1.0);
+    let dx = DeviceTensor::from_slice(&s, &x, &[b, r, c])?;
+    let mut dy = DeviceTensor::from_slice(&s, &vec![f32::NAN; b * r * c], &[b, r, c])?;
+    batch_rows::launch(&s, &dx, &mut dy)?;
+    let y = dy.to_vec(&s)?;
+    let want: Vec<f32> = (0..b * r * c).map(|i| x[i] + (8 * (i / (r * c)) + (i / c) % r) as f32).collect();
+    exact(&format!("batch_rows {b}x{r}x{c}"), &y, &want)?;
+    Ok(y)
+}
+
+/// `huge_grid` on a 70,000 × 1 tensor: 65,536 × 70,000 blocks, more
+/// than any launch runs; must be an error naming the kernel and the limit.
+pub fn huge_grid_is_an_error(dev: &Device) -> Res<()> {
+    let s = dev.stream()?;
+    let (r, c) = (70_000, 1);
+    let dx = DeviceTensor::<f32>::zeros(&s, &[r, c])?;
+    let mut dy = DeviceTensor::<f32>::zeros(&s, &[r, c])?;
+    let e = match huge_grid::launch(&s, &dx, &mut dy) {
+        Ok(()) => return Err("huge_grid launched a grid of 4.6e9 blocks".into()),
+        Err(e) => e.to_string(),
+    };
+    if !(e.contains("huge_grid") && e.contains("2147483647") && e.contains("4587520000 blocks")) {
+        return Err(format!("huge_grid: unexpected error: {e}").into());
+    }
+    Ok(())
+}

@@ -124,3 +124,55 @@ pub fn scalar_walk_ref(k: usize, n: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// `y[r, c] = x[r, c] + r`: one row per block on y, column tiles on x,
+/// `grid(cdiv(C, BC), R)`. With R past 65,535 (CUDA's limit on y) the
+/// runtime launches the grid folded onto x and the kernel unfolds it
+/// (issue 12); a block that ran as the wrong row writes a wrong value.
+#[tile_kernel(threads = 32, consts(BC = 32))]
+pub fn row_tiles(x: &Tensor<f32, R, C>, y: &mut Tensor<f32, R, C>) {
+    let (bx, by) = grid(cdiv(C, BC), R);
+    let mut t = fragment::<f32, 1, BC>();
+    copy(x.tile([by, bx * BC]), &mut t);
+    for (i, j) in parallel((1, BC)) {
+        t[(i, j)] = t[(i, j)] + (by as f32);
+    }
+    copy(&t, y.tile([by, bx * BC]));
+}
+
+/// [`row_tiles`] with threadblock rasterization: folding and `use_swizzle`
+/// share the linear block id.
+#[tile_kernel(threads = 32, consts(BC = 32))]
+pub fn row_tiles_swizzled(x: &Tensor<f32, R, C>, y: &mut Tensor<f32, R, C>) {
+    let (bx, by) = grid(cdiv(C, BC), R);
+    use_swizzle(3);
+    let mut t = fragment::<f32, 1, BC>();
+    copy(x.tile([by, bx * BC]), &mut t);
+    for (i, j) in parallel((1, BC)) {
+        t[(i, j)] = t[(i, j)] + (by as f32);
+    }
+    copy(&t, y.tile([by, bx * BC]));
+}
+
+/// `y[b, r, c] = x[b, r, c] + (8·b + r)` over `grid(cdiv(C, BC), R, B)`:
+/// a batch on z, which folds onto x past 65,535 (exact marks for R ≤ 8).
+#[tile_kernel(threads = 32, consts(BC = 32))]
+pub fn batch_rows(x: &Tensor<f32, B, R, C>, y: &mut Tensor<f32, B, R, C>) {
+    let (bx, by, bz) = grid(cdiv(C, BC), R, B);
+    let mut t = fragment::<f32, 1, 1, BC>();
+    copy(x.tile([bz, by, bx * BC]), &mut t);
+    for (i, k, j) in parallel((1, 1, BC)) {
+        t[(i, k, j)] = t[(i, k, j)] + ((bz * 8 + by) as f32);
+    }
+    copy(&t, y.tile([bz, by, bx * BC]));
+}
+
+/// A grid of `65,536·C × R` blocks: past 2^31 − 1 in all for large tensors,
+/// which no launch (folded or not) runs, an error on every device.
+#[tile_kernel(threads = 32, consts(BC = 32))]
+pub fn huge_grid(x: &Tensor<f32, R, C>, y: &mut Tensor<f32, R, C>) {
+    let (bx, by) = grid(C * 65536, R);
+    let mut t = fragment::<f32, 1, BC>();
+    copy(x.tile([by, bx * BC]), &mut t);
+    copy(&t, y.tile([by, bx * BC]));
+}

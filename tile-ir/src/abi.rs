@@ -1,7 +1,9 @@
 //! The launch contract shared by the GPU path and the interpreter: binding
 //! dynamic dimensions from tensor shapes, evaluating the grid, and the
 //! threadblock rasterization of `use_swizzle` ([`rasterize`], and the same
-//! formula as IR expressions for the code generator, [`rasterize_exprs`]).
+//! formula as IR expressions for the code generator, [`rasterize_exprs`]),
+//! and grid folding: a grid past CUDA's per-axis limits launched on x and
+//! unfolded in the kernel ([`folds_grid`], [`launch_shape`], [`unfold`]).
 //!
 //! Expects a verified kernel. Guarantees that both execution paths see the
 //! same dimension values and grid, and that every mismatch is reported with
@@ -119,19 +121,143 @@ fn describe_shape(kernel: &Kernel, shape: &[Extent]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// Evaluates the grid from the bound dimensions (`dims` as from [`bind_dims`]).
-/// An extent of 0 (an empty tensor) is allowed: the launch then does nothing.
-/// A negative extent, or one over the hardware limit, is an error.
+/// CUDA's limit on each axis of a launch (x, y, z).
+pub const GRID_AXIS_LIMITS: [u32; 3] = [i32::MAX as u32, 65535, 65535];
+
+/// Whether the compiled kernel derives its block indices from a linear
+/// block id, so that the runtime may fold a grid whose y or z extent is
+/// past [`GRID_AXIS_LIMITS`] onto x ([`launch_shape`]).
+///
+/// True when the y or z extent is not a compile-time constant within its
+/// limit, unless the kernel asks for a thread block cluster (a cluster
+/// fixes the launch's shape, so such a kernel keeps the per-axis limits).
+/// A 1-D kernel, or one whose y and z extents are constants within the
+/// limits, reads `ctaid` directly (the code it had before folding existed).
+///
+/// The kernel side (`passes/lower/setup.rs`): `linear = ctaid.x +
+/// nctaid.x·(ctaid.y + nctaid.y·ctaid.z)` ([`linear_block_id`]), unfolded by
+/// the grid's own extents ([`unfold`], [`unfold_exprs`]): right for the
+/// plain launch `(gx, gy, gz)` and for the folded one `(gx·gy·gz, 1, 1)`.
+pub fn folds_grid(kernel: &Kernel) -> bool {
+    kernel.cluster == [1, 1, 1]
+        && (1..3).any(|a| !matches!(const_extent(kernel, &kernel.grid[a]), Some(v) if (0..=i64::from(GRID_AXIS_LIMITS[a])).contains(&v)))
+}
+
+/// The value of a grid extent that uses no dimension, if it has one.
+fn const_extent(kernel: &Kernel, e: &Expr) -> Option<i64> {
+    fn closed(e: &Expr) -> bool {
+        match e {
+            Expr::Const(_) => true,
+            Expr::Cast { arg, .. } | Expr::Unary { arg, .. } => closed(arg),
+            Expr::Binary { lhs, rhs, .. } => closed(lhs) && closed(rhs),
+            _ => false,
+        }
+    }
+    closed(e).then(|| eval_host_int(kernel, e, &[]).ok()).flatten()
+}
+
+/// Evaluates the grid from the bound dimensions (`dims` as from [`bind_dims`]):
+/// the user's grid, as the interpreter runs it ([`launch_shape`] says how
+/// the GPU launches it). An extent of 0 (an empty tensor) is allowed: the
+/// launch then does nothing. A negative extent, one past 2^31 − 1, a y or z
+/// extent past 65,535 in a kernel that cannot fold its grid
+/// ([`folds_grid`]: a clustered one), or, in one that can, more blocks in
+/// all than 2^31 − 1 (the linear block id is 32-bit), is an error.
 pub fn eval_grid(kernel: &Kernel, dims: &[i64]) -> Result<[u32; 3], String> {
     let mut out = [1u32; 3];
     for (axis, e) in kernel.grid.iter().enumerate() {
         let v = eval_host_int(kernel, e, dims)?;
-        if v < 0 || v > if axis == 0 { i32::MAX as i64 } else { 65535 } {
+        if v < 0 || v > i32::MAX as i64 {
             return Err(format!("grid extent {axis} evaluates to {v}, outside the launchable range"));
         }
         out[axis] = v as u32;
     }
+    if folds_grid(kernel) {
+        let total: u64 = out.iter().map(|&g| u64::from(g)).product();
+        if total > i32::MAX as u64 {
+            return Err(format!(
+                "the grid {out:?} has {total} blocks, more than the 2147483647 (2^31 - 1) one launch can run; \
+                 give each block more work (larger tiles) or split the launch"
+            ));
+        }
+    } else {
+        for axis in 1..3 {
+            if out[axis] > GRID_AXIS_LIMITS[axis] {
+                return Err(format!(
+                    "grid extent {axis} evaluates to {}, past the {} blocks CUDA launches on {}, and a kernel with a \
+                     thread block cluster cannot fold its grid onto x; put the large extent first in `grid(..)` \
+                     (x takes up to 2^31 - 1 blocks)",
+                    out[axis],
+                    GRID_AXIS_LIMITS[axis],
+                    ["x", "y", "z"][axis]
+                ));
+            }
+        }
+    }
     Ok(out)
+}
+
+/// The shape the GPU launches the grid `grid` (from [`eval_grid`]) with:
+/// the grid itself when every axis is within [`GRID_AXIS_LIMITS`] (the
+/// common case: the launch is exactly the user's), else, for a kernel that
+/// folds ([`folds_grid`]; `eval_grid` refuses the others), every block on
+/// x, `(gx·gy·gz, 1, 1)`, which `eval_grid` has checked fits.
+pub fn launch_shape(kernel: &Kernel, grid: [u32; 3]) -> [u32; 3] {
+    let within = (0..3).all(|a| grid[a] <= GRID_AXIS_LIMITS[a]);
+    if within || !folds_grid(kernel) {
+        return grid;
+    }
+    let total: u64 = grid.iter().map(|&g| u64::from(g)).product();
+    [total.min(u64::from(GRID_AXIS_LIMITS[0])) as u32, 1, 1]
+}
+
+/// The linear id of block `ctaid` in a launch of shape `nctaid`:
+/// `ctaid.x + nctaid.x·(ctaid.y + nctaid.y·ctaid.z)`, what a folding kernel
+/// computes at entry ([`folds_grid`]).
+pub fn linear_block_id(nctaid: [u32; 3], ctaid: [u32; 3]) -> u64 {
+    let [nx, ny, _] = nctaid.map(u64::from);
+    let [x, y, z] = ctaid.map(u64::from);
+    x + nx * (y + ny * z)
+}
+
+/// The block `(bx, by, bz)` of the user's grid `grid` that linear block id
+/// `linear` runs as: `bz = linear / (gx·gy)`, and within that plane
+/// `linear % (gx·gy)` is x-major (`bx` fastest), or rasterized when the
+/// kernel has `use_swizzle(panel)` ([`rasterize`]), the order the
+/// interpreter runs blocks in. A bijection of `0..gx·gy·gz` onto the grid
+/// (tested). An empty grid gives `(0, 0, 0)`.
+pub fn unfold(rasterize_panel: Option<u32>, grid: [u32; 3], linear: u64) -> [u32; 3] {
+    if grid.contains(&0) {
+        return [0, 0, 0];
+    }
+    let plane = u64::from(grid[0]) * u64::from(grid[1]);
+    let (lin, bz) = (linear % plane, (linear / plane) as u32);
+    let (bx, by) = match rasterize_panel {
+        Some(panel) => rasterize(panel, grid[0], grid[1], lin),
+        None => ((lin % u64::from(grid[0])) as u32, (lin / u64::from(grid[0])) as u32),
+    };
+    [bx, by, bz]
+}
+
+/// [`unfold`] as `i32` IR expressions over the grid's extents and the
+/// linear block id, for the code generator: returns `[bx, by, bz]`. When
+/// `gz` is the constant 1 the z plane is skipped (`bz` is 0 and the plane's
+/// id is `linear` itself, no division). `linear` is cloned into the result:
+/// pass a variable. Valid while `gx·gy·gz` fits in `i32` ([`eval_grid`]
+/// checks it for folding kernels).
+pub fn unfold_exprs(rasterize_panel: Option<u32>, grid: &[Expr; 3], linear: &Expr) -> [Expr; 3] {
+    let (gx, gy) = (&grid[0], &grid[1]);
+    let (lin, bz) = if grid[2] == Expr::i32(1) {
+        (linear.clone(), Expr::i32(0))
+    } else {
+        let plane = Expr::binary(BinOp::Mul, gx.clone(), gy.clone());
+        (Expr::binary(BinOp::Rem, linear.clone(), plane.clone()), Expr::binary(BinOp::Div, linear.clone(), plane))
+    };
+    let (bx, by) = match rasterize_panel {
+        Some(panel) => rasterize_exprs(panel, gx, gy, &lin),
+        None => (Expr::binary(BinOp::Rem, lin.clone(), gx.clone()), Expr::binary(BinOp::Div, lin, gx.clone())),
+    };
+    [bx, by, bz]
 }
 
 /// Evaluates an integer expression over constants and dynamic dimensions.
@@ -285,6 +411,125 @@ mod rasterize_tests {
             assert_eq!(rasterize(8, 4, 3, l), ((l % 4) as u32, (l / 4) as u32));
         }
         assert_eq!(rasterize(0, 0, 5, 0), (0, 0));
+    }
+}
+
+#[cfg(test)]
+mod fold_tests {
+    use super::*;
+    use crate::ir::{DType, Var, VarId, VarKind};
+
+    /// A kernel with grid `(R, dynamic, z)`: one dynamic dim `n` as y.
+    fn kernel_with_grid(z: Expr) -> Kernel {
+        let mut k = Kernel::new("k", 32);
+        k.vars.push(Var { name: "n".into(), dtype: DType::I32, kind: VarKind::Dim });
+        k.dims.push(VarId(0));
+        k.grid = [Expr::i32(3), Expr::Var(VarId(0)), z];
+        k
+    }
+
+    /// Both launch shapes (the user's grid, and the one `launch_shape`
+    /// picks) run every block of the grid exactly once: the kernel's
+    /// unfolding of the launch's linear id is a bijection onto the grid.
+    #[test]
+    fn unfold_of_either_launch_shape_is_a_bijection_on_awkward_grids() {
+        let k = kernel_with_grid(Expr::Var(VarId(0)));
+        let grids: &[[u32; 3]] = &[
+            [1, 1, 1],
+            [3, 5, 7],
+            [7, 1, 3],
+            [1, 65535, 1],
+            [3, 65536, 1],
+            [2, 70000, 1],
+            [1, 70001, 2],
+            [5, 3, 65537],
+            [1, 2, 70000],
+            [13, 1, 1],
+        ];
+        for &grid in grids {
+            for panel in [None, Some(1), Some(2), Some(3), Some(8)] {
+                let folded = launch_shape(&k, grid);
+                let within = (0..3).all(|a| grid[a] <= GRID_AXIS_LIMITS[a]);
+                assert_eq!(folded == grid, within, "grid {grid:?} launched as {folded:?}");
+                assert!((0..3).all(|a| folded[a] <= GRID_AXIS_LIMITS[a]), "{folded:?}");
+                for shape in [grid, folded] {
+                    let n = grid.iter().map(|&g| g as usize).product::<usize>();
+                    assert_eq!(shape.iter().map(|&g| g as usize).product::<usize>(), n, "{shape:?}");
+                    let mut seen = vec![false; n];
+                    for z in 0..shape[2] {
+                        for y in 0..shape[1] {
+                            for x in 0..shape[0] {
+                                let l = linear_block_id(shape, [x, y, z]);
+                                let [bx, by, bz] = unfold(panel, grid, l);
+                                assert!(bx < grid[0] && by < grid[1] && bz < grid[2], "{grid:?} {shape:?}: {l}");
+                                let i =
+                                    ((bz as usize * grid[1] as usize) + by as usize) * grid[0] as usize + bx as usize;
+                                assert!(
+                                    !seen[i],
+                                    "grid {grid:?} shape {shape:?} panel {panel:?}: ({bx}, {by}, {bz}) twice"
+                                );
+                                seen[i] = true;
+                            }
+                        }
+                    }
+                    // The plain launch without rasterization is the identity.
+                    if shape == grid && panel.is_none() {
+                        let c = [grid[0] - 1, grid[1] / 2, grid[2] - 1];
+                        assert_eq!(unfold(None, grid, linear_block_id(grid, c)), c);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unfold_exprs_agree_with_unfold() {
+        let k = Kernel::new("k", 32);
+        let mut state = 0x9e3779b97f4a7c15u64;
+        for i in 0..3000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let g = [
+                (state % 37 + 1) as u32,
+                ((state >> 8) % 90_000 + 1) as u32,
+                if i % 2 == 0 { 1 } else { ((state >> 24) % 5 + 1) as u32 },
+            ];
+            let total = g.iter().map(|&x| u64::from(x)).product::<u64>();
+            let l = (state >> 32) % total;
+            let panel = [None, Some(1), Some(4), Some(7)][(state >> 40) as usize % 4];
+            let ge = g.map(|x| Expr::i32(x as i32));
+            let got = unfold_exprs(panel, &ge, &Expr::i32(l as i32)).map(|e| eval_host_int(&k, &e, &[]).unwrap());
+            assert_eq!(got, unfold(panel, g, l).map(i64::from), "grid {g:?} linear {l} panel {panel:?}");
+        }
+    }
+
+    #[test]
+    fn only_grids_that_may_pass_a_limit_fold_and_clusters_keep_the_limit() {
+        let mut k = Kernel::new("k", 32);
+        assert!(!folds_grid(&k));
+        k.grid = [Expr::i32(100_000), Expr::i32(65535), Expr::i32(2)];
+        assert!(!folds_grid(&k), "constant y/z within the limit: plain ctaid");
+        assert_eq!(eval_grid(&k, &[]), Ok([100_000, 65535, 2]));
+        k.grid[1] = Expr::i32(70000);
+        assert!(folds_grid(&k));
+        assert_eq!(launch_shape(&k, [1, 70000, 1]), [70000, 1, 1]);
+        let mut k = kernel_with_grid(Expr::i32(1));
+        assert!(folds_grid(&k));
+        assert_eq!(eval_grid(&k, &[70000]), Ok([3, 70000, 1]));
+        assert_eq!(launch_shape(&k, [3, 70000, 1]), [210000, 1, 1]);
+        assert_eq!(launch_shape(&k, [3, 65535, 1]), [3, 65535, 1], "folds only past the limit");
+        // More blocks than a 32-bit linear id counts.
+        k.grid[0] = Expr::i32(1 << 20);
+        let e = eval_grid(&k, &[1 << 12]).unwrap_err();
+        assert!(e.contains("4294967296 blocks") && e.contains("2^31 - 1"), "{e}");
+        // A cluster fixes the launch shape: the per-axis limit stays, with a way out.
+        let mut k = kernel_with_grid(Expr::i32(1));
+        k.cluster = [2, 1, 1];
+        assert!(!folds_grid(&k));
+        assert_eq!(eval_grid(&k, &[65535]), Ok([3, 65535, 1]));
+        let e = eval_grid(&k, &[70000]).unwrap_err();
+        assert!(e.contains("70000") && e.contains("cluster") && e.contains("put the large extent first"), "{e}");
     }
 }
 

@@ -577,3 +577,60 @@ fn squeezed_innermost_dim_reads_and_writes_strided_columns() {
         }
     }
 }
+
+/// A grid whose y (and z) extents are dynamic folds: the kernel unfolds the
+/// linear block id by the grid's own extents, so the plain launch
+/// `(gx, gy, gz)` and the folded one `(gx·gy·gz, 1, 1)` that the runtime
+/// uses past 65,535 (`abi::launch_shape`) give the same, right answer, with
+/// and without rasterization, on both targets; and every block runs once.
+#[test]
+fn folded_and_plain_launches_of_a_grid_agree() {
+    let mut rng = Rng(0xf01d);
+    for (batched, panel) in [(false, None), (false, Some(3)), (true, None), (true, Some(2))] {
+        let (bc, threads) = (16i64, 32u32);
+        let k = grid_rows_kernel(threads, bc, batched, panel);
+        assert!(abi::folds_grid(&k));
+        for target in [Target::Sm80, Target::Sm90a] {
+            let c = compile(&k, target).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name));
+            for (b, r, cols) in [(1usize, 1usize, 1usize), (3, 37, 50), (2, 5, 16), (1, 9, 33)] {
+                let b = if batched { b } else { 1 };
+                let n = b * r * cols;
+                let x: Vec<f32> = (0..n).map(|_| rng.f32(-4.0, 4.0)).collect();
+                let want: Vec<f32> = (0..n).map(|i| x[i] + ((i / cols) % r + 1000 * (i / (cols * r))) as f32).collect();
+                let dims: Vec<i64> =
+                    if batched { vec![b as i64, r as i64, cols as i64] } else { vec![r as i64, cols as i64] };
+                let grid = abi::eval_grid(&k, &dims).unwrap();
+                let total = grid.iter().product::<u32>();
+                for shape in [grid, [total, 1, 1]] {
+                    let sim = sim::launch_shaped(&c.function, vec![bytes_f32(&x), vec![0u8; 4 * n]], &dims, &[], shape);
+                    let got = f32s(&sim.tensors[1]);
+                    let bad = (0..n).find(|&i| got[i] != want[i]);
+                    assert!(
+                        bad.is_none(),
+                        "{} {target:?} panel {panel:?} dims {dims:?} launched as {shape:?}: element {bad:?} is {:?}, want {:?}",
+                        k.name,
+                        bad.map(|i| got[i]),
+                        bad.map(|i| want[i])
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A 1-D grid, or constant y and z extents within the limit, read `ctaid`
+/// directly: no linear id, no division (the code they had before folding).
+#[test]
+fn grids_within_the_limits_at_compile_time_do_not_unfold() {
+    let k = vector_add(128, 256);
+    assert!(!abi::folds_grid(&k));
+    let ptx = compile(&k, Target::Sm80).unwrap().ptx;
+    assert!(!ptx.contains("%nctaid") && !ptx.contains("div.s32"), "{ptx}");
+    let mut k = grid_rows_kernel(32, 16, false, None);
+    let ptx = compile(&k, Target::Sm80).unwrap().ptx;
+    assert!(ptx.contains("%nctaid.x") && ptx.contains("div.s32"), "a dynamic y extent unfolds:\n{ptx}");
+    k.grid[1] = Expr::i32(65535);
+    assert!(!abi::folds_grid(&k));
+    let ptx = compile(&k, Target::Sm80).unwrap().ptx;
+    assert!(!ptx.contains("%nctaid") && ptx.contains("%ctaid.y"), "{ptx}");
+}

@@ -93,10 +93,15 @@ mod sig;
 /// What one thread block does.
 /// - `let bx = grid(x);` / `let (bx, by) = grid(x, y);` (up to 3 axes) as
 ///   the first statement; the extents use dimensions and constants only (the
-///   host computes the grid before the launch).
+///   host computes the grid before the launch). Any extent up to 2^31 − 1 on
+///   any axis: a grid whose y or z extent is past CUDA's 65,535 is launched
+///   folded onto x and unfolded in the kernel (`tile_ir::abi::folds_grid`),
+///   with at most 2^31 − 1 blocks in all; only a kernel with a `cluster`
+///   keeps the 65,535 limit on y and z (a launch error that says so). A 1-D
+///   grid, or one whose y and z extents are constants, reads `ctaid` as is.
 /// - `use_swizzle(panel);` (optional, right after a 2-D or 3-D `grid(..)`,
 ///   once, `panel` a constant ≥ 1): threadblock rasterization for L2 reuse.
-///   The block with hardware linear id `L = ctaid.y·gx + ctaid.x` runs as
+///   The block with linear id `L = by·gx + bx` (in launch order) runs as
 ///   `(bx, by) = tile_ir::abi::rasterize(panel, gx, gy, L)`: panels of
 ///   `panel` columns of the grid (x = column, y = row; the last panel
 ///   narrower when `gx % panel ≠ 0`), each walked row by row before the next.

@@ -593,3 +593,48 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
     k.body = vec![s(StmtKind::If { cond: bin(BinOp::Le, v(n), Expr::i32(bn as i32)), then: short, otherwise: long })];
     k
 }
+
+/// A row-wise kernel over `x: [B, R, C]` with `grid(cdiv(C, BC), R, B)`
+/// (`batched`; else `x: [R, C]` and `grid(cdiv(C, BC), R)`): each block adds
+/// `by + 1000·bz` to its `[1, BC]` tile (`out = x + by + 1000·bz`), so a
+/// block that runs as the wrong index writes a wrong value, and one that
+/// runs twice or never leaves a mark. `panel`: `use_swizzle(panel)`.
+pub fn grid_rows_kernel(threads: u32, bc: i64, batched: bool, panel: Option<u32>) -> Kernel {
+    let mut k = Kernel::new(if batched { "grid_rows3" } else { "grid_rows" }, threads);
+    let b = batched.then(|| k.add_dim("B"));
+    let r = k.add_dim("R");
+    let c = k.add_dim("C");
+    let shape: Vec<Extent> = b.iter().chain([&r, &c]).map(|&d| Extent::Dyn(d)).collect();
+    let x = k.add_tensor_param("x", DType::F32, shape.clone(), false);
+    let out = k.add_tensor_param("out", DType::F32, shape, true);
+    k.grid[0] = Expr::cdiv(v(c), Expr::i32(bc as i32));
+    k.grid[1] = v(r);
+    if let Some(b) = b {
+        k.grid[2] = v(b);
+    }
+    k.rasterize = panel;
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(1));
+    let bz = batched.then(|| k.add_var("bz", DType::I32, VarKind::BlockIdx(2)));
+    let lead = if batched { 2 } else { 1 };
+    let mut fshape = vec![1; lead];
+    fshape.push(bc);
+    let f = frag(&mut k, "f", DType::F32, &fshape);
+    let mut origin: Vec<Expr> = bz.iter().map(|&z| v(z)).collect();
+    origin.push(v(by));
+    origin.push(bin(BinOp::Mul, v(bx), Expr::i32(bc as i32)));
+    let mark = match bz {
+        Some(z) => bin(BinOp::Add, v(by), bin(BinOp::Mul, v(z), Expr::i32(1000))),
+        None => v(by),
+    };
+    // A parallel nest over every dim of `f` (the leading ones of extent 1).
+    let loops: Vec<VarId> = (0..=lead).map(|d| k.add_var(format!("i{d}"), DType::I32, VarKind::Loop)).collect();
+    let idx: Vec<Expr> = loops.iter().map(|&i| v(i)).collect();
+    let mut lp = store(f, idx.clone(), bin(BinOp::Add, ld(f, idx), Expr::Cast { to: DType::F32, arg: Box::new(mark) }));
+    for (d, &i) in loops.iter().enumerate().rev() {
+        let end = Expr::i32(fshape[d] as i32);
+        lp = s(StmtKind::For { var: i, start: Expr::i32(0), end, kind: LoopKind::Parallel, body: vec![lp] });
+    }
+    k.body = vec![copy(x, origin.clone(), f, vec![]), lp, copy(f, vec![], out, origin)];
+    k
+}

@@ -41,6 +41,19 @@ pub fn launch<'f>(
     dims: &[i64],
     scalars: &[u64],
 ) -> Sim<'f> {
+    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
+    launch_shaped(f, tensors, dims, scalars, grid)
+}
+
+/// [`launch`] with the launch shape `shape` (`nctaid`) rather than the
+/// kernel's grid: e.g. a grid folded onto x (`tile_ir::abi::launch_shape`).
+pub fn launch_shaped<'f>(
+    f: &'f Function,
+    tensors: Vec<Vec<u8>>,
+    dims: &[i64],
+    scalars: &[u64],
+    shape: [u32; 3],
+) -> Sim<'f> {
     let nt = tensors.len();
     let mut params = HashMap::new();
     for (i, (name, _)) in f.params.iter().enumerate() {
@@ -53,9 +66,8 @@ pub fn launch<'f>(
         };
         params.insert(name.clone(), val);
     }
-    let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
     let mut sm = Sim::new(f, tensors, params);
-    sm.run_grid(grid);
+    sm.run_grid(shape);
     sm
 }
 

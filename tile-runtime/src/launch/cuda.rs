@@ -14,7 +14,9 @@
 //! given stream with the variant's threads and the parameters in the
 //! launch ABI order, with `cuLaunchKernelEx` and a cluster dimension when
 //! clustered. A persistent variant gets one block per SM (at most the
-//! grid's blocks) as a 1-D grid, unless clustered.
+//! grid's blocks) as a 1-D grid, unless clustered; any other launches the
+//! user's grid, folded onto x when its y or z extent is past CUDA's 65,535
+//! (`tile_ir::abi::launch_shape`).
 //! Guarantees: every failure is an [`Error`] naming the kernel; a launch
 //! that was issued counts once in [`Device::launch_counts`].
 
@@ -223,7 +225,9 @@ pub(super) fn launch_cuda(
         let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
         [blocks.min(dev.multiprocessors as u64) as u32, 1, 1]
     } else {
-        grid
+        // The user's grid, or every block on x when an axis is past CUDA's
+        // limit (the kernel unfolds it: `tile_ir::abi::folds_grid`).
+        tile_ir::abi::launch_shape(k, grid)
     };
     // Kept alive until the launch call returns: the driver copies the 128
     // bytes of each map from these addresses.

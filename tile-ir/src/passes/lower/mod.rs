@@ -213,6 +213,14 @@ pub(crate) trait ScheduleLowering {
     /// the buffers, their initialization in the entry code).
     fn after_buffers(&self, _lx: &mut Lx<'_>) {}
 
+    /// Whether the schedule binds the block indices itself (per tile, from
+    /// its own linear tile index: the persistent GEMM), so that the core
+    /// leaves them at `ctaid` rather than unfolding a folded grid
+    /// ([`crate::abi::folds_grid`]).
+    fn binds_block_indices(&self) -> bool {
+        false
+    }
+
     /// Whether gemms may use wgmma ([`crate::hopper::wgmma_shape`]); a
     /// schedule that runs its own wgmmas keeps the others on mma.sync.
     fn wgmma_gemms(&self) -> bool {

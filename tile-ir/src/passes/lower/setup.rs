@@ -99,9 +99,10 @@ impl<'a> Lx<'a> {
             }
             self.tensors.insert(b, TensorInfo { ptr, dims, dims64 });
         }
-        // Block indices.
+        // Block indices: `ctaid`, or unfolded from the linear block id.
+        let folded = crate::abi::folds_grid(k) && !self.schedule.binds_block_indices();
         for (i, v) in k.vars.iter().enumerate() {
-            if let VarKind::BlockIdx(a) = v.kind {
+            if let (VarKind::BlockIdx(a), false) = (v.kind, folded) {
                 let r = self.new_reg(RegClass::B32);
                 self.emit_pro(Inst::Op {
                     op: "mov.u32".into(),
@@ -111,7 +112,8 @@ impl<'a> Lx<'a> {
                 self.vars.insert(VarId(i as u32), r);
             }
         }
-        if let Err(e) = self.rasterize_blocks() {
+        let blocks = if folded { self.fold_blocks() } else { self.rasterize_blocks() };
+        if let Err(e) = blocks {
             self.errors.push(e);
         }
         // The schedule's own buffers come first (aligned).
@@ -235,6 +237,56 @@ impl<'a> Lx<'a> {
         if let (Some(x), Some(y)) = regs {
             self.vars.insert(bx, x);
             self.vars.insert(by, y);
+        }
+        Ok(())
+    }
+
+    /// A kernel that folds its grid ([`crate::abi::folds_grid`]): binds the
+    /// block indices to the user's block that this launch's block runs as,
+    /// `abi::unfold_exprs` (rasterization included) of the linear id
+    /// `ctaid.x + nctaid.x·(ctaid.y + nctaid.y·ctaid.z)`, in the prologue,
+    /// before anything reads them. Right for the plain launch `(gx, gy, gz)`
+    /// and for the folded one `(gx·gy·gz, 1, 1)` (`abi::launch_shape`): a few
+    /// integer instructions per block (the division by `gx`, and by `gx·gy`
+    /// when `gz` may be other than 1).
+    pub(crate) fn fold_blocks(&mut self) -> R<()> {
+        let block_var =
+            |axis: u8| self.k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32));
+        let vars = [block_var(0), block_var(1), block_var(2)];
+        // The linear id goes in the slot of a block index the kernel has;
+        // a kernel with none has nothing to bind.
+        let Some(slot) = vars.iter().flatten().next().copied() else { return Ok(()) };
+        let grid = self.k.grid.clone();
+        let panel = if vars[0].is_some() && vars[1].is_some() { self.k.rasterize } else { None };
+        let exprs = crate::abi::unfold_exprs(panel, &grid, &Expr::Var(slot));
+        let z_plane = grid[2] != Expr::i32(1);
+        let mut regs = [None; 3];
+        let code = self.capture(|lx| {
+            let special = |lx: &mut Lx<'_>, s: Special| lx.op("mov.u32", RegClass::B32, vec![Operand::Special(s)]);
+            let (x, nx, y) =
+                (special(lx, Special::CtaId(0)), special(lx, Special::NctaId(0)), special(lx, Special::CtaId(1)));
+            let yz = if z_plane {
+                let (ny, z) = (special(lx, Special::NctaId(1)), special(lx, Special::CtaId(2)));
+                lx.op("mad.lo.s32", RegClass::B32, vec![ny.into(), z.into(), y.into()])
+            } else {
+                y
+            };
+            let linear = lx.op("mad.lo.s32", RegClass::B32, vec![nx.into(), yz.into(), x.into()]);
+            lx.vars.insert(slot, linear);
+            for a in 0..3 {
+                if vars[a].is_some() {
+                    let v = lx.expr(&exprs[a])?;
+                    let v = lx.convert(v, DType::I32)?;
+                    regs[a] = Some(lx.materialize(&v));
+                }
+            }
+            Ok(())
+        })?;
+        self.push_pro(code);
+        for (v, r) in vars.iter().zip(regs) {
+            if let (Some(v), Some(r)) = (v, r) {
+                self.vars.insert(*v, r);
+            }
         }
         Ok(())
     }

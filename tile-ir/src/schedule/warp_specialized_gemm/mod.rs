@@ -87,6 +87,12 @@ impl ScheduleLowering for WsLowering {
         lx.ws_setup(self);
     }
 
+    /// A persistent variant binds each tile's block indices from its linear
+    /// tile index (`persistent.rs`), and runs as a 1-D grid of its own.
+    fn binds_block_indices(&self) -> bool {
+        self.plan.persistent
+    }
+
     /// The schedule's gemms are its own wgmmas; the others stay on mma.sync.
     fn wgmma_gemms(&self) -> bool {
         false
