@@ -77,10 +77,8 @@ fn rasterized_blocks_cover_the_grid_once() {
 /// FlashAttention forward over 4-D tensors, as the macro lowers
 /// `tests/kernels/ndtile.rs` (tiles that squeeze the batch and head dims):
 /// `[b, h, s, d]` and `[b, s, h, d]`, on both targets, the output against an
-/// f64 reference per (batch, head), lengths off the 64-row tiles. (The LSE is
-/// checked in the interpreter, `tests/ndtile_interp.rs`: on this simulator a
-/// reduce result copied to a tensor reads wrong in even rows whatever the
-/// tensor's rank, a 1-D `[SQ]` one included; to be investigated.)
+/// f64 reference per (batch, head), lengths off the 64-row tiles; the LSE
+/// (`lse: [B, H, SQ]` in both layouts) likewise.
 #[test]
 fn attention_over_4d_tensors_in_both_layouts() {
     for (text, bshd) in [(tile_testkit::ATTENTION_BHSD, false), (tile_testkit::ATTENTION_BSHD, true)] {
@@ -114,6 +112,8 @@ fn check_attention_4d(target: Target, text: &str, bshd: bool, b: usize, h: usize
         &[scale.to_bits() as u64],
     );
     let o = decode(DType::F16, &out[3]);
+    let lse = decode(DType::F32, &out[4]);
+    assert_eq!(lse.len(), b * h * sq);
     // Element (bi, hi, i, c) of a tensor of sequence length s.
     let at = |s: usize, bi: usize, hi: usize, i: usize, c: usize| {
         if bshd {
@@ -133,6 +133,13 @@ fn check_attention_4d(target: Target, text: &str, bshd: bool, b: usize, h: usize
                 (0..sq).flat_map(|i| (0..d).map(move |c| (i, c))).map(|(i, c)| o[at(sq, bi, hi, i, c)]).collect();
             let err = rel_l2(&got, &want);
             assert!(err <= 5e-3, "{target:?} bshd={bshd} b{bi} h{hi} sq={sq} sk={sk}: relative L2 error {err:.3e}");
+            for (i, want) in attention_lse_reference(&q1, &k1, sq, sk, d).into_iter().enumerate() {
+                let got = lse[(bi * h + hi) * sq + i];
+                assert!(
+                    (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                    "{target:?} bshd={bshd} b{bi} h{hi} sq={sq} sk={sk} row {i}: lse {got} want {want}"
+                );
+            }
         }
     }
 }

@@ -32,14 +32,16 @@ pub fn encode(dt: DType, x: &[f32]) -> (Vec<u8>, Vec<f64>) {
     }
 }
 
+/// `b` as elements of `dt` (f16, bf16 or f32, little-endian), in f64.
 pub fn decode(dt: DType, b: &[u8]) -> Vec<f64> {
-    b.chunks(2)
-        .map(|c| {
-            let bits = u16::from_le_bytes([c[0], c[1]]);
-            match dt {
-                DType::F16 => f16::from_bits(bits).to_f64(),
-                _ => bf16::from_bits(bits).to_f64(),
-            }
+    let size = dt.size_bytes() as usize;
+    assert_eq!(b.len() % size, 0, "{} bytes are not whole {dt:?} elements", b.len());
+    b.chunks(size)
+        .map(|c| match dt {
+            DType::F16 => f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64(),
+            DType::BF16 => bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64(),
+            DType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            _ => panic!("decode: {dt:?} is not a float type the harness reads"),
         })
         .collect()
 }
@@ -119,6 +121,19 @@ pub fn attention_reference(q: &[f64], k: &[f64], v: &[f64], sq: usize, sk: usize
         }
     }
     want
+}
+
+/// The log-sum-exp of each query's scores in f64: `ln Σ_j exp(q_i·k_j / √d)`
+/// (`q` `[sq, d]`, `k` `[sk, d]`); the result `[sq]`.
+pub fn attention_lse_reference(q: &[f64], k: &[f64], sq: usize, sk: usize, d: usize) -> Vec<f64> {
+    (0..sq)
+        .map(|i| {
+            let s: Vec<f64> =
+                (0..sk).map(|j| (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>() / (d as f64).sqrt()).collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            mx + s.iter().map(|x| (x - mx).exp()).sum::<f64>().ln()
+        })
+        .collect()
 }
 
 /// Runs an attention kernel text (`tile_testkit::attention_text`: head
