@@ -51,8 +51,13 @@ fn row_sums_into_bhs() {
     }
 }
 
+/// Both layouts against the CPU reference and the interpreter; on compute
+/// capability 9.x the TMA-copy variant (K and V boxes with extent 1 on the
+/// squeezed batch and head) is the first sm_90a one and is what ran (every
+/// shape here is TMA-addressable: rows of 64 f16).
 #[test]
 fn attention_4d() {
+    let d = gpu();
     for layout in [Layout::Bhsd, Layout::Bshd] {
         for (b, h, sq, sk) in [(2, 2, 100, 77), (1, 1, 1, 1), (1, 3, 64, 130), (2, 8, 1000, 1537)] {
             ndtile::attention_check(&gpu(), layout, b, h, sq, sk, 4).unwrap_or_else(|e| panic!("{layout:?}: {e}"));
@@ -60,5 +65,20 @@ fn attention_4d() {
         let (g, _) = ndtile::attention_check(&gpu(), layout, 1, 2, 100, 77, 5).unwrap();
         let (c, _) = ndtile::attention_check(&cpu(), layout, 1, 2, 100, 77, 5).unwrap();
         agree(&g, &c, 5e-3);
+    }
+    if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
+        for meta in [&ndtile::attention_bhsd::META, &ndtile::attention_bshd::META] {
+            let counts = d.launch_counts(meta);
+            let sm90: Vec<(usize, &tile::KernelTarget)> =
+                meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();
+            assert!(
+                sm90.len() >= 2 && sm90[0].1.schedule == "tma_copy" && sm90[0].1.tensor_maps.len() == 2,
+                "{}: no TMA-copy variant first",
+                meta.name
+            );
+            assert!(counts[sm90[0].0] > 0, "{}: the TMA-copy variant never ran ({counts:?})", meta.name);
+            let others: u64 = counts.iter().enumerate().filter(|(i, _)| *i != sm90[0].0).map(|(_, c)| c).sum();
+            assert_eq!(others, 0, "{}: another variant ran on TMA-addressable tensors ({counts:?})", meta.name);
+        }
     }
 }

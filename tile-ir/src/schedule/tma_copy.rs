@@ -9,6 +9,12 @@
 //! overwrites) and shared layouts that TMA writes as they are: `Swizzle<b,4,3>`
 //! rows of exactly 32/64/128 bytes, 64-column panels of 128-byte rows, or
 //! dense unswizzled rows of a multiple of 16 bytes (at most 256 elements).
+//! A copy TMA does is a 2-D window of a tensor of rank 2 to 5 spanning one
+//! row dim and the innermost dim, any others squeezed: its box has extent 1
+//! on the squeezed dims, which TMA lays out in shared memory exactly as the
+//! 2-D box of the spanned dims (the swizzle is a function of the shared
+//! address alone), and coordinates out of range on any dim, a squeezed one
+//! included, read zeros.
 //!
 //! Guarantees: per pipelined loop with TMA copies, one `full` mbarrier per
 //! stage (1 arrival), initialized at kernel entry; issuing a stage is thread
@@ -45,8 +51,10 @@ pub const NAME: &str = "tma_copy";
 /// Whether the TMA-copy schedule takes `kernel` on `target`: sm_90a, a loop
 /// the cp.async pipeline takes, and a pipelined copy TMA may do as far as
 /// the kernel alone tells (a 2-D global tile of f16, bf16, f32, i32 or u32
-/// into a shared buffer of its type at origin 0, zero fill); whether its
-/// shared layout suits TMA is decided while lowering ([`compile`]).
+/// into a shared buffer of its type at origin 0, zero fill, of a tensor of
+/// rank 2 to 5 whose other dims are squeezed and whose innermost dim is the
+/// tile's second); whether its shared layout suits TMA is decided while
+/// lowering ([`compile`]).
 pub fn plan(kernel: &Kernel, target: Target) -> Result<PipelinePlan, NotApplicable> {
     if !target.has(Feature::Tma) {
         return Err(NotApplicable::new(format!("TMA needs sm_90a, not {}", target.name())));
@@ -61,7 +69,7 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<PipelinePlan, NotApplicab
     });
     if !candidate {
         return Err(NotApplicable::new(
-            "no pipelined copy is a 2-D global tile of f16, bf16, f32, i32 or u32 into a shared buffer of its type at origin 0 with a zero fill",
+            "no pipelined copy is a 2-D global tile of f16, bf16, f32, i32 or u32 (of a tensor of rank 2 to 5, the other dims squeezed, spanning the innermost dim) into a shared buffer of its type at origin 0 with a zero fill",
         ));
     }
     Ok(pipe)
@@ -104,17 +112,26 @@ pub fn compile_where_possible(
     Ok(compiled)
 }
 
+/// The tensor dims `(row, column)` of the 2-D window `src` when TMA can
+/// load it as one box shape: a tensor of rank 2 to 5 whose window spans two
+/// dims, the second its innermost (contiguous) one; the squeezed dims get
+/// box extent 1, so the box lands in shared memory exactly as the 2-D box
+/// of the spanned dims would.
+fn tma_window_dims(k: &Kernel, src: &TileRef) -> Option<(usize, usize)> {
+    let rank = k.buffer(src.buf).shape.len();
+    let spanned = src.spanned();
+    ((2..=5).contains(&rank) && src.origin.len() == rank && spanned.len() == 2 && spanned[1] == rank - 1)
+        .then(|| (spanned[0], spanned[1]))
+}
+
 /// The checks of [`Lx::tma_copy_of`] that need no shared layout.
 fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> bool {
     let (sb, db) = (k.buffer(src.buf), k.buffer(dst.buf));
     sb.scope == Scope::Global
         && db.scope == Scope::Shared
         && sb.dtype == db.dtype
-        && sb.shape.len() == 2
-        && src.origin.len() == 2
-        // 2-D boxes of 2-D tensors only: a window with squeezed dims takes
-        // the general path.
-        && src.squeezed.is_empty()
+        && db.shape.len() == 2
+        && tma_window_dims(k, src).is_some()
         && matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32)
         && dst.origin.iter().all(|e| const_int(e) == Some(0))
         && fill.is_none_or(|f| f.is_zero_constant())
@@ -274,7 +291,12 @@ impl Lx<'_> {
             return None;
         }
         let bytes = l.rows * l.cols * elem;
-        Some((tensor, boxes, bytes, vec![box_rows as u32, box_cols as u32], swizzle))
+        // One extent per tensor dim, outermost first: 1 on the squeezed dims.
+        let (row_dim, col_dim) = tma_window_dims(self.k, src)?;
+        let mut box_shape = vec![1u32; src.origin.len()];
+        box_shape[row_dim] = box_rows as u32;
+        box_shape[col_dim] = box_cols as u32;
+        Some((tensor, boxes, bytes, box_shape, swizzle))
     }
 
     /// At the start of issuing a stage of the loop over `var` (into stage
@@ -319,16 +341,24 @@ impl Lx<'_> {
         let base = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
         let base = self.with_stage(dst.buf, Address { base: base.into(), offset: 0 });
         let param = tc.param.clone();
+        let (row_dim, col_dim) =
+            tma_window_dims(self.k, src).ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
         let issue = self.capture(|x| {
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
             for (boff, r0, c0) in &tc.boxes {
-                let col = x.add_i32(origin[1].into(), Operand::Imm(*c0));
-                let row = x.add_i32(origin[0].into(), Operand::Imm(*r0));
+                let col = x.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
+                let row = x.add_i32(origin[row_dim].into(), Operand::Imm(*r0));
+                // Coordinates innermost first; a squeezed dim's is its index
+                // (out of range, TMA reads the whole box as zeros).
+                let mut coords = vec![col];
+                for d in (0..col_dim).rev() {
+                    coords.push(if d == row_dim { row.clone() } else { Operand::Reg(origin[d]) });
+                }
                 x.emit(Inst::TmaLoad {
                     dst: Address { base: base.base.clone(), offset: base.offset + boff },
                     tmap: map.into(),
-                    coords: vec![col, row],
+                    coords,
                     mbar: mbar.clone(),
                     cache_hint: None,
                     cta_dst: false,
