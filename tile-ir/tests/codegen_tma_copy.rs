@@ -324,11 +324,12 @@ fn check_attention_4d(k: &Kernel, c: &Compiled, bshd: bool, b: usize, h: usize, 
     let (kb, kv) = random(&mut rng, DType::F16, b * h * sk * d, -2.0, 2.0);
     let (vb, vv) = random(&mut rng, DType::F16, b * h * sk * d, -1.0, 1.0);
     let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-    let (dims, shape): (Vec<i64>, fn(usize, usize, usize) -> Vec<usize>) = if bshd {
-        (vec![b as i64, sq as i64, h as i64, sk as i64], |b, h, s| vec![b, s, h, 64])
+    let dims: Vec<i64> = if bshd {
+        vec![b as i64, sq as i64, h as i64, sk as i64]
     } else {
-        (vec![b as i64, h as i64, sq as i64, sk as i64], |b, h, s| vec![b, h, s, 64])
+        vec![b as i64, h as i64, sq as i64, sk as i64]
     };
+    let shape = |b: usize, h: usize, s: usize| if bshd { vec![b, s, h, 64] } else { vec![b, h, s, 64] };
     let shapes =
         [(shape(b, h, sq), 2), (shape(b, h, sk), 2), (shape(b, h, sk), 2), (shape(b, h, sq), 2), (vec![b, h, sq], 4)];
     let tensors = vec![qb, kb, vb, vec![0xFF; 2 * b * h * sq * d], vec![0xFF; 4 * b * h * sq]];

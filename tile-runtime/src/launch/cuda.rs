@@ -334,6 +334,26 @@ mod tests {
         assert_eq!(spec.swizzle, TmaSwizzle::None);
     }
 
+    /// The boxes of the `tma_copy` variant of tiles with squeezed dims
+    /// (extent 1 there): K of `[b, s, h, d]` (4-D) and a 5-D tensor encode
+    /// with one stride per outer dim and the box of the 2-D tile's bytes.
+    #[test]
+    fn map_specs_of_squeezed_boxes_of_4d_and_5d_tensors() {
+        let m = TensorMapMeta { tensor: 1, box_shape: &[1, 64, 1, 64], swizzle_bytes: 128 };
+        let spec = map_spec(&m, TensorPlace { address: 0x200, shape: &[2, 77, 3, 64], dtype: DType::F16 });
+        assert_eq!(spec.dims, vec![64, 3, 77, 2]);
+        assert_eq!(spec.strides, vec![128, 128 * 3, 128 * 3 * 77]);
+        assert_eq!(spec.box_dims, vec![64, 1, 64, 1]);
+        assert_eq!(spec.box_bytes(), 64 * 64 * 2);
+        spec.validate().unwrap();
+        let m = TensorMapMeta { tensor: 0, box_shape: &[1, 1, 32, 1, 64], swizzle_bytes: 128 };
+        let spec = map_spec(&m, TensorPlace { address: 0x400, shape: &[2, 2, 40, 2, 64], dtype: DType::F16 });
+        assert_eq!(spec.box_dims, vec![64, 1, 32, 1, 1]);
+        assert_eq!(spec.strides, vec![128, 256, 256 * 40, 256 * 80]);
+        assert_eq!(spec.box_bytes(), 32 * 64 * 2);
+        spec.validate().unwrap();
+    }
+
     #[test]
     fn the_grid_must_be_a_multiple_of_the_cluster_on_hopper() {
         let mut k = gemm_like();
