@@ -50,7 +50,7 @@ fn attention_bshd() {
 
 /// The Tile IR the macro embeds for the 4-D attention kernels, printed, is
 /// the text the compiler's simulator and ptxas tests use
-/// (`tile_testkit::ATTENTION_BHSD`, `ATTENTION_BSHD`).
+/// (`tile_testkit::attention_4d_text`).
 #[test]
 fn embedded_ir_is_the_shared_text() {
     let printed = |ir: &str| {
@@ -62,6 +62,6 @@ fn embedded_ir_is_the_shared_text() {
         std::fs::write(format!("{dir}/bhsd.tile"), &bhsd).unwrap();
         std::fs::write(format!("{dir}/bshd.tile"), &bshd).unwrap();
     }
-    assert_eq!(bhsd, tile_testkit::ATTENTION_BHSD);
-    assert_eq!(bshd, tile_testkit::ATTENTION_BSHD);
+    assert_eq!(bhsd, tile_testkit::attention_4d_text(tile_testkit::Layout4d::Bhsd));
+    assert_eq!(bshd, tile_testkit::attention_4d_text(tile_testkit::Layout4d::Bshd));
 }

@@ -81,7 +81,8 @@ fn rasterized_blocks_cover_the_grid_once() {
 /// (`lse: [B, H, SQ]` in both layouts) likewise.
 #[test]
 fn attention_over_4d_tensors_in_both_layouts() {
-    for (text, bshd) in [(tile_testkit::ATTENTION_BHSD, false), (tile_testkit::ATTENTION_BSHD, true)] {
+    for (layout, bshd) in [(tile_testkit::Layout4d::Bhsd, false), (tile_testkit::Layout4d::Bshd, true)] {
+        let text = &tile_testkit::attention_4d_text(layout);
         for target in [Target::Sm80, Target::Sm90a] {
             for (b, h, sq, sk) in [(2usize, 2usize, 70usize, 129usize), (1, 3, 1, 65)] {
                 check_attention_4d(target, text, bshd, b, h, sq, sk, 0xA77E ^ (sq * 1000 + sk + h) as u64);
@@ -149,7 +150,8 @@ fn check_attention_4d(target: Target, text: &str, bshd: bool, b: usize, h: usize
 /// dims, `codegen_tma_copy.rs`), the others and sm_80's have no tensor maps.
 #[test]
 fn attention_over_4d_tensors_assembles_without_spills() {
-    for text in [tile_testkit::ATTENTION_BHSD, tile_testkit::ATTENTION_BSHD] {
+    for layout in [tile_testkit::Layout4d::Bhsd, tile_testkit::Layout4d::Bshd] {
+        let text = &tile_testkit::attention_4d_text(layout);
         let k = parse_kernel(text).unwrap();
         for (target, arch) in [(Target::Sm80, "sm_80"), (Target::Sm90a, "sm_90a")] {
             let variants = compile_variants(&k, target, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));

@@ -278,8 +278,8 @@ fn tma_boxes_of_tiles_with_squeezed_dims() {
     }
 }
 
-/// The 4-D FlashAttention kernels (`tile_testkit::ATTENTION_BHSD`,
-/// `ATTENTION_BSHD`: K and V tiles with the batch and head squeezed) on
+/// The 4-D FlashAttention kernels (`tile_testkit::attention_4d_text`
+/// in both layouts: K and V tiles with the batch and head squeezed) on
 /// sm_90a: the TMA-copy schedule takes them, `compile_variants` puts its
 /// variant first, its two maps (K, V) have boxes `[1, 1, 64, 64]`
 /// (`[b, h, s, d]`) or `[1, 64, 1, 64]` (`[b, s, h, d]`), and the variant
@@ -287,7 +287,8 @@ fn tma_boxes_of_tiles_with_squeezed_dims() {
 /// tiles (edge K/V tiles zero-filled by TMA, masked by the kernel).
 #[test]
 fn tma_copies_feed_4d_attention_in_both_layouts() {
-    for (text, bshd) in [(tile_testkit::ATTENTION_BHSD, false), (tile_testkit::ATTENTION_BSHD, true)] {
+    for (layout, bshd) in [(tile_testkit::Layout4d::Bhsd, false), (tile_testkit::Layout4d::Bshd, true)] {
+        let text = &tile_testkit::attention_4d_text(layout);
         let k = parse_kernel(text).unwrap();
         let d = schedule::decisions(&k, Target::Sm90a, CompileOptions::default());
         let tma = d.iter().find(|(s, _)| s.name() == "tma_copy").expect("a tma_copy decision");

@@ -99,73 +99,40 @@ pub fn attention_text(d: i64, bm: i64, threads: u32, dt: &str) -> String {
         )
 }
 
-/// FlashAttention forward over 4-D `[b, h, s, d]` tensors (head dim 64, 64
-/// query rows per block, 128 threads, f16), with its LSE `[b, h, s]`, as the
-/// macro lowers `tests/kernels/ndtile.rs::attention_bhsd` (tiles with the
-/// batch and head squeezed).
-pub const ATTENTION_BHSD: &str = "kernel attention_bhsd<%0 B, %1 H, %2 SQ, %3 SK>(@0 q: &f16[B, H, SQ, 64], @1 k: &f16[B, H, SK, 64], @2 v: &f16[B, H, SK, 64], @3 o: &mut f16[B, H, SQ, 64], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads=128 grid=((SQ + 63) / 64, H, B) {
-  %5 bx = block_idx.x
-  %6 hy = block_idx.y
-  %7 bz = block_idx.z
-  @5 q_s: shared f16[64, 64]
-  @6 k_s: shared f16[64, 64]
-  @7 v_s: shared f16[64, 64]
-  @8 s: fragment f32[64, 64]
-  @9 p: fragment f16[64, 64]
-  @10 acc: fragment f32[64, 64]
-  @11 m: fragment f32[64]
-  @12 m_prev: fragment f32[64]
-  @13 l: fragment f32[64]
-  @14 row_sum: fragment f32[64]
-  copy q[bz, hy, bx * 64.., 0..] -> q_s
-  fill acc, 0.0
-  fill l, 0.0
-  fill m, -inf
-  for %8 kb in pipelined(2) 0..(SK + 63) / 64 {
-    copy k[bz, hy, kb * 64.., 0..] -> k_s
-    copy v[bz, hy, kb * 64.., 0..] -> v_s
-    gemm q_s, k_s.t -> s, clear, policy=full_row
-    for %9 i in parallel 0..64 {
-      for %10 j in parallel 0..64 {
-        if kb * 64 + %10 >= SK {
-          s[%9, %10] = -inf
-        }
-      }
-    }
-    copy m -> m_prev
-    reduce.max s -> m, dim=1, keep
-    for %11 i in parallel 0..64 {
-      for %12 j in parallel 0..64 {
-        s[%11, %12] = exp2((s[%11, %12] - m[%11]) * scale)
-      }
-    }
-    reduce.sum s -> row_sum, dim=1
-    for %13 i in parallel 0..64 {
-      l[%13] = l[%13] * exp2((m_prev[%13] - m[%13]) * scale) + row_sum[%13]
-    }
-    for %14 i in parallel 0..64 {
-      for %15 j in parallel 0..64 {
-        acc[%14, %15] = acc[%14, %15] * exp2((m_prev[%14] - m[%14]) * scale)
-      }
-    }
-    copy s -> p
-    gemm p, v_s -> acc, policy=full_row
-  }
-  for %16 i in parallel 0..64 {
-    for %17 j in parallel 0..64 {
-      acc[%16, %17] = acc[%16, %17] / l[%16]
-    }
-  }
-  for %18 i in parallel 0..64 {
-    m_prev[%18] = (m[%18] * scale + log2(l[%18])) * 0.6931472
-  }
-  copy acc -> o[bz, hy, bx * 64.., 0..]
-  copy m_prev -> lse[bz, hy, bx * 64..]
-}";
+/// The layout of the 4-D tensors of [`attention_4d_text`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Layout4d {
+    /// `[b, h, s, d]`: tiles with the batch and head squeezed.
+    Bhsd,
+    /// `[b, s, h, d]`: the head squeezed between the sequence and head-dim ranges.
+    Bshd,
+}
 
-/// The same over `[b, s, h, d]` tensors (`tests/kernels/ndtile.rs::attention_bshd`):
-/// the head is squeezed between the sequence and head-dim ranges.
-pub const ATTENTION_BSHD: &str = "kernel attention_bshd<%0 B, %1 SQ, %2 H, %3 SK>(@0 q: &f16[B, SQ, H, 64], @1 k: &f16[B, SK, H, 64], @2 v: &f16[B, SK, H, 64], @3 o: &mut f16[B, SQ, H, 64], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads=128 grid=((SQ + 63) / 64, H, B) {
+/// FlashAttention forward over 4-D tensors (head dim 64, 64 query rows per
+/// block, 128 threads, f16), with its LSE `[b, h, s]`, as the macro lowers
+/// `tests/kernels/ndtile.rs::attention_bhsd` / `attention_bshd`: the two
+/// kernels differ only in the layout of q, k, v and o.
+pub fn attention_4d_text(layout: Layout4d) -> String {
+    let (name, dims, q_shape, k_shape, q_tile, k_tile) = match layout {
+        Layout4d::Bhsd => (
+            "bhsd",
+            "%0 B, %1 H, %2 SQ, %3 SK",
+            "B, H, SQ, 64",
+            "B, H, SK, 64",
+            "bz, hy, bx * 64.., 0..",
+            "bz, hy, kb * 64.., 0..",
+        ),
+        Layout4d::Bshd => (
+            "bshd",
+            "%0 B, %1 SQ, %2 H, %3 SK",
+            "B, SQ, H, 64",
+            "B, SK, H, 64",
+            "bz, bx * 64.., hy, 0..",
+            "bz, kb * 64.., hy, 0..",
+        ),
+    };
+    format!(
+        "kernel attention_{name}<{dims}>(@0 q: &f16[{q_shape}], @1 k: &f16[{k_shape}], @2 v: &f16[{k_shape}], @3 o: &mut f16[{q_shape}], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads=128 grid=((SQ + 63) / 64, H, B) {{
   %5 bx = block_idx.x
   %6 hy = block_idx.y
   %7 bz = block_idx.z
@@ -179,48 +146,50 @@ pub const ATTENTION_BSHD: &str = "kernel attention_bshd<%0 B, %1 SQ, %2 H, %3 SK
   @12 m_prev: fragment f32[64]
   @13 l: fragment f32[64]
   @14 row_sum: fragment f32[64]
-  copy q[bz, bx * 64.., hy, 0..] -> q_s
+  copy q[{q_tile}] -> q_s
   fill acc, 0.0
   fill l, 0.0
   fill m, -inf
-  for %8 kb in pipelined(2) 0..(SK + 63) / 64 {
-    copy k[bz, kb * 64.., hy, 0..] -> k_s
-    copy v[bz, kb * 64.., hy, 0..] -> v_s
+  for %8 kb in pipelined(2) 0..(SK + 63) / 64 {{
+    copy k[{k_tile}] -> k_s
+    copy v[{k_tile}] -> v_s
     gemm q_s, k_s.t -> s, clear, policy=full_row
-    for %9 i in parallel 0..64 {
-      for %10 j in parallel 0..64 {
-        if kb * 64 + %10 >= SK {
+    for %9 i in parallel 0..64 {{
+      for %10 j in parallel 0..64 {{
+        if kb * 64 + %10 >= SK {{
           s[%9, %10] = -inf
-        }
-      }
-    }
+        }}
+      }}
+    }}
     copy m -> m_prev
     reduce.max s -> m, dim=1, keep
-    for %11 i in parallel 0..64 {
-      for %12 j in parallel 0..64 {
+    for %11 i in parallel 0..64 {{
+      for %12 j in parallel 0..64 {{
         s[%11, %12] = exp2((s[%11, %12] - m[%11]) * scale)
-      }
-    }
+      }}
+    }}
     reduce.sum s -> row_sum, dim=1
-    for %13 i in parallel 0..64 {
+    for %13 i in parallel 0..64 {{
       l[%13] = l[%13] * exp2((m_prev[%13] - m[%13]) * scale) + row_sum[%13]
-    }
-    for %14 i in parallel 0..64 {
-      for %15 j in parallel 0..64 {
+    }}
+    for %14 i in parallel 0..64 {{
+      for %15 j in parallel 0..64 {{
         acc[%14, %15] = acc[%14, %15] * exp2((m_prev[%14] - m[%14]) * scale)
-      }
-    }
+      }}
+    }}
     copy s -> p
     gemm p, v_s -> acc, policy=full_row
-  }
-  for %16 i in parallel 0..64 {
-    for %17 j in parallel 0..64 {
+  }}
+  for %16 i in parallel 0..64 {{
+    for %17 j in parallel 0..64 {{
       acc[%16, %17] = acc[%16, %17] / l[%16]
-    }
-  }
-  for %18 i in parallel 0..64 {
+    }}
+  }}
+  for %18 i in parallel 0..64 {{
     m_prev[%18] = (m[%18] * scale + log2(l[%18])) * 0.6931472
-  }
-  copy acc -> o[bz, bx * 64.., hy, 0..]
+  }}
+  copy acc -> o[{q_tile}]
   copy m_prev -> lse[bz, hy, bx * 64..]
-}";
+}}"
+    )
+}
