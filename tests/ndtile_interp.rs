@@ -64,4 +64,24 @@ fn embedded_ir_is_the_shared_text() {
     }
     assert_eq!(bhsd, tile_testkit::attention_4d_text(tile_testkit::Layout4d::Bhsd));
     assert_eq!(bshd, tile_testkit::attention_4d_text(tile_testkit::Layout4d::Bshd));
+    let sized = |l, bn| tile_testkit::attention_4d_sized(l, 128, 128, bn, 256);
+    assert_eq!(printed(ndtile::attention_bhsd_d128::META.ir), sized(tile_testkit::Layout4d::Bhsd, 64));
+    assert_eq!(printed(ndtile::attention_bshd_d128::META.ir), sized(tile_testkit::Layout4d::Bshd, 128));
+}
+
+#[test]
+fn attention_d128_both_layouts() {
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for (b, h, sq, sk) in [(1, 2, 130, 77), (1, 1, 1, 1)] {
+            ndtile::attention_check_d128(&dev(), layout, b, h, sq, sk, (sq + sk + h) as u64)
+                .unwrap_or_else(|e| panic!("{layout:?} {sq}x{sk}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn pipelined_sum_any_trip_count() {
+    for (m, n, extra) in [(70, 0, 64), (70, 1, 0), (64, 2, 4), (130, 3, 12), (1, 5, 0)] {
+        ndtile::pipelined_sum_check(&dev(), m, n, extra, (m + n) as u64).unwrap();
+    }
 }

@@ -231,6 +231,127 @@ pub fn attention_bshd(
     copy(&m_prev, lse.tile([bz, hy, bx * BM..]));
 }
 
+/// [`attention_bhsd`] at head dim 128: 128 query rows per block over two
+/// warpgroups (256 threads), key blocks of 64 (FA3's d128 shape, the one
+/// the warp-specialized loop's consumers split into two 64-row halves).
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 64, D = 128))]
+pub fn attention_bhsd_d128(
+    q: &Tensor<f16, B, H, SQ, D>,
+    k: &Tensor<f16, B, H, SK, D>,
+    v: &Tensor<f16, B, H, SK, D>,
+    o: &mut Tensor<f16, B, H, SQ, D>,
+    lse: &mut Tensor<f32, B, H, SQ>,
+    scale: f32,
+) {
+    let (bx, hy, bz) = grid(cdiv(SQ, BM), H, B);
+    let mut q_s = shared::<f16, BM, D>();
+    let mut k_s = shared::<f16, BN, D>();
+    let mut v_s = shared::<f16, BN, D>();
+    let mut s = fragment::<f32, BM, BN>();
+    let mut p = fragment::<f16, BM, BN>();
+    let mut acc = fragment::<f32, BM, D>();
+    let mut m = fragment::<f32, BM>();
+    let mut m_prev = fragment::<f32, BM>();
+    let mut l = fragment::<f32, BM>();
+    let mut row_sum = fragment::<f32, BM>();
+    copy(q.tile([bz, hy, bx * BM.., ..]), &mut q_s);
+    clear(&mut acc);
+    clear(&mut l);
+    fill(&mut m, f32::NEG_INFINITY);
+    for kb in pipelined(cdiv(SK, BN), 2) {
+        copy(k.tile([bz, hy, kb * BN.., ..]), &mut k_s);
+        copy(v.tile([bz, hy, kb * BN.., ..]), &mut v_s);
+        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
+        for (i, j) in parallel((BM, BN)) {
+            if kb * BN + j >= SK {
+                s[(i, j)] = f32::NEG_INFINITY;
+            }
+        }
+        copy(&m, &mut m_prev);
+        reduce_max(&s, &mut m, 1).keep();
+        for (i, j) in parallel((BM, BN)) {
+            s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
+        }
+        reduce_sum(&s, &mut row_sum, 1);
+        for i in parallel(BM) {
+            l[i] = l[i] * exp2((m_prev[i] - m[i]) * scale) + row_sum[i];
+        }
+        for (i, j) in parallel((BM, D)) {
+            acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
+        }
+        copy(&s, &mut p);
+        gemm(&p, &v_s, &mut acc).policy(FullRow);
+    }
+    for (i, j) in parallel((BM, D)) {
+        acc[(i, j)] = acc[(i, j)] / l[i];
+    }
+    for i in parallel(BM) {
+        m_prev[i] = (m[i] * scale + log2(l[i])) * 0.6931472;
+    }
+    copy(&acc, o.tile([bz, hy, bx * BM.., ..]));
+    copy(&m_prev, lse.tile([bz, hy, bx * BM..]));
+}
+
+/// [`attention_bshd`] at head dim 128: 128 query rows and 128 keys per
+/// block, 256 threads.
+#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, D = 128))]
+pub fn attention_bshd_d128(
+    q: &Tensor<f16, B, SQ, H, D>,
+    k: &Tensor<f16, B, SK, H, D>,
+    v: &Tensor<f16, B, SK, H, D>,
+    o: &mut Tensor<f16, B, SQ, H, D>,
+    lse: &mut Tensor<f32, B, H, SQ>,
+    scale: f32,
+) {
+    let (bx, hy, bz) = grid(cdiv(SQ, BM), H, B);
+    let mut q_s = shared::<f16, BM, D>();
+    let mut k_s = shared::<f16, BN, D>();
+    let mut v_s = shared::<f16, BN, D>();
+    let mut s = fragment::<f32, BM, BN>();
+    let mut p = fragment::<f16, BM, BN>();
+    let mut acc = fragment::<f32, BM, D>();
+    let mut m = fragment::<f32, BM>();
+    let mut m_prev = fragment::<f32, BM>();
+    let mut l = fragment::<f32, BM>();
+    let mut row_sum = fragment::<f32, BM>();
+    copy(q.tile([bz, bx * BM.., hy, ..]), &mut q_s);
+    clear(&mut acc);
+    clear(&mut l);
+    fill(&mut m, f32::NEG_INFINITY);
+    for kb in pipelined(cdiv(SK, BN), 2) {
+        copy(k.tile([bz, kb * BN.., hy, ..]), &mut k_s);
+        copy(v.tile([bz, kb * BN.., hy, ..]), &mut v_s);
+        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
+        for (i, j) in parallel((BM, BN)) {
+            if kb * BN + j >= SK {
+                s[(i, j)] = f32::NEG_INFINITY;
+            }
+        }
+        copy(&m, &mut m_prev);
+        reduce_max(&s, &mut m, 1).keep();
+        for (i, j) in parallel((BM, BN)) {
+            s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
+        }
+        reduce_sum(&s, &mut row_sum, 1);
+        for i in parallel(BM) {
+            l[i] = l[i] * exp2((m_prev[i] - m[i]) * scale) + row_sum[i];
+        }
+        for (i, j) in parallel((BM, D)) {
+            acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
+        }
+        copy(&s, &mut p);
+        gemm(&p, &v_s, &mut acc).policy(FullRow);
+    }
+    for (i, j) in parallel((BM, D)) {
+        acc[(i, j)] = acc[(i, j)] / l[i];
+    }
+    for i in parallel(BM) {
+        m_prev[i] = (m[i] * scale + log2(l[i])) * 0.6931472;
+    }
+    copy(&acc, o.tile([bz, bx * BM.., hy, ..]));
+    copy(&m_prev, lse.tile([bz, hy, bx * BM..]));
+}
+
 /// Which layout an attention check runs.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub enum Layout {
@@ -296,7 +417,7 @@ pub fn attention_ref(
     (out, lse)
 }
 
-type Attention4d = fn(
+pub type Attention4d = fn(
     &Stream,
     &DeviceTensor<f16>,
     &DeviceTensor<f16>,
@@ -317,7 +438,44 @@ pub fn attention_check(
     sk: usize,
     seed: u64,
 ) -> Res<(Vec<f16>, Vec<f32>)> {
-    let d = 64;
+    let launch: Attention4d = match layout {
+        Layout::Bhsd => attention_bhsd::launch,
+        Layout::Bshd => attention_bshd::launch,
+    };
+    attention_check_with(dev, layout, launch, 64, b, h, sq, sk, seed)
+}
+
+/// The head-dim-128 kernel of `layout` ([`attention_bhsd_d128`],
+/// [`attention_bshd_d128`]) checked as [`attention_check`] does.
+pub fn attention_check_d128(
+    dev: &Device,
+    layout: Layout,
+    b: usize,
+    h: usize,
+    sq: usize,
+    sk: usize,
+    seed: u64,
+) -> Res<(Vec<f16>, Vec<f32>)> {
+    let launch: Attention4d = match layout {
+        Layout::Bhsd => attention_bhsd_d128::launch,
+        Layout::Bshd => attention_bshd_d128::launch,
+    };
+    attention_check_with(dev, layout, launch, 128, b, h, sq, sk, seed)
+}
+
+/// [`attention_check`] of the kernel `launch` over head dim `d`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_check_with(
+    dev: &Device,
+    layout: Layout,
+    launch: Attention4d,
+    d: usize,
+    b: usize,
+    h: usize,
+    sq: usize,
+    sk: usize,
+    seed: u64,
+) -> Res<(Vec<f16>, Vec<f32>)> {
     let st = dev.stream()?;
     let mut rng = Rng::new(seed);
     let mut random = |s: usize, lo: f32, hi: f32| -> Vec<f16> {
@@ -333,10 +491,6 @@ pub fn attention_check(
     let dv = DeviceTensor::from_slice(&st, &v, &shape(sk))?;
     let mut dout = DeviceTensor::from_slice(&st, &vec![f16::NAN; b * h * sq * d], &shape(sq))?;
     let mut dlse = DeviceTensor::from_slice(&st, &vec![f32::NAN; b * h * sq], &[b, h, sq])?;
-    let launch: Attention4d = match layout {
-        Layout::Bhsd => attention_bhsd::launch,
-        Layout::Bshd => attention_bshd::launch,
-    };
     let scale = std::f32::consts::LOG2_E / (d as f32).sqrt();
     launch(&st, &dq, &dk, &dv, &mut dout, &mut dlse, scale)?;
     let (out, lse) = (dout.to_vec(&st)?, dlse.to_vec(&st)?);
@@ -344,4 +498,41 @@ pub fn attention_check(
     assert_close(&out, &out_ref, 5e-3)?;
     assert_close(&lse, &lse_ref, 1e-4)?;
     Ok((out, lse))
+}
+
+/// `y[r, c] = Σ_{k < n} x[r, 64·k + c]` for `c < 64`: `n` (a scalar, so 0,
+/// 1, 2 and any other trip count) pipelined 64-column tiles of `x` summed
+/// from shared memory by plain loads (no gemm), `BM` rows per block.
+#[tile_kernel(threads = 128, consts(BM = 64, BN = 64))]
+pub fn pipelined_sum(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, BN>, n: i32) {
+    let bm = grid(cdiv(M, BM));
+    let mut x_s = shared::<f32, BM, BN>();
+    let mut acc = fragment::<f32, BM, BN>();
+    let mut t = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for kb in pipelined(n, 2) {
+        copy(x.tile([bm * BM.., kb * BN..]), &mut x_s);
+        copy(&x_s, &mut t);
+        for (i, j) in parallel((BM, BN)) {
+            acc[(i, j)] = acc[(i, j)] + t[(i, j)];
+        }
+    }
+    copy(&acc, y.tile([bm * BM.., 0..]));
+}
+
+/// Runs [`pipelined_sum`] over `n` tiles of a random `[m, 64·n + extra]`
+/// matrix (columns past `64·n` are never read) against a CPU sum.
+pub fn pipelined_sum_check(dev: &Device, m: usize, n: usize, extra: usize, seed: u64) -> Res<Vec<f32>> {
+    let cols = 64 * n + extra;
+    let st = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(m * cols, -1.0, 1.0);
+    let dx = DeviceTensor::from_slice(&st, &x, &[m, cols])?;
+    let mut dy = DeviceTensor::from_slice(&st, &vec![f32::NAN; m * 64], &[m, 64])?;
+    pipelined_sum::launch(&st, &dx, &mut dy, n as i32)?;
+    let y = dy.to_vec(&st)?;
+    let reference: Vec<f64> =
+        (0..m * 64).map(|i| (0..n).map(|k| x[(i / 64) * cols + 64 * k + i % 64] as f64).sum()).collect();
+    assert_close(&y, &reference, 1e-5)?;
+    Ok(y)
 }

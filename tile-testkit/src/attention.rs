@@ -112,84 +112,96 @@ pub enum Layout4d {
 /// block, 128 threads, f16), with its LSE `[b, h, s]`, as the macro lowers
 /// `tests/kernels/ndtile.rs::attention_bhsd` / `attention_bshd`: the two
 /// kernels differ only in the layout of q, k, v and o.
+/// `attention_4d_sized(layout, 64, 64, 64, 128)`.
 pub fn attention_4d_text(layout: Layout4d) -> String {
+    attention_4d_sized(layout, 64, 64, 64, 128)
+}
+
+/// [`attention_4d_text`] with head dim `d`, `bm` query rows and `bn` keys
+/// per block over `threads` threads, as the macro lowers the kernel with
+/// `consts(BM = bm, BN = bn, D = d)` (`attention_bhsd_d128` /
+/// `attention_bshd_d128` of `tests/kernels/ndtile.rs` are `(128, 128, 64,
+/// 256)` and `(128, 128, 128, 256)`).
+pub fn attention_4d_sized(layout: Layout4d, d: i64, bm: i64, bn: i64, threads: u32) -> String {
     let (name, dims, q_shape, k_shape, q_tile, k_tile) = match layout {
         Layout4d::Bhsd => (
             "bhsd",
             "%0 B, %1 H, %2 SQ, %3 SK",
-            "B, H, SQ, 64",
-            "B, H, SK, 64",
-            "bz, hy, bx * 64.., 0..",
-            "bz, hy, kb * 64.., 0..",
+            format!("B, H, SQ, {d}"),
+            format!("B, H, SK, {d}"),
+            format!("bz, hy, bx * {bm}.., 0.."),
+            format!("bz, hy, kb * {bn}.., 0.."),
         ),
         Layout4d::Bshd => (
             "bshd",
             "%0 B, %1 SQ, %2 H, %3 SK",
-            "B, SQ, H, 64",
-            "B, SK, H, 64",
-            "bz, bx * 64.., hy, 0..",
-            "bz, kb * 64.., hy, 0..",
+            format!("B, SQ, H, {d}"),
+            format!("B, SK, H, {d}"),
+            format!("bz, bx * {bm}.., hy, 0.."),
+            format!("bz, kb * {bn}.., hy, 0.."),
         ),
     };
+    let suffix = if (d, bm, bn, threads) == (64, 64, 64, 128) { String::new() } else { format!("_d{d}") };
+    let (bm1, bn1) = (bm - 1, bn - 1);
     format!(
-        "kernel attention_{name}<{dims}>(@0 q: &f16[{q_shape}], @1 k: &f16[{k_shape}], @2 v: &f16[{k_shape}], @3 o: &mut f16[{q_shape}], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads=128 grid=((SQ + 63) / 64, H, B) {{
+        "kernel attention_{name}{suffix}<{dims}>(@0 q: &f16[{q_shape}], @1 k: &f16[{k_shape}], @2 v: &f16[{k_shape}], @3 o: &mut f16[{q_shape}], @4 lse: &mut f32[B, H, SQ], %4 scale: f32) threads={threads} grid=((SQ + {bm1}) / {bm}, H, B) {{
   %5 bx = block_idx.x
   %6 hy = block_idx.y
   %7 bz = block_idx.z
-  @5 q_s: shared f16[64, 64]
-  @6 k_s: shared f16[64, 64]
-  @7 v_s: shared f16[64, 64]
-  @8 s: fragment f32[64, 64]
-  @9 p: fragment f16[64, 64]
-  @10 acc: fragment f32[64, 64]
-  @11 m: fragment f32[64]
-  @12 m_prev: fragment f32[64]
-  @13 l: fragment f32[64]
-  @14 row_sum: fragment f32[64]
+  @5 q_s: shared f16[{bm}, {d}]
+  @6 k_s: shared f16[{bn}, {d}]
+  @7 v_s: shared f16[{bn}, {d}]
+  @8 s: fragment f32[{bm}, {bn}]
+  @9 p: fragment f16[{bm}, {bn}]
+  @10 acc: fragment f32[{bm}, {d}]
+  @11 m: fragment f32[{bm}]
+  @12 m_prev: fragment f32[{bm}]
+  @13 l: fragment f32[{bm}]
+  @14 row_sum: fragment f32[{bm}]
   copy q[{q_tile}] -> q_s
   fill acc, 0.0
   fill l, 0.0
   fill m, -inf
-  for %8 kb in pipelined(2) 0..(SK + 63) / 64 {{
+  for %8 kb in pipelined(2) 0..(SK + {bn1}) / {bn} {{
     copy k[{k_tile}] -> k_s
     copy v[{k_tile}] -> v_s
     gemm q_s, k_s.t -> s, clear, policy=full_row
-    for %9 i in parallel 0..64 {{
-      for %10 j in parallel 0..64 {{
-        if kb * 64 + %10 >= SK {{
+    for %9 i in parallel 0..{bm} {{
+      for %10 j in parallel 0..{bn} {{
+        if kb * {bn} + %10 >= SK {{
           s[%9, %10] = -inf
         }}
       }}
     }}
     copy m -> m_prev
     reduce.max s -> m, dim=1, keep
-    for %11 i in parallel 0..64 {{
-      for %12 j in parallel 0..64 {{
+    for %11 i in parallel 0..{bm} {{
+      for %12 j in parallel 0..{bn} {{
         s[%11, %12] = exp2((s[%11, %12] - m[%11]) * scale)
       }}
     }}
     reduce.sum s -> row_sum, dim=1
-    for %13 i in parallel 0..64 {{
+    for %13 i in parallel 0..{bm} {{
       l[%13] = l[%13] * exp2((m_prev[%13] - m[%13]) * scale) + row_sum[%13]
     }}
-    for %14 i in parallel 0..64 {{
-      for %15 j in parallel 0..64 {{
+    for %14 i in parallel 0..{bm} {{
+      for %15 j in parallel 0..{d} {{
         acc[%14, %15] = acc[%14, %15] * exp2((m_prev[%14] - m[%14]) * scale)
       }}
     }}
     copy s -> p
     gemm p, v_s -> acc, policy=full_row
   }}
-  for %16 i in parallel 0..64 {{
-    for %17 j in parallel 0..64 {{
+  for %16 i in parallel 0..{bm} {{
+    for %17 j in parallel 0..{d} {{
       acc[%16, %17] = acc[%16, %17] / l[%16]
     }}
   }}
-  for %18 i in parallel 0..64 {{
+  for %18 i in parallel 0..{bm} {{
     m_prev[%18] = (m[%18] * scale + log2(l[%18])) * 0.6931472
   }}
   copy acc -> o[{q_tile}]
-  copy m_prev -> lse[bz, hy, bx * 64..]
+  copy m_prev -> lse[bz, hy, bx * {bm}..]
 }}"
     )
 }

@@ -20,6 +20,6 @@ pub mod attention;
 pub mod matmul;
 pub mod rng;
 
-pub use attention::{attention_4d_text, attention_text, Layout4d, ATTENTION};
+pub use attention::{attention_4d_sized, attention_4d_text, attention_text, Layout4d, ATTENTION};
 pub use matmul::{Matmul, GEMM_TN_BF16, MATMUL, MATMUL_128X256};
 pub use rng::Rng;

@@ -160,7 +160,7 @@ fn bound_vars(body: &[Stmt], out: &mut HashSet<VarId>) {
     }
 }
 
-fn expr_vars(e: &Expr, vars: &mut HashSet<VarId>, loads: &mut bool) {
+pub(crate) fn expr_vars(e: &Expr, vars: &mut HashSet<VarId>, loads: &mut bool) {
     match e {
         Expr::Const(_) => {}
         Expr::Var(v) => {

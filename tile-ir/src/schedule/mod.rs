@@ -4,6 +4,7 @@
 //! | schedule | file | needs | applies when |
 //! |---|---|---|---|
 //! | `warp_specialized_gemm` | `warp_specialized_gemm/` | sm_90a, TMA-addressable tensors | one pipelined GEMM main loop of TMA-able copies and gemms ([`warp_specialized_gemm::plan`]) |
+//! | `warp_specialized_loop` | `warp_specialized_loop/` | sm_90a, TMA-addressable tensors | one top-level pipelined loop of any body whose pipelined copies TMA can do ([`warp_specialized_loop::plan`]) |
 //! | `tma_copy` | `tma_copy.rs` | sm_90a, TMA-addressable tensors | a pipelined loop with copies TMA can do |
 //! | `cp_async_pipeline` | `cp_async_pipeline/` | any tensors | a loop the pipeline analysis takes |
 //! | `general` | `general.rs` | any tensors | always |
@@ -28,6 +29,7 @@ pub mod general;
 mod not_applicable;
 pub mod tma_copy;
 pub mod warp_specialized_gemm;
+pub mod warp_specialized_loop;
 
 pub use not_applicable::NotApplicable;
 
@@ -36,6 +38,7 @@ use crate::ir::Kernel;
 use crate::passes::pipeline::PipelinePlan;
 use crate::{CompileError, Target};
 use warp_specialized_gemm::WsPlan;
+use warp_specialized_loop::WslPlan;
 
 /// A schedule, by name.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +46,9 @@ pub enum Schedule {
     /// A producer warpgroup issuing TMA, consumers running wgmma
     /// ([`warp_specialized_gemm`]); with the TMA-store and persistent options.
     WarpSpecializedGemm,
+    /// A producer warpgroup issuing a pipelined loop's TMA copies, consumers
+    /// running the rest of the kernel ([`warp_specialized_loop`]).
+    WarpSpecializedLoop,
     /// The cp.async pipeline with its TMA-able copies as TMA boxes ([`tma_copy`]).
     TmaCopy,
     /// The general lowering with its loops software-pipelined by cp.async
@@ -54,13 +60,19 @@ pub enum Schedule {
 
 impl Schedule {
     /// Every schedule, preferred first: the order of a kernel's variants.
-    pub const PREFERENCE: [Schedule; 4] =
-        [Schedule::WarpSpecializedGemm, Schedule::TmaCopy, Schedule::CpAsyncPipeline, Schedule::General];
+    pub const PREFERENCE: [Schedule; 5] = [
+        Schedule::WarpSpecializedGemm,
+        Schedule::WarpSpecializedLoop,
+        Schedule::TmaCopy,
+        Schedule::CpAsyncPipeline,
+        Schedule::General,
+    ];
 
     /// The name [`Compiled::schedule`] carries.
     pub fn name(self) -> &'static str {
         match self {
             Schedule::WarpSpecializedGemm => warp_specialized_gemm::NAME,
+            Schedule::WarpSpecializedLoop => warp_specialized_loop::NAME,
             Schedule::TmaCopy => tma_copy::NAME,
             Schedule::CpAsyncPipeline => cp_async_pipeline::NAME,
             Schedule::General => general::NAME,
@@ -76,7 +88,7 @@ impl Schedule {
     /// launch it only when the mapped tensors are TMA-addressable
     /// ([`crate::abi::tma_addressable`]); the others run on any tensors.
     pub fn needs_tma(self) -> bool {
-        matches!(self, Schedule::WarpSpecializedGemm | Schedule::TmaCopy)
+        matches!(self, Schedule::WarpSpecializedGemm | Schedule::WarpSpecializedLoop | Schedule::TmaCopy)
     }
 
     /// Whether (and how) this schedule takes `kernel` on `target`.
@@ -87,6 +99,9 @@ impl Schedule {
         match self {
             Schedule::WarpSpecializedGemm => {
                 warp_specialized_gemm::plan(kernel, target).map(|p| Plan::WarpSpecializedGemm(Box::new(p)))
+            }
+            Schedule::WarpSpecializedLoop => {
+                warp_specialized_loop::plan(kernel, target).map(|p| Plan::WarpSpecializedLoop(Box::new(p)))
             }
             Schedule::TmaCopy => tma_copy::plan(kernel, target).map(Plan::TmaCopy),
             Schedule::CpAsyncPipeline => cp_async_pipeline::plan(kernel).map(Plan::CpAsyncPipeline),
@@ -99,6 +114,7 @@ impl Schedule {
 #[derive(Clone, Debug)]
 pub enum Plan {
     WarpSpecializedGemm(Box<WsPlan>),
+    WarpSpecializedLoop(Box<WslPlan>),
     /// The pipeline analysis (TMA or not is decided per copy while lowering).
     TmaCopy(PipelinePlan),
     CpAsyncPipeline(PipelinePlan),
@@ -109,6 +125,7 @@ impl Plan {
     pub fn schedule(&self) -> Schedule {
         match self {
             Plan::WarpSpecializedGemm(_) => Schedule::WarpSpecializedGemm,
+            Plan::WarpSpecializedLoop(_) => Schedule::WarpSpecializedLoop,
             Plan::TmaCopy(_) => Schedule::TmaCopy,
             Plan::CpAsyncPipeline(_) => Schedule::CpAsyncPipeline,
             Plan::General => Schedule::General,
@@ -127,6 +144,9 @@ impl Plan {
         match self {
             Plan::WarpSpecializedGemm(ws) => {
                 warp_specialized_gemm::compile_planned(kernel, target, options, ws.as_ref().clone())
+            }
+            Plan::WarpSpecializedLoop(wsl) => {
+                warp_specialized_loop::compile_planned(kernel, target, options, wsl.as_ref().clone())
             }
             Plan::TmaCopy(_) => tma_copy::compile(kernel, target, options),
             Plan::CpAsyncPipeline(_) | Plan::General => general::compile(kernel, target, options),
@@ -229,7 +249,10 @@ mod tests {
     #[test]
     fn names_round_trip_in_preference_order() {
         let names: Vec<&str> = Schedule::PREFERENCE.iter().map(|s| s.name()).collect();
-        assert_eq!(names, ["warp_specialized_gemm", "tma_copy", "cp_async_pipeline", "general"]);
+        assert_eq!(
+            names,
+            ["warp_specialized_gemm", "warp_specialized_loop", "tma_copy", "cp_async_pipeline", "general"]
+        );
         for s in Schedule::PREFERENCE {
             assert_eq!(Schedule::from_name(s.name()), Some(s));
         }
@@ -251,15 +274,19 @@ mod tests {
         assert_eq!(crate::compile(&nested, Target::Sm80).unwrap().schedule, "cp_async_pipeline");
     }
 
+    /// Every schedule but the warp-specialized loop takes the example GEMM
+    /// on sm_90a; that one leaves it to the warp-specialized GEMM.
     #[test]
     fn every_schedule_takes_the_example_gemm_on_sm90a() {
         let k = kernel(MATMUL);
         for (s, d) in decisions(&k, Target::Sm90a, CompileOptions::default()) {
-            assert_eq!(d, Ok(()), "{}", s.name());
+            if s != Schedule::WarpSpecializedLoop {
+                assert_eq!(d, Ok(()), "{}", s.name());
+            }
         }
         assert_eq!(
             describe_decisions(&k, Target::Sm90a, CompileOptions::default()),
-            "warp_specialized_gemm: applies\ntma_copy: applies\ncp_async_pipeline: applies\ngeneral: applies\n"
+            "warp_specialized_gemm: applies\nwarp_specialized_loop: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\ntma_copy: applies\ncp_async_pipeline: applies\ngeneral: applies\n"
         );
     }
 

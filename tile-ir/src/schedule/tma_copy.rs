@@ -117,7 +117,7 @@ pub fn compile_where_possible(
 /// dims, the second its innermost (contiguous) one; the squeezed dims get
 /// box extent 1, so the box lands in shared memory exactly as the 2-D box
 /// of the spanned dims would.
-fn tma_window_dims(k: &Kernel, src: &TileRef) -> Option<(usize, usize)> {
+pub(crate) fn tma_window_dims(k: &Kernel, src: &TileRef) -> Option<(usize, usize)> {
     let rank = k.buffer(src.buf).shape.len();
     let spanned = src.spanned();
     ((2..=5).contains(&rank) && src.origin.len() == rank && spanned.len() == 2 && spanned[1] == rank - 1)
@@ -125,7 +125,7 @@ fn tma_window_dims(k: &Kernel, src: &TileRef) -> Option<(usize, usize)> {
 }
 
 /// The checks of [`Lx::tma_copy_of`] that need no shared layout.
-fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> bool {
+pub(crate) fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> bool {
     let (sb, db) = (k.buffer(src.buf), k.buffer(dst.buf));
     sb.scope == Scope::Global
         && db.scope == Scope::Shared
@@ -242,7 +242,7 @@ impl Lx<'_> {
     /// `(tensor param index, boxes, bytes, box shape, swizzle)` when the
     /// copy `src → dst` can be TMA boxes (see the module doc).
     #[allow(clippy::type_complexity)]
-    fn tma_copy_of(
+    pub(crate) fn tma_copy_of(
         &self,
         src: &TileRef,
         dst: &TileRef,
@@ -346,30 +346,47 @@ impl Lx<'_> {
         let issue = self.capture(|x| {
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
-            for (boff, r0, c0) in &tc.boxes {
-                let col = x.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
-                let row = x.add_i32(origin[row_dim].into(), Operand::Imm(*r0));
-                // Coordinates innermost first; a squeezed dim's is its index
-                // (out of range, TMA reads the whole box as zeros).
-                let mut coords = vec![col];
-                for d in (0..col_dim).rev() {
-                    coords.push(if d == row_dim { row.clone() } else { Operand::Reg(origin[d]) });
-                }
-                x.emit(Inst::TmaLoad {
-                    dst: Address { base: base.base.clone(), offset: base.offset + boff },
-                    tmap: map.into(),
-                    coords,
-                    mbar: mbar.clone(),
-                    cache_hint: None,
-                    cta_dst: false,
-                    region: None,
-                });
-            }
+            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar);
             Ok(())
         })?;
         let t0 = self.is_t0;
         self.emit_if(Some(t0), false, issue, vec![]);
         Ok(true)
+    }
+
+    /// The TMA boxes of one copy: box `(byte offset, row offset, column
+    /// offset)` lands at `base + byte offset`, read at the window's
+    /// `origin` (one `i32` register per tensor dim) plus the box's offsets
+    /// on the spanned `(row, column)` dims, through the map at `map`,
+    /// completing on `mbar`.
+    pub(crate) fn tma_boxes(
+        &mut self,
+        map: Reg,
+        base: &Address,
+        boxes: &[(i64, i64, i64)],
+        origin: &[Reg],
+        (row_dim, col_dim): (usize, usize),
+        mbar: &Address,
+    ) {
+        for (boff, r0, c0) in boxes {
+            let col = self.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
+            let row = self.add_i32(origin[row_dim].into(), Operand::Imm(*r0));
+            // Coordinates innermost first; a squeezed dim's is its index
+            // (out of range, TMA reads the whole box as zeros).
+            let mut coords = vec![col];
+            for d in (0..col_dim).rev() {
+                coords.push(if d == row_dim { row.clone() } else { Operand::Reg(origin[d]) });
+            }
+            self.emit(Inst::TmaLoad {
+                dst: Address { base: base.base.clone(), offset: base.offset + boff },
+                tmap: map.into(),
+                coords,
+                mbar: mbar.clone(),
+                cache_hint: None,
+                cta_dst: false,
+                region: None,
+            });
+        }
     }
 
     /// Every thread waits for stage `cur` of the loop over `var` to land.

@@ -52,7 +52,7 @@ impl Lx<'_> {
     /// Makes stage `stage` of `buf` the one its accesses address (through
     /// [`Lx::shared_stage`], which every shared address and ldmatrix
     /// applies); returns the previous setting, for [`Lx::restore_stage`].
-    pub(super) fn select_stage(&mut self, buf: BufferId, stage: &Operand) -> (BufferId, Option<Operand>) {
+    pub(crate) fn select_stage(&mut self, buf: BufferId, stage: &Operand) -> (BufferId, Option<Operand>) {
         let stride = self.stage_stride.get(&buf).copied().unwrap_or(0);
         let off = match stage {
             Operand::Imm(s) => Operand::Imm(s * stride),
@@ -61,7 +61,7 @@ impl Lx<'_> {
         (buf, self.shared_stage.insert(buf, off))
     }
 
-    pub(super) fn restore_stage(&mut self, saved: (BufferId, Option<Operand>)) {
+    pub(crate) fn restore_stage(&mut self, saved: (BufferId, Option<Operand>)) {
         match saved {
             (buf, Some(o)) => self.shared_stage.insert(buf, o),
             (buf, None) => self.shared_stage.remove(&buf),

@@ -109,17 +109,25 @@ impl Lx<'_> {
 
     /// `smem + ws_bars + 8·(stage + which·S)`: full (`which` 0) or empty (1).
     pub(super) fn ws_bar_addr(&mut self, wl: &WsLowering, stage: Reg, which: i64) -> Address {
-        let stages = wl.plan.stages as i64;
+        self.ring_bar_addr(wl.bars.get(), wl.plan.stages as i64, stage, which)
+    }
+
+    /// `smem + bars + 8·(stage + which·stages)`: of a ring of `stages` full
+    /// mbarriers (`which` 0) then as many empty ones (1) at byte `bars`.
+    pub(crate) fn ring_bar_addr(&mut self, bars: i64, stages: i64, stage: Reg, which: i64) -> Address {
         let smem = self.smem;
-        let base =
-            self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(wl.bars.get() + 8 * stages * which)]);
+        let base = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(bars + 8 * stages * which)]);
         let addr = self.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(8), base.into()]);
         Address { base: addr.into(), offset: 0 }
     }
 
     /// `stage = stage + 1`, wrapping to 0 at `S` and then flipping `phase`.
     pub(super) fn ws_advance(&mut self, wl: &WsLowering, stage: Reg, phase: Reg) {
-        let stages = wl.plan.stages as i64;
+        self.ring_advance(wl.plan.stages as i64, stage, phase);
+    }
+
+    /// `stage = stage + 1`, wrapping to 0 at `stages` and then flipping `phase`.
+    pub(crate) fn ring_advance(&mut self, stages: i64, stage: Reg, phase: Reg) {
         let next = self.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(1)]);
         let wrap = self.op("setp.eq.s32", RegClass::Pred, vec![next.into(), Operand::Imm(stages)]);
         self.op_into("selp.b32", stage, vec![Operand::Imm(0), next.into(), wrap.into()]);

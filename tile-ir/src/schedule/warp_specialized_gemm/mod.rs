@@ -24,6 +24,7 @@ mod plan;
 mod store;
 
 use lower::WsLowering;
+pub(crate) use plan::{count_pipelined, has_load};
 pub use plan::{plan, TmaOperand, WsGemm, WsPlan, WsStore};
 
 use crate::compiled::{finish, CompileOptions, Compiled};

@@ -373,7 +373,7 @@ fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand]
     Some(st)
 }
 
-fn count_pipelined(body: &[Stmt]) -> usize {
+pub(crate) fn count_pipelined(body: &[Stmt]) -> usize {
     body.iter()
         .map(|s| match &s.kind {
             StmtKind::For { kind, body, .. } => {
@@ -396,7 +396,7 @@ fn touches_no_memory(k: &Kernel, s: &Stmt) -> bool {
     }
 }
 
-fn has_load(e: &Expr) -> bool {
+pub(crate) fn has_load(e: &Expr) -> bool {
     match e {
         Expr::Const(_) | Expr::Var(_) => false,
         Expr::Load { .. } => true,

@@ -1,0 +1,98 @@
+//! The warp-specialized loop schedule (issue 9, item 2) on the GPU
+//! (feature `gpu`): a producer warpgroup issuing a pipelined loop's TMA
+//! boxes into an mbarrier ring, the kernel's own warpgroups running the
+//! rest. The kernels of `tests/kernels/ndtile.rs`: FlashAttention forward
+//! over 4-D tensors in both layouts at head dim 64 (128 threads) and 128
+//! (256 threads, 128 query rows, key blocks of 64 and 128), and a plain sum
+//! over `n` pipelined tiles read by ordinary loads (loops of 0, 1, 2, 3 and
+//! more iterations with the tensors' sizes unchanged), each against its CPU
+//! reference on awkward sizes (one and two key blocks, lengths off the
+//! block, s_q ≠ s_k), outputs poisoned first. On compute capability 9.x the
+//! `warp_specialized_loop` variant is the first sm_90a one and is the one
+//! that ran (`Device::launch_counts`).
+//!
+//! `cargo test --release --features gpu --test gpu_wsloop` on a machine with
+//! an NVIDIA GPU (a hang here is a deadlock of the schedule).
+#![cfg(feature = "gpu")]
+#[path = "../examples/kernels/common.rs"]
+mod common;
+#[path = "kernels/ndtile.rs"]
+mod ndtile;
+use ndtile::Layout;
+use tile::prelude::*;
+
+fn gpu() -> Device {
+    Device::cuda(0).expect("the gpu tests need an NVIDIA GPU and driver")
+}
+
+/// On 9.x: the first sm_90a variant of `meta` is the warp-specialized loop
+/// (`T + 128` threads, `maps` tensor maps), and only it ran.
+fn ran_wsloop(d: &Device, meta: &'static tile::KernelMeta, maps: usize) {
+    if !d.compute_capability().is_some_and(|cc| cc.0 == 9) {
+        eprintln!("{}: not a 9.x device, the warp-specialized loop is not tried", meta.name);
+        return;
+    }
+    let counts = d.launch_counts(meta);
+    let sm90: Vec<(usize, &tile::KernelTarget)> =
+        meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();
+    let first = sm90.first().map(|(_, t)| *t);
+    assert!(
+        first.is_some_and(|t| t.schedule == "warp_specialized_loop" && t.tensor_maps.len() == maps),
+        "{}: the first sm_90a variant is not the warp-specialized loop with {maps} tensor maps: {:?}",
+        meta.name,
+        first.map(|t| t.schedule)
+    );
+    assert!(counts[sm90[0].0] > 0, "{}: the warp-specialized loop never ran ({counts:?})", meta.name);
+    let others: u64 = counts.iter().enumerate().filter(|(i, _)| *i != sm90[0].0).map(|(_, c)| c).sum();
+    assert_eq!(others, 0, "{}: another variant ran on TMA-addressable tensors ({counts:?})", meta.name);
+}
+
+/// (b, h, s_q, s_k): one key block (s_k ≤ 64 or 128), two, lengths off the
+/// block, s_q ≠ s_k both ways, and a larger one.
+const SHAPES: [(usize, usize, usize, usize); 7] = [
+    (1, 1, 1, 1),
+    (1, 2, 64, 64),
+    (2, 2, 100, 77),
+    (1, 3, 64, 130),
+    (1, 2, 300, 128),
+    (2, 1, 129, 255),
+    (2, 8, 1000, 1537),
+];
+
+#[test]
+fn attention_d64() {
+    let d = gpu();
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for (i, (b, h, sq, sk)) in SHAPES.into_iter().enumerate() {
+            ndtile::attention_check(&d, layout, b, h, sq, sk, 40 + i as u64)
+                .unwrap_or_else(|e| panic!("{layout:?} b{b} h{h} sq{sq} sk{sk}: {e}"));
+        }
+    }
+    ran_wsloop(&d, &ndtile::attention_bhsd::META, 2);
+    ran_wsloop(&d, &ndtile::attention_bshd::META, 2);
+}
+
+#[test]
+fn attention_d128() {
+    let d = gpu();
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for (i, (b, h, sq, sk)) in SHAPES.into_iter().enumerate() {
+            ndtile::attention_check_d128(&d, layout, b, h, sq, sk, 50 + i as u64)
+                .unwrap_or_else(|e| panic!("{layout:?} d128 b{b} h{h} sq{sq} sk{sk}: {e}"));
+        }
+    }
+    ran_wsloop(&d, &ndtile::attention_bhsd_d128::META, 2);
+    ran_wsloop(&d, &ndtile::attention_bshd_d128::META, 2);
+}
+
+/// Loops of 0, 1, 2, 3, 4 and 9 iterations (the parities wrap several
+/// times), with rows off the block.
+#[test]
+fn pipelined_sum_any_trip_count() {
+    let d = gpu();
+    for (m, n, extra) in [(70, 0, 64), (70, 1, 0), (64, 2, 4), (130, 3, 12), (1, 4, 0), (1000, 9, 60)] {
+        ndtile::pipelined_sum_check(&d, m, n, extra, (m + n) as u64)
+            .unwrap_or_else(|e| panic!("m{m} n{n} extra{extra}: {e}"));
+    }
+    ran_wsloop(&d, &ndtile::pipelined_sum::META, 1);
+}

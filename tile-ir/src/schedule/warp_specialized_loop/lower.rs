@@ -1,0 +1,292 @@
+//! The warp-specialized schedule of one pipelined loop (sm_90a): TMA boxes
+//! by a producer warpgroup, everything else by the kernel's own threads,
+//! stages handed over through full/empty mbarriers.
+//!
+//! Expects the [`super::WslPlan`] of [`super::plan`] in the [`WslLowering`]
+//! of the lowering (the core then gives each pipelined shared buffer `S`
+//! stage copies, 1024-byte aligned) and a layout plan for sm_90a.
+//!
+//! Guarantees the schedule (`T` consumer threads, `S` stages, `st` = stage,
+//! `ph` = its phase parity, each side carrying its own):
+//! ```text
+//! thread 0: init full[s] (1 arrival), empty[s] (T arrivals); fence; bar.sync 0, T+128
+//! producer warpgroup (tid ≥ T): setmaxnreg.dec P; thread T only:
+//!     the `let`s the copies' origins and the bounds need; a, b = bounds
+//!     for k in a..b: wait empty[st] parity ph^1     // the consumers released it
+//!                    arrive.expect_tx full[st], bytes of all boxes
+//!                    the TMA boxes of every pipelined copy at k → stage st
+//!                    advance st (ph flips at the wrap)
+//!     exit
+//! consumers (tid < T): setmaxnreg.inc C
+//!     the statements before the loop
+//!     for k in a..b: wait full[st] parity ph
+//!                    the body (its pipelined copies left out) on stage st
+//!                    arrive empty[st]                // every thread, after its reads
+//!                    advance st
+//!     bar.sync 1, T                                  // stage memory may be reused
+//!     the statements after the loop
+//! ```
+//! The stage's reads are done before the arrive: generic loads complete in
+//! program order, and a wgmma reading the stage is waited for before it
+//! (`wgmma.wait_group 0` of the general lowering moves down only to the
+//! first statement that is not plain arithmetic or a load,
+//! [`crate::passes::wgmma_wait`], and the arrive is not). A fresh mbarrier
+//! is in phase 0, so the producer's first `S` waits (parity 1, "the phase
+//! before") return at once; each side runs exactly the iterations `a..b`,
+//! so for any trip count (0, 1, 2, ...) every box issued is waited for once
+//! and nobody waits for a phase that never completes. Every `bar.sync` of
+//! the consumers (the core's, the barrier pass's, the reductions') is named
+//! over the `T` consumers (`Function::barrier_threads`); the producer never
+//! reaches one. Out-of-range boxes are zero-filled by TMA and still complete
+//! their bytes.
+
+use super::plan::WslPlan;
+use crate::ir::{DType, Expr, Stmt as TStmt, StmtKind, VarId};
+use crate::passes::lower::{Lx, R};
+use crate::thread_ir::{Address, Inst, Operand, RegClass, Stmt};
+use std::cell::{Cell, RefCell};
+
+/// One pipelined copy the producer issues.
+#[derive(Clone, Debug)]
+struct WslCopy {
+    /// Index of the copy in the loop body.
+    index: usize,
+    /// The tensor map parameter.
+    param: String,
+    /// Boxes: (byte offset in the stage, row offset, column offset).
+    boxes: Vec<(i64, i64, i64)>,
+}
+
+/// The schedule's state while one kernel is lowered.
+pub(crate) struct WslLowering {
+    pub(crate) plan: WslPlan,
+    /// Byte offset of the ring's mbarriers in `smem`: `full[0..S]`, then `empty[0..S]`.
+    bars: Cell<i64>,
+    /// Bytes every stage's boxes deliver.
+    bytes: Cell<i64>,
+    copies: RefCell<Vec<WslCopy>>,
+}
+
+impl WslLowering {
+    pub(super) fn new(plan: WslPlan) -> WslLowering {
+        WslLowering { plan, bars: Cell::new(0), bytes: Cell::new(0), copies: RefCell::new(Vec::new()) }
+    }
+}
+
+impl Lx<'_> {
+    /// Declares a tensor map per pipelined copy (its boxes from the shared
+    /// layout, as the TMA-copy schedule decides them: `Lx::tma_copy_of`)
+    /// and the launch shape: `T + 128` threads, named consumer barriers, a
+    /// register cap for `setmaxnreg`.
+    pub(super) fn wsl_setup(&mut self, wl: &WslLowering) {
+        let ws = &wl.plan;
+        let StmtKind::For { body, .. } = &self.k.body[ws.loop_index].kind else {
+            self.errors.push(self.err("internal: the warp-specialized loop is not a loop"));
+            return;
+        };
+        let mut bytes = 0;
+        for &i in &ws.copies {
+            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
+                self.errors.push(crate::CompileError::new(
+                    body[i].span,
+                    format!(
+                        "the pipelined copy into `{}` has a shared layout TMA cannot write (swizzled rows of 32, 64 or 128 bytes, 64-column panels, or dense rows of a multiple of 16 bytes)",
+                        self.k.buffer(dst.buf).name
+                    ),
+                ));
+                continue;
+            };
+            let param = format!("tmap{}", self.f.tensor_maps.len());
+            self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
+            self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
+            bytes += b;
+            wl.copies.borrow_mut().push(WslCopy { index: i, param, boxes });
+        }
+        wl.bytes.set(bytes);
+        self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
+        self.f.barrier_threads = Some(ws.consumer_threads);
+        self.f.min_blocks_per_sm = Some(1);
+    }
+
+    /// The ring's mbarriers, after the buffers.
+    pub(super) fn wsl_barriers(&mut self, wl: &WslLowering) {
+        let bars = self.alloc_smem(16 * wl.plan.stages as i64);
+        wl.bars.set(bars);
+    }
+
+    /// The whole body: barrier init, the split, then the consumers' code
+    /// (the loop through [`Lx::lower_wsl_consumer_loop`]).
+    pub(super) fn lower_wsl_body(&mut self, wl: &WslLowering, body: &[TStmt]) -> R<()> {
+        let ws = &wl.plan;
+        let (t, stages, bars) = (ws.consumer_threads as i64, ws.stages as i64, wl.bars.get());
+        let init = self.capture(|x| {
+            let smem = x.smem;
+            for s in 0..stages {
+                x.emit(Inst::MbarInit {
+                    addr: Address { base: smem.into(), offset: bars + 8 * s },
+                    count: Operand::Imm(1),
+                });
+                x.emit(Inst::MbarInit {
+                    addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
+                    count: Operand::Imm(t),
+                });
+            }
+            x.emit(Inst::FenceMbarrierInit);
+            Ok(())
+        })?;
+        let t0 = self.is_t0;
+        self.emit_if(Some(t0), false, init, vec![]);
+        self.emit(Inst::NamedBarSync { id: 0, threads: (t + crate::target::PRODUCER_THREADS as i64) as u32 });
+        // The producer warpgroup: its registers go to the consumers; one
+        // thread issues, the others leave.
+        let tid = self.tid;
+        let is_producer = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
+        let producer = self.capture(|x| {
+            x.emit(Inst::SetMaxNreg { inc: false, count: ws.producer_regs });
+            let leader = x.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(t)]);
+            let code = x.capture(|y| y.wsl_producer(wl))?;
+            x.emit_if(Some(leader), false, code, vec![]);
+            x.emit(Inst::Exit);
+            Ok(())
+        })?;
+        self.cur().push(Stmt::If {
+            cond: is_producer,
+            negate: false,
+            uniform: false,
+            then: producer,
+            otherwise: vec![],
+        });
+        self.emit(Inst::SetMaxNreg { inc: true, count: ws.consumer_regs });
+        self.lower_block(body);
+        Ok(())
+    }
+
+    /// The producer thread: the `let`s it needs, the bounds, its loop of
+    /// TMA boxes. Its variable bindings are dropped afterwards (the
+    /// consumers lower those statements again, for themselves).
+    fn wsl_producer(&mut self, wl: &WslLowering) -> R<()> {
+        let ws = &wl.plan;
+        let k = self.k;
+        let saved_vars = self.vars.clone();
+        let saved_mult = self.var_mult.clone();
+        let result = (|| -> R<()> {
+            for &i in &ws.producer_lets {
+                self.stmt(&k.body[i])?;
+            }
+            let lp = &k.body[ws.loop_index];
+            self.span = lp.span;
+            let StmtKind::For { start, end, body, .. } = &lp.kind else {
+                return Err(self.err("internal: the warp-specialized loop is not a loop"));
+            };
+            let (a, b) = self.loop_bounds(start, end)?;
+            let copies = wl.copies.borrow().clone();
+            let mut maps = Vec::new();
+            for c in &copies {
+                let r = self.new_reg(RegClass::B64);
+                self.emit(Inst::TensorMapAddr { dst: r, param: c.param.clone() });
+                maps.push(r);
+            }
+            let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+            self.mov(stage, Operand::Imm(0), DType::I32);
+            self.mov(phase, Operand::Imm(0), DType::I32);
+            let (stages, bars, bytes) = (ws.stages as i64, wl.bars.get(), wl.bytes.get());
+            let kr = self.new_reg(RegClass::B32);
+            let exit = self.new_reg(RegClass::Pred);
+            self.vars.insert(ws.var, kr);
+            let lowered = self.capture(|x| {
+                let empty = x.ring_bar_addr(bars, stages, stage, 1);
+                let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
+                let p = x.new_reg(RegClass::Pred);
+                x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
+                let full = x.ring_bar_addr(bars, stages, stage, 0);
+                x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(bytes) });
+                for (c, map) in copies.iter().zip(&maps) {
+                    let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
+                        return Err(x.err("internal: a warp-specialized copy is not a copy"));
+                    };
+                    x.span = body[c.index].span;
+                    let mut origin = Vec::new();
+                    for e in &src.origin {
+                        let v = x.expr(e)?;
+                        let v = x.convert(v, DType::I32)?;
+                        origin.push(x.materialize(&v));
+                    }
+                    let dims = crate::schedule::tma_copy::tma_window_dims(x.k, src)
+                        .ok_or_else(|| x.err("internal: TMA copy of a window TMA cannot load"))?;
+                    let (off, _) =
+                        *x.shared.get(&dst.buf).ok_or_else(|| x.err("internal: TMA destination not placed"))?;
+                    let stride = x.stage_stride.get(&dst.buf).copied().unwrap_or(0);
+                    let smem = x.smem;
+                    let at = x.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
+                    let at = x.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), at.into()]);
+                    x.tma_boxes(*map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &full);
+                }
+                x.ring_advance(stages, stage, phase);
+                Ok(())
+            })?;
+            self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: false, body: lowered });
+            Ok(())
+        })();
+        self.vars = saved_vars;
+        self.var_mult = saved_mult;
+        result
+    }
+
+    /// The consumers' loop (see the module doc).
+    pub(super) fn lower_wsl_consumer_loop(
+        &mut self,
+        wl: &WslLowering,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[TStmt],
+    ) -> R<()> {
+        let ws = &wl.plan;
+        let (stages, bars) = (ws.stages as i64, wl.bars.get());
+        let (a, b) = self.loop_bounds(start, end)?;
+        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(stage, Operand::Imm(0), DType::I32);
+        self.mov(phase, Operand::Imm(0), DType::I32);
+        let vr = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        let saved_var = self.vars.insert(var, vr);
+        self.loop_depth += 1;
+        let lowered = self.capture(|x| {
+            let full = x.ring_bar_addr(bars, stages, stage, 0);
+            let p = x.new_reg(RegClass::Pred);
+            x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+            let mut saved = Vec::new();
+            for &i in &ws.copies {
+                if let StmtKind::Copy { dst, .. } = &body[i].kind {
+                    saved.push(x.select_stage(dst.buf, &Operand::Reg(stage)));
+                }
+            }
+            for (i, s) in body.iter().enumerate() {
+                if !ws.copies.contains(&i) {
+                    if let Err(e) = x.stmt(s) {
+                        x.errors.push(e);
+                    }
+                }
+            }
+            for st in saved {
+                x.restore_stage(st);
+            }
+            let empty = x.ring_bar_addr(bars, stages, stage, 1);
+            x.emit(Inst::MbarArrive { addr: empty });
+            x.ring_advance(stages, stage, phase);
+            Ok(())
+        });
+        self.loop_depth -= 1;
+        match saved_var {
+            Some(r) => self.vars.insert(var, r),
+            None => self.vars.remove(&var),
+        };
+        let lowered = lowered?;
+        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        // What follows may reuse the stage memory (an epilogue's scratch)
+        // that other consumer warps' last reads still use.
+        self.emit(Inst::BarSync);
+        Ok(())
+    }
+}

@@ -1,0 +1,117 @@
+//! The warp-specialized loop schedule (sm_90a): any pipelined loop whose
+//! copies TMA can do, run by a producer warpgroup issuing those copies into
+//! an mbarrier ring while the kernel's own threads (the consumers) run
+//! everything else: the statements before the loop, its whole body (gemms on
+//! wgmma, reductions, `parallel` loops, fragment copies, masks, scalar code)
+//! and the statements after it. FlashAttention's main loop is the case it
+//! is made for.
+//!
+//! - `plan.rs`: whether a kernel has the shape this schedule takes
+//!   ([`WslPlan`], or the reason it does not);
+//! - `lower.rs`: the barriers, the split into producer and consumers, the
+//!   producer's loop of TMA boxes, the consumers' loop over the stages.
+//!
+//! Expects a verified kernel; [`compile`] runs layout inference for the
+//! target (wgmma where the core takes it), epilogue staging, the lowering
+//! core with this schedule's hooks (the stage buffers multi-buffered and
+//! 1024-byte aligned, the pipelined copies left to the producer) and the
+//! back end, whose `bar.sync`s in consumer code become named barriers over
+//! the consumers ([`crate::thread_ir::Function::barrier_threads`]).
+//! Guarantees a variant that computes what the general one does and needs
+//! its mapped tensors TMA-addressable ([`crate::abi::tma_addressable`]).
+
+mod lower;
+mod plan;
+
+use lower::WslLowering;
+pub use plan::{plan, WslPlan};
+
+use crate::compiled::{finish, CompileOptions, Compiled};
+use crate::ir::{BufferId, Expr, Kernel, SpanId, Stmt as TStmt, VarId};
+use crate::passes::lower::{Lx, ScheduleLowering, R};
+use crate::passes::{epilogue, layout_infer};
+use crate::{CompileError, Target};
+use std::rc::Rc;
+
+/// The schedule's name ([`Compiled::schedule`]).
+pub const NAME: &str = "warp_specialized_loop";
+
+/// The warp-specialized loop variant of `kernel` (see the module doc).
+/// Errors when the kernel has no plan or a pass fails.
+pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
+    let wsl = plan(kernel, target).map_err(|na| {
+        vec![CompileError::new(
+            SpanId::NONE,
+            format!("kernel `{}` cannot be warp-specialized: {}", kernel.name, na.reason),
+        )]
+    })?;
+    compile_planned(kernel, target, options, wsl)
+}
+
+/// [`compile`] with the kernel's plan ([`plan`]) made already.
+pub fn compile_planned(
+    kernel: &Kernel,
+    target: Target,
+    options: CompileOptions,
+    wsl: WslPlan,
+) -> Result<Compiled, Vec<CompileError>> {
+    let layouts = layout_infer::infer_layouts_for(kernel, target)?;
+    if options.stage_epilogues {
+        let mut staged_layouts = layouts.clone();
+        let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_layouts);
+        if any {
+            // As in the general schedule: staging is an optimization, the
+            // direct stores below are the answer when it does not fit.
+            if let Ok(staged_wsl) = plan(&staged, target) {
+                let lowering = Rc::new(WslLowering::new(staged_wsl));
+                if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
+                    if func.shared_bytes <= target.info().shared_limit {
+                        return finish(&staged, target, &staged_layouts, func, NAME);
+                    }
+                }
+            }
+        }
+    }
+    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl)))?;
+    finish(kernel, target, &layouts, func, NAME)
+}
+
+impl ScheduleLowering for WslLowering {
+    fn place_buffers(&self, lx: &mut Lx<'_>) {
+        lx.wsl_setup(self);
+    }
+
+    fn stages_of(&self, buf: BufferId) -> u32 {
+        self.plan.pipe.stages_of(buf)
+    }
+
+    /// TMA boxes start on their swizzle pattern's 1024 bytes.
+    fn buffer_alignment(&self, buf: BufferId, align: i64) -> i64 {
+        if self.plan.pipe.stages.contains_key(&buf) {
+            align.max(1024)
+        } else {
+            align
+        }
+    }
+
+    fn after_buffers(&self, lx: &mut Lx<'_>) {
+        lx.wsl_barriers(self);
+    }
+
+    fn lower_body(&self, lx: &mut Lx<'_>, body: &[TStmt]) -> Option<R<()>> {
+        Some(lx.lower_wsl_body(self, body))
+    }
+
+    fn lower_loop(
+        &self,
+        lx: &mut Lx<'_>,
+        s: &TStmt,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[TStmt],
+    ) -> Option<R<()>> {
+        std::ptr::eq(s, &lx.k.body[self.plan.loop_index])
+            .then(|| lx.lower_wsl_consumer_loop(self, var, start, end, body))
+    }
+}

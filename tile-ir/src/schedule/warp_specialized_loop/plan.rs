@@ -1,0 +1,207 @@
+//! The plan of the warp-specialized loop: whether a kernel has a pipelined
+//! loop whose copies a producer warpgroup can issue as TMA boxes while the
+//! kernel's own threads run everything else.
+//!
+//! Expects a verified kernel. Takes it (returns a [`WslPlan`]) only on
+//! sm_90a, without `warp_specialize = false`, with `threads` a multiple of
+//! 128 (at most 896, room for the producer warpgroup), and when:
+//!
+//! - it has exactly one `pipelined(n, stages ≥ 2)` loop, at the top level
+//!   of its body, which the pipeline analysis takes
+//!   ([`crate::passes::pipeline::plan`]);
+//! - every pipelined copy of that loop is one TMA may do as far as the
+//!   kernel alone tells (`tma_copy`'s acceptance: a 2-D window of a tensor of
+//!   rank 2 to 5 spanning the innermost dim, into a shared buffer of its
+//!   type at origin 0, zero fill); its shared layout is checked while
+//!   lowering, with the same code as the TMA-copy schedule's;
+//! - what the producer computes, the loop's bounds and the pipelined copies'
+//!   origins, depends only on the loop variable, dims, scalar parameters,
+//!   block indices and `let`s before the loop that read no memory (and are
+//!   never reassigned): the producer evaluates exactly those;
+//! - the warp-specialized GEMM does not take it (its loop is only copies and
+//!   gemms, and that schedule knows more about it).
+//!
+//! The loop body, the statements before it (which may read memory) and
+//! those after it may be anything the lowering core lowers: they run on
+//! the consumers only. Anything else: a [`NotApplicable`] saying why.
+
+use crate::ir::{Kernel, LoopKind, StmtKind, VarId, VarKind};
+use crate::passes::pipeline::{self, expr_vars, PipelinePlan};
+use crate::schedule::not_applicable::NotApplicable;
+use crate::schedule::tma_copy::tma_candidate;
+use crate::schedule::warp_specialized_gemm::{self, count_pipelined, has_load};
+use crate::target::Feature;
+use crate::Target;
+use std::collections::HashSet;
+
+/// The warp specialization of one kernel's pipelined loop.
+#[derive(Clone, Debug)]
+pub struct WslPlan {
+    /// Index of the pipelined loop in `kernel.body`.
+    pub loop_index: usize,
+    /// Its variable.
+    pub var: VarId,
+    pub stages: u32,
+    /// Indices (into the loop body) of the pipelined copies: the producer's.
+    pub copies: Vec<usize>,
+    /// The pipeline analysis (which shared buffers have stages).
+    pub pipe: PipelinePlan,
+    /// Indices (into `kernel.body`, before the loop) of the `let`s the
+    /// producer evaluates, in order.
+    pub producer_lets: Vec<usize>,
+    /// The kernel's threads: the consumer warpgroups.
+    pub consumer_threads: u32,
+    /// Registers per producer thread after `setmaxnreg.dec`.
+    pub producer_regs: u32,
+    /// Registers per consumer thread after `setmaxnreg.inc`.
+    pub consumer_regs: u32,
+}
+
+/// Whether (and how) `kernel`'s pipelined loop is warp-specialized on
+/// `target`, or why not; see the module doc.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+pub fn plan(kernel: &Kernel, target: Target) -> Result<WslPlan, NotApplicable> {
+    let no = |reason: &str| NotApplicable::new(reason);
+    let info = target.info();
+    let needs = [Feature::Tma, Feature::Setmaxnreg, Feature::MbarrierTx];
+    let (true, Some(split)) = (needs.iter().all(|f| target.has(*f)), info.registers.split.as_ref()) else {
+        return Err(NotApplicable::new(format!("warp specialization needs sm_90a, not {}", target.name())));
+    };
+    if !kernel.warp_specialize {
+        return Err(no("the kernel says `warp_specialize = false`"));
+    }
+    let threads = kernel.threads;
+    if threads % 128 != 0 || threads == 0 || threads + 128 > 1024 {
+        return Err(NotApplicable::new(format!(
+            "threads = {threads}: the consumers must be whole warpgroups (a multiple of 128) with room for a producer warpgroup (at most 896)"
+        )));
+    }
+    let (loop_index, lp) = kernel
+        .body
+        .iter()
+        .enumerate()
+        .find(|(_, s)| matches!(s.kind, StmtKind::For { kind: LoopKind::Pipelined { .. }, .. }))
+        .ok_or_else(|| no("the kernel has no `pipelined` loop at the top level of its body"))?;
+    let StmtKind::For { var, start, end, body, kind: LoopKind::Pipelined { stages } } = &lp.kind else {
+        return Err(no("the kernel has no `pipelined` loop at the top level of its body"));
+    };
+    if count_pipelined(&kernel.body) != 1 || *stages < 2 {
+        return Err(no("the kernel must have exactly one pipelined loop, with at least 2 stages"));
+    }
+    let pipe = pipeline::plan(kernel);
+    let pl = pipe.loops.get(var).ok_or_else(|| {
+        no("the pipeline analysis takes no copy of the pipelined loop (a global → shared copy whose origin depends on the loop variable and reads no memory)")
+    })?;
+    for &i in &pl.copies {
+        let StmtKind::Copy { src, dst, fill } = &body[i].kind else {
+            return Err(no("internal: a pipelined statement is not a copy"));
+        };
+        if !tma_candidate(kernel, src, dst, fill.as_ref()) {
+            return Err(NotApplicable::new(format!(
+                "the pipelined copy into `{}` is not a TMA box: the producer issues only TMA (a 2-D global tile of f16, bf16, f32, i32 or u32 of a tensor of rank 2 to 5, the other dims squeezed, spanning the innermost dim, into a shared buffer of its type at origin 0 with a zero fill)",
+                kernel.buffer(dst.buf).name
+            )));
+        }
+    }
+    // What the producer computes: the bounds and the copies' origins.
+    let mut need = HashSet::new();
+    let mut loads = false;
+    expr_vars(start, &mut need, &mut loads);
+    expr_vars(end, &mut need, &mut loads);
+    for &i in &pl.copies {
+        if let StmtKind::Copy { src, .. } = &body[i].kind {
+            for e in &src.origin {
+                expr_vars(e, &mut need, &mut loads);
+            }
+        }
+    }
+    if loads {
+        return Err(no(
+            "the pipelined loop's bounds read memory; the producer warpgroup computes them, and it runs nothing that reads memory",
+        ));
+    }
+    let producer_lets = producer_lets(kernel, loop_index, *var, need)?;
+    if warp_specialized_gemm::plan(kernel, target).is_ok() {
+        return Err(no("the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)"));
+    }
+    let Some(consumer_regs) = info.consumer_regs(threads) else {
+        return Err(NotApplicable::new(format!("{} has no register split between warpgroups", target.name())));
+    };
+    Ok(WslPlan {
+        loop_index,
+        var: *var,
+        stages: *stages,
+        copies: pl.copies.clone(),
+        pipe: pipe.clone(),
+        producer_lets,
+        consumer_threads: threads,
+        producer_regs: split.producer,
+        consumer_regs,
+    })
+}
+
+/// The `let`s before the loop (indices into `kernel.body`, in order) that
+/// bind the variables in `need`, transitively; errors when one of them is
+/// not such a `let` of a memory-free value, or is reassigned.
+fn producer_lets(
+    kernel: &Kernel,
+    loop_index: usize,
+    loop_var: VarId,
+    mut need: HashSet<VarId>,
+) -> Result<Vec<usize>, NotApplicable> {
+    let mut lets = Vec::new();
+    let mut assigned = HashSet::new();
+    assigned_vars(&kernel.body, &mut assigned);
+    for i in (0..loop_index).rev() {
+        let StmtKind::Let { var, value } = &kernel.body[i].kind else { continue };
+        if !need.remove(var) {
+            continue;
+        }
+        if has_load(value) {
+            return Err(NotApplicable::new(format!(
+                "`{}` reads memory and a pipelined copy's origin or the loop's bounds use it; the producer warpgroup computes those, and it runs nothing that reads memory",
+                kernel.var(*var).name
+            )));
+        }
+        let mut loads = false;
+        expr_vars(value, &mut need, &mut loads);
+        lets.push(i);
+    }
+    for v in &need {
+        let ok = *v == loop_var || matches!(kernel.var(*v).kind, VarKind::Dim | VarKind::Param | VarKind::BlockIdx(_));
+        if !ok {
+            return Err(NotApplicable::new(format!(
+                "a pipelined copy's origin or the loop's bounds use `{}`, which is not a dim, a parameter, a block index or a `let` before the loop; the producer warpgroup cannot compute it",
+                kernel.var(*v).name
+            )));
+        }
+    }
+    for &i in &lets {
+        if let StmtKind::Let { var, .. } = &kernel.body[i].kind {
+            if assigned.contains(var) {
+                return Err(NotApplicable::new(format!(
+                    "`{}` is reassigned, and a pipelined copy's origin or the loop's bounds use it; the producer warpgroup computes those from the values before the loop",
+                    kernel.var(*var).name
+                )));
+            }
+        }
+    }
+    lets.reverse();
+    Ok(lets)
+}
+
+fn assigned_vars(body: &[crate::ir::Stmt], out: &mut HashSet<VarId>) {
+    for s in body {
+        match &s.kind {
+            StmtKind::Assign { var, .. } => {
+                out.insert(*var);
+            }
+            StmtKind::For { body, .. } => assigned_vars(body, out),
+            StmtKind::If { then, otherwise, .. } => {
+                assigned_vars(then, out);
+                assigned_vars(otherwise, out);
+            }
+            _ => {}
+        }
+    }
+}

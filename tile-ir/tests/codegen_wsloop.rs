@@ -1,0 +1,281 @@
+//! The warp-specialized loop schedule (`warp_specialized_loop`, issue 9
+//! item 2) on the code it generates: which kernels it takes and why it
+//! refuses the others (`Schedule::plan`, the `TILE_DUMP` decisions); the
+//! structure of its Thread IR and PTX for FlashAttention over 4-D tensors
+//! at head dim 64 (128 consumer threads) and 128 (256 consumer threads,
+//! 128 query rows, key blocks of 64 and 128): the producer warpgroup issues
+//! only TMA and mbarrier operations, `setmaxnreg` and the launch bounds from
+//! the target's register split, the mbarrier ring's arrival counts, every
+//! consumer barrier named over the consumers, one release of the stage per
+//! iteration after the last wgmma wait; and ptxas assembles every such
+//! variant without spills. (The Thread IR simulator runs threads in lockstep
+//! and cannot run warp-specialized code: `tests/gpu_wsloop.rs` runs these
+//! kernels on the GPU.)
+
+mod ptxas;
+
+use tile_ir::print::parse_kernel;
+use tile_ir::schedule::{describe_decisions, Schedule};
+use tile_ir::thread_ir::{Inst, Stmt};
+use tile_ir::*;
+use tile_testkit::{attention_4d_sized, attention_4d_text, Layout4d};
+
+fn kernel(text: &str) -> Kernel {
+    parse_kernel(text).unwrap_or_else(|e| panic!("{e:?}\n{text}"))
+}
+
+/// The 4-D attention kernels: (text, consumer threads).
+fn attentions() -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for l in [Layout4d::Bhsd, Layout4d::Bshd] {
+        out.push((attention_4d_text(l), 128));
+        out.push((attention_4d_sized(l, 128, 128, 64, 256), 256));
+        out.push((attention_4d_sized(l, 128, 128, 128, 256), 256));
+    }
+    out
+}
+
+fn reason(text: &str, target: Target) -> String {
+    match Schedule::WarpSpecializedLoop.plan(&kernel(text), target, CompileOptions::default()) {
+        Ok(_) => panic!("the warp-specialized loop takes\n{text}"),
+        Err(na) => na.reason,
+    }
+}
+
+/// The variant of the schedule, compiled through `compile_variants` (the
+/// first sm_90a one).
+fn variant(text: &str) -> Compiled {
+    let k = kernel(text);
+    let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
+    assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
+    v.into_iter().next().unwrap()
+}
+
+#[test]
+fn takes_the_attention_kernels() {
+    for (text, threads) in attentions() {
+        let k = kernel(&text);
+        let d = describe_decisions(&k, Target::Sm90a, CompileOptions::default());
+        assert!(d.contains("\nwarp_specialized_loop: applies\n"), "{}: {d}", k.name);
+        assert!(d.starts_with("warp_specialized_gemm: not applicable"), "{}: {d}", k.name);
+        let Ok(schedule::Plan::WarpSpecializedLoop(p)) =
+            Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default())
+        else {
+            panic!("{}: no plan", k.name)
+        };
+        assert_eq!((p.consumer_threads, p.stages, p.copies.len()), (threads, 2, 2), "{}", k.name);
+        // The block indices are `ctaid`s: the producer needs no `let`.
+        assert!(p.producer_lets.is_empty(), "{}", k.name);
+        // 40 for the producer, the rest shared by the consumers (≤ 240).
+        assert_eq!((p.producer_regs, p.consumer_regs), (40, if threads == 128 { 240 } else { 232 }));
+        assert!(40 * 128 + p.consumer_regs * threads <= 65_536);
+    }
+}
+
+/// A pipelined sum whose tiles the plan tests vary.
+const SUM: &str = "kernel sum<%0 M, %1 N>(@0 x: &f32[M, N], @1 y: &mut f32[M, 64], %2 n: i32) threads=128 grid=((M + 63) / 64, 1, 1) {
+  %3 bm = block_idx.x
+  @2 x_s: shared f32[64, 64]
+  @3 acc: fragment f32[64, 64]
+  @4 t: fragment f32[64, 64]
+  fill acc, 0.0
+  for %4 kb in pipelined(2) 0..n {
+    copy x[bm * 64, kb * 64] -> x_s
+    copy x_s -> t
+    for %5 i in parallel 0..64 {
+      for %6 j in parallel 0..64 {
+        acc[%5, %6] = acc[%5, %6] + t[%5, %6]
+      }
+    }
+  }
+  copy acc -> y[bm * 64, 0]
+}";
+
+#[test]
+fn takes_loops_without_gemms_and_producer_lets() {
+    let k = kernel(SUM);
+    assert!(Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default()).is_ok());
+    // A `let` of the block index the origin uses: the producer evaluates it.
+    let text = SUM
+        .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let %7 row: i32 = bm * 64\n")
+        .replace("copy x[bm * 64, kb * 64]", "copy x[row, kb * 64]");
+    let Ok(schedule::Plan::WarpSpecializedLoop(p)) =
+        Schedule::WarpSpecializedLoop.plan(&kernel(&text), Target::Sm90a, CompileOptions::default())
+    else {
+        panic!("no plan")
+    };
+    assert_eq!(p.producer_lets, vec![1]);
+    let c = variant(&text);
+    assert_eq!(c.threads, 256);
+}
+
+#[test]
+fn says_why_it_refuses() {
+    let att = attention_4d_text(Layout4d::Bhsd);
+    assert!(reason(&att, Target::Sm80).contains("warp specialization needs sm_90a, not sm_80"));
+    let off = att
+        .replace(") threads=128 grid=", ") threads=128 grid=")
+        .replace(" grid=((SQ + 63) / 64, H, B) {", " grid=((SQ + 63) / 64, H, B) warp_specialize=false {");
+    assert!(reason(&off, Target::Sm90a).contains("`warp_specialize = false`"), "{off}");
+    assert!(reason(&SUM.replace("threads=128", "threads=96"), Target::Sm90a).contains("threads = 96"));
+    assert!(reason(&SUM.replace("threads=128", "threads=1024"), Target::Sm90a).contains("at most 896"));
+    // Not a pipelined loop; one nested in another loop.
+    assert!(reason(&SUM.replace("pipelined(2) ", ""), Target::Sm90a).contains("no `pipelined` loop at the top level"));
+    let nested = SUM
+        .replace("  for %4 kb in pipelined(2) 0..n {", "  for %7 r in 0..1 {\n  for %4 kb in pipelined(2) 0..n {")
+        .replace("  copy acc -> y", "  }\n  copy acc -> y");
+    assert!(reason(&nested, Target::Sm90a).contains("no `pipelined` loop at the top level"), "{nested}");
+    // A copy TMA cannot do (a nonzero fill).
+    let fill = SUM.replace("copy x[bm * 64, kb * 64] -> x_s", "copy x[bm * 64, kb * 64] -> x_s fill(1.0)");
+    assert!(reason(&fill, Target::Sm90a).contains("the pipelined copy into `x_s` is not a TMA box"), "{fill}");
+    // Bounds that read memory; an origin through a `let` that does.
+    let load = SUM
+        .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let %7 r: i32 = x[0, 0] as i32\n")
+        .replace("0..n {", "0..r {");
+    assert!(reason(&load, Target::Sm90a).contains("`r` reads memory"), "{load}");
+    // An origin through a reassigned variable.
+    let muts = SUM
+        .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let mut %7 row: i32 = bm * 64\n  row = row + 0\n")
+        .replace("copy x[bm * 64, kb * 64]", "copy x[row, kb * 64]");
+    assert!(reason(&muts, Target::Sm90a).contains("`row` is reassigned"), "{muts}");
+    // The GEMM main loop is the warp-specialized GEMM's.
+    let gemm = tile_testkit::MATMUL_128X256.text();
+    assert!(reason(&gemm, Target::Sm90a).contains("the warp-specialized GEMM takes this kernel"));
+}
+
+/// The instructions of `body`, recursively, in order.
+fn insts(body: &[Stmt]) -> Vec<&Inst> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Inst { inst, .. } => out.push(inst),
+            Stmt::If { then, otherwise, .. } => {
+                out.extend(insts(then));
+                out.extend(insts(otherwise));
+            }
+            Stmt::For { body, .. } => out.extend(insts(body)),
+            Stmt::Comment(_) => {}
+        }
+    }
+    out
+}
+
+/// The producer's branch (the `if` whose first instruction is
+/// `setmaxnreg.dec`) and the statements after it (the consumers').
+fn split(body: &[Stmt]) -> (&[Stmt], &[Stmt]) {
+    let at = body
+        .iter()
+        .position(|s| {
+            matches!(s, Stmt::If { then, .. } if matches!(then.first(), Some(Stmt::Inst { inst: Inst::SetMaxNreg { inc: false, .. }, .. })))
+        })
+        .expect("a producer branch");
+    let Stmt::If { then, otherwise, .. } = &body[at] else { unreachable!() };
+    assert!(otherwise.is_empty());
+    (then, &body[at + 1..])
+}
+
+#[test]
+fn attention_variant_structure() {
+    for (text, t) in attentions() {
+        let c = variant(&text);
+        let name = kernel(&text).name;
+        let f = &c.function;
+        assert_eq!((c.threads, f.barrier_threads, c.tensor_maps.len()), (t + 128, Some(t), 2), "{name}");
+        assert!(c.ptx.contains(&format!(".maxntid {}, 1, 1\n.minnctapersm 1\n", t + 128)), "{name}");
+        let regs = if t == 128 { 240 } else { 232 };
+        assert!(c.ptx.contains("setmaxnreg.dec.sync.aligned.u32 40;"), "{name}");
+        assert!(c.ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {regs};")), "{name}");
+        // The ring: full[s] with one arrival (+ tx), empty[s] with T.
+        let all = insts(&f.body);
+        let counts: Vec<i64> = all
+            .iter()
+            .filter_map(|i| match i {
+                Inst::MbarInit { count: thread_ir::Operand::Imm(n), .. } => Some(*n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(counts, [1, t as i64, 1, t as i64], "{name}");
+        // Barriers: one over the whole block before the split, the rest
+        // named over the consumers (`bar.sync 1, T` in the PTX).
+        let whole: Vec<&&Inst> = all.iter().filter(|i| matches!(i, Inst::NamedBarSync { .. })).collect();
+        assert_eq!(whole.len(), 1, "{name}");
+        assert!(matches!(whole[0], Inst::NamedBarSync { id: 0, threads } if *threads == t + 128));
+        for line in c.ptx.lines().map(str::trim) {
+            if line.starts_with("bar.") || line.starts_with("barrier.") {
+                assert!(
+                    line == format!("bar.sync 1, {t};") || line == format!("bar.sync 0, {};", t + 128),
+                    "{name}: {line}"
+                );
+            }
+        }
+        let (producer, consumers) = split(&f.body);
+        // The producer: TMA, mbarriers, integer arithmetic, its exit.
+        let p = insts(producer);
+        for i in &p {
+            let ok = match i {
+                Inst::Op { op, .. } => {
+                    ["mov.", "add.", "mad.", "mul.", "div.", "xor.", "selp.", "setp."].iter().any(|x| op.starts_with(x))
+                }
+                Inst::TensorMapAddr { .. }
+                | Inst::MbarWait { .. }
+                | Inst::MbarArriveExpectTx { .. }
+                | Inst::TmaLoad { .. }
+                | Inst::SetMaxNreg { inc: false, .. }
+                | Inst::Exit => true,
+                _ => false,
+            };
+            assert!(ok, "{name}: the producer runs {i:?}");
+        }
+        // K and V, one box per 64-column panel.
+        let boxes = if t == 128 { 2 } else { 4 };
+        assert_eq!(p.iter().filter(|i| matches!(i, Inst::TmaLoad { .. })).count(), boxes, "{name}: K and V boxes");
+        assert!(matches!(p.last(), Some(Inst::Exit)));
+        // The consumers: no TMA, no block-wide barrier; their loop waits for
+        // full[st] first and releases empty[st] once, after the last wgmma wait.
+        let cons = insts(consumers);
+        assert!(matches!(cons.first(), Some(Inst::SetMaxNreg { inc: true, .. })), "{name}");
+        assert!(!cons.iter().any(|i| matches!(i, Inst::TmaLoad { .. } | Inst::NamedBarSync { .. })), "{name}");
+        let body = consumers
+            .iter()
+            .find_map(|s| match s {
+                Stmt::For { uniform: true, body, .. }
+                    if insts(body).iter().any(|i| matches!(i, Inst::Wgmma { .. })) =>
+                {
+                    Some(body)
+                }
+                _ => None,
+            })
+            .expect("the consumers' loop");
+        let b = insts(body);
+        assert!(
+            b.iter().position(|i| matches!(i, Inst::MbarWait { .. }))
+                < b.iter().position(|i| matches!(i, Inst::Wgmma { .. }))
+        );
+        let arrives: Vec<usize> =
+            b.iter().enumerate().filter(|(_, i)| matches!(i, Inst::MbarArrive { .. })).map(|(j, _)| j).collect();
+        assert_eq!(arrives.len(), 1, "{name}");
+        let last_wait = b.iter().rposition(|i| matches!(i, Inst::WgmmaWait { pending: 0 })).expect("a wgmma wait");
+        let last_wgmma = b.iter().rposition(|i| matches!(i, Inst::Wgmma { .. })).unwrap();
+        assert!(
+            last_wgmma < last_wait && last_wait < arrives[0],
+            "{name}: the stage is released before its wgmma is done"
+        );
+        assert!(!b.iter().any(|i| matches!(i, Inst::BarSync)), "{name}: a barrier in the attention loop");
+    }
+}
+
+#[test]
+fn attention_variants_assemble_without_spills() {
+    for (text, _) in attentions() {
+        let c = variant(&text);
+        let name = kernel(&text).name;
+        if let Some(r) = ptxas::assemble(&name, &c.ptx, "sm_90a") {
+            assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{name} spills:\n{r}");
+        }
+    }
+    let c = variant(SUM);
+    if let Some(r) = ptxas::assemble("sum", &c.ptx, "sm_90a") {
+        assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+}
