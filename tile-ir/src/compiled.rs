@@ -66,11 +66,17 @@ pub struct CompileOptions {
     /// result then takes tensor maps: [`crate::compile_variants`] makes it a
     /// variant of its own, before the general one (off by default).
     pub tma_copies: bool,
+    /// In a warp-specialized loop with two consumer warpgroups, let them
+    /// take turns at the tensor cores (named barriers: one's softmax runs
+    /// under the other's gemms) where the loop allows it
+    /// (`schedule/warp_specialized_loop/lower.rs`). On by default; off for
+    /// bisecting.
+    pub ping_pong: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true, tma_copies: false }
+        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true, tma_copies: false, ping_pong: true }
     }
 }
 

@@ -249,6 +249,12 @@ pub enum Inst {
     /// `bar.sync id, threads;`: a named barrier over the first `threads`
     /// threads to arrive (a multiple of 32).
     NamedBarSync { id: u32, threads: u32 },
+    /// `bar.arrive id, threads;`: this warp's arrival at named barrier `id`
+    /// without waiting (the barrier completes when `threads` have arrived,
+    /// the others with `bar.sync`). Used only as a scheduling signal (the
+    /// ping-pong of two consumer warpgroups: "your turn"), never to order
+    /// memory accesses: the wgmma-wait pass moves waits past it.
+    NamedBarArrive { id: u32, threads: u32 },
     /// `exit;`: the thread stops (a warp-specialized producer, done).
     Exit,
 }
@@ -457,6 +463,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             None => "bar.sync 0".into(),
         },
         Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
+        Inst::NamedBarArrive { id, threads } => format!("bar.arrive {id}, {threads}"),
         Inst::Exit => "exit".into(),
         Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
             // `.cg` (L2 only) exists for 16-byte copies; narrower ones use `.ca`.

@@ -198,13 +198,18 @@ fn attention_variant_structure() {
         assert_eq!(counts, [1, t as i64, 1, t as i64], "{name}");
         // Barriers: one over the whole block before the split, the rest
         // named over the consumers (`bar.sync 1, T` in the PTX).
-        let whole: Vec<&&Inst> = all.iter().filter(|i| matches!(i, Inst::NamedBarSync { .. })).collect();
+        // (Two consumer warpgroups also take turns: barriers 2 and 3 over
+        // both, `ping_pong_turns_balance`.)
+        let whole: Vec<&&Inst> = all.iter().filter(|i| matches!(i, Inst::NamedBarSync { id: 0, .. })).collect();
         assert_eq!(whole.len(), 1, "{name}");
         assert!(matches!(whole[0], Inst::NamedBarSync { id: 0, threads } if *threads == t + 128));
         for line in c.ptx.lines().map(str::trim) {
             if line.starts_with("bar.") || line.starts_with("barrier.") {
+                let turn = t == 256
+                    && ["bar.sync 2, 256;", "bar.sync 3, 256;", "bar.arrive 2, 256;", "bar.arrive 3, 256;"]
+                        .contains(&line);
                 assert!(
-                    line == format!("bar.sync 1, {t};") || line == format!("bar.sync 0, {};", t + 128),
+                    turn || line == format!("bar.sync 1, {t};") || line == format!("bar.sync 0, {};", t + 128),
                     "{name}: {line}"
                 );
             }
@@ -235,7 +240,10 @@ fn attention_variant_structure() {
         // full[st] first and releases empty[st] once, after the last wgmma wait.
         let cons = insts(consumers);
         assert!(matches!(cons.first(), Some(Inst::SetMaxNreg { inc: true, .. })), "{name}");
-        assert!(!cons.iter().any(|i| matches!(i, Inst::TmaLoad { .. } | Inst::NamedBarSync { .. })), "{name}");
+        assert!(
+            !cons.iter().any(|i| matches!(i, Inst::TmaLoad { .. } | Inst::NamedBarSync { id: 0 | 1, .. })),
+            "{name}"
+        );
         let body = consumers
             .iter()
             .find_map(|s| match s {
@@ -277,5 +285,211 @@ fn attention_variants_assemble_without_spills() {
     let c = variant(SUM);
     if let Some(r) = ptxas::assemble("sum", &c.ptx, "sm_90a") {
         assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+}
+
+/// A warpgroup's barrier events in consumer code, in order: (`true` for a
+/// wait (`bar.sync`), `false` for an arrival (`bar.arrive`), barrier id).
+type Events = Vec<(bool, u32)>;
+
+/// The barrier events warpgroup `wg` of the consumers meets when the loop
+/// runs `n` times: the Thread IR walked with the loop unrolled `n` times
+/// and the conditions the barriers sit under evaluated (the loop runs,
+/// first iteration, which warpgroup); statements without barrier events
+/// are skipped. Panics on a condition it does not know.
+fn events(
+    body: &[Stmt],
+    defs: &std::collections::HashMap<thread_ir::Reg, String>,
+    wg: u32,
+    n: i64,
+    iter: Option<i64>,
+    out: &mut Events,
+) {
+    fn has_events(s: &Stmt) -> bool {
+        match s {
+            Stmt::Inst { inst, .. } => {
+                matches!(inst, Inst::NamedBarSync { .. } | Inst::NamedBarArrive { .. } | Inst::BarSync)
+            }
+            Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(has_events),
+            Stmt::For { body, .. } => body.iter().any(has_events),
+            Stmt::Comment(_) => false,
+        }
+    }
+    for s in body {
+        if !has_events(s) {
+            continue;
+        }
+        match s {
+            Stmt::Inst { inst: Inst::NamedBarSync { id, threads }, .. } => {
+                assert_eq!(*threads, 256);
+                out.push((true, *id))
+            }
+            Stmt::Inst { inst: Inst::NamedBarArrive { id, threads }, .. } => {
+                assert_eq!(*threads, 256);
+                out.push((false, *id))
+            }
+            Stmt::Inst { inst: Inst::BarSync, .. } => out.push((true, 1)),
+            Stmt::Inst { .. } | Stmt::Comment(_) => {}
+            Stmt::If { cond, negate, then, otherwise, .. } => {
+                let def = defs.get(cond).map(String::as_str).unwrap_or("?");
+                let v = match def {
+                    "setp.ge.u32 tid 128" => wg == 1,
+                    "setp.gt.s32 b a" => n > 0,
+                    "setp.eq.s32 k a" => iter == Some(0),
+                    other => panic!("a barrier under an unknown condition: {other}"),
+                };
+                let branch = if v != *negate { then } else { otherwise };
+                events(branch, defs, wg, n, iter, out);
+            }
+            Stmt::For { body, .. } => {
+                assert!(iter.is_none(), "a barrier in a nested loop");
+                for k in 0..n {
+                    events(body, defs, wg, n, Some(k), out);
+                }
+            }
+        }
+    }
+}
+
+/// The conditions of [`events`], by the register they define: the
+/// instruction with its operands named `tid` (the thread index), `b a` (the
+/// loop's bounds) and `k a` (its variable and start), else their registers.
+fn conditions(body: &[Stmt], f: &thread_ir::Function) -> std::collections::HashMap<thread_ir::Reg, String> {
+    let tid = insts(&f.body)
+        .into_iter()
+        .find_map(|i| match i {
+            Inst::Op { op, dst, args }
+                if op == "mov.u32" && matches!(args[..], [thread_ir::Operand::Special(thread_ir::Special::TidX)]) =>
+            {
+                Some(*dst)
+            }
+            _ => None,
+        })
+        .expect("tid");
+    // The loop: its variable and bounds.
+    let (k, a, b) = body
+        .iter()
+        .find_map(|s| match s {
+            Stmt::For {
+                var,
+                start: thread_ir::Operand::Reg(a),
+                end: thread_ir::Operand::Reg(b),
+                uniform: true,
+                body,
+                ..
+            } if insts(body).iter().any(|i| matches!(i, Inst::Wgmma { .. })) => Some((*var, *a, *b)),
+            _ => None,
+        })
+        .expect("the consumers' loop");
+    let name = |o: &thread_ir::Operand| match o {
+        thread_ir::Operand::Reg(r) if *r == tid => "tid".to_string(),
+        thread_ir::Operand::Reg(r) if *r == a => "a".to_string(),
+        thread_ir::Operand::Reg(r) if *r == b => "b".to_string(),
+        thread_ir::Operand::Reg(r) if *r == k => "k".to_string(),
+        thread_ir::Operand::Imm(x) => x.to_string(),
+        other => format!("{other:?}"),
+    };
+    let mut out = std::collections::HashMap::new();
+    for i in insts(body) {
+        if let Inst::Op { op, dst, args } = i {
+            if op.starts_with("setp.") {
+                let args: Vec<String> = args.iter().map(name).collect();
+                out.insert(*dst, format!("{op} {}", args.join(" ")));
+            }
+        }
+    }
+    out
+}
+
+/// Runs two warpgroups' barrier events against named-barrier semantics
+/// (a barrier completes at 256 arrivals, releasing its waiters): `Err` on
+/// a deadlock, a barrier completed by arrivals alone (nobody waiting), or
+/// arrivals left over at the end.
+fn run_barriers(wgs: [&Events; 2]) -> Result<(), String> {
+    let mut pc = [0usize; 2];
+    // Per barrier: arrivals so far (in warpgroups) and the waiting warpgroups.
+    let mut bars: std::collections::HashMap<u32, (u32, Vec<usize>)> = Default::default();
+    let mut blocked = [false; 2];
+    loop {
+        let mut progressed = false;
+        for w in 0..2 {
+            if blocked[w] || pc[w] == wgs[w].len() {
+                continue;
+            }
+            let (wait, id) = wgs[w][pc[w]];
+            pc[w] += 1;
+            progressed = true;
+            let e = bars.entry(id).or_default();
+            e.0 += 1;
+            if wait {
+                e.1.push(w);
+            }
+            if e.0 == 2 {
+                if e.1.is_empty() {
+                    return Err(format!("barrier {id} completed by arrivals alone"));
+                }
+                for &x in &e.1 {
+                    blocked[x] = false;
+                }
+                *e = (0, Vec::new());
+            } else if wait {
+                blocked[w] = true;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    if pc[0] < wgs[0].len() || pc[1] < wgs[1].len() || blocked.iter().any(|b| *b) {
+        return Err(format!("deadlock at events {pc:?} of {} and {}", wgs[0].len(), wgs[1].len()));
+    }
+    match bars.iter().find(|(_, e)| e.0 != 0) {
+        Some((id, _)) => Err(format!("barrier {id} has arrivals left at the end")),
+        None => Ok(()),
+    }
+}
+
+/// Two consumer warpgroups take turns (barriers 2 and 3) around the
+/// attention loop's gemms; the turns balance and never deadlock for loops
+/// of 0 to 4 iterations (the consumers' barrier events run against
+/// named-barrier semantics, the consumer-wide `bar.sync 1` included);
+/// `ping_pong: false` and one consumer warpgroup have none.
+#[test]
+fn ping_pong_turns_balance() {
+    for (text, t) in attentions() {
+        let name = kernel(&text).name;
+        let c = variant(&text);
+        let turns = ["bar.arrive 2, 256;", "bar.arrive 3, 256;", "bar.sync 2, 256;", "bar.sync 3, 256;"];
+        for tn in turns {
+            assert_eq!(c.ptx.contains(tn), t == 256, "{name}: {tn}");
+        }
+        let (_, consumers) = split(&c.function.body);
+        let defs = conditions(consumers, &c.function);
+        for n in 0..5 {
+            let mut ev = [Events::new(), Events::new()];
+            for (w, e) in ev.iter_mut().enumerate() {
+                events(consumers, &defs, w as u32, n, None, e);
+            }
+            if t == 256 {
+                let turns0 = ev[0].iter().filter(|e| e.1 >= 2).count() as i64;
+                assert_eq!(turns0, if n == 0 { 0 } else { 2 * n + 2 }, "{name} n={n}: {:?}", ev[0]);
+            }
+            run_barriers([&ev[0], &ev[1]]).unwrap_or_else(|e| panic!("{name} n={n}: {e}\n{ev:?}"));
+        }
+        let k = kernel(&text);
+        let off = CompileOptions { ping_pong: false, ..CompileOptions::default() };
+        let v = compile_variants(&k, Target::Sm90a, off).unwrap();
+        assert_eq!(v[0].schedule, "warp_specialized_loop");
+        assert!(!v[0].ptx.contains("bar.arrive"), "{name}: ping_pong off");
+        if t == 256 {
+            // The barrier simulation can fail: a lost first grant deadlocks.
+            let mut ev = [Events::new(), Events::new()];
+            for (w, e) in ev.iter_mut().enumerate() {
+                events(consumers, &defs, w as u32, 2, None, e);
+            }
+            let grant = ev[1].iter().position(|e| *e == (false, 2)).unwrap();
+            ev[1].remove(grant);
+            assert!(run_barriers([&ev[0], &ev[1]]).is_err());
+        }
     }
 }

@@ -16,7 +16,9 @@
 //! - a barrier (after it, other threads may write what a wgmma of this
 //!   warpgroup still reads), control flow (`If`, `For`), and any other
 //!   instruction than plain arithmetic, loads, global stores and cp.async
-//!   bookkeeping (whitelist).
+//!   bookkeeping (whitelist); `bar.arrive` is passable: it only signals
+//!   another warpgroup's turn (the ping-pong of the warp-specialized loop)
+//!   and orders no memory access.
 //!
 //! It moves within its block to just before the first such statement. When
 //! that is the end of a uniform loop's body (and the body's statements after
@@ -135,6 +137,8 @@ fn passable(s: &Stmt, fp: &Footprint) -> bool {
             ops.push(src_bytes);
         }
         Inst::CpAsyncCommit | Inst::CpAsyncWait { .. } => {}
+        // A scheduling signal that orders no memory access (its doc).
+        Inst::NamedBarArrive { .. } => {}
         Inst::Mma { d, a, b, c, .. } => regs.extend(d.iter().chain(a).chain(b).chain(c).copied()),
         _ => return false,
     }

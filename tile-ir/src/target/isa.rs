@@ -48,6 +48,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::ShflBfly { .. }
         | Inst::BarSync
         | Inst::NamedBarSync { .. }
+        | Inst::NamedBarArrive { .. }
         | Inst::Exit => BASE,
         Inst::AtomAdd { ty, .. } if *ty == "bf16" => needs(78, Some(Bf16Native)),
         Inst::AtomAdd { .. } => BASE,

@@ -39,11 +39,35 @@
 //! over the `T` consumers (`Function::barrier_threads`); the producer never
 //! reaches one. Out-of-range boxes are zero-filled by TMA and still complete
 //! their bytes.
+//!
+//! **Ping-pong** ([`crate::CompileOptions::ping_pong`], FA3's schedule of two
+//! consumer warpgroups): with `T = 256` and a loop body of at least two gemm
+//! groups at its top level and nothing a barrier could be needed for (no
+//! shared-memory write, cp.async or barrier in it), the warpgroups take turns
+//! at the tensor cores, so that one's softmax runs under the other's gemms.
+//! Warpgroup `w` holds the turn from just before the body's last gemm (P·V)
+//! is issued to just after the next iteration's first gemm (Q·Kᵀ) is
+//! committed, with named barriers `2 + w` over both warpgroups:
+//! ```text
+//! before the loop, if a < b:  wg 1: bar.arrive 2, 256       // wg 0 goes first
+//! for k: wait full[st]
+//!        k == a: bar.sync 2 + w, 256                        // the first turn
+//!        Q·Kᵀ issue; commit; bar.arrive 2 + (1 - w), 256    // the other's turn
+//!        softmax ...
+//!        bar.sync 2 + w, 256; P·V issue ...                 // my turn again
+//! after the loop, if a < b:   wg 0: bar.arrive 3, 256       // wg 1's last turn
+//! ```
+//! Barrier `2` gets `n + 1` arrivals from warpgroup 1 and `n + 1` waits from
+//! warpgroup 0, barrier `3` as many of each the other way, for any trip count
+//! `n` (none when `n = 0`); between two arrivals of one warpgroup at a barrier
+//! it waits for the other at the other barrier, whose arrival comes after the
+//! other consumed the first, so a barrier never completes without its waiter.
+//! `bar.arrive` orders no memory: the wgmma waits move past it.
 
 use super::plan::WslPlan;
 use crate::ir::{DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
-use crate::thread_ir::{Address, Inst, Operand, RegClass, Stmt};
+use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
 
 /// One pipelined copy the producer issues.
@@ -65,11 +89,14 @@ pub(crate) struct WslLowering {
     /// Bytes every stage's boxes deliver.
     bytes: Cell<i64>,
     copies: RefCell<Vec<WslCopy>>,
+    /// Whether to ping-pong two consumer warpgroups
+    /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
+    ping_pong: bool,
 }
 
 impl WslLowering {
-    pub(super) fn new(plan: WslPlan) -> WslLowering {
-        WslLowering { plan, bars: Cell::new(0), bytes: Cell::new(0), copies: RefCell::new(Vec::new()) }
+    pub(super) fn new(plan: WslPlan, ping_pong: bool) -> WslLowering {
+        WslLowering { plan, bars: Cell::new(0), bytes: Cell::new(0), copies: RefCell::new(Vec::new()), ping_pong }
     }
 }
 
@@ -282,11 +309,121 @@ impl Lx<'_> {
             Some(r) => self.vars.insert(var, r),
             None => self.vars.remove(&var),
         };
-        let lowered = lowered?;
+        let mut lowered = lowered?;
+        let ping_pong = wl.ping_pong && ws.consumer_threads == 256 && ping_pong_points(&lowered).is_some();
+        let turns = if ping_pong { Some(self.wsl_ping_pong(&mut lowered, vr, a, b)?) } else { None };
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        if let Some((ran, wg1)) = turns {
+            // Warpgroup 0's last turn goes to warpgroup 1.
+            let release =
+                Stmt::If { cond: wg1, negate: true, uniform: false, then: vec![arrive(TURN + 1)], otherwise: vec![] };
+            self.cur().push(Stmt::If {
+                cond: ran,
+                negate: false,
+                uniform: true,
+                then: vec![release],
+                otherwise: vec![],
+            });
+        }
         // What follows may reuse the stage memory (an epilogue's scratch)
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
         Ok(())
     }
+
+    /// The ping-pong of two consumer warpgroups (see the module doc) in
+    /// the consumers' loop body `body` (variable `k` over `a..b`): the
+    /// turn is taken before the last gemm's issue and handed over after
+    /// the first gemm's commit; warpgroup 1 gives warpgroup 0 the first
+    /// turn before the loop (when it runs at all), each takes its first turn
+    /// in the first iteration. Returns (the loop runs, this is warpgroup 1).
+    fn wsl_ping_pong(&mut self, body: &mut Vec<Stmt>, k: Reg, a: Reg, b: Reg) -> R<(Reg, Reg)> {
+        let Some((commit, fence)) = ping_pong_points(body) else {
+            return Err(self.err("internal: no ping-pong points in the warp-specialized loop"));
+        };
+        let tid = self.tid;
+        let wg1 = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(128)]);
+        let ran = self.op("setp.gt.s32", RegClass::Pred, vec![b.into(), a.into()]);
+        let grant = Stmt::If { cond: wg1, negate: false, uniform: false, then: vec![arrive(TURN)], otherwise: vec![] };
+        self.cur().push(Stmt::If { cond: ran, negate: false, uniform: true, then: vec![grant], otherwise: vec![] });
+        let turn = |wg1| Stmt::If {
+            cond: wg1,
+            negate: false,
+            uniform: false,
+            then: vec![sync(TURN + 1)],
+            otherwise: vec![sync(TURN)],
+        };
+        let handover = Stmt::If {
+            cond: wg1,
+            negate: false,
+            uniform: false,
+            then: vec![arrive(TURN)],
+            otherwise: vec![arrive(TURN + 1)],
+        };
+        body.insert(fence, turn(wg1));
+        body.insert(commit + 1, handover);
+        // The first turn, in the first iteration (after the stage's wait).
+        let first = self.new_reg(RegClass::Pred);
+        let is_first = Stmt::Inst {
+            inst: Inst::Op { op: "setp.eq.s32".into(), dst: first, args: vec![k.into(), a.into()] },
+            guard: None,
+        };
+        let take = Stmt::If { cond: first, negate: false, uniform: true, then: vec![turn(wg1)], otherwise: vec![] };
+        let at =
+            body.iter().position(|s| matches!(s, Stmt::Inst { inst: Inst::MbarWait { .. }, .. })).map_or(0, |i| i + 1);
+        body.insert(at, take);
+        body.insert(at, is_first);
+        Ok((ran, wg1))
+    }
+}
+
+/// The first of the two named barriers of the ping-pong: warpgroup `w`
+/// waits for its turn at `TURN + w` (over both warpgroups, 256 threads).
+const TURN: u32 = 2;
+
+fn sync(id: u32) -> Stmt {
+    Stmt::Inst { inst: Inst::NamedBarSync { id, threads: 256 }, guard: None }
+}
+
+fn arrive(id: u32) -> Stmt {
+    Stmt::Inst { inst: Inst::NamedBarArrive { id, threads: 256 }, guard: None }
+}
+
+/// Where the ping-pong goes in a consumers' loop body: (the first
+/// `wgmma.commit_group`, the last `wgmma.fence`), both at its top level,
+/// when the body has at least two gemm groups, every wgmma at its top
+/// level, and nothing that a barrier could need (no shared-memory write,
+/// cp.async or barrier anywhere in it: the barrier pass then adds none
+/// inside the loop, and the warpgroups may run a gemm apart).
+fn ping_pong_points(body: &[Stmt]) -> Option<(usize, usize)> {
+    fn blocks(s: &Stmt) -> bool {
+        match s {
+            Stmt::Inst { inst, .. } => matches!(
+                inst,
+                Inst::BarSync
+                    | Inst::NamedBarSync { .. }
+                    | Inst::NamedBarArrive { .. }
+                    | Inst::CpAsync { .. }
+                    | Inst::St { space: crate::thread_ir::Space::Shared, .. }
+            ),
+            Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(blocks),
+            Stmt::For { body, .. } => body.iter().any(blocks),
+            Stmt::Comment(_) => false,
+        }
+    }
+    fn nested_wgmma(s: &Stmt) -> bool {
+        match s {
+            Stmt::Inst { inst, .. } => matches!(inst, Inst::Wgmma { .. } | Inst::WgmmaCommit | Inst::WgmmaFence),
+            Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(nested_wgmma),
+            Stmt::For { body, .. } => body.iter().any(nested_wgmma),
+            Stmt::Comment(_) => false,
+        }
+    }
+    if body.iter().any(blocks) || body.iter().any(|s| !matches!(s, Stmt::Inst { .. }) && nested_wgmma(s)) {
+        return None;
+    }
+    let is = |s: &Stmt, f: fn(&Inst) -> bool| matches!(s, Stmt::Inst { inst, .. } if f(inst));
+    let commit = body.iter().position(|s| is(s, |i| matches!(i, Inst::WgmmaCommit)))?;
+    let fence = body.iter().rposition(|s| is(s, |i| matches!(i, Inst::WgmmaFence)))?;
+    (commit < fence).then_some((commit, fence))
 }

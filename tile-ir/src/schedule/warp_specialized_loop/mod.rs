@@ -63,7 +63,7 @@ pub fn compile_planned(
             // As in the general schedule: staging is an optimization, the
             // direct stores below are the answer when it does not fit.
             if let Ok(staged_wsl) = plan(&staged, target) {
-                let lowering = Rc::new(WslLowering::new(staged_wsl));
+                let lowering = Rc::new(WslLowering::new(staged_wsl, options.ping_pong));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
                     if func.shared_bytes <= target.info().shared_limit {
                         return finish(&staged, target, &staged_layouts, func, NAME);
@@ -72,7 +72,8 @@ pub fn compile_planned(
             }
         }
     }
-    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl)))?;
+    let func =
+        crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, options.ping_pong)))?;
     finish(kernel, target, &layouts, func, NAME)
 }
 
