@@ -75,7 +75,7 @@ fn attention_4d() {
             assert!(
                 sm90.len() >= 3
                     && sm90[0].1.schedule == "warp_specialized_loop"
-                    && sm90[0].1.tensor_maps.len() == 2
+                    && sm90[0].1.tensor_maps.len() == 3
                     && sm90[1].1.schedule == "tma_copy",
                 "{}: not the warp-specialized loop first, then the TMA-copy variant",
                 meta.name

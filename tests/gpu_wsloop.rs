@@ -68,8 +68,8 @@ fn attention_d64() {
                 .unwrap_or_else(|e| panic!("{layout:?} b{b} h{h} sq{sq} sk{sk}: {e}"));
         }
     }
-    ran_wsloop(&d, &ndtile::attention_bhsd::META, 2);
-    ran_wsloop(&d, &ndtile::attention_bshd::META, 2);
+    ran_wsloop(&d, &ndtile::attention_bhsd::META, 3);
+    ran_wsloop(&d, &ndtile::attention_bshd::META, 3);
 }
 
 #[test]
@@ -81,8 +81,8 @@ fn attention_d128() {
                 .unwrap_or_else(|e| panic!("{layout:?} d128 b{b} h{h} sq{sq} sk{sk}: {e}"));
         }
     }
-    ran_wsloop(&d, &ndtile::attention_bhsd_d128::META, 2);
-    ran_wsloop(&d, &ndtile::attention_bshd_d128::META, 2);
+    ran_wsloop(&d, &ndtile::attention_bhsd_d128::META, 3);
+    ran_wsloop(&d, &ndtile::attention_bshd_d128::META, 3);
 }
 
 /// Loops of 0, 1, 2, 3, 4 and 9 iterations (the parities wrap several

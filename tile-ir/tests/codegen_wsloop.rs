@@ -65,8 +65,10 @@ fn takes_the_attention_kernels() {
             panic!("{}: no plan", k.name)
         };
         assert_eq!((p.consumer_threads, p.stages, p.copies.len()), (threads, 2, 2), "{}", k.name);
-        // The block indices are `ctaid`s: the producer needs no `let`.
+        // The block indices are `ctaid`s: the producer needs no `let`; it
+        // issues the Q tile too (the body's first statement).
         assert!(p.producer_lets.is_empty(), "{}", k.name);
+        assert_eq!(p.pre_copies, vec![0], "{}", k.name);
         // 40 for the producer, the rest shared by the consumers (≤ 240).
         assert_eq!((p.producer_regs, p.consumer_regs), (40, if threads == 128 { 240 } else { 232 }));
         assert!(40 * 128 + p.consumer_regs * threads <= 65_536);
@@ -181,12 +183,15 @@ fn attention_variant_structure() {
         let c = variant(&text);
         let name = kernel(&text).name;
         let f = &c.function;
-        assert_eq!((c.threads, f.barrier_threads, c.tensor_maps.len()), (t + 128, Some(t), 2), "{name}");
+        // K and V, then Q.
+        assert_eq!((c.threads, f.barrier_threads, c.tensor_maps.len()), (t + 128, Some(t), 3), "{name}");
+        let tensors: Vec<usize> = c.tensor_maps.iter().map(|m| m.tensor).collect();
+        assert_eq!(tensors, [1, 2, 0], "{name}");
         assert!(c.ptx.contains(&format!(".maxntid {}, 1, 1\n.minnctapersm 1\n", t + 128)), "{name}");
         let regs = if t == 128 { 240 } else { 232 };
         assert!(c.ptx.contains("setmaxnreg.dec.sync.aligned.u32 40;"), "{name}");
         assert!(c.ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {regs};")), "{name}");
-        // The ring: full[s] with one arrival (+ tx), empty[s] with T.
+        // The ring: full[s] with one arrival (+ tx), empty[s] with T; Q's.
         let all = insts(&f.body);
         let counts: Vec<i64> = all
             .iter()
@@ -195,7 +200,7 @@ fn attention_variant_structure() {
                 _ => None,
             })
             .collect();
-        assert_eq!(counts, [1, t as i64, 1, t as i64], "{name}");
+        assert_eq!(counts, [1, t as i64, 1, t as i64, 1], "{name}");
         // Barriers: one over the whole block before the split, the rest
         // named over the consumers (`bar.sync 1, T` in the PTX).
         // (Two consumer warpgroups also take turns: barriers 2 and 3 over
@@ -232,8 +237,8 @@ fn attention_variant_structure() {
             };
             assert!(ok, "{name}: the producer runs {i:?}");
         }
-        // K and V, one box per 64-column panel.
-        let boxes = if t == 128 { 2 } else { 4 };
+        // Q, K and V, one box per 64-column panel.
+        let boxes = if t == 128 { 3 } else { 6 };
         assert_eq!(p.iter().filter(|i| matches!(i, Inst::TmaLoad { .. })).count(), boxes, "{name}: K and V boxes");
         assert!(matches!(p.last(), Some(Inst::Exit)));
         // The consumers: no TMA, no block-wide barrier; their loop waits for
@@ -270,6 +275,13 @@ fn attention_variant_structure() {
             "{name}: the stage is released before its wgmma is done"
         );
         assert!(!b.iter().any(|i| matches!(i, Inst::BarSync)), "{name}: a barrier in the attention loop");
+        // Q came by TMA: the consumers wait for it (no cp.async, and no
+        // barrier or proxy fence before the loop for it).
+        assert!(!cons.iter().any(|i| matches!(i, Inst::CpAsync { .. })), "{name}");
+        let before_loop = consumers.iter().take_while(|s| !matches!(s, Stmt::For { uniform: true, .. }));
+        let pre: Vec<&Inst> = before_loop.flat_map(|s| insts(std::slice::from_ref(s))).collect();
+        assert!(pre.iter().any(|i| matches!(i, Inst::MbarWait { parity: thread_ir::Operand::Imm(0), .. })), "{name}");
+        assert!(!pre.iter().any(|i| matches!(i, Inst::BarSync | Inst::FenceProxyAsync)), "{name}");
     }
 }
 

@@ -202,7 +202,7 @@ fn expr_reads(e: &Expr, buf: BufferId) -> bool {
 }
 
 /// Whether a statement (recursively) reads / writes `buf`.
-fn touches(s: &Stmt, buf: BufferId) -> (bool, bool) {
+pub(crate) fn touches(s: &Stmt, buf: BufferId) -> (bool, bool) {
     let mut r = false;
     let mut w = false;
     let any = |es: &[Expr]| es.iter().any(|e| expr_reads(e, buf));

@@ -65,7 +65,7 @@
 //! `bar.arrive` orders no memory: the wgmma waits move past it.
 
 use super::plan::WslPlan;
-use crate::ir::{DType, Expr, Stmt as TStmt, StmtKind, VarId};
+use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
@@ -73,8 +73,10 @@ use std::cell::{Cell, RefCell};
 /// One pipelined copy the producer issues.
 #[derive(Clone, Debug)]
 struct WslCopy {
-    /// Index of the copy in the loop body.
+    /// Index of the copy in the loop body (a pre-loop copy's: in the kernel's).
     index: usize,
+    /// Its shared destination.
+    dst: BufferId,
     /// The tensor map parameter.
     param: String,
     /// Boxes: (byte offset in the stage, row offset, column offset).
@@ -89,6 +91,11 @@ pub(crate) struct WslLowering {
     /// Bytes every stage's boxes deliver.
     bytes: Cell<i64>,
     copies: RefCell<Vec<WslCopy>>,
+    /// The copies before the loop the producer issues (`index` into
+    /// `kernel.body`), on the barrier after the ring.
+    pre: RefCell<Vec<WslCopy>>,
+    /// Bytes the pre-loop copies deliver.
+    pre_bytes: Cell<i64>,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -96,7 +103,21 @@ pub(crate) struct WslLowering {
 
 impl WslLowering {
     pub(super) fn new(plan: WslPlan, ping_pong: bool) -> WslLowering {
-        WslLowering { plan, bars: Cell::new(0), bytes: Cell::new(0), copies: RefCell::new(Vec::new()), ping_pong }
+        WslLowering {
+            plan,
+            bars: Cell::new(0),
+            bytes: Cell::new(0),
+            copies: RefCell::new(Vec::new()),
+            pre: RefCell::new(Vec::new()),
+            pre_bytes: Cell::new(0),
+            ping_pong,
+        }
+    }
+
+    /// Whether `buf` is the destination of a pre-loop copy the producer
+    /// issues.
+    pub(super) fn issues_before_loop(&self, buf: BufferId) -> bool {
+        self.pre.borrow().iter().any(|c| c.dst == buf)
     }
 }
 
@@ -128,18 +149,52 @@ impl Lx<'_> {
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
             bytes += b;
-            wl.copies.borrow_mut().push(WslCopy { index: i, param, boxes });
+            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes });
         }
         wl.bytes.set(bytes);
+        // The copies before the loop whose shared layout TMA writes (the
+        // others the consumers do themselves).
+        let mut pre_bytes = 0;
+        for &i in &ws.pre_copies {
+            let StmtKind::Copy { src, dst, fill } = &self.k.body[i].kind else { continue };
+            let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
+                continue;
+            };
+            let param = format!("tmap{}", self.f.tensor_maps.len());
+            self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
+            self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
+            pre_bytes += b;
+            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes });
+        }
+        wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
         self.f.barrier_threads = Some(ws.consumer_threads);
         self.f.min_blocks_per_sm = Some(1);
     }
 
-    /// The ring's mbarriers, after the buffers.
+    /// The ring's mbarriers, after the buffers, then the pre-loop copies'.
     pub(super) fn wsl_barriers(&mut self, wl: &WslLowering) {
-        let bars = self.alloc_smem(16 * wl.plan.stages as i64);
+        let bars = self.alloc_smem(16 * wl.plan.stages as i64 + 8);
         wl.bars.set(bars);
+    }
+
+    /// The consumers' side of a pre-loop copy the producer issues: the wait
+    /// for its barrier (its only phase), in the copy's place. `None`: not
+    /// such a copy.
+    pub(super) fn wsl_pre_copy_wait(&mut self, wl: &WslLowering, s: &TStmt) -> Option<R<()>> {
+        let k = self.k;
+        if !wl.pre.borrow().iter().any(|c| std::ptr::eq(s, &k.body[c.index])) {
+            return None;
+        }
+        let bar = wl.bars.get() + 16 * wl.plan.stages as i64;
+        let smem = self.smem;
+        let p = self.new_reg(RegClass::Pred);
+        self.emit(Inst::MbarWait {
+            addr: Address { base: smem.into(), offset: bar },
+            parity: Operand::Imm(0),
+            pred: p,
+        });
+        Some(Ok(()))
     }
 
     /// The whole body: barrier init, the split, then the consumers' code
@@ -158,6 +213,10 @@ impl Lx<'_> {
                     addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
                     count: Operand::Imm(t),
                 });
+            }
+            if !wl.pre.borrow().is_empty() {
+                let at = Address { base: smem.into(), offset: bars + 16 * stages };
+                x.emit(Inst::MbarInit { addr: at, count: Operand::Imm(1) });
             }
             x.emit(Inst::FenceMbarrierInit);
             Ok(())
@@ -201,6 +260,7 @@ impl Lx<'_> {
             for &i in &ws.producer_lets {
                 self.stmt(&k.body[i])?;
             }
+            self.wsl_producer_pre_copies(wl)?;
             let lp = &k.body[ws.loop_index];
             self.span = lp.span;
             let StmtKind::For { start, end, body, .. } = &lp.kind else {
@@ -258,6 +318,40 @@ impl Lx<'_> {
         self.vars = saved_vars;
         self.var_mult = saved_mult;
         result
+    }
+
+    /// The producer's pre-loop copies: the bytes of all on their barrier,
+    /// then their boxes.
+    fn wsl_producer_pre_copies(&mut self, wl: &WslLowering) -> R<()> {
+        let pre = wl.pre.borrow().clone();
+        if pre.is_empty() {
+            return Ok(());
+        }
+        let smem = self.smem;
+        let bar = Address { base: smem.into(), offset: wl.bars.get() + 16 * wl.plan.stages as i64 };
+        self.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: Operand::Imm(wl.pre_bytes.get()) });
+        for c in &pre {
+            let s = &self.k.body[c.index];
+            self.span = s.span;
+            let StmtKind::Copy { src, dst, .. } = &s.kind else {
+                return Err(self.err("internal: a warp-specialized copy is not a copy"));
+            };
+            let map = self.new_reg(RegClass::B64);
+            self.emit(Inst::TensorMapAddr { dst: map, param: c.param.clone() });
+            let mut origin = Vec::new();
+            for e in &src.origin {
+                let v = self.expr(e)?;
+                let v = self.convert(v, DType::I32)?;
+                origin.push(self.materialize(&v));
+            }
+            let dims = crate::schedule::tma_copy::tma_window_dims(self.k, src)
+                .ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
+            let (off, _) =
+                *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
+            let at = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
+            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar);
+        }
+        Ok(())
     }
 
     /// The consumers' loop (see the module doc).

@@ -88,7 +88,7 @@ impl ScheduleLowering for WslLowering {
 
     /// TMA boxes start on their swizzle pattern's 1024 bytes.
     fn buffer_alignment(&self, buf: BufferId, align: i64) -> i64 {
-        if self.plan.pipe.stages.contains_key(&buf) {
+        if self.plan.pipe.stages.contains_key(&buf) || self.issues_before_loop(buf) {
             align.max(1024)
         } else {
             align
@@ -97,6 +97,11 @@ impl ScheduleLowering for WslLowering {
 
     fn after_buffers(&self, lx: &mut Lx<'_>) {
         lx.wsl_barriers(self);
+    }
+
+    /// A copy before the loop that the producer issues: the consumers wait.
+    fn lower_stmt(&self, lx: &mut Lx<'_>, s: &TStmt) -> Option<R<()>> {
+        lx.wsl_pre_copy_wait(self, s)
     }
 
     fn lower_body(&self, lx: &mut Lx<'_>, body: &[TStmt]) -> Option<R<()>> {

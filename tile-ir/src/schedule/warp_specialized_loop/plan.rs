@@ -21,12 +21,19 @@
 //! - the warp-specialized GEMM does not take it (its loop is only copies and
 //!   gemms, and that schedule knows more about it).
 //!
+//! A copy before the loop that TMA may do (the same acceptance), whose
+//! shared destination no other statement writes or reads before it, whose
+//! source tensor the kernel never writes, and whose origin the producer can
+//! compute (as above), is the producer's too ([`WslPlan::pre_copies`]): it
+//! issues it once, before its loop, on a barrier of its own, and the
+//! consumers wait for that barrier where the copy was (FA3's Q tile).
+//!
 //! The loop body, the statements before it (which may read memory) and
 //! those after it may be anything the lowering core lowers: they run on
 //! the consumers only. Anything else: a [`NotApplicable`] saying why.
 
 use crate::ir::{Kernel, LoopKind, StmtKind, VarId, VarKind};
-use crate::passes::pipeline::{self, expr_vars, PipelinePlan};
+use crate::passes::pipeline::{self, expr_vars, touches, PipelinePlan};
 use crate::schedule::not_applicable::NotApplicable;
 use crate::schedule::tma_copy::tma_candidate;
 use crate::schedule::warp_specialized_gemm::{self, count_pipelined, has_load};
@@ -49,6 +56,9 @@ pub struct WslPlan {
     /// Indices (into `kernel.body`, before the loop) of the `let`s the
     /// producer evaluates, in order.
     pub producer_lets: Vec<usize>,
+    /// Indices (into `kernel.body`, before the loop) of the copies the
+    /// producer issues once, before its loop (see the module doc).
+    pub pre_copies: Vec<usize>,
     /// The kernel's threads: the consumer warpgroups.
     pub consumer_threads: u32,
     /// Registers per producer thread after `setmaxnreg.dec`.
@@ -120,6 +130,32 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WslPlan, NotApplicable> {
             "the pipelined loop's bounds read memory; the producer warpgroup computes them, and it runs nothing that reads memory",
         ));
     }
+    producer_lets(kernel, loop_index, *var, need.clone())?;
+    // Copies before the loop the producer can issue too.
+    let mut pre_copies = Vec::new();
+    for (i, s) in kernel.body[..loop_index].iter().enumerate() {
+        let StmtKind::Copy { src, dst, fill } = &s.kind else { continue };
+        if !tma_candidate(kernel, src, dst, fill.as_ref()) {
+            continue;
+        }
+        let others = kernel.body.iter().enumerate().filter(|(j, _)| *j != i);
+        let clash = others.clone().any(|(j, x)| {
+            let (r, w) = touches(x, dst.buf);
+            w || (r && j < i)
+        }) || kernel.body.iter().any(|x| touches(x, src.buf).1);
+        if clash {
+            continue;
+        }
+        let mut more = need.clone();
+        let mut loads = false;
+        for e in &src.origin {
+            expr_vars(e, &mut more, &mut loads);
+        }
+        if !loads && producer_lets(kernel, loop_index, *var, more.clone()).is_ok() {
+            need = more;
+            pre_copies.push(i);
+        }
+    }
     let producer_lets = producer_lets(kernel, loop_index, *var, need)?;
     if warp_specialized_gemm::plan(kernel, target).is_ok() {
         return Err(no("the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)"));
@@ -134,6 +170,7 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WslPlan, NotApplicable> {
         copies: pl.copies.clone(),
         pipe: pipe.clone(),
         producer_lets,
+        pre_copies,
         consumer_threads: threads,
         producer_regs: split.producer,
         consumer_regs,
