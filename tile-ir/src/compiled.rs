@@ -41,8 +41,8 @@ pub struct Compiled {
     /// ordinary kernel.
     pub persistent: bool,
     /// The schedule that made this variant ([`crate::schedule::Schedule::name`]):
-    /// `"warp_specialized_gemm"`, `"tma_copy"`, `"cp_async_pipeline"` or
-    /// `"general"`.
+    /// `"warp_specialized_gemm"`, `"warp_specialized_loop"`, `"tma_copy"`,
+    /// `"cp_async_pipeline"` or `"general"`.
     pub schedule: &'static str,
 }
 

@@ -94,6 +94,25 @@ const SUM: &str = "kernel sum<%0 M, %1 N>(@0 x: &f32[M, N], @1 y: &mut f32[M, 64
   copy acc -> y[bm * 64, 0]
 }";
 
+/// The Q tile is the producer's only when nothing else touches `q_s` first
+/// (here a fill before it: the consumers copy it themselves, by cp.async).
+#[test]
+fn pre_loop_copies_only_when_alone() {
+    let text = attention_4d_text(Layout4d::Bhsd).replace("  copy q[", "  fill q_s, 0.0 as f16\n  copy q[");
+    let k = kernel(&text);
+    let Ok(schedule::Plan::WarpSpecializedLoop(p)) =
+        Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default())
+    else {
+        panic!("no plan")
+    };
+    assert!(p.pre_copies.is_empty());
+    let c = variant(&text);
+    assert_eq!(c.tensor_maps.len(), 2);
+    let (producer, consumers) = split(&c.function.body);
+    assert_eq!(insts(producer).iter().filter(|i| matches!(i, Inst::TmaLoad { .. })).count(), 2);
+    assert!(insts(consumers).iter().any(|i| matches!(i, Inst::CpAsync { .. })));
+}
+
 #[test]
 fn takes_loops_without_gemms_and_producer_lets() {
     let k = kernel(SUM);

@@ -60,12 +60,17 @@ mod sig;
 ///   without clusters (sm_8x) and the interpreter ignore it
 ///   (`tile_ir::Kernel::cluster`).
 /// - `warp_specialize = true | false` (default `true`): whether the sm_90a
-///   compiler may add a warp-specialized TMA + wgmma variant of pipelined
-///   loops (a producer warpgroup issues TMA loads into mbarrier-guarded
-///   stages, the block's warpgroups run `wgmma.mma_async` on them,
-///   `setmaxnreg` moves registers to the consumers; the accumulator may be
-///   stored with TMA and the kernel run persistently over the grid's tiles).
-///   The runtime launches it only when the mapped tensors are
+///   compiler may add warp-specialized variants of a kernel whose one
+///   top-level `pipelined` loop has copies TMA can do (`threads` a multiple
+///   of 128): a producer warpgroup issues those copies (and TMA-able copies
+///   before the loop, such as attention's Q tile) as TMA loads into
+///   mbarrier-guarded stages, `setmaxnreg` moves registers to the consumers,
+///   and the block's own threads run everything else, before, in and after
+///   the loop (gemms on wgmma, reductions, `parallel` loops, masks); two
+///   consumer warpgroups take turns at the tensor cores (ping-pong). A GEMM
+///   main loop (only copies and gemms) gets its own variant, whose
+///   accumulator may be stored with TMA and the kernel run persistently over
+///   the grid's tiles. The runtime launches them only when the mapped tensors are
 ///   TMA-addressable (16-byte aligned, rows a multiple of 16 bytes), else the
 ///   general code. `false` turns it off, for bisecting
 ///   (`tile_ir::Kernel::warp_specialize`).
@@ -229,7 +234,8 @@ mod sig;
 /// - `TILE_DUMP=<dir>`: writes `<kernel>.tile`, `<kernel>.<arch>.thread`,
 ///   `<kernel>.<arch>.ptx` (and `<kernel>.<arch>.ptxas.txt`); a target's
 ///   extra variants (before the general one) add their schedule's name:
-///   `<kernel>.sm_90a.warp_specialized_gemm.ptx`, `<kernel>.sm_90a.tma_copy.ptx`;
+///   `<kernel>.sm_90a.warp_specialized_gemm.ptx`, `<kernel>.sm_90a.warp_specialized_loop.ptx`,
+///   `<kernel>.sm_90a.tma_copy.ptx`;
 ///   `<kernel>.<arch>.schedules.txt` says which schedules took the kernel
 ///   and, for the others, why not.
 /// - `TILE_PTXAS=<path>`: assembles the PTX of every variant of each target;

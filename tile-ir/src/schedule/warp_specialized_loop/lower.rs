@@ -499,6 +499,7 @@ fn ping_pong_points(body: &[Stmt]) -> Option<(usize, usize)> {
                     | Inst::NamedBarArrive { .. }
                     | Inst::CpAsync { .. }
                     | Inst::St { space: crate::thread_ir::Space::Shared, .. }
+                    | Inst::AtomAdd { space: crate::thread_ir::Space::Shared, .. }
             ),
             Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(blocks),
             Stmt::For { body, .. } => body.iter().any(blocks),
