@@ -8,9 +8,15 @@
 //! the target's register split, the mbarrier ring's arrival counts, every
 //! consumer barrier named over the consumers, one release of the stage per
 //! iteration after the last wgmma wait; and ptxas assembles every such
-//! variant without spills. (The Thread IR simulator runs threads in lockstep
-//! and cannot run warp-specialized code: `tests/gpu_wsloop.rs` runs these
-//! kernels on the GPU.)
+//! variant without spills. The synchronization is checked on a model: the
+//! producer's thread and the consumers interpret the Thread IR's integer
+//! part concurrently against modelled mbarriers, for loops of 0 to 5
+//! iterations (no deadlock, parities and transaction bytes right, no refill
+//! of a stage being read), and the two warpgroups' turns of the ping-pong
+//! against named-barrier semantics; both models fail on planted bugs. (The
+//! Thread IR simulator runs threads in lockstep and cannot run
+//! warp-specialized code: `tests/gpu_wsloop.rs` runs these kernels on the
+//! GPU.)
 
 mod ptxas;
 
@@ -523,4 +529,468 @@ fn ping_pong_turns_balance() {
             assert!(run_barriers([&ev[0], &ev[1]]).is_err());
         }
     }
+}
+
+// ------------------------------------------- the mbarrier protocol, modelled
+
+/// A model of the variant's synchronization, run on its Thread IR: two
+/// agents, the producer's issuing thread (`tid = T`) and the consumers in
+/// lockstep (`tid = 0`: every consumer thread arrives, so an arrival counts
+/// `T`), each interpreting the whole function (integer arithmetic exactly;
+/// memory and floating point as zeros, which only the consumers' data path
+/// reads) on its own OS thread, against a model of the mbarriers
+/// (`try_wait.parity p` passes once the phase of parity `p` has completed;
+/// a phase completes when its arrivals reach the init count and its
+/// transaction bytes, announced by `expect_tx` and delivered by the TMA
+/// boxes as they are issued, come to zero), `bar.sync 0` as a rendezvous of
+/// the two. It fails on a deadlock, on a box into a stage the consumers
+/// hold (between their wait for `full[s]` and their arrival at `empty[s]`),
+/// on more bytes delivered than announced, and on a phase left half done
+/// at the end. Named barriers over the consumers alone (the ping-pong's,
+/// `bar.sync 1`) are not modelled (`ping_pong_turns_balance` is).
+mod model {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::{Condvar, Mutex};
+    use tile_ir::thread_ir::{Address, Inst, Operand, Reg, Special, Stmt};
+
+    #[derive(Default, Debug)]
+    struct Bar {
+        expected: i64,
+        pending: i64,
+        tx: i64,
+        completed: i64,
+    }
+
+    #[derive(Default)]
+    struct State {
+        bars: HashMap<i64, Bar>,
+        /// Full barriers whose stage the consumers hold.
+        held: HashSet<i64>,
+        rendezvous: u32,
+        /// What each blocked agent waits for, by its `tid`.
+        waiting: HashMap<i64, Wait>,
+        live: u32,
+        failure: Option<String>,
+        waits: u64,
+    }
+
+    pub struct Setup<'a> {
+        pub consumers: i64,
+        /// Bytes of one box of each tensor map, in order.
+        pub box_bytes: Vec<i64>,
+        /// `full[0]`'s offset and the ring's stages (`empty[s]` is `full[s] + 8·stages`).
+        pub bars: i64,
+        pub stages: i64,
+        /// Kernel parameters by name (`p3_SK` → the value of `SK`).
+        pub params: &'a HashMap<String, i64>,
+    }
+
+    struct Shared<'a> {
+        st: Mutex<State>,
+        cv: Condvar,
+        setup: &'a Setup<'a>,
+    }
+
+    struct Agent<'s, 'a> {
+        tid: i64,
+        regs: HashMap<Reg, i64>,
+        sh: &'s Shared<'a>,
+        steps: u64,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Wait {
+        Rendezvous,
+        /// A phase of parity `.1` of the mbarrier at `.0`.
+        Mbar(i64, i64),
+    }
+
+    fn ready(st: &State, w: Wait) -> bool {
+        match w {
+            Wait::Rendezvous => st.rendezvous >= 2,
+            Wait::Mbar(at, p) => st.bars.get(&at).is_some_and(|b| b.completed % 2 != p),
+        }
+    }
+
+    /// Every live agent waits and none can go on.
+    fn deadlocked(st: &State) -> bool {
+        st.waiting.len() as u32 == st.live && st.waiting.values().all(|w| !ready(st, *w))
+    }
+
+    enum Stop {
+        Exit,
+        Fail,
+    }
+
+    impl Agent<'_, '_> {
+        fn val(&self, o: &Operand) -> i64 {
+            match o {
+                Operand::Reg(r) => self.regs.get(r).copied().unwrap_or(0),
+                Operand::Imm(v) => *v,
+                Operand::Special(Special::TidX) => self.tid,
+                Operand::Special(Special::NctaId(_)) => 1,
+                _ => 0,
+            }
+        }
+        fn addr(&self, a: &Address) -> i64 {
+            self.val(&a.base) + a.offset
+        }
+        fn op(&self, op: &str, a: &[i64]) -> i64 {
+            let parts: Vec<&str> = op.split('.').collect();
+            let g = |i: usize| a.get(i).copied().unwrap_or(0);
+            match parts[0] {
+                "mov" | "cvt" | "cvta" => g(0),
+                "add" => g(0).wrapping_add(g(1)),
+                "sub" => g(0).wrapping_sub(g(1)),
+                "mul" => g(0).wrapping_mul(g(1)),
+                "mad" => g(0).wrapping_mul(g(1)).wrapping_add(g(2)),
+                "div" => g(0).checked_div(g(1)).unwrap_or(0),
+                "rem" => g(0).checked_rem(g(1)).unwrap_or(0),
+                "shl" => g(0).wrapping_shl(g(1) as u32),
+                "shr" => g(0).wrapping_shr(g(1) as u32),
+                "and" => g(0) & g(1),
+                "or" => g(0) | g(1),
+                "xor" => g(0) ^ g(1),
+                "min" => g(0).min(g(1)),
+                "max" => g(0).max(g(1)),
+                "neg" => -g(0),
+                "selp" => {
+                    if g(2) != 0 {
+                        g(0)
+                    } else {
+                        g(1)
+                    }
+                }
+                "setp" => {
+                    let (x, y) = (g(0), g(1));
+                    (match parts[1] {
+                        "eq" => x == y,
+                        "ne" => x != y,
+                        "lt" | "lo" => x < y,
+                        "le" | "ls" => x <= y,
+                        "gt" | "hi" => x > y,
+                        "ge" | "hs" => x >= y,
+                        _ => false,
+                    }) as i64
+                }
+                _ => 0,
+            }
+        }
+        fn fail(&self, st: &mut State, why: String) -> Stop {
+            st.failure.get_or_insert(why);
+            self.sh.cv.notify_all();
+            Stop::Fail
+        }
+        /// Blocks until `w` is ready; a deadlock when every live agent
+        /// waits for something that cannot happen.
+        fn block(&self, w: Wait) -> Result<(), Stop> {
+            let mut st = self.sh.st.lock().unwrap();
+            st.waiting.insert(self.tid, w);
+            while !ready(&st, w) && st.failure.is_none() {
+                if deadlocked(&st) {
+                    let why = format!("deadlock: tid {} waits for {w:?} ({:?}, {:?})", self.tid, st.waiting, st.bars);
+                    return Err(self.fail(&mut st, why));
+                }
+                st = self.sh.cv.wait(st).unwrap();
+            }
+            st.waiting.remove(&self.tid);
+            if st.failure.is_some() {
+                return Err(Stop::Fail);
+            }
+            Ok(())
+        }
+        fn arrive(&self, st: &mut State, at: i64, n: i64, tx: i64) -> Result<(), Stop> {
+            let Some(b) = st.bars.get_mut(&at) else {
+                return Err(self.fail(st, format!("arrival at {at}, not an initialized mbarrier")));
+            };
+            b.pending += n;
+            b.tx += tx;
+            let (over, tx_neg) = (b.pending > b.expected, b.tx < 0);
+            if b.pending == b.expected && b.tx == 0 {
+                *b = Bar { expected: b.expected, completed: b.completed + 1, ..Bar::default() };
+            }
+            if over || tx_neg {
+                return Err(self.fail(st, format!("mbarrier {at}: more arrivals or bytes than its phase takes")));
+            }
+            self.sh.cv.notify_all();
+            Ok(())
+        }
+        fn inst(&mut self, inst: &Inst) -> Result<(), Stop> {
+            let setup = self.sh.setup;
+            match inst {
+                Inst::Op { op, dst, args } => {
+                    let a: Vec<i64> = args.iter().map(|x| self.val(x)).collect();
+                    let v = self.op(op, &a);
+                    self.regs.insert(*dst, v);
+                }
+                Inst::LdParam { dst, name, .. } => {
+                    let v = name.split_once('_').and_then(|(_, n)| setup.params.get(n)).copied().unwrap_or(0);
+                    self.regs.insert(*dst, v);
+                }
+                Inst::Ld { dsts, .. } | Inst::Ldmatrix { dsts, .. } => {
+                    for d in dsts {
+                        self.regs.insert(*d, 0);
+                    }
+                }
+                Inst::TensorMapAddr { dst, param } => {
+                    let i: i64 = param.trim_start_matches("tmap").parse().unwrap_or(-1);
+                    self.regs.insert(*dst, 1_000_000 + i);
+                }
+                Inst::MbarInit { addr, count } => {
+                    let (at, n) = (self.addr(addr), self.val(count));
+                    let mut st = self.sh.st.lock().unwrap();
+                    st.bars.insert(at, Bar { expected: n, ..Bar::default() });
+                }
+                Inst::MbarArriveExpectTx { addr, tx_bytes } => {
+                    let (at, tx) = (self.addr(addr), self.val(tx_bytes));
+                    let mut st = self.sh.st.lock().unwrap();
+                    self.arrive(&mut st, at, 1, tx)?;
+                }
+                Inst::MbarArrive { addr } => {
+                    let at = self.addr(addr);
+                    let full = at - 8 * setup.stages;
+                    let mut st = self.sh.st.lock().unwrap();
+                    if !st.held.remove(&full) {
+                        return Err(self.fail(&mut st, format!("release of stage {full} not held")));
+                    }
+                    self.arrive(&mut st, at, setup.consumers, 0)?;
+                }
+                Inst::TmaLoad { tmap, mbar, .. } => {
+                    let map = self.val(tmap) - 1_000_000;
+                    let Some(&bytes) = setup.box_bytes.get(map as usize) else {
+                        let mut st = self.sh.st.lock().unwrap();
+                        return Err(self.fail(&mut st, format!("a box through an unknown map {map}")));
+                    };
+                    let at = self.addr(mbar);
+                    let mut st = self.sh.st.lock().unwrap();
+                    if st.held.contains(&at) {
+                        return Err(self.fail(&mut st, format!("a box into the held stage of {at}")));
+                    }
+                    self.arrive(&mut st, at, 0, -bytes)?;
+                }
+                Inst::MbarWait { addr, parity, pred } => {
+                    let (at, p) = (self.addr(addr), self.val(parity));
+                    let is_full = (setup.bars..setup.bars + 8 * setup.stages).contains(&at);
+                    self.block(Wait::Mbar(at, p))?;
+                    let mut st = self.sh.st.lock().unwrap();
+                    st.waits += 1;
+                    if is_full && self.tid < setup.consumers && !st.held.insert(at) {
+                        return Err(self.fail(&mut st, format!("stage {at} taken twice")));
+                    }
+                    drop(st);
+                    self.regs.insert(*pred, 1);
+                }
+                Inst::NamedBarSync { id: 0, .. } => {
+                    {
+                        let mut st = self.sh.st.lock().unwrap();
+                        st.rendezvous += 1;
+                        self.sh.cv.notify_all();
+                    }
+                    self.block(Wait::Rendezvous)?;
+                }
+                Inst::Exit => return Err(Stop::Exit),
+                _ => {}
+            }
+            Ok(())
+        }
+        fn run(&mut self, body: &[Stmt]) -> Result<(), Stop> {
+            for s in body {
+                self.steps += 1;
+                if self.steps > 5_000_000 {
+                    let mut st = self.sh.st.lock().unwrap();
+                    return Err(self.fail(&mut st, "runaway".into()));
+                }
+                match s {
+                    Stmt::Inst { inst, guard } => {
+                        if guard.is_none_or(|(r, neg)| (self.val(&Operand::Reg(r)) != 0) != neg) {
+                            self.inst(inst)?;
+                        }
+                    }
+                    Stmt::If { cond, negate, then, otherwise, .. } => {
+                        if (self.val(&Operand::Reg(*cond)) != 0) != *negate {
+                            self.run(then)?
+                        } else {
+                            self.run(otherwise)?
+                        }
+                    }
+                    Stmt::For { var, start, end, body, .. } => {
+                        let (a, b) = (self.val(start), self.val(end));
+                        for k in a..b {
+                            self.regs.insert(*var, k);
+                            self.run(body)?;
+                        }
+                    }
+                    Stmt::Comment(_) => {}
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// Runs the model (see the module doc); the number of barrier waits.
+    pub fn run(body: &[Stmt], setup: &Setup<'_>) -> Result<u64, String> {
+        let sh = Shared { st: Mutex::new(State { live: 2, ..State::default() }), cv: Condvar::new(), setup };
+        std::thread::scope(|s| {
+            for tid in [setup.consumers, 0] {
+                let sh = &sh;
+                s.spawn(move || {
+                    let mut a = Agent { tid, regs: HashMap::new(), sh, steps: 0 };
+                    let _ = a.run(body);
+                    let mut st = sh.st.lock().unwrap();
+                    st.live -= 1;
+                    if st.live > 0 && deadlocked(&st) && st.failure.is_none() {
+                        st.failure = Some(format!("deadlock: tid {tid} ended, the other waits: {:?}", st.waiting));
+                    }
+                    sh.cv.notify_all();
+                });
+            }
+        });
+        let st = sh.st.into_inner().unwrap();
+        if let Some(f) = st.failure {
+            return Err(f);
+        }
+        if let Some((at, b)) = st.bars.iter().find(|(_, b)| b.pending != 0 || b.tx != 0) {
+            return Err(format!("mbarrier {at} ends half done: {b:?}"));
+        }
+        if !st.held.is_empty() {
+            return Err(format!("stages still held at the end: {:?}", st.held));
+        }
+        Ok(st.waits)
+    }
+}
+
+/// The setup of [`model::run`] for compiled variant `c` of `k` with the
+/// parameters `params`.
+fn model_setup<'a>(k: &Kernel, c: &Compiled, params: &'a std::collections::HashMap<String, i64>) -> model::Setup<'a> {
+    let box_bytes = c
+        .tensor_maps
+        .iter()
+        .map(|m| {
+            let ParamKind::Tensor(b) = k.params[m.tensor].kind else { panic!("a map of a scalar") };
+            m.box_shape.iter().map(|&e| e as i64).product::<i64>() * k.buffer(b).dtype.size_bytes() as i64
+        })
+        .collect();
+    let inits: Vec<i64> = insts(&c.function.body)
+        .iter()
+        .filter_map(|i| match i {
+            Inst::MbarInit { addr, .. } => Some(addr.offset),
+            _ => None,
+        })
+        .collect();
+    model::Setup {
+        consumers: (c.threads - 128) as i64,
+        box_bytes,
+        bars: *inits.iter().min().unwrap(),
+        stages: 2,
+        params,
+    }
+}
+
+/// The producer and the consumers keep the ring's phases and the Q
+/// barrier's right, never deadlock and never refill a stage being read,
+/// for loops of 0, 1, 2, 3 and 5 iterations (s_k of 0 to 300), in every
+/// attention variant and the plain sum; a kernel whose `expect_tx` would be
+/// short of the boxes' bytes fails the model (it can fail).
+#[test]
+fn mbarrier_protocol_holds_for_any_trip_count() {
+    let mut cases: Vec<(String, &str, Vec<i64>)> = Vec::new();
+    for (text, _) in attentions() {
+        let bn = if text.contains("k_s: shared f16[128,") { 128 } else { 64 };
+        let sks: Vec<i64> = [0, 1, 2, 3, 5].iter().map(|n: &i64| (n * bn - bn / 2).max(0)).collect();
+        cases.push((text, "SK", sks));
+    }
+    cases.push((SUM.to_string(), "n", vec![0, 1, 2, 3, 5]));
+    for (text, var, values) in cases {
+        let k = kernel(&text);
+        let c = variant(&text);
+        for v in values {
+            let params: std::collections::HashMap<String, i64> =
+                [("B", 1), ("H", 1), ("SQ", 70), ("M", 70), ("N", 320), (var, v)]
+                    .into_iter()
+                    .map(|(a, b)| (a.to_string(), b))
+                    .collect();
+            let setup = model_setup(&k, &c, &params);
+            let waits = model::run(&c.function.body, &setup).unwrap_or_else(|e| panic!("{} {var}={v}: {e}", k.name));
+            // Each iteration: the consumers' full and the producer's empty wait.
+            let bn = if var == "n" {
+                1
+            } else if text.contains("k_s: shared f16[128,") {
+                128
+            } else {
+                64
+            };
+            let n = (v + bn - 1) / bn;
+            let pre = if var == "SK" { 1 } else { 0 };
+            assert_eq!(waits as i64, 2 * n + pre, "{} {var}={v}", k.name);
+        }
+    }
+    // Short bytes: the model catches it.
+    let text = attention_4d_text(Layout4d::Bhsd);
+    let (k, mut c) = (kernel(&text), variant(&text));
+    fn shorten(body: &mut [Stmt]) {
+        for s in body {
+            match s {
+                Stmt::Inst { inst: Inst::MbarArriveExpectTx { tx_bytes: thread_ir::Operand::Imm(b), .. }, .. } => {
+                    *b -= 2
+                }
+                Stmt::If { then, otherwise, .. } => {
+                    shorten(then);
+                    shorten(otherwise);
+                }
+                Stmt::For { body, .. } => shorten(body),
+                _ => {}
+            }
+        }
+    }
+    let params: std::collections::HashMap<String, i64> =
+        [("B", 1), ("H", 1), ("SQ", 70), ("SK", 300)].into_iter().map(|(a, b)| (a.to_string(), b)).collect();
+    let setup = model_setup(&k, &c, &params);
+    let good = c.function.body.clone();
+    shorten(&mut c.function.body);
+    assert!(model::run(&c.function.body, &setup).unwrap_err().contains("more arrivals or bytes"));
+    // The producer waiting for the wrong parity of `empty`: a deadlock.
+    fn flip(body: &mut [Stmt]) -> bool {
+        for s in body {
+            match s {
+                Stmt::Inst { inst: Inst::Op { op, args, .. }, .. }
+                    if op == "xor.b32" && args.get(1) == Some(&thread_ir::Operand::Imm(1)) =>
+                {
+                    args[1] = thread_ir::Operand::Imm(0);
+                    return true;
+                }
+                Stmt::If { then, otherwise, .. } => {
+                    if flip(then) || flip(otherwise) {
+                        return true;
+                    }
+                }
+                Stmt::For { body, .. } => {
+                    if flip(body) {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+    c.function.body = good.clone();
+    assert!(flip(&mut c.function.body));
+    assert!(model::run(&c.function.body, &setup).unwrap_err().contains("deadlock"));
+    // The consumers never releasing a stage: the producer waits forever.
+    fn unrelease(body: &mut Vec<Stmt>) {
+        body.retain(|s| !matches!(s, Stmt::Inst { inst: Inst::MbarArrive { .. }, .. }));
+        for s in body {
+            match s {
+                Stmt::If { then, otherwise, .. } => {
+                    unrelease(then);
+                    unrelease(otherwise);
+                }
+                Stmt::For { body, .. } => unrelease(body),
+                _ => {}
+            }
+        }
+    }
+    c.function.body = good;
+    unrelease(&mut c.function.body);
+    assert!(model::run(&c.function.body, &setup).unwrap_err().contains("deadlock"));
 }
