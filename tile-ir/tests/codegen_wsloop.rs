@@ -216,7 +216,7 @@ fn attention_variant_structure() {
         let regs = if t == 128 { 240 } else { 232 };
         assert!(c.ptx.contains("setmaxnreg.dec.sync.aligned.u32 40;"), "{name}");
         assert!(c.ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {regs};")), "{name}");
-        // The ring: full[s] with one arrival (+ tx), empty[s] with T; Q's.
+        // Each ring: full[s] with one arrival (+ tx), empty[s] with T.
         let all = insts(&f.body);
         let counts: Vec<i64> = all
             .iter()
@@ -225,7 +225,8 @@ fn attention_variant_structure() {
                 _ => None,
             })
             .collect();
-        assert_eq!(counts, [1, t as i64, 1, t as i64, 1], "{name}");
+        // One ring per pipelined copy (K's, V's), then Q's barrier.
+        assert_eq!(counts, [1, t as i64, 1, t as i64, 1, t as i64, 1, t as i64, 1], "{name}");
         // Barriers: one over the whole block before the split, the rest
         // named over the consumers (`bar.sync 1, T` in the PTX).
         // (Two consumer warpgroups also take turns: barriers 2 and 3 over
@@ -267,7 +268,9 @@ fn attention_variant_structure() {
         assert_eq!(p.iter().filter(|i| matches!(i, Inst::TmaLoad { .. })).count(), boxes, "{name}: K and V boxes");
         assert!(matches!(p.last(), Some(Inst::Exit)));
         // The consumers: no TMA, no block-wide barrier; their loop waits for
-        // full[st] first and releases empty[st] once, after the last wgmma wait.
+        // K's full[st] before the first wgmma and V's before the last, and
+        // releases each ring's empty[st] once, after the wgmma reading it is
+        // waited for.
         let cons = insts(consumers);
         assert!(matches!(cons.first(), Some(Inst::SetMaxNreg { inc: true, .. })), "{name}");
         assert!(
@@ -286,18 +289,29 @@ fn attention_variant_structure() {
             })
             .expect("the consumers' loop");
         let b = insts(body);
+        let at = |f: &dyn Fn(&Inst) -> bool| -> Vec<usize> {
+            b.iter().enumerate().filter(|(_, i)| f(i)).map(|(j, _)| j).collect()
+        };
+        let waits = at(&|i| matches!(i, Inst::MbarWait { .. }));
+        let arrives = at(&|i| matches!(i, Inst::MbarArrive { .. }));
+        let wgmmas = at(&|i| matches!(i, Inst::Wgmma { .. }));
+        let gemm_waits = at(&|i| matches!(i, Inst::WgmmaWait { pending: 0 }));
+        assert_eq!((waits.len(), arrives.len()), (2, 2), "{name}");
+        let (first_b, last_b) = (wgmmas[0], wgmmas[wgmmas.len() - 1]);
         assert!(
-            b.iter().position(|i| matches!(i, Inst::MbarWait { .. }))
-                < b.iter().position(|i| matches!(i, Inst::Wgmma { .. }))
+            waits[0] < first_b && waits[1] < last_b && waits[1] > first_b,
+            "{name}: V is waited for before P·V only"
         );
-        let arrives: Vec<usize> =
-            b.iter().enumerate().filter(|(_, i)| matches!(i, Inst::MbarArrive { .. })).map(|(j, _)| j).collect();
-        assert_eq!(arrives.len(), 1, "{name}");
-        let last_wait = b.iter().rposition(|i| matches!(i, Inst::WgmmaWait { pending: 0 })).expect("a wgmma wait");
-        let last_wgmma = b.iter().rposition(|i| matches!(i, Inst::Wgmma { .. })).unwrap();
+        for &r in &arrives {
+            let before = wgmmas.iter().rev().find(|&&w| w < r).expect("a wgmma before the release");
+            assert!(
+                gemm_waits.iter().any(|&w| w > *before && w < r),
+                "{name}: a stage released before its wgmma is done"
+            );
+        }
         assert!(
-            last_wgmma < last_wait && last_wait < arrives[0],
-            "{name}: the stage is released before its wgmma is done"
+            arrives[0] < wgmmas.iter().copied().find(|&w| w > waits[1]).unwrap(),
+            "{name}: K is released before P·V"
         );
         assert!(!b.iter().any(|i| matches!(i, Inst::BarSync)), "{name}: a barrier in the attention loop");
         // Q came by TMA: the consumers wait for it (no cp.async, and no
@@ -576,6 +590,8 @@ mod model {
 
     pub struct Setup<'a> {
         pub consumers: i64,
+        /// Rings (one per pipelined copy), `16·stages` bytes apart.
+        pub rings: i64,
         /// Bytes of one box of each tensor map, in order.
         pub box_bytes: Vec<i64>,
         /// `full[0]`'s offset and the ring's stages (`empty[s]` is `full[s] + 8·stages`).
@@ -770,7 +786,9 @@ mod model {
                 }
                 Inst::MbarWait { addr, parity, pred } => {
                     let (at, p) = (self.addr(addr), self.val(parity));
-                    let is_full = (setup.bars..setup.bars + 8 * setup.stages).contains(&at);
+                    let ring = 16 * setup.stages;
+                    let is_full = (setup.bars..setup.bars + ring * setup.rings).contains(&at)
+                        && (at - setup.bars) % ring < 8 * setup.stages;
                     self.block(Wait::Mbar(at, p))?;
                     let mut st = self.sh.st.lock().unwrap();
                     st.waits += 1;
@@ -859,6 +877,14 @@ mod model {
     }
 }
 
+/// The pre-loop copies the producer issues in `k`'s plan.
+fn pre_copies(k: &Kernel) -> i64 {
+    match Schedule::WarpSpecializedLoop.plan(k, Target::Sm90a, CompileOptions::default()) {
+        Ok(schedule::Plan::WarpSpecializedLoop(p)) => p.pre_copies.len() as i64,
+        _ => panic!("no plan"),
+    }
+}
+
 /// The setup of [`model::run`] for compiled variant `c` of `k` with the
 /// parameters `params`.
 fn model_setup<'a>(k: &Kernel, c: &Compiled, params: &'a std::collections::HashMap<String, i64>) -> model::Setup<'a> {
@@ -877,8 +903,10 @@ fn model_setup<'a>(k: &Kernel, c: &Compiled, params: &'a std::collections::HashM
             _ => None,
         })
         .collect();
+    let rings = c.tensor_maps.len() as i64 - pre_copies(k);
     model::Setup {
         consumers: (c.threads - 128) as i64,
+        rings,
         box_bytes,
         bars: *inits.iter().min().unwrap(),
         stages: 2,
@@ -911,7 +939,7 @@ fn mbarrier_protocol_holds_for_any_trip_count() {
                     .collect();
             let setup = model_setup(&k, &c, &params);
             let waits = model::run(&c.function.body, &setup).unwrap_or_else(|e| panic!("{} {var}={v}: {e}", k.name));
-            // Each iteration: the consumers' full and the producer's empty wait.
+            // Each iteration, per ring: the consumers' full and the producer's empty wait.
             let bn = if var == "n" {
                 1
             } else if text.contains("k_s: shared f16[128,") {
@@ -920,8 +948,8 @@ fn mbarrier_protocol_holds_for_any_trip_count() {
                 64
             };
             let n = (v + bn - 1) / bn;
-            let pre = if var == "SK" { 1 } else { 0 };
-            assert_eq!(waits as i64, 2 * n + pre, "{} {var}={v}", k.name);
+            let (pre, rings) = if var == "SK" { (1, 2) } else { (0, 1) };
+            assert_eq!(waits as i64, 2 * rings * n + pre, "{} {var}={v}", k.name);
         }
     }
     // Short bytes: the model catches it.

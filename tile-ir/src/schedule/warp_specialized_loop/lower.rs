@@ -7,21 +7,27 @@
 //! stage copies, 1024-byte aligned) and a layout plan for sm_90a.
 //!
 //! Guarantees the schedule (`T` consumer threads, `S` stages, `st` = stage,
-//! `ph` = its phase parity, each side carrying its own):
+//! `ph` = its phase parity, each side carrying its own; one ring of
+//! `full_c[s]`/`empty_c[s]` per pipelined copy `c`, so that K's stage is
+//! refilled as soon as Q·Kᵀ has read it and P·V waits only for V):
 //! ```text
-//! thread 0: init full[s] (1 arrival), empty[s] (T arrivals); fence; bar.sync 0, T+128
+//! thread 0: init full_c[s] (1 arrival), empty_c[s] (T arrivals), pre (1); fence
+//! bar.sync 0, T+128
 //! producer warpgroup (tid ≥ T): setmaxnreg.dec P; thread T only:
-//!     the `let`s the copies' origins and the bounds need; a, b = bounds
-//!     for k in a..b: wait empty[st] parity ph^1     // the consumers released it
-//!                    arrive.expect_tx full[st], bytes of all boxes
-//!                    the TMA boxes of every pipelined copy at k → stage st
+//!     the `let`s the origins and the bounds need
+//!     arrive.expect_tx pre, bytes; the boxes of the pre-loop copies (Q)
+//!     a, b = bounds
+//!     for k in a..b: for each copy c:
+//!                        wait empty_c[st] parity ph^1     // the consumers released it
+//!                        arrive.expect_tx full_c[st], bytes of c's boxes
+//!                        c's TMA boxes at k → stage st
 //!                    advance st (ph flips at the wrap)
 //!     exit
 //! consumers (tid < T): setmaxnreg.inc C
-//!     the statements before the loop
-//!     for k in a..b: wait full[st] parity ph
-//!                    the body (its pipelined copies left out) on stage st
-//!                    arrive empty[st]                // every thread, after its reads
+//!     the statements before the loop, a pre-loop copy replaced by: wait pre parity 0
+//!     for k in a..b: the body on stage st, its pipelined copies left out:
+//!                        wait full_c[st] parity ph before the first statement using c's buffer
+//!                        arrive empty_c[st] after the last one  // every thread, after its reads
 //!                    advance st
 //!     bar.sync 1, T                                  // stage memory may be reused
 //!     the statements after the loop
@@ -30,7 +36,9 @@
 //! program order, and a wgmma reading the stage is waited for before it
 //! (`wgmma.wait_group 0` of the general lowering moves down only to the
 //! first statement that is not plain arithmetic or a load,
-//! [`crate::passes::wgmma_wait`], and the arrive is not). A fresh mbarrier
+//! [`crate::passes::wgmma_wait`], and the arrive is not; statements are
+//! lowered one after the other, so a statement's reads are issued before
+//! the arrive that follows it). A fresh mbarrier
 //! is in phase 0, so the producer's first `S` waits (parity 1, "the phase
 //! before") return at once; each side runs exactly the iterations `a..b`,
 //! so for any trip count (0, 1, 2, ...) every box issued is waited for once
@@ -67,6 +75,7 @@
 use super::plan::WslPlan;
 use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
+use crate::passes::pipeline::touches;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
 
@@ -81,6 +90,8 @@ struct WslCopy {
     param: String,
     /// Boxes: (byte offset in the stage, row offset, column offset).
     boxes: Vec<(i64, i64, i64)>,
+    /// Bytes of all its boxes.
+    bytes: i64,
 }
 
 /// The schedule's state while one kernel is lowered.
@@ -88,8 +99,6 @@ pub(crate) struct WslLowering {
     pub(crate) plan: WslPlan,
     /// Byte offset of the ring's mbarriers in `smem`: `full[0..S]`, then `empty[0..S]`.
     bars: Cell<i64>,
-    /// Bytes every stage's boxes deliver.
-    bytes: Cell<i64>,
     copies: RefCell<Vec<WslCopy>>,
     /// The copies before the loop the producer issues (`index` into
     /// `kernel.body`), on the barrier after the ring.
@@ -106,12 +115,21 @@ impl WslLowering {
         WslLowering {
             plan,
             bars: Cell::new(0),
-            bytes: Cell::new(0),
             copies: RefCell::new(Vec::new()),
             pre: RefCell::new(Vec::new()),
             pre_bytes: Cell::new(0),
             ping_pong,
         }
+    }
+
+    /// `full[0]` of ring `c` (`empty[0]` is `8·S` bytes on).
+    fn ring(&self, c: usize) -> i64 {
+        self.bars.get() + 16 * self.plan.stages as i64 * c as i64
+    }
+
+    /// The pre-loop copies' barrier, after the rings.
+    fn pre_bar(&self) -> i64 {
+        self.ring(self.copies.borrow().len().max(1))
     }
 
     /// Whether `buf` is the destination of a pre-loop copy the producer
@@ -132,7 +150,6 @@ impl Lx<'_> {
             self.errors.push(self.err("internal: the warp-specialized loop is not a loop"));
             return;
         };
-        let mut bytes = 0;
         for &i in &ws.copies {
             let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
@@ -148,10 +165,8 @@ impl Lx<'_> {
             let param = format!("tmap{}", self.f.tensor_maps.len());
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-            bytes += b;
-            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes });
+            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b });
         }
-        wl.bytes.set(bytes);
         // The copies before the loop whose shared layout TMA writes (the
         // others the consumers do themselves).
         let mut pre_bytes = 0;
@@ -164,7 +179,7 @@ impl Lx<'_> {
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
             pre_bytes += b;
-            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes });
+            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b });
         }
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
@@ -172,9 +187,11 @@ impl Lx<'_> {
         self.f.min_blocks_per_sm = Some(1);
     }
 
-    /// The ring's mbarriers, after the buffers, then the pre-loop copies'.
+    /// The rings' mbarriers (one ring per pipelined copy), after the
+    /// buffers, then the pre-loop copies'.
     pub(super) fn wsl_barriers(&mut self, wl: &WslLowering) {
-        let bars = self.alloc_smem(16 * wl.plan.stages as i64 + 8);
+        let rings = wl.copies.borrow().len().max(1) as i64;
+        let bars = self.alloc_smem(16 * wl.plan.stages as i64 * rings + 8);
         wl.bars.set(bars);
     }
 
@@ -186,7 +203,7 @@ impl Lx<'_> {
         if !wl.pre.borrow().iter().any(|c| std::ptr::eq(s, &k.body[c.index])) {
             return None;
         }
-        let bar = wl.bars.get() + 16 * wl.plan.stages as i64;
+        let bar = wl.pre_bar();
         let smem = self.smem;
         let p = self.new_reg(RegClass::Pred);
         self.emit(Inst::MbarWait {
@@ -201,21 +218,25 @@ impl Lx<'_> {
     /// (the loop through [`Lx::lower_wsl_consumer_loop`]).
     pub(super) fn lower_wsl_body(&mut self, wl: &WslLowering, body: &[TStmt]) -> R<()> {
         let ws = &wl.plan;
-        let (t, stages, bars) = (ws.consumer_threads as i64, ws.stages as i64, wl.bars.get());
+        let (t, stages) = (ws.consumer_threads as i64, ws.stages as i64);
+        let rings = wl.copies.borrow().len().max(1);
         let init = self.capture(|x| {
             let smem = x.smem;
-            for s in 0..stages {
-                x.emit(Inst::MbarInit {
-                    addr: Address { base: smem.into(), offset: bars + 8 * s },
-                    count: Operand::Imm(1),
-                });
-                x.emit(Inst::MbarInit {
-                    addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
-                    count: Operand::Imm(t),
-                });
+            for c in 0..rings {
+                let bars = wl.ring(c);
+                for s in 0..stages {
+                    x.emit(Inst::MbarInit {
+                        addr: Address { base: smem.into(), offset: bars + 8 * s },
+                        count: Operand::Imm(1),
+                    });
+                    x.emit(Inst::MbarInit {
+                        addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
+                        count: Operand::Imm(t),
+                    });
+                }
             }
             if !wl.pre.borrow().is_empty() {
-                let at = Address { base: smem.into(), offset: bars + 16 * stages };
+                let at = Address { base: smem.into(), offset: wl.pre_bar() };
                 x.emit(Inst::MbarInit { addr: at, count: Operand::Imm(1) });
             }
             x.emit(Inst::FenceMbarrierInit);
@@ -277,18 +298,19 @@ impl Lx<'_> {
             let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
             self.mov(stage, Operand::Imm(0), DType::I32);
             self.mov(phase, Operand::Imm(0), DType::I32);
-            let (stages, bars, bytes) = (ws.stages as i64, wl.bars.get(), wl.bytes.get());
+            let stages = ws.stages as i64;
             let kr = self.new_reg(RegClass::B32);
             let exit = self.new_reg(RegClass::Pred);
             self.vars.insert(ws.var, kr);
             let lowered = self.capture(|x| {
-                let empty = x.ring_bar_addr(bars, stages, stage, 1);
                 let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
-                let p = x.new_reg(RegClass::Pred);
-                x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
-                let full = x.ring_bar_addr(bars, stages, stage, 0);
-                x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(bytes) });
-                for (c, map) in copies.iter().zip(&maps) {
+                for (ci, (c, map)) in copies.iter().zip(&maps).enumerate() {
+                    // This copy's ring: its stage free, its bytes announced.
+                    let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
+                    let p = x.new_reg(RegClass::Pred);
+                    x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
+                    let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+                    x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(c.bytes) });
                     let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
                         return Err(x.err("internal: a warp-specialized copy is not a copy"));
                     };
@@ -328,7 +350,7 @@ impl Lx<'_> {
             return Ok(());
         }
         let smem = self.smem;
-        let bar = Address { base: smem.into(), offset: wl.bars.get() + 16 * wl.plan.stages as i64 };
+        let bar = Address { base: smem.into(), offset: wl.pre_bar() };
         self.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: Operand::Imm(wl.pre_bytes.get()) });
         for c in &pre {
             let s = &self.k.body[c.index];
@@ -364,8 +386,25 @@ impl Lx<'_> {
         body: &[TStmt],
     ) -> R<()> {
         let ws = &wl.plan;
-        let (stages, bars) = (ws.stages as i64, wl.bars.get());
+        let stages = ws.stages as i64;
         let (a, b) = self.loop_bounds(start, end)?;
+        // Ring c's stage is waited for right before the first statement
+        // that touches its buffer and released right after the last one
+        // (at the top and the end when none does).
+        let copies = wl.copies.borrow().clone();
+        let users: Vec<Vec<usize>> = copies
+            .iter()
+            .map(|c| {
+                (0..body.len())
+                    .filter(|i| {
+                        let (r, w) = touches(&body[*i], c.dst);
+                        !ws.copies.contains(i) && (r || w)
+                    })
+                    .collect()
+            })
+            .collect();
+        let first = |ci: usize| users[ci].first().copied();
+        let last = |ci: usize| users[ci].last().copied();
         let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         self.mov(stage, Operand::Imm(0), DType::I32);
         self.mov(phase, Operand::Imm(0), DType::I32);
@@ -374,9 +413,18 @@ impl Lx<'_> {
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         let lowered = self.capture(|x| {
-            let full = x.ring_bar_addr(bars, stages, stage, 0);
-            let p = x.new_reg(RegClass::Pred);
-            x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+            let wait = |x: &mut Self, ci: usize| {
+                let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+                let p = x.new_reg(RegClass::Pred);
+                x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+            };
+            let release = |x: &mut Self, ci: usize| {
+                let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
+                x.emit(Inst::MbarArrive { addr: empty });
+            };
+            for ci in (0..copies.len()).filter(|&ci| first(ci).is_none()) {
+                wait(x, ci);
+            }
             let mut saved = Vec::new();
             for &i in &ws.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
@@ -384,17 +432,25 @@ impl Lx<'_> {
                 }
             }
             for (i, s) in body.iter().enumerate() {
-                if !ws.copies.contains(&i) {
-                    if let Err(e) = x.stmt(s) {
-                        x.errors.push(e);
-                    }
+                if ws.copies.contains(&i) {
+                    continue;
+                }
+                for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
+                    wait(x, ci);
+                }
+                if let Err(e) = x.stmt(s) {
+                    x.errors.push(e);
+                }
+                for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
+                    release(x, ci);
                 }
             }
             for st in saved {
                 x.restore_stage(st);
             }
-            let empty = x.ring_bar_addr(bars, stages, stage, 1);
-            x.emit(Inst::MbarArrive { addr: empty });
+            for ci in (0..copies.len()).filter(|&ci| last(ci).is_none()) {
+                release(x, ci);
+            }
             x.ring_advance(stages, stage, phase);
             Ok(())
         });
