@@ -72,11 +72,25 @@ pub struct CompileOptions {
     /// (`schedule/warp_specialized_loop/lower.rs`). On by default; off for
     /// bisecting.
     pub ping_pong: bool,
+    /// In a warp-specialized loop that does not ping-pong, issue the loop's
+    /// first gemm (attention's Q·Kᵀ) one iteration ahead, into a second set
+    /// of accumulator registers, so that it runs under the rest of the
+    /// iteration (the softmax); where the loop allows it
+    /// (`schedule/warp_specialized_loop/lower.rs`). On by default; off for
+    /// bisecting.
+    pub lookahead: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { stage_epilogues: true, tma_store: true, persistent: true, tma_copies: false, ping_pong: true }
+        CompileOptions {
+            stage_epilogues: true,
+            tma_store: true,
+            persistent: true,
+            tma_copies: false,
+            ping_pong: true,
+            lookahead: true,
+        }
     }
 }
 

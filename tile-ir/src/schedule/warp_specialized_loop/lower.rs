@@ -48,6 +48,25 @@
 //! reaches one. Out-of-range boxes are zero-filled by TMA and still complete
 //! their bytes.
 //!
+//! **Issuing ahead** ([`crate::CompileOptions::lookahead`], FA3's
+//! intra-warpgroup overlap), when the loop does not ping-pong: a body whose
+//! first statement (after the copies) is a `clear` gemm into a fragment of
+//! at most 64 registers, reading one ring's buffer that nothing else uses and
+//! an operand nothing in the body writes (attention's `S = Q·Kᵀ`), issues
+//! that gemm one iteration ahead into a second set of registers (S double
+//! buffered):
+//! ```text
+//! if a < b: wait full_K[0]; S = gemm(k = a); wait_group 0
+//! for k: arrive empty_K[st]                       // S's gemm was waited for
+//!        if k+1 < b: wait full_K[st+1]; S' = gemm(k+1); commit   // in flight
+//!        the rest of the body on S (softmax, P·V: its wait_group 0 retires S' too)
+//!        wait_group 0; if k+1 < b: S = S'          // register moves
+//! ```
+//! so the next Q·Kᵀ runs on the tensor cores under this iteration's softmax.
+//! The ring's stage for `k+1` is waited for one iteration early and
+//! released one iteration later; every stage is still waited for and
+//! released once per iteration, so the counts and parities are those above.
+//!
 //! **Ping-pong** ([`crate::CompileOptions::ping_pong`], FA3's schedule of two
 //! consumer warpgroups): with `T = 256` and a loop body of at least two gemm
 //! groups at its top level and nothing a barrier could be needed for (no
@@ -108,10 +127,13 @@ pub(crate) struct WslLowering {
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
+    /// Whether to issue the loop's first gemm one iteration ahead
+    /// ([`crate::CompileOptions::lookahead`]), where the loop allows it.
+    lookahead: bool,
 }
 
 impl WslLowering {
-    pub(super) fn new(plan: WslPlan, ping_pong: bool) -> WslLowering {
+    pub(super) fn new(plan: WslPlan, ping_pong: bool, lookahead: bool) -> WslLowering {
         WslLowering {
             plan,
             bars: Cell::new(0),
@@ -119,6 +141,7 @@ impl WslLowering {
             pre: RefCell::new(Vec::new()),
             pre_bytes: Cell::new(0),
             ping_pong,
+            lookahead,
         }
     }
 
@@ -410,6 +433,38 @@ impl Lx<'_> {
         self.mov(phase, Operand::Imm(0), DType::I32);
         let vr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
+        // The first gemm one iteration ahead (see the module doc): its
+        // statement, its ring, its accumulator's registers and their twins.
+        let mut look = None;
+        if let Some((gi, kc)) = self.wsl_lookahead_gemm(wl, body, &users) {
+            let StmtKind::Gemm { c, .. } = &body[gi].kind else { unreachable!("checked") };
+            let regs = self.frags.get(c).cloned().unwrap_or_default();
+            // The gemm of iteration `a`, before the loop, waited for.
+            let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
+            let saved_var = self.vars.insert(var, a);
+            let first_gemm = self.capture(|x| {
+                let full = x.ring_bar_addr(wl.ring(kc), stages, stage, 0);
+                let p = x.new_reg(RegClass::Pred);
+                x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                let st = x.select_stage(copies[kc].dst, &Operand::Reg(stage));
+                let r = x.stmt(&body[gi]);
+                x.restore_stage(st);
+                r
+            });
+            match saved_var {
+                Some(r) => self.vars.insert(var, r),
+                None => self.vars.remove(&var),
+            };
+            let first_gemm = first_gemm?;
+            if insts_of(&first_gemm).iter().any(|i| matches!(i, Inst::Wgmma { .. })) {
+                self.emit_if(Some(ran), true, first_gemm, vec![]);
+                let twins: Vec<crate::thread_ir::Reg> =
+                    regs.iter().map(|r| self.f.new_reg(self.f.regs[r.0 as usize])).collect();
+                look = Some((gi, kc, *c, regs, twins));
+            } else {
+                return Err(self.err("internal: the gemm issued ahead is not a wgmma"));
+            }
+        }
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         let lowered = self.capture(|x| {
@@ -431,8 +486,41 @@ impl Lx<'_> {
                     saved.push(x.select_stage(dst.buf, &Operand::Reg(stage)));
                 }
             }
+            let mut more = None;
+            if let Some((gi, kc, c, _, twins)) = &look {
+                // This iteration's gemm was issued (and waited for) by the
+                // previous one, or before the loop: its stage is free.
+                release(x, *kc);
+                // The next iteration's, into the twins, left in flight.
+                let k1 = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(1)]);
+                let m = x.op("setp.lt.s32", RegClass::Pred, vec![k1.into(), b.into()]);
+                more = Some(m);
+                let next = x.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(1)]);
+                let wrap = x.op("setp.eq.s32", RegClass::Pred, vec![next.into(), Operand::Imm(stages)]);
+                let st1 = x.op("selp.b32", RegClass::B32, vec![Operand::Imm(0), next.into(), wrap.into()]);
+                let flip = x.op("selp.b32", RegClass::B32, vec![Operand::Imm(1), Operand::Imm(0), wrap.into()]);
+                let ph1 = x.op("xor.b32", RegClass::B32, vec![phase.into(), flip.into()]);
+                let ahead = x.capture(|y| {
+                    let full = y.ring_bar_addr(wl.ring(*kc), stages, st1, 0);
+                    let p = y.new_reg(RegClass::Pred);
+                    y.emit(Inst::MbarWait { addr: full, parity: ph1.into(), pred: p });
+                    let st = y.select_stage(copies[*kc].dst, &Operand::Reg(st1));
+                    let saved_k = y.vars.insert(var, k1);
+                    let own = y.frags.insert(*c, twins.clone());
+                    let r = y.stmt(&body[*gi]);
+                    if let Some(own) = own {
+                        y.frags.insert(*c, own);
+                    }
+                    if let Some(kr) = saved_k {
+                        y.vars.insert(var, kr);
+                    }
+                    y.restore_stage(st);
+                    r
+                })?;
+                x.emit_if(Some(m), true, without_final_wait(ahead), vec![]);
+            }
             for (i, s) in body.iter().enumerate() {
-                if ws.copies.contains(&i) {
+                if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
@@ -451,6 +539,21 @@ impl Lx<'_> {
             for ci in (0..copies.len()).filter(|&ci| last(ci).is_none()) {
                 release(x, ci);
             }
+            if let (Some((_, _, c, regs, twins)), Some(m)) = (&look, more) {
+                // The next iteration's scores, landed (a body's later gemm
+                // waits for every group before it too; this wait, then
+                // merged with that one, holds when there is none), become
+                // this accumulator.
+                x.emit(Inst::WgmmaWait { pending: 0 });
+                let t = x.k.buffer(*c).dtype;
+                let moves = x.capture(|y| {
+                    for (r, tw) in regs.iter().zip(twins) {
+                        y.mov(*r, (*tw).into(), t);
+                    }
+                    Ok(())
+                })?;
+                x.emit_if(Some(m), true, moves, vec![]);
+            }
             x.ring_advance(stages, stage, phase);
             Ok(())
         });
@@ -460,7 +563,8 @@ impl Lx<'_> {
             None => self.vars.remove(&var),
         };
         let mut lowered = lowered?;
-        let ping_pong = wl.ping_pong && ws.consumer_threads == 256 && ping_pong_points(&lowered).is_some();
+        let ping_pong =
+            look.is_none() && wl.ping_pong && ws.consumer_threads == 256 && ping_pong_points(&lowered).is_some();
         let turns = if ping_pong { Some(self.wsl_ping_pong(&mut lowered, vr, a, b)?) } else { None };
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         if let Some((ran, wg1)) = turns {
@@ -479,6 +583,34 @@ impl Lx<'_> {
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
         Ok(())
+    }
+
+    /// The gemm the consumers issue one iteration ahead (see the module
+    /// doc), when the loop has one: `(its index in the body, its ring)`.
+    /// It is the body's first statement after the copies, a `clear` gemm
+    /// into a fragment of at most 64 registers per thread, reading exactly
+    /// one ring's buffer that no other statement uses, its other operand
+    /// written by nothing in the body; two consumer warpgroups that would
+    /// ping-pong do that instead.
+    fn wsl_lookahead_gemm(&self, wl: &WslLowering, body: &[TStmt], users: &[Vec<usize>]) -> Option<(usize, usize)> {
+        let ws = &wl.plan;
+        if !wl.lookahead || (wl.ping_pong && ws.consumer_threads == 256) {
+            return None;
+        }
+        let gi = (0..body.len()).find(|i| !ws.copies.contains(i))?;
+        let StmtKind::Gemm { a, b, c, clear: true, .. } = &body[gi].kind else { return None };
+        let copies = wl.copies.borrow();
+        let ring_of = |buf| copies.iter().position(|cp| cp.dst == buf);
+        let (kc, other) = match (ring_of(*a), ring_of(*b)) {
+            (None, Some(kc)) => (kc, *a),
+            (Some(kc), None) => (kc, *b),
+            _ => return None,
+        };
+        let regs = self.frags.get(c)?.len();
+        let written = body.iter().enumerate().any(|(i, s)| i != gi && touches(s, other).1);
+        let c_fragment = self.k.buffer(*c).scope == crate::ir::Scope::Fragment;
+        (users[kc] == [gi] && !written && c_fragment && regs <= 64 && self.target.has(crate::target::Feature::Wgmma))
+            .then_some((gi, kc))
     }
 
     /// The ping-pong of two consumer warpgroups (see the module doc) in
@@ -525,6 +657,32 @@ impl Lx<'_> {
         body.insert(at, is_first);
         Ok((ran, wg1))
     }
+}
+
+/// The instructions of `body`, recursively.
+fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Inst { inst, .. } => out.push(inst),
+            Stmt::If { then, otherwise, .. } => {
+                out.extend(insts_of(then));
+                out.extend(insts_of(otherwise));
+            }
+            Stmt::For { body, .. } => out.extend(insts_of(body)),
+            Stmt::Comment(_) => {}
+        }
+    }
+    out
+}
+
+/// A gemm's code without the `wgmma.wait_group 0` that ends it (the
+/// general lowering's: its group is then left in flight).
+fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
+    if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
+        code.remove(i);
+    }
+    code
 }
 
 /// The first of the two named barriers of the ping-pong: warpgroup `w`
