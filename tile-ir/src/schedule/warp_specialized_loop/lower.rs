@@ -437,7 +437,9 @@ impl Lx<'_> {
         // statement, its ring, its accumulator's registers and their twins.
         let mut look = None;
         if let Some((gi, kc)) = self.wsl_lookahead_gemm(wl, body, &users) {
-            let StmtKind::Gemm { c, .. } = &body[gi].kind else { unreachable!("checked") };
+            let StmtKind::Gemm { c, .. } = &body[gi].kind else {
+                return Err(self.err("internal: the statement issued ahead is not a gemm"));
+            };
             let regs = self.frags.get(c).cloned().unwrap_or_default();
             // The gemm of iteration `a`, before the loop, waited for.
             let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
@@ -456,13 +458,12 @@ impl Lx<'_> {
                 None => self.vars.remove(&var),
             };
             let first_gemm = first_gemm?;
+            // On wgmma only (an mma.sync gemm is synchronous: nothing to
+            // overlap); else the loop is lowered as it is.
             if insts_of(&first_gemm).iter().any(|i| matches!(i, Inst::Wgmma { .. })) {
                 self.emit_if(Some(ran), true, first_gemm, vec![]);
-                let twins: Vec<crate::thread_ir::Reg> =
-                    regs.iter().map(|r| self.f.new_reg(self.f.regs[r.0 as usize])).collect();
+                let twins: Vec<Reg> = regs.iter().map(|r| self.f.new_reg(self.f.regs[r.0 as usize])).collect();
                 look = Some((gi, kc, *c, regs, twins));
-            } else {
-                return Err(self.err("internal: the gemm issued ahead is not a wgmma"));
             }
         }
         let saved_var = self.vars.insert(var, vr);
