@@ -141,9 +141,7 @@ fn takes_loops_without_gemms_and_producer_lets() {
 fn says_why_it_refuses() {
     let att = attention_4d_text(Layout4d::Bhsd);
     assert!(reason(&att, Target::Sm80).contains("warp specialization needs sm_90a, not sm_80"));
-    let off = att
-        .replace(") threads=128 grid=", ") threads=128 grid=")
-        .replace(" grid=((SQ + 63) / 64, H, B) {", " grid=((SQ + 63) / 64, H, B) warp_specialize=false {");
+    let off = att.replace(" grid=((SQ + 63) / 64, H, B) {", " grid=((SQ + 63) / 64, H, B) warp_specialize=false {");
     assert!(reason(&off, Target::Sm90a).contains("`warp_specialize = false`"), "{off}");
     assert!(reason(&SUM.replace("threads=128", "threads=96"), Target::Sm90a).contains("threads = 96"));
     assert!(reason(&SUM.replace("threads=128", "threads=1024"), Target::Sm90a).contains("at most 896"));
@@ -1013,28 +1011,17 @@ fn mbarrier_protocol_holds_for_any_trip_count() {
     assert!(model::run(&c.function.body, &setup).unwrap_err().contains("more arrivals or bytes"));
     // The producer waiting for the wrong parity of `empty`: a deadlock.
     fn flip(body: &mut [Stmt]) -> bool {
-        for s in body {
-            match s {
-                Stmt::Inst { inst: Inst::Op { op, args, .. }, .. }
-                    if op == "xor.b32" && args.get(1) == Some(&thread_ir::Operand::Imm(1)) =>
-                {
-                    args[1] = thread_ir::Operand::Imm(0);
-                    return true;
-                }
-                Stmt::If { then, otherwise, .. } => {
-                    if flip(then) || flip(otherwise) {
-                        return true;
-                    }
-                }
-                Stmt::For { body, .. } => {
-                    if flip(body) {
-                        return true;
-                    }
-                }
-                _ => {}
+        body.iter_mut().any(|s| match s {
+            Stmt::Inst { inst: Inst::Op { op, args, .. }, .. }
+                if op == "xor.b32" && args.get(1) == Some(&thread_ir::Operand::Imm(1)) =>
+            {
+                args[1] = thread_ir::Operand::Imm(0);
+                true
             }
-        }
-        false
+            Stmt::If { then, otherwise, .. } => flip(then) || flip(otherwise),
+            Stmt::For { body, .. } => flip(body),
+            _ => false,
+        })
     }
     c.function.body = good.clone();
     assert!(flip(&mut c.function.body));
