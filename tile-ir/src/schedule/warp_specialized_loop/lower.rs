@@ -207,6 +207,7 @@ impl Lx<'_> {
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
         self.f.barrier_threads = Some(ws.consumer_threads);
+        // One block per SM unless `Lx::wsl_occupancy` finds room for two.
         self.f.min_blocks_per_sm = Some(1);
     }
 
@@ -268,6 +269,7 @@ impl Lx<'_> {
         let t0 = self.is_t0;
         self.emit_if(Some(t0), false, init, vec![]);
         self.emit(Inst::NamedBarSync { id: 0, threads: (t + crate::target::PRODUCER_THREADS as i64) as u32 });
+        let consumer_regs = self.wsl_occupancy(wl);
         // The producer warpgroup: its registers go to the consumers; one
         // thread issues, the others leave.
         let tid = self.tid;
@@ -287,9 +289,41 @@ impl Lx<'_> {
             then: producer,
             otherwise: vec![],
         });
-        self.emit(Inst::SetMaxNreg { inc: true, count: ws.consumer_regs });
+        self.emit(Inst::SetMaxNreg { inc: true, count: consumer_regs });
         self.lower_block(body);
         Ok(())
+    }
+
+    /// Blocks per SM (the launch bound `.minnctapersm`) and the consumers'
+    /// registers after `setmaxnreg.inc`: two blocks when the consumers are
+    /// one warpgroup whose fragments (estimated: their registers, 16-bit
+    /// ones at half, plus 32) fit in 160 and two blocks' shared memory fits
+    /// in the SM: four consumer warps alone per SM leave the SM idle while
+    /// they wait (the TMA-copy variant runs three or four blocks of them);
+    /// else one, with the plan's split. Two blocks share the file: each
+    /// gets `(per_sm / 2 - 128·producer) / T` registers per consumer thread
+    /// (216 for `T = 128`; ptxas then allocates at most 128 per thread at
+    /// entry, which such fragments fit).
+    fn wsl_occupancy(&mut self, wl: &WslLowering) -> u32 {
+        let ws = &wl.plan;
+        let info = self.target.info();
+        let est: usize = self
+            .frags
+            .values()
+            .map(|regs| {
+                regs.iter().map(|r| if self.f.regs[r.0 as usize] == RegClass::B16 { 1 } else { 2 }).sum::<usize>()
+            })
+            .sum::<usize>()
+            / 2
+            + 32;
+        let two = ws.consumer_threads == 128 && est <= 160 && 2 * self.smem_top <= info.shared_limit as i64;
+        let blocks: u32 = if two { 2 } else { 1 };
+        self.f.min_blocks_per_sm = Some(blocks);
+        if blocks == 1 {
+            return ws.consumer_regs;
+        }
+        let pool = info.registers.per_sm / blocks - crate::target::PRODUCER_THREADS * ws.producer_regs;
+        (pool / ws.consumer_threads / 8 * 8).min(ws.consumer_regs)
     }
 
     /// The producer thread: the `let`s it needs, the bounds, its loop of
