@@ -71,21 +71,20 @@
 //! consumer warpgroups): with `T = 256` and a loop body of at least two gemm
 //! groups at its top level and nothing a barrier could be needed for (no
 //! shared-memory write, cp.async or barrier in it), the warpgroups take turns
-//! at the tensor cores, so that one's softmax runs under the other's gemms.
-//! Warpgroup `w` holds the turn from just before the body's last gemm (P·V)
-//! is issued to just after the next iteration's first gemm (Q·Kᵀ) is
-//! committed, with named barriers `2 + w` over both warpgroups:
+//! at the tensor cores, so that one's softmax runs under the other's gemms:
+//! they issue the body's first gemm (Q·Kᵀ) alternately (FA3's warp
+//! scheduler barrier), with named barriers `2 + w` over both warpgroups, so
+//! the offset of one gemm between them that the first turn sets stays:
 //! ```text
 //! before the loop, if a < b:  wg 1: bar.arrive 2, 256       // wg 0 goes first
 //! for k: wait full[st]
-//!        k == a: bar.sync 2 + w, 256                        // the first turn
+//!        bar.sync 2 + w, 256                                // my turn
 //!        Q·Kᵀ issue; commit; bar.arrive 2 + (1 - w), 256    // the other's turn
-//!        softmax ...
-//!        bar.sync 2 + w, 256; P·V issue ...                 // my turn again
-//! after the loop, if a < b:   wg 0: bar.arrive 3, 256       // wg 1's last turn
+//!        softmax, P·V ...
+//! after the loop, if a < b:   wg 0: bar.sync 2, 256         // wg 1's last hand-over
 //! ```
 //! Barrier `2` gets `n + 1` arrivals from warpgroup 1 and `n + 1` waits from
-//! warpgroup 0, barrier `3` as many of each the other way, for any trip count
+//! warpgroup 0, barrier `3` `n` of each the other way, for any trip count
 //! `n` (none when `n = 0`); between two arrivals of one warpgroup at a barrier
 //! it waits for the other at the other barrier, whose arrival comes after the
 //! other consumed the first, so a barrier never completes without its waiter.
@@ -600,12 +599,12 @@ impl Lx<'_> {
         let mut lowered = lowered?;
         let ping_pong =
             look.is_none() && wl.ping_pong && ws.consumer_threads == 256 && ping_pong_points(&lowered).is_some();
-        let turns = if ping_pong { Some(self.wsl_ping_pong(&mut lowered, vr, a, b)?) } else { None };
+        let turns = if ping_pong { Some(self.wsl_ping_pong(&mut lowered, a, b)?) } else { None };
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         if let Some((ran, wg1)) = turns {
-            // Warpgroup 0's last turn goes to warpgroup 1.
+            // Warpgroup 0 takes warpgroup 1's last hand-over.
             let release =
-                Stmt::If { cond: wg1, negate: true, uniform: false, then: vec![arrive(TURN + 1)], otherwise: vec![] };
+                Stmt::If { cond: wg1, negate: true, uniform: false, then: vec![sync(TURN)], otherwise: vec![] };
             self.cur().push(Stmt::If {
                 cond: ran,
                 negate: false,
@@ -649,12 +648,11 @@ impl Lx<'_> {
     }
 
     /// The ping-pong of two consumer warpgroups (see the module doc) in
-    /// the consumers' loop body `body` (variable `k` over `a..b`): the
-    /// turn is taken before the last gemm's issue and handed over after
-    /// the first gemm's commit; warpgroup 1 gives warpgroup 0 the first
-    /// turn before the loop (when it runs at all), each takes its first turn
-    /// in the first iteration. Returns (the loop runs, this is warpgroup 1).
-    fn wsl_ping_pong(&mut self, body: &mut Vec<Stmt>, k: Reg, a: Reg, b: Reg) -> R<(Reg, Reg)> {
+    /// the consumers' loop body `body` (over `a..b`): the turn is taken
+    /// before the first gemm's issue and handed over after its commit;
+    /// warpgroup 1 gives warpgroup 0 the first turn before the loop (when it
+    /// runs at all). Returns (the loop runs, this is warpgroup 1).
+    fn wsl_ping_pong(&mut self, body: &mut Vec<Stmt>, a: Reg, b: Reg) -> R<(Reg, Reg)> {
         let Some((commit, fence)) = ping_pong_points(body) else {
             return Err(self.err("internal: no ping-pong points in the warp-specialized loop"));
         };
@@ -677,19 +675,8 @@ impl Lx<'_> {
             then: vec![arrive(TURN)],
             otherwise: vec![arrive(TURN + 1)],
         };
-        body.insert(fence, turn(wg1));
         body.insert(commit + 1, handover);
-        // The first turn, in the first iteration (after the stage's wait).
-        let first = self.new_reg(RegClass::Pred);
-        let is_first = Stmt::Inst {
-            inst: Inst::Op { op: "setp.eq.s32".into(), dst: first, args: vec![k.into(), a.into()] },
-            guard: None,
-        };
-        let take = Stmt::If { cond: first, negate: false, uniform: true, then: vec![turn(wg1)], otherwise: vec![] };
-        let at =
-            body.iter().position(|s| matches!(s, Stmt::Inst { inst: Inst::MbarWait { .. }, .. })).map_or(0, |i| i + 1);
-        body.insert(at, take);
-        body.insert(at, is_first);
+        body.insert(fence, turn(wg1));
         Ok((ran, wg1))
     }
 }
@@ -733,7 +720,7 @@ fn arrive(id: u32) -> Stmt {
 }
 
 /// Where the ping-pong goes in a consumers' loop body: (the first
-/// `wgmma.commit_group`, the last `wgmma.fence`), both at its top level,
+/// `wgmma.commit_group`, the first `wgmma.fence`), both at its top level,
 /// when the body has at least two gemm groups, every wgmma at its top
 /// level, and nothing that a barrier could need (no shared-memory write,
 /// cp.async or barrier anywhere in it: the barrier pass then adds none
@@ -768,6 +755,7 @@ fn ping_pong_points(body: &[Stmt]) -> Option<(usize, usize)> {
     }
     let is = |s: &Stmt, f: fn(&Inst) -> bool| matches!(s, Stmt::Inst { inst, .. } if f(inst));
     let commit = body.iter().position(|s| is(s, |i| matches!(i, Inst::WgmmaCommit)))?;
-    let fence = body.iter().rposition(|s| is(s, |i| matches!(i, Inst::WgmmaFence)))?;
-    (commit < fence).then_some((commit, fence))
+    let fence = body.iter().position(|s| is(s, |i| matches!(i, Inst::WgmmaFence)))?;
+    let later = body.iter().rposition(|s| is(s, |i| matches!(i, Inst::WgmmaFence)))?;
+    (fence < commit && commit < later).then_some((commit, fence))
 }
