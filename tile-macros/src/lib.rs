@@ -18,6 +18,7 @@ mod attr;
 mod backend;
 mod diag;
 mod expand;
+mod generics;
 mod lower;
 mod sig;
 
