@@ -256,3 +256,22 @@ fn errors_name_the_instances_that_have_them() {
     );
     assert_eq!(errs.len(), 2, "{errs:#?}");
 }
+
+#[test]
+fn dump_files_name_the_instance() {
+    let dir = std::env::temp_dir().join(format!("tile-generic-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = BuildEnv { targets: Ok(vec![Target::Sm80]), dump: Some(dir.clone()), ptxas: None };
+    let out = crate::expand::expand_with(AXPY_ATTR.parse().unwrap(), AXPY.parse().unwrap(), &env).to_string();
+    assert!(!out.contains("compile_error"), "{out}");
+    for stem in ["axpy__f32_256_128", "axpy__bf16_1024_256"] {
+        for ext in ["tile", "sm_80.ptx", "sm_80.thread", "sm_80.schedules.txt"] {
+            let f = dir.join(format!("{stem}.{ext}"));
+            assert!(f.exists(), "no {}", f.display());
+        }
+        // The PTX entry is the instance's name.
+        let ptx = std::fs::read_to_string(dir.join(format!("{stem}.sm_80.ptx"))).unwrap();
+        assert!(ptx.contains(&format!(".entry {stem}(")), "{ptx}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
