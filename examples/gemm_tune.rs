@@ -14,17 +14,17 @@ use kernels::matmul;
 type Launch = fn(&Stream, &DeviceTensor<f16>, &DeviceTensor<f16>, &mut DeviceTensor<f16>) -> Result<(), tile::Error>;
 
 /// The f16 configurations of the example's generic `matmul`
-/// (`<T, O, BM, BN, BK, STAGES, THREADS>`) that this sweep times: each is
+/// (`<T, O, BM, BN, BK, STAGES, THREADS, PANEL>`) that this sweep times: each is
 /// one of its instances (listed in `examples/kernels/gemm.rs`).
 const VARIANTS: [(&str, Launch); 8] = [
-    ("128x128x32 s3 t256", matmul::launch::<f16, f16, 128, 128, 32, 3, 256>),
-    ("128x128x64 s3 t256", matmul::launch::<f16, f16, 128, 128, 64, 3, 256>),
-    ("128x128x32 s4 t256", matmul::launch::<f16, f16, 128, 128, 32, 4, 256>),
-    ("128x256x32 s3 t256", matmul::launch::<f16, f16, 128, 256, 32, 3, 256>),
-    ("128x256x64 s3 t256", matmul::launch::<f16, f16, 128, 256, 64, 3, 256>),
-    ("256x128x32 s3 t256", matmul::launch::<f16, f16, 256, 128, 32, 3, 256>),
-    ("128x256x32 s3 t512", matmul::launch::<f16, f16, 128, 256, 32, 3, 512>),
-    ("128x128x64 s4 t128", matmul::launch::<f16, f16, 128, 128, 64, 4, 128>),
+    ("128x128x32 s3 t256", matmul::launch::<f16, f16, 128, 128, 32, 3, 256, 8>),
+    ("128x128x64 s3 t256", matmul::launch::<f16, f16, 128, 128, 64, 3, 256, 8>),
+    ("128x128x32 s4 t256", matmul::launch::<f16, f16, 128, 128, 32, 4, 256, 8>),
+    ("128x256x32 s3 t256", matmul::launch::<f16, f16, 128, 256, 32, 3, 256, 8>),
+    ("128x256x64 s3 t256", matmul::launch::<f16, f16, 128, 256, 64, 3, 256, 8>),
+    ("256x128x32 s3 t256", matmul::launch::<f16, f16, 256, 128, 32, 3, 256, 8>),
+    ("128x256x32 s3 t512", matmul::launch::<f16, f16, 128, 256, 32, 3, 512, 8>),
+    ("128x128x64 s4 t128", matmul::launch::<f16, f16, 128, 128, 64, 4, 128, 8>),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -78,10 +78,10 @@ fn embedded_ir_is_the_shared_text() {
     assert_eq!(printed(gemm::attention::META.ir), tile_testkit::ATTENTION);
     let example = tile_testkit::MATMUL_128X256;
     // The generic kernels' instances: the kernel named after the instance.
-    let f16 = tile_testkit::Matmul { name: "matmul__f16_f16_128_256_64_3_256", ..example };
-    assert_eq!(printed(examples::gemm::matmul::meta::<f16, f16, 128, 256, 64, 3, 256>().ir), f16.text());
-    let bf16 = tile_testkit::Matmul { name: "matmul__bf16_bf16_128_256_64_3_256", dtype: "bf16", ..example };
-    assert_eq!(printed(examples::gemm::matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256>().ir), bf16.text());
+    let f16 = tile_testkit::Matmul { name: "matmul__f16_f16_128_256_64_3_256_8", ..example };
+    assert_eq!(printed(examples::gemm::matmul::meta::<f16, f16, 128, 256, 64, 3, 256, 8>().ir), f16.text());
+    let bf16 = tile_testkit::Matmul { name: "matmul__bf16_bf16_128_256_64_3_256_8", dtype: "bf16", ..example };
+    assert_eq!(printed(examples::gemm::matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256, 8>().ir), bf16.text());
     let bt = tile_testkit::Matmul { name: "matmul_bt__f16_f16_128_256_64_3_256", trans_b: true, ..example };
     assert_eq!(printed(examples::gemm::matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>().ir), bt.text());
 }

@@ -12,38 +12,43 @@
 //! One generic kernel per orientation: `matmul` (`c = a · b`) and
 //! `matmul_bt` (`c = a · bᵀ`, B given as `[N, K]`, multiplied as Bᵀ without a
 //! copy), over the input type `T` (f16 or bf16), the output type `O`, the
-//! block tile `BM × BN`, the K slice `BK`, the pipeline depth `STAGES` and
-//! the threads per block. Each instance listed is compiled at build time;
-//! [`example`] launches the configuration this example runs, the others are the
-//! ones `examples/gemm_tune.rs` times and the tests check. Plus the f64 CPU
+//! block tile `BM × BN`, the K slice `BK`, the pipeline depth `STAGES`, the
+//! threads per block (and, for `matmul`, the rasterization panel `PANEL`).
+//! Each instance listed is compiled at build time; [`example`] launches the
+//! configuration this example runs, the others are the ones
+//! `examples/gemm_tune.rs` times and the tests check. Plus the f64 CPU
 //! reference.
 #![allow(dead_code)]
 use tile::prelude::*;
 
-/// `c = a · b`: `T` in, f32 accumulation, `O` out.
+/// `c = a · b`: `T` in, f32 accumulation, `O` out; blocks rasterized in
+/// panels of `PANEL` columns (`use_swizzle`) for L2 reuse.
 #[tile_kernel(
     threads = THREADS,
     instances(
         // The example's configuration (`EXAMPLE`), in both input types, and
         // the unrounded f32 accumulator (the tests' tight check of the
         // tensor cores' accumulation).
-        (f16, f16, 128, 256, 64, 3, 256),
-        (bf16, bf16, 128, 256, 64, 3, 256),
-        (bf16, f32, 128, 256, 64, 3, 256),
+        (f16, f16, 128, 256, 64, 3, 256, 8),
+        (bf16, bf16, 128, 256, 64, 3, 256, 8),
+        (bf16, f32, 128, 256, 64, 3, 256, 8),
         // 2, 3 and 4 stages of 128 × 128 × 64 (4 stages of 128 × 256 × 64
         // exceed sm_80's shared memory): outputs must not depend on them.
-        (f16, f16, 128, 128, 64, 2, 256),
-        (f16, f16, 128, 128, 64, 3, 256),
-        (f16, f16, 128, 128, 64, 4, 256),
+        (f16, f16, 128, 128, 64, 2, 256, 8),
+        (f16, f16, 128, 128, 64, 3, 256, 8),
+        (f16, f16, 128, 128, 64, 4, 256, 8),
         // One consumer warpgroup owning a whole 64-row tile.
-        (f16, f16, 64, 256, 64, 4, 128),
+        (f16, f16, 64, 256, 64, 4, 128, 8),
         // The rest of `examples/gemm_tune.rs`'s sweep.
-        (f16, f16, 128, 128, 32, 3, 256),
-        (f16, f16, 128, 128, 32, 4, 256),
-        (f16, f16, 128, 256, 32, 3, 256),
-        (f16, f16, 256, 128, 32, 3, 256),
-        (f16, f16, 128, 256, 32, 3, 512),
-        (f16, f16, 128, 128, 64, 4, 128),
+        (f16, f16, 128, 128, 32, 3, 256, 8),
+        (f16, f16, 128, 128, 32, 4, 256, 8),
+        (f16, f16, 128, 256, 32, 3, 256, 8),
+        (f16, f16, 256, 128, 32, 3, 256, 8),
+        (f16, f16, 128, 256, 32, 3, 512, 8),
+        (f16, f16, 128, 128, 64, 4, 128, 8),
+        // Small tiles with narrower rasterization panels (the tests'
+        // interpreter-sized bf16 → f32 check).
+        (bf16, f32, 64, 64, 32, 3, 128, 4),
     )
 )]
 pub fn matmul<
@@ -54,13 +59,14 @@ pub fn matmul<
     const BK: usize,
     const STAGES: usize,
     const THREADS: usize,
+    const PANEL: usize,
 >(
     a: &Tensor<T, M, K>,
     b: &Tensor<T, K, N>,
     c: &mut Tensor<O, M, N>,
 ) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    use_swizzle(8);
+    use_swizzle(PANEL);
     let mut a_s = shared::<T, BM, BK>();
     let mut b_s = shared::<T, BK, BN>();
     let mut acc = fragment::<f32, BM, BN>();
@@ -112,7 +118,7 @@ pub fn matmul_bt<
     copy(&acc, c.tile([by * BM, bx * BN]));
 }
 
-/// The example's configuration: `matmul::launch::<T, T, 128, 256, 64, 3, 256>`.
+/// The example's configuration: `matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>`.
 pub fn example<T: Element>(
     s: &Stream,
     a: &DeviceTensor<T>,
@@ -120,9 +126,9 @@ pub fn example<T: Element>(
     c: &mut DeviceTensor<T>,
 ) -> tile::Result<()>
 where
-    matmul::Instances: matmul::Instance<T, T, 128, 256, 64, 3, 256>,
+    matmul::Instances: matmul::Instance<T, T, 128, 256, 64, 3, 256, 8>,
 {
-    matmul::launch::<T, T, 128, 256, 64, 3, 256>(s, a, b, c)
+    matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>(s, a, b, c)
 }
 
 /// The same for `matmul_bt`.

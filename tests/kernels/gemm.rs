@@ -36,23 +36,6 @@ pub fn gemm_nn_f16(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<
     copy(&acc, c.tile([by * BM, bx * BN]));
 }
 
-/// `c = a · b`, bf16, with an f32 output (the accumulator unrounded).
-#[tile_kernel(threads = 128, consts(BM = 64, BN = 64, BK = 32, STAGES = 3))]
-pub fn gemm_nn_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut Tensor<f32, M, N>) {
-    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    use_swizzle(4);
-    let mut a_s = shared::<bf16, BM, BK>();
-    let mut b_s = shared::<bf16, BK, BN>();
-    let mut acc = fragment::<f32, BM, BN>();
-    clear(&mut acc);
-    for k in pipelined(cdiv(K, BK), STAGES) {
-        copy(a.tile([by * BM, k * BK]), &mut a_s);
-        copy(b.tile([k * BK, bx * BN]), &mut b_s);
-        gemm(&a_s, &b_s, &mut acc);
-    }
-    copy(&acc, c.tile([by * BM, bx * BN]));
-}
-
 /// `c = a · bᵀ` (`b` stored `[N, K]`), f16.
 #[tile_kernel(threads = 128, consts(BM = 64, BN = 64, BK = 32, STAGES = 2))]
 pub fn gemm_nt_f16(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f16, M, N>) {
@@ -320,7 +303,17 @@ pub fn nn_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<
 }
 
 pub fn nn_bf16_f32_out(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f32>> {
-    check_gemm::<bf16, f32>(dev, m, n, k, NN, TOL_F32, seed, gemm_nn_bf16::launch)
+    // The example's `matmul` at 64 × 64 × 32, 3 stages, 128 threads, panels of 4.
+    check_gemm::<bf16, f32>(
+        dev,
+        m,
+        n,
+        k,
+        NN,
+        TOL_F32,
+        seed,
+        examples::gemm::matmul::launch::<bf16, f32, 64, 64, 32, 3, 128, 4>,
+    )
 }
 
 pub fn nt_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
@@ -425,9 +418,10 @@ pub fn attention_bf16(dev: &Device, sq: usize, sk: usize, seed: u64) -> Res<Vec<
 // bytes for a row-major `a`, and so on) and falls back to the general
 // cp.async + mma.sync variant otherwise; the kernel source is the same.
 // One generic kernel per orientation, over the input and output types and
-// the configuration (`<T, O, BM, BN, BK, STAGES, THREADS>`): `a · b` and
-// `a · bᵀ` are the example's `matmul` and `matmul_bt` (whose instances
-// include the ones below), `aᵀ · b` and `aᵀ · bᵀ` are here.
+// the configuration (`<T, O, BM, BN, BK, STAGES, THREADS>`, and the
+// rasterization panel last for `matmul`): `a · b` and `a · bᵀ` are the
+// example's `matmul` and `matmul_bt` (whose instances include the ones
+// below), `aᵀ · b` and `aᵀ · bᵀ` are here.
 // ---------------------------------------------------------------------------
 
 /// `c = aᵀ · b`: `a` stored `[K, M]`, staged `[BK, BM]`, read as `a_s.t()`.
@@ -503,8 +497,8 @@ use examples::gemm::{matmul, matmul_bt};
 // The example's configuration (128 × 256 × 64, 256 threads: two consumer
 // warpgroups of 64 × 256 each, 3 stages of 48 KB), every orientation, f16
 // and bf16.
-pub const HOPPER_NN_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 256, 64, 3, 256>;
-pub const HOPPER_NN_BF16: GemmLaunch<bf16, bf16> = matmul::launch::<bf16, bf16, 128, 256, 64, 3, 256>;
+pub const HOPPER_NN_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 256, 64, 3, 256, 8>;
+pub const HOPPER_NN_BF16: GemmLaunch<bf16, bf16> = matmul::launch::<bf16, bf16, 128, 256, 64, 3, 256, 8>;
 pub const HOPPER_TN_F16: GemmLaunch<f16, f16> = hopper_tn::launch::<f16, f16, 128, 256, 64, 3, 256>;
 pub const HOPPER_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 256, 64, 3, 256>;
 pub const HOPPER_NT_F16: GemmLaunch<f16, f16> = matmul_bt::launch::<f16, f16, 128, 256, 64, 3, 256>;
@@ -513,23 +507,23 @@ pub const HOPPER_TT_F16: GemmLaunch<f16, f16> = hopper_tt::launch::<f16, f16, 12
 pub const HOPPER_TT_BF16: GemmLaunch<bf16, bf16> = hopper_tt::launch::<bf16, bf16, 128, 256, 64, 3, 256>;
 /// The accumulator stored unrounded (f32 out): the tight check of the
 /// tensor-core accumulation itself.
-pub const HOPPER_NN_BF16_F32_OUT: GemmLaunch<bf16, f32> = matmul::launch::<bf16, f32, 128, 256, 64, 3, 256>;
+pub const HOPPER_NN_BF16_F32_OUT: GemmLaunch<bf16, f32> = matmul::launch::<bf16, f32, 128, 256, 64, 3, 256, 8>;
 
 // One kernel at 2, 3 and 4 stages: the outputs must be bitwise identical
 // (the K order of the accumulation does not depend on the pipeline depth).
 // 128 × 128 × 64 rather than the example's 128 × 256 × 64, whose 4 stages
 // (192 KB) exceed sm_80's 163 KB of shared memory: every kernel is also
 // built for sm_80 (the default TILE_ARCHS), and that would fail the build.
-pub const STAGES2_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 2, 256>;
-pub const STAGES3_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 3, 256>;
-pub const STAGES4_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 4, 256>;
+pub const STAGES2_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 2, 256, 8>;
+pub const STAGES3_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 3, 256, 8>;
+pub const STAGES4_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 4, 256, 8>;
 pub const STAGES2_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 128, 64, 2, 256>;
 pub const STAGES3_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 128, 64, 3, 256>;
 pub const STAGES4_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 128, 64, 4, 256>;
 
 // One consumer warpgroup (128 threads) owning a whole 64-row tile (the
 // warp-specialized variant gives each warpgroup 64 rows: m64nNk16).
-pub const ONE_WARPGROUP_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 64, 256, 64, 4, 128>;
+pub const ONE_WARPGROUP_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 64, 256, 64, 4, 128, 8>;
 pub const ONE_WARPGROUP_NT_BF16: GemmLaunch<bf16, bf16> = matmul_bt::launch::<bf16, bf16, 64, 128, 64, 4, 128>;
 
 /// The compiled instances behind the constants above (the example's
@@ -537,22 +531,22 @@ pub const ONE_WARPGROUP_NT_BF16: GemmLaunch<bf16, bf16> = matmul_bt::launch::<bf
 /// warp-specialized variant.
 pub fn hopper_metas() -> [(&'static str, &'static tile::KernelMeta); 17] {
     [
-        ("hopper_nn_f16", matmul::meta::<f16, f16, 128, 256, 64, 3, 256>()),
-        ("hopper_nn_bf16", matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
+        ("hopper_nn_f16", matmul::meta::<f16, f16, 128, 256, 64, 3, 256, 8>()),
+        ("hopper_nn_bf16", matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256, 8>()),
         ("hopper_tn_f16", hopper_tn::meta::<f16, f16, 128, 256, 64, 3, 256>()),
         ("hopper_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
         ("hopper_nt_f16", matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>()),
         ("hopper_nt_bf16", matmul_bt::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
         ("hopper_tt_f16", hopper_tt::meta::<f16, f16, 128, 256, 64, 3, 256>()),
         ("hopper_tt_bf16", hopper_tt::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
-        ("hopper_nn_bf16_f32_out", matmul::meta::<bf16, f32, 128, 256, 64, 3, 256>()),
-        ("stages2_f16", matmul::meta::<f16, f16, 128, 128, 64, 2, 256>()),
-        ("stages3_f16", matmul::meta::<f16, f16, 128, 128, 64, 3, 256>()),
-        ("stages4_f16", matmul::meta::<f16, f16, 128, 128, 64, 4, 256>()),
+        ("hopper_nn_bf16_f32_out", matmul::meta::<bf16, f32, 128, 256, 64, 3, 256, 8>()),
+        ("stages2_f16", matmul::meta::<f16, f16, 128, 128, 64, 2, 256, 8>()),
+        ("stages3_f16", matmul::meta::<f16, f16, 128, 128, 64, 3, 256, 8>()),
+        ("stages4_f16", matmul::meta::<f16, f16, 128, 128, 64, 4, 256, 8>()),
         ("stages2_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 128, 64, 2, 256>()),
         ("stages3_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 128, 64, 3, 256>()),
         ("stages4_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 128, 64, 4, 256>()),
-        ("one_warpgroup_f16", matmul::meta::<f16, f16, 64, 256, 64, 4, 128>()),
+        ("one_warpgroup_f16", matmul::meta::<f16, f16, 64, 256, 64, 4, 128, 8>()),
         ("one_warpgroup_nt_bf16", matmul_bt::meta::<bf16, bf16, 64, 128, 64, 4, 128>()),
     ]
 }
