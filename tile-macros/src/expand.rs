@@ -485,7 +485,8 @@ fn generic_module(
                 }
             }
         });
-        impls.push(quote! {
+        let at = instance.span;
+        impls.push(quote_spanned! {at=>
             impl Instance<#(#args),*> for Instances {
                 const META: &'static ::tile::KernelMeta = &#stat;
             }

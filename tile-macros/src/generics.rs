@@ -131,6 +131,8 @@ pub(crate) enum InstanceArg {
 #[derive(Clone, Debug)]
 pub(crate) struct Instance {
     pub args: Vec<InstanceArg>,
+    /// Where the attribute lists it (the generated `impl` points there).
+    pub span: Span,
 }
 
 impl Instance {
@@ -233,6 +235,13 @@ pub(crate) fn params(generics: &syn::Generics, errors: &mut Errors) -> Vec<Gener
                 GenericParam { name: c.ident.clone(), kind: ParamKind::Const(ty) }
             }
         };
+        if ["Instance", "Instances"].iter().any(|r| param.name == r) {
+            errors.at(
+                param.name.span(),
+                format!("`{}` is the name of an item the kernel's module defines; rename the parameter", param.name),
+            );
+            continue;
+        }
         if out.iter().any(|q| q.name == param.name) {
             errors.at(param.name.span(), format!("the generic parameter `{}` is declared twice", param.name));
             continue;
@@ -459,7 +468,8 @@ pub(crate) fn check_instances(
                 }
             }
         }
-        let instance = Instance { args };
+        let span = d.tokens.clone().into_iter().next().map_or(at, |t| t.span());
+        let instance = Instance { args, span };
         if out.iter().any(|i| i.args == instance.args) {
             errors.spanned(&d.tokens, format!("the instance `{}` is listed twice", instance.display(kernel)));
             continue;

@@ -367,6 +367,12 @@ impl Lowerer<'_> {
                                     shape.push(Extent::Const(*v));
                                 } else if let Some(v) = dims.get(&dn) {
                                     shape.push(Extent::Dyn(*v));
+                                } else if self.type_params.iter().any(|(n, _)| *ident == n) {
+                                    self.errors.at(
+                                        ident.span(),
+                                        format!("`{dn}` is a type parameter of the kernel, not a dimension; a dimension is an integer, a constant or a name of its own"),
+                                    );
+                                    shape.push(Extent::Const(1));
                                 } else if sig.params.iter().any(|q| q.name == *ident) {
                                     self.errors.at(
                                         ident.span(),

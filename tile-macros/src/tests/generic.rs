@@ -211,6 +211,17 @@ fn generic_parameter_errors() {
         &["`threads = 48`: the threads per block must be a multiple of 32 (the warp size) between 32 and 1024 (in instance `k::<48>`)"],
     );
     assert_eq!(errs.len(), 1, "{errs:#?}");
+    // A type parameter is not a dimension; the module's own names are taken.
+    expand_err(
+        "threads = 32, instances(f16)",
+        "fn k<T: Float16>(x: &mut Tensor<T, T>) { }",
+        &["`T` is a type parameter of the kernel, not a dimension"],
+    );
+    expand_err(
+        "threads = 32, instances(f16)",
+        "fn k<Instances: Float16>(x: &mut Tensor<Instances, 4>) { }",
+        &["`Instances` is the name of an item the kernel's module defines"],
+    );
     // A const parameter may not shadow a `consts(..)` name.
     expand_err(
         "threads = 32, consts(C = 2), instances(4)",
