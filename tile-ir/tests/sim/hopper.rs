@@ -113,6 +113,12 @@ pub struct HopperState {
     /// each result is (thread, register, value).
     wg_open: Vec<Vec<(usize, u32, u64)>>,
     wg_groups: Vec<Vec<Vec<(usize, u32, u64)>>>,
+    /// Per warpgroup: commits and retirements so far (group `i` is the
+    /// `i`-th committed), and per (thread, register) the latest pending
+    /// result with its group's number.
+    wg_committed: Vec<u64>,
+    wg_retired: Vec<u64>,
+    wg_latest: Vec<HashMap<(usize, u32), (u64, u64)>>,
     /// Per warpgroup: the shared bytes its open and committed wgmmas read
     /// (the operands are read asynchronously until `wgmma.wait_group`
     /// retires the group), parallel to `wg_open` / `wg_groups`.
@@ -171,6 +177,9 @@ impl<'f> Sim<'f> {
         let wgs = self.threads.div_ceil(128);
         h.wg_open = vec![vec![]; wgs];
         h.wg_groups = vec![vec![]; wgs];
+        h.wg_committed = vec![0; wgs];
+        h.wg_retired = vec![0; wgs];
+        h.wg_latest = vec![HashMap::new(); wgs];
         h.wg_reads_open = vec![vec![]; wgs];
         h.wg_reads_groups = vec![vec![]; wgs];
         h.async_reads = vec![0; self.shared.len()];
@@ -363,6 +372,7 @@ impl<'f> Sim<'f> {
             Inst::WgmmaCommit => {
                 let g = std::mem::take(&mut self.hopper.wg_open[wg]);
                 self.hopper.wg_groups[wg].push(g);
+                self.hopper.wg_committed[wg] += 1;
                 let r = std::mem::take(&mut self.hopper.wg_reads_open[wg]);
                 self.hopper.wg_reads_groups[wg].push(r);
             }
@@ -376,10 +386,15 @@ impl<'f> Sim<'f> {
                             self.record_read(b, w, MANY);
                         }
                     }
-                    for (t, r, v) in g {
-                        let later = self.hopper.wg_open[wg].iter().chain(self.hopper.wg_groups[wg].iter().flatten());
-                        if !later.clone().any(|&(u, q, _)| u == t && q == r) {
-                            self.regs[t][r as usize] = v;
+                    let seq = self.hopper.wg_retired[wg];
+                    self.hopper.wg_retired[wg] += 1;
+                    for (t, r, _) in g {
+                        // The group's last result, unless a later pending wgmma writes the register too.
+                        if let Some(&(q, v)) = self.hopper.wg_latest[wg].get(&(t, r)) {
+                            if q == seq {
+                                self.hopper.wg_latest[wg].remove(&(t, r));
+                                self.regs[t][r as usize] = v;
+                            }
                         }
                     }
                 }
@@ -462,9 +477,7 @@ impl<'f> Sim<'f> {
 
     /// The latest value of thread `t`'s register `r`, pending or not.
     fn acc_value(&self, wg: usize, t: usize, r: u32) -> u64 {
-        let open = self.hopper.wg_open[wg].iter().rev();
-        let committed = self.hopper.wg_groups[wg].iter().rev().flat_map(|g| g.iter().rev());
-        open.chain(committed).find(|&&(u, q, _)| u == t && q == r).map(|x| x.2).unwrap_or(self.regs[t][r as usize])
+        self.hopper.wg_latest[wg].get(&(t, r)).map(|x| x.1).unwrap_or(self.regs[t][r as usize])
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -533,6 +546,7 @@ impl<'f> Sim<'f> {
                     acc += sa * am[row][k] * sb * bm[col][k];
                 }
                 self.hopper.wg_open[wg].push((t, r.0, bf(acc as f32)));
+                self.hopper.wg_latest[wg].insert((t, r.0), (self.hopper.wg_committed[wg], bf(acc as f32)));
                 self.regs[t][r.0 as usize] = PENDING_NAN;
             }
         }

@@ -70,6 +70,18 @@ pub fn eval_op(op: &str, a: &[u64]) -> u64 {
             "not" => (a[0] & 1) ^ 1,
             _ => panic!("{op}"),
         },
+        // `cvt.rn.{f16,bf16}x2.f32 d, a, b`: `a` rounded into the upper half, `b` into the lower.
+        ("cvt", _) if parts.len() >= 2 && parts[parts.len() - 2].ends_with("x2") => {
+            let half = |x: u64| {
+                let v = f32b(x);
+                if parts[parts.len() - 2] == "bf16x2" {
+                    half::bf16::from_f32(v).to_bits() as u64
+                } else {
+                    half::f16::from_f32(v).to_bits() as u64
+                }
+            };
+            (half(a[0]) << 16) | half(a[1])
+        }
         ("cvt", _) => cvt(&parts, a[0]),
         ("mul" | "mad", "s32") if parts.contains(&"wide") => {
             let p = (s32(a[0]) as i64).wrapping_mul(s32(a[1]) as i64);

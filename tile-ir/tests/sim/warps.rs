@@ -512,15 +512,17 @@ impl<'f> Sim<'f> {
                 continue;
             }
             let Some(fr) = wp.frames.last() else { continue };
+            // Each frame's statement index (an enclosing frame has moved past its `if`/`for`).
             let mut path = Vec::new();
-            for f in &wp.frames {
+            let top = wp.frames.len() - 1;
+            for (i, f) in wp.frames.iter().enumerate() {
                 let kind = match f.kind {
                     Kind::Body => "body",
                     Kind::Then { .. } => "then",
                     Kind::Else => "else",
                     Kind::Loop { .. } => "for",
                 };
-                path.push(format!("{kind}[{}]", f.pc));
+                path.push(format!("{kind}[{}]", if i == top { f.pc } else { f.pc - 1 }));
             }
             let (s, mask) = (&fr.body[fr.pc], fr.mask);
             let _ = write!(out, "\n  warp {w} (lanes {mask:#010x}) at {}: ", path.join(" > "));
