@@ -13,7 +13,7 @@
 //!
 //! **Running another warp-specialized variant** (e.g. `warp_specialized_loop`
 //! for attention): take it from `compile_variants` by `Compiled::schedule`
-//! and call [`run_interleavings`] (or `sim::run_compiled` for one run) with
+//! and call `sim::run_interleavings` (or `sim::run_compiled` for one run) with
 //! its tensors as `sim::SimTensor`s (bytes, shape outermost first, element
 //! size), in parameter order, and the dims in `kernel.dims` order: the
 //! simulator binds the variant's tensor maps from the shapes as the runtime
@@ -21,7 +21,7 @@
 //! launched with fewer blocks) and returns the tensors, e.g.
 //! ```ignore
 //! let c = variant(&k, "warp_specialized_loop", CompileOptions::default());
-//! let out = run_interleavings(&c, &k, vec![q, kt, v, o], &dims, None);
+//! let out = sim::run_interleavings(&c.function, &k, vec![q, kt, v, o], &dims, &[], None);
 //! let got = decode(DType::F16, &out[3]);
 //! ```
 //! A deadlock fails with each warp's statement and what it waits for.
@@ -40,34 +40,6 @@ use tile_testkit::{Matmul, MATMUL_128X256};
 fn variant(k: &Kernel, schedule: &str, options: CompileOptions) -> Compiled {
     let v = compile_variants(k, Target::Sm90a, options).unwrap_or_else(|e| panic!("compile: {e:?}"));
     v.into_iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"))
-}
-
-/// Runs `f` (a variant of `k`) with the default schedule and three seeded
-/// interleavings; all must give the same tensors, which it returns.
-fn run_fn_interleavings(
-    f: &Function,
-    k: &Kernel,
-    tensors: Vec<SimTensor>,
-    dims: &[i64],
-    shape: Option<[u32; 3]>,
-) -> Vec<Vec<u8>> {
-    let first = sim::run_function(f, k, tensors.clone(), dims, &[], RunOptions { shape, seed: None }).tensors;
-    for seed in [1, 0xC0FFEE, 77] {
-        let again = sim::run_function(f, k, tensors.clone(), dims, &[], RunOptions { shape, seed: Some(seed) }).tensors;
-        assert!(again == first, "seed {seed} gives other results than the default interleaving");
-    }
-    first
-}
-
-/// [`run_fn_interleavings`] of a compiled variant.
-fn run_interleavings(
-    c: &Compiled,
-    k: &Kernel,
-    tensors: Vec<SimTensor>,
-    dims: &[i64],
-    shape: Option<[u32; 3]>,
-) -> Vec<Vec<u8>> {
-    run_fn_interleavings(&c.function, k, tensors, dims, shape)
 }
 
 /// One GEMM problem for a `Matmul` configuration: its inputs, an output
@@ -121,7 +93,7 @@ fn check_ws(cfg: Matmul, options: CompileOptions, m: usize, n: usize, kk: usize,
     let k = parse_kernel(&cfg.text()).unwrap();
     let c = variant(&k, "warp_specialized_gemm", options);
     let p = problem(&cfg, m, n, kk);
-    let out = run_interleavings(&c, &k, p.tensors.clone(), &p.dims, shape);
+    let out = sim::run_interleavings(&c.function, &k, p.tensors.clone(), &p.dims, &[], shape);
     p.check(&out, &format!("{cfg:?} {options:?} K={kk} launched {shape:?}"));
     c
 }
@@ -242,7 +214,7 @@ fn dropping_the_consumers_empty_arrives_deadlocks() {
         // With no more k-blocks than stages, nothing waits for a release.
         let p = problem(&SMALL, 64, 128, 192);
         p.check(
-            &run_fn_interleavings(&f, &k, p.tensors.clone(), &p.dims, Some([1, 1, 1])),
+            &sim::run_interleavings(&f, &k, p.tensors.clone(), &p.dims, &[], Some([1, 1, 1])),
             "no empty arrives, 3 blocks",
         );
     }

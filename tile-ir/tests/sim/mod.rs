@@ -64,12 +64,13 @@
 //! then `dims` and scalar bits; [`RunOptions`] picks the launch shape (a
 //! persistent variant may be launched with fewer blocks, on x) and the
 //! scheduling seed. [`run_function`] does the same for a `Function` the
-//! test changed (planted bugs), e.g.
+//! test changed (planted bugs); [`run_interleavings`] runs one under the
+//! default schedule and three seeds and checks they agree, e.g.
 //! ```ignore
 //! let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
 //! let ws = v.iter().find(|c| c.schedule == "warp_specialized_loop").unwrap();
-//! let sim = sim::run_compiled(ws, &k, tensors, &dims, &[], RunOptions::default());
-//! let out = &sim.tensors[3];
+//! let out = sim::run_interleavings(&ws.function, &k, tensors, &dims, &[], None);
+//! let o = &out[3];
 //! ```
 // Per-thread and per-byte state is indexed by thread and byte number on purpose.
 #![allow(clippy::needless_range_loop)]
@@ -206,6 +207,25 @@ pub fn run_function<'f>(
     let shape = opts.shape.unwrap_or_else(|| tile_ir::abi::eval_grid(k, dims).unwrap());
     sm.run_grid(shape);
     sm
+}
+
+/// Runs `f` as [`run_function`] does with the default schedule and with
+/// three seeded interleavings; all must give the same tensors, which it
+/// returns.
+pub fn run_interleavings(
+    f: &Function,
+    k: &tile_ir::Kernel,
+    tensors: Vec<SimTensor>,
+    dims: &[i64],
+    scalars: &[u64],
+    shape: Option<[u32; 3]>,
+) -> Vec<Vec<u8>> {
+    let first = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { shape, seed: None }).tensors;
+    for seed in [1, 0xC0FFEE, 77] {
+        let again = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { shape, seed: Some(seed) }).tensors;
+        assert!(again == first, "seed {seed} gives other results than the default interleaving");
+    }
+    first
 }
 
 /// The cp.asyncs of one group: (shared address, bytes that will land).
@@ -392,8 +412,9 @@ impl<'f> Sim<'f> {
     }
 
     /// Whether warp `w` (now) is ordered after an access by `who` (a thread
-    /// or `AGENT | slot`) at clock `clock`; `same_lane_ok`: the access was
-    /// by the asking thread itself (program order).
+    /// or `AGENT | slot`) at clock `clock` (for the same warp: whether it
+    /// synchronized since; the same thread is ordered by program order,
+    /// which the callers check).
     fn ordered(&self, w: usize, who: u32, clock: u32) -> bool {
         let u = self.writer_slot(who);
         if u == w {

@@ -66,11 +66,15 @@ pub(super) struct WarpSync<'f> {
 }
 
 /// One of the 16 named barriers: the thread count of the current instance
-/// (`None`: every thread that has not exited) and the warps arrived.
+/// (`None`: every thread that has not exited), the warps arrived (each
+/// counts 32 threads) and which of them wait, the join of their clocks at
+/// arrival.
 #[derive(Clone, Default)]
 pub(super) struct NamedBar {
     count: Option<u32>,
     arrived: Vec<usize>,
+    waiting: Vec<usize>,
+    joined: Vec<u32>,
     completed: u64,
 }
 
@@ -379,6 +383,28 @@ impl<'f> Sim<'f> {
         if on == 0 {
             return Step::Done;
         }
+        self.bar_arrival(w, id, count, on, true);
+        if std::mem::take(&mut self.sync[w].bar_released) {
+            Step::Done
+        } else {
+            Step::Arrived
+        }
+    }
+
+    /// `bar.arrive id, count` by the `on` lanes of warp `w`: the warp's
+    /// arrival counts (32 threads) and releases its clock to the warps that
+    /// wait at the barrier; it goes on at once. (The Thread IR has no such
+    /// instruction yet: an `Inst::NamedBarArrive` maps here.)
+    fn bar_arrive(&mut self, w: usize, id: u32, count: u32, on: u32) -> Step {
+        if on != 0 {
+            self.bar_arrival(w, id, Some(count), on, false);
+            self.vc[w][w] += 1;
+        }
+        Step::Done
+    }
+
+    /// Warp `w`'s arrival at barrier `id` (`waits`: a `bar.sync`).
+    fn bar_arrival(&mut self, w: usize, id: u32, count: Option<u32>, on: u32, waits: bool) {
         let live = self.warps[w].lanes & !self.warps[w].exited;
         assert_eq!(
             on, live,
@@ -388,9 +414,11 @@ impl<'f> Sim<'f> {
         if let Some(n) = count {
             assert!(n > 0 && n % 32 == 0, "bar.sync {id}, {n}: the thread count must be a multiple of 32");
         }
+        let slots = self.vc[w].len();
         let b = &mut self.bars[id as usize];
         if b.arrived.is_empty() {
             b.count = count;
+            b.joined = vec![0; slots];
         } else {
             assert_eq!(
                 b.count, count,
@@ -399,13 +427,14 @@ impl<'f> Sim<'f> {
             );
         }
         b.arrived.push(w);
-        self.sync[w].at_bar = Some(id);
-        self.bar_try_complete(id as usize);
-        if std::mem::take(&mut self.sync[w].bar_released) {
-            Step::Done
-        } else {
-            Step::Arrived
+        for (j, x) in b.joined.iter_mut().zip(&self.vc[w]) {
+            *j = (*j).max(*x);
         }
+        if waits {
+            b.waiting.push(w);
+            self.sync[w].at_bar = Some(id);
+        }
+        self.bar_try_complete(id as usize);
     }
 
     /// Completes barrier `id` when its count (or every live warp) has
@@ -422,16 +451,14 @@ impl<'f> Sim<'f> {
         if !complete {
             return;
         }
-        let arrived = std::mem::take(&mut self.bars[id].arrived);
-        self.bars[id].completed += 1;
-        let mut joined = self.vc[arrived[0]].clone();
-        for &a in &arrived[1..] {
-            for (j, x) in joined.iter_mut().zip(&self.vc[a]) {
-                *j = (*j).max(*x);
+        let b = &mut self.bars[id];
+        b.arrived.clear();
+        b.completed += 1;
+        let (waiting, joined) = (std::mem::take(&mut b.waiting), std::mem::take(&mut b.joined));
+        for &a in &waiting {
+            for (x, j) in self.vc[a].iter_mut().zip(&joined) {
+                *x = (*x).max(*j);
             }
-        }
-        for &a in &arrived {
-            self.vc[a].clone_from(&joined);
             self.vc[a][a] += 1;
             self.sync[a].at_bar = None;
             self.sync[a].bar_released = true;
