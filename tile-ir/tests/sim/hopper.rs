@@ -10,8 +10,9 @@
 //!   from `P` (the phase with parity `P` is the completed one). Use of a
 //!   barrier by another thread than its initializer, not ordered after the
 //!   init (a `bar.sync`), fails the test. Memory ordering (PTX memory
-//!   model): `arrive` releases (the phase accumulates the arriving warp's
-//!   clock), a successful `try_wait` acquires the phase it saw complete.
+//!   model): `arrive` releases (the barrier accumulates the arriving warp's
+//!   clock), a successful `try_wait` acquires every arrival up to the phase
+//!   it saw complete (arrivals are read-modify-writes of the barrier).
 //! - TMA load: the box at the coordinates (innermost first, signed) is read
 //!   from the tensor at issue, elements outside the tensor are zero; it is
 //!   laid out densely (innermost fastest) from the 128-byte aligned
@@ -83,8 +84,8 @@ pub struct MbarState {
     init_clock: u32,
     /// The vector-clock slot of the TMA bytes its phases complete.
     slot: usize,
-    /// The join of the current phase's arrivals' clocks, and of the last
-    /// completed phase's (what a successful wait acquires).
+    /// The join of the clocks of all arrivals so far, and of those up to
+    /// the last completed phase (what a successful wait acquires).
     arrive_vc: Vec<u32>,
     pub(super) done_vc: Vec<u32>,
 }
@@ -270,8 +271,9 @@ impl<'f> Sim<'f> {
         if m.pending == 0 && m.tx == 0 {
             m.phase += 1;
             m.pending = m.expected;
-            let fresh = vec![0; m.arrive_vc.len()];
-            m.done_vc = std::mem::replace(&mut m.arrive_vc, fresh);
+            // Arrivals are read-modify-writes of the barrier: a wait that
+            // sees this phase complete is ordered after every earlier one.
+            m.done_vc.clone_from(&m.arrive_vc);
         }
     }
 

@@ -29,17 +29,22 @@
 //!
 //! **Races.** Each warp has a vector clock (one slot per warp, plus one per
 //! mbarrier for the TMA bytes its phases complete). A barrier joins its
-//! arrivals' clocks; `mbarrier.arrive` releases (its phase accumulates the
-//! arriver's clock) and a successful `try_wait` acquires the phase it saw
-//! complete (PTX memory model: arrive has release, try_wait acquire
-//! semantics), and TMA bytes landing on an mbarrier are written by that
-//! mbarrier's slot, so only a wait on the phase orders them. Per shared
+//! arrivals' clocks; `mbarrier.arrive` releases (the barrier accumulates
+//! the arriver's clock) and a successful `try_wait` acquires the arrivals
+//! up to the phase it saw complete (PTX memory model: arrive has release,
+//! try_wait acquire semantics; arrivals are read-modify-writes), and TMA
+//! bytes landing on an mbarrier are written by that mbarrier's slot, so
+//! only a wait on one of its phases orders them. Per shared
 //! byte the simulator keeps the last write (thread, clock) and the reads
 //! since (per warp: clock and lane, or "several lanes"); an access that is
 //! not ordered after a conflicting one by another thread fails the test.
 //! Lanes of one warp share its clock: two lanes' accesses are ordered when
 //! the warp synchronized (barrier, mbarrier arrive or wait) between them.
-//! `uniform` branches and loops are checked within each warp.
+//! `uniform` branches and loops are checked within each warp. A warp's
+//! divergent branches run one after the other (`then` lanes first), so code
+//! in which one branch of a warp waits for the other branch of the same
+//! warp deadlocks here (hardware with independent thread scheduling may
+//! run it); across warps there is no such limit.
 //!
 //! `cp.async` is asynchronous as on the hardware: the source is read at
 //! issue, but the data lands in shared memory only when a
