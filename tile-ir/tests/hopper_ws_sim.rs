@@ -298,6 +298,18 @@ fn persistent_stores_must_wait_until_their_panels_are_read() {
     assert!(msg.contains("still reads (no cp.async.bulk.wait_group.read)"), "{msg}");
 }
 
+#[test]
+fn a_tma_store_of_unfenced_generic_writes_is_caught() {
+    // The consumers write the store panels with st.shared: the TMA store
+    // (async proxy) reads them only after each writer's fence.proxy.async.
+    let (k, c) = small_ws(CompileOptions { persistent: false, ..CompileOptions::default() });
+    let mut f = c.function.clone();
+    assert!(remove(&mut f.body, false, &|i, _| matches!(i, Inst::FenceProxyAsync)) > 0);
+    let p = problem(&SMALL, 64, 128, 64);
+    let msg = failure(&f, &k, &p, None, None);
+    assert!(msg.contains("TMA store by thread 0 reads shared byte") && msg.contains("fence.proxy.async"), "{msg}");
+}
+
 // ------------------------------------------- every variant, interleaved
 
 /// Every sm_90a variant of the GEMM (warp-specialized, TMA-copy, cp.async)

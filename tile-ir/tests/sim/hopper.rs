@@ -27,7 +27,9 @@
 //!   read it.
 //! - TMA store: the box is read from shared memory (same layout) at issue
 //!   and written to the in-bounds elements; writing the shared source before
-//!   `cp.async.bulk.wait_group.read` retires its group fails the test.
+//!   `cp.async.bulk.wait_group.read` retires its group fails the test, and
+//!   so does a source byte written through the generic proxy by a thread
+//!   that has not executed `fence.proxy.async` since (as for wgmma).
 //! - wgmma (per warpgroup of 128 threads, all active): operands from
 //!   descriptors are located by the canonical layouts (K-major: row `r`,
 //!   k at `start + (r/8)·SBO + (r%8)·W + 2k` when swizzled with span `W`,
@@ -659,6 +661,11 @@ impl<'f> Sim<'f> {
                         if let Some(other) = self.unordered_access(t, b, false) {
                             panic!("TMA store by thread {t} reads shared byte {b} after {other} with no synchronization between");
                         }
+                        let (gw, fences) = self.hopper.generic_writes[b];
+                        assert!(
+                            gw == usize::MAX || self.hopper.proxy_fences[gw] > fences,
+                            "TMA store by thread {t} reads shared byte {b} written through the generic proxy by thread {gw}, which has not executed fence.proxy.async since"
+                        );
                         self.record_read(b, t / 32, (t % 32) as u32);
                         if let Some(g) = g {
                             self.tensors[map.tensor][g + e] = self.shared[b];
