@@ -162,6 +162,40 @@ fn persistent_option_over_fewer_blocks_than_tiles() {
     check_ws(Matmul { swizzle: Some(2), ..SMALL }, CompileOptions::default(), 190, 260, 64, Some([2, 1, 1]));
 }
 
+/// Every configuration the GPU test runs (`tile-runtime/tests/gpu_ws_gemm.rs`,
+/// listed in `hopper_ws.rs`), with its default options (TMA store,
+/// persistent, launched on 2 blocks): one partial tile row, two tile
+/// columns (the second partial), four k-blocks (the last partial).
+#[test]
+fn the_gpu_tests_configurations() {
+    let base = Matmul { swizzle: None, ..MATMUL_128X256 };
+    let configs = [
+        base,
+        Matmul { dtype: "bf16", ..base },
+        Matmul { trans_b: true, ..base },
+        Matmul { trans_a: true, ..base },
+        Matmul { trans_a: true, trans_b: true, ..base },
+        Matmul { stages: 2, ..base },
+        Matmul { stages: 4, ..base },
+        Matmul { bm: 64, bn: 128, threads: 128, ..base },
+        Matmul { bk: 32, ..base },
+        Matmul { dtype: "bf16", bn: 128, bk: 32, trans_b: true, ..base },
+        Matmul { bm: 128, bn: 128, threads: 128, ..base },
+        Matmul { bm: 256, bn: 128, threads: 256, stages: 4, ..base },
+        Matmul { bm: 128, bn: 64, threads: 128, trans_a: true, dtype: "bf16", ..base },
+        MATMUL_128X256,
+    ];
+    for cfg in configs {
+        let (m, n, kk) = (cfg.bm as usize - 3, cfg.bn as usize + 8, 3 * cfg.bk as usize + 5);
+        let k = parse_kernel(&cfg.text()).unwrap();
+        let c = variant(&k, "warp_specialized_gemm", CompileOptions::default());
+        let p = problem(&cfg, m, n, kk);
+        let shape = c.persistent.then_some([2, 1, 1]);
+        let out = sim::run_function(&c.function, &k, p.tensors.clone(), &p.dims, &[], RunOptions { shape, seed: None });
+        p.check(&out.tensors, &format!("{cfg:?}"));
+    }
+}
+
 // ------------------------------------------------------------ planted bugs
 
 /// Removes the statements `drop` picks (given the innermost loop's

@@ -322,6 +322,8 @@ impl<'f> Sim<'f> {
                 self.bar_sync(w, count.is_some() as u32, count, self.guarded(w, mask, guard))
             }
             Inst::NamedBarSync { id, threads } => self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard)),
+            // `bar.arrive id, n`, once the Thread IR has it (`Inst::NamedBarArrive`):
+            // `self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard))`.
             Inst::MbarWait { addr, parity, pred } => {
                 self.mbar_wait_warp(w, addr, parity, *pred, self.guarded(w, mask, guard))
             }
@@ -336,11 +338,11 @@ impl<'f> Sim<'f> {
             Inst::ShflBfly { dst, src, lane_mask } => {
                 assert!(guard.is_none());
                 assert_eq!(mask, u32::MAX, "shfl.sync with inactive lanes in warp {w}");
+                assert!(*lane_mask < 32, "shfl.bfly lane mask {lane_mask}");
                 let vals: Vec<u64> = (0..32).map(|l| self.regs[32 * w + l][src.0 as usize]).collect();
                 for l in 0..32 {
-                    self.regs[32 * w + l][dst.0 as usize] = vals[l ^ (*lane_mask as usize & 31)];
+                    self.regs[32 * w + l][dst.0 as usize] = vals[l ^ *lane_mask as usize];
                 }
-                assert!(*lane_mask < 32, "shfl.bfly lane mask {lane_mask}");
                 self.steps += 32;
                 Step::Done
             }
