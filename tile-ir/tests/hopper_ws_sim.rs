@@ -346,15 +346,16 @@ fn a_tma_store_of_unfenced_generic_writes_is_caught() {
 
 // ------------------------------------------- every variant, interleaved
 
-/// Every sm_90a variant of the GEMM (warp-specialized, TMA-copy, cp.async)
-/// gives the reference under every interleaving: the barriers the other
-/// schedules place order their warps too.
+/// Every sm_90a variant of the GEMM (warp-specialized, TMA-copy, cp.async,
+/// and any other schedule that takes it) gives the reference under every
+/// interleaving: the barriers the other schedules place order their warps too.
 #[test]
 fn every_sm90a_variant_of_the_gemm_under_interleavings() {
     let k = parse_kernel(&SMALL.text()).unwrap();
     let v = compile_variants(&k, Target::Sm90a, plain()).unwrap();
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
-    assert_eq!(names, ["warp_specialized_gemm", "tma_copy", "cp_async_pipeline"]);
+    assert!(names[0] == "warp_specialized_gemm" && names.contains(&"tma_copy"), "{names:?}");
+    assert!(v.last().unwrap().tensor_maps.is_empty(), "{names:?}");
     let p = problem(&SMALL, 100, 200, 192);
     for c in &v {
         let out = sim::run_interleavings(&c.function, &k, p.tensors.clone(), &p.dims, &[], None);
@@ -363,7 +364,8 @@ fn every_sm90a_variant_of_the_gemm_under_interleavings() {
 }
 
 /// Every sm_90a variant of the attention loop (head dim 64, online
-/// softmax, P·V from registers) against the f64 reference, under every
+/// softmax, P·V from registers; a `warp_specialized_loop` variant too,
+/// once that schedule takes it) against the f64 reference, under every
 /// interleaving; key lengths of 1, 2 and 3 key tiles, partial ones.
 #[test]
 fn every_sm90a_variant_of_attention_under_interleavings() {
