@@ -8,18 +8,28 @@
 //!   zero: the phase number increments and the arrivals reset.
 //!   `try_wait.parity(P)` succeeds when the current phase's parity differs
 //!   from `P` (the phase with parity `P` is the completed one). Use of a
-//!   barrier by another thread than its initializer before a `bar.sync`
-//!   fails the test.
+//!   barrier by another thread than its initializer, not ordered after the
+//!   init (a `bar.sync`), fails the test. Memory ordering (PTX memory
+//!   model): `arrive` releases (the barrier accumulates the arriving warp's
+//!   clock), a successful `try_wait` acquires every arrival up to the phase
+//!   it saw complete (arrivals are read-modify-writes of the barrier).
 //! - TMA load: the box at the coordinates (innermost first, signed) is read
 //!   from the tensor at issue, elements outside the tensor are zero; it is
 //!   laid out densely (innermost fastest) from the 128-byte aligned
 //!   destination, with the swizzle applied to the shared address (bits
 //!   `[4, 4+b)` ^= bits `[7, 7+b)`); it lands, and completes `box bytes` on
 //!   its mbarrier, only when a wait on that mbarrier needs it. Reading the
-//!   bytes before fails the test.
+//!   bytes before fails the test; so does reading them afterwards from a
+//!   warp that has not waited on (acquired) a phase of that mbarrier since,
+//!   directly or through other synchronization (the landed bytes are
+//!   written by the mbarrier's clock slot). At issue the destination must
+//!   be ordered after every earlier access of it and no in-flight wgmma may
+//!   read it.
 //! - TMA store: the box is read from shared memory (same layout) at issue
 //!   and written to the in-bounds elements; writing the shared source before
-//!   `cp.async.bulk.wait_group.read` retires its group fails the test.
+//!   `cp.async.bulk.wait_group.read` retires its group fails the test, and
+//!   so does a source byte written through the generic proxy by a thread
+//!   that has not executed `fence.proxy.async` since (as for wgmma).
 //! - wgmma (per warpgroup of 128 threads, all active): operands from
 //!   descriptors are located by the canonical layouts (K-major: row `r`,
 //!   k at `start + (r/8)·SBO + (r%8)·W + 2k` when swizzled with span `W`,
@@ -27,19 +37,19 @@
 //!   swizzled: `start + (mn / (W/2))·LBO + 2(mn % (W/2)) + (k/8)·SBO + (k%8)·W`),
 //!   then swizzled like TMA. Results stay pending (the accumulator registers
 //!   read as NaN) until `wgmma.wait_group` retires their group; a wgmma
-//!   reading bytes written by threads since the last `bar.sync` fails, and
+//!   reading bytes whose write not all four warps of the warpgroup are
+//!   ordered after (a barrier, an mbarrier wait) fails, and
 //!   so does one reading bytes written through the generic proxy (`st.shared`,
 //!   a landed `cp.async`) by a thread that has not executed
 //!   `fence.proxy.async` since that write (TMA writes are async-proxy
-//!   writes and need none). The bytes a wgmma reads count as read by
-//!   several threads in the current barrier epoch (a write before the next
-//!   `bar.sync` fails), and stay read until `wgmma.wait_group` retires the
-//!   wgmma: a write to them before that fails, barrier or not. Unmodeled: the base-offset field (must be 0),
+//!   writes and need none). The bytes a wgmma reads count as read by the
+//!   warpgroup's four warps, at issue and again when `wgmma.wait_group`
+//!   retires it (a later write must be ordered after that), and a write to
+//!   them before the retirement fails, barrier or not. The warpgroup's warps
+//!   meet at every wgmma instruction (and at `setmaxnreg`), which runs once
+//!   for the 128 threads. Unmodeled: the base-offset field (must be 0),
 //!   MN-major without swizzle, the `wgmma.fence` requirement, and whether
-//!   the fence came before or after the barrier (lockstep execution).
-//! - Limitation: threads run in lockstep per structured statement, so a
-//!   producer branch runs to its end before its consumer branch: a pipeline
-//!   whose producer waits for consumers (empty barriers) deadlocks here.
+//!   the fence came before or after the barrier.
 
 #![allow(clippy::needless_range_loop, clippy::manual_is_multiple_of)]
 
@@ -73,7 +83,13 @@ pub struct MbarState {
     pub tx: i64,
     pub phase: u64,
     init_thread: usize,
-    init_epoch: u64,
+    init_clock: u32,
+    /// The vector-clock slot of the TMA bytes its phases complete.
+    slot: usize,
+    /// The join of the clocks of all arrivals so far, and of those up to
+    /// the last completed phase (what a successful wait acquires).
+    arrive_vc: Vec<u32>,
+    pub(super) done_vc: Vec<u32>,
 }
 
 struct TmaInFlight {
@@ -87,6 +103,10 @@ struct TmaInFlight {
 pub struct HopperState {
     pub tensor_maps: Vec<(String, SimTensorMap)>,
     pub mbarriers: HashMap<usize, MbarState>,
+    /// Per mbarrier clock slot (from the first after the warps'): the
+    /// mbarrier's address, and the slot's clock (one tick per landed load).
+    pub(super) slot_mbar: Vec<usize>,
+    slot_clock: Vec<u32>,
     tma: Vec<TmaInFlight>,
     /// Per thread: shared ranges of bulk stores not yet committed, and
     /// committed groups (oldest first).
@@ -96,6 +116,12 @@ pub struct HopperState {
     /// each result is (thread, register, value).
     wg_open: Vec<Vec<(usize, u32, u64)>>,
     wg_groups: Vec<Vec<Vec<(usize, u32, u64)>>>,
+    /// Per warpgroup: commits and retirements so far (group `i` is the
+    /// `i`-th committed), and per (thread, register) the latest pending
+    /// result with its group's number.
+    wg_committed: Vec<u64>,
+    wg_retired: Vec<u64>,
+    wg_latest: Vec<HashMap<(usize, u32), (u64, u64)>>,
     /// Per warpgroup: the shared bytes its open and committed wgmmas read
     /// (the operands are read asynchronously until `wgmma.wait_group`
     /// retires the group), parallel to `wg_open` / `wg_groups`.
@@ -112,6 +138,13 @@ pub struct HopperState {
     /// Counters for tests.
     pub tma_loads: u64,
     pub wgmmas: u64,
+}
+
+impl HopperState {
+    /// TMA loads in flight that complete on the mbarrier at `mbar`.
+    pub(super) fn tma_in_flight(&self, mbar: usize) -> usize {
+        self.tma.iter().filter(|x| x.mbar == mbar).count()
+    }
 }
 
 fn swizzle_addr(a: usize, span: u32) -> usize {
@@ -139,12 +172,17 @@ impl<'f> Sim<'f> {
     pub(super) fn hopper_block_start(&mut self) {
         let h = &mut self.hopper;
         h.mbarriers.clear();
+        h.slot_mbar.clear();
+        h.slot_clock = vec![0; warps::MAX_MBARRIERS];
         h.tma.clear();
         h.bulk_open = vec![vec![]; self.threads];
         h.bulk_groups = vec![vec![]; self.threads];
         let wgs = self.threads.div_ceil(128);
         h.wg_open = vec![vec![]; wgs];
         h.wg_groups = vec![vec![]; wgs];
+        h.wg_committed = vec![0; wgs];
+        h.wg_retired = vec![0; wgs];
+        h.wg_latest = vec![HashMap::new(); wgs];
         h.wg_reads_open = vec![vec![]; wgs];
         h.wg_reads_groups = vec![vec![]; wgs];
         h.async_reads = vec![0; self.shared.len()];
@@ -198,26 +236,33 @@ impl<'f> Sim<'f> {
         }
     }
 
-    fn mbar_at(&mut self, t: usize, a: &Address, what: &str) -> usize {
+    pub(super) fn mbar_at(&mut self, t: usize, a: &Address, what: &str) -> usize {
         let addr = self.addr(t, a) as u32 as usize;
         assert_eq!(addr % 8, 0, "mbarrier at misaligned shared byte {addr}");
         assert!(addr + 8 <= self.shared.len(), "mbarrier at {addr} outside shared memory");
-        let epoch = self.epoch;
         let m = self
             .hopper
             .mbarriers
             .get(&addr)
             .unwrap_or_else(|| panic!("thread {t} {what} an uninitialized mbarrier at {addr}"));
         assert!(
-            m.init_thread == t || m.init_epoch < epoch,
+            m.init_thread == t || self.ordered(t / 32, m.init_thread as u32, m.init_clock),
             "thread {t} {what} the mbarrier at {addr} initialized by thread {} with no bar.sync in between",
             m.init_thread
         );
         addr
     }
 
-    fn mbar_arrive(&mut self, addr: usize, tx: i64, arrivals: u32) {
+    /// Arrives (`arrivals`, by thread `by`: a release of its warp's clock)
+    /// and adds `tx` transaction bytes; completes the phase when both are done.
+    fn mbar_arrive(&mut self, addr: usize, tx: i64, arrivals: u32, by: Option<usize>) {
         let m = self.hopper.mbarriers.get_mut(&addr).unwrap();
+        if let Some(t) = by {
+            for (x, v) in m.arrive_vc.iter_mut().zip(&self.vc[t / 32]) {
+                *x = (*x).max(*v);
+            }
+            self.released = true;
+        }
         m.tx += tx;
         assert!(
             m.pending >= arrivals,
@@ -228,12 +273,15 @@ impl<'f> Sim<'f> {
         if m.pending == 0 && m.tx == 0 {
             m.phase += 1;
             m.pending = m.expected;
+            // Arrivals are read-modify-writes of the barrier: a wait that
+            // sees this phase complete is ordered after every earlier one.
+            m.done_vc.clone_from(&m.arrive_vc);
         }
     }
 
     /// Lands in-flight TMA loads on `mbar` (oldest first) until the phase
     /// of parity `parity` has completed; false when it never does.
-    fn mbar_wait(&mut self, mbar: usize, parity: u64) -> bool {
+    pub(super) fn mbar_wait(&mut self, mbar: usize, parity: u64) -> bool {
         loop {
             if (self.hopper.mbarriers[&mbar].phase & 1) != (parity & 1) {
                 return true;
@@ -242,19 +290,25 @@ impl<'f> Sim<'f> {
                 return false;
             };
             let x = self.hopper.tma.remove(i);
+            // Written by the mbarrier's slot: ordered for whoever acquires the phase.
+            let slot = self.hopper.mbarriers[&mbar].slot;
+            let k = slot - self.nwarps;
+            self.hopper.slot_clock[k] += 1;
+            let clock = self.hopper.slot_clock[k];
             for &(b, v) in &x.bytes {
                 self.shared[b] = v;
                 self.async_owner[b] = usize::MAX;
-                // Ordered by the mbarrier, not by bar.sync epochs.
                 assert!(
                     self.hopper.async_reads[b] == 0,
                     "TMA lands on shared byte {b} while a wgmma that reads it is in flight"
                 );
-                self.shadow[b] = (usize::MAX, 0, usize::MAX, 0);
+                self.record_write(b, AGENT | slot as u32, clock);
                 self.hopper.generic_writes[b] = (usize::MAX, 0);
             }
             let _ = x.dst;
-            self.mbar_arrive(mbar, -x.box_bytes, 0);
+            let m = self.hopper.mbarriers.get_mut(&mbar).unwrap();
+            m.arrive_vc[slot] = m.arrive_vc[slot].max(clock);
+            self.mbar_arrive(mbar, -x.box_bytes, 0, None);
         }
     }
 
@@ -309,45 +363,8 @@ impl<'f> Sim<'f> {
         }
     }
 
-    /// Warp- and warpgroup-collective Hopper instructions; false for others.
-    pub(super) fn hopper_collective(&mut self, inst: &Inst, guard: &Option<(Reg, bool)>, mask: &[bool]) -> bool {
-        match inst {
-            Inst::ElectSync { pred } => {
-                assert!(guard.is_none(), "guarded elect.sync");
-                for w in 0..self.threads.div_ceil(32) {
-                    let lanes: Vec<usize> = (w * 32..(w * 32 + 32).min(self.threads)).filter(|&t| mask[t]).collect();
-                    for (i, &t) in lanes.iter().enumerate() {
-                        self.regs[t][pred.0 as usize] = (i == 0) as u64;
-                    }
-                }
-                true
-            }
-            Inst::WgmmaFence
-            | Inst::WgmmaCommit
-            | Inst::WgmmaWait { .. }
-            | Inst::Wgmma { .. }
-            | Inst::SetMaxNreg { .. } => {
-                assert!(guard.is_none(), "guarded warpgroup-collective {inst:?}");
-                for wg in 0..self.threads.div_ceil(128) {
-                    let lanes: Vec<usize> = (wg * 128..(wg * 128 + 128).min(self.threads)).collect();
-                    let on = lanes.iter().filter(|&&t| mask[t]).count();
-                    if on == 0 {
-                        continue;
-                    }
-                    assert_eq!(
-                        on, 128,
-                        "warpgroup-collective {inst:?} with {on} of 128 threads of warpgroup {wg} active"
-                    );
-                    self.steps += 128;
-                    self.warpgroup(wg, inst);
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn warpgroup(&mut self, wg: usize, inst: &Inst) {
+    /// Runs a warpgroup-collective instruction for warpgroup `wg`'s 128 threads.
+    pub(super) fn warpgroup(&mut self, wg: usize, inst: &Inst) {
         match inst {
             Inst::WgmmaFence => {}
             Inst::SetMaxNreg { count, .. } => {
@@ -359,19 +376,29 @@ impl<'f> Sim<'f> {
             Inst::WgmmaCommit => {
                 let g = std::mem::take(&mut self.hopper.wg_open[wg]);
                 self.hopper.wg_groups[wg].push(g);
+                self.hopper.wg_committed[wg] += 1;
                 let r = std::mem::take(&mut self.hopper.wg_reads_open[wg]);
                 self.hopper.wg_reads_groups[wg].push(r);
             }
             Inst::WgmmaWait { pending } => {
                 while self.hopper.wg_groups[wg].len() > *pending as usize {
                     let g = self.hopper.wg_groups[wg].remove(0);
+                    // The operands were read until now, by the warpgroup.
                     for b in self.hopper.wg_reads_groups[wg].remove(0) {
                         self.hopper.async_reads[b] -= 1;
+                        for w in 4 * wg..(4 * wg + 4).min(self.nwarps) {
+                            self.record_read(b, w, MANY);
+                        }
                     }
-                    for (t, r, v) in g {
-                        let later = self.hopper.wg_open[wg].iter().chain(self.hopper.wg_groups[wg].iter().flatten());
-                        if !later.clone().any(|&(u, q, _)| u == t && q == r) {
-                            self.regs[t][r as usize] = v;
+                    let seq = self.hopper.wg_retired[wg];
+                    self.hopper.wg_retired[wg] += 1;
+                    for (t, r, _) in g {
+                        // The group's last result, unless a later pending wgmma writes the register too.
+                        if let Some(&(q, v)) = self.hopper.wg_latest[wg].get(&(t, r)) {
+                            if q == seq {
+                                self.hopper.wg_latest[wg].remove(&(t, r));
+                                self.regs[t][r as usize] = v;
+                            }
                         }
                     }
                 }
@@ -426,19 +453,23 @@ impl<'f> Sim<'f> {
                         self.async_owner[b] == usize::MAX,
                         "wgmma reads shared byte {b} whose async copy has not landed"
                     );
-                    let (w, we, _, _) = self.shadow[b];
-                    assert!(
-                        we != self.epoch || w == usize::MAX,
-                        "wgmma reads shared byte {b} written by thread {w} since the last bar.sync"
-                    );
+                    let sh = self.shadow[b];
+                    for w in 4 * wg..(4 * wg + 4).min(self.nwarps) {
+                        assert!(
+                            sh.writer == NONE || self.ordered(w, sh.writer, sh.clock),
+                            "wgmma (warpgroup {wg}) reads shared byte {b} written by {} that warp {w} is not ordered after (no bar.sync or mbarrier wait since)",
+                            self.writer_name(sh.writer)
+                        );
+                    }
                     let (gw, fences) = self.hopper.generic_writes[b];
                     assert!(
                         gw == usize::MAX || self.hopper.proxy_fences[gw] > fences,
                         "wgmma reads shared byte {b} written through the generic proxy by thread {gw}, which has not executed fence.proxy.async since"
                     );
                     // Read by the whole warpgroup, asynchronously.
-                    self.shadow[b].2 = usize::MAX - 1;
-                    self.shadow[b].3 = self.epoch;
+                    for w in 4 * wg..(4 * wg + 4).min(self.nwarps) {
+                        self.record_read(b, w, MANY);
+                    }
                     self.hopper.async_reads[b] += 1;
                     self.hopper.wg_reads_open[wg].push(b);
                 }
@@ -450,9 +481,7 @@ impl<'f> Sim<'f> {
 
     /// The latest value of thread `t`'s register `r`, pending or not.
     fn acc_value(&self, wg: usize, t: usize, r: u32) -> u64 {
-        let open = self.hopper.wg_open[wg].iter().rev();
-        let committed = self.hopper.wg_groups[wg].iter().rev().flat_map(|g| g.iter().rev());
-        open.chain(committed).find(|&&(u, q, _)| u == t && q == r).map(|x| x.2).unwrap_or(self.regs[t][r as usize])
+        self.hopper.wg_latest[wg].get(&(t, r)).map(|x| x.1).unwrap_or(self.regs[t][r as usize])
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -521,6 +550,7 @@ impl<'f> Sim<'f> {
                     acc += sa * am[row][k] * sb * bm[col][k];
                 }
                 self.hopper.wg_open[wg].push((t, r.0, bf(acc as f32)));
+                self.hopper.wg_latest[wg].insert((t, r.0), (self.hopper.wg_committed[wg], bf(acc as f32)));
                 self.regs[t][r.0 as usize] = PENDING_NAN;
             }
         }
@@ -537,35 +567,36 @@ impl<'f> Sim<'f> {
                 self.race_check(t, a as u64, 8, true);
                 let count = self.val(t, count) as u32;
                 assert!(count > 0, "mbarrier.init with count 0");
+                let k = match self.hopper.slot_mbar.iter().position(|&m| m == a) {
+                    Some(k) => k,
+                    None => {
+                        self.hopper.slot_mbar.push(a);
+                        self.hopper.slot_mbar.len() - 1
+                    }
+                };
+                assert!(k < warps::MAX_MBARRIERS, "the simulator models at most {} mbarriers", warps::MAX_MBARRIERS);
+                let slots = self.vc[0].len();
                 let m = MbarState {
                     expected: count,
                     pending: count,
                     tx: 0,
                     phase: 0,
                     init_thread: t,
-                    init_epoch: self.epoch,
+                    init_clock: self.vc[t / 32][t / 32],
+                    slot: self.nwarps + k,
+                    arrive_vc: vec![0; slots],
+                    done_vc: vec![0; slots],
                 };
                 self.hopper.mbarriers.insert(a, m);
             }
             Inst::MbarArrive { addr } => {
                 let a = self.mbar_at(t, addr, "arrives on");
-                self.mbar_arrive(a, 0, 1);
+                self.mbar_arrive(a, 0, 1, Some(t));
             }
             Inst::MbarArriveExpectTx { addr, tx_bytes } => {
                 let a = self.mbar_at(t, addr, "arrives on");
                 let b = self.val(t, tx_bytes) as u32 as i64;
-                self.mbar_arrive(a, b, 1);
-            }
-            Inst::MbarWait { addr, parity, pred } => {
-                let a = self.mbar_at(t, addr, "waits on");
-                let p = self.val(t, parity);
-                let m = &self.hopper.mbarriers[&a];
-                let state = format!("phase {}, {} arrivals and {} tx bytes pending", m.phase, m.pending, m.tx);
-                assert!(
-                    self.mbar_wait(a, p),
-                    "thread {t} waits forever on the mbarrier at {a} for parity {p} ({state})"
-                );
-                self.regs[t][pred.0 as usize] = 1;
+                self.mbar_arrive(a, b, 1, Some(t));
             }
             Inst::FenceMbarrierInit => {}
             Inst::FenceProxyAsync => self.hopper.proxy_fences[t] += 1,
@@ -604,11 +635,13 @@ impl<'f> Sim<'f> {
                 for &(b, _) in &bytes {
                     let o = self.async_owner[b];
                     assert!(o == usize::MAX, "TMA load to shared byte {b} overlaps another copy in flight");
-                    let (w, we, r, re) = self.shadow[b];
                     assert!(
-                        (we != self.epoch || w == usize::MAX) && (re != self.epoch || r == usize::MAX),
-                        "TMA load to shared byte {b} that threads accessed since the last bar.sync (thread {w}/{r})"
+                        self.hopper.async_reads[b] == 0,
+                        "thread {t} issues a TMA load to shared byte {b} that an in-flight wgmma reads (before its wgmma.wait_group)"
                     );
+                    if let Some(other) = self.unordered_access(t, b, true) {
+                        panic!("thread {t} issues a TMA load to shared byte {b} after {other} with no synchronization between");
+                    }
                     self.async_owner[b] = TMA_OWNER;
                 }
                 self.hopper.tma.push(TmaInFlight { mbar: m, dst: d, bytes, box_bytes });
@@ -625,11 +658,15 @@ impl<'f> Sim<'f> {
                 for (soff, g) in elems {
                     for e in 0..map.elem_bytes {
                         let b = swizzle_addr(s + soff + e, map.swizzle);
-                        let (w, we, _, _) = self.shadow[b];
+                        if let Some(other) = self.unordered_access(t, b, false) {
+                            panic!("TMA store by thread {t} reads shared byte {b} after {other} with no synchronization between");
+                        }
+                        let (gw, fences) = self.hopper.generic_writes[b];
                         assert!(
-                            !(we == self.epoch && w != t && w != usize::MAX),
-                            "TMA store by thread {t} reads shared byte {b} written by thread {w} since the last bar.sync"
+                            gw == usize::MAX || self.hopper.proxy_fences[gw] > fences,
+                            "TMA store by thread {t} reads shared byte {b} written through the generic proxy by thread {gw}, which has not executed fence.proxy.async since"
                         );
+                        self.record_read(b, t / 32, (t % 32) as u32);
                         if let Some(g) = g {
                             self.tensors[map.tensor][g + e] = self.shared[b];
                         }

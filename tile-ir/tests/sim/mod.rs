@@ -1,8 +1,50 @@
-//! A block-level simulator of the Thread IR, for tests: runs every thread of
-//! a block in lockstep over the structured control flow (so shuffles see
-//! their partners), with bounds-checked global and shared memory: an access
-//! outside a tensor or outside the dynamic shared memory fails the test, so
-//! masking bugs show up even when the results happen to be right.
+//! A block-level simulator of the Thread IR, for tests: runs a block's warps
+//! over the structured control flow, with bounds-checked global and shared
+//! memory (an access outside a tensor or outside the dynamic shared memory
+//! fails the test, so masking bugs show up even when the results happen to
+//! be right) and happens-before race detection on shared memory.
+//!
+//! **Warps** (`warps.rs`). The 32 lanes of a warp run in lockstep per
+//! structured statement (a divergent `if` runs its `then` lanes, then its
+//! `else` lanes; shuffles see their partners), and each warp has its own
+//! program counter (a stack of frames over the structured IR). Warps
+//! interleave at their blocking points: an `mbarrier.try_wait` loop whose
+//! phase has not completed, `bar.sync`/named barriers (`bar.sync id, n`, ids
+//! 0..15: a barrier completes when `n` threads have arrived, counted per
+//! warp as the hardware does — each arriving warp counts 32 — or, with no
+//! count, when every warp that has not exited has arrived), and the
+//! warpgroup-collective instructions (`wgmma.*`, `setmaxnreg`: the four
+//! warps of a warpgroup meet there and the instruction runs once for the
+//! 128 threads). `exit` ends lanes: exited warps no longer count for a
+//! barrier without a thread count (PTX ISA, `exit`), a counted barrier that
+//! waits on them never completes. The order is deterministic: by default
+//! each warp runs until it blocks, lowest warp first; with
+//! [`Sim::seed`] set, every round shuffles the warps and runs each for a
+//! random number of statements, so a test can run several interleavings.
+//! When every live warp is blocked the test fails with a deadlock report:
+//! per warp, where it is (its statement path and instruction) and what it
+//! waits for (the mbarrier's phase, pending arrivals and transaction bytes,
+//! in-flight TMA loads; the barrier's count and who arrived; the warpgroup's
+//! other warps).
+//!
+//! **Races.** Each warp has a vector clock (one slot per warp, plus one per
+//! mbarrier for the TMA bytes its phases complete). A barrier joins its
+//! arrivals' clocks; `mbarrier.arrive` releases (the barrier accumulates
+//! the arriver's clock) and a successful `try_wait` acquires the arrivals
+//! up to the phase it saw complete (PTX memory model: arrive has release,
+//! try_wait acquire semantics; arrivals are read-modify-writes), and TMA
+//! bytes landing on an mbarrier are written by that mbarrier's slot, so
+//! only a wait on one of its phases orders them. Per shared
+//! byte the simulator keeps the last write (thread, clock) and the reads
+//! since (per warp: clock and lane, or "several lanes"); an access that is
+//! not ordered after a conflicting one by another thread fails the test.
+//! Lanes of one warp share its clock: two lanes' accesses are ordered when
+//! the warp synchronized (barrier, mbarrier arrive or wait) between them.
+//! `uniform` branches and loops are checked within each warp. A warp's
+//! divergent branches run one after the other (`then` lanes first), so code
+//! in which one branch of a warp waits for the other branch of the same
+//! warp deadlocks here (hardware with independent thread scheduling may
+//! run it); across warps there is no such limit.
 //!
 //! `cp.async` is asynchronous as on the hardware: the source is read at
 //! issue, but the data lands in shared memory only when a
@@ -14,17 +56,39 @@
 //! Hopper instructions (see `hopper.rs` next to this file for their
 //! semantics, written from the PTX ISA): mbarriers with arrival counts,
 //! transaction bytes and phase parity; TMA loads that land only when a wait
-//! on their mbarrier lets time pass; TMA stores with bulk groups; wgmma with
+//! on their mbarrier needs them; TMA stores with bulk groups; wgmma with
 //! shared-memory descriptors or register A, asynchronous until
 //! `wgmma.wait_group`; elect.sync and setmaxnreg.
+//!
+//! **Running a compiled variant.** [`run_compiled`] runs a
+//! `tile_ir::Compiled` (any schedule: `warp_specialized_gemm`,
+//! `warp_specialized_loop`, `tma_copy`, ...) over its grid: tensors as
+//! [`SimTensor`]s (bytes, shape outermost first, element size) in parameter
+//! order, each tensor map the variant declares encoded from its tensor's
+//! shape as the runtime does (dense row-major, the meta's box and swizzle),
+//! then `dims` and scalar bits; [`RunOptions`] picks the launch shape (a
+//! persistent variant may be launched with fewer blocks, on x) and the
+//! scheduling seed. [`run_function`] does the same for a `Function` the
+//! test changed (planted bugs); [`run_interleavings`] runs one under the
+//! default schedule and three seeds and checks they agree, e.g.
+//! ```ignore
+//! let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+//! let ws = v.iter().find(|c| c.schedule == "warp_specialized_loop").unwrap();
+//! let out = sim::run_interleavings(&ws.function, &k, tensors, &dims, &[], None);
+//! let o = &out[3];
+//! ```
 // Per-thread and per-byte state is indexed by thread and byte number on purpose.
 #![allow(clippy::needless_range_loop)]
 #![allow(dead_code)]
 
 mod hopper;
+mod ops;
+mod warps;
 #[allow(unused_imports)]
 pub use hopper::SimTensorMap;
+pub use ops::eval_op;
 
+use ops::ty_size;
 use std::collections::HashMap;
 use tile_ir::thread_ir::*;
 
@@ -54,9 +118,19 @@ pub fn launch_shaped<'f>(
     scalars: &[u64],
     shape: [u32; 3],
 ) -> Sim<'f> {
-    let nt = tensors.len();
+    let mut sm = Sim::new(f, tensors, plain_params(f, 0, dims, scalars));
+    sm.run_grid(shape);
+    sm
+}
+
+/// The parameter values of `f`'s non-tensor-map parameters: `nt` tensors
+/// (`GBASE + i * 2^32`; `nt` = 0: as many as there are parameters before
+/// the dims and scalars), then `dims`, then `scalars`.
+fn plain_params(f: &Function, nt: usize, dims: &[i64], scalars: &[u64]) -> HashMap<String, u64> {
+    let plain: Vec<&String> = f.params.iter().filter(|(_, ty)| *ty != TENSOR_MAP_PARAM).map(|(n, _)| n).collect();
+    let nt = if nt == 0 { plain.len() - dims.len() - scalars.len() } else { nt };
     let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
+    for (i, name) in plain.into_iter().enumerate() {
         let val = if i < nt {
             GBASE + ((i as u64) << 32)
         } else if i < nt + dims.len() {
@@ -66,13 +140,122 @@ pub fn launch_shaped<'f>(
         };
         params.insert(name.clone(), val);
     }
-    let mut sm = Sim::new(f, tensors, params);
+    params
+}
+
+/// A tensor argument of [`run_compiled`]: its bytes (dense row-major), its
+/// shape (outermost first) and its element size in bytes.
+#[derive(Clone, Debug)]
+pub struct SimTensor {
+    pub bytes: Vec<u8>,
+    pub shape: Vec<usize>,
+    pub elem: usize,
+}
+
+/// How [`run_compiled`] launches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// `nctaid` (default: the kernel's grid at the dims).
+    pub shape: Option<[u32; 3]>,
+    /// The scheduling seed ([`Sim::seed`]; default: run each warp until it blocks).
+    pub seed: Option<u64>,
+}
+
+/// Runs the compiled variant `c` of `k` (see the module doc).
+pub fn run_compiled<'f>(
+    c: &'f tile_ir::Compiled,
+    k: &tile_ir::Kernel,
+    tensors: Vec<SimTensor>,
+    dims: &[i64],
+    scalars: &[u64],
+    opts: RunOptions,
+) -> Sim<'f> {
+    run_function(&c.function, k, tensors, dims, scalars, opts)
+}
+
+/// [`run_compiled`] for a Thread IR function (e.g. a compiled variant's,
+/// changed by the test); its tensor maps are `f.tensor_maps`.
+pub fn run_function<'f>(
+    f: &'f Function,
+    k: &tile_ir::Kernel,
+    tensors: Vec<SimTensor>,
+    dims: &[i64],
+    scalars: &[u64],
+    opts: RunOptions,
+) -> Sim<'f> {
+    let params = plain_params(f, tensors.len(), dims, scalars);
+    let shapes: Vec<(Vec<usize>, usize)> = tensors.iter().map(|t| (t.shape.clone(), t.elem)).collect();
+    let mut sm = Sim::new(f, tensors.into_iter().map(|t| t.bytes).collect(), params);
+    sm.seed = opts.seed;
+    for tm in &f.tensor_maps {
+        let (shape, elem) = &shapes[tm.tensor];
+        assert_eq!(tm.box_shape.len(), shape.len(), "{}: one box extent per tensor dim", tm.param);
+        let inner: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        let mut strides = Vec::new();
+        let mut s = *elem as u64;
+        for d in &inner[..inner.len() - 1] {
+            s *= d;
+            strides.push(s);
+        }
+        sm.add_tensor_map(
+            &tm.param,
+            SimTensorMap {
+                tensor: tm.tensor,
+                elem_bytes: *elem,
+                dims: inner,
+                strides,
+                boxdim: tm.box_shape.iter().rev().copied().collect(),
+                swizzle: tm.swizzle.bytes(),
+            },
+        );
+    }
+    let shape = opts.shape.unwrap_or_else(|| tile_ir::abi::eval_grid(k, dims).unwrap());
     sm.run_grid(shape);
     sm
 }
 
+/// Runs `f` as [`run_function`] does with the default schedule and with
+/// three seeded interleavings; all must give the same tensors, which it
+/// returns.
+pub fn run_interleavings(
+    f: &Function,
+    k: &tile_ir::Kernel,
+    tensors: Vec<SimTensor>,
+    dims: &[i64],
+    scalars: &[u64],
+    shape: Option<[u32; 3]>,
+) -> Vec<Vec<u8>> {
+    let first = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { shape, seed: None }).tensors;
+    for seed in [1, 0xC0FFEE, 77] {
+        let again = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { shape, seed: Some(seed) }).tensors;
+        assert!(again == first, "seed {seed} gives other results than the default interleaving");
+    }
+    first
+}
+
 /// The cp.asyncs of one group: (shared address, bytes that will land).
 type AsyncGroup = Vec<(usize, Vec<u8>)>;
+
+/// The last write of a shared byte and which warps have read it since.
+#[derive(Copy, Clone, Debug)]
+struct Shadow {
+    /// The writing thread, `AGENT | slot` for a TMA load completing on the
+    /// mbarrier of that clock slot, or `NONE`.
+    writer: u32,
+    /// The writer's clock (its warp's, or its slot's) at the write.
+    clock: u32,
+    /// Bit `w`: warp `w` read the byte since the write (`Sim::reads`).
+    readers: u64,
+}
+
+const NONE: u32 = u32::MAX;
+const AGENT: u32 = 1 << 30;
+/// The lane of a read record standing for several lanes of the warp.
+const MANY: u32 = 32;
+
+impl Shadow {
+    const FRESH: Shadow = Shadow { writer: NONE, clock: 0, readers: 0 };
+}
 
 pub struct Sim<'f> {
     pub f: &'f Function,
@@ -81,15 +264,30 @@ pub struct Sim<'f> {
     pub params: HashMap<String, u64>,
     pub ctaid: [u32; 3],
     pub nctaid: [u32; 3],
+    /// Scheduling: `None` runs each warp until it blocks, lowest warp
+    /// first; `Some(seed)` shuffles the warps every round and runs each for
+    /// a pseudo-random number of statements (the same seed, the same order).
+    pub seed: Option<u64>,
+    rng: u64,
     regs: Vec<Vec<u64>>,
     shared: Vec<u8>,
     threads: usize,
     pub steps: u64,
-    /// Race detection on shared memory: per byte, the last writer and the
-    /// barrier epoch of the write, the last reader (or `usize::MAX` for
-    /// several) and the epoch of the reads.
-    epoch: u64,
-    shadow: Vec<(usize, u64, usize, u64)>,
+    /// The block's warps, their synchronization state, the 16 barriers.
+    warps: Vec<warps::Warp<'f>>,
+    sync: Vec<warps::WarpSync<'f>>,
+    bars: Vec<warps::NamedBar>,
+    nwarps: usize,
+    /// Per warp: its vector clock (slots: warps, then mbarriers).
+    vc: Vec<Vec<u32>>,
+    /// Set by an instruction with release semantics (mbarrier arrive): the
+    /// warp's own clock advances after the instruction.
+    released: bool,
+    /// Race detection on shared memory: per byte, the last write and its
+    /// readers; per byte and warp (`b * nwarps + w`), the read record
+    /// `clock << 6 | lane` (lane `MANY`: several).
+    shadow: Vec<Shadow>,
+    reads: Vec<u32>,
     /// Per thread: cp.asyncs issued since the last commit, and the committed
     /// groups still in flight (oldest first); each copy is (shared address, bytes).
     async_open: Vec<AsyncGroup>,
@@ -124,12 +322,20 @@ impl<'f> Sim<'f> {
             params,
             ctaid: [0; 3],
             nctaid: [1; 3],
+            seed: None,
+            rng: 0,
             regs: vec![],
             shared: vec![],
             threads,
             steps: 0,
-            epoch: 1,
+            warps: vec![],
+            sync: vec![],
+            bars: vec![],
+            nwarps: 0,
+            vc: vec![],
+            released: false,
             shadow: vec![],
+            reads: vec![],
             async_open: vec![],
             async_groups: vec![],
             async_owner: vec![],
@@ -153,16 +359,16 @@ impl<'f> Sim<'f> {
     pub fn run_block(&mut self) {
         self.regs = vec![vec![0xDEAD_BEEF_DEAD_BEEF; self.f.regs.len()]; self.threads];
         // Garbage in shared memory: reads of unwritten data poison results.
-        self.shared = vec![0x7F; self.f.shared_bytes as usize];
-        self.shadow = vec![(usize::MAX, 0, usize::MAX, 0); self.f.shared_bytes as usize];
-        self.epoch += 1;
+        let bytes = self.f.shared_bytes as usize;
+        self.shared = vec![0x7F; bytes];
         self.async_open = vec![vec![]; self.threads];
         self.async_groups = vec![vec![]; self.threads];
-        self.async_owner = vec![usize::MAX; self.f.shared_bytes as usize];
+        self.async_owner = vec![usize::MAX; bytes];
+        self.start_warps();
+        self.shadow = vec![Shadow::FRESH; bytes];
+        self.reads = vec![0; bytes * self.nwarps];
         self.hopper_block_start();
-        let mask = vec![true; self.threads];
-        let body = &self.f.body;
-        self.exec(body, &mask);
+        self.run_warps();
         self.hopper_block_end();
         for t in 0..self.threads {
             assert!(
@@ -201,105 +407,130 @@ impl<'f> Sim<'f> {
         }
     }
 
-    fn exec(&mut self, body: &[Stmt], mask: &[bool]) {
-        for s in body {
-            match s {
-                Stmt::Comment(_) => {}
-                Stmt::Inst { inst, guard } => {
-                    if let Inst::BarSync = inst {
-                        assert!(mask.iter().all(|m| *m), "bar.sync in divergent code");
-                        self.epoch += 1;
-                        continue;
-                    }
-                    if let Inst::ShflBfly { dst, src, lane_mask } = inst {
-                        assert!(guard.is_none());
-                        assert!(mask.iter().all(|m| *m), "shfl.sync with inactive lanes");
-                        let vals: Vec<u64> = (0..self.threads).map(|t| self.regs[t][src.0 as usize]).collect();
-                        for t in 0..self.threads {
-                            let p = t ^ *lane_mask as usize;
-                            assert_eq!(p / 32, t / 32);
-                            self.regs[t][dst.0 as usize] = vals[p];
-                        }
-                        continue;
-                    }
-                    if self.hopper_collective(inst, guard, mask) {
-                        continue;
-                    }
-                    if matches!(inst, Inst::Ldmatrix { .. } | Inst::Mma { .. }) {
-                        assert!(guard.is_none(), "guarded warp-collective instruction");
-                        self.warp_collective(inst, mask);
-                        continue;
-                    }
-                    for t in 0..self.threads {
-                        if !mask[t] {
-                            continue;
-                        }
-                        if let Some((p, neg)) = guard {
-                            let v = self.regs[t][p.0 as usize] != 0;
-                            if v == *neg {
-                                continue;
-                            }
-                        }
-                        self.steps += 1;
-                        self.inst(t, inst);
-                    }
-                }
-                Stmt::If { cond, negate, uniform, then, otherwise } => {
-                    let c: Vec<bool> =
-                        (0..self.threads).map(|t| (self.regs[t][cond.0 as usize] != 0) != *negate).collect();
-                    let tm: Vec<bool> = (0..self.threads).map(|t| mask[t] && c[t]).collect();
-                    let em: Vec<bool> = (0..self.threads).map(|t| mask[t] && !c[t]).collect();
-                    if *uniform {
-                        assert!(!(tm.iter().any(|x| *x) && em.iter().any(|x| *x)), "uniform branch diverged");
-                    }
-                    if tm.iter().any(|x| *x) {
-                        self.exec(then, &tm);
-                    }
-                    if em.iter().any(|x| *x) {
-                        self.exec(otherwise, &em);
-                    }
-                }
-                Stmt::For { var, start, end, uniform, body, .. } => {
-                    for t in 0..self.threads {
-                        if mask[t] {
-                            self.regs[t][var.0 as usize] = self.val(t, start) as u32 as u64;
-                        }
-                    }
-                    loop {
-                        let m: Vec<bool> = (0..self.threads)
-                            .map(|t| {
-                                mask[t]
-                                    && (self.regs[t][var.0 as usize] as u32 as i32) < (self.val(t, end) as u32 as i32)
-                            })
-                            .collect();
-                        if !m.iter().any(|x| *x) {
-                            break;
-                        }
-                        if *uniform {
-                            assert_eq!(m, mask.to_vec(), "uniform loop diverged");
-                        }
-                        self.exec(body, &m);
-                        for t in 0..self.threads {
-                            if m[t] {
-                                let v = &mut self.regs[t][var.0 as usize];
-                                *v = ((*v as u32 as i32).wrapping_add(1)) as u32 as u64;
-                            }
-                        }
-                    }
+    /// The clock slot of a shadow writer: its warp, or its mbarrier's slot.
+    fn writer_slot(&self, writer: u32) -> usize {
+        if writer & AGENT != 0 {
+            (writer & !AGENT) as usize
+        } else {
+            writer as usize / 32
+        }
+    }
+
+    /// Whether warp `w` (now) is ordered after an access by `who` (a thread
+    /// or `AGENT | slot`) at clock `clock` (for the same warp: whether it
+    /// synchronized since; the same thread is ordered by program order,
+    /// which the callers check).
+    fn ordered(&self, w: usize, who: u32, clock: u32) -> bool {
+        let u = self.writer_slot(who);
+        if u == w {
+            self.vc[w][w] > clock
+        } else {
+            self.vc[w][u] >= clock
+        }
+    }
+
+    /// Who wrote a byte, in words.
+    fn writer_name(&self, writer: u32) -> String {
+        if writer & AGENT != 0 {
+            let slot = (writer & !AGENT) as usize;
+            let mbar = self.hopper.slot_mbar.get(slot - self.nwarps).copied().unwrap_or(usize::MAX);
+            format!("a TMA load completing on the mbarrier at {mbar}")
+        } else {
+            format!("thread {writer}")
+        }
+    }
+
+    /// Checks an access of byte `b` by thread `t` against the byte's
+    /// history without recording it: the conflicting earlier access it is
+    /// not ordered after, in words.
+    fn unordered_access(&self, t: usize, b: usize, write: bool) -> Option<String> {
+        let w = t / 32;
+        let sh = self.shadow[b];
+        if sh.writer != NONE && sh.writer != t as u32 && !self.ordered(w, sh.writer, sh.clock) {
+            return Some(format!("{}'s write", self.writer_name(sh.writer)));
+        }
+        if write {
+            let (nw, lane, now) = (self.nwarps, (t % 32) as u32, self.vc[w][w]);
+            let mut m = sh.readers;
+            while m != 0 {
+                let u = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let r = self.reads[b * nw + u];
+                let (rc, rl) = (r >> 6, r & 63);
+                let ok = if u == w { rl == lane || now > rc } else { self.vc[w][u] >= rc };
+                if !ok {
+                    let who = if rl == MANY {
+                        format!("lanes of warp {u}")
+                    } else {
+                        format!("thread {}", 32 * u + rl as usize)
+                    };
+                    return Some(format!("a read by {who}"));
                 }
             }
         }
+        None
+    }
+
+    /// Records a read of byte `b` by warp `w` (lane `lane`, or `MANY`).
+    fn record_read(&mut self, b: usize, w: usize, lane: u32) {
+        let now = self.vc[w][w];
+        assert!(now < 1 << 26, "the simulator's clocks overflow");
+        let i = b * self.nwarps + w;
+        let sh = &mut self.shadow[b];
+        let lane = if sh.readers & (1 << w) != 0 {
+            let r = self.reads[i];
+            if r >> 6 == now && (r & 63) != lane {
+                MANY
+            } else {
+                lane
+            }
+        } else {
+            lane
+        };
+        self.reads[i] = (now << 6) | lane;
+        sh.readers |= 1 << w;
+    }
+
+    /// Records a write of byte `b` by `who` (a thread or `AGENT | slot`) at `clock`.
+    fn record_write(&mut self, b: usize, who: u32, clock: u32) {
+        self.shadow[b] = Shadow { writer: who, clock, readers: 0 };
+    }
+
+    /// Checks and records a shared-memory access by thread `t`.
+    fn race_check(&mut self, t: usize, addr: u64, len: usize, write: bool) {
+        if write {
+            self.check_no_wgmma_reads(addr as usize, len);
+        }
+        let w = t / 32;
+        for b in addr as usize..addr as usize + len {
+            if let Some(other) = self.unordered_access(t, b, write) {
+                panic!(
+                    "shared-memory race at byte {b}: thread {t} {} after {other} with no synchronization between (bar.sync, or an mbarrier arrive and a wait on its phase)",
+                    if write { "writes" } else { "reads" }
+                );
+            }
+            if write {
+                let now = self.vc[w][w];
+                self.record_write(b, t as u32, now);
+            } else {
+                self.record_read(b, w, (t % 32) as u32);
+            }
+        }
+    }
+
+    fn addr(&self, t: usize, a: &Address) -> u64 {
+        self.val(t, &a.base).wrapping_add(a.offset as u64)
     }
 
     /// ldmatrix and mma.sync, written from the PTX ISA's fragment
     /// definitions (independently of the code generator): every lane of a
     /// warp must take part.
-    fn warp_collective(&mut self, inst: &Inst, mask: &[bool]) {
-        for w in 0..self.threads.div_ceil(32) {
+    fn warp_collective(&mut self, w: usize, inst: &Inst, mask: u32) {
+        {
             let lanes: Vec<usize> = (w * 32..(w * 32 + 32).min(self.threads)).collect();
-            let on = lanes.iter().filter(|&&t| mask[t]).count();
+            let on = mask.count_ones();
             if on == 0 {
-                continue;
+                return;
             }
             assert_eq!(on, 32, "warp-collective {inst:?} with inactive lanes in warp {w}");
             self.steps += 32;
@@ -401,38 +632,6 @@ impl<'f> Sim<'f> {
             }
             _ => panic!("unsupported space"),
         }
-    }
-
-    /// Checks and records a shared-memory access by thread `t`.
-    fn race_check(&mut self, t: usize, addr: u64, len: usize, write: bool) {
-        if write {
-            self.check_no_wgmma_reads(addr as usize, len);
-        }
-        let e = self.epoch;
-        for b in addr as usize..addr as usize + len {
-            let (w, we, r, re) = self.shadow[b];
-            if we == e && w != t {
-                panic!(
-                    "shared-memory race at byte {b}: thread {t} {} after thread {w}'s write with no barrier between",
-                    if write { "writes" } else { "reads" }
-                );
-            }
-            if write {
-                if re == e && r != t {
-                    panic!("shared-memory race at byte {b}: thread {t} writes after another thread's read with no barrier between");
-                }
-                self.shadow[b].0 = t;
-                self.shadow[b].1 = e;
-            } else {
-                let nr = if re == e && r != t { usize::MAX - 1 } else { t };
-                self.shadow[b].2 = nr;
-                self.shadow[b].3 = e;
-            }
-        }
-    }
-
-    fn addr(&self, t: usize, a: &Address) -> u64 {
-        self.val(t, &a.base).wrapping_add(a.offset as u64)
     }
 
     fn inst(&mut self, t: usize, inst: &Inst) {
@@ -543,7 +742,7 @@ impl<'f> Sim<'f> {
                     data[..n].copy_from_slice(&tn[off..off + n]);
                 }
                 // The write may land any time from now: it must not race with
-                // other threads' accesses of this epoch, nor with another copy.
+                // earlier accesses by other threads, nor with another copy.
                 self.check_landed(t, d as u64, bytes, "issues a cp.async to");
                 self.race_check(t, d as u64, bytes, true);
                 for b in d..d + bytes {
@@ -569,219 +768,14 @@ impl<'f> Sim<'f> {
                     }
                 }
             }
-            Inst::ShflBfly { .. } | Inst::BarSync | Inst::Ldmatrix { .. } | Inst::Mma { .. } => unreachable!(),
+            Inst::ShflBfly { .. }
+            | Inst::BarSync
+            | Inst::NamedBarSync { .. }
+            | Inst::Exit
+            | Inst::MbarWait { .. }
+            | Inst::Ldmatrix { .. }
+            | Inst::Mma { .. } => unreachable!("{inst:?} is run per warp"),
             other => self.hopper_inst(t, other),
         }
-    }
-}
-
-fn ty_size(ty: &str) -> usize {
-    match ty {
-        "u8" | "s8" => 1,
-        "b16" | "f16" | "bf16" | "u16" => 2,
-        "u64" | "s64" | "b64" => 8,
-        _ => 4,
-    }
-}
-
-fn cmp<T: PartialOrd>(c: &str, a: T, b: T) -> bool {
-    match c {
-        "lt" => a < b,
-        "le" => a <= b,
-        "gt" => a > b,
-        "ge" => a >= b,
-        "eq" => a == b,
-        "ne" => a != b,
-        _ => panic!("cmp {c}"),
-    }
-}
-
-/// Evaluates one `Inst::Op` by its PTX opcode.
-pub fn eval_op(op: &str, a: &[u64]) -> u64 {
-    let parts: Vec<&str> = op.split('.').collect();
-    let name = parts[0];
-    let ty = *parts.last().unwrap();
-    let s32 = |x: u64| x as u32 as i32;
-    let u32v = |x: u64| x as u32;
-    let w = |x: i64| x as u32 as u64;
-    match (name, ty) {
-        ("mov", _) => match ty {
-            "pred" => (a[0] != 0) as u64,
-            "b16" => a[0] & 0xFFFF,
-            "b64" | "u64" | "s64" => a[0],
-            _ => a[0] & 0xFFFF_FFFF,
-        },
-        ("cvta", _) => a[0],
-        ("setp", _) => {
-            let c = parts[1];
-            (match ty {
-                "f32" => {
-                    let (x, y) = (f32b(a[0]), f32b(a[1]));
-                    match c {
-                        "neu" => x != y || x.is_nan() || y.is_nan(),
-                        _ => cmp(c, x, y),
-                    }
-                }
-                "s32" => cmp(c, s32(a[0]), s32(a[1])),
-                "u32" => cmp(c, u32v(a[0]), u32v(a[1])),
-                "s64" => cmp(c, a[0] as i64, a[1] as i64),
-                _ => panic!("setp {op}"),
-            }) as u64
-        }
-        ("selp", _) => {
-            if a[2] != 0 {
-                a[0]
-            } else {
-                a[1]
-            }
-        }
-        (_, "pred") => match name {
-            "and" => a[0] & a[1] & 1,
-            "or" => (a[0] | a[1]) & 1,
-            "xor" => (a[0] ^ a[1]) & 1,
-            "not" => (a[0] & 1) ^ 1,
-            _ => panic!("{op}"),
-        },
-        ("cvt", _) => cvt(&parts, a[0]),
-        ("mul" | "mad", "s32") if parts.contains(&"wide") => {
-            let p = (s32(a[0]) as i64).wrapping_mul(s32(a[1]) as i64);
-            (if name == "mad" { p.wrapping_add(a[2] as i64) } else { p }) as u64
-        }
-        (_, "f32") => {
-            let x = f32b(a[0]);
-            let y = a.get(1).map(|v| f32b(*v)).unwrap_or(0.0);
-            bf(match name {
-                "add" => x + y,
-                "sub" => x - y,
-                "mul" => x * y,
-                "div" => x / y,
-                "min" => x.min(y),
-                "max" => x.max(y),
-                "neg" => -x,
-                "abs" => x.abs(),
-                "fma" => x.mul_add(y, f32b(a[2])),
-                "sqrt" => x.sqrt(),
-                "ex2" => x.exp2(),
-                "lg2" => x.log2(),
-                "rsqrt" => 1.0 / x.sqrt(),
-                _ => panic!("{op}"),
-            })
-        }
-        (_, "s32" | "u32" | "b32") => {
-            let (x, y) = (a[0], a.get(1).copied().unwrap_or(0));
-            let signed = ty == "s32";
-            match name {
-                "add" => w(s32(x).wrapping_add(s32(y)) as i64),
-                "sub" => w(s32(x).wrapping_sub(s32(y)) as i64),
-                "mul" => w(s32(x).wrapping_mul(s32(y)) as i64),
-                "mad" => w(s32(x).wrapping_mul(s32(y)).wrapping_add(s32(a[2])) as i64),
-                "div" if signed => w(s32(x).wrapping_div(s32(y)) as i64),
-                "div" => (u32v(x) / u32v(y)) as u64,
-                "rem" if signed => w(s32(x).wrapping_rem(s32(y)) as i64),
-                "rem" => (u32v(x) % u32v(y)) as u64,
-                "min" if signed => w(s32(x).min(s32(y)) as i64),
-                "min" => u32v(x).min(u32v(y)) as u64,
-                "max" if signed => w(s32(x).max(s32(y)) as i64),
-                "max" => u32v(x).max(u32v(y)) as u64,
-                "neg" => w(s32(x).wrapping_neg() as i64),
-                "abs" => w(s32(x).wrapping_abs() as i64),
-                "and" => (x & y) & 0xFFFF_FFFF,
-                "or" => (x | y) & 0xFFFF_FFFF,
-                "xor" => (x ^ y) & 0xFFFF_FFFF,
-                "not" => !x & 0xFFFF_FFFF,
-                "shl" => {
-                    let s = u32v(y);
-                    if s >= 32 {
-                        0
-                    } else {
-                        (u32v(x) << s) as u64
-                    }
-                }
-                "shr" if signed => w((s32(x) >> u32v(y).min(31)) as i64),
-                "shr" => {
-                    let s = u32v(y);
-                    if s >= 32 {
-                        0
-                    } else {
-                        (u32v(x) >> s) as u64
-                    }
-                }
-                _ => panic!("{op}"),
-            }
-        }
-        (_, "s64" | "u64" | "b64") => {
-            let (x, y) = (a[0] as i64, a.get(1).copied().unwrap_or(0) as i64);
-            (match name {
-                "add" => x.wrapping_add(y),
-                "sub" => x.wrapping_sub(y),
-                "mul" => x.wrapping_mul(y),
-                "mad" => x.wrapping_mul(y).wrapping_add(a[2] as i64),
-                "div" => x.wrapping_div(y),
-                "rem" => x.wrapping_rem(y),
-                "min" => x.min(y),
-                "max" => x.max(y),
-                "neg" => x.wrapping_neg(),
-                "abs" => x.wrapping_abs(),
-                "and" => x & y,
-                "or" => x | y,
-                "xor" => x ^ y,
-                "not" => !x,
-                "shl" => x.wrapping_shl(y as u32),
-                "shr" => x.wrapping_shr(y as u32),
-                _ => panic!("{op}"),
-            }) as u64
-        }
-        _ => panic!("unsupported op {op}"),
-    }
-}
-
-fn cvt(parts: &[&str], x: u64) -> u64 {
-    // cvt[.rnd][.sat].dst.src
-    let n = parts.len();
-    let (dst, src) = (parts[n - 2], parts[n - 1]);
-    let fsrc = match src {
-        "f32" => Some(f32b(x)),
-        "f16" => Some(h2f(x)),
-        "bf16" => Some(bh2f(x)),
-        _ => None,
-    };
-    let isrc: Option<i64> = match src {
-        "s32" => Some(x as u32 as i32 as i64),
-        "u32" => Some(x as u32 as i64),
-        "s64" | "u64" => Some(x as i64),
-        "u16" => Some((x & 0xFFFF) as i64),
-        _ => None,
-    };
-    match dst {
-        "f16" => half::f16::from_f32(fsrc.expect("f16 from float")).to_bits() as u64,
-        "bf16" => half::bf16::from_f32(fsrc.expect("bf16 from float")).to_bits() as u64,
-        "f32" => match (fsrc, isrc) {
-            (Some(f), _) => {
-                if parts.contains(&"rzi") {
-                    bf(f.trunc())
-                } else {
-                    bf(f)
-                }
-            }
-            (_, Some(i)) => bf(i as f32),
-            _ => panic!("cvt"),
-        },
-        "s32" => match (fsrc, isrc) {
-            (Some(f), _) => (f as i32) as u32 as u64,
-            (_, Some(i)) => i as i32 as u32 as u64,
-            _ => panic!(),
-        },
-        "u32" => match (fsrc, isrc) {
-            (Some(f), _) => (f as u32) as u64,
-            (_, Some(i)) => i as u32 as u64,
-            _ => panic!(),
-        },
-        "s64" => match (fsrc, isrc) {
-            (Some(f), _) => (f as i64) as u64,
-            (_, Some(i)) => i as u64,
-            _ => panic!(),
-        },
-        "u64" => isrc.expect("u64 from int") as u64,
-        _ => panic!("cvt to {dst}"),
     }
 }
