@@ -364,8 +364,8 @@ fn every_sm90a_variant_of_the_gemm_under_interleavings() {
 }
 
 /// Every sm_90a variant of the attention loop (head dim 64, online
-/// softmax, P·V from registers; a `warp_specialized_loop` variant too,
-/// once that schedule takes it) against the f64 reference, under every
+/// softmax, P·V from registers; the `warp_specialized_loop` variant first,
+/// `hopper_wsloop_sim.rs` has more of it) against the f64 reference, under every
 /// interleaving; key lengths of 1, 2 and 3 key tiles, partial ones.
 #[test]
 fn every_sm90a_variant_of_attention_under_interleavings() {
@@ -373,6 +373,7 @@ fn every_sm90a_variant_of_attention_under_interleavings() {
     let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
     assert!(names.contains(&"tma_copy") && v.last().unwrap().tensor_maps.is_empty(), "{names:?}");
+    assert_eq!(names[0], "warp_specialized_loop", "{names:?}");
     let d = 64;
     for (sq, sk) in [(70, 129), (1, 64), (64, 100)] {
         let mut rng = Rng(0xA77E ^ (sq * 1000 + sk) as u64);

@@ -322,8 +322,7 @@ impl<'f> Sim<'f> {
                 self.bar_sync(w, count.is_some() as u32, count, self.guarded(w, mask, guard))
             }
             Inst::NamedBarSync { id, threads } => self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard)),
-            // `bar.arrive id, n`, once the Thread IR has it (`Inst::NamedBarArrive`):
-            // `self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard))`.
+            Inst::NamedBarArrive { id, threads } => self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard)),
             Inst::MbarWait { addr, parity, pred } => {
                 self.mbar_wait_warp(w, addr, parity, *pred, self.guarded(w, mask, guard))
             }

@@ -1,0 +1,173 @@
+//! The warp-specialized loop variant (`warp_specialized_loop`, sm_90a) of
+//! FlashAttention over 4-D tensors run on the Thread IR simulator, whose
+//! warps run independently (`sim/mod.rs`: named barriers with counts,
+//! mbarriers, TMA, `exit`, cross-warp races by vector clocks), under several
+//! interleavings: head dim 64 over one consumer warpgroup (Q·Kᵀ issued one
+//! iteration ahead, two blocks per SM), 128 over one (64 query rows) and
+//! over two (128 rows, key blocks of 64 and 128: the ping-pong), both
+//! layouts, against the f64 reference for loops of 1, 2 and 5 key blocks
+//! (partial last blocks, query rows off the block), and for a loop of none
+//! against the TMA-copy variant's bytes (both divide 0 by 0). Every
+//! interleaving must give the same bytes; a deadlock fails with where each
+//! warp waits.
+
+mod gemm_sim;
+mod sim;
+
+use gemm_sim::{decode, random, Rng};
+use sim::SimTensor;
+use tile_ir::print::parse_kernel;
+use tile_ir::*;
+use tile_testkit::{attention_4d_sized, Layout4d};
+
+/// `(text, consumer threads, head dim, key block)`.
+fn kernels() -> Vec<(String, u32, usize, usize)> {
+    let mut out = Vec::new();
+    for l in [Layout4d::Bhsd, Layout4d::Bshd] {
+        out.push((attention_4d_sized(l, 64, 64, 64, 128), 128, 64, 64));
+        out.push((attention_4d_sized(l, 128, 64, 64, 128), 128, 128, 64));
+        out.push((attention_4d_sized(l, 128, 128, 64, 256), 256, 128, 64));
+    }
+    out.push((attention_4d_sized(Layout4d::Bhsd, 128, 128, 128, 256), 256, 128, 128));
+    out
+}
+
+fn variant(k: &Kernel, schedule: &str) -> Compiled {
+    let v = compile_variants(k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    v.into_iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("{}: no {schedule} variant", k.name))
+}
+
+/// q, k, v, o (NaN bits), lse of one batch and head (`b = h = 1`: both
+/// layouts are then `[s, d]` in memory), the f64 reference of o.
+fn problem(sq: usize, sk: usize, d: usize, bshd: bool) -> (Vec<SimTensor>, Vec<f64>) {
+    let mut rng = Rng(0x5157 ^ (sq * 1000 + sk * 7 + d) as u64);
+    let (qb, qv) = random(&mut rng, DType::F16, sq * d, -2.0, 2.0);
+    let (kb, kv) = random(&mut rng, DType::F16, sk.max(1) * d, -2.0, 2.0);
+    let (vb, vv) = random(&mut rng, DType::F16, sk.max(1) * d, -1.0, 1.0);
+    let shape = |s: usize| if bshd { vec![1, s, 1, d] } else { vec![1, 1, s, d] };
+    let t = |bytes: Vec<u8>, s: usize| SimTensor { bytes, shape: shape(s), elem: 2 };
+    let tensors = vec![
+        t(qb, sq),
+        t(kb, sk.max(1)),
+        t(vb, sk.max(1)),
+        t(vec![0xFF; 2 * sq * d], sq),
+        SimTensor { bytes: vec![0xFF; 4 * sq], shape: vec![1, 1, sq], elem: 4 },
+    ];
+    let want = if sk == 0 { Vec::new() } else { gemm_sim::attention_reference(&qv, &kv, &vv, sq, sk, d) };
+    (tensors, want)
+}
+
+#[test]
+fn attention_variants_on_the_simulator() {
+    for (text, t, d, bn) in kernels() {
+        let k = parse_kernel(&text).unwrap();
+        let c = variant(&k, "warp_specialized_loop");
+        // Which schedule the consumers got.
+        assert_eq!(c.ptx.contains("bar.arrive"), t == 256, "{}: ping-pong", k.name);
+        assert_eq!(c.ptx.contains(".minnctapersm 2"), t == 128, "{}: two blocks per SM", k.name);
+        let bshd = text.contains("attention_bshd");
+        let bm = (t / 2) as usize;
+        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+        // Loops of 1, 2 and 5 key blocks (partial last ones), query rows off the block.
+        for (sq, sk) in [(bm - 3, bn / 2 + 1), (bm + 5, 2 * bn), (7, 4 * bn + 9)] {
+            let (tensors, want) = problem(sq, sk, d, bshd);
+            let dims = if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
+            let out = sim::run_interleavings(&c.function, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+            let err = gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want);
+            assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
+        }
+    }
+}
+
+/// A loop of no key block: nobody waits for a phase that never completes,
+/// and the output is the TMA-copy variant's (0/0 everywhere).
+#[test]
+fn attention_with_no_key_block() {
+    for (text, t, d, _) in kernels() {
+        let k = parse_kernel(&text).unwrap();
+        let bshd = text.contains("attention_bshd");
+        let sq = (t / 2) as usize;
+        let (mut tensors, _) = problem(sq, 0, d, bshd);
+        // A key tensor of one row the loop never reaches: SK = 0.
+        let dims = if bshd { [1, sq as i64, 1, 0] } else { [1, 1, sq as i64, 0] };
+        for t in tensors.iter_mut().skip(1).take(2) {
+            t.bytes.clear();
+            t.shape[if bshd { 1 } else { 2 }] = 0;
+        }
+        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+        let ws = variant(&k, "warp_specialized_loop");
+        let tma = variant(&k, "tma_copy");
+        let a = sim::run_interleavings(&ws.function, &k, tensors.clone(), &dims, &[scale.to_bits() as u64], None);
+        let b = sim::run_interleavings(&tma.function, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+        assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the TMA-copy variant", k.name);
+    }
+}
+
+/// Removes from `body` (recursively) the instructions `drop` picks; how many.
+fn remove(body: &mut Vec<thread_ir::Stmt>, drop: &dyn Fn(&thread_ir::Inst) -> bool) -> usize {
+    use thread_ir::Stmt;
+    let before = body.len();
+    body.retain(|s| !matches!(s, Stmt::Inst { inst, .. } if drop(inst)));
+    let mut n = before - body.len();
+    for s in body.iter_mut() {
+        match s {
+            Stmt::If { then, otherwise, .. } => n += remove(then, drop) + remove(otherwise, drop),
+            Stmt::For { body, .. } => n += remove(body, drop),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// Planted bugs in a correct variant are caught: the consumers not waiting
+/// for their stages (a race with the TMA, or wrong bytes), the ping-pong's
+/// first grant lost (a deadlock).
+#[test]
+fn planted_bugs_are_caught() {
+    let text = attention_4d_sized(Layout4d::Bhsd, 128, 128, 64, 256);
+    let k = parse_kernel(&text).unwrap();
+    let c = variant(&k, "warp_specialized_loop");
+    let (sq, sk, d) = (100, 130, 128);
+    let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+    let dims = [1, 1, sq as i64, sk as i64];
+    let run = |f: &thread_ir::Function| {
+        let (tensors, want) = problem(sq, sk, d, false);
+        let f = f.clone();
+        let k = k.clone();
+        std::panic::catch_unwind(move || {
+            let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+            gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
+        })
+    };
+    assert!(run(&c.function).is_ok_and(|e| e <= 5e-3), "the variant itself");
+    // The consumers' waits for full stages (parity from a register, in the loop).
+    let mut f = c.function.clone();
+    let consumer_full_waits =
+        |i: &thread_ir::Inst| matches!(i, thread_ir::Inst::MbarWait { parity: thread_ir::Operand::Reg(_), .. });
+    // Only the consumers' loop: the producer's waits sit inside its branch,
+    // which `remove` reaches too, so drop the waits of the uniform loop alone.
+    let mut n = 0;
+    for s in f.body.iter_mut() {
+        if let thread_ir::Stmt::For { uniform: true, body, .. } = s {
+            n += remove(body, &consumer_full_waits);
+        }
+    }
+    assert!(n >= 2, "{n}");
+    assert!(!run(&f).is_ok_and(|e| e <= 5e-3), "reading stages before they land went unnoticed");
+    // The first grant of the ping-pong.
+    let mut f = c.function.clone();
+    let mut grants = 0;
+    for s in f.body.iter_mut() {
+        if let thread_ir::Stmt::If { uniform: true, then, .. } = s {
+            if !matches!(then.first(), Some(thread_ir::Stmt::If { .. })) {
+                continue;
+            }
+            grants += remove(then, &|i| matches!(i, thread_ir::Inst::NamedBarArrive { id: 2, .. }));
+        }
+        if grants > 0 {
+            break;
+        }
+    }
+    assert_eq!(grants, 1);
+    assert!(run(&f).is_err(), "a lost grant did not deadlock");
+}
