@@ -1,0 +1,107 @@
+//! Tile-shape variants of the FlashAttention forward kernel (threads, query
+//! block, key block, stages) per head dim, f16 `[b, h, s, d]`, each checked
+//! on sampled rows against the CPU reference and timed, causal and not: the
+//! data behind the instances of `examples/kernels/flash_attention.rs`. GPU only.
+//!
+//! `cargo run --release --example flash_attention_tune --features gpu [-- d64,d128,d256]`
+use tile::prelude::*;
+
+#[path = "kernels/common.rs"]
+mod common;
+#[macro_use]
+#[path = "kernels/flash_attention.rs"]
+mod kernels;
+
+use kernels::{Case, Launch, Layout};
+
+attention_bhsd!(t64_128_64_64_2, f16, 128, 64, 64, 64, 2);
+attention_bhsd!(t64_128_64_128_2, f16, 128, 64, 128, 64, 2);
+attention_bhsd!(t64_256_128_64_2, f16, 256, 128, 64, 64, 2);
+attention_bhsd!(t64_256_128_128_2, f16, 256, 128, 128, 64, 2);
+attention_bhsd!(t128_128_64_64_2, f16, 128, 64, 64, 128, 2);
+attention_bhsd!(t128_128_64_128_2, f16, 128, 64, 128, 128, 2);
+attention_bhsd!(t128_256_128_64_2, f16, 256, 128, 64, 128, 2);
+attention_bhsd!(t128_256_128_128_2, f16, 256, 128, 128, 128, 2);
+attention_bhsd!(t128_256_128_64_3, f16, 256, 128, 64, 128, 3);
+attention_bhsd!(t256_128_64_32_2, f16, 128, 64, 32, 256, 2);
+attention_bhsd!(t256_128_64_64_2, f16, 128, 64, 64, 256, 2);
+attention_bhsd!(t256_256_128_32_2, f16, 256, 128, 32, 256, 2);
+attention_bhsd!(t256_256_128_64_2, f16, 256, 128, 64, 256, 2, "sm_90a");
+
+type Variant = (&'static str, usize, Launch<f16>, &'static tile::KernelMeta);
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let device = Device::auto()?;
+    if device.is_interpreter() {
+        println!("flash_attention_tune needs a GPU");
+        return Ok(());
+    }
+    let want: Vec<String> =
+        std::env::args().skip(1).flat_map(|a| a.split(',').map(String::from).collect::<Vec<_>>()).collect();
+    let stream = device.stream()?;
+    let variants: [Variant; 13] = [
+        ("d64 t128 64x64 s2", 64, t64_128_64_64_2::launch, &t64_128_64_64_2::META),
+        ("d64 t128 64x128 s2", 64, t64_128_64_128_2::launch, &t64_128_64_128_2::META),
+        ("d64 t256 128x64 s2", 64, t64_256_128_64_2::launch, &t64_256_128_64_2::META),
+        ("d64 t256 128x128 s2", 64, t64_256_128_128_2::launch, &t64_256_128_128_2::META),
+        ("d128 t128 64x64 s2", 128, t128_128_64_64_2::launch, &t128_128_64_64_2::META),
+        ("d128 t128 64x128 s2", 128, t128_128_64_128_2::launch, &t128_128_64_128_2::META),
+        ("d128 t256 128x64 s2", 128, t128_256_128_64_2::launch, &t128_256_128_64_2::META),
+        ("d128 t256 128x128 s2", 128, t128_256_128_128_2::launch, &t128_256_128_128_2::META),
+        ("d128 t256 128x64 s3", 128, t128_256_128_64_3::launch, &t128_256_128_64_3::META),
+        ("d256 t128 64x32 s2", 256, t256_128_64_32_2::launch, &t256_128_64_32_2::META),
+        ("d256 t128 64x64 s2", 256, t256_128_64_64_2::launch, &t256_128_64_64_2::META),
+        ("d256 t256 128x32 s2", 256, t256_256_128_32_2::launch, &t256_256_128_32_2::META),
+        ("d256 t256 128x64 s2", 256, t256_256_128_64_2::launch, &t256_256_128_64_2::META),
+    ];
+    for d in [64usize, 128, 256] {
+        if !want.is_empty() && !want.iter().any(|w| *w == format!("d{d}")) {
+            continue;
+        }
+        // The acceptance shape of each head dim (b·s = 16k tokens at d128).
+        let (b, h, s) = match d {
+            64 => (8, 16, 2048),
+            128 => (4, 32, 4096),
+            _ => (2, 16, 4096),
+        };
+        for causal in [false, true] {
+            let c = Case { layout: Layout::Bhsd, b, h, h_kv: h, s_q: s, s_k: s, d, causal };
+            let mut x = kernels::Inputs::<f16>::new(&stream, &c, 3)?;
+            let rows: Vec<(usize, usize, usize)> = (0..16).map(|i| (i % b, (i * 7) % h, (i * 997) % s)).collect();
+            let scale = std::f32::consts::LOG2_E / (d as f32).sqrt();
+            for &(name, vd, launch, meta) in variants.iter().filter(|v| v.1 == d) {
+                let _ = vd;
+                let run = |x: &mut kernels::Inputs<f16>| {
+                    launch(&stream, &x.dq, &x.dk, &x.dv, &mut x.o, &mut x.lse, scale, i32::from(causal))
+                };
+                if let Err(e) = run(&mut x) {
+                    println!("  {name}: launch failed: {e}");
+                    continue;
+                }
+                let check = x.check(&stream, &c, Some(&rows), 5e-3);
+                let before = device.launch_counts(meta);
+                let t = bench(&stream, 3, 20, || run(&mut x))?;
+                let after = device.launch_counts(meta);
+                let ran: Vec<&str> = meta
+                    .targets
+                    .iter()
+                    .zip(after.iter().zip(&before))
+                    .filter(|(_, (a, b))| a > b)
+                    .map(|(t, _)| t.schedule)
+                    .collect();
+                let tf = c.flops() / (t.median_ms * 1e-3) / 1e12;
+                let ok = match check {
+                    Ok((e, _)) => format!("ok {e:.1e}"),
+                    Err(e) => format!("WRONG: {e}"),
+                };
+                println!(
+                    "RESULT attention_tune {name} causal={} b{b} h{h} s{s}: {:.3} ms {tf:.1} TFLOPS [{}] {ok}",
+                    u8::from(causal),
+                    t.median_ms,
+                    ran.join("+")
+                );
+            }
+        }
+    }
+    Ok(())
+}
