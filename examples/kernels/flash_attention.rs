@@ -59,6 +59,7 @@ macro_rules! attention_bhsd {
             let mut s = fragment::<f32, BM, BN>();
             let mut p = fragment::<$t, BM, BN>();
             let mut acc = fragment::<f32, BM, D>();
+            let mut o_r = fragment::<$t, BM, D>();
             let mut m = fragment::<f32, BM>();
             let mut m_s = fragment::<f32, BM>();
             let mut alpha = fragment::<f32, BM>();
@@ -107,9 +108,9 @@ macro_rules! attention_bhsd {
                 m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
             }
             for (i, j) in parallel((BM, D)) {
-                acc[(i, j)] = acc[(i, j)] * alpha[i];
+                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as $t;
             }
-            copy(&acc, o.tile([bz, hy, bx * BM.., ..]));
+            copy(&o_r, o.tile([bz, hy, bx * BM.., ..]));
             copy(&m_s, lse.tile([bz, hy, bx * BM..]));
         }
     };
@@ -141,6 +142,7 @@ macro_rules! attention_bshd {
             let mut s = fragment::<f32, BM, BN>();
             let mut p = fragment::<$t, BM, BN>();
             let mut acc = fragment::<f32, BM, D>();
+            let mut o_r = fragment::<$t, BM, D>();
             let mut m = fragment::<f32, BM>();
             let mut m_s = fragment::<f32, BM>();
             let mut alpha = fragment::<f32, BM>();
@@ -189,9 +191,9 @@ macro_rules! attention_bshd {
                 m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
             }
             for (i, j) in parallel((BM, D)) {
-                acc[(i, j)] = acc[(i, j)] * alpha[i];
+                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as $t;
             }
-            copy(&acc, o.tile([bz, bx * BM.., hy, ..]));
+            copy(&o_r, o.tile([bz, bx * BM.., hy, ..]));
             copy(&m_s, lse.tile([bz, hy, bx * BM..]));
         }
     };
