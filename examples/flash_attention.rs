@@ -14,6 +14,7 @@
 //!       --csv PATH    write the merged table (ours and the peers) as CSV
 //!       --plot PATH   plot TFLOPS against sequence length of the sweep
 //!                     (SVG), one line per implementation and masking
+//!   --replot CSV SVG  plot a CSV written by --csv again (no GPU needed)
 //!   --list-shapes [SET]  print the shapes of SET, one spec a line
 //!                     (dtype:b:h:h_kv:s_q:s_k:d:causal), for the peers script
 //!   --dump DIR SPEC.. run each spec (dtype:b:h:h_kv:s_q:s_k:d:causal[:bshd])
@@ -119,6 +120,12 @@ fn main() -> Res<()> {
         }
         return Ok(());
     }
+    if let Some(i) = args.iter().position(|a| a == "--replot") {
+        let (csv, svg) = (args.get(i + 1).ok_or("--replot CSV SVG")?, args.get(i + 2).ok_or("--replot CSV SVG")?);
+        plot_sweep(&read_csv(Path::new(csv))?, Path::new(svg))?;
+        println!("wrote {svg}");
+        return Ok(());
+    }
     let device = Device::auto()?;
     let stream = device.stream()?;
     println!("flash_attention on {}", device.name());
@@ -218,6 +225,21 @@ fn read_peers(path: &Path) -> Res<Peers> {
                 out.insert((f[0].to_string(), f[1].to_string()), ms);
             }
         }
+    }
+    Ok(out)
+}
+
+/// The rows of a CSV written by `--csv`.
+fn read_csv(path: &Path) -> Res<Vec<(Shape, String, f64)>> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = vec![];
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() < 10 {
+            return Err(format!("{}: bad line `{line}`", path.display()).into());
+        }
+        let shape = Shape::parse(&f[1..9].join(":"))?;
+        out.push((shape, f[0].to_string(), f[9].parse()?));
     }
     Ok(out)
 }
@@ -334,10 +356,27 @@ fn plot_sweep(rows: &[(Shape, String, f64)], path: &Path) -> Res<()> {
         .x_labels(6)
         .x_label_formatter(&|x| format!("{}", 2f64.powf(x.round()) as u64))
         .draw()?;
-    for (n, (name, mut pts)) in lines.into_iter().enumerate() {
+    // One color per implementation; causal lines thinner and lighter.
+    let impls: Vec<String> = {
+        let mut v: Vec<String> = lines.keys().map(|k| k.split(' ').next().unwrap_or("").to_string()).collect();
+        v.dedup();
+        v
+    };
+    for (name, mut pts) in lines {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let color = Palette99::pick(n).to_rgba();
-        let style = if name.ends_with("causal") { color.stroke_width(2) } else { color.stroke_width(3) };
+        let n = impls.iter().position(|i| name.starts_with(i.as_str())).unwrap_or(0);
+        let causal = name.ends_with("causal");
+        let base = match name.split(' ').next() {
+            Some("ours") => RGBColor(214, 39, 40),
+            Some("cudnn") => RGBColor(31, 119, 180),
+            Some("flash") => RGBColor(44, 160, 44),
+            _ => {
+                let c = Palette99::pick(n).to_rgba();
+                RGBColor(c.0, c.1, c.2)
+            }
+        };
+        let color = base.mix(if causal { 0.5 } else { 1.0 });
+        let style = color.stroke_width(if causal { 2 } else { 3 });
         chart
             .draw_series(LineSeries::new(pts.clone(), style))?
             .label(name)

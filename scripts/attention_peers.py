@@ -71,13 +71,15 @@ def main():
                 kw["enable_gqa"] = True
 
             def run():
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(q, k, v, **kw)
+                return F.scaled_dot_product_attention(q, k, v, **kw)
 
             try:
-                run()
-                torch.cuda.synchronize()
-                ms = time_ms(run, a.warmup, a.iters)
+                # The backend is forced around the whole measurement (entering the
+                # context per call would time Python, not the kernel, at small shapes).
+                with sdpa_kernel(backend):
+                    run()
+                    torch.cuda.synchronize()
+                    ms = time_ms(run, a.warmup, a.iters)
             except Exception as e:  # the backend refuses this shape (or this torch lacks it)
                 print(f"{name} {spec}: not available: {str(e).splitlines()[0][:200]}", file=sys.stderr)
                 continue
