@@ -22,9 +22,10 @@
 //! (`kv_blocks`: blocks entirely above the diagonal are never loaded or
 //! computed), and only the blocks that cross the diagonal or the end of the
 //! keys run the mask (a block-uniform `if` around it); the others go
-//! straight from Q·Kᵀ to the softmax. The loop is one top-level `pipelined`
-//! loop whose copies are the K and V tiles, so a warp-specialized schedule
-//! can take it. Masked scores are −∞ and the running max `m` stays −∞ only
+//! straight from Q·Kᵀ to the softmax. Query blocks run last first (the
+//! longest causal rows start first, the short ones fill the tail). The loop
+//! is one top-level `pipelined` loop whose copies are the K and V tiles, so
+//! a warp-specialized schedule can take it. Masked scores are −∞ and the running max `m` stays −∞ only
 //! for rows that have seen no key; `m_s` (the max times the scale, 0 for
 //! such rows) keeps `exp2(−∞ − (−∞))` out of the sums.
 //!
@@ -51,7 +52,9 @@ macro_rules! attention_bhsd {
             scale: f32,
             causal: i32,
         ) {
-            let (bx, hy, bz) = grid(cdiv(SQ, BM), H, B);
+            let (bx_launch, hy, bz) = grid(cdiv(SQ, BM), H, B);
+            // The last query blocks first: with causal masking they have the most keys.
+            let bx = cdiv(SQ, BM) - 1 - bx_launch;
             let hk = hy / (H / HKV);
             let mut q_s = shared::<$t, BM, D>();
             let mut k_s = shared::<$t, BN, D>();
@@ -134,7 +137,9 @@ macro_rules! attention_bshd {
             scale: f32,
             causal: i32,
         ) {
-            let (bx, hy, bz) = grid(cdiv(SQ, BM), H, B);
+            let (bx_launch, hy, bz) = grid(cdiv(SQ, BM), H, B);
+            // The last query blocks first: with causal masking they have the most keys.
+            let bx = cdiv(SQ, BM) - 1 - bx_launch;
             let hk = hy / (H / HKV);
             let mut q_s = shared::<$t, BM, D>();
             let mut k_s = shared::<$t, BN, D>();
