@@ -83,3 +83,22 @@ fn refusals() {
     let e = fa::forward(&st, &q, &k, &k, &mut o, opts).unwrap_err();
     assert!(e.to_string().contains("lse has shape"), "{e}");
 }
+
+/// Empty shapes: no query rows is nothing to do; no keys gives o = 0 and
+/// lse = −∞ (every row sees no key).
+#[test]
+fn empty_shapes() {
+    let st = Device::interpreter().stream().unwrap();
+    let t = |shape: &[usize], v: f32| {
+        DeviceTensor::from_slice(&st, &vec![f16::from_f32(v); shape.iter().product()], shape).unwrap()
+    };
+    let (q, k) = (t(&[1, 2, 0, 64], 1.0), t(&[1, 2, 5, 64], 1.0));
+    let mut o = t(&[1, 2, 0, 64], 1.0);
+    fa::forward(&st, &q, &k, &k, &mut o, fa::Options::default()).unwrap();
+    let (q, k) = (t(&[1, 2, 3, 64], 1.0), t(&[1, 2, 0, 64], 1.0));
+    let mut o = t(&[1, 2, 3, 64], f32::NAN);
+    let mut lse = DeviceTensor::from_slice(&st, &[f32::NAN; 6], &[1, 2, 3]).unwrap();
+    fa::forward(&st, &q, &k, &k, &mut o, fa::Options { lse: Some(&mut lse), ..Default::default() }).unwrap();
+    assert!(o.to_vec(&st).unwrap().iter().all(|v| v.to_f32() == 0.0));
+    assert!(lse.to_vec(&st).unwrap().iter().all(|&v| v == f32::NEG_INFINITY));
+}
