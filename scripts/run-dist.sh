@@ -220,7 +220,7 @@ if [[ $what == attention || $what == attention:* ]]; then
     cs=$found
     echo "== [attention 4] compute-sanitizer at small sizes"
     for t in memcheck racecheck synccheck; do
-      TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$tests" --test-threads=1 every_combination_f16
+      TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$tests" --test-threads=1 every_combination_f16 short_loops
     done
   fi
   if step 5 && [[ -x $here/bin/example-flash_attention_tune ]]; then
