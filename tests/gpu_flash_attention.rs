@@ -159,3 +159,23 @@ fn empty_shapes() {
     assert!(o.to_vec(&st).unwrap().iter().all(|v| v.to_f32() == 0.0));
     assert!(lse.to_vec(&st).unwrap().iter().all(|&v| v == f32::NEG_INFINITY));
 }
+
+/// Causal skips the key blocks above the diagonal: with the values of keys
+/// 128.. poisoned with NaN, the first 64 query rows (their block reaches
+/// key 127 at most, with query blocks of 64 or 128 rows) are still right,
+/// which they would not be if a block past their reach were loaded and
+/// masked (`0 · NaN`).
+#[test]
+fn causal_never_reads_blocks_above_the_diagonal() {
+    let st = gpu().stream().unwrap();
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for d in fa::HEAD_DIMS {
+            let c = Case { layout, b: 1, h: 2, h_kv: 1, s_q: 256, s_k: 256, d, causal: true };
+            let mut x = Inputs::<f16>::new(&st, &c, 4).unwrap();
+            x.poison_v(&st, &c, 128).unwrap();
+            x.run(&st, &c).unwrap();
+            let rows: Vec<(usize, usize, usize)> = (0..2).flat_map(|h| (0..64).map(move |i| (0, h, i))).collect();
+            x.check(&st, &c, Some(&rows), 5e-3).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}

@@ -509,6 +509,20 @@ impl<T: AttentionElement> Inputs<T> {
         Ok(Inputs { q, k, v, dq, dk, dv, o, lse })
     }
 
+    /// Sets the values of keys `from..` to NaN (in the host copy and on the
+    /// device): a query row that never sees those keys must not read them,
+    /// or its output is NaN (`0 · NaN`).
+    pub fn poison_v(&mut self, stream: &Stream, c: &Case, from: usize) -> tile::Result<()> {
+        let k_shape = c.layout.shape(c.b, c.h_kv, c.s_k, c.d);
+        for (b, h, j, ch) in (0..c.b).flat_map(|b| {
+            (0..c.h_kv).flat_map(move |h| (from..c.s_k).flat_map(move |j| (0..c.d).map(move |ch| (b, h, j, ch))))
+        }) {
+            self.v[c.layout.index(&k_shape, b, h, j, ch)] = T::from_f64(f64::NAN);
+        }
+        self.dv = DeviceTensor::from_slice(stream, &self.v, &k_shape)?;
+        Ok(())
+    }
+
     /// Runs [`forward`] on these inputs (LSE written).
     pub fn run(&mut self, stream: &Stream, c: &Case) -> tile::Result<()> {
         let options = Options { layout: c.layout, causal: c.causal, scale: None, lse: Some(&mut self.lse) };
