@@ -23,6 +23,10 @@ attention_bhsd!(t128_128_64_128_2, f16, 128, 64, 128, 128, 2);
 attention_bhsd!(t128_256_128_64_2, f16, 256, 128, 64, 128, 2);
 attention_bhsd!(t128_256_128_128_2, f16, 256, 128, 128, 128, 2);
 attention_bhsd!(t128_256_128_64_3, f16, 256, 128, 64, 128, 3);
+attention_bhsd!(t128_128_64_32_2, f16, 128, 64, 32, 128, 2);
+attention_bhsd!(t128_128_64_48_2, f16, 128, 64, 48, 128, 2);
+attention_bhsd!(t128_128_64_32_3, f16, 128, 64, 32, 128, 3);
+attention_bhsd!(t64_128_64_64_3, f16, 128, 64, 64, 64, 3);
 attention_bhsd!(t256_128_64_32_2, f16, 128, 64, 32, 256, 2);
 attention_bhsd!(t256_128_64_64_2, f16, 128, 64, 64, 256, 2);
 attention_bhsd!(t256_256_128_32_2, f16, 256, 128, 32, 256, 2);
@@ -39,7 +43,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let want: Vec<String> =
         std::env::args().skip(1).flat_map(|a| a.split(',').map(String::from).collect::<Vec<_>>()).collect();
     let stream = device.stream()?;
-    let variants: [Variant; 13] = [
+    let variants: [Variant; 17] = [
+        ("d64 t128 64x64 s3", 64, t64_128_64_64_3::launch, &t64_128_64_64_3::META),
+        ("d128 t128 64x32 s2", 128, t128_128_64_32_2::launch, &t128_128_64_32_2::META),
+        ("d128 t128 64x48 s2", 128, t128_128_64_48_2::launch, &t128_128_64_48_2::META),
+        ("d128 t128 64x32 s3", 128, t128_128_64_32_3::launch, &t128_128_64_32_3::META),
         ("d64 t128 64x64 s2", 64, t64_128_64_64_2::launch, &t64_128_64_64_2::META),
         ("d64 t128 64x128 s2", 64, t64_128_64_128_2::launch, &t64_128_64_128_2::META),
         ("d64 t256 128x64 s2", 64, t64_256_128_64_2::launch, &t64_256_128_64_2::META),
@@ -82,12 +90,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let before = device.launch_counts(meta);
                 let t = bench(&stream, 3, 20, || run(&mut x))?;
                 let after = device.launch_counts(meta);
-                let ran: Vec<&str> = meta
+                let ran: Vec<String> = meta
                     .targets
                     .iter()
                     .zip(after.iter().zip(&before))
                     .filter(|(_, (a, b))| a > b)
-                    .map(|(t, _)| t.schedule)
+                    .map(|(t, _)| format!("{} {} thr {} B smem", t.schedule, t.threads, t.shared_bytes))
                     .collect();
                 let tf = c.flops() / (t.median_ms * 1e-3) / 1e12;
                 let ok = match check {
