@@ -39,7 +39,7 @@ impl Dtype for f16 {
     const NAME: &'static str = "f16";
     const TOL: f64 = 2e-3;
     fn ours(s: &Stream, a: &DeviceTensor<f16>, b: &DeviceTensor<f16>, c: &mut DeviceTensor<f16>) -> tile::Result<()> {
-        kernels::matmul::launch(s, a, b, c)
+        kernels::example(s, a, b, c)
     }
 }
 
@@ -52,7 +52,7 @@ impl Dtype for bf16 {
         b: &DeviceTensor<bf16>,
         c: &mut DeviceTensor<bf16>,
     ) -> tile::Result<()> {
-        kernels::matmul_bf16::launch(s, a, b, c)
+        kernels::example(s, a, b, c)
     }
 }
 
@@ -83,7 +83,7 @@ fn check_bt_vs_cpu(s: &Stream, m: usize, n: usize, k: usize) -> Res<()> {
     let (a_host, a) = random::<f16>(s, &mut rng, m, k)?;
     let (b_host, b) = random::<f16>(s, &mut rng, n, k)?;
     let mut c = DeviceTensor::from_slice(s, &vec![f16::NAN; m * n], &[m, n])?;
-    kernels::matmul_bt::launch(s, &a, &b, &mut c)?;
+    kernels::example_bt(s, &a, &b, &mut c)?;
     let got = c.to_vec(s)?;
     let want = kernels::reference(m, n, k, &a_host, &b_host, true);
     let err = assert_close(&got, &want, f16::TOL).map_err(|e| format!("f16 Bt {m} x {n} x {k}: {e}"))?;

@@ -1,40 +1,31 @@
 //! Tile-shape variants of the f16 GEMM (block tile, K slice, stages, threads),
 //! each checked against cuBLAS and timed next to it at 8192³: the data behind
-//! the configuration in `examples/kernels/gemm.rs`. GPU only.
+//! the configuration in `examples/kernels/gemm.rs`. The variants are
+//! instances of that file's generic `matmul`. GPU only.
 use tile::prelude::*;
 
 #[path = "kernels/common.rs"]
 mod common;
 
-macro_rules! variant {
-    ($name:ident, $threads:literal, $bm:literal, $bn:literal, $bk:literal, $stages:literal) => {
-        #[tile_kernel(threads = $threads, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $stages))]
-        pub fn $name(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, M, N>) {
-            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-            use_swizzle(8);
-            let mut a_s = shared::<f16, BM, BK>();
-            let mut b_s = shared::<f16, BK, BN>();
-            let mut acc = fragment::<f32, BM, BN>();
-            clear(&mut acc);
-            for k in pipelined(cdiv(K, BK), STAGES) {
-                copy(a.tile([by * BM, k * BK]), &mut a_s);
-                copy(b.tile([k * BK, bx * BN]), &mut b_s);
-                gemm(&a_s, &b_s, &mut acc);
-            }
-            copy(&acc, c.tile([by * BM, bx * BN]));
-        }
-    };
-}
-variant!(g128x128x32s3t256, 256, 128, 128, 32, 3);
-variant!(g128x128x64s3t256, 256, 128, 128, 64, 3);
-variant!(g128x128x32s4t256, 256, 128, 128, 32, 4);
-variant!(g128x256x32s3t256, 256, 128, 256, 32, 3);
-variant!(g128x256x64s3t256, 256, 128, 256, 64, 3);
-variant!(g256x128x32s3t256, 256, 256, 128, 32, 3);
-variant!(g128x256x32s3t512, 512, 128, 256, 32, 3);
-variant!(g128x128x64s4t128, 128, 128, 128, 64, 4);
+#[path = "kernels/gemm.rs"]
+mod kernels;
+use kernels::matmul;
 
 type Launch = fn(&Stream, &DeviceTensor<f16>, &DeviceTensor<f16>, &mut DeviceTensor<f16>) -> Result<(), tile::Error>;
+
+/// The f16 configurations of the example's generic `matmul`
+/// (`<T, O, BM, BN, BK, STAGES, THREADS, PANEL>`) that this sweep times: each is
+/// one of its instances (listed in `examples/kernels/gemm.rs`).
+const VARIANTS: [(&str, Launch); 8] = [
+    ("128x128x32 s3 t256", matmul::launch::<f16, f16, 128, 128, 32, 3, 256, 8>),
+    ("128x128x64 s3 t256", matmul::launch::<f16, f16, 128, 128, 64, 3, 256, 8>),
+    ("128x128x32 s4 t256", matmul::launch::<f16, f16, 128, 128, 32, 4, 256, 8>),
+    ("128x256x32 s3 t256", matmul::launch::<f16, f16, 128, 256, 32, 3, 256, 8>),
+    ("128x256x64 s3 t256", matmul::launch::<f16, f16, 128, 256, 64, 3, 256, 8>),
+    ("256x128x32 s3 t256", matmul::launch::<f16, f16, 256, 128, 32, 3, 256, 8>),
+    ("128x256x32 s3 t512", matmul::launch::<f16, f16, 128, 256, 32, 3, 512, 8>),
+    ("128x128x64 s4 t128", matmul::launch::<f16, f16, 128, 128, 64, 4, 128, 8>),
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::auto()?;
@@ -54,20 +45,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     blas.gemm_f16(n, n, n, &a, &b, &mut c_ref, false, false)?;
     let reference: Vec<f64> = c_ref.to_vec(&stream)?.iter().map(|v| v.to_f64()).collect();
     let flops = 2.0 * (n as f64).powi(3);
-    let variants: [(&str, Launch); 8] = [
-        ("128x128x32 s3 t256", g128x128x32s3t256::launch),
-        ("128x128x64 s3 t256", g128x128x64s3t256::launch),
-        ("128x128x32 s4 t256", g128x128x32s4t256::launch),
-        ("128x256x32 s3 t256", g128x256x32s3t256::launch),
-        ("128x256x64 s3 t256", g128x256x64s3t256::launch),
-        ("256x128x32 s3 t256", g256x128x32s3t256::launch),
-        ("128x256x32 s3 t512", g128x256x32s3t512::launch),
-        ("128x128x64 s4 t128", g128x128x64s4t128::launch),
-    ];
     let cublas = bench(&stream, 5, 20, || blas.gemm_f16(n, n, n, &a, &b, &mut c_ref, false, false))?;
     let cublas_tflops = flops / (cublas.median_ms * 1e-3) / 1e12;
     println!("cuBLAS f16 8192^3: {cublas_tflops:.1} TFLOPS");
-    for (name, launch) in variants {
+    for (name, launch) in VARIANTS {
         launch(&stream, &a, &b, &mut c)?;
         let got = c.to_vec(&stream)?;
         let err = tile::rel_error(&got.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), &reference);

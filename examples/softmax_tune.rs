@@ -6,33 +6,25 @@ use tile::prelude::*;
 #[path = "kernels/common.rs"]
 mod common;
 
-macro_rules! variant {
-    ($name:ident, $threads:literal, $rows:literal) => {
-        #[tile_kernel(threads = $threads, consts(BN = 4096, R = $rows))]
-        pub fn $name(x: &Tensor<f16, M, N>, y: &mut Tensor<f16, M, N>) {
-            let bx = grid(cdiv(M, R));
-            let mut t = fragment::<f32, R, BN>();
-            let mut row_max = fragment::<f32, R>();
-            let mut row_sum = fragment::<f32, R>();
-            copy(x.tile([bx * R, 0]), &mut t).fill(f32::NEG_INFINITY);
-            reduce_max(&t, &mut row_max, 1);
-            for (i, j) in parallel((R, BN)) {
-                t[(i, j)] = exp2((t[(i, j)] - row_max[i]) * 1.4426950408889634);
-            }
-            reduce_sum(&t, &mut row_sum, 1);
-            for (i, j) in parallel((R, BN)) {
-                t[(i, j)] = t[(i, j)] / row_sum[i];
-            }
-            copy(&t, y.tile([bx * R, 0]));
-        }
-    };
+/// `R` rows of up to `BN` = 4096 columns per block of `THREADS` threads,
+/// one instance per configuration the sweep times.
+#[tile_kernel(threads = THREADS, consts(BN = 4096), instances((128, 1), (256, 1), (512, 1), (1024, 1), (256, 2), (512, 2)))]
+pub fn softmax_rows<const THREADS: usize, const R: usize>(x: &Tensor<f16, M, N>, y: &mut Tensor<f16, M, N>) {
+    let bx = grid(cdiv(M, R));
+    let mut t = fragment::<f32, R, BN>();
+    let mut row_max = fragment::<f32, R>();
+    let mut row_sum = fragment::<f32, R>();
+    copy(x.tile([bx * R, 0]), &mut t).fill(f32::NEG_INFINITY);
+    reduce_max(&t, &mut row_max, 1);
+    for (i, j) in parallel((R, BN)) {
+        t[(i, j)] = exp2((t[(i, j)] - row_max[i]) * 1.4426950408889634);
+    }
+    reduce_sum(&t, &mut row_sum, 1);
+    for (i, j) in parallel((R, BN)) {
+        t[(i, j)] = t[(i, j)] / row_sum[i];
+    }
+    copy(&t, y.tile([bx * R, 0]));
 }
-variant!(t128_r1, 128, 1);
-variant!(t256_r1, 256, 1);
-variant!(t512_r1, 512, 1);
-variant!(t1024_r1, 1024, 1);
-variant!(t256_r2, 256, 2);
-variant!(t512_r2, 512, 2);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::auto()?;
@@ -51,12 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dst = DeviceTensor::<f16>::zeros(&stream, &[m * n])?;
     type Launch = fn(&Stream, &DeviceTensor<f16>, &mut DeviceTensor<f16>) -> Result<(), tile::Error>;
     let variants: [(&str, Launch); 6] = [
-        ("t128_r1", t128_r1::launch),
-        ("t256_r1", t256_r1::launch),
-        ("t512_r1", t512_r1::launch),
-        ("t1024_r1", t1024_r1::launch),
-        ("t256_r2", t256_r2::launch),
-        ("t512_r2", t512_r2::launch),
+        ("t128_r1", softmax_rows::launch::<128, 1>),
+        ("t256_r1", softmax_rows::launch::<256, 1>),
+        ("t512_r1", softmax_rows::launch::<512, 1>),
+        ("t1024_r1", softmax_rows::launch::<1024, 1>),
+        ("t256_r2", softmax_rows::launch::<256, 2>),
+        ("t512_r2", softmax_rows::launch::<512, 2>),
     ];
     for round in 0..2 {
         let copy = bench(&stream, 10, 50, || dst.copy_from(&stream, &src))?;

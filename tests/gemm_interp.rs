@@ -77,11 +77,13 @@ fn embedded_ir_is_the_shared_text() {
     };
     assert_eq!(printed(gemm::attention::META.ir), tile_testkit::ATTENTION);
     let example = tile_testkit::MATMUL_128X256;
-    assert_eq!(printed(examples::gemm::matmul::META.ir), example.text());
-    let bf16 = tile_testkit::Matmul { name: "matmul_bf16", dtype: "bf16", ..example };
-    assert_eq!(printed(examples::gemm::matmul_bf16::META.ir), bf16.text());
-    let bt = tile_testkit::Matmul { name: "matmul_bt", trans_b: true, ..example };
-    assert_eq!(printed(examples::gemm::matmul_bt::META.ir), bt.text());
+    // The generic kernels' instances: the kernel named after the instance.
+    let f16 = tile_testkit::Matmul { name: "matmul__f16_f16_128_256_64_3_256_8", ..example };
+    assert_eq!(printed(examples::gemm::matmul::meta::<f16, f16, 128, 256, 64, 3, 256, 8>().ir), f16.text());
+    let bf16 = tile_testkit::Matmul { name: "matmul__bf16_bf16_128_256_64_3_256_8", dtype: "bf16", ..example };
+    assert_eq!(printed(examples::gemm::matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256, 8>().ir), bf16.text());
+    let bt = tile_testkit::Matmul { name: "matmul_bt__f16_f16_128_256_64_3_256", trans_b: true, ..example };
+    assert_eq!(printed(examples::gemm::matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>().ir), bt.text());
 }
 
 #[test]
@@ -128,7 +130,7 @@ fn hopper_every_orientation_bf16() {
 #[test]
 fn hopper_bf16_with_f32_output() {
     for (m, n, k) in [(130, 260, 72), (3, 300, 200)] {
-        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 7, gemm::hopper_nn_bf16_f32_out::launch).unwrap();
+        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 7, gemm::HOPPER_NN_BF16_F32_OUT).unwrap();
     }
 }
 
@@ -144,8 +146,8 @@ fn hopper_stage_counts_agree_bitwise() {
 #[test]
 fn hopper_one_consumer_warpgroup() {
     for (m, n, k) in [(130, 129, 200), (1, 1, 1), (257, 100, 64)] {
-        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 13, gemm::one_warpgroup_f16::launch).unwrap();
-        gemm::check_hopper(&dev(), m, n, k, gemm::NT, 14, gemm::one_warpgroup_nt_bf16::launch).unwrap();
+        gemm::check_hopper(&dev(), m, n, k, gemm::NN, 13, gemm::ONE_WARPGROUP_F16).unwrap();
+        gemm::check_hopper(&dev(), m, n, k, gemm::NT, 14, gemm::ONE_WARPGROUP_NT_BF16).unwrap();
     }
 }
 

@@ -58,6 +58,18 @@ fn scale_shift() {
     both(1e-2, |d| checks::scale_shift(d, 37, 101, 1));
 }
 
+/// Every instance of a generic kernel on the GPU, and against the interpreter.
+#[test]
+fn generic_axpy_every_instance() {
+    for n in [1, 1000, 1_000_003] {
+        checks::axpy::<f32, 1024, 256>(&gpu(), n, n as u64).unwrap();
+        checks::axpy::<f16, 512, 128>(&gpu(), n, 1).unwrap();
+        checks::axpy::<bf16, 2048, 256>(&gpu(), n, 2).unwrap();
+    }
+    both(1e-6, |d| checks::axpy::<f32, 1024, 256>(d, 5001, 3));
+    both(2e-3, |d| checks::axpy::<f16, 512, 128>(d, 5001, 4));
+}
+
 #[test]
 fn col_sum() {
     checks::col_sum(&gpu(), 4095, 1001, 2).unwrap();

@@ -20,7 +20,7 @@ mod examples {
 #[test]
 fn eight_threads_on_eight_streams_launch_100_times_each() {
     let device = tile::Device::cuda(0).expect("the gpu tests need an NVIDIA GPU and driver");
-    let meta = &examples::gemm::matmul::META;
+    let meta = examples::gemm::matmul::meta::<tile::f16, tile::f16, 128, 256, 64, 3, 256, 8>();
     let before = device.launch_counts(meta);
     let plan = concurrent::Plan { threads: 8, iters: 100, m: 300, k: 200, n_tma: 264, n_general: 258, len: 100_003 };
     concurrent::run(&device, &plan);
@@ -44,7 +44,7 @@ fn eight_threads_on_eight_streams_launch_100_times_each() {
 #[test]
 fn concurrent_first_launches_load_each_module_once() {
     let device = tile::Device::cuda(0).expect("the gpu tests need an NVIDIA GPU and driver");
-    let meta = &examples::gemm::matmul_bf16::META;
+    let meta = examples::gemm::matmul::meta::<tile::bf16, tile::bf16, 128, 256, 64, 3, 256, 8>();
     let start = std::sync::Barrier::new(8);
     std::thread::scope(|scope| {
         for t in 0..8usize {
@@ -61,7 +61,7 @@ fn concurrent_first_launches_load_each_module_once() {
                 let mut c_t = tile::DeviceTensor::<tile::bf16>::zeros(&stream, &[m, n]).unwrap();
                 stream.synchronize().unwrap();
                 start.wait();
-                examples::gemm::matmul_bf16::launch(&stream, &a_t, &b_t, &mut c_t).unwrap();
+                examples::gemm::example(&stream, &a_t, &b_t, &mut c_t).unwrap();
                 let c = c_t.to_vec(&stream).unwrap();
                 tile::assert_close(&c, &examples::gemm::reference(m, n, k, &a, &b, false), 1e-2)
                     .unwrap_or_else(|e| panic!("thread {t}: {e}"));

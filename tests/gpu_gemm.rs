@@ -141,9 +141,9 @@ fn example_kernels_match_cublas() {
         let mut theirs = DeviceTensor::<f16>::zeros(&stream, &[m, n]).unwrap();
         let b_used = if trans_b { &bt } else { &b };
         if trans_b {
-            examples::gemm::matmul_bt::launch(&stream, &a, b_used, &mut ours).unwrap();
+            examples::gemm::example_bt(&stream, &a, b_used, &mut ours).unwrap();
         } else {
-            examples::gemm::matmul::launch(&stream, &a, b_used, &mut ours).unwrap();
+            examples::gemm::example(&stream, &a, b_used, &mut ours).unwrap();
         }
         blas.gemm_f16(m, n, k, &a, b_used, &mut theirs, false, trans_b).unwrap();
         let x: Vec<f64> = ours.to_vec(&stream).unwrap().iter().map(|v| v.to_f64()).collect();
@@ -227,36 +227,29 @@ fn hopper_cases<T: Element, O: Element>(cases: &[gemm::HopperCase<T, O>], seed: 
 #[test]
 fn hopper_every_orientation_f16() {
     hopper_cases(&gemm::hopper_f16(), 100);
-    both(2e-3, |d| gemm::check_hopper(d, 136, 264, 200, gemm::TN, 1, gemm::hopper_tn_f16::launch));
+    both(2e-3, |d| gemm::check_hopper(d, 136, 264, 200, gemm::TN, 1, gemm::HOPPER_TN_F16));
 }
 
 #[test]
 fn hopper_every_orientation_bf16() {
     hopper_cases(&gemm::hopper_bf16(), 200);
-    both(1e-2, |d| gemm::check_hopper(d, 65, 129, 77, gemm::NT, 2, gemm::hopper_nt_bf16::launch));
+    both(1e-2, |d| gemm::check_hopper(d, 65, 129, 77, gemm::NT, 2, gemm::HOPPER_NT_BF16));
 }
 
 #[test]
 fn hopper_bf16_with_f32_output() {
-    let case = gemm::HopperCase {
-        name: "hopper_nn_bf16_f32_out",
-        trans: gemm::NN,
-        launch: gemm::hopper_nn_bf16_f32_out::launch,
-    };
+    let case =
+        gemm::HopperCase { name: "hopper_nn_bf16_f32_out", trans: gemm::NN, launch: gemm::HOPPER_NN_BF16_F32_OUT };
     hopper_cases(&[case], 300);
-    both(1e-5, |d| gemm::check_hopper(d, 136, 264, 200, gemm::NN, 3, gemm::hopper_nn_bf16_f32_out::launch));
+    both(1e-5, |d| gemm::check_hopper(d, 136, 264, 200, gemm::NN, 3, gemm::HOPPER_NN_BF16_F32_OUT));
 }
 
 #[test]
 fn hopper_one_consumer_warpgroup() {
-    let cases =
-        [gemm::HopperCase { name: "one_warpgroup_f16", trans: gemm::NN, launch: gemm::one_warpgroup_f16::launch }];
+    let cases = [gemm::HopperCase { name: "one_warpgroup_f16", trans: gemm::NN, launch: gemm::ONE_WARPGROUP_F16 }];
     hopper_cases(&cases, 400);
-    let cases = [gemm::HopperCase {
-        name: "one_warpgroup_nt_bf16",
-        trans: gemm::NT,
-        launch: gemm::one_warpgroup_nt_bf16::launch,
-    }];
+    let cases =
+        [gemm::HopperCase { name: "one_warpgroup_nt_bf16", trans: gemm::NT, launch: gemm::ONE_WARPGROUP_NT_BF16 }];
     hopper_cases(&cases, 500);
 }
 
@@ -283,43 +276,22 @@ fn hopper_stage_counts_agree_bitwise() {
 /// with the tests it guards: it holds once the sm_90a lowering (issue 4) is in.
 #[test]
 fn hopper_kernels_have_a_warp_specialized_variant() {
-    let metas: [&tile::KernelMeta; 20] = [
-        &examples::gemm::matmul::META,
-        &examples::gemm::matmul_bf16::META,
-        &examples::gemm::matmul_bt::META,
-        &gemm::hopper_nn_f16::META,
-        &gemm::hopper_nn_bf16::META,
-        &gemm::hopper_tn_f16::META,
-        &gemm::hopper_tn_bf16::META,
-        &gemm::hopper_nt_f16::META,
-        &gemm::hopper_nt_bf16::META,
-        &gemm::hopper_tt_f16::META,
-        &gemm::hopper_tt_bf16::META,
-        &gemm::hopper_nn_bf16_f32_out::META,
-        &gemm::stages2_f16::META,
-        &gemm::stages3_f16::META,
-        &gemm::stages4_f16::META,
-        &gemm::stages2_tn_bf16::META,
-        &gemm::stages3_tn_bf16::META,
-        &gemm::stages4_tn_bf16::META,
-        &gemm::one_warpgroup_f16::META,
-        &gemm::one_warpgroup_nt_bf16::META,
-    ];
+    let metas = gemm::hopper_metas();
     let mut missing = Vec::new();
-    for meta in metas {
+    for (name, meta) in metas {
         let kernel: tile::ir::Kernel = serde_json::from_str(meta.ir).expect("embedded Tile IR parses");
         let variants =
             tile::ir::compile_variants(&kernel, tile::ir::Target::Sm90a, tile::ir::CompileOptions::default())
-                .unwrap_or_else(|e| panic!("{}: sm_90a compile failed: {e:?}", meta.name));
+                .unwrap_or_else(|e| panic!("{name}: sm_90a compile failed: {e:?}"));
         let (first, last) = (&variants[0], &variants[variants.len() - 1]);
         let ws = variants.len() >= 2
             && first.schedule == "warp_specialized_gemm"
             && first.tensor_maps.len() >= 2
             && ["wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier"].iter().all(|op| first.ptx.contains(op));
         if !ws {
-            missing.push(meta.name);
+            missing.push(name);
         }
-        assert!(last.tensor_maps.is_empty(), "{}: the last variant must run on any tensors", meta.name);
+        assert!(last.tensor_maps.is_empty(), "{name}: the last variant must run on any tensors");
     }
     assert!(missing.is_empty(), "no warp-specialized TMA + wgmma sm_90a variant for {missing:?}");
 }

@@ -40,6 +40,16 @@ fn scale_shift() {
     checks::scale_shift(&dev(), 37, 101, 1).unwrap();
 }
 
+/// Every instance of a generic kernel, each at awkward sizes.
+#[test]
+fn generic_axpy_every_instance() {
+    for n in [1, 1000, 4097] {
+        checks::axpy::<f32, 1024, 256>(&dev(), n, n as u64).unwrap();
+        checks::axpy::<f16, 512, 128>(&dev(), n, 1).unwrap();
+        checks::axpy::<bf16, 2048, 256>(&dev(), n, 2).unwrap();
+    }
+}
+
 #[test]
 fn col_sum() {
     checks::col_sum(&dev(), 77, 300, 2).unwrap();

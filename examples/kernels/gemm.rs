@@ -9,18 +9,66 @@
 //! `examples/gemm_tune.rs` sweeps on the H200 (0.56 of cuBLAS at 8192³ against
 //! 0.47 for 128 × 128 × 32; BENCHMARKS.md).
 //!
-//! `matmul` (f16), `matmul_bf16`, and `matmul_bt` (f16, B given as `[N, K]`,
-//! multiplied as Bᵀ without a copy), plus the f64 CPU reference.
+//! One generic kernel per orientation: `matmul` (`c = a · b`) and
+//! `matmul_bt` (`c = a · bᵀ`, B given as `[N, K]`, multiplied as Bᵀ without a
+//! copy), over the input type `T` (f16 or bf16), the output type `O`, the
+//! block tile `BM × BN`, the K slice `BK`, the pipeline depth `STAGES`, the
+//! threads per block (and, for `matmul`, the rasterization panel `PANEL`).
+//! Each instance listed is compiled at build time; [`example`] launches the
+//! configuration this example runs, the others are the ones
+//! `examples/gemm_tune.rs` times and the tests check. Plus the f64 CPU
+//! reference.
 #![allow(dead_code)]
 use tile::prelude::*;
 
-/// `c = a · b`: f16 in, f32 accumulation, f16 out.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
-pub fn matmul(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, M, N>) {
+/// `c = a · b`: `T` in, f32 accumulation, `O` out; blocks rasterized in
+/// panels of `PANEL` columns (`use_swizzle`) for L2 reuse.
+#[tile_kernel(
+    threads = THREADS,
+    instances(
+        // The example's configuration (`EXAMPLE`), in both input types, and
+        // the unrounded f32 accumulator (the tests' tight check of the
+        // tensor cores' accumulation).
+        (f16, f16, 128, 256, 64, 3, 256, 8),
+        (bf16, bf16, 128, 256, 64, 3, 256, 8),
+        (bf16, f32, 128, 256, 64, 3, 256, 8),
+        // 2, 3 and 4 stages of 128 × 128 × 64 (4 stages of 128 × 256 × 64
+        // exceed sm_80's shared memory): outputs must not depend on them.
+        (f16, f16, 128, 128, 64, 2, 256, 8),
+        (f16, f16, 128, 128, 64, 3, 256, 8),
+        (f16, f16, 128, 128, 64, 4, 256, 8),
+        // One consumer warpgroup owning a whole 64-row tile.
+        (f16, f16, 64, 256, 64, 4, 128, 8),
+        // The rest of `examples/gemm_tune.rs`'s sweep.
+        (f16, f16, 128, 128, 32, 3, 256, 8),
+        (f16, f16, 128, 128, 32, 4, 256, 8),
+        (f16, f16, 128, 256, 32, 3, 256, 8),
+        (f16, f16, 256, 128, 32, 3, 256, 8),
+        (f16, f16, 128, 256, 32, 3, 512, 8),
+        (f16, f16, 128, 128, 64, 4, 128, 8),
+        // Small tiles with narrower rasterization panels (the tests'
+        // interpreter-sized bf16 → f32 check).
+        (bf16, f32, 64, 64, 32, 3, 128, 4),
+    )
+)]
+pub fn matmul<
+    T: Float16,
+    O: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const THREADS: usize,
+    const PANEL: usize,
+>(
+    a: &Tensor<T, M, K>,
+    b: &Tensor<T, K, N>,
+    c: &mut Tensor<O, M, N>,
+) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    use_swizzle(8);
-    let mut a_s = shared::<f16, BM, BK>();
-    let mut b_s = shared::<f16, BK, BN>();
+    use_swizzle(PANEL);
+    let mut a_s = shared::<T, BM, BK>();
+    let mut b_s = shared::<T, BK, BN>();
     let mut acc = fragment::<f32, BM, BN>();
     clear(&mut acc);
     for k in pipelined(cdiv(K, BK), STAGES) {
@@ -31,31 +79,35 @@ pub fn matmul(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<f16, 
     copy(&acc, c.tile([by * BM, bx * BN]));
 }
 
-/// `c = a · b`: bf16 in, f32 accumulation, bf16 out.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
-pub fn matmul_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut Tensor<bf16, M, N>) {
+/// `c = a · bᵀ` with `b` stored `[N, K]` (the layout of K in attention, and
+/// of a linear layer's weight): the shared tile is `[BN, BK]` and `gemm`
+/// reads it transposed.
+#[tile_kernel(
+    threads = THREADS,
+    instances(
+        (f16, f16, 128, 256, 64, 3, 256),
+        (bf16, bf16, 128, 256, 64, 3, 256),
+        // One consumer warpgroup, 64 × 128.
+        (bf16, bf16, 64, 128, 64, 4, 128),
+    )
+)]
+pub fn matmul_bt<
+    T: Float16,
+    O: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const THREADS: usize,
+>(
+    a: &Tensor<T, M, K>,
+    b: &Tensor<T, N, K>,
+    c: &mut Tensor<O, M, N>,
+) {
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
     use_swizzle(8);
-    let mut a_s = shared::<bf16, BM, BK>();
-    let mut b_s = shared::<bf16, BK, BN>();
-    let mut acc = fragment::<f32, BM, BN>();
-    clear(&mut acc);
-    for k in pipelined(cdiv(K, BK), STAGES) {
-        copy(a.tile([by * BM, k * BK]), &mut a_s);
-        copy(b.tile([k * BK, bx * BN]), &mut b_s);
-        gemm(&a_s, &b_s, &mut acc);
-    }
-    copy(&acc, c.tile([by * BM, bx * BN]));
-}
-
-/// `c = a · bᵀ` with `b` stored `[N, K]` (the layout of K in attention):
-/// the shared tile is `[BN, BK]` and `gemm` reads it transposed.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 256, BK = 64, STAGES = 3))]
-pub fn matmul_bt(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f16, M, N>) {
-    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    use_swizzle(8);
-    let mut a_s = shared::<f16, BM, BK>();
-    let mut b_s = shared::<f16, BN, BK>();
+    let mut a_s = shared::<T, BM, BK>();
+    let mut b_s = shared::<T, BN, BK>();
     let mut acc = fragment::<f32, BM, BN>();
     clear(&mut acc);
     for k in pipelined(cdiv(K, BK), STAGES) {
@@ -64,6 +116,32 @@ pub fn matmul_bt(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f1
         gemm(&a_s, &b_s.t(), &mut acc);
     }
     copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+/// The example's configuration: `matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>`.
+pub fn example<T: Element>(
+    s: &Stream,
+    a: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    c: &mut DeviceTensor<T>,
+) -> tile::Result<()>
+where
+    matmul::Instances: matmul::Instance<T, T, 128, 256, 64, 3, 256, 8>,
+{
+    matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>(s, a, b, c)
+}
+
+/// The same for `matmul_bt`.
+pub fn example_bt<T: Element>(
+    s: &Stream,
+    a: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    c: &mut DeviceTensor<T>,
+) -> tile::Result<()>
+where
+    matmul_bt::Instances: matmul_bt::Instance<T, T, 128, 256, 64, 3, 256>,
+{
+    matmul_bt::launch::<T, T, 128, 256, 64, 3, 256>(s, a, b, c)
 }
 
 /// The f64 reference of row-major `op(a) · op(b)` for rows `rows` of the

@@ -46,6 +46,32 @@ pub fn scale_shift(dev: &Device, m: usize, n: usize, seed: u64) -> Res<Vec<bf16>
     Ok(y)
 }
 
+/// One instance of the generic `axpy` (`launch::<T, BLOCK, THREADS>`) at `n`
+/// elements, against the f64 reference within one rounding of `T` per
+/// operation.
+pub fn axpy<T: Element, const BLOCK: usize, const THREADS: usize>(dev: &Device, n: usize, seed: u64) -> Res<Vec<T>>
+where
+    super::axpy::Instances: super::axpy::Instance<T, BLOCK, THREADS>,
+{
+    let s = dev.stream()?;
+    let mut rng = Rng::new(seed);
+    let mut random =
+        |n: usize| -> Vec<T> { rng.vec(n, -2.0, 2.0).into_iter().map(|v| T::from_f64(v as f64)).collect() };
+    let (x, y, alpha) = (random(n), random(n), random(1)[0]);
+    let dx = DeviceTensor::from_slice(&s, &x, &[n])?;
+    let mut dy = DeviceTensor::from_slice(&s, &y, &[n])?;
+    super::axpy::launch::<T, BLOCK, THREADS>(&s, &dx, &mut dy, alpha)?;
+    let got = dy.to_vec(&s)?;
+    let want: Vec<f64> = x.iter().zip(&y).map(|(a, b)| alpha.to_f64() * a.to_f64() + b.to_f64()).collect();
+    let tol = match T::DTYPE {
+        tile::ir::DType::F16 => 2e-3,
+        tile::ir::DType::BF16 => 1e-2,
+        _ => 1e-6,
+    };
+    assert_close(&got, &want, tol).map_err(|e| format!("axpy::<{:?}, {BLOCK}, {THREADS}> n={n}: {e}", T::DTYPE))?;
+    Ok(got)
+}
+
 pub fn col_sum(dev: &Device, m: usize, n: usize, seed: u64) -> Res<Vec<f32>> {
     let s = dev.stream()?;
     let mut rng = Rng::new(seed);

@@ -69,7 +69,7 @@ pub fn run(device: &Device, plan: &Plan) {
                     let at = |what: &str, e: String| format!("thread {t} (n = {n}), iteration {i}: {what}: {e}");
                     c_t.copy_from(&stream, &nan_c).unwrap();
                     z_t.copy_from(&stream, &nan_z).unwrap();
-                    gemm::matmul::launch(&stream, a_t, &b_t, &mut c_t)
+                    gemm::example(&stream, a_t, &b_t, &mut c_t)
                         .unwrap_or_else(|e| panic!("{}", at("matmul", e.to_string())));
                     vector_add::vector_add::launch(&stream, x_t, &y_t, &mut z_t)
                         .unwrap_or_else(|e| panic!("{}", at("vector_add", e.to_string())));

@@ -7,7 +7,8 @@
 //! Tiles are smaller than the example's (64 × 64 with 128 threads) so that
 //! the interpreter runs them quickly; the example kernels are checked too.
 //!
-//! The Hopper-shaped kernels (issue 4, `hopper_gemm!` below) have the tiles
+//! The Hopper-shaped kernels (issue 4: instances of the example's generic
+//! `matmul` and `matmul_bt`, and `hopper_tn`, `hopper_tt` below) have the tiles
 //! the sm_90a warp-specialized variant takes; [`check_hopper`] checks them at
 //! any size (a sampled f64 reference above [`FULL_REFERENCE_LIMIT`], every
 //! element bounded by a scale of sqrt(K)·|a|·|b|, exact row and column sums).
@@ -25,23 +26,6 @@ pub fn gemm_nn_f16(a: &Tensor<f16, M, K>, b: &Tensor<f16, K, N>, c: &mut Tensor<
     let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
     let mut a_s = shared::<f16, BM, BK>();
     let mut b_s = shared::<f16, BK, BN>();
-    let mut acc = fragment::<f32, BM, BN>();
-    clear(&mut acc);
-    for k in pipelined(cdiv(K, BK), STAGES) {
-        copy(a.tile([by * BM, k * BK]), &mut a_s);
-        copy(b.tile([k * BK, bx * BN]), &mut b_s);
-        gemm(&a_s, &b_s, &mut acc);
-    }
-    copy(&acc, c.tile([by * BM, bx * BN]));
-}
-
-/// `c = a · b`, bf16, with an f32 output (the accumulator unrounded).
-#[tile_kernel(threads = 128, consts(BM = 64, BN = 64, BK = 32, STAGES = 3))]
-pub fn gemm_nn_bf16(a: &Tensor<bf16, M, K>, b: &Tensor<bf16, K, N>, c: &mut Tensor<f32, M, N>) {
-    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-    use_swizzle(4);
-    let mut a_s = shared::<bf16, BM, BK>();
-    let mut b_s = shared::<bf16, BK, BN>();
     let mut acc = fragment::<f32, BM, BN>();
     clear(&mut acc);
     for k in pipelined(cdiv(K, BK), STAGES) {
@@ -319,7 +303,17 @@ pub fn nn_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<
 }
 
 pub fn nn_bf16_f32_out(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f32>> {
-    check_gemm::<bf16, f32>(dev, m, n, k, NN, TOL_F32, seed, gemm_nn_bf16::launch)
+    // The example's `matmul` at 64 × 64 × 32, 3 stages, 128 threads, panels of 4.
+    check_gemm::<bf16, f32>(
+        dev,
+        m,
+        n,
+        k,
+        NN,
+        TOL_F32,
+        seed,
+        examples::gemm::matmul::launch::<bf16, f32, 64, 64, 32, 3, 128, 4>,
+    )
 }
 
 pub fn nt_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
@@ -342,17 +336,17 @@ pub fn fullrow_bf16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Re
     check_gemm(dev, m, n, k, NN, TOL_BF16, seed, gemm_fullrow_bf16::launch)
 }
 
-/// The example's kernels (128 × 128 tiles, 256 threads, 3 stages).
+/// The example's kernels (128 × 256 × 64 tiles, 256 threads, 3 stages).
 pub fn example_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NN, TOL_F16, seed, examples::gemm::matmul::launch)
+    check_gemm(dev, m, n, k, NN, TOL_F16, seed, HOPPER_NN_F16)
 }
 
 pub fn example_bf16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<bf16>> {
-    check_gemm(dev, m, n, k, NN, TOL_BF16, seed, examples::gemm::matmul_bf16::launch)
+    check_gemm(dev, m, n, k, NN, TOL_BF16, seed, HOPPER_NN_BF16)
 }
 
 pub fn example_bt_f16(dev: &Device, m: usize, n: usize, k: usize, seed: u64) -> Res<Vec<f16>> {
-    check_gemm(dev, m, n, k, NT, TOL_F16, seed, examples::gemm::matmul_bt::launch)
+    check_gemm(dev, m, n, k, NT, TOL_F16, seed, HOPPER_NT_F16)
 }
 
 /// f64 attention of one head: `softmax(q·kᵀ / sqrt(d)) · v`, `[sq, d]`.
@@ -423,122 +417,139 @@ pub fn attention_bf16(dev: &Device, sq: usize, sk: usize, seed: u64) -> Res<Vec<
 // kernel when every operand is TMA-addressable (16-byte aligned rows: K·2
 // bytes for a row-major `a`, and so on) and falls back to the general
 // cp.async + mma.sync variant otherwise; the kernel source is the same.
-// `#[tile_kernel]` cannot be generic over constants, so `hopper_gemm!`
-// stamps out one kernel per orientation, element type and configuration.
+// One generic kernel per orientation, over the input and output types and
+// the configuration (`<T, O, BM, BN, BK, STAGES, THREADS>`, and the
+// rasterization panel last for `matmul`): `a · b` and `a · bᵀ` are the
+// example's `matmul` and `matmul_bt` (whose instances include the ones
+// below), `aᵀ · b` and `aᵀ · bᵀ` are here.
 // ---------------------------------------------------------------------------
 
-/// One pipelined GEMM kernel `c = op(a) · op(b)`: `nn` (`a` `[M, K]`, `b`
-/// `[K, N]`), `tn` (`a` stored `[K, M]`, staged `[BK, BM]`, read as `a_s.t()`),
-/// `nt` (`b` stored `[N, K]`, staged `[BN, BK]`, read as `b_s.t()`) or `tt`
-/// (both); `$t` in, f32 accumulation, `$out` out.
-macro_rules! hopper_gemm {
-    ($(#[$doc:meta])* nn $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
-        $(#[$doc])*
-        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
-        pub fn $name(a: &Tensor<$t, M, K>, b: &Tensor<$t, K, N>, c: &mut Tensor<$out, M, N>) {
-            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-            use_swizzle(8);
-            let mut a_s = shared::<$t, BM, BK>();
-            let mut b_s = shared::<$t, BK, BN>();
-            let mut acc = fragment::<f32, BM, BN>();
-            clear(&mut acc);
-            for k in pipelined(cdiv(K, BK), STAGES) {
-                copy(a.tile([by * BM, k * BK]), &mut a_s);
-                copy(b.tile([k * BK, bx * BN]), &mut b_s);
-                gemm(&a_s, &b_s, &mut acc);
-            }
-            copy(&acc, c.tile([by * BM, bx * BN]));
-        }
-    };
-    ($(#[$doc:meta])* tn $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
-        $(#[$doc])*
-        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
-        pub fn $name(a: &Tensor<$t, K, M>, b: &Tensor<$t, K, N>, c: &mut Tensor<$out, M, N>) {
-            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-            use_swizzle(8);
-            let mut a_s = shared::<$t, BK, BM>();
-            let mut b_s = shared::<$t, BK, BN>();
-            let mut acc = fragment::<f32, BM, BN>();
-            clear(&mut acc);
-            for k in pipelined(cdiv(K, BK), STAGES) {
-                copy(a.tile([k * BK, by * BM]), &mut a_s);
-                copy(b.tile([k * BK, bx * BN]), &mut b_s);
-                gemm(&a_s.t(), &b_s, &mut acc);
-            }
-            copy(&acc, c.tile([by * BM, bx * BN]));
-        }
-    };
-    ($(#[$doc:meta])* nt $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
-        $(#[$doc])*
-        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
-        pub fn $name(a: &Tensor<$t, M, K>, b: &Tensor<$t, N, K>, c: &mut Tensor<$out, M, N>) {
-            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-            use_swizzle(8);
-            let mut a_s = shared::<$t, BM, BK>();
-            let mut b_s = shared::<$t, BN, BK>();
-            let mut acc = fragment::<f32, BM, BN>();
-            clear(&mut acc);
-            for k in pipelined(cdiv(K, BK), STAGES) {
-                copy(a.tile([by * BM, k * BK]), &mut a_s);
-                copy(b.tile([bx * BN, k * BK]), &mut b_s);
-                gemm(&a_s, &b_s.t(), &mut acc);
-            }
-            copy(&acc, c.tile([by * BM, bx * BN]));
-        }
-    };
-    ($(#[$doc:meta])* tt $name:ident: $t:ident -> $out:ident, threads = $th:tt, $bm:tt x $bn:tt x $bk:tt, stages = $st:tt) => {
-        $(#[$doc])*
-        #[tile_kernel(threads = $th, consts(BM = $bm, BN = $bn, BK = $bk, STAGES = $st))]
-        pub fn $name(a: &Tensor<$t, K, M>, b: &Tensor<$t, N, K>, c: &mut Tensor<$out, M, N>) {
-            let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
-            use_swizzle(8);
-            let mut a_s = shared::<$t, BK, BM>();
-            let mut b_s = shared::<$t, BN, BK>();
-            let mut acc = fragment::<f32, BM, BN>();
-            clear(&mut acc);
-            for k in pipelined(cdiv(K, BK), STAGES) {
-                copy(a.tile([k * BK, by * BM]), &mut a_s);
-                copy(b.tile([bx * BN, k * BK]), &mut b_s);
-                gemm(&a_s.t(), &b_s.t(), &mut acc);
-            }
-            copy(&acc, c.tile([by * BM, bx * BN]));
-        }
-    };
+/// `c = aᵀ · b`: `a` stored `[K, M]`, staged `[BK, BM]`, read as `a_s.t()`.
+#[tile_kernel(
+    threads = THREADS,
+    instances(
+        (f16, f16, 128, 256, 64, 3, 256),
+        (bf16, bf16, 128, 256, 64, 3, 256),
+        // 2, 3 and 4 stages: outputs bitwise identical.
+        (bf16, bf16, 128, 128, 64, 2, 256),
+        (bf16, bf16, 128, 128, 64, 3, 256),
+        (bf16, bf16, 128, 128, 64, 4, 256),
+    )
+)]
+pub fn hopper_tn<
+    T: Float16,
+    O: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const THREADS: usize,
+>(
+    a: &Tensor<T, K, M>,
+    b: &Tensor<T, K, N>,
+    c: &mut Tensor<O, M, N>,
+) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    use_swizzle(8);
+    let mut a_s = shared::<T, BK, BM>();
+    let mut b_s = shared::<T, BK, BN>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([k * BK, by * BM]), &mut a_s);
+        copy(b.tile([k * BK, bx * BN]), &mut b_s);
+        gemm(&a_s.t(), &b_s, &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
 }
+
+/// `c = aᵀ · bᵀ`: `a` stored `[K, M]`, `b` stored `[N, K]`.
+#[tile_kernel(threads = THREADS, instances((f16, f16, 128, 256, 64, 3, 256), (bf16, bf16, 128, 256, 64, 3, 256)))]
+pub fn hopper_tt<
+    T: Float16,
+    O: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const THREADS: usize,
+>(
+    a: &Tensor<T, K, M>,
+    b: &Tensor<T, N, K>,
+    c: &mut Tensor<O, M, N>,
+) {
+    let (bx, by) = grid(cdiv(N, BN), cdiv(M, BM));
+    use_swizzle(8);
+    let mut a_s = shared::<T, BK, BM>();
+    let mut b_s = shared::<T, BN, BK>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(cdiv(K, BK), STAGES) {
+        copy(a.tile([k * BK, by * BM]), &mut a_s);
+        copy(b.tile([bx * BN, k * BK]), &mut b_s);
+        gemm(&a_s.t(), &b_s.t(), &mut acc);
+    }
+    copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+use examples::gemm::{matmul, matmul_bt};
 
 // The example's configuration (128 × 256 × 64, 256 threads: two consumer
 // warpgroups of 64 × 256 each, 3 stages of 48 KB), every orientation, f16
 // and bf16.
-hopper_gemm!(nn hopper_nn_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(nn hopper_nn_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(tn hopper_tn_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(tn hopper_tn_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(nt hopper_nt_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(nt hopper_nt_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(tt hopper_tt_f16: f16 -> f16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(tt hopper_tt_bf16: bf16 -> bf16, threads = 256, 128 x 256 x 64, stages = 3);
-hopper_gemm!(
-    /// The accumulator stored unrounded (f32 out): the tight check of the
-    /// tensor-core accumulation itself.
-    nn hopper_nn_bf16_f32_out: bf16 -> f32, threads = 256, 128 x 256 x 64, stages = 3
-);
+pub const HOPPER_NN_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 256, 64, 3, 256, 8>;
+pub const HOPPER_NN_BF16: GemmLaunch<bf16, bf16> = matmul::launch::<bf16, bf16, 128, 256, 64, 3, 256, 8>;
+pub const HOPPER_TN_F16: GemmLaunch<f16, f16> = hopper_tn::launch::<f16, f16, 128, 256, 64, 3, 256>;
+pub const HOPPER_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 256, 64, 3, 256>;
+pub const HOPPER_NT_F16: GemmLaunch<f16, f16> = matmul_bt::launch::<f16, f16, 128, 256, 64, 3, 256>;
+pub const HOPPER_NT_BF16: GemmLaunch<bf16, bf16> = matmul_bt::launch::<bf16, bf16, 128, 256, 64, 3, 256>;
+pub const HOPPER_TT_F16: GemmLaunch<f16, f16> = hopper_tt::launch::<f16, f16, 128, 256, 64, 3, 256>;
+pub const HOPPER_TT_BF16: GemmLaunch<bf16, bf16> = hopper_tt::launch::<bf16, bf16, 128, 256, 64, 3, 256>;
+/// The accumulator stored unrounded (f32 out): the tight check of the
+/// tensor-core accumulation itself.
+pub const HOPPER_NN_BF16_F32_OUT: GemmLaunch<bf16, f32> = matmul::launch::<bf16, f32, 128, 256, 64, 3, 256, 8>;
 
 // One kernel at 2, 3 and 4 stages: the outputs must be bitwise identical
 // (the K order of the accumulation does not depend on the pipeline depth).
 // 128 × 128 × 64 rather than the example's 128 × 256 × 64, whose 4 stages
 // (192 KB) exceed sm_80's 163 KB of shared memory: every kernel is also
 // built for sm_80 (the default TILE_ARCHS), and that would fail the build.
-hopper_gemm!(nn stages2_f16: f16 -> f16, threads = 256, 128 x 128 x 64, stages = 2);
-hopper_gemm!(nn stages3_f16: f16 -> f16, threads = 256, 128 x 128 x 64, stages = 3);
-hopper_gemm!(nn stages4_f16: f16 -> f16, threads = 256, 128 x 128 x 64, stages = 4);
-hopper_gemm!(tn stages2_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 2);
-hopper_gemm!(tn stages3_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 3);
-hopper_gemm!(tn stages4_tn_bf16: bf16 -> bf16, threads = 256, 128 x 128 x 64, stages = 4);
+pub const STAGES2_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 2, 256, 8>;
+pub const STAGES3_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 3, 256, 8>;
+pub const STAGES4_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 128, 128, 64, 4, 256, 8>;
+pub const STAGES2_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 128, 64, 2, 256>;
+pub const STAGES3_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 128, 64, 3, 256>;
+pub const STAGES4_TN_BF16: GemmLaunch<bf16, bf16> = hopper_tn::launch::<bf16, bf16, 128, 128, 64, 4, 256>;
 
 // One consumer warpgroup (128 threads) owning a whole 64-row tile (the
 // warp-specialized variant gives each warpgroup 64 rows: m64nNk16).
-hopper_gemm!(nn one_warpgroup_f16: f16 -> f16, threads = 128, 64 x 256 x 64, stages = 4);
-hopper_gemm!(nt one_warpgroup_nt_bf16: bf16 -> bf16, threads = 128, 64 x 128 x 64, stages = 4);
+pub const ONE_WARPGROUP_F16: GemmLaunch<f16, f16> = matmul::launch::<f16, f16, 64, 256, 64, 4, 128, 8>;
+pub const ONE_WARPGROUP_NT_BF16: GemmLaunch<bf16, bf16> = matmul_bt::launch::<bf16, bf16, 64, 128, 64, 4, 128>;
+
+/// The compiled instances behind the constants above (the example's
+/// configuration among them), named: every one has the shape of the sm_90a
+/// warp-specialized variant.
+pub fn hopper_metas() -> [(&'static str, &'static tile::KernelMeta); 17] {
+    [
+        ("hopper_nn_f16", matmul::meta::<f16, f16, 128, 256, 64, 3, 256, 8>()),
+        ("hopper_nn_bf16", matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256, 8>()),
+        ("hopper_tn_f16", hopper_tn::meta::<f16, f16, 128, 256, 64, 3, 256>()),
+        ("hopper_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
+        ("hopper_nt_f16", matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>()),
+        ("hopper_nt_bf16", matmul_bt::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
+        ("hopper_tt_f16", hopper_tt::meta::<f16, f16, 128, 256, 64, 3, 256>()),
+        ("hopper_tt_bf16", hopper_tt::meta::<bf16, bf16, 128, 256, 64, 3, 256>()),
+        ("hopper_nn_bf16_f32_out", matmul::meta::<bf16, f32, 128, 256, 64, 3, 256, 8>()),
+        ("stages2_f16", matmul::meta::<f16, f16, 128, 128, 64, 2, 256, 8>()),
+        ("stages3_f16", matmul::meta::<f16, f16, 128, 128, 64, 3, 256, 8>()),
+        ("stages4_f16", matmul::meta::<f16, f16, 128, 128, 64, 4, 256, 8>()),
+        ("stages2_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 128, 64, 2, 256>()),
+        ("stages3_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 128, 64, 3, 256>()),
+        ("stages4_tn_bf16", hopper_tn::meta::<bf16, bf16, 128, 128, 64, 4, 256>()),
+        ("one_warpgroup_f16", matmul::meta::<f16, f16, 64, 256, 64, 4, 128, 8>()),
+        ("one_warpgroup_nt_bf16", matmul_bt::meta::<bf16, bf16, 64, 128, 64, 4, 128>()),
+    ]
+}
 
 // The example configuration with the warp-specialized variant turned off:
 // on sm_90a the TMA-copy variant (thread 0's TMA boxes on per-stage
@@ -821,38 +832,38 @@ pub struct HopperCase<T: Element, O: Element> {
 /// The example-configuration kernels (128 × 256 × 64, 256 threads), f16.
 pub fn hopper_f16() -> [HopperCase<f16, f16>; 4] {
     [
-        HopperCase { name: "hopper_nn_f16", trans: NN, launch: hopper_nn_f16::launch },
-        HopperCase { name: "hopper_tn_f16", trans: TN, launch: hopper_tn_f16::launch },
-        HopperCase { name: "hopper_nt_f16", trans: NT, launch: hopper_nt_f16::launch },
-        HopperCase { name: "hopper_tt_f16", trans: TT, launch: hopper_tt_f16::launch },
+        HopperCase { name: "hopper_nn_f16", trans: NN, launch: HOPPER_NN_F16 },
+        HopperCase { name: "hopper_tn_f16", trans: TN, launch: HOPPER_TN_F16 },
+        HopperCase { name: "hopper_nt_f16", trans: NT, launch: HOPPER_NT_F16 },
+        HopperCase { name: "hopper_tt_f16", trans: TT, launch: HOPPER_TT_F16 },
     ]
 }
 
 /// The example-configuration kernels (128 × 256 × 64, 256 threads), bf16.
 pub fn hopper_bf16() -> [HopperCase<bf16, bf16>; 4] {
     [
-        HopperCase { name: "hopper_nn_bf16", trans: NN, launch: hopper_nn_bf16::launch },
-        HopperCase { name: "hopper_tn_bf16", trans: TN, launch: hopper_tn_bf16::launch },
-        HopperCase { name: "hopper_nt_bf16", trans: NT, launch: hopper_nt_bf16::launch },
-        HopperCase { name: "hopper_tt_bf16", trans: TT, launch: hopper_tt_bf16::launch },
+        HopperCase { name: "hopper_nn_bf16", trans: NN, launch: HOPPER_NN_BF16 },
+        HopperCase { name: "hopper_tn_bf16", trans: TN, launch: HOPPER_TN_BF16 },
+        HopperCase { name: "hopper_nt_bf16", trans: NT, launch: HOPPER_NT_BF16 },
+        HopperCase { name: "hopper_tt_bf16", trans: TT, launch: HOPPER_TT_BF16 },
     ]
 }
 
 /// One kernel at 2, 3 and 4 stages (128 × 128 × 64, 256 threads), f16, `a · b`.
 pub fn stages_f16() -> [HopperCase<f16, f16>; 3] {
     [
-        HopperCase { name: "stages2_f16", trans: NN, launch: stages2_f16::launch },
-        HopperCase { name: "stages3_f16", trans: NN, launch: stages3_f16::launch },
-        HopperCase { name: "stages4_f16", trans: NN, launch: stages4_f16::launch },
+        HopperCase { name: "stages2_f16", trans: NN, launch: STAGES2_F16 },
+        HopperCase { name: "stages3_f16", trans: NN, launch: STAGES3_F16 },
+        HopperCase { name: "stages4_f16", trans: NN, launch: STAGES4_F16 },
     ]
 }
 
 /// The same at bf16, `aᵀ · b`.
 pub fn stages_tn_bf16() -> [HopperCase<bf16, bf16>; 3] {
     [
-        HopperCase { name: "stages2_tn_bf16", trans: TN, launch: stages2_tn_bf16::launch },
-        HopperCase { name: "stages3_tn_bf16", trans: TN, launch: stages3_tn_bf16::launch },
-        HopperCase { name: "stages4_tn_bf16", trans: TN, launch: stages4_tn_bf16::launch },
+        HopperCase { name: "stages2_tn_bf16", trans: TN, launch: STAGES2_TN_BF16 },
+        HopperCase { name: "stages3_tn_bf16", trans: TN, launch: STAGES3_TN_BF16 },
+        HopperCase { name: "stages4_tn_bf16", trans: TN, launch: STAGES4_TN_BF16 },
     ]
 }
 

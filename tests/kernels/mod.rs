@@ -22,6 +22,22 @@ pub fn scale_shift_ref(x: &[f32], alpha: f32, beta: f32) -> Vec<f64> {
     x.iter().map(|&v| (alpha as f64) * v as f64 + beta as f64).collect()
 }
 
+/// `y = alpha · x + y` in the element type `T`, generic over `T`, the
+/// block and the threads: each instance is checked against one reference
+/// (`checks::axpy`).
+#[tile_kernel(threads = THREADS, instances((f32, 1024, 256), (f16, 512, 128), (bf16, 2048, 256)))]
+pub fn axpy<T: Float, const BLOCK: usize, const THREADS: usize>(x: &Tensor<T, N>, y: &mut Tensor<T, N>, alpha: T) {
+    let bx = grid(cdiv(N, BLOCK));
+    let mut a = fragment::<T, BLOCK>();
+    let mut b = fragment::<T, BLOCK>();
+    copy(x.tile([bx * BLOCK]), &mut a);
+    copy(y.tile([bx * BLOCK]), &mut b);
+    for i in parallel(BLOCK) {
+        b[i] = alpha * a[i] + b[i];
+    }
+    copy(&b, y.tile([bx * BLOCK]));
+}
+
 /// Column sums: reduce over dim 0 of a tile, then atomics across row blocks.
 #[tile_kernel(threads = 256, consts(BM = 32, BN = 128))]
 pub fn col_sum(x: &Tensor<f32, M, N>, out: &mut Tensor<f32, N>) {

@@ -1,5 +1,6 @@
 //! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...),
-//! cluster = (x, y, z), warp_specialize = true|false, archs = "sm_90a,..")]`.
+//! cluster = (x, y, z), warp_specialize = true|false, archs = "sm_90a,..",
+//! instances((f16, 128), ..))]`.
 //!
 //! Expects the attribute's tokens (what is inside the parentheses).
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
@@ -16,9 +17,17 @@ use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Ident, LitInt, Token};
 
+#[derive(Clone)]
 pub(crate) struct KernelAttr {
-    /// Threads per block; `None` when missing or invalid (already reported).
+    /// Threads per block; `None` when missing or invalid (already reported),
+    /// or given by a const parameter ([`KernelAttr::threads_param`]).
     pub threads: Option<u32>,
+    /// `threads = NAME`: a const parameter of a generic kernel gives the
+    /// threads of each instance (checked and resolved in `expand.rs`).
+    pub threads_param: Option<Ident>,
+    /// `instances(..)`: the instances of a generic kernel, as written, and
+    /// the `instances` keyword's span.
+    pub instances: Option<(Vec<crate::generics::InstanceDecl>, Span)>,
     /// `consts(NAME = value)`, in the order written.
     pub consts: Vec<(Ident, i64)>,
     /// `cluster = (x, y, z)`: thread block cluster shape; `[1, 1, 1]` when
@@ -36,11 +45,18 @@ pub(crate) struct KernelAttr {
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 use tile_ir::Target;
 
-const OPTIONS: [&str; 5] = ["threads", "consts", "cluster", "warp_specialize", "archs"];
+const OPTIONS: [&str; 6] = ["threads", "consts", "cluster", "warp_specialize", "archs", "instances"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
-    let mut attr =
-        KernelAttr { threads: None, consts: Vec::new(), cluster: [1, 1, 1], warp_specialize: true, archs: None };
+    let mut attr = KernelAttr {
+        threads: None,
+        threads_param: None,
+        instances: None,
+        consts: Vec::new(),
+        cluster: [1, 1, 1],
+        warp_specialize: true,
+        archs: None,
+    };
     let mut archs_seen = false;
     let mut threads_seen = false;
     let mut cluster_seen = false;
@@ -55,8 +71,22 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     }
                     threads_seen = true;
                     input.parse::<Token![=]>()?;
-                    let lit: LitInt = input.parse()?;
-                    attr.threads = check_threads(&lit, errors);
+                    if input.peek(Ident) {
+                        // A const parameter's name (a generic kernel).
+                        attr.threads_param = Some(input.parse()?);
+                    } else {
+                        let lit: LitInt = input.parse()?;
+                        attr.threads = check_threads(&lit, errors);
+                    }
+                }
+                "instances" => {
+                    if attr.instances.is_some() {
+                        errors.at(key.span(), "`instances` is given twice; list every instance in one `instances(..)`");
+                    }
+                    let content;
+                    syn::parenthesized!(content in input);
+                    let list = crate::generics::parse_instance_list(&content)?;
+                    attr.instances = Some((list, key.span()));
                 }
                 "consts" => {
                     let content;
@@ -144,7 +174,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     errors.at(
                         key.span(),
                         format!(
-                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false` or `archs = \"sm_90a,..\"`",
+                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `archs = \"sm_90a,..\"` or `instances((..), ..)`",
                             did_you_mean(other, OPTIONS)
                         ),
                     );
@@ -273,9 +303,14 @@ fn check_threads(lit: &LitInt, errors: &mut Errors) -> Option<u32> {
             return None;
         }
     };
-    if !tile_ir::verify::rules::threads_ok(value) {
+    threads_value(value as i128, lit.span(), errors)
+}
+
+/// `value` as threads per block, or an error at `span`.
+pub(crate) fn threads_value(value: i128, span: Span, errors: &mut Errors) -> Option<u32> {
+    if !u64::try_from(value).is_ok_and(tile_ir::verify::rules::threads_ok) {
         errors.at(
-            lit.span(),
+            span,
             format!("`threads = {value}`: the threads per block must be a multiple of 32 (the warp size) between 32 and 1024"),
         );
         return None;

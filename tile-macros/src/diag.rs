@@ -49,6 +49,11 @@ impl Errors {
         self.errors.iter().flat_map(|e| e.clone().into_iter().map(|e| e.to_string())).collect()
     }
 
+    /// Every error, each with one message.
+    pub fn into_single(self) -> Vec<syn::Error> {
+        self.errors.into_iter().flat_map(|e| e.into_iter()).collect()
+    }
+
     pub fn combined(self) -> Option<syn::Error> {
         let mut iter = self.errors.into_iter();
         let mut first = iter.next()?;
@@ -86,6 +91,15 @@ impl SpanRange {
                 .collect();
         syn::Error::new_spanned(tokens, message)
     }
+}
+
+/// The tokens an error covers (first and last), read back from its
+/// `compile_error!` (syn keeps them, but does not expose the end).
+pub(crate) fn range_of_error(e: &syn::Error) -> SpanRange {
+    let tokens: Vec<TokenTree> = e.to_compile_error().into_iter().collect();
+    let start = tokens.first().map_or_else(|| e.span(), |t| t.span());
+    let end = tokens.last().map_or(start, |t| t.span());
+    SpanRange { start, end }
 }
 
 /// Source ranges of the statements and buffers of one kernel, indexed by

@@ -11,6 +11,8 @@
 
 use crate::backend::{self, TargetCode};
 use crate::diag::Errors;
+use crate::generics::{self, Instance, InstanceArg, ParamKind};
+use crate::sig::Elem;
 use crate::sig::{DimDecl, ParamType, Signature};
 use crate::{attr, lower, sig};
 use proc_macro2::{Span, TokenStream, TokenTree};
@@ -69,19 +71,13 @@ pub(crate) fn expand_with(attr: TokenStream, item: TokenStream, env: &backend::B
         }
     };
     let kept_attrs = kept_attributes(&sig, &mut errors);
-    let (kernel, spans) = lower::lower(&attr, &sig, &mut errors);
+    if !sig.generics.is_empty() || attr.instances.is_some() {
+        return expand_generic(&attr, &sig, &kept_attrs, env, errors);
+    }
+    let (kernel, spans) = lower::lower_instance(&attr, &sig, None, &mut errors);
     let mut compiled = None;
     if errors.is_empty() {
-        let targets = backend::compile_all(&kernel, &spans, sig.ident.span(), attr.archs.as_deref(), env, &mut errors);
-        match serde_json::to_string(&kernel) {
-            Ok(ir_json) => compiled = Some(Compiled { ir_json, targets }),
-            Err(e) => {
-                errors.at(
-                    sig.ident.span(),
-                    format!("internal error in `#[tile_kernel]`: cannot serialize the kernel: {e}"),
-                );
-            }
-        }
+        compiled = compile(&kernel, &spans, &sig, &attr, env, &mut errors);
     }
     if !errors.is_empty() {
         compiled = None;
@@ -89,6 +85,110 @@ pub(crate) fn expand_with(attr: TokenStream, item: TokenStream, env: &backend::B
     let module = module(&sig, &kept_attrs, attr.threads, compiled.as_ref());
     let errors = errors.combined().map(|e| e.to_compile_error());
     quote! { #module #errors }
+}
+
+/// Compiles a kernel that lowered without errors for every target, and
+/// serializes its IR; `None` (with the errors in `errors`) when it fails.
+fn compile(
+    kernel: &tile_ir::Kernel,
+    spans: &crate::diag::SpanTable,
+    sig: &Signature,
+    attr: &attr::KernelAttr,
+    env: &backend::BuildEnv,
+    errors: &mut Errors,
+) -> Option<Compiled> {
+    let targets = backend::compile_all(kernel, spans, sig.ident.span(), attr.archs.as_deref(), env, errors);
+    match serde_json::to_string(kernel) {
+        Ok(ir_json) => Some(Compiled { ir_json, targets }),
+        Err(e) => {
+            errors
+                .at(sig.ident.span(), format!("internal error in `#[tile_kernel]`: cannot serialize the kernel: {e}"));
+            None
+        }
+    }
+}
+
+/// A generic kernel: every instance lowered and compiled on its own (its
+/// errors collected apart, then merged: an error every instance has is
+/// reported once, one that only some have names them), and the module of
+/// [`generic_module`].
+fn expand_generic(
+    attr: &attr::KernelAttr,
+    sig: &Signature,
+    kept_attrs: &[syn::Attribute],
+    env: &backend::BuildEnv,
+    mut errors: Errors,
+) -> TokenStream {
+    let name = syn::ext::IdentExt::unraw(&sig.ident).to_string();
+    let at = attr.instances.as_ref().map_or(sig.ident.span(), |(_, s)| *s);
+    let decls = attr.instances.as_ref().map(|(d, _)| d.as_slice());
+    let instances = generics::check_instances(&name, &sig.generics, decls, at, &mut errors);
+    if sig.generics.is_empty() {
+        // `instances(..)` on a plain kernel (reported): the plain module.
+        let module = module(sig, kept_attrs, attr.threads, None);
+        let errors = errors.combined().map(|e| e.to_compile_error());
+        return quote! { #module #errors };
+    }
+    let mut per_instance = Vec::new();
+    let mut compiled = Vec::new();
+    for instance in &instances {
+        let mut own = Errors::default();
+        let (kernel, spans) = lower::lower_instance(attr, sig, Some(instance), &mut own);
+        let code =
+            if errors.is_empty() && own.is_empty() { compile(&kernel, &spans, sig, attr, env, &mut own) } else { None };
+        compiled.push((kernel.name.clone(), kernel.threads, code));
+        per_instance.push(own);
+    }
+    let labels: Vec<String> = instances.iter().map(|i| i.display(&name)).collect();
+    merge_instance_errors(&labels, per_instance, &mut errors);
+    if !errors.is_empty() {
+        for c in &mut compiled {
+            c.2 = None;
+        }
+    }
+    let module = generic_module(sig, kept_attrs, &instances, &compiled);
+    let errors = errors.combined().map(|e| e.to_compile_error());
+    quote! { #module #errors }
+}
+
+/// Moves each instance's errors into `errors`: one that every instance
+/// reports (the same message at the same tokens) once as it is, the others
+/// with the instances that have them, e.g. "(in instance
+/// `matmul::<bf16, 256>`)".
+fn merge_instance_errors(labels: &[String], per_instance: Vec<Errors>, errors: &mut Errors) {
+    struct Entry {
+        key: (String, String, usize),
+        range: crate::diag::SpanRange,
+        message: String,
+        instances: Vec<usize>,
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    for (i, own) in per_instance.into_iter().enumerate() {
+        let mut seen: std::collections::HashMap<(String, String), usize> = Default::default();
+        for e in own.into_single() {
+            let message = e.to_string();
+            let span = format!("{:?}", e.span());
+            let n = seen.entry((span.clone(), message.clone())).or_default();
+            let key = (span, message.clone(), *n);
+            *n += 1;
+            match entries.iter_mut().find(|x| x.key == key) {
+                Some(x) => x.instances.push(i),
+                None => {
+                    entries.push(Entry { key, range: crate::diag::range_of_error(&e), message, instances: vec![i] })
+                }
+            }
+        }
+    }
+    for e in entries {
+        let message = if e.instances.len() == labels.len() {
+            e.message
+        } else {
+            let names: Vec<String> = e.instances.iter().map(|&i| format!("`{}`", labels[i])).collect();
+            let which = if names.len() == 1 { "instance" } else { "instances" };
+            format!("{} (in {which} {})", e.message, names.join(", "))
+        };
+        errors.push(e.range.error(message));
+    }
 }
 
 /// Doc comments, `cfg` and lint attributes move to the module; anything
@@ -151,6 +251,13 @@ fn scalar_arg(dtype: DType) -> Option<TokenStream> {
     })
 }
 
+fn elem_name(e: &Elem) -> String {
+    match e {
+        Elem::Known(d) => d.to_string(),
+        Elem::Param(i) => i.to_string(),
+    }
+}
+
 /// How a parameter was written, for the generated docs.
 fn describe_param(ty: &ParamType) -> String {
     match ty {
@@ -162,18 +269,32 @@ fn describe_param(ty: &ParamType) -> String {
                     DimDecl::Name(i) => i.to_string(),
                 })
                 .collect();
-            format!("&{}Tensor<{dtype}, {}>", if *mutable { "mut " } else { "" }, dims.join(", "))
+            format!("&{}Tensor<{}, {}>", if *mutable { "mut " } else { "" }, elem_name(dtype), dims.join(", "))
         }
-        ParamType::Scalar(d) => d.to_string(),
+        ParamType::Scalar(d) => elem_name(d),
         ParamType::Invalid => "(invalid)".into(),
     }
 }
 
-fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compiled: Option<&Compiled>) -> TokenStream {
-    let vis = &sig.vis;
-    let ident = &sig.ident;
-    let name = syn::ext::IdentExt::unraw(ident).to_string();
-    let span = ident.span();
+/// The element type's Rust tokens: a concrete type, or the type parameter.
+fn elem_type(e: &Elem) -> TokenStream {
+    match e {
+        Elem::Known(d) => rust_type(*d),
+        Elem::Param(i) => i.to_token_stream(),
+    }
+}
+
+/// The `launch` wrapper's pieces: the stream's name, the parameters, the
+/// `KernelArg`s they become, and the ones that take no argument.
+struct LaunchParams {
+    stream: syn::Ident,
+    params: Vec<TokenStream>,
+    args: Vec<TokenStream>,
+    unused: Vec<syn::Ident>,
+}
+
+fn launch_params(sig: &Signature) -> LaunchParams {
+    let span = sig.ident.span();
     let stream = if sig.params.iter().any(|p| p.name == "stream") {
         format_ident!("__tile_stream", span = span)
     } else {
@@ -187,7 +308,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
         let ty_span = p.ty_tokens.clone().into_iter().next().map_or(pname.span(), |t| t.span());
         match &p.ty {
             ParamType::Tensor { mutable, dtype, .. } => {
-                let elem = respan(rust_type(*dtype), ty_span);
+                let elem = respan(elem_type(dtype), ty_span);
                 if *mutable {
                     params.push(quote_spanned!(ty_span=> #pname: &mut ::tile::DeviceTensor<#elem>));
                     args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)));
@@ -197,13 +318,18 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
                 }
             }
             ParamType::Scalar(dtype) => {
-                let ty = respan(rust_type(*dtype), ty_span);
+                let ty = respan(elem_type(dtype), ty_span);
                 params.push(quote_spanned!(ty_span=> #pname: #ty));
-                match scalar_arg(*dtype) {
-                    Some(variant) => {
-                        args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname)))
+                match dtype {
+                    Elem::Known(d) => match scalar_arg(*d) {
+                        Some(variant) => {
+                            args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::#variant(#pname)))
+                        }
+                        None => unused.push(pname.clone()),
+                    },
+                    Elem::Param(_) => {
+                        args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::element(#pname)))
                     }
-                    None => unused.push(pname.clone()),
                 }
             }
             ParamType::Invalid => {
@@ -213,6 +339,11 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
             }
         }
     }
+    LaunchParams { stream, params, args, unused }
+}
+
+/// `META`'s value: the compiled kernel, or (after errors) an empty one.
+fn meta_value(name: &str, compiled: Option<&Compiled>) -> TokenStream {
     let (ir, targets) = match compiled {
         Some(c) => {
             let targets = c.targets.iter().map(|t| {
@@ -238,14 +369,31 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
         }
         None => (String::new(), quote!()),
     };
+    quote!(::tile::KernelMeta {
+        name: #name,
+        ir: #ir,
+        targets: &[#targets],
+    })
+}
+
+fn params_doc(sig: &Signature) -> String {
     let signature: Vec<String> =
         sig.params.iter().map(|p| format!("`{}: {}`", p.name, describe_param(&p.ty))).collect();
+    format!(" Parameters: {}.", if signature.is_empty() { "none".to_string() } else { signature.join(", ") })
+}
+
+fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compiled: Option<&Compiled>) -> TokenStream {
+    let vis = &sig.vis;
+    let ident = &sig.ident;
+    let name = syn::ext::IdentExt::unraw(ident).to_string();
+    let span = ident.span();
+    let LaunchParams { stream, params, args, unused } = launch_params(sig);
+    let meta = meta_value(&name, compiled);
     let launch_doc = format!(
         " Launches the kernel `{name}` on `{stream}` ({} threads per block; dynamic dimensions and the grid come from the tensors' shapes).",
         threads.map_or_else(|| "?".to_string(), |t| t.to_string())
     );
-    let params_doc =
-        format!(" Parameters: {}.", if signature.is_empty() { "none".to_string() } else { signature.join(", ") });
+    let params_doc = params_doc(sig);
     let meta_doc =
         format!(" The compiled kernel `{name}`: its Tile IR (JSON) and the PTX of each target (several variants per target, preferred first, when one needs TMA-addressable tensors).");
     let launch = quote_spanned!(span=> launch);
@@ -254,11 +402,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
         #vis mod #ident {
             #[doc = #meta_doc]
             #[allow(dead_code)]
-            pub static META: ::tile::KernelMeta = ::tile::KernelMeta {
-                name: #name,
-                ir: #ir,
-                targets: &[#targets],
-            };
+            pub static META: ::tile::KernelMeta = #meta;
 
             #[doc = #launch_doc]
             #[doc = ""]
@@ -271,4 +415,133 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
         }
     };
     mod_tokens.into_token_stream()
+}
+
+/// The module of a generic kernel `name<P..>`: a trait `Instance<P..>`
+/// (with a diagnostic naming the instances when a use is not one), an
+/// uninhabited `Instances` implementing it once per instance with that
+/// instance's `META`, `INSTANCES` (every `META`, in the attribute's order),
+/// `meta::<P..>()`, and `launch::<P..>(stream, params..)`, whose tensors are
+/// `DeviceTensor<T>` for a type parameter `T`.
+fn generic_module(
+    sig: &Signature,
+    attrs: &[syn::Attribute],
+    instances: &[Instance],
+    compiled: &[(String, u32, Option<Compiled>)],
+) -> TokenStream {
+    let vis = &sig.vis;
+    let ident = &sig.ident;
+    let name = syn::ext::IdentExt::unraw(ident).to_string();
+    let span = ident.span();
+    let LaunchParams { stream, params, args, unused } = launch_params(sig);
+    // The generic parameters: declared (`T, const BM: usize`), used (`T, BM`),
+    // and on `launch` (`T: ::tile::Element, const BM: usize`).
+    let mut declared = Vec::new();
+    let mut used = Vec::new();
+    let mut on_launch = Vec::new();
+    for g in &sig.generics {
+        let n = &g.name;
+        used.push(quote!(#n));
+        match &g.kind {
+            ParamKind::Type(_) => {
+                declared.push(quote!(#n));
+                on_launch.push(quote!(#n: ::tile::Element));
+            }
+            ParamKind::Const(ty) => {
+                let ty = format_ident!("{}", ty.name());
+                declared.push(quote!(const #n: #ty));
+                on_launch.push(quote!(const #n: #ty));
+            }
+        }
+    }
+    let labels: Vec<String> = instances.iter().map(|i| format!("`{}`", i.display(&name))).collect();
+    let list = if labels.is_empty() { "none".to_string() } else { labels.join(", ") };
+    let placeholders: Vec<String> = sig.generics.iter().map(|g| format!("{{{}}}", g.name)).collect();
+    let message = format!("`{name}` has no instance `{name}::<{}>`", placeholders.join(", "));
+    let label = format!("not an instance of `{name}`");
+    let note = format!(
+        "the instances of `{name}` (its `#[tile_kernel(instances(..))]`, each compiled at build time) are {list}"
+    );
+    let mut statics = Vec::new();
+    let mut impls = Vec::new();
+    let mut refs = Vec::new();
+    for (i, (instance, (kernel_name, threads, code))) in instances.iter().zip(compiled).enumerate() {
+        let stat = format_ident!("__META_{}", i);
+        let meta = meta_value(kernel_name, code.as_ref());
+        let doc = format!(" `{}` ({threads} threads per block).", instance.display(&name));
+        statics.push(quote! {
+            #[doc = #doc]
+            #[doc(hidden)]
+            pub static #stat: ::tile::KernelMeta = #meta;
+        });
+        let args = instance.args.iter().map(|a| match a {
+            InstanceArg::Type(d) => rust_type(*d),
+            InstanceArg::Const(v) => {
+                let lit = proc_macro2::Literal::i64_unsuffixed(*v);
+                if *v < 0 {
+                    quote!({ #lit })
+                } else {
+                    quote!(#lit)
+                }
+            }
+        });
+        let at = instance.span;
+        impls.push(quote_spanned! {at=>
+            impl Instance<#(#args),*> for Instances {
+                const META: &'static ::tile::KernelMeta = &#stat;
+            }
+        });
+        refs.push(quote!(&#stat));
+    }
+    let count = refs.len();
+    let trait_doc = format!(" Implemented by [`Instances`] for each instance of `{name}`: {list}.");
+    let launch_doc = format!(
+        " Launches the instance `{name}::<{}>` of the kernel on `{stream}` (dynamic dimensions and the grid come from the tensors' shapes); the instances are {list}, and any other is a compile error.",
+        sig.generics.iter().map(|g| g.name.to_string()).collect::<Vec<_>>().join(", ")
+    );
+    let params_doc = params_doc(sig);
+    let launch = quote_spanned!(span=> launch);
+    quote! {
+        #(#attrs)*
+        #vis mod #ident {
+            #[doc = #trait_doc]
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            pub trait Instance<#(#declared),*> {
+                /// The compiled instance: its Tile IR (JSON) and the PTX of each target.
+                const META: &'static ::tile::KernelMeta;
+            }
+
+            /// The instances of the kernel (see [`Instance`]).
+            #[allow(dead_code)]
+            pub enum Instances {}
+
+            #(#statics)*
+            #(#impls)*
+
+            /// Every instance's compiled kernel, in the order of `instances(..)`.
+            #[allow(dead_code)]
+            pub static INSTANCES: [&::tile::KernelMeta; #count] = [#(#refs),*];
+
+            /// The compiled kernel of one instance.
+            #[allow(dead_code)]
+            pub fn meta<#(#on_launch),*>() -> &'static ::tile::KernelMeta
+            where
+                Instances: Instance<#(#used),*>,
+            {
+                <Instances as Instance<#(#used),*>>::META
+            }
+
+            #[doc = #launch_doc]
+            #[doc = ""]
+            #[doc = #params_doc]
+            #[allow(dead_code, clippy::too_many_arguments)]
+            pub fn #launch<#(#on_launch),*>(#stream: &::tile::Stream, #(#params),*) -> ::core::result::Result<(), ::tile::Error>
+            where
+                Instances: Instance<#(#used),*>,
+            {
+                #(let _ = #unused;)*
+                ::tile::__private::launch(#stream, <Instances as Instance<#(#used),*>>::META, &mut [#(#args),*])
+            }
+        }
+    }
 }

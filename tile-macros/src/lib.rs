@@ -3,7 +3,8 @@
 //! The pipeline, one module per step (as in serde_derive / thiserror):
 //! `attr` parses the attribute, `sig` the function (its own parser:
 //! `&Tensor<f16, M, K>` is DSL, not a Rust type), `lower/` turns the body
-//! into a `tile_ir::Kernel` (one file per kind of statement), `backend`
+//! into a `tile_ir::Kernel` (one file per kind of statement; once per
+//! instance for a generic kernel, `generics` checking the instances), `backend`
 //! verifies and compiles it for each target, and `expand` quotes the
 //! `mod name { META; fn launch }` that the runtime uses. The frontend checks
 //! syntax, names, literal types and placement; the typing and shape rules of
@@ -18,6 +19,7 @@ mod attr;
 mod backend;
 mod diag;
 mod expand;
+mod generics;
 mod lower;
 mod sig;
 
@@ -46,10 +48,66 @@ mod sig;
 /// // vector_add::launch(&stream, &a, &b, &mut c)?;  // DeviceTensor<f32>s
 /// ```
 ///
+/// # Generic kernels
+/// One source for a kernel in several element types and configurations: the
+/// function takes generic parameters, the attribute lists its instances, and
+/// each instance is compiled at build time (every target, every variant) as
+/// if its types and constants were written out.
+///
+/// ```ignore
+/// #[tile_kernel(threads = THREADS, instances((f16, 128, 256), (bf16, 128, 256), (f16, 64, 128)))]
+/// pub fn matmul<T: Float16, const BM: usize, const THREADS: usize>(
+///     a: &Tensor<T, M, K>, b: &Tensor<T, K, N>, c: &mut Tensor<T, M, N>,
+/// ) { /* `T` wherever an element type goes, `BM` wherever a constant goes */ }
+///
+/// // matmul::launch::<f16, 128, 256>(&stream, &a, &b, &mut c)?;
+/// // matmul::launch::<_, 128, 256>(..) infers `T` from the tensors.
+/// ```
+///
+/// - **Parameters.** Type parameters `T`, `T: Float16` (f16 | bf16, the
+///   tensor-core inputs), `T: Float` (f16 | bf16 | f32), `T: Integer` (i32 |
+///   u32) or `T: Element` (any of the five, as no bound); several bounds
+///   allow what all of them allow. Const parameters `const BM: usize` (or
+///   `u32`, `i32`, `i64`). No lifetimes, defaults or `where` clauses.
+/// - **Uses.** A type parameter goes wherever an element type goes: tensor
+///   and scalar parameters (`&Tensor<T, M, K>`, `alpha: T`), buffers
+///   (`shared::<T, BM, BK>()`), `let x: T`, casts (`x as T`); it is not a
+///   value. A const parameter is a compile-time constant like a
+///   `consts(..)` name (dims, buffer shapes, `{ BM * 2 }`, loop extents,
+///   `pipelined(.., STAGES)`, `use_swizzle(P)`), and `threads = NAME` may
+///   name one; it is not a type, and `cluster` takes literals. Dimensions
+///   that are neither stay dynamic, bound at launch as in any kernel.
+///   `consts(..)` holds the constants every instance shares; its names and
+///   the parameters' must differ.
+/// - **Instances.** `instances((f16, 128, 256), ..)`: one tuple per
+///   instance, one argument per parameter in order (an element type for a
+///   type parameter, an integer literal for a const parameter; a bare `f16`
+///   for a one-parameter kernel). Each is checked against its parameter's
+///   kind, bound and integer type, and listed once; a generic kernel needs
+///   at least one, a plain kernel none.
+/// - **Errors.** Each instance is lowered, verified and compiled apart. A
+///   mistake that every instance makes is reported once; one that only some
+///   make (a tile that exceeds shared memory at `BM = 256` only) is reported
+///   at its tokens, the message ending "(in instance
+///   `matmul::<f16, 256, 256>`)" (or "(in instances ..)", the list).
+/// - **What it generates.** `mod matmul` holds a trait
+///   `Instance<T, const BM: usize, ..>` with `const META: &KernelMeta`, an
+///   uninhabited `Instances` implementing it once per instance, `INSTANCES`
+///   (every instance's `&KernelMeta`, in the attribute's order),
+///   `meta::<T, BM, ..>()` and `launch::<T, BM, ..>(stream, params..)`, both
+///   bounded by `Instances: Instance<T, BM, ..>`: a use that is not an
+///   instance is a compile error ("`matmul` has no instance
+///   `matmul::<f32, 128, 256>`") whose note lists the instances. Host code
+///   generic over instances carries the same bound. An instance's kernel
+///   (its `KernelMeta::name`, PTX entry and `TILE_DUMP` files) is named
+///   `matmul__f16_128_256` (a negative value `m5`).
+///
 /// # The attribute
-/// `threads = N` (required: a multiple of 32, at most 1024) and
+/// `threads = N` (required: a multiple of 32, at most 1024; or the name of a
+/// const parameter of a generic kernel) and
 /// `consts(NAME = integer, ..)`: the compile-time constants of the kernel. A
 /// `const` item outside the kernel is invisible to a macro; put it here.
+/// `instances(..)`: the instances of a generic kernel (above).
 /// Optional:
 /// - `cluster = (x, y, z)`: thread block clusters (sm_90 and later): 1 to 3
 ///   positive integer literals (missing ones are 1), at most 8 blocks in all
@@ -81,8 +139,10 @@ mod sig;
 ///
 /// # Parameters
 /// `&Tensor<T, D0, D1, ..>` (read-only), `&mut Tensor<T, D0, D1, ..>`, and
-/// scalars `f32`, `i32`, `u32`, `f16`, `bf16`. `T` is one of those types. A
-/// dimension is an integer literal, a name from `consts(..)`, or any other
+/// scalars `f32`, `i32`, `u32`, `f16`, `bf16`. `T` is one of those types (or
+/// a type parameter). A
+/// dimension is an integer literal, a name from `consts(..)` (or a const
+/// parameter), or any other
 /// name: a dynamic dimension, an `i32` bound at launch from the tensors'
 /// shapes (tensors naming the same dimension must agree). Shapes are generic
 /// arguments because rustc parses the item before the macro runs and
@@ -226,7 +286,8 @@ mod sig;
 /// # Environment (read at build time)
 /// - `TILE_ARCHS`: comma-separated targets (`sm_80`, `sm_90a`; default
 ///   both; empty: none, the interpreter only).
-/// - `TILE_DUMP=<dir>`: writes `<kernel>.tile`, `<kernel>.<arch>.thread`,
+/// - `TILE_DUMP=<dir>`: writes (`<kernel>` the instance's name for a generic
+///   kernel: `matmul__f16_128_256`) `<kernel>.tile`, `<kernel>.<arch>.thread`,
 ///   `<kernel>.<arch>.ptx` (and `<kernel>.<arch>.ptxas.txt`); a target's
 ///   extra variants (before the general one) add their schedule's name:
 ///   `<kernel>.sm_90a.warp_specialized_gemm.ptx`, `<kernel>.sm_90a.tma_copy.ptx`;

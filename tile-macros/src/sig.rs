@@ -1,4 +1,4 @@
-//! The kernel's signature: `vis fn name(params) { body }`.
+//! The kernel's signature: `vis fn name<generics>(params) { body }`.
 //!
 //! A parameter type such as `&Tensor<f16, M, K>` is DSL, not a Rust type
 //! (`M`, `K` are dimensions), so this module parses the function itself
@@ -10,12 +10,17 @@
 //! `[M, K]` cannot be: rustc parses the item before the macro runs, and
 //! `[M, K]` is not Rust type syntax.
 //!
+//! Generic parameters (`<T: Float16, const BM: usize>`) are checked by
+//! `generics.rs`; a parameter's element type may be a type parameter
+//! ([`Elem::Param`]), resolved per instance when lowering.
+//!
 //! Expects the item's tokens. Guarantees either a [`Signature`] (parameter
 //! errors are pushed to [`Errors`] and the bad parameter is kept as
 //! [`ParamType::Invalid`], so the generated `launch` still has the right
 //! arity) or a fatal `syn::Error` when the item is not a function at all.
 
 use crate::diag::Errors;
+use crate::generics::{GenericParam, ParamKind};
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::parse::{ParseStream, Parser};
@@ -26,8 +31,18 @@ pub(crate) struct Signature {
     pub attrs: Vec<Attribute>,
     pub vis: Visibility,
     pub ident: Ident,
+    /// The generic parameters (empty for a plain kernel).
+    pub generics: Vec<GenericParam>,
     pub params: Vec<ParamDecl>,
     pub body: Block,
+}
+
+/// An element type as a parameter writes it.
+#[derive(Clone, Debug)]
+pub(crate) enum Elem {
+    Known(DType),
+    /// A type parameter of the kernel (`&Tensor<T, M, K>`).
+    Param(Ident),
 }
 
 pub(crate) struct ParamDecl {
@@ -40,10 +55,10 @@ pub(crate) struct ParamDecl {
 pub(crate) enum ParamType {
     Tensor {
         mutable: bool,
-        dtype: DType,
+        dtype: Elem,
         dims: Vec<DimDecl>,
     },
-    Scalar(DType),
+    Scalar(Elem),
     /// Rejected (error already reported).
     Invalid,
 }
@@ -74,16 +89,17 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
         }
         input.parse::<Token![fn]>()?;
         let ident: Ident = input.parse()?;
-        if input.peek(Token![<]) {
-            return Err(input.error(
-                "a tile kernel cannot be generic; element types are written in the parameters (`&Tensor<f16, M, N>`)",
-            ));
-        }
+        let generics = if input.peek(Token![<]) {
+            let g: syn::Generics = input.parse()?;
+            crate::generics::params(&g, errors)
+        } else {
+            Vec::new()
+        };
         let content;
         let paren = syn::parenthesized!(content in input);
         let _ = paren;
         let params_tokens: TokenStream = content.parse()?;
-        let params = parse_params(params_tokens, errors);
+        let params = parse_params(params_tokens, &generics, errors);
         if input.peek(Token![->]) {
             let arrow: Token![->] = input.parse()?;
             let mut rest = arrow.to_token_stream();
@@ -93,7 +109,9 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
             errors.spanned(&rest, "a tile kernel returns nothing; write its results into a `&mut Tensor` parameter");
         }
         if input.peek(Token![where]) {
-            return Err(input.error("a tile kernel cannot have a `where` clause"));
+            return Err(input.error(
+                "a tile kernel cannot have a `where` clause; bound its type parameters in `<..>` (`T: Float16`)",
+            ));
         }
         let body_tree: TokenTree = input.parse()?;
         let TokenTree::Group(group) = body_tree else {
@@ -106,21 +124,21 @@ pub(crate) fn parse(item: TokenStream, errors: &mut Errors) -> syn::Result<Signa
             return Err(input.error("unexpected tokens after the kernel's body"));
         }
         let body: Block = syn::parse2(TokenTree::Group(group).into_token_stream())?;
-        Ok(Signature { attrs, vis, ident, params, body })
+        Ok(Signature { attrs, vis, ident, generics, params, body })
     };
     parser.parse2(item)
 }
 
 /// Splits the parameter list at top-level commas (commas inside `<..>` do
 /// not count: `Tensor<f16, M, K>` is one parameter) and parses each.
-fn parse_params(tokens: TokenStream, errors: &mut Errors) -> Vec<ParamDecl> {
+fn parse_params(tokens: TokenStream, generics: &[GenericParam], errors: &mut Errors) -> Vec<ParamDecl> {
     let mut params = Vec::new();
     let mut current: Vec<TokenTree> = Vec::new();
     let mut depth = 0i32;
     let flush = |current: &mut Vec<TokenTree>, errors: &mut Errors, params: &mut Vec<ParamDecl>| {
         if !current.is_empty() {
             let ts: TokenStream = current.drain(..).collect();
-            if let Some(p) = parse_param(ts, errors) {
+            if let Some(p) = parse_param(ts, generics, errors) {
                 params.push(p);
             }
         }
@@ -142,7 +160,7 @@ fn parse_params(tokens: TokenStream, errors: &mut Errors) -> Vec<ParamDecl> {
 }
 
 /// `name: Type`. Returns `None` only when there is no name at all.
-fn parse_param(tokens: TokenStream, errors: &mut Errors) -> Option<ParamDecl> {
+fn parse_param(tokens: TokenStream, generics: &[GenericParam], errors: &mut Errors) -> Option<ParamDecl> {
     let parser = |input: ParseStream| -> syn::Result<(Ident, TokenStream)> {
         if input.peek(Token![mut]) {
             let m: Token![mut] = input.parse()?;
@@ -163,7 +181,7 @@ fn parse_param(tokens: TokenStream, errors: &mut Errors) -> Option<ParamDecl> {
             return None;
         }
     };
-    let ty = match parse_param_type(ty_tokens.clone()) {
+    let ty = match parse_param_type(ty_tokens.clone(), generics) {
         Ok(ty) => ty,
         Err(e) => {
             errors.push(e);
@@ -180,7 +198,7 @@ fn unsupported_type(tokens: &TokenStream) -> syn::Error {
     )
 }
 
-fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
+fn parse_param_type(tokens: TokenStream, generics: &[GenericParam]) -> syn::Result<ParamType> {
     let whole = tokens.clone();
     let parser = |input: ParseStream| -> syn::Result<ParamType> {
         if input.peek(Token![&]) {
@@ -196,7 +214,7 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
             }
             input.parse::<Token![<]>()?;
             let dtype_ident: Ident = input.parse()?;
-            let dtype = element_type(&dtype_ident)?;
+            let dtype = element_type(&dtype_ident, generics)?;
             // The dims: `Tensor<T, M, K>`; also `Tensor<T, (M, K)>` and `Tensor<T, [N]>`.
             let mut dim_tokens: Vec<TokenTree> = Vec::new();
             while !input.peek(Token![>]) {
@@ -219,8 +237,13 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
                     "a tensor parameter is passed by reference: `&Tensor<T, D0, D1, ..>` or `&mut Tensor<T, D0, D1, ..>`",
                 ));
             }
+            if generics.iter().any(|g| g.name == ident) && input.is_empty() {
+                return Ok(ParamType::Scalar(element_type(&ident, generics)?));
+            }
             match DType::from_name(&ident.to_string()) {
-                Some(d) if PARAM_DTYPES.contains(&d.name()) && input.is_empty() => Ok(ParamType::Scalar(d)),
+                Some(d) if PARAM_DTYPES.contains(&d.name()) && input.is_empty() => {
+                    Ok(ParamType::Scalar(Elem::Known(d)))
+                }
                 _ => Err(unsupported_type(&whole)),
             }
         }
@@ -228,9 +251,19 @@ fn parse_param_type(tokens: TokenStream) -> syn::Result<ParamType> {
     parser.parse2(tokens)
 }
 
-fn element_type(ident: &Ident) -> syn::Result<DType> {
+fn element_type(ident: &Ident, generics: &[GenericParam]) -> syn::Result<Elem> {
+    match generics.iter().find(|g| g.name == *ident).map(|g| &g.kind) {
+        Some(ParamKind::Type(_)) => return Ok(Elem::Param(ident.clone())),
+        Some(ParamKind::Const(_)) => {
+            return Err(syn::Error::new(
+                ident.span(),
+                format!("`{ident}` is a const parameter (an integer), not an element type; tensors hold `f16`, `bf16`, `f32`, `i32`, `u32` or a type parameter"),
+            ))
+        }
+        None => {}
+    }
     match DType::from_name(&ident.to_string()) {
-        Some(d) if PARAM_DTYPES.contains(&d.name()) => Ok(d),
+        Some(d) if PARAM_DTYPES.contains(&d.name()) => Ok(Elem::Known(d)),
         _ => Err(syn::Error::new(
             ident.span(),
             format!("unsupported element type `{ident}`: tensors hold `f16`, `bf16`, `f32`, `i32` or `u32`"),

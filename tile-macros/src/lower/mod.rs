@@ -43,7 +43,8 @@ mod typing;
 
 use crate::attr::KernelAttr;
 use crate::diag::{did_you_mean, Errors, Reported, SpanRange, SpanTable};
-use crate::sig::{DimDecl, ParamType, Signature};
+use crate::generics::{Instance, ParamKind};
+use crate::sig::{DimDecl, Elem, ParamType, Signature};
 use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::HashMap;
@@ -90,15 +91,63 @@ const DTYPES: [&str; 5] = ["f16", "bf16", "f32", "i32", "u32"];
 
 const STATEMENTS_HELP: &str = "a kernel body is made of `let`, assignments (`=`, `+=`, ..), `for` loops over `a..b`, `parallel(..)` or `pipelined(..)`, `if`/`else`, and the tile operations `copy`, `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min`, `gemm`, `atomic_add` and `barrier` (and `use_swizzle(panel)` right after `grid(..)`, `annotate_layout(&buf, layout)` before a shared buffer's first use)";
 
+/// Lowers a kernel without generic parameters.
+#[cfg(test)]
 pub(crate) fn lower(attr: &KernelAttr, sig: &Signature, errors: &mut Errors) -> (Kernel, SpanTable) {
-    let mut kernel = Kernel::new(sig.ident.unraw().to_string(), attr.threads.unwrap_or(128));
+    lower_instance(attr, sig, None, errors)
+}
+
+/// Lowers a kernel, or one instance of a generic kernel: its type
+/// parameters stand for the instance's element types, its const parameters
+/// are constants like `consts(..)`, and the kernel is named
+/// [`Instance::ir_name`].
+pub(crate) fn lower_instance(
+    attr: &KernelAttr,
+    sig: &Signature,
+    instance: Option<&Instance>,
+    errors: &mut Errors,
+) -> (Kernel, SpanTable) {
+    let base = sig.ident.unraw().to_string();
+    let name = instance.map_or_else(|| base.clone(), |i| i.ir_name(&base));
+    let mut consts: HashMap<String, i64> = attr.consts.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    let mut type_params = Vec::new();
+    if let Some(instance) = instance {
+        for (n, v) in instance.consts(&sig.generics) {
+            if attr.consts.iter().any(|(c, _)| *c == n) {
+                errors.at(
+                    n.span(),
+                    format!("the const parameter `{n}` has the name of a constant in `consts(..)`; rename one of them"),
+                );
+            }
+            consts.insert(n.to_string(), v);
+        }
+        type_params = instance.types(&sig.generics);
+    }
+    let const_params: Vec<String> =
+        sig.generics.iter().filter(|g| matches!(g.kind, ParamKind::Const(_))).map(|g| g.name.to_string()).collect();
+    // `threads = NAME`: a const parameter (or a `consts(..)` name).
+    let mut threads = attr.threads;
+    if let Some(name) = &attr.threads_param {
+        match consts.get(&name.to_string()) {
+            Some(&v) => threads = crate::attr::threads_value(v as i128, name.span(), errors),
+            None => {
+                errors.at(
+                    name.span(),
+                    format!("`threads = {name}`: `{name}` is not a const parameter of the kernel; `threads` is an integer literal or the name of a const parameter (`fn k<const THREADS: usize>(..)`)"),
+                );
+            }
+        }
+    }
+    let mut kernel = Kernel::new(name, threads.unwrap_or(128));
     kernel.cluster = attr.cluster;
     kernel.warp_specialize = attr.warp_specialize;
     let mut lowerer = Lowerer {
         k: kernel,
         spans: SpanTable::new(sig.ident.span()),
         errors,
-        consts: attr.consts.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        consts,
+        type_params,
+        const_params,
         scopes: vec![Vec::new()],
         parallel_depth: 0,
         grid_at: None,
@@ -192,6 +241,11 @@ struct Lowerer<'e> {
     spans: SpanTable,
     errors: &'e mut Errors,
     consts: HashMap<String, i64>,
+    /// The element type each type parameter stands for in this instance.
+    type_params: Vec<(String, DType)>,
+    /// The names of the kernel's const parameters (their values are in
+    /// `consts`), for errors that use one as a type.
+    const_params: Vec<String>,
     scopes: Vec<Vec<(String, Binding)>>,
     /// How many `parallel` loops enclose the code being lowered.
     parallel_depth: u32,
@@ -249,6 +303,12 @@ impl Lowerer<'_> {
 
     pub(super) fn unknown_name(&mut self, ident: &Ident) -> Reported {
         let name = ident.to_string();
+        if self.type_params.iter().any(|(n, _)| *n == name) {
+            return self.errors.at(
+                ident.span(),
+                format!("`{name}` is a type parameter of the kernel: it names an element type (`Tensor<{name}, ..>`, `shared::<{name}, ..>()`, `x as {name}`), not a value"),
+            );
+        }
         if is_upper_case_name(&name) {
             return self.errors.at(
                 ident.span(),
@@ -260,6 +320,20 @@ impl Lowerer<'_> {
         let names = self.visible_names();
         let hint = did_you_mean(&name, names.iter().map(|s| s.as_str()));
         self.errors.at(ident.span(), format!("cannot find `{name}` in this kernel{hint}"))
+    }
+
+    /// A parameter's element type in this instance.
+    fn resolve_elem(&mut self, elem: &Elem) -> Option<DType> {
+        match elem {
+            Elem::Known(d) => Some(*d),
+            Elem::Param(ident) => match self.type_params.iter().find(|(n, _)| *ident == n) {
+                Some((_, d)) => Some(*d),
+                None => {
+                    self.errors.at(ident.span(), format!("internal error: no element type for `{ident}`"));
+                    None
+                }
+            },
+        }
     }
 
     pub(super) fn span_id(&mut self, tokens: &dyn ToTokens) -> SpanId {
@@ -279,6 +353,10 @@ impl Lowerer<'_> {
             let span = self.spans.add_range(SpanRange { start: p.name.span(), end: SpanRange::of(&p.ty_tokens).end });
             match &p.ty {
                 ParamType::Tensor { mutable, dtype, dims: decl } => {
+                    let Some(dtype) = self.resolve_elem(dtype) else {
+                        self.bind(&p.name, Binding::Poisoned);
+                        continue;
+                    };
                     let mut shape = Vec::new();
                     for d in decl {
                         match d {
@@ -289,6 +367,12 @@ impl Lowerer<'_> {
                                     shape.push(Extent::Const(*v));
                                 } else if let Some(v) = dims.get(&dn) {
                                     shape.push(Extent::Dyn(*v));
+                                } else if self.type_params.iter().any(|(n, _)| *ident == n) {
+                                    self.errors.at(
+                                        ident.span(),
+                                        format!("`{dn}` is a type parameter of the kernel, not a dimension; a dimension is an integer, a constant or a name of its own"),
+                                    );
+                                    shape.push(Extent::Const(1));
                                 } else if sig.params.iter().any(|q| q.name == *ident) {
                                     self.errors.at(
                                         ident.span(),
@@ -304,12 +388,16 @@ impl Lowerer<'_> {
                             }
                         }
                     }
-                    let id = self.k.add_tensor_param(name, *dtype, shape, *mutable);
+                    let id = self.k.add_tensor_param(name, dtype, shape, *mutable);
                     self.k.buffers[id.0 as usize].span = span;
                     self.bind(&p.name, Binding::Buffer(id));
                 }
                 ParamType::Scalar(dtype) => {
-                    let v = self.k.add_scalar_param(name, *dtype);
+                    let Some(dtype) = self.resolve_elem(dtype) else {
+                        self.bind(&p.name, Binding::Poisoned);
+                        continue;
+                    };
+                    let v = self.k.add_scalar_param(name, dtype);
                     self.bind(&p.name, Binding::Var { id: v, parallel: false, depth: 0 });
                 }
                 ParamType::Invalid => self.bind(&p.name, Binding::Poisoned),

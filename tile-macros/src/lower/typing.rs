@@ -26,6 +26,15 @@ impl Lowerer<'_> {
                 if name == "bool" {
                     return Ok(DType::Bool);
                 }
+                if let Some((_, d)) = self.type_params.iter().find(|(n, _)| *n == name) {
+                    return Ok(*d);
+                }
+                if self.const_params.contains(&name) {
+                    return Err(self.errors.spanned(
+                        ty,
+                        format!("`{name}` is a const parameter of the kernel (an integer), not a type; a kernel computes with `f16`, `bf16`, `f32`, `i32`, `u32` or a type parameter"),
+                    ));
+                }
             }
         }
         Err(self.errors.spanned(

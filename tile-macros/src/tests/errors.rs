@@ -179,7 +179,6 @@ fn signature_errors() {
     lower_err("threads = 32", "fn k(a: &Tensor<f64, N>) { }", &["unsupported element type `f64`"]);
     lower_err("threads = 32", "fn k(a: Tensor<f32, N>) { }", &["passed by reference"]);
     lower_err("threads = 32", "fn k(a: &Tensor<f32, 64>) -> f32 { }", &["returns nothing"]);
-    lower_err("threads = 32", "fn k<T>(a: &Tensor<T, 64>) { }", &["cannot be generic"]);
     lower_err("threads = 32", "struct S;", &["goes on a function"]);
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Takes every `#[tile_kernel]` kernel of the examples and tests
 //! (`examples/**/*.rs`, `tests/**/*.rs` without `tests/ui`, parsed with syn
-//! here, at test time), applies one to three random token-level mutations to
+//! here, at test time; a generic kernel with its first [`FUZZ_INSTANCES`]
+//! instances), applies one to three random token-level mutations to
 //! its attribute or its function (delete a token tree, duplicate one, swap
 //! two siblings, replace an identifier with another of the same kernel,
 //! replace a literal with an extreme value, insert an operator), and runs the
@@ -98,7 +99,7 @@ impl<'ast> Visit<'ast> for Finder<'_> {
         let is_kernel = |a: &syn::Attribute| a.path().segments.last().is_some_and(|s| s.ident == "tile_kernel");
         if let Some(attr) = f.attrs.iter().find(|a| is_kernel(a)) {
             let attr_tokens = match &attr.meta {
-                syn::Meta::List(l) => l.tokens.clone(),
+                syn::Meta::List(l) => first_instances(l.tokens.clone(), FUZZ_INSTANCES),
                 _ => TokenStream::new(),
             };
             let mut item = f.clone();
@@ -113,6 +114,53 @@ impl<'ast> Visit<'ast> for Finder<'_> {
         }
         syn::visit::visit_item_fn(self, f);
     }
+}
+
+/// How many instances of a generic kernel the cases keep: every instance is
+/// expanded like a kernel of its own, and the 13 of the example GEMM would
+/// make its cases 13 times slower without exercising more of the frontend.
+const FUZZ_INSTANCES: usize = 2;
+
+/// The attribute with `instances(..)` cut to its first `keep` entries.
+fn first_instances(attr: TokenStream, keep: usize) -> TokenStream {
+    let mut out = Vec::new();
+    let mut after_instances = false;
+    for tt in attr {
+        match &tt {
+            TokenTree::Group(g) if after_instances && g.delimiter() == Delimiter::Parenthesis => {
+                let mut kept = Vec::new();
+                let mut entries = 0;
+                for t in g.stream() {
+                    if matches!(&t, TokenTree::Punct(p) if p.as_char() == ',') {
+                        entries += 1;
+                        if entries == keep {
+                            break;
+                        }
+                    }
+                    kept.push(t);
+                }
+                let mut group = Group::new(Delimiter::Parenthesis, kept.into_iter().collect());
+                group.set_span(g.span());
+                out.push(TokenTree::Group(group));
+            }
+            _ => out.push(tt.clone()),
+        }
+        after_instances = matches!(&tt, TokenTree::Ident(i) if i == "instances");
+    }
+    out.into_iter().collect()
+}
+
+#[test]
+fn fuzz_cuts_instance_lists() {
+    let cut = |s: &str| first_instances(s.parse().unwrap(), 2).to_string();
+    assert_eq!(
+        cut("threads = 32, instances((f16, 1), (bf16, 2), (f32, 3))"),
+        "threads = 32 , instances ((f16 , 1) , (bf16 , 2))"
+    );
+    assert_eq!(cut("instances(f16)"), "instances (f16)");
+    assert_eq!(cut("threads = 32"), "threads = 32");
+    // The suite has generic kernels, so the cases cover them.
+    assert!(kernels().iter().any(|k| k.attr.to_string().contains("instances")));
 }
 
 /// splitmix64: small, fast, and the same on every machine.

@@ -4,12 +4,14 @@
 //! (what kernels lower to), `errors.rs` (every kind of mistake, and that
 //! none panics), `expand.rs` (the generated module and the attribute's
 //! options), `gemm.rs` (`gemm`, `use_swizzle`, `annotate_layout`, run in
-//! the interpreter).
+//! the interpreter), `generic.rs` (generic kernels: instances, their
+//! lowering, expansion and errors).
 
 mod errors;
 mod expand;
 mod fuzz;
 mod gemm;
+mod generic;
 mod lowering;
 
 use crate::diag::Errors;

@@ -42,6 +42,19 @@ impl<'a> KernelArg<'a> {
     pub fn tensor_mut<T: Element>(t: &'a mut DeviceTensor<T>) -> Self {
         KernelArg::TensorMut(&mut t.raw)
     }
+    /// A scalar argument whose type is a generic kernel's type parameter
+    /// (`alpha: T`): the variant of `T` (every element type converts
+    /// through `f64` exactly).
+    pub fn element<T: Element>(v: T) -> Self {
+        let x = v.to_f64();
+        match T::DTYPE {
+            DType::F16 => KernelArg::F16(f16::from_f64(x)),
+            DType::BF16 => KernelArg::BF16(bf16::from_f64(x)),
+            DType::F32 => KernelArg::F32(x as f32),
+            DType::I32 => KernelArg::I32(x as i32),
+            _ => KernelArg::U32(x as u32),
+        }
+    }
 
     fn describe(&self) -> String {
         match self {

@@ -11,12 +11,18 @@
 //! lacks a general one) is an [`Error::Launch`] naming the tensor. The arch
 //! rule is `tile_ir::Target::for_device_among`'s: the runtime matches no
 //! arch names itself.
+//!
+//! `TILE_SKIP_SCHEDULES` (comma-separated schedule names, read once per
+//! process) takes variants of those schedules out of the choice, to compare
+//! schedules in one build and one GPU run or to bisect a wrong answer; a name
+//! that is no schedule, or a skip that leaves the arch no variant, is an
+//! [`Error::Launch`] saying so.
 
-use tile_ir::{DType, Kernel, Target};
+use std::sync::OnceLock;
 
-use super::meta::KernelMeta;
-#[cfg(test)]
-use super::meta::KernelTarget;
+use tile_ir::{DType, Kernel, Schedule, Target};
+
+use super::meta::{KernelMeta, KernelTarget};
 use crate::error::{Error, Result};
 
 /// The arch to run on a device of compute capability `cc`: the preferred
@@ -61,9 +67,52 @@ pub(super) fn pick_variant(
     cc: (u32, u32),
     tensors: &[Option<TensorPlace<'_>>],
 ) -> Result<usize> {
+    static SKIP: OnceLock<std::result::Result<Vec<Schedule>, String>> = OnceLock::new();
+    let skip = SKIP.get_or_init(|| parse_skip(std::env::var("TILE_SKIP_SCHEDULES").ok().as_deref()));
+    let skip = skip.as_ref().map_err(|message| Error::Launch { kernel: k.name.clone(), message: message.clone() })?;
+    pick_variant_skipping(meta, k, cc, tensors, skip)
+}
+
+/// The schedules a `TILE_SKIP_SCHEDULES` value names (none when unset or
+/// empty), or what is wrong with it.
+fn parse_skip(value: Option<&str>) -> std::result::Result<Vec<Schedule>, String> {
+    let names = value.unwrap_or("").split(',').map(str::trim).filter(|n| !n.is_empty());
+    names
+        .map(|name| {
+            Schedule::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = Schedule::PREFERENCE.iter().map(|s| s.name()).collect();
+                format!(
+                    "TILE_SKIP_SCHEDULES names `{name}`, which is not a schedule (the schedules: {})",
+                    known.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// [`pick_variant`] without the variants of the schedules in `skip`.
+fn pick_variant_skipping(
+    meta: &'static KernelMeta,
+    k: &Kernel,
+    cc: (u32, u32),
+    tensors: &[Option<TensorPlace<'_>>],
+    skip: &[Schedule],
+) -> Result<usize> {
     let arch = pick_arch(meta, cc)?;
     let mut refused = Vec::new();
-    for (i, t) in meta.targets.iter().enumerate().filter(|(_, t)| t.arch == arch) {
+    let skipped = |t: &KernelTarget| Schedule::from_name(t.schedule).is_some_and(|s| skip.contains(&s));
+    let candidates = || meta.targets.iter().enumerate().filter(|(_, t)| t.arch == arch);
+    if candidates().all(|(_, t)| skipped(t)) {
+        let names: Vec<&str> = candidates().map(|(_, t)| t.schedule).collect();
+        return Err(Error::Launch {
+            kernel: k.name.clone(),
+            message: format!(
+                "TILE_SKIP_SCHEDULES skips every {arch} variant ({}); leave at least one of them",
+                names.join(", ")
+            ),
+        });
+    }
+    for (i, t) in candidates().filter(|(_, t)| !skipped(t)) {
         let blocker = t.tensor_maps.iter().find(|m| match tensors.get(m.tensor).copied().flatten() {
             Some(p) => !tile_ir::abi::tma_addressable(p.address, p.shape, p.dtype.size_bytes() as usize),
             None => true,
@@ -177,5 +226,25 @@ mod tests {
         let bad =
             leak_meta(vec![target("sm_90a", 384, &[TensorMapMeta { tensor: 1, box_shape: &[8], swizzle_bytes: 0 }])]);
         assert!(pick_variant(bad, &k, (9, 0), &[place(0x10000, &[64, 64]), None, place(0x20000, &[64, 64])]).is_err());
+    }
+
+    #[test]
+    fn skipped_schedules_leave_the_choice() {
+        let k = gemm_like();
+        let meta = leak_meta(vec![target("sm_90a", 384, MAPS_A_C), target("sm_90a", 256, &[])]);
+        let tensors = [place(0x10000, &[64, 64]), None, place(0x20000, &[64, 64])];
+        let ws = parse_skip(Some(" warp_specialized_gemm ,")).unwrap();
+        assert_eq!(ws, vec![Schedule::WarpSpecializedGemm]);
+        assert_eq!(pick_variant_skipping(meta, &k, (9, 0), &tensors, &[]).unwrap(), 0);
+        assert_eq!(pick_variant_skipping(meta, &k, (9, 0), &tensors, &ws).unwrap(), 1);
+        // Skipping every variant of the arch says so, and names them.
+        let both = parse_skip(Some("warp_specialized_gemm,general")).unwrap();
+        let err = pick_variant_skipping(meta, &k, (9, 0), &tensors, &both).unwrap_err().to_string();
+        assert!(err.contains("TILE_SKIP_SCHEDULES") && err.contains("warp_specialized_gemm, general"), "{err}");
+        // A name that is no schedule is refused with the list.
+        let err = parse_skip(Some("tma_copy,warp_specialised")).unwrap_err();
+        assert!(err.contains("`warp_specialised`") && err.contains("cp_async_pipeline"), "{err}");
+        assert_eq!(parse_skip(None).unwrap(), vec![]);
+        assert_eq!(parse_skip(Some("")).unwrap(), vec![]);
     }
 }

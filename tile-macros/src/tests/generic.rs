@@ -1,0 +1,288 @@
+//! Generic kernels: instances checked against the parameters, each
+//! instance lowered with its types and constants, the generated module
+//! (trait, impls, `launch::<..>`), and the errors (per instance, merged).
+
+use super::ENV_LOCK;
+use crate::backend::BuildEnv;
+use crate::diag::Errors;
+use crate::{attr, generics, lower, sig};
+use tile_ir::*;
+
+const AXPY: &str = r#"
+pub fn axpy<T: Float, const BLOCK: usize, const THREADS: usize>(x: &Tensor<T, N>, y: &mut Tensor<T, N>, alpha: T) {
+    let bx = grid(cdiv(N, BLOCK));
+    let mut a = fragment::<T, BLOCK>();
+    let mut b = fragment::<T, BLOCK>();
+    copy(x.tile([bx * BLOCK]), &mut a);
+    copy(y.tile([bx * BLOCK]), &mut b);
+    for i in parallel(BLOCK) {
+        b[i] = alpha * a[i] + b[i];
+    }
+    copy(&b, y.tile([bx * BLOCK]));
+}
+"#;
+
+const AXPY_ATTR: &str = "threads = THREADS, instances((f32, 256, 128), (bf16, 1024, 256))";
+
+/// Expands with no targets (the interpreter only) and returns the text.
+fn expand(attr_src: &str, item_src: &str) -> String {
+    let env = BuildEnv { targets: Ok(Vec::new()), dump: None, ptxas: None };
+    crate::expand::expand_with(attr_src.parse().unwrap(), item_src.parse().unwrap(), &env).to_string()
+}
+
+/// The compile errors' messages in an expansion.
+fn messages(out: &str) -> Vec<String> {
+    out.split("compile_error ! {").skip(1).map(|m| m.split(" }").next().unwrap_or("").trim().to_string()).collect()
+}
+
+/// Expands and requires each of `expected` in one of the error messages.
+fn expand_err(attr_src: &str, item_src: &str, expected: &[&str]) -> Vec<String> {
+    let errs = messages(&expand(attr_src, item_src));
+    assert!(!errs.is_empty(), "expected errors, got none");
+    for e in expected {
+        assert!(errs.iter().any(|m| m.contains(e)), "no error contains {e:?}; errors: {errs:#?}");
+    }
+    errs
+}
+
+/// Lowers every instance of a generic kernel (no errors allowed).
+fn instances(attr_src: &str, item_src: &str) -> Vec<Kernel> {
+    let mut errors = Errors::default();
+    let attr = attr::parse(attr_src.parse().unwrap(), &mut errors);
+    let sig = sig::parse(item_src.parse().unwrap(), &mut errors).expect("a function");
+    let decls = attr.instances.as_ref().map(|(d, _)| d.as_slice());
+    let list = generics::check_instances("k", &sig.generics, decls, proc_macro2::Span::call_site(), &mut errors);
+    let kernels = list.iter().map(|i| lower::lower_instance(&attr, &sig, Some(i), &mut errors).0).collect();
+    assert!(errors.is_empty(), "{:#?}", errors.messages());
+    kernels
+}
+
+#[test]
+fn each_instance_lowers_with_its_types_and_constants() {
+    let ks = instances(AXPY_ATTR, AXPY);
+    assert_eq!(ks.len(), 2);
+    let (f32k, bf16k) = (&ks[0], &ks[1]);
+    assert_eq!(f32k.name, "axpy__f32_256_128");
+    assert_eq!(bf16k.name, "axpy__bf16_1024_256");
+    // `threads = THREADS` per instance.
+    assert_eq!((f32k.threads, bf16k.threads), (128, 256));
+    for (k, dtype, block) in [(f32k, DType::F32, 256), (bf16k, DType::BF16, 1024)] {
+        // The tensors and the scalar take the instance's type.
+        assert_eq!(k.buffers[0].dtype, dtype, "{}", k.name);
+        assert_eq!(k.buffers[1].dtype, dtype, "{}", k.name);
+        assert!(k.vars.iter().any(|v| v.name == "alpha" && v.dtype == dtype), "{}", k.name);
+        // The const parameter is a constant; N stays dynamic.
+        assert_eq!(k.buffers[0].shape, vec![Extent::Dyn(k.dims[0])], "{}", k.name);
+        assert!(k.buffers.iter().any(|b| b.shape == vec![Extent::Const(block)] && b.dtype == dtype), "{}", k.name);
+        assert_eq!(k.dims.len(), 1);
+    }
+    // A bare argument for a kernel with one parameter; a negative constant.
+    let ks = instances(
+        "threads = 32, instances(f16, bf16)",
+        "fn k<T: Float16>(x: &mut Tensor<T, 32>) { for i in parallel(32) { x[i] = x[i] * (2 as T); } }",
+    );
+    assert_eq!(ks.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["k__f16", "k__bf16"]);
+    let ks = instances(
+        "threads = 32, instances(-3, 5)",
+        "fn k<const C: i32>(x: &mut Tensor<i32, 32>) { for i in parallel(32) { x[i] = x[i] + C; } }",
+    );
+    assert_eq!(ks[0].name, "k__m3");
+}
+
+#[test]
+fn generated_module_selects_the_instance_by_type() {
+    let _env = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = expand(AXPY_ATTR, AXPY);
+    assert!(!out.contains("compile_error"), "{out}");
+    for needle in [
+        "pub mod axpy",
+        "pub trait Instance < T , const BLOCK : usize , const THREADS : usize >",
+        "diagnostic :: on_unimplemented",
+        "`axpy` has no instance `axpy::<{T}, {BLOCK}, {THREADS}>`",
+        "the instances of `axpy` (its `#[tile_kernel(instances(..))]`, each compiled at build time) are `axpy::<f32, 256, 128>`, `axpy::<bf16, 1024, 256>`",
+        "pub enum Instances { }",
+        "pub static __META_0 : :: tile :: KernelMeta = :: tile :: KernelMeta { name : \"axpy__f32_256_128\"",
+        "impl Instance < f32 , 256 , 128 > for Instances { const META : & 'static :: tile :: KernelMeta = & __META_0 ; }",
+        "impl Instance < :: tile :: bf16 , 1024 , 256 > for Instances",
+        "pub static INSTANCES : [& :: tile :: KernelMeta ; 2usize] = [& __META_0 , & __META_1]",
+        "pub fn meta < T : :: tile :: Element , const BLOCK : usize , const THREADS : usize > () -> & 'static :: tile :: KernelMeta where Instances : Instance < T , BLOCK , THREADS >",
+        "pub fn launch < T : :: tile :: Element , const BLOCK : usize , const THREADS : usize > (stream : & :: tile :: Stream , x : & :: tile :: DeviceTensor < T > , y : & mut :: tile :: DeviceTensor < T > , alpha : T)",
+        ":: tile :: __private :: launch (stream , < Instances as Instance < T , BLOCK , THREADS >> :: META , & mut [:: tile :: __private :: KernelArg :: tensor (x) , :: tile :: __private :: KernelArg :: tensor_mut (y) , :: tile :: __private :: KernelArg :: element (alpha)])",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in {out}");
+    }
+    // Each instance's META carries its own IR.
+    assert!(out.contains(r#"\"name\":\"axpy__bf16_1024_256\""#), "{out}");
+    // After an error: the same module (every instance, empty METAs), and the error.
+    let out = expand(AXPY_ATTR, &AXPY.replace("b[i] = alpha * a[i] + b[i];", "b[i] = nope;"));
+    assert!(out.contains("impl Instance < :: tile :: bf16 , 1024 , 256 > for Instances"), "{out}");
+    assert!(out.contains("ir : \"\""), "{out}");
+    assert_eq!(messages(&out).len(), 1, "one error for both instances: {out}");
+}
+
+#[test]
+fn instance_errors() {
+    let k = "fn k<T: Float16, const BM: usize>(x: &mut Tensor<T, BM>) { }";
+    expand_err("threads = 32", k, &["the generic kernel `k<T, BM>` lists its instances", "instances((f16, 128))"]);
+    expand_err("threads = 32, instances()", k, &["`instances()` is empty"]);
+    expand_err("threads = 32, instances((f16))", k, &["this instance has 1 argument, and `k<T, BM>` has 2 parameters"]);
+    expand_err(
+        "threads = 32, instances((f32, 64))",
+        k,
+        &["`f32` does not satisfy the bound `T: Float16` (f16 | bf16)"],
+    );
+    expand_err("threads = 32, instances((f64, 64))", k, &["`f64` is not an element type"]);
+    expand_err("threads = 32, instances((64, f16))", k, &["the type parameter `T` takes an element type here"]);
+    expand_err("threads = 32, instances((f16, BM))", k, &["the const parameter `BM: usize` takes an integer literal"]);
+    expand_err("threads = 32, instances((f16, -64))", k, &["`-64` is not a `usize`"]);
+    expand_err("threads = 32, instances((f16, 64), (f16, 64))", k, &["the instance `k::<f16, 64>` is listed twice"]);
+    expand_err(
+        "threads = 32, instances(f16)",
+        "fn k(x: &mut Tensor<f16, 4>) { }",
+        &["`instances(..)` on `k`, which has no generic parameters"],
+    );
+    expand_err(
+        "threads = 32, instances(i32)",
+        "fn k<T: Float>(x: &mut Tensor<T, 4>) { }",
+        &["`i32` does not satisfy the bound `T: Float` (f16 | bf16 | f32)"],
+    );
+    expand_err(
+        "threads = 32, instances(f32)",
+        "fn k<T: Integer>(x: &mut Tensor<T, 4>) { }",
+        &["does not satisfy the bound `T: Integer` (i32 | u32)"],
+    );
+}
+
+#[test]
+fn generic_parameter_errors() {
+    let body = "(x: &mut Tensor<f32, 4>) { }";
+    expand_err(
+        "threads = 32, instances(f16)",
+        &format!("fn k<T: Copy>{body}"),
+        &["unknown bound on the type parameter `T`", "`Float16` (f16 | bf16)"],
+    );
+    expand_err(
+        "threads = 32, instances(f16)",
+        &format!("fn k<T: Float + Integer>{body}"),
+        &["`Float` and `Integer` together allow no element type"],
+    );
+    expand_err(
+        "threads = 32, instances(true)",
+        &format!("fn k<const B: bool>{body}"),
+        &["a kernel's const parameter is an integer"],
+    );
+    expand_err("threads = 32", &format!("fn k<'a>{body}"), &["no lifetime parameters"]);
+    expand_err("threads = 32, instances(4)", &format!("fn k<const N: usize = 4>{body}"), &["has no default"]);
+    expand_err(
+        "threads = 32, instances(f16)",
+        "fn k<T>(x: &mut Tensor<T, 4>) where T: Float16 { }",
+        &["cannot have a `where` clause"],
+    );
+    expand_err(
+        "threads = 32, instances((f16, f32))",
+        &format!("fn k<T, T>{body}"),
+        &["the generic parameter `T` is declared twice"],
+    );
+    // A type parameter used as a value, a const parameter used as a type.
+    expand_err(
+        "threads = 32, instances((f16, 4))",
+        "fn k<T: Float16, const C: usize>(x: &mut Tensor<T, C>) { let v = T; }",
+        &["`T` is a type parameter of the kernel: it names an element type"],
+    );
+    expand_err(
+        "threads = 32, instances((f16, 4))",
+        "fn k<T: Float16, const C: usize>(x: &mut Tensor<T, C>) { let mut s = shared::<C, 4>(); }",
+        &["`C` is a const parameter of the kernel (an integer), not a type"],
+    );
+    expand_err(
+        "threads = 32, instances(4)",
+        "fn k<const C: usize>(x: &mut Tensor<C, 4>) { }",
+        &["`C` is a const parameter (an integer), not an element type"],
+    );
+    // `threads = NAME` needs a const parameter, and a valid value per instance.
+    expand_err(
+        "threads = NOPE, instances(4)",
+        "fn k<const C: usize>(x: &mut Tensor<f32, C>) { }",
+        &["`NOPE` is not a const parameter"],
+    );
+    let errs = expand_err(
+        "threads = C, instances(64, 48)",
+        "fn k<const C: usize>(x: &mut Tensor<f32, C>) { }",
+        &["`threads = 48`: the threads per block must be a multiple of 32 (the warp size) between 32 and 1024 (in instance `k::<48>`)"],
+    );
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    // A type parameter is not a dimension; the module's own names are taken.
+    expand_err(
+        "threads = 32, instances(f16)",
+        "fn k<T: Float16>(x: &mut Tensor<T, T>) { }",
+        &["`T` is a type parameter of the kernel, not a dimension"],
+    );
+    expand_err(
+        "threads = 32, instances(f16)",
+        "fn k<Instances: Float16>(x: &mut Tensor<Instances, 4>) { }",
+        &["`Instances` is the name of an item the kernel's module defines"],
+    );
+    // A const parameter may not shadow a `consts(..)` name.
+    expand_err(
+        "threads = 32, consts(C = 2), instances(4)",
+        "fn k<const C: usize>(x: &mut Tensor<f32, C>) { }",
+        &["has the name of a constant"],
+    );
+}
+
+#[test]
+fn errors_name_the_instances_that_have_them() {
+    // Too much shared memory at BM = 8192 only (the verifier, every target).
+    let k = "fn k<T: Float16, const BM: usize>(x: &mut Tensor<T, M, N>) { let mut s = shared::<T, BM, 64>(); copy(x.tile([0, 0]), &mut s); }";
+    let errs = expand_err(
+        "threads = 128, instances((f16, 64), (bf16, 64), (f16, 8192))",
+        k,
+        &["(in instance `k::<f16, 8192>`)"],
+    );
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    // The same mistake in every instance: once, with no instance named.
+    let errs = expand_err(
+        "threads = 128, instances((f16, 64), (bf16, 64))",
+        "fn k<T: Float16, const BM: usize>(x: &mut Tensor<T, BM>) { let y = nope; }",
+        &["cannot find `nope`"],
+    );
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(!errs[0].contains("in instance"), "{errs:#?}");
+    // The same message in two of three instances: once, naming both.
+    let errs = expand_err(
+        "threads = 128, instances((8192, 1), (8192, 2), (64, 1))",
+        "fn k<const BM: usize, const X: usize>(x: &mut Tensor<f16, M, N>) { let mut s = shared::<f16, BM, 64>(); copy(x.tile([0, X]), &mut s); }",
+        &["(in instances `k::<8192, 1>`, `k::<8192, 2>`)"],
+    );
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    // Messages that differ by instance (their types): one per instance.
+    let errs = expand_err(
+        "threads = 32, instances(f16, bf16, f32)",
+        "fn k<T: Float>(x: &mut Tensor<T, 32>, h: f16) { for i in parallel(32) { x[i] = x[i] * h; } }",
+        &[
+            "the left side is `bf16` and the right side is `f16`",
+            "(in instance `k::<bf16>`)",
+            "(in instance `k::<f32>`)",
+        ],
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+}
+
+#[test]
+fn dump_files_name_the_instance() {
+    let dir = std::env::temp_dir().join(format!("tile-generic-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = BuildEnv { targets: Ok(vec![Target::Sm80]), dump: Some(dir.clone()), ptxas: None };
+    let out = crate::expand::expand_with(AXPY_ATTR.parse().unwrap(), AXPY.parse().unwrap(), &env).to_string();
+    assert!(!out.contains("compile_error"), "{out}");
+    for stem in ["axpy__f32_256_128", "axpy__bf16_1024_256"] {
+        for ext in ["tile", "sm_80.ptx", "sm_80.thread", "sm_80.schedules.txt"] {
+            let f = dir.join(format!("{stem}.{ext}"));
+            assert!(f.exists(), "no {}", f.display());
+        }
+        // The PTX entry is the instance's name.
+        let ptx = std::fs::read_to_string(dir.join(format!("{stem}.sm_80.ptx"))).unwrap();
+        assert!(ptx.contains(&format!(".entry {stem}(")), "{ptx}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
