@@ -197,7 +197,8 @@ fn bench_ours<T: AttentionElement>(device: &Device, stream: &Stream, c: &Case) -
         .collect();
     let tol = if T::DTYPE == tile::ir::DType::BF16 { 2e-2 } else { 5e-3 };
     x.check(stream, c, Some(&rows), tol)?;
-    let (_, meta) = T::instance(c.layout, c.d).ok_or("no instance")?;
+    let (_, meta) =
+        T::instance(c.layout, c.d, kernels::hopper_tiles(stream, kernels::Tiles::Auto)).ok_or("no instance")?;
     let before = device.launch_counts(meta);
     let t = bench(stream, 5, 30, || x.run(stream, c))?;
     let after = device.launch_counts(meta);

@@ -2,10 +2,12 @@
 //! `examples/flash_attention.rs` (host API, check, benchmark) and the tests
 //! (`tests/flash_attention_interp.rs`, `tests/gpu_flash_attention.rs`).
 //!
-//! One kernel source per layout (`[b, h, s, d]` and `[b, s, h, d]`), stamped
-//! by `macro_rules!` for each element type, head dim and tile shape (until
-//! kernels can be generic: then each stamp becomes an instantiation). Every
-//! instance computes, for each (batch, head, query row `i`),
+//! One generic kernel source per layout (`[b, h, s, d]` and `[b, s, h, d]`),
+//! `<T, D, THREADS, BM, BN, STAGES>`: element type, head dim, threads, query
+//! and key blocks, stages. A `macro_rules!` around each source declares it
+//! under several attributes (the instances that fit every target, those
+//! that are sm_90a only, the tune example's sweep). Every instance
+//! computes, for each (batch, head, query row `i`),
 //!
 //! `o[i] = Σ_j softmax_j(scale · q_i·k_j) v_j` over the keys `j` it sees, and
 //! `lse[i] = ln Σ_j exp(scale · q_i·k_j)` (natural log, f32),
@@ -33,21 +35,22 @@
 #![allow(dead_code)]
 use tile::prelude::*;
 
-/// Stamps one `[b, h, s, d]` instance: `$name`, element type `$t`,
-/// `$threads` threads, query block `$bm`, key block `$bn`, head dim `$d`,
-/// `$stages` stages of K and V, optionally only for the targets `$archs`
-/// (e.g. `"sm_90a"` for tiles past sm_80's shared memory).
+/// Declares the generic `[b, h, s, d]` kernel `$name` with the attribute
+/// `$attr` (its `instances(..)`, and `archs` for instances past sm_80's
+/// shared memory): one source for every instance, here and in
+/// `examples/flash_attention_tune.rs`.
 macro_rules! attention_bhsd {
-    ($name:ident, $t:ident, $threads:literal, $bm:literal, $bn:literal, $d:literal, $stages:literal $(, $archs:literal)?) => {
+    ($name:ident, $($attr:tt)*) => {
         /// FlashAttention forward over `[b, h, s, d]` tensors (see the module docs):
         /// q `[B, H, SQ, D]`, k and v `[B, HKV, SK, D]`, o `[B, H, SQ, D]`,
-        /// lse `[B, H, SQ]`.
-        #[tile_kernel(threads = $threads, consts(BM = $bm, BN = $bn, D = $d, STAGES = $stages) $(, archs = $archs)?)]
-        pub fn $name(
-            q: &Tensor<$t, B, H, SQ, D>,
-            k: &Tensor<$t, B, HKV, SK, D>,
-            v: &Tensor<$t, B, HKV, SK, D>,
-            o: &mut Tensor<$t, B, H, SQ, D>,
+        /// lse `[B, H, SQ]`; element type `T`, head dim `D`, `THREADS` threads,
+        /// query blocks of `BM` rows, key blocks of `BN`, `STAGES` stages of K and V.
+        #[tile_kernel($($attr)*)]
+        pub fn $name<T: Float16, const D: usize, const THREADS: usize, const BM: usize, const BN: usize, const STAGES: usize>(
+            q: &Tensor<T, B, H, SQ, D>,
+            k: &Tensor<T, B, HKV, SK, D>,
+            v: &Tensor<T, B, HKV, SK, D>,
+            o: &mut Tensor<T, B, H, SQ, D>,
             lse: &mut Tensor<f32, B, H, SQ>,
             scale: f32,
             causal: i32,
@@ -56,13 +59,13 @@ macro_rules! attention_bhsd {
             // The last query blocks first: with causal masking they have the most keys.
             let bx = cdiv(SQ, BM) - 1 - bx_launch;
             let hk = hy / (H / HKV);
-            let mut q_s = shared::<$t, BM, D>();
-            let mut k_s = shared::<$t, BN, D>();
-            let mut v_s = shared::<$t, BN, D>();
+            let mut q_s = shared::<T, BM, D>();
+            let mut k_s = shared::<T, BN, D>();
+            let mut v_s = shared::<T, BN, D>();
             let mut s = fragment::<f32, BM, BN>();
-            let mut p = fragment::<$t, BM, BN>();
+            let mut p = fragment::<T, BM, BN>();
             let mut acc = fragment::<f32, BM, D>();
-            let mut o_r = fragment::<$t, BM, D>();
+            let mut o_r = fragment::<T, BM, D>();
             let mut m = fragment::<f32, BM>();
             let mut m_s = fragment::<f32, BM>();
             let mut alpha = fragment::<f32, BM>();
@@ -111,7 +114,7 @@ macro_rules! attention_bhsd {
                 m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
             }
             for (i, j) in parallel((BM, D)) {
-                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as $t;
+                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as T;
             }
             copy(&o_r, o.tile([bz, hy, bx * BM.., ..]));
             copy(&m_s, lse.tile([bz, hy, bx * BM..]));
@@ -119,20 +122,22 @@ macro_rules! attention_bhsd {
     };
 }
 
-/// Stamps one `[b, s, h, d]` instance (the same source as
-/// `attention_bhsd`, every tile squeezing `b` and `h` around the sequence
-/// range: rows `h·d` elements apart).
+/// Declares the generic `[b, s, h, d]` kernel `$name` with the attribute
+/// `$attr` (its `instances(..)`, and `archs` for instances past sm_80's
+/// shared memory): the `[b, h, s, d]` source with every tile squeezing `b`
+/// and `h` around the sequence range (rows `h·d` elements apart).
 macro_rules! attention_bshd {
-    ($name:ident, $t:ident, $threads:literal, $bm:literal, $bn:literal, $d:literal, $stages:literal $(, $archs:literal)?) => {
+    ($name:ident, $($attr:tt)*) => {
         /// FlashAttention forward over `[b, s, h, d]` tensors (see the module docs):
         /// q `[B, SQ, H, D]`, k and v `[B, SK, HKV, D]`, o `[B, SQ, H, D]`,
-        /// lse `[B, H, SQ]`.
-        #[tile_kernel(threads = $threads, consts(BM = $bm, BN = $bn, D = $d, STAGES = $stages) $(, archs = $archs)?)]
-        pub fn $name(
-            q: &Tensor<$t, B, SQ, H, D>,
-            k: &Tensor<$t, B, SK, HKV, D>,
-            v: &Tensor<$t, B, SK, HKV, D>,
-            o: &mut Tensor<$t, B, SQ, H, D>,
+        /// lse `[B, H, SQ]`; element type `T`, head dim `D`, `THREADS` threads,
+        /// query blocks of `BM` rows, key blocks of `BN`, `STAGES` stages of K and V.
+        #[tile_kernel($($attr)*)]
+        pub fn $name<T: Float16, const D: usize, const THREADS: usize, const BM: usize, const BN: usize, const STAGES: usize>(
+            q: &Tensor<T, B, SQ, H, D>,
+            k: &Tensor<T, B, SK, HKV, D>,
+            v: &Tensor<T, B, SK, HKV, D>,
+            o: &mut Tensor<T, B, SQ, H, D>,
             lse: &mut Tensor<f32, B, H, SQ>,
             scale: f32,
             causal: i32,
@@ -141,13 +146,13 @@ macro_rules! attention_bshd {
             // The last query blocks first: with causal masking they have the most keys.
             let bx = cdiv(SQ, BM) - 1 - bx_launch;
             let hk = hy / (H / HKV);
-            let mut q_s = shared::<$t, BM, D>();
-            let mut k_s = shared::<$t, BN, D>();
-            let mut v_s = shared::<$t, BN, D>();
+            let mut q_s = shared::<T, BM, D>();
+            let mut k_s = shared::<T, BN, D>();
+            let mut v_s = shared::<T, BN, D>();
             let mut s = fragment::<f32, BM, BN>();
-            let mut p = fragment::<$t, BM, BN>();
+            let mut p = fragment::<T, BM, BN>();
             let mut acc = fragment::<f32, BM, D>();
-            let mut o_r = fragment::<$t, BM, D>();
+            let mut o_r = fragment::<T, BM, D>();
             let mut m = fragment::<f32, BM>();
             let mut m_s = fragment::<f32, BM>();
             let mut alpha = fragment::<f32, BM>();
@@ -196,7 +201,7 @@ macro_rules! attention_bshd {
                 m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
             }
             for (i, j) in parallel((BM, D)) {
-                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as $t;
+                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as T;
             }
             copy(&o_r, o.tile([bz, bx * BM.., hy, ..]));
             copy(&m_s, lse.tile([bz, hy, bx * BM..]));
@@ -204,21 +209,48 @@ macro_rules! attention_bshd {
     };
 }
 
-// The instances: (head dim → threads, query block, key block, stages), the
-// same for both layouts and element types. d256 takes a smaller key block:
-// its K and V stages are 4x the bytes of d64's per row.
-attention_bhsd!(fa_bhsd_f16_d64, f16, 128, 64, 64, 64, 2);
-attention_bhsd!(fa_bhsd_f16_d128, f16, 128, 64, 64, 128, 2);
-attention_bhsd!(fa_bhsd_f16_d256, f16, 128, 64, 32, 256, 2);
-attention_bhsd!(fa_bhsd_bf16_d64, bf16, 128, 64, 64, 64, 2);
-attention_bhsd!(fa_bhsd_bf16_d128, bf16, 128, 64, 64, 128, 2);
-attention_bhsd!(fa_bhsd_bf16_d256, bf16, 128, 64, 32, 256, 2);
-attention_bshd!(fa_bshd_f16_d64, f16, 128, 64, 64, 64, 2);
-attention_bshd!(fa_bshd_f16_d128, f16, 128, 64, 64, 128, 2);
-attention_bshd!(fa_bshd_f16_d256, f16, 128, 64, 32, 256, 2);
-attention_bshd!(fa_bshd_bf16_d64, bf16, 128, 64, 64, 64, 2);
-attention_bshd!(fa_bshd_bf16_d128, bf16, 128, 64, 64, 128, 2);
-attention_bshd!(fa_bshd_bf16_d256, bf16, 128, 64, 32, 256, 2);
+// The instances, `<T, D, THREADS, BM, BN, STAGES>` per head dim, the same
+// for both layouts (the fastest of `examples/flash_attention_tune.rs` on the
+// H200, BENCHMARKS.md): d64 128 threads, 64 x 64; d128 256 threads (two
+// warpgroups of 64 rows), 128 x 128; d256 256 threads, 128 x 64 on sm_90a
+// only (192 KiB of shared memory), and 128 threads, 64 x 32 where that does
+// not fit (sm_80).
+attention_bhsd!(
+    fa_bhsd,
+    threads = THREADS,
+    instances(
+        (f16, 64, 128, 64, 64, 2),
+        (bf16, 64, 128, 64, 64, 2),
+        (f16, 128, 256, 128, 128, 2),
+        (bf16, 128, 256, 128, 128, 2),
+        (f16, 256, 128, 64, 32, 2),
+        (bf16, 256, 128, 64, 32, 2),
+    )
+);
+attention_bhsd!(
+    fa_bhsd_sm90,
+    threads = THREADS,
+    archs = "sm_90a",
+    instances((f16, 256, 256, 128, 64, 2), (bf16, 256, 256, 128, 64, 2))
+);
+attention_bshd!(
+    fa_bshd,
+    threads = THREADS,
+    instances(
+        (f16, 64, 128, 64, 64, 2),
+        (bf16, 64, 128, 64, 64, 2),
+        (f16, 128, 256, 128, 128, 2),
+        (bf16, 128, 256, 128, 128, 2),
+        (f16, 256, 128, 64, 32, 2),
+        (bf16, 256, 128, 64, 32, 2),
+    )
+);
+attention_bshd!(
+    fa_bshd_sm90,
+    threads = THREADS,
+    archs = "sm_90a",
+    instances((f16, 256, 256, 128, 64, 2), (bf16, 256, 256, 128, 64, 2))
+);
 
 /// The head dims there are instances for.
 pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
@@ -272,11 +304,13 @@ pub struct Options<'a> {
     /// (natural log; −∞ for a row that sees no key). `None`: not returned
     /// (a scratch tensor is allocated for the kernel).
     pub lse: Option<&'a mut DeviceTensor<f32>>,
+    /// The tile shapes: [`Tiles::Auto`] picks by the device.
+    pub tiles: Tiles,
 }
 
 impl Default for Options<'_> {
     fn default() -> Self {
-        Options { layout: Layout::Bhsd, causal: false, scale: None, lse: None }
+        Options { layout: Layout::Bhsd, causal: false, scale: None, lse: None, tiles: Tiles::Auto }
     }
 }
 
@@ -292,43 +326,74 @@ pub type Launch<T> = fn(
     i32,
 ) -> tile::Result<()>;
 
+/// Which tile shapes [`forward`] uses.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Tiles {
+    /// Hopper's on a GPU of compute capability 9.x and in the interpreter,
+    /// else the portable ones.
+    #[default]
+    Auto,
+    /// The fastest on the H200 (some instances are sm_90a only).
+    Hopper,
+    /// Tiles that fit every target's shared memory (sm_80's).
+    Portable,
+}
+
 /// The element types there are instances for (f16, bf16).
 pub trait AttentionElement: Element {
-    /// The instance for `layout` and head dim `d`, with its kernel's
-    /// metadata, or `None`.
-    fn instance(layout: Layout, d: usize) -> Option<(Launch<Self>, &'static tile::KernelMeta)>;
+    /// The instance for `layout`, head dim `d` and Hopper's tiles (else the
+    /// portable ones), with its kernel's metadata, or `None`.
+    fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)>;
 }
 
 macro_rules! instances {
-    ($t:ty, $( ($layout:ident, $d:literal, $name:ident) ),* $(,)?) => {
+    ($t:ty) => {
         impl AttentionElement for $t {
-            fn instance(layout: Layout, d: usize) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
-                match (layout, d) {
-                    $( (Layout::$layout, $d) => Some(($name::launch, &$name::META)), )*
-                    _ => None,
-                }
+            fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
+                Some(match (layout, d, hopper) {
+                    (Layout::Bhsd, 64, _) => {
+                        (fa_bhsd::launch::<$t, 64, 128, 64, 64, 2>, fa_bhsd::meta::<$t, 64, 128, 64, 64, 2>())
+                    }
+                    (Layout::Bhsd, 128, _) => {
+                        (fa_bhsd::launch::<$t, 128, 256, 128, 128, 2>, fa_bhsd::meta::<$t, 128, 256, 128, 128, 2>())
+                    }
+                    (Layout::Bhsd, 256, true) => (
+                        fa_bhsd_sm90::launch::<$t, 256, 256, 128, 64, 2>,
+                        fa_bhsd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                    ),
+                    (Layout::Bhsd, 256, false) => {
+                        (fa_bhsd::launch::<$t, 256, 128, 64, 32, 2>, fa_bhsd::meta::<$t, 256, 128, 64, 32, 2>())
+                    }
+                    (Layout::Bshd, 64, _) => {
+                        (fa_bshd::launch::<$t, 64, 128, 64, 64, 2>, fa_bshd::meta::<$t, 64, 128, 64, 64, 2>())
+                    }
+                    (Layout::Bshd, 128, _) => {
+                        (fa_bshd::launch::<$t, 128, 256, 128, 128, 2>, fa_bshd::meta::<$t, 128, 256, 128, 128, 2>())
+                    }
+                    (Layout::Bshd, 256, true) => (
+                        fa_bshd_sm90::launch::<$t, 256, 256, 128, 64, 2>,
+                        fa_bshd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                    ),
+                    (Layout::Bshd, 256, false) => {
+                        (fa_bshd::launch::<$t, 256, 128, 64, 32, 2>, fa_bshd::meta::<$t, 256, 128, 64, 32, 2>())
+                    }
+                    _ => return None,
+                })
             }
         }
     };
 }
-instances!(
-    f16,
-    (Bhsd, 64, fa_bhsd_f16_d64),
-    (Bhsd, 128, fa_bhsd_f16_d128),
-    (Bhsd, 256, fa_bhsd_f16_d256),
-    (Bshd, 64, fa_bshd_f16_d64),
-    (Bshd, 128, fa_bshd_f16_d128),
-    (Bshd, 256, fa_bshd_f16_d256),
-);
-instances!(
-    bf16,
-    (Bhsd, 64, fa_bhsd_bf16_d64),
-    (Bhsd, 128, fa_bhsd_bf16_d128),
-    (Bhsd, 256, fa_bhsd_bf16_d256),
-    (Bshd, 64, fa_bshd_bf16_d64),
-    (Bshd, 128, fa_bshd_bf16_d128),
-    (Bshd, 256, fa_bshd_bf16_d256),
-);
+instances!(f16);
+instances!(bf16);
+
+/// Whether [`forward`] on `stream` with `tiles` takes Hopper's tiles.
+pub fn hopper_tiles(stream: &Stream, tiles: Tiles) -> bool {
+    match tiles {
+        Tiles::Auto => stream.device().compute_capability().is_none_or(|cc| cc.0 == 9),
+        Tiles::Hopper => true,
+        Tiles::Portable => false,
+    }
+}
 
 fn shape_error(param: &str, message: String) -> Error {
     Error::Shape { kernel: "flash_attention::forward".into(), param: param.into(), dim: None, message }
@@ -376,7 +441,7 @@ pub fn forward<T: AttentionElement>(
             format!("k and v have {hkv} heads, q has {h}: the key/value heads must divide the query heads"),
         ));
     }
-    let Some((launch, _)) = T::instance(layout, d) else {
+    let Some((launch, _)) = T::instance(layout, d, hopper_tiles(stream, options.tiles)) else {
         return Err(shape_error(
             "q",
             format!("no {:?} instance for head dim {d}; there are head dims {HEAD_DIMS:?}", T::DTYPE),
@@ -525,7 +590,12 @@ impl<T: AttentionElement> Inputs<T> {
 
     /// Runs [`forward`] on these inputs (LSE written).
     pub fn run(&mut self, stream: &Stream, c: &Case) -> tile::Result<()> {
-        let options = Options { layout: c.layout, causal: c.causal, scale: None, lse: Some(&mut self.lse) };
+        self.run_with(stream, c, Tiles::Auto)
+    }
+
+    /// Runs [`forward`] with `tiles`.
+    pub fn run_with(&mut self, stream: &Stream, c: &Case, tiles: Tiles) -> tile::Result<()> {
+        let options = Options { layout: c.layout, causal: c.causal, scale: None, lse: Some(&mut self.lse), tiles };
         forward(stream, &self.dq, &self.dk, &self.dv, &mut self.o, options)
     }
 
