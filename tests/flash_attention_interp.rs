@@ -33,7 +33,7 @@ fn combinations<T: AttentionElement>(tol: f64) {
                     let c = Case { layout, b: 1, h, h_kv, s_q, s_k, d, causal };
                     run::<T>(&c, tol);
                     // d256's tiles differ between Hopper (the default here) and sm_80.
-                    if d == 256 {
+                    if d == 256 && s_q > s_k {
                         run_with::<T>(&c, tol, Tiles::Portable);
                     }
                 }
