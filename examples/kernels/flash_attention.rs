@@ -27,9 +27,10 @@
 //! straight from Q·Kᵀ to the softmax. Query blocks run last first (the
 //! longest causal rows start first, the short ones fill the tail). The loop
 //! is one top-level `pipelined` loop whose copies are the K and V tiles, so
-//! a warp-specialized schedule can take it. Masked scores are −∞ and the running max `m` stays −∞ only
-//! for rows that have seen no key; `m_s` (the max times the scale, 0 for
-//! such rows) keeps `exp2(−∞ − (−∞))` out of the sums.
+//! a warp-specialized schedule can take it. Masked scores are −∞ and the
+//! running max `m` stays −∞ only for rows that have seen no key; `m_s` (the
+//! max times the scale, 0 for such rows) keeps `exp2(−∞ − (−∞))` out of the
+//! sums.
 //!
 //! `scale` is the softmax scale times log2(e) (the kernel works in base 2).
 #![allow(dead_code)]
