@@ -2,7 +2,7 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh [all|gemm] && (on the GPU machine) dist/run.sh [MODE]
+#   scripts/dist.sh [all|gemm|attention] && (on the GPU machine) dist/run.sh [MODE]
 # (run.sh's header lists its modes).
 #
 #   all   (default) every integration test binary of the workspace and every
@@ -13,12 +13,15 @@
 #         plus cubin/: the sm_90a kernels of those binaries assembled with
 #         ptxas (the binaries embed PTX only; `run.sh hopper` reads the SASS
 #         of these), or ptx/ when no ptxas is found here.
+#   attention  only what `run.sh attention` uses: the test gpu_flash_attention
+#         and the flash_attention and flash_attention_tune examples (plus, as for every mode, the
+#         scripts attention_peers.py and attention_check.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  all | gemm) ;;
-  *) echo "usage: scripts/dist.sh [all|gemm]" >&2; exit 2 ;;
+  all | gemm | attention) ;;
+  *) echo "usage: scripts/dist.sh [all|gemm|attention]" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist/bin
 
@@ -35,7 +38,7 @@ for line in sys.stdin:
         if name in ("ui",):  # trybuild needs cargo: not on the GPU machine
             continue
         kind = msg["target"]["kind"][0]
-        if kind == "proc-macro":  # links the toolchain's libstd.so: not on the GPU machine
+        if kind == "proc-macro":  # links the toolchain libstd.so: not on the GPU machine
             continue
         dst = f"dist/bin/test-{name}" if kind != "lib" else f"dist/bin/unit-{name}"
         shutil.copy(msg["executable"], dst)
@@ -50,6 +53,9 @@ features=(--features gpu,tile-runtime/gpu)
 if [[ $what == all ]]; then
   cargo test --release "${features[@]}" --workspace --no-run --message-format=json | collect_tests
   examples=(examples/*.rs)
+elif [[ $what == attention ]]; then
+  cargo test --release "${features[@]}" --test gpu_flash_attention --no-run --message-format=json | collect_tests
+  examples=(examples/flash_attention.rs examples/flash_attention_tune.rs)
 else
   # Every kernel the gemm binaries compile dumps its PTX here (TILE_DUMP);
   # touching their sources makes the macros run again, so the dump is fresh
@@ -69,7 +75,7 @@ for ex in "${examples[@]}"; do example_args+=(--example "$(basename "$ex" .rs)")
 cargo build --release --features gpu "${example_args[@]}"
 for ex in "${examples[@]}"; do
   name=$(basename "$ex" .rs)
-  cp "target/release/examples/$name" "dist/bin/example-$name"
+  cp "${CARGO_TARGET_DIR:-target}/release/examples/$name" "dist/bin/example-$name"
   echo "example dist/bin/example-$name"
 done
 strip --strip-debug dist/bin/* 2>/dev/null || true
@@ -97,5 +103,6 @@ if [[ $what == gemm ]]; then
   fi
 fi
 cp scripts/run-dist.sh dist/run.sh
+cp scripts/attention_peers.py scripts/attention_check.py dist/
 chmod +x dist/run.sh
 du -sh dist

@@ -18,6 +18,22 @@
 #                       BAR, ...) of every sm_90a kernel of the gemm tests and
 #                       example, one `RESULT sass` line per kernel.
 #                    Steps with `hopper:N[,N..]` only (e.g. `run.sh hopper:3,4`).
+#   run.sh attention FlashAttention forward (issue 9), in order:
+#                    1. the benchmark: PyTorch SDPA (cuDNN and flash backends,
+#                       attention_peers.py) and ours on the same shapes
+#                       (`example-flash_attention --list-shapes`), merged into a
+#                       table with ratios, attention.csv and attention.svg
+#                       (TFLOPS against sequence length) beside this script
+#                       and in $OUT if set (RESULT attention lines);
+#                    2. large sizes against PyTorch SDPA in float32
+#                       (--dump, attention_check.py; RESULT attention_check);
+#                    3. the GPU tests (test-gpu_flash_attention);
+#                    4. compute-sanitizer memcheck, racecheck and synccheck on
+#                       them at small sizes (TILE_TEST_SMALL=1);
+#                    5. the tile-shape variants (example-flash_attention_tune:
+#                       RESULT attention_tune lines).
+#                    Steps with `attention:N[,N..]` only; ATTENTION_SET=acceptance
+#                    or sweep benchmarks only those shapes (default all).
 #   run.sh all       tests, examples and memcheck
 # Every `RESULT ...` line is collected in results.txt beside this script.
 # cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or libcublas.so on
@@ -160,6 +176,56 @@ if [[ $what == hopper || $what == hopper:* ]]; then
         echo "$line" | tee -a "$results"
       done
     fi
+  fi
+fi
+
+# ---- attention: FlashAttention forward against PyTorch SDPA -----------------
+if [[ $what == attention || $what == attention:* ]]; then
+  steps=",1,2,3,4,5,"
+  [[ $what == attention:* ]] && steps=",${what#attention:},"
+  step() { [[ $steps == *",$1,"* ]]; }
+  : >"$results"
+  ex="$here/bin/example-flash_attention"
+  tests="$here/bin/test-gpu_flash_attention"
+  for f in "$ex" "$tests"; do
+    [[ -x $f ]] || { echo "!! FAILED: $f missing (build with scripts/dist.sh attention)"; status=1; }
+  done
+  if step 1 && [[ -x $ex ]]; then
+    echo "== [attention 1] benchmark: PyTorch SDPA (cuDNN, flash) and ours"
+    start=$SECONDS
+    mapfile -t shapes < <("$ex" --list-shapes "${ATTENTION_SET:-all}")
+    run python3 "$here/attention_peers.py" --out "$here/peers.csv" "${shapes[@]}"
+    example "$ex" --bench "${ATTENTION_SET:-all}" --peers "$here/peers.csv" --csv "$here/attention.csv" \
+      --plot "$here/attention.svg"
+    if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then cp "$here/peers.csv" "$here/attention.csv" "$here/attention.svg" "$OUT/" 2>/dev/null; fi
+    echo "   (benchmark took $((SECONDS - start)) s)"
+  fi
+  if step 2 && [[ -x $ex ]]; then
+    echo "== [attention 2] large sizes against PyTorch SDPA in float32"
+    dumps="$here/attention-dumps"
+    rm -rf "$dumps"
+    specs=(f16:2:16:16:4096:4096:128:0 f16:2:16:16:4096:4096:128:1 bf16:1:16:4:3000:4500:128:1:bshd
+      f16:1:8:2:8192:2048:64:1 bf16:2:8:8:2500:2500:256:0:bshd f16:1:8:1:2047:4099:256:1)
+    run "$ex" --dump "$dumps" "${specs[@]}"
+    echo "== python3 attention_check.py"
+    python3 "$here/attention_check.py" "$dumps"/* 2>&1 | tee "$here/.check.log" || { echo "!! FAILED: attention_check.py"; status=1; }
+    grep '^RESULT ' "$here/.check.log" >>"$results"
+    rm -rf "$dumps"
+  fi
+  if step 3 && [[ -x $tests ]]; then
+    echo "== [attention 3] GPU tests"
+    run "$tests" --test-threads=1
+  fi
+  if step 4 && [[ -x $tests ]] && need compute-sanitizer; then
+    cs=$found
+    echo "== [attention 4] compute-sanitizer at small sizes"
+    for t in memcheck racecheck synccheck; do
+      TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$tests" --test-threads=1 every_combination_f16 short_loops
+    done
+  fi
+  if step 5 && [[ -x $here/bin/example-flash_attention_tune ]]; then
+    echo "== [attention 5] tile-shape variants"
+    example "$here/bin/example-flash_attention_tune"
   fi
 fi
 

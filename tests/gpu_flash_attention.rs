@@ -1,0 +1,191 @@
+//! FlashAttention forward (`examples/kernels/flash_attention.rs`) on the GPU
+//! (feature `gpu`): every combination (layouts, f16/bf16, head dims 64, 128
+//! and 256, causal and not, MHA and GQA, s_q ≠ s_k, lengths off the block,
+//! rows that see no key) at moderate sizes against the CPU f64 reference,
+//! the variant that ran, key loops of 0, 1 and 2 blocks, and causal skipping
+//! the blocks above the diagonal (about half the time of non-causal).
+//! Large sizes are checked against PyTorch SDPA by `run.sh attention`
+//! (`scripts/attention_check.py`).
+//!
+//! `cargo test --release --features gpu --test gpu_flash_attention`
+#![cfg(feature = "gpu")]
+#[path = "../examples/kernels/common.rs"]
+mod common;
+#[path = "../examples/kernels/flash_attention.rs"]
+mod fa;
+use fa::{AttentionElement, Case, Inputs, Layout, Tiles};
+use tile::prelude::*;
+
+fn gpu() -> Device {
+    Device::cuda(0).expect("the gpu tests need an NVIDIA GPU and driver")
+}
+
+fn small() -> bool {
+    std::env::var_os("TILE_TEST_SMALL").is_some()
+}
+
+fn tol<T: Element>() -> f64 {
+    if T::DTYPE == tile::ir::DType::BF16 {
+        2e-2
+    } else {
+        5e-3
+    }
+}
+
+/// Runs `c` with `tiles` and checks every row; on compute capability 9.x
+/// also that a variant with tensor maps (TMA) ran, as the tensors are
+/// TMA-addressable (launch counts are per kernel: tests running at the same
+/// time may add launches of other variants, so this asks that one of those
+/// that ran uses TMA and names them all when none does).
+fn check_with<T: AttentionElement>(dev: &Device, c: &Case, seed: u64, tiles: Tiles) {
+    let st = dev.stream().unwrap();
+    let (_, meta) = T::instance(c.layout, c.d, fa::hopper_tiles(&st, tiles)).unwrap();
+    let before = dev.launch_counts(meta);
+    let mut x = Inputs::<T>::new(&st, c, seed).unwrap();
+    x.run_with(&st, c, tiles).unwrap();
+    x.check(&st, c, None, tol::<T>()).unwrap_or_else(|e| panic!("{e}"));
+    let after = dev.launch_counts(meta);
+    let ran: Vec<_> =
+        meta.targets.iter().zip(after.iter().zip(&before)).filter(|(_, (a, b))| a > b).map(|(t, _)| t).collect();
+    let names: Vec<String> = ran.iter().map(|t| format!("{} {}", t.arch, t.schedule)).collect();
+    assert!(!ran.is_empty(), "{c:?}: no variant of {} ran", meta.name);
+    if dev.compute_capability().is_some_and(|cc| cc.0 == 9) {
+        assert!(
+            ran.iter().any(|t| !t.tensor_maps.is_empty()),
+            "{c:?}: TMA-addressable tensors on 9.x, but only variants without TMA ran: {names:?}"
+        );
+    }
+}
+
+fn check<T: AttentionElement>(dev: &Device, c: &Case, seed: u64) {
+    check_with::<T>(dev, c, seed, Tiles::Auto);
+}
+
+fn all_combinations<T: AttentionElement>(seed: u64) {
+    let dev = gpu();
+    let shapes: &[(usize, usize, usize, usize, usize)] = if small() {
+        &[(1, 2, 1, 200, 45), (1, 2, 2, 45, 70)]
+    } else {
+        // (b, h, h_kv, s_q, s_k): MHA, GQA 2:1 and 4:1, s_q < s_k, s_q > s_k.
+        &[(2, 4, 4, 333, 333), (2, 4, 2, 333, 517), (1, 8, 2, 517, 333), (3, 2, 1, 1, 200)]
+    };
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for d in fa::HEAD_DIMS {
+            for causal in [false, true] {
+                for &(b, h, h_kv, s_q, s_k) in shapes {
+                    let c = Case { layout, b, h, h_kv, s_q, s_k, d, causal };
+                    check::<T>(&dev, &c, seed);
+                    // d256's tiles differ between Hopper (the default here) and sm_80.
+                    if d == 256 {
+                        check_with::<T>(&dev, &c, seed, Tiles::Portable);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_combination_f16() {
+    all_combinations::<f16>(1);
+}
+
+#[test]
+fn every_combination_bf16() {
+    all_combinations::<bf16>(2);
+}
+
+/// Key loops of 0 (causal, s_q > s_k: the first query blocks see no key), 1
+/// and 2 blocks, and one query row.
+#[test]
+fn short_loops() {
+    let dev = gpu();
+    for d in fa::HEAD_DIMS {
+        for (s_q, s_k, causal) in [(300, 20, true), (1, 1, false), (64, 64, true), (1, 33, true), (128, 100, false)] {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                let c = Case { layout, b: 2, h: 3, h_kv: 1, s_q, s_k, d, causal };
+                check::<f16>(&dev, &c, 5);
+            }
+        }
+    }
+}
+
+/// Causal at full speed: the blocks above the diagonal are never computed,
+/// so causal takes well under the time of non-causal (the FLOPs are half).
+#[test]
+fn causal_skips_blocks_above_the_diagonal() {
+    if small() {
+        return;
+    }
+    let dev = gpu();
+    let st = dev.stream().unwrap();
+    for d in fa::HEAD_DIMS {
+        let mut ms = vec![];
+        for causal in [false, true] {
+            let c = Case { layout: Layout::Bhsd, b: 2, h: 16, h_kv: 16, s_q: 4096, s_k: 4096, d, causal };
+            let mut x = Inputs::<f16>::new(&st, &c, 9).unwrap();
+            ms.push(bench(&st, 3, 10, || x.run(&st, &c)).unwrap().median_ms);
+        }
+        assert!(
+            ms[1] < 0.7 * ms[0],
+            "d{d}: causal {:.3} ms vs full {:.3} ms: blocks above the diagonal ran?",
+            ms[1],
+            ms[0]
+        );
+    }
+}
+
+/// What `forward` refuses, as errors that say what to fix.
+#[test]
+fn refusals() {
+    let dev = gpu();
+    let st = dev.stream().unwrap();
+    let t = |shape: &[usize]| DeviceTensor::<f16>::zeros(&st, shape).unwrap();
+    let (q, k) = (t(&[1, 4, 8, 64]), t(&[1, 3, 8, 64]));
+    let mut o = t(&[1, 4, 8, 64]);
+    let e = fa::forward(&st, &q, &k, &k, &mut o, fa::Options::default()).unwrap_err();
+    assert!(e.to_string().contains("must divide"), "{e}");
+    let (q, k) = (t(&[1, 4, 8, 96]), t(&[1, 4, 8, 96]));
+    let mut o = t(&[1, 4, 8, 96]);
+    let e = fa::forward(&st, &q, &k, &k, &mut o, fa::Options::default()).unwrap_err();
+    assert!(e.to_string().contains("head dim 96"), "{e}");
+}
+
+/// Empty shapes: no query rows is nothing to do; no keys gives o = 0 and
+/// lse = −∞.
+#[test]
+fn empty_shapes() {
+    let st = gpu().stream().unwrap();
+    let t = |shape: &[usize], v: f32| {
+        DeviceTensor::from_slice(&st, &vec![f16::from_f32(v); shape.iter().product()], shape).unwrap()
+    };
+    let (q, k) = (t(&[1, 2, 0, 64], 1.0), t(&[1, 2, 5, 64], 1.0));
+    let mut o = t(&[1, 2, 0, 64], 1.0);
+    fa::forward(&st, &q, &k, &k, &mut o, fa::Options::default()).unwrap();
+    let (q, k) = (t(&[1, 2, 3, 64], 1.0), t(&[1, 2, 0, 64], 1.0));
+    let mut o = t(&[1, 2, 3, 64], f32::NAN);
+    let mut lse = DeviceTensor::from_slice(&st, &[f32::NAN; 6], &[1, 2, 3]).unwrap();
+    fa::forward(&st, &q, &k, &k, &mut o, fa::Options { lse: Some(&mut lse), ..Default::default() }).unwrap();
+    assert!(o.to_vec(&st).unwrap().iter().all(|v| v.to_f32() == 0.0));
+    assert!(lse.to_vec(&st).unwrap().iter().all(|&v| v == f32::NEG_INFINITY));
+}
+
+/// Causal skips the key blocks above the diagonal: with the values of keys
+/// 128.. poisoned with NaN, the first 64 query rows (their block reaches
+/// key 127 at most, with query blocks of 64 or 128 rows) are still right,
+/// which they would not be if a block past their reach were loaded and
+/// masked (`0 · NaN`).
+#[test]
+fn causal_never_reads_blocks_above_the_diagonal() {
+    let st = gpu().stream().unwrap();
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for d in fa::HEAD_DIMS {
+            let c = Case { layout, b: 1, h: 2, h_kv: 1, s_q: 256, s_k: 256, d, causal: true };
+            let mut x = Inputs::<f16>::new(&st, &c, 4).unwrap();
+            x.poison_v(&st, &c, 128).unwrap();
+            x.run(&st, &c).unwrap();
+            let rows: Vec<(usize, usize, usize)> = (0..2).flat_map(|h| (0..64).map(move |i| (0, h, i))).collect();
+            x.check(&st, &c, Some(&rows), 5e-3).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
