@@ -88,3 +88,27 @@ fn grids_past_the_hardware_axis_limits() {
     checks::batch_rows(&dev(), 3, 7, 40, 6).unwrap();
     checks::huge_grid_is_an_error(&dev()).unwrap();
 }
+
+/// With `TILE_PTXAS` at build time every sm_80 and sm_90a variant embeds
+/// the cubin ptxas made of its PTX (an ELF image: the runtime loads it
+/// without the JIT); without it, none does.
+#[test]
+fn variants_carry_their_cubin_when_built_with_ptxas() {
+    let with_ptxas = option_env!("TILE_PTXAS").is_some_and(|p| !p.trim().is_empty());
+    let metas = [&examples::vector_add::vector_add::META, &examples::softmax::softmax::META];
+    for meta in metas {
+        let archs = option_env!("TILE_ARCHS").unwrap_or("sm_80,sm_90a");
+        assert_eq!(meta.targets.is_empty(), archs.trim().is_empty(), "{}", meta.name);
+        for t in meta.targets {
+            match (with_ptxas, t.cubin) {
+                (true, Some(cubin)) => {
+                    assert!(cubin.starts_with(b"\x7fELF\x02"), "{} {}: not a 64-bit ELF image", meta.name, t.arch);
+                    assert!(cubin.len() > 1024, "{} {}: a {}-byte cubin", meta.name, t.arch, cubin.len());
+                }
+                (false, None) => {}
+                (true, None) => panic!("{} {}: built with TILE_PTXAS but no cubin embedded", meta.name, t.arch),
+                (false, Some(_)) => panic!("{} {}: a cubin without TILE_PTXAS", meta.name, t.arch),
+            }
+        }
+    }
+}

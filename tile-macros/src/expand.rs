@@ -355,6 +355,13 @@ fn meta_value(name: &str, compiled: Option<&Compiled>) -> TokenStream {
                     let swizzle = m.swizzle.bytes();
                     quote!(::tile::TensorMapMeta { tensor: #tensor, box_shape: &[#(#box_shape),*], swizzle_bytes: #swizzle })
                 });
+                let cubin = match &t.cubin {
+                    Some(bytes) => {
+                        let bytes = proc_macro2::Literal::byte_string(bytes);
+                        quote!(::core::option::Option::Some(#bytes))
+                    }
+                    None => quote!(::core::option::Option::None),
+                };
                 quote!(::tile::KernelTarget {
                     arch: #arch,
                     schedule: #schedule,
@@ -363,6 +370,7 @@ fn meta_value(name: &str, compiled: Option<&Compiled>) -> TokenStream {
                     threads: #threads,
                     tensor_maps: &[#(#maps),*],
                     persistent: #persistent,
+                    cubin: #cubin,
                 })
             });
             (c.ir_json.clone(), quote!(#(#targets),*))
