@@ -23,7 +23,8 @@
 pub use tile_macros::tile_kernel;
 pub use tile_runtime::{
     assert_close, bench, bf16, cudarc, f16, rel_error, BenchResult, Device, DeviceTensor, Element, Error, Event,
-    KernelMeta, KernelTarget, ModuleSource, Result, Stream, TensorMapMeta, INTERPRET_ENV,
+    KernelMeta, KernelTarget, ModuleSource, Result, Stream, TensorArg, TensorArgMut, TensorMapMeta, TensorView,
+    TensorViewMut, INTERPRET_ENV,
 };
 
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.

@@ -310,10 +310,10 @@ fn launch_params(sig: &Signature) -> LaunchParams {
             ParamType::Tensor { mutable, dtype, .. } => {
                 let elem = respan(elem_type(dtype), ty_span);
                 if *mutable {
-                    params.push(quote_spanned!(ty_span=> #pname: &mut ::tile::DeviceTensor<#elem>));
+                    params.push(quote_spanned!(ty_span=> #pname: &mut impl ::tile::TensorArgMut<Elem = #elem>));
                     args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)));
                 } else {
-                    params.push(quote_spanned!(ty_span=> #pname: &::tile::DeviceTensor<#elem>));
+                    params.push(quote_spanned!(ty_span=> #pname: &impl ::tile::TensorArg<Elem = #elem>));
                     args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor(#pname)));
                 }
             }
@@ -430,7 +430,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
 /// uninhabited `Instances` implementing it once per instance with that
 /// instance's `META`, `INSTANCES` (every `META`, in the attribute's order),
 /// `meta::<P..>()`, and `launch::<P..>(stream, params..)`, whose tensors are
-/// `DeviceTensor<T>` for a type parameter `T`.
+/// `impl TensorArg<Elem = T>` for a type parameter `T`.
 fn generic_module(
     sig: &Signature,
     attrs: &[syn::Attribute],

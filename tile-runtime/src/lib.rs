@@ -23,6 +23,7 @@ mod device;
 mod driver;
 mod element;
 mod error;
+mod interop;
 mod launch;
 mod tensor;
 mod tensor_map;
@@ -34,7 +35,8 @@ pub use device::{Device, Event, Stream, INTERPRET_ENV};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use launch::{KernelMeta, KernelTarget, TensorMapMeta};
+pub use interop::{TensorView, TensorViewMut};
+pub use launch::{KernelMeta, KernelTarget, TensorArg, TensorArgMut, TensorMapMeta};
 pub use tensor::DeviceTensor;
 pub use tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
@@ -45,6 +47,7 @@ pub use cudarc;
 /// What generated code calls. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::interop::{SliceRead, SliceWrite};
     pub use crate::launch::{launch, KernelArg};
     pub use crate::tensor::RawTensor;
 }
