@@ -2,7 +2,8 @@
 //! and writes memory that cudarc `CudaSlice`s own, through `TensorView` /
 //! `TensorViewMut`, on the caller's `CudaStream` (`Stream::from_cudarc`);
 //! same device pointer before and after (no copy), sub-ranges by element
-//! offset, and the errors for a shape past the slice and for another context.
+//! offset, and the errors for a shape past the slice, a misaligned offset
+//! and another context.
 //!
 //! `cargo test --release --features gpu --test gpu_interop`
 #![cfg(feature = "gpu")]
@@ -30,7 +31,8 @@ fn a_kernel_writes_through_a_view_into_the_callers_slice() {
     let stream = Stream::from_cudarc(cu.clone()).unwrap();
     assert!(std::sync::Arc::ptr_eq(stream.cuda_stream().unwrap(), &cu));
     let mut rng = common::Rng::new(11);
-    for (n, off_b, off_c) in [(1usize, 0usize, 0usize), (4097, 3, 1), (100_003, 17, 1000)] {
+    // Offsets in elements (multiples of 4 f32: views keep 16-byte alignment).
+    for (n, off_b, off_c) in [(1usize, 0usize, 0usize), (4097, 4, 8), (100_003, 36, 1000)] {
         let a_host = rng.vec(n, -1.0, 1.0);
         let b_host = rng.vec(n + off_b + 5, -1.0, 1.0);
         let c_len = n + off_c + 7;
@@ -87,6 +89,9 @@ fn views_past_the_slice_and_other_contexts_are_errors() {
     assert!(e.to_string().contains("the slice has 59 past the offset 41"), "{e}");
     assert!(TensorView::with_offset(&a, 101, &[0]).is_err());
     assert!(TensorView::with_offset(&a, 40, &[6, 10]).is_ok());
+    // An offset that breaks the 16-byte alignment of the tensor's start.
+    let e = TensorView::with_offset(&a, 3, &[10]).unwrap_err();
+    assert!(matches!(e, tile::Error::Usage(_)) && e.to_string().contains("multiple of 4"), "{e}");
 
     // A context of its own (not the device's primary one): refused, since
     // tile's modules live in the primary context.

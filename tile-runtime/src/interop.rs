@@ -10,8 +10,11 @@
 //! slice's own memory, at its device address plus the offset); a view
 //! cannot outlive its slice, and a writable view holds the slice's `&mut`
 //! (the borrow checker); a shape whose elements do not fit in the slice
-//! past the offset is an [`Error::Shape`], a slice or stream of another
-//! context an [`Error::DeviceMismatch`], both at construction; at launch
+//! past the offset is an [`Error::Shape`], an offset that breaks the
+//! 16-byte alignment kernels assume of a tensor's start an [`Error::Usage`],
+//! a slice or stream of another context an [`Error::DeviceMismatch`], all at
+//! construction (and every tensor's address is checked again at launch,
+//! `launch/cuda.rs`); at launch
 //! the view's pointer is taken through cudarc's `DevicePtr`/`DevicePtrMut`
 //! on the launch's stream, so cudarc's own stream synchronization (when the
 //! context manages it) sees the kernel's accesses.
@@ -106,6 +109,26 @@ fn check_fits(len: usize, offset: usize, shape: &[usize], dtype: DType, elem_byt
     Ok(())
 }
 
+/// The alignment kernels assume of every tensor's first element: their
+/// vector accesses (up to 16 bytes), cp.async chunks and TMA need it, and
+/// every allocation has it. A view's byte offset must keep it.
+pub(crate) const TENSOR_ALIGN: u64 = 16;
+
+/// Checks that a view `offset` elements into a slice keeps the slice's
+/// 16-byte alignment ([`TENSOR_ALIGN`]).
+fn check_offset_alignment(offset: usize, dtype: DType, elem_bytes: usize, what: &str) -> Result<()> {
+    let bytes = offset as u64 * elem_bytes as u64;
+    if bytes % TENSOR_ALIGN != 0 {
+        let step = TENSOR_ALIGN / elem_bytes as u64;
+        return Err(Error::Usage(format!(
+            "{what}: the offset {offset} ({bytes} bytes) is not a multiple of {TENSOR_ALIGN} bytes ({step} elements \
+             of {dtype}); tile kernels read and write tensors with vector accesses that need a {TENSOR_ALIGN}-byte \
+             aligned start: use an offset that is a multiple of {step}"
+        )));
+    }
+    Ok(())
+}
+
 /// The tensor facts of a view of a slice of `len` elements (device, shape,
 /// dtype; no storage of its own), after checking that `shape` fits past
 /// `offset` and that the slice is of a device's primary context.
@@ -117,6 +140,7 @@ fn view_tensor<T: Element>(
     what: &str,
 ) -> Result<RawTensor> {
     check_fits(len, offset, shape, T::DTYPE, std::mem::size_of::<T>(), what)?;
+    check_offset_alignment(offset, T::DTYPE, std::mem::size_of::<T>(), what)?;
     let device = device_of(ctx, &format!("the slice of the {what}"))?;
     Ok(RawTensor { shape: shape.to_vec(), dtype: T::DTYPE, storage: Storage::Cuda { device, slice: None } })
 }
@@ -151,7 +175,9 @@ impl<'a, T: Element> TensorView<'a, T> {
 
     /// The elements from `offset` (in elements) on, as a tensor of `shape`:
     /// a sub-range of the slice. [`Error::Shape`] when `offset` plus the
-    /// shape's elements pass the slice's end.
+    /// shape's elements pass the slice's end; [`Error::Usage`] when the
+    /// offset is not a multiple of 16 bytes (kernels assume 16-byte aligned
+    /// tensors).
     pub fn with_offset(slice: &'a CudaSlice<T>, offset: usize, shape: &[usize]) -> Result<Self> {
         let raw = view_tensor::<T>(slice.context(), slice.len(), offset, shape, "TensorView")?;
         let offset_bytes = (offset * std::mem::size_of::<T>()) as u64;
@@ -212,5 +238,16 @@ mod tests {
         let e = fits(100, 0, &[usize::MAX, 3]).unwrap_err().to_string();
         assert!(e.contains("more elements than fit in memory"), "{e}");
         assert!(matches!(fits(10, 0, &[11]), Err(Error::Shape { .. })));
+    }
+
+    #[test]
+    fn a_view_keeps_16_byte_alignment() {
+        assert!(check_offset_alignment(0, DType::F32, 4, "TensorView").is_ok());
+        assert!(check_offset_alignment(4, DType::F32, 4, "TensorView").is_ok());
+        assert!(check_offset_alignment(24, DType::F16, 2, "TensorView").is_ok());
+        let e = check_offset_alignment(3, DType::F32, 4, "TensorView").unwrap_err().to_string();
+        assert!(e.contains("the offset 3 (12 bytes) is not a multiple of 16 bytes (4 elements of f32)"), "{e}");
+        let e = check_offset_alignment(12, DType::BF16, 2, "TensorViewMut").unwrap_err().to_string();
+        assert!(e.starts_with("TensorViewMut: the offset 12 (24 bytes)") && e.contains("multiple of 8"), "{e}");
     }
 }

@@ -36,6 +36,7 @@ use crate::cache::{LoadedKernel, ModuleSource};
 use crate::device::{CudaDevice, Device, DeviceKind};
 use crate::driver::{describe, driver_err, guarded};
 use crate::error::{Error, Result};
+use crate::interop::TENSOR_ALIGN;
 use crate::tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// The cluster shape to launch with: `None` when the kernel has none or the
@@ -68,6 +69,29 @@ fn launch_cluster(k: &Kernel, grid: [u32; 3], cc: (u32, u32)) -> std::result::Re
         ));
     }
     Ok(Some(cluster))
+}
+
+/// Checks that every tensor argument starts at a 16-byte aligned address
+/// (`interop::TENSOR_ALIGN`): the generated code's vector accesses assume
+/// it. Allocations always are; a view of memory owned elsewhere may not be
+/// (a `CudaSlice` made from a raw pointer), and a misaligned vector access
+/// would kill the context.
+fn check_alignment(k: &Kernel, addresses: &[Option<u64>]) -> Result<()> {
+    for (p, a) in k.params.iter().zip(addresses) {
+        if let Some(a) = *a {
+            if a % TENSOR_ALIGN != 0 {
+                return Err(Error::Argument {
+                    kernel: k.name.clone(),
+                    param: p.name.clone(),
+                    message: format!(
+                        "the tensor starts at device address {a:#x}, which is not a multiple of {TENSOR_ALIGN} bytes; \
+                         tile kernels need {TENSOR_ALIGN}-byte aligned tensors (views at offsets that keep it)"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The variant `variant` of `meta` loaded on `dev`, loaded the first time.
@@ -262,6 +286,7 @@ pub(super) fn launch_cuda(
         Vec::new()
     };
     let (mut slots, _access_guards, addresses) = abi_params(k, args, dims, Some(stream));
+    check_alignment(k, &addresses)?;
     let places: Vec<Option<TensorPlace<'_>>> = mapped
         .iter()
         .zip(&addresses)
@@ -417,6 +442,19 @@ mod tests {
         assert_eq!(spec.strides, vec![128, 256, 256 * 40, 256 * 80]);
         assert_eq!(spec.box_bytes(), 32 * 64 * 2);
         spec.validate().unwrap();
+    }
+
+    #[test]
+    fn misaligned_tensor_addresses_are_refused_before_the_launch() {
+        let k = gemm_like();
+        assert!(check_alignment(&k, &[Some(0x7000), None, Some(0x7010)]).is_ok());
+        match check_alignment(&k, &[Some(0x7000), None, Some(0x700c)]) {
+            Err(Error::Argument { param, message, .. }) => {
+                assert_eq!(param, "c");
+                assert!(message.contains("0x700c, which is not a multiple of 16 bytes"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
