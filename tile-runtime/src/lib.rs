@@ -16,6 +16,17 @@
 //! events); `tensor`, `tma` (encoding maps), `bench`; `cublas`; `launch/`
 //! (metadata, arguments, variant choice, the CUDA and interpreter paths).
 
+#[cfg(not(any(feature = "dynamic-loading", feature = "dynamic-linking")))]
+compile_error!(
+    "tile-runtime needs one of its features `dynamic-loading` (the default) or `dynamic-linking` (to link libcuda \
+     at build time, as candle's CUDA backend does)"
+);
+#[cfg(all(feature = "dynamic-loading", feature = "dynamic-linking"))]
+compile_error!(
+    "tile-runtime's features `dynamic-loading` and `dynamic-linking` exclude each other: with candle's CUDA backend \
+     (which links libcuda), depend on tile with `default-features = false, features = [\"dynamic-linking\"]`"
+);
+
 mod bench;
 mod cache;
 pub mod cublas;
