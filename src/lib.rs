@@ -33,6 +33,10 @@ pub use tile_ir as ir;
 /// cuBLAS as a peer for checking and benchmarking kernels (row-major f16/bf16 GEMM).
 pub use tile_runtime::cublas;
 
+/// Launching kernels on candle's CUDA tensors (feature `candle`).
+#[cfg(feature = "candle")]
+pub mod candle;
+
 /// Everything a program that writes and launches kernels needs.
 pub mod prelude {
     pub use crate::tile_kernel;

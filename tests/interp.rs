@@ -6,6 +6,7 @@ mod common;
 mod kernels;
 #[path = "../examples/kernels"]
 mod examples {
+    pub mod rmsnorm;
     pub mod softmax;
     pub mod vector_add;
 }
@@ -110,5 +111,23 @@ fn variants_carry_their_cubin_when_built_with_ptxas() {
                 (false, Some(_)) => panic!("{} {}: a cubin without TILE_PTXAS", meta.name, t.arch),
             }
         }
+    }
+}
+
+/// The RMSNorm of the candle example, on rows shorter and longer than its
+/// column tile, against the f64 reference.
+#[test]
+fn rmsnorm() {
+    let s = dev().stream().unwrap();
+    let mut rng = common::Rng::new(21);
+    for (m, n) in [(1, 1), (3, 1000), (2, 2500), (5, 1024)] {
+        let x = rng.vec(m * n, -2.0, 2.0);
+        let w = rng.vec(n, 0.5, 1.5);
+        let xt = DeviceTensor::from_slice(&s, &x, &[m, n]).unwrap();
+        let wt = DeviceTensor::from_slice(&s, &w, &[n]).unwrap();
+        let mut yt = DeviceTensor::<f32>::zeros(&s, &[m, n]).unwrap();
+        examples::rmsnorm::rmsnorm::launch(&s, &xt, &wt, &mut yt, 1e-6).unwrap();
+        let err = assert_close(&yt.to_vec(&s).unwrap(), &examples::rmsnorm::reference(&x, &w, n, 1e-6), 1e-5);
+        err.unwrap_or_else(|e| panic!("{m} x {n}: {e}"));
     }
 }
