@@ -23,7 +23,8 @@
 pub use tile_macros::tile_kernel;
 pub use tile_runtime::{
     assert_close, bench, bf16, cudarc, f16, rel_error, BenchResult, Device, DeviceTensor, Element, Error, Event,
-    KernelMeta, KernelTarget, Result, Stream, TensorMapMeta, INTERPRET_ENV,
+    KernelMeta, KernelTarget, ModuleSource, Result, Stream, TensorArg, TensorArgMut, TensorMapMeta, TensorView,
+    TensorViewMut, INTERPRET_ENV,
 };
 
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.
@@ -31,6 +32,10 @@ pub use tile_ir as ir;
 
 /// cuBLAS as a peer for checking and benchmarking kernels (row-major f16/bf16 GEMM).
 pub use tile_runtime::cublas;
+
+/// Launching kernels on candle's CUDA tensors (feature `candle`).
+#[cfg(feature = "candle")]
+pub mod candle;
 
 /// Everything a program that writes and launches kernels needs.
 pub mod prelude {

@@ -10,6 +10,7 @@ mod common;
 mod kernels;
 #[path = "../examples/kernels"]
 mod examples {
+    pub mod rmsnorm;
     pub mod softmax;
     pub mod vector_add;
 }
@@ -50,6 +51,24 @@ fn softmax() {
     }
     both(2e-3, |d| checks::softmax(d, 13, 777, 2));
     both(2e-3, |d| checks::softmax(d, 3, 5000, 3));
+}
+
+/// The RMSNorm of the candle example (`examples/candle_rmsnorm.rs`), rows
+/// shorter and longer than its column tile, against the f64 reference.
+#[test]
+fn rmsnorm() {
+    let s = gpu().stream().unwrap();
+    let mut rng = common::Rng::new(22);
+    for (m, n) in [(1, 1), (333, 1000), (64, 4096), (7, 10_001)] {
+        let x = rng.vec(m * n, -2.0, 2.0);
+        let w = rng.vec(n, 0.5, 1.5);
+        let xt = DeviceTensor::from_slice(&s, &x, &[m, n]).unwrap();
+        let wt = DeviceTensor::from_slice(&s, &w, &[n]).unwrap();
+        let mut yt = DeviceTensor::<f32>::zeros(&s, &[m, n]).unwrap();
+        examples::rmsnorm::rmsnorm::launch(&s, &xt, &wt, &mut yt, 1e-6).unwrap();
+        let err = assert_close(&yt.to_vec(&s).unwrap(), &examples::rmsnorm::reference(&x, &w, n, 1e-6), 1e-5);
+        err.unwrap_or_else(|e| panic!("{m} x {n}: {e}"));
+    }
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod common;
 mod kernels;
 #[path = "../examples/kernels"]
 mod examples {
+    pub mod rmsnorm;
     pub mod softmax;
     pub mod vector_add;
 }
@@ -87,4 +88,46 @@ fn grids_past_the_hardware_axis_limits() {
     checks::batch_rows(&dev(), 65_539, 2, 5, 5).unwrap();
     checks::batch_rows(&dev(), 3, 7, 40, 6).unwrap();
     checks::huge_grid_is_an_error(&dev()).unwrap();
+}
+
+/// With `TILE_PTXAS` at build time every sm_80 and sm_90a variant embeds
+/// the cubin ptxas made of its PTX (an ELF image: the runtime loads it
+/// without the JIT); without it, none does.
+#[test]
+fn variants_carry_their_cubin_when_built_with_ptxas() {
+    let with_ptxas = option_env!("TILE_PTXAS").is_some_and(|p| !p.trim().is_empty());
+    let metas = [&examples::vector_add::vector_add::META, &examples::softmax::softmax::META];
+    for meta in metas {
+        let archs = option_env!("TILE_ARCHS").unwrap_or("sm_80,sm_90a");
+        assert_eq!(meta.targets.is_empty(), archs.trim().is_empty(), "{}", meta.name);
+        for t in meta.targets {
+            match (with_ptxas, t.cubin) {
+                (true, Some(cubin)) => {
+                    assert!(cubin.starts_with(b"\x7fELF\x02"), "{} {}: not a 64-bit ELF image", meta.name, t.arch);
+                    assert!(cubin.len() > 1024, "{} {}: a {}-byte cubin", meta.name, t.arch, cubin.len());
+                }
+                (false, None) => {}
+                (true, None) => panic!("{} {}: built with TILE_PTXAS but no cubin embedded", meta.name, t.arch),
+                (false, Some(_)) => panic!("{} {}: a cubin without TILE_PTXAS", meta.name, t.arch),
+            }
+        }
+    }
+}
+
+/// The RMSNorm of the candle example, on rows shorter and longer than its
+/// column tile, against the f64 reference.
+#[test]
+fn rmsnorm() {
+    let s = dev().stream().unwrap();
+    let mut rng = common::Rng::new(21);
+    for (m, n) in [(1, 1), (3, 1000), (2, 2500), (5, 1024)] {
+        let x = rng.vec(m * n, -2.0, 2.0);
+        let w = rng.vec(n, 0.5, 1.5);
+        let xt = DeviceTensor::from_slice(&s, &x, &[m, n]).unwrap();
+        let wt = DeviceTensor::from_slice(&s, &w, &[n]).unwrap();
+        let mut yt = DeviceTensor::<f32>::zeros(&s, &[m, n]).unwrap();
+        examples::rmsnorm::rmsnorm::launch(&s, &xt, &wt, &mut yt, 1e-6).unwrap();
+        let err = assert_close(&yt.to_vec(&s).unwrap(), &examples::rmsnorm::reference(&x, &w, n, 1e-6), 1e-5);
+        err.unwrap_or_else(|e| panic!("{m} x {n}: {e}"));
+    }
 }

@@ -3,7 +3,8 @@
 //! warp-specialized TMA variant may come before the general one), write
 //! `TILE_DUMP` files (earlier variants named by their schedule:
 //! `<kernel>.sm_90a.warp_specialized_gemm.ptx`; every schedule's decision in
-//! `<kernel>.<arch>.schedules.txt`), assemble every variant with `TILE_PTXAS`.
+//! `<kernel>.<arch>.schedules.txt`), assemble every variant with `TILE_PTXAS`
+//! and keep its cubin (embedded beside the PTX: no JIT at start-up).
 //!
 //! Expects a kernel that lowered without errors and its [`SpanTable`].
 //! Guarantees that every problem (a verifier or code-generation error, an
@@ -33,6 +34,10 @@ pub(crate) struct TargetCode {
     pub tensor_maps: Vec<TensorMapUse>,
     /// Launched with one block per SM (`tile_ir::Compiled::persistent`).
     pub persistent: bool,
+    /// The SASS `TILE_PTXAS` assembled from `ptx` (`ptxas -arch=<arch>`),
+    /// embedded beside it so that the runtime need not JIT; `None` without
+    /// `TILE_PTXAS`.
+    pub cubin: Option<Vec<u8>>,
 }
 
 /// The `TILE_DUMP` file-name suffix of each variant of one target: `None`
@@ -171,12 +176,14 @@ pub(crate) fn compile_all(
                 write_dump(dir, &format!("{stem}.thread"), &compiled.thread_ir, name_span, errors);
                 write_dump(dir, &format!("{stem}.ptx"), &compiled.ptx, name_span, errors);
             }
+            let mut cubin = None;
             if let Some(ptxas) = ptxas {
                 match run_ptxas(ptxas, arch, name, &compiled.ptx) {
-                    Ok(report) => {
+                    Ok(assembled) => {
                         if let Some(dir) = dump {
-                            write_dump(dir, &format!("{stem}.ptxas.txt"), &report, name_span, errors);
+                            write_dump(dir, &format!("{stem}.ptxas.txt"), &assembled.report, name_span, errors);
                         }
+                        cubin = Some(assembled.cubin);
                     }
                     Err(msg) => {
                         let which = suffix.as_ref().map_or_else(String::new, |s| format!(", variant `{s}`"));
@@ -195,6 +202,7 @@ pub(crate) fn compile_all(
                 threads: compiled.threads,
                 tensor_maps: compiled.tensor_maps,
                 persistent: compiled.persistent,
+                cubin,
             });
         }
     }
@@ -227,9 +235,16 @@ fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, errors: &mut E
     }
 }
 
-/// Runs `ptxas -arch=<arch> -v <file> -o <tmp>`; returns its `-v` report,
-/// or its message on failure.
-fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<String, String> {
+/// What `ptxas` made of one variant: its `-v` report and the cubin.
+#[derive(Debug)]
+pub(crate) struct Assembled {
+    pub report: String,
+    pub cubin: Vec<u8>,
+}
+
+/// Runs `ptxas -arch=<arch> -v <file> -o <tmp>`; returns its `-v` report
+/// and the cubin it wrote, or its message on failure.
+fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<Assembled, String> {
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let stem = std::env::temp_dir().join(format!("tile-{}-{kernel}-{arch}-{nonce}", std::process::id()));
     let ptx_path = stem.with_extension("ptx");
@@ -243,14 +258,18 @@ fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<String,
         .arg(&cubin_path)
         .output();
     let _ = std::fs::remove_file(&ptx_path);
+    let cubin = std::fs::read(&cubin_path);
     let _ = std::fs::remove_file(&cubin_path);
     let output = output.map_err(|e| format!("cannot run TILE_PTXAS=`{ptxas}`: {e}"))?;
     let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&output.stderr));
-    if output.status.success() {
-        Ok(text)
-    } else {
-        Err(format!("{} ({})", text.trim_end(), output.status))
+    if !output.status.success() {
+        return Err(format!("{} ({})", text.trim_end(), output.status));
+    }
+    match cubin {
+        Ok(cubin) if cubin.starts_with(b"\x7fELF") => Ok(Assembled { report: text, cubin }),
+        Ok(_) => Err(format!("ptxas wrote `{}`, which is not an ELF cubin", cubin_path.display())),
+        Err(e) => Err(format!("ptxas succeeded but its cubin `{}` cannot be read: {e}", cubin_path.display())),
     }
 }
 
@@ -290,8 +309,17 @@ mod tests {
             return;
         }
         let good = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
-        let report = run_ptxas(PTXAS, "sm_80", "k", good).expect("valid PTX assembles");
-        assert!(report.contains("Compiling entry function 'k'"), "{report}");
+        for arch in ["sm_80", "sm_90a"] {
+            let good = good.replace("sm_80", arch);
+            let assembled = run_ptxas(PTXAS, arch, "k", &good).expect("valid PTX assembles");
+            assert!(assembled.report.contains("Compiling entry function 'k'"), "{}", assembled.report);
+            // The cubin is an ELF image (64-bit: EI_CLASS 2) for the arch.
+            assert!(
+                assembled.cubin.starts_with(b"\x7fELF\x02"),
+                "{:?}",
+                &assembled.cubin[..8.min(assembled.cubin.len())]
+            );
+        }
         let bad = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate;\n}\n";
         let err = run_ptxas(PTXAS, "sm_80", "k", bad).expect_err("invalid PTX fails");
         assert!(err.contains("frobnicate") || err.contains("syntax error"), "{err}");

@@ -310,10 +310,10 @@ fn launch_params(sig: &Signature) -> LaunchParams {
             ParamType::Tensor { mutable, dtype, .. } => {
                 let elem = respan(elem_type(dtype), ty_span);
                 if *mutable {
-                    params.push(quote_spanned!(ty_span=> #pname: &mut ::tile::DeviceTensor<#elem>));
+                    params.push(quote_spanned!(ty_span=> #pname: &mut impl ::tile::TensorArgMut<Elem = #elem>));
                     args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor_mut(#pname)));
                 } else {
-                    params.push(quote_spanned!(ty_span=> #pname: &::tile::DeviceTensor<#elem>));
+                    params.push(quote_spanned!(ty_span=> #pname: &impl ::tile::TensorArg<Elem = #elem>));
                     args.push(quote_spanned!(ty_span=> ::tile::__private::KernelArg::tensor(#pname)));
                 }
             }
@@ -355,6 +355,13 @@ fn meta_value(name: &str, compiled: Option<&Compiled>) -> TokenStream {
                     let swizzle = m.swizzle.bytes();
                     quote!(::tile::TensorMapMeta { tensor: #tensor, box_shape: &[#(#box_shape),*], swizzle_bytes: #swizzle })
                 });
+                let cubin = match &t.cubin {
+                    Some(bytes) => {
+                        let bytes = proc_macro2::Literal::byte_string(bytes);
+                        quote!(::core::option::Option::Some(#bytes))
+                    }
+                    None => quote!(::core::option::Option::None),
+                };
                 quote!(::tile::KernelTarget {
                     arch: #arch,
                     schedule: #schedule,
@@ -363,6 +370,7 @@ fn meta_value(name: &str, compiled: Option<&Compiled>) -> TokenStream {
                     threads: #threads,
                     tensor_maps: &[#(#maps),*],
                     persistent: #persistent,
+                    cubin: #cubin,
                 })
             });
             (c.ir_json.clone(), quote!(#(#targets),*))
@@ -422,7 +430,7 @@ fn module(sig: &Signature, attrs: &[syn::Attribute], threads: Option<u32>, compi
 /// uninhabited `Instances` implementing it once per instance with that
 /// instance's `META`, `INSTANCES` (every `META`, in the attribute's order),
 /// `meta::<P..>()`, and `launch::<P..>(stream, params..)`, whose tensors are
-/// `DeviceTensor<T>` for a type parameter `T`.
+/// `impl TensorArg<Elem = T>` for a type parameter `T`.
 fn generic_module(
     sig: &Signature,
     attrs: &[syn::Attribute],

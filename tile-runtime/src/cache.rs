@@ -48,6 +48,17 @@ pub(crate) struct LoadedKernel {
     pub(crate) registers: u32,
     /// Launches issued with this variant ([`crate::Device::launch_counts`]).
     pub(crate) launches: AtomicU64,
+    /// What the module was loaded from ([`crate::Device::module_sources`]).
+    pub(crate) source: ModuleSource,
+}
+
+/// What a loaded variant's module came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ModuleSource {
+    /// The embedded cubin (`KernelTarget::cubin`): no JIT.
+    Cubin,
+    /// The PTX, compiled by the driver's JIT.
+    Ptx,
 }
 
 // SAFETY: module and function handles are plain driver handles, usable from
@@ -131,6 +142,12 @@ impl KernelCache {
     /// whose `&'static KernelMeta` is at `meta` (0 for one never loaded).
     pub(crate) fn launch_counts(&self, meta: usize, variants: usize) -> Vec<u64> {
         (0..variants).map(|v| self.kernels.get(&(meta, v)).map_or(0, |l| l.launches.load(Ordering::Relaxed))).collect()
+    }
+
+    /// What each of the `variants` variants of the kernel at `meta` was
+    /// loaded from (`None` for one never loaded).
+    pub(crate) fn module_sources(&self, meta: usize, variants: usize) -> Vec<Option<ModuleSource>> {
+        (0..variants).map(|v| self.kernels.get(&(meta, v)).map(|l| l.source)).collect()
     }
 }
 

@@ -5,12 +5,15 @@
 //! Guarantees: no cudarc call is made before [`driver_library`] has found
 //! `libcuda` (cudarc panics when it is absent), so a machine without an
 //! NVIDIA driver gets [`Error::NoDriver`], never a panic; every message
-//! saying that there is no driver comes from here.
+//! saying that there is no driver comes from here. With the feature
+//! `dynamic-linking` (for programs that also use candle's CUDA backend)
+//! libcuda is linked at build time instead: such a program does not start
+//! without it, so the probe has nothing to find.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use cudarc::driver::{result, sys, DriverError};
+use cudarc::driver::{result, DriverError};
 
 use crate::error::{Error, Result};
 
@@ -41,7 +44,13 @@ pub(crate) fn driver_library() -> Result<()> {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: `is_culib_present` only tries to open the library (dlopen) and
     // drops the handle; it runs no driver code besides the library's initializers.
-    let present = *PRESENT.get_or_init(|| catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false));
+    #[cfg(not(feature = "dynamic-linking"))]
+    let present =
+        *PRESENT.get_or_init(|| catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false));
+    // Linked at build time (feature `dynamic-linking`): the program would not
+    // have started without it.
+    #[cfg(feature = "dynamic-linking")]
+    let present = *PRESENT.get_or_init(|| true);
     if present {
         Ok(())
     } else {

@@ -16,6 +16,17 @@
 //! events); `tensor`, `tma` (encoding maps), `bench`; `cublas`; `launch/`
 //! (metadata, arguments, variant choice, the CUDA and interpreter paths).
 
+#[cfg(not(any(feature = "dynamic-loading", feature = "dynamic-linking")))]
+compile_error!(
+    "tile-runtime needs one of its features `dynamic-loading` (the default) or `dynamic-linking` (to link libcuda \
+     at build time, as candle's CUDA backend does)"
+);
+#[cfg(all(feature = "dynamic-loading", feature = "dynamic-linking"))]
+compile_error!(
+    "tile-runtime's features `dynamic-loading` and `dynamic-linking` exclude each other: with candle's CUDA backend \
+     (which links libcuda), depend on tile with `default-features = false, features = [\"dynamic-linking\"]`"
+);
+
 mod bench;
 mod cache;
 pub mod cublas;
@@ -23,17 +34,20 @@ mod device;
 mod driver;
 mod element;
 mod error;
+mod interop;
 mod launch;
 mod tensor;
 mod tensor_map;
 mod tma;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
+pub use cache::ModuleSource;
 pub use device::{Device, Event, Stream, INTERPRET_ENV};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use launch::{KernelMeta, KernelTarget, TensorMapMeta};
+pub use interop::{TensorView, TensorViewMut};
+pub use launch::{KernelMeta, KernelTarget, TensorArg, TensorArgMut, TensorMapMeta};
 pub use tensor::DeviceTensor;
 pub use tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
@@ -44,6 +58,7 @@ pub use cudarc;
 /// What generated code calls. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::interop::{SliceRead, SliceWrite};
     pub use crate::launch::{launch, KernelArg};
     pub use crate::tensor::RawTensor;
 }

@@ -28,6 +28,7 @@ fn scale_meta(shared_bytes: u32, threads: u32) -> &'static KernelMeta {
         threads,
         tensor_maps: &[],
         persistent: false,
+        cubin: None,
     };
     leak_meta(
         &scale_kernel(),
@@ -154,6 +155,7 @@ fn a_grid_of_more_blocks_than_a_device_runs_is_a_launch_error() {
             threads: 128,
             tensor_maps: &[],
             persistent: false,
+            cubin: None,
         }],
     );
     let a = DeviceTensor::<f32>::zeros(&stream, &[65536]).unwrap();

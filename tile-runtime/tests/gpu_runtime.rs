@@ -27,6 +27,7 @@ fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
             threads,
             tensor_maps: &[],
             persistent: false,
+            cubin: None,
         },
         KernelTarget {
             arch: "sm_90a",
@@ -36,6 +37,7 @@ fn targets(ptx: &str, shared_bytes: u32, threads: u32) -> Vec<KernelTarget> {
             threads,
             tensor_maps: &[],
             persistent: false,
+            cubin: None,
         },
     ]
 }
@@ -160,6 +162,36 @@ fn a_jit_failure_returns_the_driver_log() {
     }
 }
 
+/// `targets` with `cubin` embedded in every variant.
+fn with_cubin(mut targets: Vec<KernelTarget>, cubin: &'static [u8]) -> Vec<KernelTarget> {
+    for t in &mut targets {
+        t.cubin = Some(cubin);
+    }
+    targets
+}
+
+/// A cubin the driver cannot load falls back to the PTX (and the module
+/// says it came from the PTX); when the PTX fails too, the JIT error names
+/// the cubin's failure as well.
+#[test]
+fn a_cubin_that_does_not_load_falls_back_to_the_ptx() {
+    let (device, stream) = gpu();
+    const BAD: &[u8] = b"\x7fELF\x02\x01\x01 not a cubin at all";
+    let meta = leak_meta(&scale_kernel(), with_cubin(targets(include_str!("ptx/scale.ptx"), 100 * 1024, 128), BAD));
+    run_scale(&stream, meta, 1000, 3.0, &mut Rng::new(4));
+    let sources = device.module_sources(meta);
+    assert_eq!(sources.iter().flatten().collect::<Vec<_>>(), vec![&tile_runtime::ModuleSource::Ptx], "{sources:?}");
+    let ptx = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry scale(.param .u64 a, .param .u64 c, \
+               .param .s32 n, .param .f32 s)\n{\n    frobnicate.u32 %r1;\n    ret;\n}\n";
+    let meta = leak_meta(&scale_kernel(), with_cubin(targets(ptx, 0, 128), BAD));
+    let a = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
+    let mut c = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();
+    match launch(&stream, meta, &mut [KernelArg::tensor(&a), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]) {
+        Err(Error::Jit { log, .. }) => assert!(log.contains("cubin failed to load too"), "{log}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn no_matching_target_and_device_mismatch_are_errors() {
     let (_, stream) = gpu();
@@ -173,6 +205,7 @@ fn no_matching_target_and_device_mismatch_are_errors() {
             threads: 128,
             tensor_maps: &[],
             persistent: false,
+            cubin: None,
         }],
     );
     let a = DeviceTensor::<f32>::zeros(&stream, &[10]).unwrap();

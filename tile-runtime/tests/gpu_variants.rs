@@ -48,6 +48,7 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
                 threads: 256,
                 tensor_maps: MAP_X,
                 persistent: false,
+                cubin: None,
             },
             KernelTarget {
                 arch: "sm_90a",
@@ -57,6 +58,7 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
                 threads: 256,
                 tensor_maps: &[],
                 persistent: false,
+                cubin: None,
             },
             KernelTarget {
                 arch: "sm_80",
@@ -66,6 +68,7 @@ fn the_tma_variant_runs_only_on_addressable_tensors() {
                 threads: 256,
                 tensor_maps: &[],
                 persistent: false,
+                cubin: None,
             },
         ],
     );
@@ -122,6 +125,7 @@ fn a_map_that_cannot_be_encoded_names_the_kernel_and_tensor() {
                 threads: 256,
                 tensor_maps: TOO_TALL,
                 persistent: false,
+                cubin: None,
             },
             KernelTarget {
                 arch: "sm_90a",
@@ -131,6 +135,7 @@ fn a_map_that_cannot_be_encoded_names_the_kernel_and_tensor() {
                 threads: 256,
                 tensor_maps: &[],
                 persistent: false,
+                cubin: None,
             },
         ],
     );
@@ -162,6 +167,7 @@ fn scale_meta_with_cluster(cluster: [u32; 3]) -> &'static tile_runtime::KernelMe
                 threads: 128,
                 tensor_maps: &[],
                 persistent: false,
+                cubin: None,
             },
             KernelTarget {
                 arch: "sm_90a",
@@ -171,6 +177,7 @@ fn scale_meta_with_cluster(cluster: [u32; 3]) -> &'static tile_runtime::KernelMe
                 threads: 128,
                 tensor_maps: &[],
                 persistent: false,
+                cubin: None,
             },
         ],
     )

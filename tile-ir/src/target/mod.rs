@@ -184,6 +184,19 @@ impl Target {
         (major, minor) >= (cc / 10, cc % 10) && (!info.arch_specific || major == cc / 10)
     }
 
+    /// Whether a device of compute capability `major.minor` runs this
+    /// target's SASS (a cubin assembled by `ptxas -arch=<name>`), as opposed
+    /// to its PTX ([`Target::runs_on`], which the driver's JIT compiles for
+    /// any later device). CUDA's binary compatibility: a cubin for `sm_XY`
+    /// runs on `X.Z` with `Z ≥ Y`, the same major version only; an
+    /// arch-specific (`a`) cubin only on exactly `X.Y`. So the sm_80 cubin
+    /// runs on every 8.x device and the sm_90a cubin only on 9.0.
+    pub fn cubin_runs_on(self, major: u32, minor: u32) -> bool {
+        let info = self.info();
+        let (m, n) = (info.compute_capability / 10, info.compute_capability % 10);
+        major == m && if info.arch_specific { minor == n } else { minor >= n }
+    }
+
     /// The preferred target ([`Target::ALL`] order) that a device of compute
     /// capability `major.minor` runs, if any.
     pub fn for_device(major: u32, minor: u32) -> Option<Target> {

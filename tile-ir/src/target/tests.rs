@@ -259,6 +259,30 @@ fn devices_pick_the_targets_they_run() {
 }
 
 #[test]
+fn cubins_run_on_their_major_version_only() {
+    use Target::*;
+    // (major, minor, runs the sm_80 cubin, runs the sm_90a cubin)
+    let cases = [
+        (7, 5, false, false),
+        (8, 0, true, false),
+        (8, 6, true, false),
+        (8, 9, true, false),
+        (9, 0, false, true),
+        (9, 1, false, false),
+        (10, 0, false, false),
+        (12, 0, false, false),
+    ];
+    for (major, minor, sm80, sm90a) in cases {
+        assert_eq!(Sm80.cubin_runs_on(major, minor), sm80, "sm_80 cubin on {major}.{minor}");
+        assert_eq!(Sm90a.cubin_runs_on(major, minor), sm90a, "sm_90a cubin on {major}.{minor}");
+        // Whatever runs the SASS runs the PTX too.
+        for t in [Sm80, Sm90a] {
+            assert!(!t.cubin_runs_on(major, minor) || t.runs_on(major, minor), "{t:?} on {major}.{minor}");
+        }
+    }
+}
+
+#[test]
 fn the_target_files_agree_with_the_table() {
     for t in Target::ALL {
         let info = t.info();

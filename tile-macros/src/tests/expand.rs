@@ -22,7 +22,7 @@ fn generated_module() {
         "pub static META : :: tile :: KernelMeta",
         "name : \"vector_add\"",
         "targets : & []",
-        "pub fn launch (stream : & :: tile :: Stream , a : & :: tile :: DeviceTensor < f32 > , b : & :: tile :: DeviceTensor < f32 > , c : & mut :: tile :: DeviceTensor < f32 >)",
+        "pub fn launch (stream : & :: tile :: Stream , a : & impl :: tile :: TensorArg < Elem = f32 > , b : & impl :: tile :: TensorArg < Elem = f32 > , c : & mut impl :: tile :: TensorArgMut < Elem = f32 >)",
         ":: tile :: __private :: launch (stream , & self :: META , & mut [:: tile :: __private :: KernelArg :: tensor (a) , :: tile :: __private :: KernelArg :: tensor (b) , :: tile :: __private :: KernelArg :: tensor_mut (c)])",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in {out}");
@@ -35,7 +35,7 @@ fn generated_module() {
     .to_string();
     assert!(out.contains("mod bad"), "{out}");
     assert!(out.contains("ir : \"\""), "{out}");
-    assert!(out.contains("x : & :: tile :: DeviceTensor < :: tile :: bf16 >"), "{out}");
+    assert!(out.contains("x : & impl :: tile :: TensorArg < Elem = :: tile :: bf16 >"), "{out}");
     assert!(out.contains("KernelArg :: F16 (s)"), "{out}");
     assert!(out.contains("q : impl :: core :: marker :: Sized"), "{out}");
     assert!(out.contains("compile_error"), "{out}");

@@ -106,7 +106,7 @@ fn generated_module_selects_the_instance_by_type() {
         "impl Instance < :: tile :: bf16 , 1024 , 256 > for Instances",
         "pub static INSTANCES : [& :: tile :: KernelMeta ; 2usize] = [& __META_0 , & __META_1]",
         "pub fn meta < T : :: tile :: Element , const BLOCK : usize , const THREADS : usize > () -> & 'static :: tile :: KernelMeta where Instances : Instance < T , BLOCK , THREADS >",
-        "pub fn launch < T : :: tile :: Element , const BLOCK : usize , const THREADS : usize > (stream : & :: tile :: Stream , x : & :: tile :: DeviceTensor < T > , y : & mut :: tile :: DeviceTensor < T > , alpha : T)",
+        "pub fn launch < T : :: tile :: Element , const BLOCK : usize , const THREADS : usize > (stream : & :: tile :: Stream , x : & impl :: tile :: TensorArg < Elem = T > , y : & mut impl :: tile :: TensorArgMut < Elem = T > , alpha : T)",
         ":: tile :: __private :: launch (stream , < Instances as Instance < T , BLOCK , THREADS >> :: META , & mut [:: tile :: __private :: KernelArg :: tensor (x) , :: tile :: __private :: KernelArg :: tensor_mut (y) , :: tile :: __private :: KernelArg :: element (alpha)])",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in {out}");

@@ -19,6 +19,7 @@ use tile_ir::{DType, Kernel, ParamKind, Value};
 use crate::device::Stream;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::interop::{SliceRead, SliceWrite, TensorView, TensorViewMut};
 use crate::tensor::{DeviceTensor, RawTensor, Storage};
 use crate::tensor_map::TensorMap;
 
@@ -26,6 +27,11 @@ use crate::tensor_map::TensorMap;
 pub enum KernelArg<'a> {
     Tensor(&'a RawTensor),
     TensorMut(&'a mut RawTensor),
+    /// A read-only view of memory a cudarc slice owns ([`TensorView`]): its
+    /// tensor facts, the slice, and the view's byte offset in it.
+    View(&'a RawTensor, &'a dyn SliceRead, u64),
+    /// A writable view ([`TensorViewMut`]).
+    ViewMut(&'a RawTensor, &'a mut dyn SliceWrite, u64),
     F32(f32),
     I32(i32),
     U32(u32),
@@ -34,13 +40,14 @@ pub enum KernelArg<'a> {
 }
 
 impl<'a> KernelArg<'a> {
-    /// A read-only tensor argument (`&Tensor<T, ..>`).
-    pub fn tensor<T: Element>(t: &'a DeviceTensor<T>) -> Self {
-        KernelArg::Tensor(&t.raw)
+    /// A read-only tensor argument (`&Tensor<T, ..>`): a [`DeviceTensor`]
+    /// or a view.
+    pub fn tensor<A: TensorArg + ?Sized>(t: &'a A) -> Self {
+        t.kernel_arg()
     }
     /// A writable tensor argument (`&mut Tensor<T, ..>`).
-    pub fn tensor_mut<T: Element>(t: &'a mut DeviceTensor<T>) -> Self {
-        KernelArg::TensorMut(&mut t.raw)
+    pub fn tensor_mut<A: TensorArgMut + ?Sized>(t: &'a mut A) -> Self {
+        t.kernel_arg_mut()
     }
     /// A scalar argument whose type is a generic kernel's type parameter
     /// (`alpha: T`): the variant of `T` (every element type converts
@@ -58,8 +65,9 @@ impl<'a> KernelArg<'a> {
 
     fn describe(&self) -> String {
         match self {
-            KernelArg::Tensor(t) => format!("a read-only {} tensor", t.dtype),
+            KernelArg::Tensor(t) | KernelArg::View(t, ..) => format!("a read-only {} tensor", t.dtype),
             KernelArg::TensorMut(t) => format!("a writable {} tensor", t.dtype),
+            KernelArg::ViewMut(t, ..) => format!("a writable {} tensor", t.dtype),
             KernelArg::F32(_) => "an f32 scalar".into(),
             KernelArg::I32(_) => "an i32 scalar".into(),
             KernelArg::U32(_) => "a u32 scalar".into(),
@@ -75,16 +83,84 @@ impl<'a> KernelArg<'a> {
             KernelArg::U32(v) => Value::U32(v),
             KernelArg::F16(v) => Value::F16(v),
             KernelArg::BF16(v) => Value::BF16(v),
-            KernelArg::Tensor(_) | KernelArg::TensorMut(_) => return None,
+            KernelArg::Tensor(_) | KernelArg::TensorMut(_) | KernelArg::View(..) | KernelArg::ViewMut(..) => {
+                return None
+            }
         })
     }
 
     pub(super) fn raw(&self) -> Option<&RawTensor> {
         match self {
-            KernelArg::Tensor(t) => Some(t),
+            KernelArg::Tensor(t) | KernelArg::View(t, ..) | KernelArg::ViewMut(t, ..) => Some(t),
             KernelArg::TensorMut(t) => Some(t),
             _ => None,
         }
+    }
+
+    /// Whether this is a writable tensor argument.
+    fn writable(&self) -> bool {
+        matches!(self, KernelArg::TensorMut(_) | KernelArg::ViewMut(..))
+    }
+}
+
+/// What a generated `launch` takes for a read-only tensor parameter
+/// (`x: &Tensor<T, ..>`): a [`DeviceTensor<T>`], a [`TensorView`] or a
+/// [`TensorViewMut`] of memory owned elsewhere (a cudarc `CudaSlice<T>`)
+/// with [`Elem`](TensorArg::Elem) `= T`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tensor a tile kernel can take",
+    label = "not a tensor argument",
+    note = "pass a `&DeviceTensor<T>`, or a `&TensorView<T>` / `&TensorViewMut<T>` over a cudarc `CudaSlice<T>`"
+)]
+pub trait TensorArg {
+    /// The element type.
+    type Elem: Element;
+    #[doc(hidden)]
+    fn kernel_arg(&self) -> KernelArg<'_>;
+}
+
+/// What a generated `launch` takes for a writable tensor parameter
+/// (`y: &mut Tensor<T, ..>`): a [`DeviceTensor<T>`] or a [`TensorViewMut`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tensor a tile kernel can write",
+    label = "not a writable tensor argument",
+    note = "pass a `&mut DeviceTensor<T>`, or a `&mut TensorViewMut<T>` over a `&mut CudaSlice<T>` (a `TensorView` is read-only)"
+)]
+pub trait TensorArgMut: TensorArg {
+    #[doc(hidden)]
+    fn kernel_arg_mut(&mut self) -> KernelArg<'_>;
+}
+
+impl<T: Element> TensorArg for DeviceTensor<T> {
+    type Elem = T;
+    fn kernel_arg(&self) -> KernelArg<'_> {
+        KernelArg::Tensor(&self.raw)
+    }
+}
+
+impl<T: Element> TensorArgMut for DeviceTensor<T> {
+    fn kernel_arg_mut(&mut self) -> KernelArg<'_> {
+        KernelArg::TensorMut(&mut self.raw)
+    }
+}
+
+impl<T: Element> TensorArg for TensorView<'_, T> {
+    type Elem = T;
+    fn kernel_arg(&self) -> KernelArg<'_> {
+        KernelArg::View(&self.raw, self.slice, self.offset_bytes)
+    }
+}
+
+impl<T: Element> TensorArg for TensorViewMut<'_, T> {
+    type Elem = T;
+    fn kernel_arg(&self) -> KernelArg<'_> {
+        KernelArg::View(&self.raw, &*self.slice, self.offset_bytes)
+    }
+}
+
+impl<T: Element> TensorArgMut for TensorViewMut<'_, T> {
+    fn kernel_arg_mut(&mut self) -> KernelArg<'_> {
+        KernelArg::ViewMut(&self.raw, &mut *self.slice, self.offset_bytes)
     }
 }
 
@@ -114,7 +190,7 @@ pub(super) fn check_args(k: &Kernel, stream: &Stream, args: &[KernelArg<'_>]) ->
                 let expected =
                     || format!("a {} {} tensor", if buf.mutable { "writable" } else { "read-only" }, buf.dtype);
                 let Some(t) = arg.raw() else { return Err(wrong(expected())) };
-                if t.dtype != buf.dtype || (buf.mutable && !matches!(arg, KernelArg::TensorMut(_))) {
+                if t.dtype != buf.dtype || (buf.mutable && !arg.writable()) {
                     return Err(wrong(expected()));
                 }
                 t.check_device(stream, &|| format!("tensor `{}` of kernel `{}`", p.name, k.name))?;
@@ -190,7 +266,7 @@ pub(super) fn abi_params<'a>(
             KernelArg::U32(v) => Some(ParamSlot::new(&v.to_le_bytes())),
             KernelArg::F16(v) => Some(ParamSlot::new(&v.to_bits().to_le_bytes())),
             KernelArg::BF16(v) => Some(ParamSlot::new(&v.to_bits().to_le_bytes())),
-            KernelArg::Tensor(_) | KernelArg::TensorMut(_) => None,
+            KernelArg::Tensor(_) | KernelArg::TensorMut(_) | KernelArg::View(..) | KernelArg::ViewMut(..) => None,
         })
         .collect();
     let mut slots = Vec::with_capacity(k.params.len() + k.dims.len());
@@ -212,7 +288,20 @@ pub(super) fn abi_params<'a>(
                 }
                 _ => (0, None),
             },
-            (KernelArg::Tensor(_) | KernelArg::TensorMut(_), None) => (0, None),
+            // A view: the slice's address (through cudarc, on the launch's
+            // stream) plus the view's offset.
+            (KernelArg::View(_, slice, offset), Some(stream)) => {
+                let (ptr, guard) = slice.read_ptr(stream);
+                (ptr + *offset, Some(guard))
+            }
+            (KernelArg::ViewMut(_, slice, offset), Some(stream)) => {
+                let offset = *offset;
+                let (ptr, guard) = slice.write_ptr(stream);
+                (ptr + offset, Some(guard))
+            }
+            (KernelArg::Tensor(_) | KernelArg::TensorMut(_) | KernelArg::View(..) | KernelArg::ViewMut(..), None) => {
+                (0, None)
+            }
             _ => {
                 addresses.push(None);
                 continue;

@@ -32,10 +32,11 @@ use super::args::{abi_params, param_pointers, KernelArg};
 use super::limits::{check_block, check_function, check_grid, DEFAULT_SHARED_LIMIT};
 use super::meta::{KernelMeta, KernelTarget, TensorMapMeta};
 use super::variant::{pick_variant, TensorPlace};
-use crate::cache::LoadedKernel;
+use crate::cache::{LoadedKernel, ModuleSource};
 use crate::device::{CudaDevice, Device, DeviceKind};
 use crate::driver::{describe, driver_err, guarded};
 use crate::error::{Error, Result};
+use crate::interop::TENSOR_ALIGN;
 use crate::tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// The cluster shape to launch with: `None` when the kernel has none or the
@@ -70,6 +71,29 @@ fn launch_cluster(k: &Kernel, grid: [u32; 3], cc: (u32, u32)) -> std::result::Re
     Ok(Some(cluster))
 }
 
+/// Checks that every tensor argument starts at a 16-byte aligned address
+/// (`interop::TENSOR_ALIGN`): the generated code's vector accesses assume
+/// it. Allocations always are; a view of memory owned elsewhere may not be
+/// (a `CudaSlice` made from a raw pointer), and a misaligned vector access
+/// would kill the context.
+fn check_alignment(k: &Kernel, addresses: &[Option<u64>]) -> Result<()> {
+    for (p, a) in k.params.iter().zip(addresses) {
+        if let Some(a) = *a {
+            if a % TENSOR_ALIGN != 0 {
+                return Err(Error::Argument {
+                    kernel: k.name.clone(),
+                    param: p.name.clone(),
+                    message: format!(
+                        "the tensor starts at device address {a:#x}, which is not a multiple of {TENSOR_ALIGN} bytes; \
+                         tile kernels need {TENSOR_ALIGN}-byte aligned tensors (views at offsets that keep it)"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The variant `variant` of `meta` loaded on `dev`, loaded the first time.
 fn loaded_kernel(dev: &CudaDevice, meta: &'static KernelMeta, variant: usize, k: &Kernel) -> Result<Arc<LoadedKernel>> {
     let key = (meta as *const KernelMeta as usize, variant);
@@ -95,18 +119,19 @@ fn encoded_map(dev: &Arc<CudaDevice>, spec: TensorMapSpec) -> Result<TensorMap> 
 
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
-fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarget, k: &Kernel) -> Result<LoadedKernel> {
-    let launch_err = |message: String| Error::Launch { kernel: k.name.clone(), message };
+/// JIT-compiles and loads the PTX of `target`, keeping the driver's logs on
+/// failure; `cubin_failure` (why the embedded cubin did not load) joins the
+/// error when both fail.
+fn jit_ptx(
+    meta: &'static KernelMeta,
+    target: &KernelTarget,
+    k: &Kernel,
+    cubin_failure: Option<String>,
+) -> Result<sys::CUmodule> {
     let ptx = CString::new(target.ptx).map_err(|_| Error::InvalidMeta {
         kernel: meta.name.to_string(),
         message: "the PTX contains a NUL byte".into(),
     })?;
-    let entry = CString::new(k.name.as_str()).map_err(|_| Error::InvalidMeta {
-        kernel: meta.name.to_string(),
-        message: "the name contains a NUL byte".into(),
-    })?;
-    dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
-
     let mut error_log = vec![0u8; JIT_LOG_BYTES];
     let mut info_log = vec![0u8; JIT_LOG_BYTES];
     let mut options = [
@@ -152,8 +177,58 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
             "\nhint: this is a bug in the tile compiler; build with TILE_DUMP=<dir> to inspect the PTX, \
              and with TILE_PTXAS=<ptxas> to catch it at build time"
         });
+        if let Some(failure) = cubin_failure {
+            log.push_str(&format!("\nthe embedded {} cubin failed to load too: {failure}", target.arch));
+        }
         return Err(Error::Jit { kernel: k.name.clone(), arch: target.arch.to_string(), log });
     }
+    Ok(module)
+}
+
+/// The embedded cubin of `target` to load on a device of compute
+/// capability `cc`, if any: one was embedded (`TILE_PTXAS` at build time),
+/// the device runs its SASS (`tile_ir::Target::cubin_runs_on`) and
+/// `TILE_NO_CUBIN` is not set to a non-empty value other than `0` (it forces
+/// the JIT, to compare the two).
+fn usable_cubin(target: &KernelTarget, cc: (u32, u32), no_cubin: Option<&str>) -> Option<&'static [u8]> {
+    let forced_off = no_cubin.is_some_and(|v| !v.trim().is_empty() && v.trim() != "0");
+    let runs = tile_ir::Target::from_name(target.arch).is_some_and(|t| t.cubin_runs_on(cc.0, cc.1));
+    target.cubin.filter(|_| runs && !forced_off)
+}
+
+/// Loads `cubin` (an ELF image) as a module; the driver's message on failure.
+fn load_cubin(cubin: &[u8]) -> std::result::Result<sys::CUmodule, String> {
+    // The driver reads the ELF image in place: give it 8-byte alignment,
+    // which a byte string in the binary does not promise.
+    let mut image = vec![0u64; cubin.len().div_ceil(8)];
+    // SAFETY: `image` has at least `cubin.len()` bytes; the two do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(cubin.as_ptr(), image.as_mut_ptr().cast::<u8>(), cubin.len()) };
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `image` holds a complete ELF image and outlives the call (the
+    // driver copies what it keeps).
+    unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) }.result().map(|()| module).map_err(describe)
+}
+
+fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarget, k: &Kernel) -> Result<LoadedKernel> {
+    let launch_err = |message: String| Error::Launch { kernel: k.name.clone(), message };
+    let entry = CString::new(k.name.as_str()).map_err(|_| Error::InvalidMeta {
+        kernel: meta.name.to_string(),
+        message: "the name contains a NUL byte".into(),
+    })?;
+    dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
+    let no_cubin = std::env::var("TILE_NO_CUBIN").ok();
+    let mut cubin_failure = None;
+    let mut loaded_cubin = None;
+    if let Some(cubin) = usable_cubin(target, dev.compute_capability, no_cubin.as_deref()) {
+        match load_cubin(cubin) {
+            Ok(module) => loaded_cubin = Some(module),
+            Err(message) => cubin_failure = Some(message),
+        }
+    }
+    let (module, source) = match loaded_cubin {
+        Some(module) => (module, ModuleSource::Cubin),
+        None => (jit_ptx(meta, target, k, cubin_failure)?, ModuleSource::Ptx),
+    };
     let mut loaded = LoadedKernel {
         ctx: dev.ctx.clone(),
         module,
@@ -162,10 +237,13 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
         max_threads: 0,
         registers: 0,
         launches: AtomicU64::new(0),
+        source,
     };
     // SAFETY: `module` was just loaded; `entry` is NUL-terminated.
-    loaded.function = unsafe { result::module::get_function(module, entry) }
-        .map_err(|e| launch_err(format!("the PTX for {} has no entry `{}`: {}", target.arch, k.name, describe(e))))?;
+    loaded.function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {
+        let from = if source == ModuleSource::Cubin { "cubin" } else { "PTX" };
+        launch_err(format!("the {from} for {} has no entry `{}`: {}", target.arch, k.name, describe(e)))
+    })?;
     let function_attribute = |a: sys::CUfunction_attribute| {
         // SAFETY: `function` belongs to the loaded module; the context is current.
         unsafe { result::function::get_function_attribute(loaded.function, a) }
@@ -208,6 +286,7 @@ pub(super) fn launch_cuda(
         Vec::new()
     };
     let (mut slots, _access_guards, addresses) = abi_params(k, args, dims, Some(stream));
+    check_alignment(k, &addresses)?;
     let places: Vec<Option<TensorPlace<'_>>> = mapped
         .iter()
         .zip(&addresses)
@@ -308,6 +387,17 @@ impl Device {
             DeviceKind::Cuda(d) => d.kernels.launch_counts(meta as *const KernelMeta as usize, meta.targets.len()),
         }
     }
+
+    /// What each compiled variant of the kernel `meta` (`meta.targets`, in
+    /// order) was loaded from on this GPU: [`ModuleSource::Cubin`] (the
+    /// embedded SASS, no JIT) or [`ModuleSource::Ptx`]; `None` for a variant
+    /// not loaded yet, and all `None` on the interpreter.
+    pub fn module_sources(&self, meta: &'static KernelMeta) -> Vec<Option<ModuleSource>> {
+        match &self.kind {
+            DeviceKind::Interpreter => vec![None; meta.targets.len()],
+            DeviceKind::Cuda(d) => d.kernels.module_sources(meta as *const KernelMeta as usize, meta.targets.len()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +442,41 @@ mod tests {
         assert_eq!(spec.strides, vec![128, 256, 256 * 40, 256 * 80]);
         assert_eq!(spec.box_bytes(), 32 * 64 * 2);
         spec.validate().unwrap();
+    }
+
+    #[test]
+    fn misaligned_tensor_addresses_are_refused_before_the_launch() {
+        let k = gemm_like();
+        assert!(check_alignment(&k, &[Some(0x7000), None, Some(0x7010)]).is_ok());
+        match check_alignment(&k, &[Some(0x7000), None, Some(0x700c)]) {
+            Err(Error::Argument { param, message, .. }) => {
+                assert_eq!(param, "c");
+                assert!(message.contains("0x700c, which is not a multiple of 16 bytes"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_cubin_is_used_where_its_sass_runs_unless_turned_off() {
+        use super::super::fixtures::target;
+        const ELF: &[u8] = b"\x7fELF\x02 a cubin";
+        let with = |arch| KernelTarget { cubin: Some(ELF), ..target(arch, 128, &[]) };
+        let (sm80, sm90a) = (with("sm_80"), with("sm_90a"));
+        assert_eq!(usable_cubin(&sm80, (8, 0), None), Some(ELF));
+        assert_eq!(usable_cubin(&sm80, (8, 9), None), Some(ELF));
+        // The sm_80 PTX runs on 9.0 and 10.0 through the JIT, its SASS does not.
+        assert_eq!(usable_cubin(&sm80, (9, 0), None), None);
+        assert_eq!(usable_cubin(&sm80, (10, 0), None), None);
+        assert_eq!(usable_cubin(&sm90a, (9, 0), None), Some(ELF));
+        assert_eq!(usable_cubin(&sm90a, (10, 0), None), None);
+        // TILE_NO_CUBIN forces the JIT; empty or 0 leaves the cubin on.
+        assert_eq!(usable_cubin(&sm90a, (9, 0), Some("1")), None);
+        assert_eq!(usable_cubin(&sm90a, (9, 0), Some("0")), Some(ELF));
+        assert_eq!(usable_cubin(&sm90a, (9, 0), Some("")), Some(ELF));
+        // No cubin embedded (built without TILE_PTXAS), or an unknown arch.
+        assert_eq!(usable_cubin(&target("sm_90a", 128, &[]), (9, 0), None), None);
+        assert_eq!(usable_cubin(&with("sm_70"), (7, 0), None), None);
     }
 
     #[test]

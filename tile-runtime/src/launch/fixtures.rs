@@ -11,7 +11,7 @@ pub(super) const MAPS_A_C: &[TensorMapMeta] = &[
 
 pub(super) fn target(arch: &'static str, threads: u32, tensor_maps: &'static [TensorMapMeta]) -> KernelTarget {
     let schedule = if tensor_maps.is_empty() { "general" } else { "warp_specialized_gemm" };
-    KernelTarget { arch, schedule, ptx: "", shared_bytes: 0, threads, tensor_maps, persistent: false }
+    KernelTarget { arch, schedule, ptx: "", shared_bytes: 0, threads, tensor_maps, persistent: false, cubin: None }
 }
 
 pub(super) fn leak_meta(targets: Vec<KernelTarget>) -> &'static KernelMeta {

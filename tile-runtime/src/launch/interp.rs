@@ -34,6 +34,10 @@ pub(super) fn launch_interpreter(k: &Kernel, args: &mut [KernelArg<'_>], dims: &
                     }
                 }
             }
+            // Views borrow GPU memory (cudarc slices): never the interpreter's.
+            KernelArg::View(..) | KernelArg::ViewMut(..) => {
+                return Err(Error::DeviceMismatch(format!("a tensor view of kernel `{}`", k.name)))
+            }
             other => InterpArg::Scalar(other.scalar().expect("tensor arguments are handled above")),
         });
     }

@@ -105,6 +105,7 @@ mod tests {
             threads,
             tensor_maps: &[],
             persistent: false,
+            cubin: None,
         }
     }
 

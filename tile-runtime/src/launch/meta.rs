@@ -56,6 +56,14 @@ pub struct KernelTarget {
     /// SM (at most the grid's block count) as a 1-D grid, unless the kernel
     /// asks for clusters (then with the whole grid: one tile per block).
     pub persistent: bool,
+    /// The SASS of `ptx` (an ELF cubin from `ptxas -arch=<arch>`), embedded
+    /// when the kernel was built with `TILE_PTXAS`. The runtime loads it
+    /// instead of JIT-compiling the PTX on a device that runs it
+    /// (`tile_ir::Target::cubin_runs_on`: the sm_80 cubin on 8.x, the sm_90a
+    /// one on 9.0), falling back to the PTX when it is absent, when the
+    /// device cannot run it, when it fails to load, or under
+    /// `TILE_NO_CUBIN=1`.
+    pub cubin: Option<&'static [u8]>,
 }
 
 /// One TMA tensor map a compiled variant takes (`tile_ir::abi::TensorMapUse`

@@ -40,7 +40,7 @@ mod limits;
 mod meta;
 mod variant;
 
-pub use args::KernelArg;
+pub use args::{KernelArg, TensorArg, TensorArgMut};
 pub use meta::{KernelMeta, KernelTarget, TensorMapMeta};
 
 use crate::device::{DeviceKind, Stream};

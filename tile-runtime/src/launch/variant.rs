@@ -153,6 +153,7 @@ mod tests {
                 threads: 32,
                 tensor_maps: &[],
                 persistent: false,
+                cubin: None,
             })
             .collect();
         Box::leak(Box::new(KernelMeta { name: "k", ir: "", targets: Box::leak(targets.into_boxed_slice()) }))
