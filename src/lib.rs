@@ -26,6 +26,11 @@ pub use tile_runtime::{
     KernelMeta, KernelTarget, Result, Stream, TensorMapMeta, INTERPRET_ENV,
 };
 
+/// Runs `f` with the lines that kernels' `print(..)`s write in the
+/// interpreter on this thread collected into the returned string instead of
+/// stderr (on a GPU, prints go to the process's stdout through `vprintf`).
+pub use tile_ir::interp::capture_prints;
+
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.
 pub use tile_ir as ir;
 

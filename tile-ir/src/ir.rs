@@ -566,6 +566,15 @@ pub enum StmtKind {
     /// Explicit block-wide barrier (escape hatch; the compiler inserts the
     /// ones that shared-memory dependences need).
     Barrier,
+    /// A debug print of scalar values ([`crate::print_format`]): `format`
+    /// holds one `{}` (or `{:e}`) per argument, `{{` and `}}` for braces; a
+    /// line is printed each time the statement runs: once per block outside
+    /// parallel loops (on the GPU by thread 0), once per iteration inside
+    /// one (by the thread that owns the iteration, replicas excluded).
+    Print {
+        format: String,
+        args: Vec<Expr>,
+    },
 }
 
 /// A kernel parameter, in the order the user wrote them.

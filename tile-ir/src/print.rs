@@ -527,6 +527,13 @@ impl<'k> Printer<'k> {
                 self.expr(out, value, 0);
             }
             StmtKind::Barrier => out.push_str("barrier"),
+            StmtKind::Print { format, args } => {
+                let _ = write!(out, "print {format:?}");
+                for a in args {
+                    out.push_str(", ");
+                    self.expr(out, a, 0);
+                }
+            }
             StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } => {
                 let t = |trans: &bool| if *trans { ".t" } else { "" };
                 let _ = write!(

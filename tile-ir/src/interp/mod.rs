@@ -46,6 +46,8 @@
 //!   block id, remapped by [`crate::abi::rasterize`] (every block once).
 //! - `AtomicAdd` reads, adds in the element type (f16/bf16 via f32), writes.
 //! - A write to a tensor passed as [`TensorData::Ro`] is an error.
+//! - `Print` writes its line ([`crate::print_format::render`]) to stderr, or
+//!   to the capture of [`capture_prints`].
 
 mod scalar;
 
@@ -75,6 +77,44 @@ pub struct InterpError(pub String);
 
 fn fail<T>(msg: impl Into<String>) -> Result<T, InterpError> {
     Err(InterpError(msg.into()))
+}
+
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes one printed line: into the capture of [`capture_prints`] when one
+/// is active on this thread, else to stderr.
+fn emit_print(line: &str) {
+    let captured = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
+        Some(buf) => {
+            buf.push_str(line);
+            true
+        }
+        None => false,
+    });
+    if !captured {
+        eprint!("{line}");
+    }
+}
+
+/// Runs `f` with the lines that kernels' `print`s write in the interpreter
+/// on this thread collected into the returned string instead of stderr
+/// (nested captures each get their own lines).
+pub fn capture_prints<R>(f: impl FnOnce() -> R) -> (R, String) {
+    let saved = CAPTURE.with(|c| c.borrow_mut().replace(String::new()));
+    struct Restore(Option<Option<String>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let saved = self.0.take().flatten();
+            CAPTURE.with(|c| *c.borrow_mut() = saved);
+        }
+    }
+    let guard = Restore(Some(saved));
+    let r = f();
+    let out = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    drop(guard);
+    (r, out)
 }
 
 /// Runs every block of the grid. `dims` are the values of `kernel.dims`.
@@ -368,6 +408,14 @@ impl<'k, 'a> Machine<'k, 'a> {
             }
             StmtKind::Reduce { op, src, dst, dim, keep } => self.reduce(*op, *src, *dst, *dim, *keep)?,
             StmtKind::Barrier => {}
+            StmtKind::Print { format, args } => {
+                let pieces = crate::print_format::parse(format).map_err(InterpError)?;
+                let mut values = Vec::with_capacity(args.len());
+                for a in args {
+                    values.push(self.eval(a)?);
+                }
+                emit_print(&crate::print_format::render(&pieces, &values));
+            }
             StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy: _ } => {
                 self.gemm(*a, *b, *c, *trans_a, *trans_b, *clear)?
             }
