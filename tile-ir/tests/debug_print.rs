@@ -121,3 +121,30 @@ fn ptx_calls_vprintf_and_assembles() {
         assemble("print_demo", ptx, target.name());
     }
 }
+
+/// The example GEMM with a print after its output copy, and with one inside
+/// its pipelined loop: every variant of sm_90a compiles and assembles; the
+/// warp-specialized schedule keeps the first (its consumers print) and
+/// leaves the second to the TMA-copy pipeline.
+#[test]
+fn prints_in_the_hopper_schedules() {
+    let text = tile_testkit::MATMUL_128X256.text();
+    let after = text.replacen(
+        "  copy acc -> c[by * 128, bx * 256]\n",
+        "  copy acc -> c[by * 128, bx * 256]\n  print \"block ({}, {}) done\", bx, by\n",
+        1,
+    );
+    let inside = text.replacen("    gemm a_s, b_s -> acc\n", "    gemm a_s, b_s -> acc\n    print \"k = {}\", k\n", 1);
+    assert!(after != text && inside != text);
+    for (text, first) in [(after, "warp_specialized_gemm"), (inside, "tma_copy")] {
+        let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(v[0].schedule, first, "{text}");
+        for c in &v {
+            assert!(c.ptx.contains("call (tile_pr), vprintf"), "{}: {}", c.schedule, c.ptx);
+            assemble(&format!("matmul_print_{}", c.schedule), &c.ptx, "sm_90a");
+        }
+        let c = compile(&k, Target::Sm80).unwrap();
+        assemble("matmul_print_sm80", &c.ptx, "sm_80");
+    }
+}
