@@ -84,6 +84,15 @@ pub fn print_expr(kernel: &Kernel, e: &Expr) -> String {
     out
 }
 
+/// The first line of one statement's text form (a loop's or `if`'s header
+/// ends with `{`), with names as [`print_kernel`] prints them.
+pub fn print_stmt(kernel: &Kernel, s: &Stmt) -> String {
+    let p = Printer::new(kernel);
+    let mut out = String::new();
+    p.stmt(&mut out, s, 0);
+    out.lines().next().unwrap_or("").trim().to_string()
+}
+
 struct Printer<'k> {
     k: &'k Kernel,
     var_unique: Vec<bool>,

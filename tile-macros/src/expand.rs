@@ -98,7 +98,11 @@ fn compile(
     errors: &mut Errors,
 ) -> Option<Compiled> {
     let targets = backend::compile_all(kernel, spans, sig.ident.span(), attr.archs.as_deref(), env, errors);
-    match serde_json::to_string(kernel) {
+    // The embedded IR carries the statements' source lines (the PTX does not
+    // depend on them).
+    let mut embedded = kernel.clone();
+    embedded.source = spans.source_map();
+    match serde_json::to_string(&embedded) {
         Ok(ir_json) => Some(Compiled { ir_json, targets }),
         Err(e) => {
             errors

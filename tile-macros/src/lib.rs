@@ -264,6 +264,11 @@ mod sig;
 ///   synchronized; lines of different threads in any order). Every target
 ///   and schedule lowers it; a `print` inside a `pipelined` loop keeps the
 ///   warp-specialized schedule from taking the loop (the others take it).
+///   In the interpreter, `TILE_INTERPRET_CHECK=1` also reports reads of
+///   shared, fragment and local elements the block has not written (they
+///   hold garbage on the GPU), and every interpreter error (out-of-bounds
+///   buffer indices too) names the statement's line (on Rust ≥ 1.88; its
+///   text form on older compilers).
 /// - Matrix multiply on tensor cores (block-wide, not inside `parallel`):
 ///   `gemm(&a, &b, &mut acc);` accumulates `acc += a · b` where `a` is
 ///   `[M, K]` (a shared buffer or a fragment), `b` is `[K, N]` (a shared

@@ -29,7 +29,7 @@ mod tensor_map;
 mod tma;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
-pub use device::{Device, Event, Stream, INTERPRET_ENV};
+pub use device::{Device, Event, Stream, INTERPRET_CHECK_ENV, INTERPRET_ENV};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
