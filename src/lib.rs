@@ -31,6 +31,8 @@ pub use tile_runtime::{
 /// stderr (on a GPU, prints go to the process's stdout through `vprintf`).
 pub use tile_ir::interp::capture_prints;
 
+pub mod dsl;
+
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.
 pub use tile_ir as ir;
 

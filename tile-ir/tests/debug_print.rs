@@ -148,3 +148,36 @@ fn prints_in_the_hopper_schedules() {
         assemble("matmul_print_sm80", &c.ptx, "sm_80");
     }
 }
+
+/// A parallel loop whose only fragment read is a print's argument: layout
+/// inference sees it (the loop takes the fragment's layout), so it compiles
+/// and the interpreter prints every element.
+#[test]
+fn print_is_a_fragment_read_for_layout_inference() {
+    let text = r#"
+kernel only_print<%0 N>(@0 x: &f32[N], @1 y: &mut f32[N]) threads=32 grid=((N + (4 - 1)) / 4, 1, 1) {
+  %1 bx = block_idx.x
+  @2 t: fragment f32[4]
+  copy x[bx * 4] -> t
+  for %2 i in parallel 0..4 {
+    print "{}", t[i]
+  }
+}
+"#;
+    let k = parse_kernel(text).unwrap();
+    for target in [Target::Sm80, Target::Sm90a] {
+        let c = compile(&k, target).unwrap_or_else(|e| panic!("{e:?}"));
+        assemble("only_print", &c.ptx, target.name());
+    }
+    let x: Vec<u8> = (0..4).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let mut y = vec![0u8; 16];
+    let (r, out) = capture_prints(|| {
+        let mut args = vec![
+            Arg::Tensor { data: TensorData::Ro(&x), shape: vec![4] },
+            Arg::Tensor { data: TensorData::Rw(&mut y), shape: vec![4] },
+        ];
+        launch(&k, &mut args)
+    });
+    r.unwrap();
+    assert_eq!(out, "0.000000\n1.000000\n2.000000\n3.000000\n");
+}

@@ -21,8 +21,9 @@ use tile_ir::DType;
 
 pub(crate) fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     let name_span = find_fn_name(&item).unwrap_or_else(Span::call_site);
+    let editor = crate::editor::editor_uses(&attr, &item);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| expand(attr, item))) {
-        Ok(tokens) => tokens,
+        Ok(tokens) => quote! { #tokens #editor },
         Err(payload) => {
             let msg = payload
                 .downcast_ref::<&str>()

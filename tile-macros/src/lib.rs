@@ -18,6 +18,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod backend;
 mod diag;
+mod editor;
 mod expand;
 mod generics;
 mod lower;
