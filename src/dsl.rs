@@ -80,7 +80,7 @@ pub fn doc_run_2d(
 /// (written), one to five dimensions, each a name (a dynamic size, bound
 /// from the argument's shape at launch and usable as an `i32` in the body)
 /// or a literal. Row-major and contiguous. Launched with a
-/// [`DeviceTensor`](crate::DeviceTensor).
+/// [`DeviceTensor`].
 ///
 /// ```
 /// use tile::prelude::*;
@@ -668,7 +668,7 @@ pub fn barrier() {
     outside_kernel("barrier")
 }
 
-/// The statement [`print`] returns, for [`PrintStmt::block`].
+/// The statement [`print()`] returns, for [`PrintStmt::block`].
 pub struct PrintStmt(());
 
 impl PrintStmt {

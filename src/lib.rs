@@ -17,8 +17,10 @@
 //! let c_host = c.to_vec(&stream)?;
 //! ```
 //!
-//! This crate only re-exports: the compiler is `tile-ir`, the macro
+//! Besides [`dsl`] (the kernel language's reference, item by item), this
+//! crate only re-exports: the compiler is `tile-ir`, the macro
 //! `tile-macros`, the runtime `tile-runtime`.
+#![warn(missing_docs)]
 
 pub use tile_macros::tile_kernel;
 pub use tile_runtime::{

@@ -74,14 +74,19 @@ pub(crate) fn editor_uses(attr: &TokenStream, item: &TokenStream) -> TokenStream
     if uses.is_empty() && methods.is_empty() {
         return TokenStream::new();
     }
+    // `rust_analyzer` is not a cfg rustc expects: allowed on an item around
+    // the one it removes.
     quote! {
-        #[cfg(rust_analyzer)]
-        #[allow(unused_imports, dead_code, non_snake_case)]
+        #[allow(unexpected_cfgs)]
         const _: () = {
-            #(#uses)*
-            fn __tile_dsl_methods() {
-                #(#methods)*
-            }
+            #[cfg(rust_analyzer)]
+            #[allow(unused_imports, dead_code, non_snake_case)]
+            const _: () = {
+                #(#uses)*
+                fn __tile_dsl_methods() {
+                    #(#methods)*
+                }
+            };
         };
     }
 }

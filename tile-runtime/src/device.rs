@@ -182,6 +182,7 @@ impl Device {
         }
     }
 
+    /// Whether this is the CPU interpreter.
     pub fn is_interpreter(&self) -> bool {
         matches!(self.kind, DeviceKind::Interpreter)
     }
@@ -297,6 +298,7 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
+    /// The device the stream belongs to.
     pub fn device(&self) -> &Device {
         &self.device
     }

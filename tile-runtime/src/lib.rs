@@ -15,6 +15,7 @@
 //! `cache` (what a GPU keeps between launches); `device` (devices, streams,
 //! events); `tensor`, `tma` (encoding maps), `bench`; `cublas`; `launch/`
 //! (metadata, arguments, variant choice, the CUDA and interpreter paths).
+#![warn(missing_docs)]
 
 mod bench;
 mod cache;

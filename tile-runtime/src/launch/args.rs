@@ -24,12 +24,19 @@ use crate::tensor_map::TensorMap;
 
 /// One argument of a kernel launch, in the kernel's parameter order.
 pub enum KernelArg<'a> {
+    /// A tensor the kernel reads (`&Tensor`).
     Tensor(&'a RawTensor),
+    /// A tensor the kernel writes (`&mut Tensor`).
     TensorMut(&'a mut RawTensor),
+    /// An `f32` scalar.
     F32(f32),
+    /// An `i32` scalar.
     I32(i32),
+    /// A `u32` scalar.
     U32(u32),
+    /// An `f16` scalar.
     F16(f16),
+    /// A `bf16` scalar.
     BF16(bf16),
 }
 
