@@ -302,10 +302,7 @@ impl Lowerer<'_> {
                 Err(Reported) => failed = true,
             }
         }
-        let filter = match modifier {
-            Some(m) => Some(self.block_filter(m)),
-            None => None,
-        };
+        let filter = modifier.map(|m| self.block_filter(m));
         if failed {
             return Err(Reported);
         }
