@@ -17,15 +17,24 @@
 //! let c_host = c.to_vec(&stream)?;
 //! ```
 //!
-//! This crate only re-exports: the compiler is `tile-ir`, the macro
+//! Besides [`dsl`] (the kernel language's reference, item by item), this
+//! crate only re-exports: the compiler is `tile-ir`, the macro
 //! `tile-macros`, the runtime `tile-runtime`.
+#![warn(missing_docs)]
 
 pub use tile_macros::tile_kernel;
 pub use tile_runtime::{
     assert_close, bench, bf16, cudarc, f16, rel_error, BenchResult, Device, DeviceTensor, Element, Error, Event,
     KernelMeta, KernelTarget, ModuleSource, Result, Stream, TensorArg, TensorArgMut, TensorMapMeta, TensorView,
-    TensorViewMut, INTERPRET_ENV,
+    TensorViewMut, INTERPRET_CHECK_ENV, INTERPRET_ENV,
 };
+
+/// Runs `f` with the lines that kernels' `print(..)`s write in the
+/// interpreter on this thread collected into the returned string instead of
+/// stderr (on a GPU, prints go to the process's stdout through `vprintf`).
+pub use tile_ir::interp::capture_prints;
+
+pub mod dsl;
 
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.
 pub use tile_ir as ir;

@@ -566,6 +566,15 @@ pub enum StmtKind {
     /// Explicit block-wide barrier (escape hatch; the compiler inserts the
     /// ones that shared-memory dependences need).
     Barrier,
+    /// A debug print of scalar values ([`crate::print_format`]): `format`
+    /// holds one `{}` (or `{:e}`) per argument, `{{` and `}}` for braces; a
+    /// line is printed each time the statement runs: once per block outside
+    /// parallel loops (on the GPU by thread 0), once per iteration inside
+    /// one (by the thread that owns the iteration, replicas excluded).
+    Print {
+        format: String,
+        args: Vec<Expr>,
+    },
 }
 
 /// A kernel parameter, in the order the user wrote them.
@@ -624,6 +633,22 @@ pub struct Kernel {
     /// attribute turns it off. Default on.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
     pub warp_specialize: bool,
+    /// Where the statements are in the user's source, for the messages of
+    /// the interpreter (its check mode): set by `#[tile_kernel]` in the IR it
+    /// embeds; `None` in kernels built by hand or parsed from text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceMap>,
+}
+
+/// The source locations of a kernel's spans ([`Kernel::source`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceMap {
+    /// The file of the kernel, as the compiler names it (relative to the
+    /// crate being built).
+    pub file: String,
+    /// The line (1-based) of each [`SpanId`], by index; 0 where the
+    /// compiler gave none (proc macros know lines from Rust 1.88).
+    pub lines: Vec<u32>,
 }
 
 fn no_cluster() -> [u32; 3] {
@@ -653,6 +678,16 @@ impl Kernel {
             rasterize: None,
             cluster: [1, 1, 1],
             warp_specialize: true,
+            source: None,
+        }
+    }
+
+    /// `file:line` of a span, when [`Kernel::source`] knows it.
+    pub fn source_line(&self, span: SpanId) -> Option<String> {
+        let map = self.source.as_ref()?;
+        match map.lines.get(span.0 as usize) {
+            Some(&line) if line > 0 => Some(format!("{}:{line}", map.file)),
+            _ => None,
         }
     }
 

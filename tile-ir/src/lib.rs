@@ -20,6 +20,7 @@ pub mod ir;
 pub mod layout;
 pub mod passes;
 pub mod print;
+pub mod print_format;
 pub mod ptx;
 pub mod schedule;
 pub mod target;

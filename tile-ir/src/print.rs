@@ -84,6 +84,15 @@ pub fn print_expr(kernel: &Kernel, e: &Expr) -> String {
     out
 }
 
+/// The first line of one statement's text form (a loop's or `if`'s header
+/// ends with `{`), with names as [`print_kernel`] prints them.
+pub fn print_stmt(kernel: &Kernel, s: &Stmt) -> String {
+    let p = Printer::new(kernel);
+    let mut out = String::new();
+    p.stmt(&mut out, s, 0);
+    out.lines().next().unwrap_or("").trim().to_string()
+}
+
 struct Printer<'k> {
     k: &'k Kernel,
     var_unique: Vec<bool>,
@@ -527,6 +536,13 @@ impl<'k> Printer<'k> {
                 self.expr(out, value, 0);
             }
             StmtKind::Barrier => out.push_str("barrier"),
+            StmtKind::Print { format, args } => {
+                let _ = write!(out, "print {format:?}");
+                for a in args {
+                    out.push_str(", ");
+                    self.expr(out, a, 0);
+                }
+            }
             StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy } => {
                 let t = |trans: &bool| if *trans { ".t" } else { "" };
                 let _ = write!(

@@ -13,7 +13,7 @@
 use crate::ir::SpanId;
 use crate::target::{requirement, Feature};
 use crate::thread_ir::{
-    fmt_address, fmt_inst, fmt_operand, Function, Inst, Operand, RegClass, Stmt, SMEM, TENSOR_MAP_PARAM,
+    fmt_address, fmt_inst, fmt_operand, printf_layout, Function, Inst, Operand, RegClass, Stmt, SMEM, TENSOR_MAP_PARAM,
 };
 use crate::{CompileError, Target};
 use std::fmt::Write;
@@ -50,6 +50,18 @@ pub(crate) fn first_unsupported(f: &Function, target: Target) -> Option<(&Inst, 
         }
     });
     bad
+}
+
+/// The prints of `f` by id: their C format and argument buffer size (one
+/// entry per id, however many copies of the call the body holds).
+fn printf_calls(f: &Function) -> std::collections::BTreeMap<u32, (String, u32)> {
+    let mut out = std::collections::BTreeMap::new();
+    walk_insts(&f.body, &mut |i| {
+        if let Inst::Printf { id, format, args } = i {
+            out.entry(*id).or_insert_with(|| (format.clone(), printf_layout(args).1));
+        }
+    });
+    out
 }
 
 /// Checks that every instruction exists on `target`, then prints the module.
@@ -98,6 +110,18 @@ pub fn emit(f: &Function, target: Target) -> String {
     let _ = writeln!(out, ".target {}", target.name());
     let _ = writeln!(out, ".address_size 64\n");
     let _ = writeln!(out, ".extern .shared .align 1024 .b8 {SMEM}[];\n");
+    let prints = printf_calls(f);
+    if !prints.is_empty() {
+        let _ = writeln!(
+            out,
+            ".extern .func (.param .b32 tile_vprintf_ret) vprintf (.param .b64 tile_vprintf_fmt, .param .b64 tile_vprintf_args);"
+        );
+        for (id, (format, _)) in &prints {
+            let bytes: Vec<String> = format.bytes().chain([0]).map(|b| b.to_string()).collect();
+            let _ = writeln!(out, ".global .align 1 .b8 tile_fmt{id}[{}] = {{{}}};", bytes.len(), bytes.join(", "));
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, ".visible .entry {}(", f.name);
     for (i, (name, ty)) in f.params.iter().enumerate() {
         let comma = if i + 1 < f.params.len() { "," } else { "" };
@@ -119,6 +143,11 @@ pub fn emit(f: &Function, target: Target) -> String {
     }
     for (name, bytes) in &f.local_arrays {
         let _ = writeln!(out, "    .local .align 16 .b8 {name}[{bytes}];");
+    }
+    for (id, (_, size)) in &prints {
+        if *size > 0 {
+            let _ = writeln!(out, "    .local .align 8 .b8 tile_pbuf{id}[{size}];");
+        }
     }
     out.push('\n');
     let mut labels = 0u32;
@@ -149,6 +178,36 @@ fn emit_block(f: &Function, body: &[Stmt], out: &mut String, labels: &mut u32) {
                 let _ = writeln!(out, "    @!{p} bra $L_wait_{id};");
                 if guard.is_some() {
                     let _ = writeln!(out, "$L_waited_{id}:");
+                }
+            }
+            Stmt::Inst { inst: Inst::Printf { id, args, .. }, guard } => {
+                // A call sequence in its own scope; a guard jumps over it.
+                let label = *labels;
+                *labels += 1;
+                if let Some((g, neg)) = guard {
+                    let skip = if *neg { "@" } else { "@!" };
+                    let _ = writeln!(out, "    {skip}{} bra $L_printed_{label};", f.reg_name(*g));
+                }
+                let (offsets, size) = printf_layout(args);
+                out.push_str("    {\n");
+                out.push_str("    .reg .b64 %tile_pa<2>;\n");
+                out.push_str("    .param .b64 tile_pp0;\n    .param .b64 tile_pp1;\n    .param .b32 tile_pr;\n");
+                for ((r, ty), off) in args.iter().zip(&offsets) {
+                    let _ = writeln!(out, "    st.local.{ty} [tile_pbuf{id}+{off}], {};", f.reg_name(*r));
+                }
+                let _ = writeln!(out, "    mov.u64 %tile_pa0, tile_fmt{id};");
+                out.push_str("    cvta.global.u64 %tile_pa0, %tile_pa0;\n");
+                if size > 0 {
+                    let _ = writeln!(out, "    mov.u64 %tile_pa1, tile_pbuf{id};");
+                    out.push_str("    cvta.local.u64 %tile_pa1, %tile_pa1;\n");
+                } else {
+                    out.push_str("    mov.u64 %tile_pa1, 0;\n");
+                }
+                out.push_str("    st.param.b64 [tile_pp0], %tile_pa0;\n    st.param.b64 [tile_pp1], %tile_pa1;\n");
+                out.push_str("    call (tile_pr), vprintf, (tile_pp0, tile_pp1);\n");
+                out.push_str("    }\n");
+                if guard.is_some() {
+                    let _ = writeln!(out, "$L_printed_{label}:");
                 }
             }
             Stmt::Inst { inst, guard } => {

@@ -257,6 +257,27 @@ pub enum Inst {
     NamedBarArrive { id: u32, threads: u32 },
     /// `exit;`: the thread stops (a warp-specialized producer, done).
     Exit,
+    /// A call of CUDA's `vprintf(format, args)`: `format` (a C format with
+    /// its newline) becomes the global string `tile_fmt{id}`, `args` are
+    /// stored into the local buffer `tile_pbuf{id}` (each at an offset
+    /// aligned to its size; `ty` is `f64`, `s32`, `u32` or `s64`) whose
+    /// generic address is the second argument. `id` names the two symbols:
+    /// instructions with the same `id` are copies of one print.
+    Printf { id: u32, format: String, args: Vec<(Reg, &'static str)> },
+}
+
+/// The byte offsets of `vprintf` arguments of types `f64`/`s64` (8 bytes)
+/// and `s32`/`u32` (4 bytes), each aligned to its size, and the total size.
+pub fn printf_layout(args: &[(Reg, &'static str)]) -> (Vec<u32>, u32) {
+    let mut offsets = Vec::with_capacity(args.len());
+    let mut at = 0u32;
+    for (_, ty) in args {
+        let size = if matches!(*ty, "f64" | "s64") { 8 } else { 4 };
+        at = at.div_ceil(size) * size;
+        offsets.push(at);
+        at += size;
+    }
+    (offsets, at)
 }
 
 /// The A operand of a wgmma.
@@ -299,6 +320,7 @@ impl Inst {
             Inst::Wgmma { n, ab, .. } => format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"),
             Inst::SetMaxNreg { inc, .. } => format!("setmaxnreg.{}.sync.aligned.u32", if *inc { "inc" } else { "dec" }),
             Inst::ElectSync { .. } => "elect.sync".into(),
+            Inst::Printf { .. } => "call vprintf".into(),
             other => format!("{other:?}").split([' ', '{']).next().unwrap_or("").to_string(),
         }
     }
@@ -567,6 +589,10 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             format!("setmaxnreg.{}.sync.aligned.u32 {count}", if *inc { "inc" } else { "dec" })
         }
         Inst::ElectSync { pred } => format!("elect.sync _|{}, -1", f.reg_name(*pred)),
+        Inst::Printf { id, format, args } => {
+            let args: Vec<String> = args.iter().map(|(r, ty)| format!("{}:{ty}", f.reg_name(*r))).collect();
+            format!("vprintf.{id} {format:?}, {{{}}}", args.join(", "))
+        }
     }
 }
 

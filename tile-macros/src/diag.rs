@@ -128,6 +128,18 @@ impl SpanTable {
     pub fn range(&self, id: SpanId) -> SpanRange {
         self.ranges.get(id.0 as usize).copied().unwrap_or(SpanRange::single(self.fallback))
     }
+
+    /// The line of every span (for the interpreter's messages), with the
+    /// kernel's file; `None` when the compiler gives no lines (proc macros
+    /// know them from Rust 1.88: on older compilers every line reads 0 and
+    /// the messages fall back to the statement's text).
+    pub fn source_map(&self) -> Option<tile_ir::SourceMap> {
+        let lines: Vec<u32> = self.ranges.iter().map(|r| u32::try_from(r.start.start().line).unwrap_or(0)).collect();
+        if lines.iter().all(|&l| l == 0) {
+            return None;
+        }
+        Some(tile_ir::SourceMap { file: self.fallback.file(), lines })
+    }
 }
 
 /// The closest candidate to `name` by edit distance, if close enough to be

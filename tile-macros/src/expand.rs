@@ -21,8 +21,9 @@ use tile_ir::DType;
 
 pub(crate) fn tile_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     let name_span = find_fn_name(&item).unwrap_or_else(Span::call_site);
+    let editor = crate::editor::editor_uses(&attr, &item);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| expand(attr, item))) {
-        Ok(tokens) => tokens,
+        Ok(tokens) => quote! { #tokens #editor },
         Err(payload) => {
             let msg = payload
                 .downcast_ref::<&str>()
@@ -98,7 +99,11 @@ fn compile(
     errors: &mut Errors,
 ) -> Option<Compiled> {
     let targets = backend::compile_all(kernel, spans, sig.ident.span(), attr.archs.as_deref(), env, errors);
-    match serde_json::to_string(kernel) {
+    // The embedded IR carries the statements' source lines (the PTX does not
+    // depend on them).
+    let mut embedded = kernel.clone();
+    embedded.source = spans.source_map();
+    match serde_json::to_string(&embedded) {
         Ok(ir_json) => Some(Compiled { ir_json, targets }),
         Err(e) => {
             errors

@@ -18,6 +18,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod backend;
 mod diag;
+mod editor;
 mod expand;
 mod generics;
 mod lower;
@@ -206,7 +207,8 @@ mod sig;
 ///   per branch), `let x = ..`, `let mut x: f32 = ..`, `=`, `+=` (and the
 ///   other compound operators) on `let mut` variables and on elements, and
 ///   `{ .. }` blocks. Not in a kernel: `while`, `loop`, `match`, `return`,
-///   `break`, `continue`, closures, items and macros.
+///   `break`, `continue`, closures, items and macros (`print!`: use
+///   `print(..)`).
 /// - Operators `+ - * / % & | ^ << >> == != < <= > >= && || ! -`, casts
 ///   `as f16|bf16|f32|i32|u32`. Operands have one type: no implicit
 ///   conversions, except that untyped literals and constants adopt the
@@ -253,6 +255,26 @@ mod sig;
 ///   - `atomic_add(&mut t[(i, j)], v)` on an element of a `&mut Tensor`,
 ///     `v` of its type.
 ///   - `barrier()`: all threads of the block meet.
+/// - Debugging: `print("m = {} at row {}", m[i], i);` prints one line (a
+///   newline is added) each time it runs: once per block outside `parallel`
+///   loops (on the GPU by thread 0), once per iteration inside one (by the
+///   thread that holds the iteration). The format is a string literal with
+///   one `{}` per value (`{:e}`: floats in scientific notation; `{{`, `}}`:
+///   braces); values are scalars or elements of any type, floats printed as
+///   C's `%f` (`1.500000`), `bool` as `1`/`0`. `.block((x, y))` (one index
+///   per grid axis, each named in `let (bx, by) = grid(..)`) prints only in
+///   that block; an `if` around the print filters iterations
+///   (`if i == 0 { print(..) }`). The interpreter writes the lines to stderr
+///   (`tile::capture_prints` collects them instead), the GPU to the
+///   process's stdout through `vprintf` (flushed when the launch is
+///   synchronized; lines of different threads in any order). Every target
+///   and schedule lowers it; a `print` inside a `pipelined` loop keeps the
+///   warp-specialized schedule from taking the loop (the others take it).
+///   In the interpreter, `TILE_INTERPRET_CHECK=1` also reports reads of
+///   shared, fragment and local elements the block has not written (they
+///   hold garbage on the GPU), and every interpreter error (out-of-bounds
+///   buffer indices too) names the statement's line (on Rust ≥ 1.88; its
+///   text form on older compilers).
 /// - Matrix multiply on tensor cores (block-wide, not inside `parallel`):
 ///   `gemm(&a, &b, &mut acc);` accumulates `acc += a · b` where `a` is
 ///   `[M, K]` (a shared buffer or a fragment), `b` is `[K, N]` (a shared

@@ -13,9 +13,13 @@ use crate::error::{Error, Result};
 /// Timings of [`bench()`], in milliseconds per iteration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchResult {
+    /// The median time of one run, in milliseconds.
     pub median_ms: f64,
+    /// The fastest run, in milliseconds.
     pub min_ms: f64,
+    /// The mean time, in milliseconds.
     pub mean_ms: f64,
+    /// The slowest run, in milliseconds.
     pub max_ms: f64,
     /// The number of timed iterations.
     pub iters: usize,

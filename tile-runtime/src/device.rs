@@ -48,6 +48,13 @@ use crate::error::{Error, Result};
 /// The environment variable that makes [`Device::auto`] pick the interpreter.
 pub const INTERPRET_ENV: &str = "TILE_INTERPRET";
 
+/// The environment variable (`1`) that turns on the interpreter's check
+/// mode ([`tile_ir::interp::Options::check`]) for every launch on the
+/// interpreter: reads of never-written shared, fragment and local elements
+/// are errors naming the kernel, the buffer, the indices, the block and the
+/// statement's source line.
+pub const INTERPRET_CHECK_ENV: &str = "TILE_INTERPRET_CHECK";
+
 /// A device that runs kernels: a CUDA GPU or the CPU interpreter.
 #[derive(Clone)]
 pub struct Device {
@@ -175,6 +182,7 @@ impl Device {
         }
     }
 
+    /// Whether this is the CPU interpreter.
     pub fn is_interpreter(&self) -> bool {
         matches!(self.kind, DeviceKind::Interpreter)
     }
@@ -290,6 +298,7 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
+    /// The device the stream belongs to.
     pub fn device(&self) -> &Device {
         &self.device
     }

@@ -15,6 +15,7 @@
 //! `cache` (what a GPU keeps between launches); `device` (devices, streams,
 //! events); `tensor`, `tma` (encoding maps), `bench`; `cublas`; `launch/`
 //! (metadata, arguments, variant choice, the CUDA and interpreter paths).
+#![warn(missing_docs)]
 
 #[cfg(not(any(feature = "dynamic-loading", feature = "dynamic-linking")))]
 compile_error!(
@@ -42,7 +43,7 @@ mod tma;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
 pub use cache::ModuleSource;
-pub use device::{Device, Event, Stream, INTERPRET_ENV};
+pub use device::{Device, Event, Stream, INTERPRET_CHECK_ENV, INTERPRET_ENV};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use half::{bf16, f16};

@@ -342,6 +342,7 @@ impl<T: Element> DeviceTensor<T> {
         Ok(Self::from_raw(raw))
     }
 
+    /// The tensor's shape (row-major, outermost first).
     pub fn shape(&self) -> &[usize] {
         &self.raw.shape
     }
@@ -351,10 +352,12 @@ impl<T: Element> DeviceTensor<T> {
         self.raw.len()
     }
 
+    /// Whether the tensor has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.raw.dtype
     }

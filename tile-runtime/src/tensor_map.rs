@@ -23,9 +23,13 @@ use tile_ir::DType;
 /// The swizzle of a TMA box in shared memory (the span in bytes).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TmaSwizzle {
+    /// No swizzle.
     None,
+    /// 32-byte swizzle.
     B32,
+    /// 64-byte swizzle.
     B64,
+    /// 128-byte swizzle.
     B128,
 }
 
@@ -54,15 +58,20 @@ impl TmaSwizzle {
 /// How far TMA loads promote L2 fetches.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum L2Promotion {
+    /// No promotion.
     None,
+    /// To 64 bytes.
     B64,
+    /// To 128 bytes.
     B128,
+    /// To 256 bytes.
     B256,
 }
 
 /// What `cuTensorMapEncodeTiled` needs, in its order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorMapSpec {
+    /// The element type.
     pub dtype: DType,
     /// Device address of element 0 (16-byte aligned).
     pub global_address: u64,
@@ -74,7 +83,9 @@ pub struct TensorMapSpec {
     pub box_dims: Vec<u32>,
     /// Traversal strides in elements (1..=8 each); all 1 for a dense box.
     pub element_strides: Vec<u32>,
+    /// The box's swizzle in shared memory.
     pub swizzle: TmaSwizzle,
+    /// How far loads promote L2 fetches.
     pub l2_promotion: L2Promotion,
 }
 

@@ -46,6 +46,8 @@
 //!   block id, remapped by [`crate::abi::rasterize`] (every block once).
 //! - `AtomicAdd` reads, adds in the element type (f16/bf16 via f32), writes.
 //! - A write to a tensor passed as [`TensorData::Ro`] is an error.
+//! - `Print` writes its line ([`crate::print_format::render`]) to stderr, or
+//!   to the capture of [`capture_prints`].
 
 mod scalar;
 
@@ -77,13 +79,78 @@ fn fail<T>(msg: impl Into<String>) -> Result<T, InterpError> {
     Err(InterpError(msg.into()))
 }
 
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes one printed line: into the capture of [`capture_prints`] when one
+/// is active on this thread, else to stderr.
+fn emit_print(line: &str) {
+    let captured = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
+        Some(buf) => {
+            buf.push_str(line);
+            true
+        }
+        None => false,
+    });
+    if !captured {
+        eprint!("{line}");
+    }
+}
+
+/// Runs `f` with the lines that kernels' `print`s write in the interpreter
+/// on this thread collected into the returned string instead of stderr
+/// (nested captures each get their own lines).
+pub fn capture_prints<R>(f: impl FnOnce() -> R) -> (R, String) {
+    let saved = CAPTURE.with(|c| c.borrow_mut().replace(String::new()));
+    struct Restore(Option<Option<String>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let saved = self.0.take().flatten();
+            CAPTURE.with(|c| *c.borrow_mut() = saved);
+        }
+    }
+    let guard = Restore(Some(saved));
+    let r = f();
+    let out = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    drop(guard);
+    (r, out)
+}
+
 /// Runs every block of the grid. `dims` are the values of `kernel.dims`.
 pub fn run(kernel: &Kernel, args: &mut [Arg<'_>], dims: &[i64], grid: [u32; 3]) -> Result<(), InterpError> {
+    run_with(kernel, args, dims, grid, Options::default())
+}
+
+/// How the interpreter runs a kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Check mode: a read of a shared, fragment or local element that no
+    /// statement of the block has written yet (undefined on the GPU, where
+    /// these buffers start with garbage) is an error naming the buffer, the
+    /// indices, the block and the statement (its source line when the
+    /// kernel has [`Kernel::source`]). Out-of-bounds accesses of these
+    /// buffers are errors in every mode. The runtime turns it on with
+    /// `TILE_INTERPRET_CHECK=1`.
+    pub check: bool,
+}
+
+/// [`run`] with [`Options`].
+pub fn run_with(
+    kernel: &Kernel,
+    args: &mut [Arg<'_>],
+    dims: &[i64],
+    grid: [u32; 3],
+    options: Options,
+) -> Result<(), InterpError> {
     if let Err(errors) = verify(kernel) {
         let list: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
         return fail(format!("kernel `{}` does not verify: {}", kernel.name, list.join("; ")));
     }
     let mut m = Machine::new(kernel, args, dims)?;
+    if options.check {
+        m.init = m.bufs.iter().map(|b| if b.is_global() { Vec::new() } else { vec![false; b.len] }).collect();
+    }
     for z in 0..grid[2] {
         for linear in 0..u64::from(grid[0]) * u64::from(grid[1]) {
             let (x, y) = match kernel.rasterize {
@@ -100,6 +167,11 @@ pub fn run(kernel: &Kernel, args: &mut [Arg<'_>], dims: &[i64], grid: [u32; 3]) 
 /// ([`crate::abi::bind_dims`]), evaluates the grid ([`crate::abi::eval_grid`])
 /// and runs every block: the whole launch, as the GPU path does it.
 pub fn launch(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), InterpError> {
+    launch_with(kernel, args, Options::default())
+}
+
+/// [`launch`] with [`Options`].
+pub fn launch_with(kernel: &Kernel, args: &mut [Arg<'_>], options: Options) -> Result<(), InterpError> {
     if args.len() != kernel.params.len() {
         return fail(format!("kernel `{}` takes {} arguments, got {}", kernel.name, kernel.params.len(), args.len()));
     }
@@ -116,7 +188,7 @@ pub fn launch(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), InterpError> 
         .collect();
     let dims = crate::abi::bind_dims(kernel, &shapes).map_err(|e| InterpError(e.message))?;
     let grid = crate::abi::eval_grid(kernel, &dims).map_err(InterpError)?;
-    run(kernel, args, &dims, grid)
+    run_with(kernel, args, &dims, grid, options)
 }
 
 /// The memory behind one buffer.
@@ -187,6 +259,11 @@ struct Machine<'k, 'a> {
     k: &'k Kernel,
     vars: Vec<Option<Value>>,
     bufs: Vec<Buf<'k, 'a>>,
+    /// Check mode: per buffer, which elements this block has written
+    /// (empty for tensors, and for every buffer outside check mode).
+    init: Vec<Vec<bool>>,
+    /// Whether the error being returned already names its statement.
+    located: bool,
 }
 
 impl<'k, 'a> Machine<'k, 'a> {
@@ -283,7 +360,7 @@ impl<'k, 'a> Machine<'k, 'a> {
             let len = shape.iter().product();
             bufs.push(Buf { decl, mem, shape, len });
         }
-        Ok(Machine { k, vars, bufs })
+        Ok(Machine { k, vars, bufs, init: Vec::new(), located: false })
     }
 
     fn run_block(&mut self, block: [u32; 3]) -> Result<(), InterpError> {
@@ -291,6 +368,9 @@ impl<'k, 'a> Machine<'k, 'a> {
             if let Mem::Owned(b) = &mut buf.mem {
                 b.fill(0);
             }
+        }
+        for w in &mut self.init {
+            w.fill(false);
         }
         for (i, var) in self.k.vars.iter().enumerate() {
             match var.kind {
@@ -313,7 +393,68 @@ impl<'k, 'a> Machine<'k, 'a> {
         Ok(())
     }
 
+    /// Runs one statement; its error names it (the innermost statement that
+    /// failed: a loop's or `if`'s own only for its bounds or condition).
     fn stmt(&mut self, s: &'k Stmt) -> Result<(), InterpError> {
+        self.stmt_inner(s).map_err(|e| {
+            if self.located {
+                return e;
+            }
+            self.located = true;
+            let text = crate::print::print_stmt(self.k, s);
+            let text = text.strip_suffix(" {").unwrap_or(&text);
+            match self.k.source_line(s.span) {
+                Some(line) => InterpError(format!("at {line} (`{text}`): {}", e.0)),
+                None => InterpError(format!("in `{text}`: {}", e.0)),
+            }
+        })
+    }
+
+    /// Check mode: every element of `buf` written (a tile op's destination).
+    fn mark_all(&mut self, buf: BufferId) {
+        if let Some(w) = self.init.get_mut(buf.0 as usize) {
+            w.fill(true);
+        }
+    }
+
+    /// Check mode: element `i` of `buf` written.
+    fn mark(&mut self, buf: BufferId, i: usize) {
+        if let Some(slot) = self.init.get_mut(buf.0 as usize).and_then(|w| w.get_mut(i)) {
+            *slot = true;
+        }
+    }
+
+    /// Check mode: element `i` of `buf` must have been written.
+    fn check_read(&self, buf: BufferId, i: usize) -> Result<(), InterpError> {
+        match self.init.get(buf.0 as usize).and_then(|w| w.get(i)) {
+            Some(false) => {
+                let b = &self.bufs[buf.0 as usize];
+                let mut index = vec![0usize; b.shape.len()];
+                let mut f = i;
+                for d in (0..b.shape.len()).rev() {
+                    index[d] = f % b.shape[d].max(1);
+                    f /= b.shape[d].max(1);
+                }
+                fail(format!(
+                    "read of {} `{}` at {index:?}, which this block has not written (uninitialized: on the GPU it holds garbage)",
+                    scope_word(b.decl.scope),
+                    b.decl.name
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Check mode: every element of `buf` must have been written (a tile
+    /// op's source).
+    fn check_all(&self, buf: BufferId) -> Result<(), InterpError> {
+        if let Some(i) = self.init.get(buf.0 as usize).and_then(|w| w.iter().position(|x| !x)) {
+            return self.check_read(buf, i);
+        }
+        Ok(())
+    }
+
+    fn stmt_inner(&mut self, s: &'k Stmt) -> Result<(), InterpError> {
         match &s.kind {
             StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
                 let v = self.eval(value)?;
@@ -322,6 +463,7 @@ impl<'k, 'a> Machine<'k, 'a> {
             StmtKind::Store { buf, index, value } => {
                 let v = self.eval(value)?;
                 if let Some(i) = self.element(*buf, index)? {
+                    self.mark(*buf, i);
                     let b = &mut self.bufs[buf.0 as usize];
                     let t = b.decl.dtype;
                     scalar::write(b.bytes_mut()?, t, i, v);
@@ -355,9 +497,14 @@ impl<'k, 'a> Machine<'k, 'a> {
                     self.block(otherwise)?;
                 }
             }
-            StmtKind::Copy { src, dst, fill } => self.copy(src, dst, fill.as_ref())?,
+            StmtKind::Copy { src, dst, fill } => {
+                self.check_all(src.buf)?;
+                self.copy(src, dst, fill.as_ref())?;
+                self.mark_all(dst.buf);
+            }
             StmtKind::Fill { buf, value } => {
                 let v = self.eval(value)?;
+                self.mark_all(*buf);
                 let b = &mut self.bufs[buf.0 as usize];
                 let t = b.decl.dtype;
                 let n = b.len;
@@ -366,10 +513,31 @@ impl<'k, 'a> Machine<'k, 'a> {
                     scalar::write(bytes, t, i, v);
                 }
             }
-            StmtKind::Reduce { op, src, dst, dim, keep } => self.reduce(*op, *src, *dst, *dim, *keep)?,
+            StmtKind::Reduce { op, src, dst, dim, keep } => {
+                self.check_all(*src)?;
+                if *keep {
+                    self.check_all(*dst)?;
+                }
+                self.reduce(*op, *src, *dst, *dim, *keep)?;
+                self.mark_all(*dst);
+            }
             StmtKind::Barrier => {}
+            StmtKind::Print { format, args } => {
+                let pieces = crate::print_format::parse(format).map_err(InterpError)?;
+                let mut values = Vec::with_capacity(args.len());
+                for a in args {
+                    values.push(self.eval(a)?);
+                }
+                emit_print(&crate::print_format::render(&pieces, &values));
+            }
             StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, policy: _ } => {
-                self.gemm(*a, *b, *c, *trans_a, *trans_b, *clear)?
+                self.check_all(*a)?;
+                self.check_all(*b)?;
+                if !*clear {
+                    self.check_all(*c)?;
+                }
+                self.gemm(*a, *b, *c, *trans_a, *trans_b, *clear)?;
+                self.mark_all(*c);
             }
         }
         Ok(())
@@ -425,7 +593,10 @@ impl<'k, 'a> Machine<'k, 'a> {
             Expr::Load { buf, index } => {
                 let b = &self.bufs[buf.0 as usize];
                 match self.element(*buf, index)? {
-                    Some(i) => scalar::read(b.mem.bytes(), b.decl.dtype, i),
+                    Some(i) => {
+                        self.check_read(*buf, i)?;
+                        scalar::read(b.mem.bytes(), b.decl.dtype, i)
+                    }
                     None => scalar::zero(b.decl.dtype),
                 }
             }

@@ -156,6 +156,7 @@ fn stmt_buffers(s: &Stmt, out: &mut Vec<BufferId>) {
         StmtKind::Reduce { src, dst, .. } => out.extend([*src, *dst]),
         StmtKind::Gemm { a, b, c, .. } => out.extend([*a, *b, *c]),
         StmtKind::Barrier => {}
+        StmtKind::Print { args, .. } => args.iter().for_each(|e| expr_buffers(e, out)),
     }
 }
 

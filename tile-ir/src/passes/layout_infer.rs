@@ -759,6 +759,11 @@ pub fn visit_frag_accesses(k: &Kernel, body: &[Stmt], f: &mut dyn FnMut(BufferId
             }
             StmtKind::Fill { value, .. } => expr(k, value, f),
             StmtKind::Copy { fill: Some(v), .. } => expr(k, v, f),
+            StmtKind::Print { args, .. } => {
+                for a in args {
+                    expr(k, a, f);
+                }
+            }
             _ => {}
         }
     }

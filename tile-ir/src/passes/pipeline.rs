@@ -248,6 +248,7 @@ pub(crate) fn touches(s: &Stmt, buf: BufferId) -> (bool, bool) {
             w |= *c == buf;
         }
         StmtKind::Barrier => {}
+        StmtKind::Print { args, .. } => r |= args.iter().any(|a| expr_reads(a, buf)),
     }
     (r, w)
 }
@@ -295,6 +296,7 @@ fn uses_except(body: &[Stmt], skip: &Stmt, out: &mut HashSet<BufferId>) {
                 out.extend([*a, *b, *c]);
             }
             StmtKind::Barrier => {}
+            StmtKind::Print { args, .. } => args.iter().for_each(|e| mark_expr(e, out)),
         }
     }
 }

@@ -35,6 +35,8 @@ enum Tok {
     VarRef(u32),
     BufRef(u32),
     Punct(&'static str),
+    /// A string literal (the debug print's format), unescaped.
+    Str(String),
 }
 
 const PUNCTS: &[&str] = &[
@@ -54,6 +56,52 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
             i += 1;
         } else if c.is_ascii_whitespace() {
             i += 1;
+        } else if c == b'"' {
+            // Rust's escapes, as the printer writes them (`{:?}`).
+            let mut s = String::new();
+            let mut chars = text[i + 1..].char_indices();
+            let unclosed = |line| ParseError { line, message: "unclosed string literal".into() };
+            loop {
+                let (k, ch) = chars.next().ok_or_else(|| unclosed(line))?;
+                match ch {
+                    '"' => {
+                        i += 1 + k + 1;
+                        break;
+                    }
+                    '\\' => {
+                        let (_, e) = chars.next().ok_or_else(|| unclosed(line))?;
+                        match e {
+                            'n' => s.push('\n'),
+                            'r' => s.push('\r'),
+                            't' => s.push('\t'),
+                            '0' => s.push('\0'),
+                            '\\' | '"' | '\'' => s.push(e),
+                            'u' => {
+                                let mut hex = String::new();
+                                for (_, h) in chars.by_ref() {
+                                    match h {
+                                        '{' => {}
+                                        '}' => break,
+                                        h => hex.push(h),
+                                    }
+                                }
+                                let ch =
+                                    u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32).ok_or_else(|| {
+                                        ParseError { line, message: format!("bad escape `\\u{{{hex}}}`") }
+                                    })?;
+                                s.push(ch);
+                            }
+                            other => return Err(ParseError { line, message: format!("unknown escape `\\{other}`") }),
+                        }
+                    }
+                    '\n' => {
+                        line += 1;
+                        s.push(ch);
+                    }
+                    ch => s.push(ch),
+                }
+            }
+            out.push((Tok::Str(s), line));
         } else if (c == b'%' || c == b'@') && b.get(i + 1).is_some_and(|d| d.is_ascii_digit()) {
             let start = i + 1;
             i += 1;
@@ -250,6 +298,7 @@ impl Parser {
             Some(Tok::VarRef(n)) => format!("`%{n}`"),
             Some(Tok::BufRef(n)) => format!("`@{n}`"),
             Some(Tok::Punct(p)) => format!("`{p}`"),
+            Some(Tok::Str(s)) => format!("the string {s:?}"),
         }
     }
 
@@ -771,6 +820,18 @@ impl Parser {
             "barrier" if !is_target => {
                 self.pos += 1;
                 Ok(StmtKind::Barrier)
+            }
+            "print" if !is_target && matches!(self.peek_at(1), Some(Tok::Str(_))) => {
+                self.pos += 1;
+                let Some(Tok::Str(format)) = self.peek_at(0).cloned() else {
+                    return self.err("expected the format string of `print`");
+                };
+                self.pos += 1;
+                let mut args = Vec::new();
+                while self.eat_punct(",") {
+                    args.push(self.expr()?);
+                }
+                Ok(StmtKind::Print { format, args })
             }
             _ => match self.peek_at(1) {
                 Some(Tok::Punct("[")) => {

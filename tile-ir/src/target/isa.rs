@@ -49,7 +49,8 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::BarSync
         | Inst::NamedBarSync { .. }
         | Inst::NamedBarArrive { .. }
-        | Inst::Exit => BASE,
+        | Inst::Exit
+        | Inst::Printf { .. } => BASE,
         Inst::AtomAdd { ty, .. } if *ty == "bf16" => needs(78, Some(Bf16Native)),
         Inst::AtomAdd { .. } => BASE,
         Inst::CpAsync { .. } | Inst::CpAsyncCommit | Inst::CpAsyncWait { .. } => needs(70, Some(CpAsync)),

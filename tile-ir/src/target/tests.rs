@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 34;
+const VARIANTS: usize = 35;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -48,6 +48,7 @@ fn variant(inst: &Inst) -> usize {
         Inst::NamedBarSync { .. } => 31,
         Inst::Exit => 32,
         Inst::NamedBarArrive { .. } => 33,
+        Inst::Printf { .. } => 34,
     }
 }
 
@@ -140,6 +141,7 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
         (Inst::NamedBarSync { id: 1, threads: 128 }, 70, None),
         (Inst::Exit, 70, None),
         (Inst::NamedBarArrive { id: 2, threads: 256 }, 70, None),
+        (Inst::Printf { id: 0, format: "%d\n".into(), args: vec![(r(1), "s32")] }, 70, None),
     ]
 }
 

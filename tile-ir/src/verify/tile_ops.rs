@@ -1,5 +1,5 @@
 //! The tile operations besides `copy` and `gemm`: `fill`, `reduce_*`,
-//! `atomic_add` and `barrier`, and where tile operations may be.
+//! `atomic_add`, `barrier` and `print`, and where tile operations may be.
 //!
 //! Checks: no tile op (`Copy`, `Fill`, `Reduce`, `Barrier`, `Gemm`) inside
 //! a parallel loop (they are collective); `Fill` targets a non-global buffer
@@ -102,6 +102,31 @@ impl Verifier<'_> {
                     self.err(format!(
                         "atomic_add on `{}`: the value has type {t}, the tensor's elements {}",
                         b.name, b.dtype
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl Verifier<'_> {
+    /// `Print`: a format that parses ([`crate::print_format::parse`]) with
+    /// one placeholder per argument, and arguments that type-check. It may
+    /// be inside a parallel loop (each iteration prints).
+    pub(super) fn check_print(&mut self, format: &str, args: &[Expr]) {
+        for a in args {
+            let _ = self.expr(a);
+        }
+        match crate::print_format::parse(format) {
+            Err(e) => self.err(format!("print: {e}")),
+            Ok(pieces) => {
+                let n = crate::print_format::arg_count(&pieces);
+                if n != args.len() {
+                    self.err(format!(
+                        "print: the format has {n} placeholder{} but {} argument{} given",
+                        if n == 1 { "" } else { "s" },
+                        args.len(),
+                        if args.len() == 1 { " is" } else { "s are" }
                     ));
                 }
             }

@@ -1,6 +1,6 @@
 //! Tile-operation statements: `copy(src, dst)` (with `.fill(v)`),
 //! `fill`, `clear`, `reduce_max`/`reduce_sum`/`reduce_min` (with `.keep()`),
-//! `atomic_add`, `barrier`; the dispatch of the other statement calls
+//! `atomic_add`, `barrier`, `print` (with `.block(..)`); the dispatch of the other statement calls
 //! (`grid`, `use_swizzle`, `annotate_layout`, `gemm`) to their files.
 //!
 //! Recognizes the arguments (`&buf`, `&mut buf`, `t.tile([..])`), checks
@@ -42,7 +42,11 @@ impl Lowerer<'_> {
         }
         if let Some(m) = modifier {
             let method = m.method.to_string();
-            let (expected, usage) = if name == "copy" { ("fill", ".fill(value)") } else { ("keep", ".keep()") };
+            let (expected, usage) = match name.as_str() {
+                "copy" => ("fill", ".fill(value)"),
+                "print" => ("block", ".block((x, y))"),
+                _ => ("keep", ".keep()"),
+            };
             if method != expected {
                 return Err(self.errors.at(
                     m.method.span(),
@@ -210,6 +214,7 @@ impl Lowerer<'_> {
                 }
                 StmtKind::Barrier
             }
+            "print" => return self.print_stmt(call, modifier, span, out),
             "grid" => return self.grid(None, call, whole),
             "use_swizzle" => return self.use_swizzle(call, whole),
             "annotate_layout" => return self.annotate_layout(call),
@@ -234,6 +239,135 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// `print("m = {} at {}", m[i], i)`, optionally `.block((x, y))`: the
+    /// format is a string literal whose placeholders the verifier counts; a
+    /// block filter becomes an `if` on the grid's block indices.
+    fn print_stmt(
+        &mut self,
+        call: &syn::ExprCall,
+        modifier: Option<&syn::ExprMethodCall>,
+        span: tile_ir::SpanId,
+        out: &mut Vec<Stmt>,
+    ) -> Lowered<()> {
+        let mut it = call.args.iter();
+        let format = match it.next() {
+            Some(SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. })) => s,
+            Some(other) => {
+                return Err(self.errors.spanned(
+                    other,
+                    "the first argument of `print` is its format, a string literal: `print(\"m = {}\", m[i])`",
+                ))
+            }
+            None => {
+                return Err(self
+                    .errors
+                    .spanned(call, "`print` takes a format string and one value per `{}`: `print(\"m = {}\", m[i])`"))
+            }
+        };
+        let value = format.value();
+        let pieces = match tile_ir::print_format::parse(&value) {
+            Ok(p) => p,
+            Err(e) => return Err(self.errors.spanned(format, e)),
+        };
+        let n = tile_ir::print_format::arg_count(&pieces);
+        let rest: Vec<&SynExpr> = it.collect();
+        if n != rest.len() {
+            return Err(self.errors.spanned(
+                call,
+                format!(
+                    "the format has {n} placeholder{} but {} value{} given",
+                    if n == 1 { "" } else { "s" },
+                    rest.len(),
+                    if rest.len() == 1 { " is" } else { "s are" }
+                ),
+            ));
+        }
+        let mut args = Vec::with_capacity(rest.len());
+        let mut failed = false;
+        for a in rest {
+            let v = match self.expr(a) {
+                Ok(v) => v,
+                Err(Reported) => {
+                    failed = true;
+                    continue;
+                }
+            };
+            let e = match v {
+                Val::Typed(e, _) => Ok(e),
+                Val::Int(_) => self.literal(v, tile_ir::DType::I32, a),
+                Val::Float(_) => self.literal(v, tile_ir::DType::F32, a),
+            };
+            match e {
+                Ok(e) => args.push(e),
+                Err(Reported) => failed = true,
+            }
+        }
+        let filter = modifier.map(|m| self.block_filter(m));
+        if failed {
+            return Err(Reported);
+        }
+        let print = Stmt::spanned(StmtKind::Print { format: value, args }, span);
+        match filter {
+            None => out.push(print),
+            Some(Err(r)) => return Err(r),
+            Some(Ok(cond)) => {
+                out.push(Stmt::spanned(StmtKind::If { cond, then: vec![print], otherwise: Vec::new() }, span))
+            }
+        }
+        Ok(())
+    }
+
+    /// The condition of `.block((x, y))`: every block index equal to its
+    /// entry (one per grid axis, each named in `let (bx, by) = grid(..)`).
+    fn block_filter(&mut self, m: &syn::ExprMethodCall) -> Lowered<Expr> {
+        if m.args.len() != 1 {
+            return Err(self.errors.spanned(
+                m,
+                "`.block(..)` takes the block's index: `.block(x)` for a 1-D grid, `.block((x, y))` for a 2-D grid",
+            ));
+        }
+        let arg = &m.args[0];
+        let entries: Vec<&SynExpr> = match arg {
+            SynExpr::Tuple(t) => t.elems.iter().collect(),
+            SynExpr::Paren(p) => vec![&*p.expr],
+            e => vec![e],
+        };
+        if self.grid_axes == 0 {
+            return Err(self
+                .errors
+                .spanned(m, "`.block(..)` filters by block index, but the kernel declares no `grid(..)`"));
+        }
+        if entries.len() != self.grid_axes {
+            return Err(self.errors.spanned(
+                arg,
+                format!(
+                    "`.block(..)` gives {} ind{} but the grid has {} ax{}",
+                    entries.len(),
+                    if entries.len() == 1 { "ex" } else { "ices" },
+                    self.grid_axes,
+                    if self.grid_axes == 1 { "is" } else { "es" }
+                ),
+            ));
+        }
+        let mut cond: Option<Expr> = None;
+        for (axis, e) in entries.into_iter().enumerate() {
+            let Some(var) = self.grid_vars[axis] else {
+                return Err(self.errors.spanned(
+                    e,
+                    format!("`.block(..)` compares block index {axis}, which `grid(..)` does not name (`_`): give it a name in `let (bx, by) = grid(..)`"),
+                ));
+            };
+            let v = self.expr(e)?;
+            let want = self.coerce(v, tile_ir::DType::I32, e, "a block index")?;
+            let eq = Expr::Binary { op: tile_ir::BinOp::Eq, lhs: Box::new(Expr::Var(var)), rhs: Box::new(want) };
+            cond = Some(match cond {
+                None => eq,
+                Some(c) => Expr::Binary { op: tile_ir::BinOp::And, lhs: Box::new(c), rhs: Box::new(eq) },
+            });
+        }
+        cond.ok_or_else(|| self.errors.spanned(m, "`.block(..)` needs an index"))
+    }
+
     /// `.t()` used anywhere but on an operand of `gemm`.
     pub(super) fn transpose_misplaced(&mut self, m: &syn::ExprMethodCall) -> Reported {
         self.errors.spanned(
@@ -246,7 +380,7 @@ impl Lowerer<'_> {
         let name = ident.to_string();
         let hint = did_you_mean(&name, FUNCTIONS.iter().copied());
         let list = if hint.is_empty() {
-            "; a kernel can call `copy`, `fill`, `clear`, `reduce_max`, `reduce_sum`, `reduce_min`, `gemm`, `use_swizzle`, `atomic_add`, `barrier`, `exp2`, `exp`, `log2`, `log`, `abs`, `sqrt`, `rsqrt`, `max`, `min`, `fma` and `cdiv`"
+            "; a kernel can call `copy`, `fill`, `clear`, `reduce_max`, `reduce_sum`, `reduce_min`, `gemm`, `use_swizzle`, `atomic_add`, `barrier`, `print`, `exp2`, `exp`, `log2`, `log`, `abs`, `sqrt`, `rsqrt`, `max`, `min`, `fma` and `cdiv`"
         } else {
             ""
         };

@@ -95,6 +95,7 @@ impl Lowerer<'_> {
         for (axis, name) in names.iter().enumerate() {
             if let Some(ident) = name {
                 let v = self.k.add_var(ident.to_string(), DType::I32, VarKind::BlockIdx(axis as u8));
+                self.grid_vars[axis] = Some(v);
                 self.bind(ident, Binding::Var { id: v, parallel: false, depth: 0 });
             }
         }

@@ -67,6 +67,7 @@ const FUNCTIONS: &[&str] = &[
     "reduce_min",
     "atomic_add",
     "barrier",
+    "print",
     "gemm",
     "use_swizzle",
     "annotate_layout",
@@ -155,6 +156,7 @@ pub(crate) fn lower_instance(
         first_stmt: false,
         buffer_depth: HashMap::new(),
         grid_axes: 0,
+        grid_vars: [None; 3],
         grid_just_declared: false,
         right_after_grid: false,
         swizzle_at: None,
@@ -260,6 +262,8 @@ struct Lowerer<'e> {
     first_stmt: bool,
     /// How many axes `grid(..)` declared (0 before it is seen).
     grid_axes: usize,
+    /// The block index variables `grid(..)` bound, per axis (`None` for `_`).
+    grid_vars: [Option<tile_ir::VarId>; 3],
     /// Set by `grid(..)`; taken by the next statement.
     grid_just_declared: bool,
     /// True while lowering the statement right after `grid(..)`, the only

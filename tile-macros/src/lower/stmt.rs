@@ -140,7 +140,9 @@ impl Lowerer<'_> {
             SynExpr::Binary(b) if compound_op(&b.op).is_some() => self.compound_assign(b, out),
             SynExpr::Call(c) => self.call_stmt(c, None, e, out),
             SynExpr::MethodCall(m) => match &*m.receiver {
-                SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "copy" || n.to_string().starts_with("reduce_")) => {
+                SynExpr::Call(c)
+                    if call_name(c).is_some_and(|n| n == "copy" || n == "print" || n.to_string().starts_with("reduce_")) =>
+                {
                     self.call_stmt(c, Some(m), e, out)
                 }
                 _ if m.method == "t" => Err(self.transpose_misplaced(m)),

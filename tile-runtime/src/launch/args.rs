@@ -25,17 +25,24 @@ use crate::tensor_map::TensorMap;
 
 /// One argument of a kernel launch, in the kernel's parameter order.
 pub enum KernelArg<'a> {
+    /// A tensor the kernel reads (`&Tensor`).
     Tensor(&'a RawTensor),
+    /// A tensor the kernel writes (`&mut Tensor`).
     TensorMut(&'a mut RawTensor),
     /// A read-only view of memory a cudarc slice owns ([`TensorView`]): its
     /// tensor facts, the slice, and the view's byte offset in it.
     View(&'a RawTensor, &'a dyn SliceRead, u64),
     /// A writable view ([`TensorViewMut`]).
     ViewMut(&'a RawTensor, &'a mut dyn SliceWrite, u64),
+    /// An `f32` scalar.
     F32(f32),
+    /// An `i32` scalar.
     I32(i32),
+    /// A `u32` scalar.
     U32(u32),
+    /// An `f16` scalar.
     F16(f16),
+    /// A `bf16` scalar.
     BF16(bf16),
 }
 

@@ -6,7 +6,8 @@
 //! a tensor on a GPU is an [`Error::DeviceMismatch`], an interpreter error
 //! or panic an [`Error::Interpreter`] naming the kernel (a bug in the
 //! interpreter never takes the caller down). The kernel's cluster is
-//! ignored: it never changes what a kernel computes.
+//! ignored: it never changes what a kernel computes. `TILE_INTERPRET_CHECK=1`
+//! runs it in check mode (`tile_ir::interp::Options::check`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -42,7 +43,10 @@ pub(super) fn launch_interpreter(k: &Kernel, args: &mut [KernelArg<'_>], dims: &
         });
     }
     // The interpreter is ordinary code; a bug in it must not take the caller down.
-    let outcome = catch_unwind(AssertUnwindSafe(|| tile_ir::interp::run(k, &mut interp_args, dims, grid)));
+    let check = std::env::var(crate::device::INTERPRET_CHECK_ENV).is_ok_and(|v| v == "1");
+    let options = tile_ir::interp::Options { check };
+    let outcome =
+        catch_unwind(AssertUnwindSafe(|| tile_ir::interp::run_with(k, &mut interp_args, dims, grid, options)));
     match outcome {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(Error::Interpreter(format!("kernel `{}`: {e}", k.name))),

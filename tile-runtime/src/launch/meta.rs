@@ -41,6 +41,7 @@ pub struct KernelTarget {
     /// `general`), for messages, `TILE_DUMP` and tests that check which
     /// variant ran ([`crate::Device::launch_counts`]).
     pub schedule: &'static str,
+    /// The variant's PTX module.
     pub ptx: &'static str,
     /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,

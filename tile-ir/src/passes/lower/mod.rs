@@ -298,6 +298,7 @@ pub(crate) fn lower(
         local_prologue: None,
         region_override: HashMap::new(),
         loop_depth: 0,
+        prints: 0,
     };
     lx.setup();
     lx.check_staged_budget();
@@ -345,6 +346,8 @@ pub(crate) struct Lx<'a> {
     pub(crate) tid: Reg,
     pub(crate) is_t0: Reg,
     pub(crate) smem: Reg,
+    /// Prints lowered so far: the next [`Inst::Printf`] id.
+    pub(crate) prints: u32,
     pub(crate) tensors: HashMap<BufferId, TensorInfo>,
     pub(crate) shared: HashMap<BufferId, (i64, u32)>,
     /// The collective operation being lowered (see [`Region`]).

@@ -155,6 +155,7 @@ impl<'a> Lx<'a> {
                 }
                 self.lower_gemm(*a, *b, *c, *trans_a, *trans_b, *clear, *policy)
             }
+            StmtKind::Print { format, args } => self.lower_print(format, args),
             StmtKind::Barrier => {
                 if in_nest {
                     return Err(collective(self, "barrier"));
@@ -163,6 +164,44 @@ impl<'a> Lx<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// A print: its arguments converted as `vprintf` takes them (floats to
+    /// f64, bool to s32), called by thread 0 outside a parallel nest and by
+    /// the first replica of each iteration inside one.
+    pub(crate) fn lower_print(&mut self, format: &str, args: &[Expr]) -> R<()> {
+        let pieces = crate::print_format::parse(format).map_err(|e| self.err(e))?;
+        let mut regs = Vec::with_capacity(args.len());
+        let mut types = Vec::with_capacity(args.len());
+        for a in args {
+            let v = self.expr(a)?;
+            types.push(v.ty);
+            let arg = match v.ty {
+                DType::F16 | DType::BF16 | DType::F32 => {
+                    let f = self.convert(v, DType::F32)?;
+                    let f = self.materialize(&f);
+                    (self.op("cvt.f64.f32", RegClass::B64, vec![f.into()]), "f64")
+                }
+                DType::Bool => {
+                    let p = self.materialize(&v);
+                    (self.op("selp.s32", RegClass::B32, vec![Operand::Imm(1), Operand::Imm(0), p.into()]), "s32")
+                }
+                DType::I32 => (self.materialize(&v), "s32"),
+                DType::U32 => (self.materialize(&v), "u32"),
+                DType::I64 => (self.materialize(&v), "s64"),
+            };
+            regs.push(arg);
+        }
+        let id = self.prints;
+        self.prints += 1;
+        let inst = Inst::Printf { id, format: crate::print_format::c_format(&pieces, &types), args: regs };
+        let guard = match &self.nest {
+            Some(n) => n.primary,
+            None => Some(self.is_t0),
+        };
+        let call = vec![Stmt::Inst { inst, guard: None }];
+        self.emit_if(guard, false, call, vec![]);
+        Ok(())
     }
 
     /// A power of two known to divide `e` (alignment proofs for vector accesses).
