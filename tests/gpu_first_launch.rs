@@ -89,6 +89,9 @@ fn run_child(kernel: &str, jit: bool) -> f64 {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["--exact", "first_launch_child", "--nocapture", "--test-threads=1"]).env(CHILD, kernel);
+    // The driver caches JIT output on disk (~/.nv/ComputeCache): without
+    // this, every run after the first would time a cache hit, not the JIT.
+    cmd.env("CUDA_CACHE_DISABLE", "1");
     if jit {
         cmd.env("TILE_NO_CUBIN", "1");
     } else {
@@ -97,7 +100,12 @@ fn run_child(kernel: &str, jit: bool) -> f64 {
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child {kernel} (jit = {jit}) failed:\n{text}");
-    let line = text.lines().find(|l| l.starts_with("RESULT first_launch")).unwrap_or_else(|| panic!("{text}"));
+    // The test harness prints `test first_launch_child ... ` before the
+    // child's own output on the same line: find the result within a line.
+    let line = text
+        .lines()
+        .find_map(|l| l.find("RESULT first_launch").map(|at| &l[at..]))
+        .unwrap_or_else(|| panic!("no RESULT line from child {kernel} (jit = {jit}):\n{text}"));
     println!("{line}");
     let ms = line.split_whitespace().find_map(|w| w.strip_prefix("ms=")).unwrap();
     ms.parse().unwrap()
