@@ -79,6 +79,14 @@ pub struct CompileOptions {
     /// (`schedule/warp_specialized_loop/lower.rs`). On by default; off for
     /// bisecting.
     pub lookahead: bool,
+    /// Let the warp-specialized loop take a kernel of one consumer
+    /// warpgroup (`threads = 128`) whose loop has a gemm. Off by default:
+    /// there the TMA-copy variant's 2-4 blocks per SM overlap softmax and
+    /// wgmma better (measured on the H200, BENCHMARKS.md), so the plan
+    /// declines it (`schedule/warp_specialized_loop/plan.rs`); on for the
+    /// tests that keep that variant (issuing ahead, two blocks per SM)
+    /// correct.
+    pub wsloop_one_warpgroup: bool,
 }
 
 impl Default for CompileOptions {
@@ -90,6 +98,7 @@ impl Default for CompileOptions {
             tma_copies: false,
             ping_pong: true,
             lookahead: true,
+            wsloop_one_warpgroup: false,
         }
     }
 }

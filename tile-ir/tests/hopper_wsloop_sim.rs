@@ -3,7 +3,8 @@
 //! warps run independently (`sim/mod.rs`: named barriers with counts,
 //! mbarriers, TMA, `exit`, cross-warp races by vector clocks), under several
 //! interleavings: head dim 64 over one consumer warpgroup (Q·Kᵀ issued one
-//! iteration ahead, two blocks per SM), 128 over one (64 query rows) and
+//! iteration ahead, two blocks per SM; `CompileOptions::wsloop_one_warpgroup`
+//! on, as the default plan declines one consumer warpgroup), 128 over one (64 query rows) and
 //! over two (128 rows, key blocks of 64 and 128: the ping-pong), both
 //! layouts, against the f64 reference for loops of 1, 2 and 5 key blocks
 //! (partial last blocks, query rows off the block), and for a loop of none
@@ -32,8 +33,11 @@ fn kernels() -> Vec<(String, u32, usize, usize)> {
     out
 }
 
+/// The `schedule` variant of `k`, with the one-consumer-warpgroup variant
+/// of the warp-specialized loop on (`CompileOptions::wsloop_one_warpgroup`).
 fn variant(k: &Kernel, schedule: &str) -> Compiled {
-    let v = compile_variants(k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let options = CompileOptions { wsloop_one_warpgroup: true, ..CompileOptions::default() };
+    let v = compile_variants(k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
     v.into_iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("{}: no {schedule} variant", k.name))
 }
 
