@@ -10,7 +10,9 @@
 //! block, s_q ≠ s_k), outputs poisoned first. On compute capability 9.x the
 //! `warp_specialized_loop` variant is the first sm_90a one and is the one
 //! that ran (`Device::launch_counts`) at head dim 128 (two consumer
-//! warpgroups, with their ping-pong) and for the sum; Q comes by TMA from
+//! warpgroups, with their ping-pong; with key blocks of 64, `[b, h, s, d]`,
+//! Q·Kᵀ issued one iteration ahead too: `CompileOptions::ping_pong_lookahead`)
+//! and for the sum; Q comes by TMA from
 //! the producer, K and V each on a ring of their own. At head dim 64 (one
 //! consumer warpgroup) the plan declines (the TMA-copy variant's blocks per
 //! SM overlap softmax and wgmma better, BENCHMARKS.md): `tma_copy` is first

@@ -87,6 +87,16 @@ pub struct CompileOptions {
     /// tests that keep that variant (issuing ahead, two blocks per SM)
     /// correct.
     pub wsloop_one_warpgroup: bool,
+    /// In a warp-specialized loop whose two consumer warpgroups ping-pong,
+    /// issue the first gemm one iteration ahead too (FA3's schedule: each
+    /// warpgroup's turn at the tensor cores issues the next Q·Kᵀ, its
+    /// softmax then runs under that gemm and under the other warpgroup's),
+    /// where the second set of scores fits in registers
+    /// (`schedule/warp_specialized_loop/lower.rs`);
+    /// [`CompileOptions::lookahead`] must be on as well. On by default (the
+    /// simulator's proof: `tile-ir/tests/hopper_wsloop_sim.rs`); to be kept
+    /// only if the H200 measures it faster than the plain ping-pong.
+    pub ping_pong_lookahead: bool,
 }
 
 impl Default for CompileOptions {
@@ -99,6 +109,7 @@ impl Default for CompileOptions {
             ping_pong: true,
             lookahead: true,
             wsloop_one_warpgroup: false,
+            ping_pong_lookahead: true,
         }
     }
 }

@@ -63,7 +63,7 @@ pub fn compile_planned(
             // As in the general schedule: staging is an optimization, the
             // direct stores below are the answer when it does not fit.
             if let Ok(staged_wsl) = plan(&staged, target, options) {
-                let lowering = Rc::new(WslLowering::new(staged_wsl, options.ping_pong, options.lookahead));
+                let lowering = Rc::new(WslLowering::new(staged_wsl, &options));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
                     if func.shared_bytes <= target.info().shared_limit {
                         return finish(&staged, target, &staged_layouts, func, NAME);
@@ -72,12 +72,7 @@ pub fn compile_planned(
             }
         }
     }
-    let func = crate::passes::lower::lower(
-        kernel,
-        target,
-        &layouts,
-        Rc::new(WslLowering::new(wsl, options.ping_pong, options.lookahead)),
-    )?;
+    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)))?;
     finish(kernel, target, &layouts, func, NAME)
 }
 
