@@ -52,10 +52,11 @@ fn row_sums_into_bhs() {
 }
 
 /// Both layouts against the CPU reference and the interpreter; on compute
-/// capability 9.x the warp-specialized loop (K and V boxes with extent 1 on
-/// the squeezed batch and head, issued by a producer warpgroup;
-/// `tests/gpu_wsloop.rs`) is the first sm_90a variant and is what ran (every
-/// shape here is TMA-addressable: rows of 64 f16).
+/// capability 9.x the TMA-copy variant (K and V boxes with extent 1 on the
+/// squeezed batch and head) is the first sm_90a variant and is what ran
+/// (every shape here is TMA-addressable: rows of 64 f16); the
+/// warp-specialized loop declines one consumer warpgroup
+/// (`tests/gpu_wsloop.rs` runs it at two).
 #[test]
 fn attention_4d() {
     let d = gpu();
@@ -73,14 +74,14 @@ fn attention_4d() {
             let sm90: Vec<(usize, &tile::KernelTarget)> =
                 meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();
             assert!(
-                sm90.len() >= 3
-                    && sm90[0].1.schedule == "warp_specialized_loop"
-                    && sm90[0].1.tensor_maps.len() == 3
-                    && sm90[1].1.schedule == "tma_copy",
-                "{}: not the warp-specialized loop first, then the TMA-copy variant",
+                sm90.len() >= 2
+                    && sm90[0].1.schedule == "tma_copy"
+                    && sm90[0].1.tensor_maps.len() == 2
+                    && sm90.iter().all(|(_, t)| t.schedule != "warp_specialized_loop"),
+                "{}: not the TMA-copy variant first, or a warp-specialized loop variant",
                 meta.name
             );
-            assert!(counts[sm90[0].0] > 0, "{}: the warp-specialized loop never ran ({counts:?})", meta.name);
+            assert!(counts[sm90[0].0] > 0, "{}: the TMA-copy variant never ran ({counts:?})", meta.name);
             let others: u64 = counts.iter().enumerate().filter(|(i, _)| *i != sm90[0].0).map(|(_, c)| c).sum();
             assert_eq!(others, 0, "{}: another variant ran on TMA-addressable tensors ({counts:?})", meta.name);
         }

@@ -79,6 +79,24 @@ pub struct CompileOptions {
     /// (`schedule/warp_specialized_loop/lower.rs`). On by default; off for
     /// bisecting.
     pub lookahead: bool,
+    /// Let the warp-specialized loop take a kernel of one consumer
+    /// warpgroup (`threads = 128`) whose loop has a gemm. Off by default:
+    /// there the TMA-copy variant's 2-4 blocks per SM overlap softmax and
+    /// wgmma better (measured on the H200, BENCHMARKS.md), so the plan
+    /// declines it (`schedule/warp_specialized_loop/plan.rs`); on for the
+    /// tests that keep that variant (issuing ahead, two blocks per SM)
+    /// correct.
+    pub wsloop_one_warpgroup: bool,
+    /// In a warp-specialized loop whose two consumer warpgroups ping-pong,
+    /// issue the first gemm one iteration ahead too (FA3's schedule: each
+    /// warpgroup's turn at the tensor cores issues the next Q·Kᵀ, its
+    /// softmax then runs under that gemm and under the other warpgroup's),
+    /// where the second set of scores fits in registers
+    /// (`schedule/warp_specialized_loop/lower.rs`);
+    /// [`CompileOptions::lookahead`] must be on as well. On by default (the
+    /// simulator's proof: `tile-ir/tests/hopper_wsloop_sim.rs`); to be kept
+    /// only if the H200 measures it faster than the plain ping-pong.
+    pub ping_pong_lookahead: bool,
 }
 
 impl Default for CompileOptions {
@@ -90,6 +108,8 @@ impl Default for CompileOptions {
             tma_copies: false,
             ping_pong: true,
             lookahead: true,
+            wsloop_one_warpgroup: false,
+            ping_pong_lookahead: true,
         }
     }
 }

@@ -44,8 +44,14 @@ fn attentions() -> Vec<(String, u32)> {
     out
 }
 
+/// The default options with the one-consumer-warpgroup variant on
+/// ([`CompileOptions::wsloop_one_warpgroup`]): the tests here cover it too.
+fn opts() -> CompileOptions {
+    CompileOptions { wsloop_one_warpgroup: true, ..CompileOptions::default() }
+}
+
 fn reason(text: &str, target: Target) -> String {
-    match Schedule::WarpSpecializedLoop.plan(&kernel(text), target, CompileOptions::default()) {
+    match Schedule::WarpSpecializedLoop.plan(&kernel(text), target, opts()) {
         Ok(_) => panic!("the warp-specialized loop takes\n{text}"),
         Err(na) => na.reason,
     }
@@ -55,7 +61,7 @@ fn reason(text: &str, target: Target) -> String {
 /// first sm_90a one).
 fn variant(text: &str) -> Compiled {
     let k = kernel(text);
-    let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let v = compile_variants(&k, Target::Sm90a, opts()).unwrap_or_else(|e| panic!("{e:?}"));
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
     assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
     v.into_iter().next().unwrap()
@@ -65,11 +71,10 @@ fn variant(text: &str) -> Compiled {
 fn takes_the_attention_kernels() {
     for (text, threads) in attentions() {
         let k = kernel(&text);
-        let d = describe_decisions(&k, Target::Sm90a, CompileOptions::default());
+        let d = describe_decisions(&k, Target::Sm90a, opts());
         assert!(d.contains("\nwarp_specialized_loop: applies\n"), "{}: {d}", k.name);
         assert!(d.starts_with("warp_specialized_gemm: not applicable"), "{}: {d}", k.name);
-        let Ok(schedule::Plan::WarpSpecializedLoop(p)) =
-            Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default())
+        let Ok(schedule::Plan::WarpSpecializedLoop(p)) = Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, opts())
         else {
             panic!("{}: no plan", k.name)
         };
@@ -109,8 +114,7 @@ const SUM: &str = "kernel sum<%0 M, %1 N>(@0 x: &f32[M, N], @1 y: &mut f32[M, 64
 fn pre_loop_copies_only_when_alone() {
     let text = attention_4d_text(Layout4d::Bhsd).replace("  copy q[", "  fill q_s, 0.0 as f16\n  copy q[");
     let k = kernel(&text);
-    let Ok(schedule::Plan::WarpSpecializedLoop(p)) =
-        Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default())
+    let Ok(schedule::Plan::WarpSpecializedLoop(p)) = Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, opts())
     else {
         panic!("no plan")
     };
@@ -125,19 +129,51 @@ fn pre_loop_copies_only_when_alone() {
 #[test]
 fn takes_loops_without_gemms_and_producer_lets() {
     let k = kernel(SUM);
-    assert!(Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default()).is_ok());
+    assert!(Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, opts()).is_ok());
     // A `let` of the block index the origin uses: the producer evaluates it.
     let text = SUM
         .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let %7 row: i32 = bm * 64\n")
         .replace("copy x[bm * 64, kb * 64]", "copy x[row, kb * 64]");
     let Ok(schedule::Plan::WarpSpecializedLoop(p)) =
-        Schedule::WarpSpecializedLoop.plan(&kernel(&text), Target::Sm90a, CompileOptions::default())
+        Schedule::WarpSpecializedLoop.plan(&kernel(&text), Target::Sm90a, opts())
     else {
         panic!("no plan")
     };
     assert_eq!(p.producer_lets, vec![1]);
     let c = variant(&text);
     assert_eq!(c.threads, 256);
+}
+
+/// By default the plan declines one consumer warpgroup whose loop has a
+/// gemm (attention at 128 threads): `tma_copy` is then the first sm_90a
+/// variant; two consumer warpgroups, and one whose loop has no gemm (the
+/// pipelined sum), keep the warp-specialized loop first.
+#[test]
+fn declines_one_consumer_warpgroup_by_default() {
+    for (text, threads) in attentions() {
+        let k = kernel(&text);
+        let planned = Schedule::WarpSpecializedLoop.plan(&k, Target::Sm90a, CompileOptions::default());
+        let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+        let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
+        if threads == 128 {
+            let why = planned.err().map(|na| na.reason).unwrap_or_default();
+            assert!(
+                why.starts_with(
+                    "one consumer warpgroup: the TMA-copy variant's 2-4 blocks per SM overlap softmax and wgmma better"
+                ),
+                "{}: {why}",
+                k.name
+            );
+            let d = describe_decisions(&k, Target::Sm90a, CompileOptions::default());
+            assert!(d.contains("\nwarp_specialized_loop: not applicable: one consumer warpgroup"), "{}: {d}", k.name);
+            assert_eq!(names, ["tma_copy", "cp_async_pipeline"], "{}", k.name);
+        } else {
+            assert!(planned.is_ok(), "{}", k.name);
+            assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
+        }
+    }
+    let sum = kernel(SUM);
+    assert!(Schedule::WarpSpecializedLoop.plan(&sum, Target::Sm90a, CompileOptions::default()).is_ok());
 }
 
 #[test]
@@ -306,8 +342,10 @@ fn attention_variant_structure() {
             "{name}: V is waited for before P·V only"
         );
         // With one consumer warpgroup Q·Kᵀ runs one iteration ahead
-        // (`CompileOptions::lookahead`); two ping-pong instead.
-        let lookahead = t == 128;
+        // (`CompileOptions::lookahead`); two ping-pong, and issue ahead too
+        // where the twin scores fit (`CompileOptions::ping_pong_lookahead`:
+        // key blocks of 64 here, not 128).
+        let lookahead = t == 128 || text.contains("k_s: shared f16[64,");
         if lookahead {
             // K's stage, read by a gemm the previous iteration (or the code
             // before the loop) waited for, is released first; the next
@@ -358,7 +396,7 @@ fn attention_variant_structure() {
         // Issuing ahead, the first iteration's Q·Kᵀ comes before the loop, waited for.
         let first_gemm = pre.iter().any(|i| matches!(i, Inst::Wgmma { .. }))
             && pre.iter().any(|i| matches!(i, Inst::WgmmaWait { pending: 0 }));
-        assert_eq!(first_gemm, t == 128, "{name}");
+        assert_eq!(first_gemm, lookahead, "{name}");
     }
 }
 
@@ -567,7 +605,7 @@ fn ping_pong_turns_balance() {
             run_barriers([&ev[0], &ev[1]]).unwrap_or_else(|e| panic!("{name} n={n}: {e}\n{ev:?}"));
         }
         let k = kernel(&text);
-        let off = CompileOptions { ping_pong: false, ..CompileOptions::default() };
+        let off = CompileOptions { ping_pong: false, ..opts() };
         let v = compile_variants(&k, Target::Sm90a, off).unwrap();
         assert_eq!(v[0].schedule, "warp_specialized_loop");
         assert!(!v[0].ptx.contains("bar.arrive"), "{name}: ping_pong off");
@@ -918,7 +956,7 @@ mod model {
 
 /// The pre-loop copies the producer issues in `k`'s plan.
 fn pre_copies(k: &Kernel) -> i64 {
-    match Schedule::WarpSpecializedLoop.plan(k, Target::Sm90a, CompileOptions::default()) {
+    match Schedule::WarpSpecializedLoop.plan(k, Target::Sm90a, opts()) {
         Ok(schedule::Plan::WarpSpecializedLoop(p)) => p.pre_copies.len() as i64,
         _ => panic!("no plan"),
     }

@@ -3,9 +3,11 @@
 //! warps run independently (`sim/mod.rs`: named barriers with counts,
 //! mbarriers, TMA, `exit`, cross-warp races by vector clocks), under several
 //! interleavings: head dim 64 over one consumer warpgroup (Q·Kᵀ issued one
-//! iteration ahead, two blocks per SM), 128 over one (64 query rows) and
-//! over two (128 rows, key blocks of 64 and 128: the ping-pong), both
-//! layouts, against the f64 reference for loops of 1, 2 and 5 key blocks
+//! iteration ahead, two blocks per SM; `CompileOptions::wsloop_one_warpgroup`
+//! on, as the default plan declines one consumer warpgroup), 128 over one (64 query rows) and
+//! over two (128 rows, key blocks of 64 and 128: the ping-pong, issuing
+//! ahead too with key blocks of 64: `CompileOptions::ping_pong_lookahead`,
+//! which has a test of its own at head dim 64 and 128), both layouts, against the f64 reference for loops of 1, 2 and 5 key blocks
 //! (partial last blocks, query rows off the block), and for a loop of none
 //! against the TMA-copy variant's bytes (both divide 0 by 0). Every
 //! interleaving must give the same bytes; a deadlock fails with where each
@@ -32,8 +34,11 @@ fn kernels() -> Vec<(String, u32, usize, usize)> {
     out
 }
 
+/// The `schedule` variant of `k`, with the one-consumer-warpgroup variant
+/// of the warp-specialized loop on (`CompileOptions::wsloop_one_warpgroup`).
 fn variant(k: &Kernel, schedule: &str) -> Compiled {
-    let v = compile_variants(k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let options = CompileOptions { wsloop_one_warpgroup: true, ..CompileOptions::default() };
+    let v = compile_variants(k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
     v.into_iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("{}: no {schedule} variant", k.name))
 }
 
@@ -170,4 +175,64 @@ fn planted_bugs_are_caught() {
     }
     assert_eq!(grants, 1);
     assert!(run(&f).is_err(), "a lost grant did not deadlock");
+}
+
+/// `CompileOptions::ping_pong_lookahead`: two consumer warpgroups that
+/// ping-pong and issue Q·Kᵀ one iteration ahead (the turn around the next
+/// iteration's issue), at head dim 64 and 128 with key blocks of 64 (where
+/// the twin scores fit beside the fragments), both layouts: loops of 1 to
+/// 5 key blocks (partial last ones, query rows off the block) against the
+/// f64 reference, and of none against the TMA-copy variant's bytes, under
+/// interleavings. With key blocks of 128 the twins do not fit (ptxas
+/// spills): the variant is the plain ping-pong's.
+#[test]
+fn ping_pong_with_lookahead_on_the_simulator() {
+    let on = CompileOptions { ping_pong_lookahead: true, ..CompileOptions::default() };
+    let off = CompileOptions { ping_pong_lookahead: false, ..CompileOptions::default() };
+    let first = |k: &Kernel, o: CompileOptions| {
+        let v = compile_variants(k, Target::Sm90a, o).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(v[0].schedule, "warp_specialized_loop", "{}", k.name);
+        v.into_iter().next().unwrap()
+    };
+    for l in [Layout4d::Bhsd, Layout4d::Bshd] {
+        for d in [64, 128] {
+            let k = parse_kernel(&attention_4d_sized(l, d, 128, 128, 256)).unwrap();
+            assert_eq!(first(&k, on).ptx, first(&k, off).ptx, "{}: key blocks of 128 issue ahead", k.name);
+        }
+    }
+    for l in [Layout4d::Bhsd, Layout4d::Bshd] {
+        for d in [64usize, 128] {
+            let bn = 64;
+            let text = attention_4d_sized(l, d as i64, 128, bn as i64, 256);
+            let k = parse_kernel(&text).unwrap();
+            let c = first(&k, on);
+            let plain = first(&k, off);
+            // Both: the turns (bar.arrive), and Q·Kᵀ's wgmmas twice (before
+            // the loop and ahead in it) where the plain ping-pong has them once.
+            assert!(c.ptx.contains("bar.arrive"), "{}: no ping-pong", k.name);
+            let wgmmas = |p: &str| p.matches("wgmma.mma_async").count();
+            assert!(wgmmas(&c.ptx) > wgmmas(&plain.ptx), "{}: Q·Kᵀ not issued ahead", k.name);
+            let bshd = text.contains("attention_bshd");
+            let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+            for (sq, sk) in [(125, bn / 2 + 1), (133, 2 * bn), (7, 3 * bn - 5), (128, 4 * bn), (60, 4 * bn + 9)] {
+                let (tensors, want) = problem(sq, sk, d, bshd);
+                let dims = if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
+                let out = sim::run_interleavings(&c.function, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+                let err = gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want);
+                assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
+            }
+            // No key block.
+            let sq = 100;
+            let (mut tensors, _) = problem(sq, 0, d, bshd);
+            let dims = if bshd { [1, sq as i64, 1, 0] } else { [1, 1, sq as i64, 0] };
+            for t in tensors.iter_mut().skip(1).take(2) {
+                t.bytes.clear();
+                t.shape[if bshd { 1 } else { 2 }] = 0;
+            }
+            let tma = variant(&k, "tma_copy");
+            let a = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims, &[scale.to_bits() as u64], None);
+            let b = sim::run_interleavings(&tma.function, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+            assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the TMA-copy variant", k.name);
+        }
+    }
 }

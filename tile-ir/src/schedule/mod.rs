@@ -92,16 +92,17 @@ impl Schedule {
     }
 
     /// Whether (and how) this schedule takes `kernel` on `target`.
-    /// `_options` is for schedules whose applicability depends on them; none
-    /// does today (the warp-specialized GEMM's TMA-store and persistent
-    /// options shape its variant, [`Plan::compile`]).
-    pub fn plan(self, kernel: &Kernel, target: Target, _options: CompileOptions) -> Result<Plan, NotApplicable> {
+    /// `options` is for schedules whose applicability depends on them: the
+    /// warp-specialized loop's ([`CompileOptions::wsloop_one_warpgroup`]);
+    /// the warp-specialized GEMM's TMA-store and persistent options shape
+    /// its variant only ([`Plan::compile`]).
+    pub fn plan(self, kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Plan, NotApplicable> {
         match self {
             Schedule::WarpSpecializedGemm => {
                 warp_specialized_gemm::plan(kernel, target).map(|p| Plan::WarpSpecializedGemm(Box::new(p)))
             }
             Schedule::WarpSpecializedLoop => {
-                warp_specialized_loop::plan(kernel, target).map(|p| Plan::WarpSpecializedLoop(Box::new(p)))
+                warp_specialized_loop::plan(kernel, target, options).map(|p| Plan::WarpSpecializedLoop(Box::new(p)))
             }
             Schedule::TmaCopy => tma_copy::plan(kernel, target).map(Plan::TmaCopy),
             Schedule::CpAsyncPipeline => cp_async_pipeline::plan(kernel).map(Plan::CpAsyncPipeline),

@@ -49,7 +49,8 @@
 //! their bytes.
 //!
 //! **Issuing ahead** ([`crate::CompileOptions::lookahead`], FA3's
-//! intra-warpgroup overlap), when the loop does not ping-pong: a body whose
+//! intra-warpgroup overlap), when the loop does not ping-pong or
+//! [`crate::CompileOptions::ping_pong_lookahead`] asks for both: a body whose
 //! first statement (after the copies) is a `clear` gemm into a fragment of
 //! at most 64 registers, reading one ring's buffer that nothing else uses and
 //! an operand nothing in the body writes (attention's `S = Q·Kᵀ`), issues
@@ -89,6 +90,25 @@
 //! it waits for the other at the other barrier, whose arrival comes after the
 //! other consumed the first, so a barrier never completes without its waiter.
 //! `bar.arrive` orders no memory: the wgmma waits move past it.
+//!
+//! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
+//! schedule): two consumer warpgroups that would ping-pong issue ahead too
+//! when the twin scores fit beside the fragments (their registers, 16-bit
+//! ones at half, plus the twins plus 64 at most the consumer registers:
+//! measured with ptxas -v, d128 with key blocks of 64 fits, key blocks of
+//! 128 and d256 spill), and the turn is taken around the `if` that issues
+//! the next iteration's gemm (its stage's wait, fence, wgmmas, commit):
+//! ```text
+//! before the loop, if a < b: S = gemm(a), waited for; wg 1: bar.arrive 2, 256
+//! for k: arrive empty_K[st]
+//!        bar.sync 2 + w, 256
+//!        if k+1 < b: wait full_K[st+1]; S' = gemm(k+1); commit
+//!        bar.arrive 2 + (1 - w), 256
+//!        softmax(S), P·V; wait_group 0; if k+1 < b: S = S'
+//! after the loop, if a < b:  wg 0: bar.sync 2, 256
+//! ```
+//! The turns are taken once per iteration whether or not the `if` issues,
+//! so their counts are the plain ping-pong's.
 
 use super::plan::WslPlan;
 use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
@@ -129,19 +149,29 @@ pub(crate) struct WslLowering {
     /// Whether to issue the loop's first gemm one iteration ahead
     /// ([`crate::CompileOptions::lookahead`]), where the loop allows it.
     lookahead: bool,
+    /// Whether to do both with two consumer warpgroups
+    /// ([`crate::CompileOptions::ping_pong_lookahead`]).
+    both: bool,
 }
 
 impl WslLowering {
-    pub(super) fn new(plan: WslPlan, ping_pong: bool, lookahead: bool) -> WslLowering {
+    pub(super) fn new(plan: WslPlan, options: &crate::CompileOptions) -> WslLowering {
         WslLowering {
             plan,
             bars: Cell::new(0),
             copies: RefCell::new(Vec::new()),
             pre: RefCell::new(Vec::new()),
             pre_bytes: Cell::new(0),
-            ping_pong,
-            lookahead,
+            ping_pong: options.ping_pong,
+            lookahead: options.lookahead,
+            both: options.ping_pong_lookahead,
         }
+    }
+
+    /// Whether the loop's two consumer warpgroups are to ping-pong (where
+    /// the loop allows it).
+    fn wants_ping_pong(&self) -> bool {
+        self.ping_pong && self.plan.consumer_threads == 256
     }
 
     /// `full[0]` of ring `c` (`empty[0]` is `8·S` bytes on).
@@ -306,15 +336,7 @@ impl Lx<'_> {
     fn wsl_occupancy(&mut self, wl: &WslLowering) -> u32 {
         let ws = &wl.plan;
         let info = self.target.info();
-        let est: usize = self
-            .frags
-            .values()
-            .map(|regs| {
-                regs.iter().map(|r| if self.f.regs[r.0 as usize] == RegClass::B16 { 1 } else { 2 }).sum::<usize>()
-            })
-            .sum::<usize>()
-            / 2
-            + 32;
+        let est = self.fragment_regs() + 32;
         let two = ws.consumer_threads == 128 && est <= 160 && 2 * self.smem_top <= info.shared_limit as i64;
         let blocks: u32 = if two { 2 } else { 1 };
         self.f.min_blocks_per_sm = Some(blocks);
@@ -323,6 +345,18 @@ impl Lx<'_> {
         }
         let pool = info.registers.per_sm / blocks - crate::target::PRODUCER_THREADS * ws.producer_regs;
         (pool / ws.consumer_threads / 8 * 8).min(ws.consumer_regs)
+    }
+
+    /// The fragments' registers per thread, 16-bit ones at half (two to a
+    /// 32-bit register).
+    fn fragment_regs(&self) -> usize {
+        self.frags
+            .values()
+            .map(|regs| {
+                regs.iter().map(|r| if self.f.regs[r.0 as usize] == RegClass::B16 { 1 } else { 2 }).sum::<usize>()
+            })
+            .sum::<usize>()
+            / 2
     }
 
     /// The producer thread: the `let`s it needs, the bounds, its loop of
@@ -501,6 +535,9 @@ impl Lx<'_> {
         }
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
+        // Where the next iteration's gemm is issued (an `if` at the top
+        // level of the loop body), when it is issued ahead.
+        let mut ahead_at = None;
         let lowered = self.capture(|x| {
             let wait = |x: &mut Self, ci: usize| {
                 let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
@@ -552,6 +589,7 @@ impl Lx<'_> {
                     r
                 })?;
                 x.emit_if(Some(m), true, without_final_wait(ahead), vec![]);
+                ahead_at = Some(x.cur().len() - 1);
             }
             for (i, s) in body.iter().enumerate() {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
@@ -597,9 +635,19 @@ impl Lx<'_> {
             None => self.vars.remove(&var),
         };
         let mut lowered = lowered?;
-        let ping_pong =
-            look.is_none() && wl.ping_pong && ws.consumer_threads == 256 && ping_pong_points(&lowered).is_some();
-        let turns = if ping_pong { Some(self.wsl_ping_pong(&mut lowered, a, b)?) } else { None };
+        // The turns: around the first gemm's issue, or around the next
+        // iteration's issued ahead (the `if` holding it: its wait for the
+        // stage, fence, wgmmas and commit).
+        let points = match (wl.wants_ping_pong(), &look, ahead_at) {
+            (false, _, _) => None,
+            (true, None, _) => ping_pong_points(&lowered),
+            (true, Some(_), Some(at)) => (!lowered.iter().any(blocks_ping_pong)).then_some((at, at)),
+            (true, Some(_), None) => None,
+        };
+        let turns = match points {
+            Some(p) => Some(self.wsl_ping_pong(&mut lowered, p, a, b)?),
+            None => None,
+        };
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         if let Some((ran, wg1)) = turns {
             // Warpgroup 0 takes warpgroup 1's last hand-over.
@@ -625,10 +673,10 @@ impl Lx<'_> {
     /// into a fragment of at most 64 registers per thread, reading exactly
     /// one ring's buffer that no other statement uses, its other operand
     /// written by nothing in the body; two consumer warpgroups that would
-    /// ping-pong do that instead.
+    /// ping-pong do that instead unless [`WslLowering::both`].
     fn wsl_lookahead_gemm(&self, wl: &WslLowering, body: &[TStmt], users: &[Vec<usize>]) -> Option<(usize, usize)> {
         let ws = &wl.plan;
-        if !wl.lookahead || (wl.ping_pong && ws.consumer_threads == 256) {
+        if !wl.lookahead || (wl.wants_ping_pong() && !wl.both) {
             return None;
         }
         let gi = (0..body.len()).find(|i| !ws.copies.contains(i))?;
@@ -641,6 +689,13 @@ impl Lx<'_> {
             _ => return None,
         };
         let regs = self.frags.get(c)?.len();
+        // With the ping-pong the twins must fit beside the fragments
+        // (ptxas -v: 152 fragment registers with the twins assemble without
+        // spills under 232 consumer registers, 200 and more spill).
+        if wl.wants_ping_pong() && self.fragment_regs() + regs + PING_PONG_LOOKAHEAD_MARGIN > ws.consumer_regs as usize
+        {
+            return None;
+        }
         let written = body.iter().enumerate().any(|(i, s)| i != gi && touches(s, other).1);
         let c_fragment = self.k.buffer(*c).scope == crate::ir::Scope::Fragment;
         (users[kc] == [gi] && !written && c_fragment && regs <= 64 && self.target.has(crate::target::Feature::Wgmma))
@@ -649,13 +704,20 @@ impl Lx<'_> {
 
     /// The ping-pong of two consumer warpgroups (see the module doc) in
     /// the consumers' loop body `body` (over `a..b`): the turn is taken
-    /// before the first gemm's issue and handed over after its commit;
+    /// before statement `fence` (the gemm's issue) and handed over after
+    /// statement `commit` (its commit, or the `if` issuing it ahead);
     /// warpgroup 1 gives warpgroup 0 the first turn before the loop (when it
     /// runs at all). Returns (the loop runs, this is warpgroup 1).
-    fn wsl_ping_pong(&mut self, body: &mut Vec<Stmt>, a: Reg, b: Reg) -> R<(Reg, Reg)> {
-        let Some((commit, fence)) = ping_pong_points(body) else {
+    fn wsl_ping_pong(
+        &mut self,
+        body: &mut Vec<Stmt>,
+        (commit, fence): (usize, usize),
+        a: Reg,
+        b: Reg,
+    ) -> R<(Reg, Reg)> {
+        if fence > commit || commit >= body.len() {
             return Err(self.err("internal: no ping-pong points in the warp-specialized loop"));
-        };
+        }
         let tid = self.tid;
         let wg1 = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(128)]);
         let ran = self.op("setp.gt.s32", RegClass::Pred, vec![b.into(), a.into()]);
@@ -707,6 +769,11 @@ fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     code
 }
 
+/// Registers per consumer thread left beside the fragments and their twins
+/// when two consumer warpgroups ping-pong and issue ahead (addresses,
+/// indices, the softmax's temporaries; see `wsl_lookahead_gemm`).
+const PING_PONG_LOOKAHEAD_MARGIN: usize = 64;
+
 /// The first of the two named barriers of the ping-pong: warpgroup `w`
 /// waits for its turn at `TURN + w` (over both warpgroups, 256 threads).
 const TURN: u32 = 2;
@@ -719,6 +786,27 @@ fn arrive(id: u32) -> Stmt {
     Stmt::Inst { inst: Inst::NamedBarArrive { id, threads: 256 }, guard: None }
 }
 
+/// Whether `s` has something a barrier could need, or a barrier (a
+/// shared-memory write, cp.async, a barrier): a loop body with one does
+/// not ping-pong (the barrier pass must add none inside the loop, and the
+/// warpgroups may run a gemm apart).
+fn blocks_ping_pong(s: &Stmt) -> bool {
+    match s {
+        Stmt::Inst { inst, .. } => matches!(
+            inst,
+            Inst::BarSync
+                | Inst::NamedBarSync { .. }
+                | Inst::NamedBarArrive { .. }
+                | Inst::CpAsync { .. }
+                | Inst::St { space: crate::thread_ir::Space::Shared, .. }
+                | Inst::AtomAdd { space: crate::thread_ir::Space::Shared, .. }
+        ),
+        Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(blocks_ping_pong),
+        Stmt::For { body, .. } => body.iter().any(blocks_ping_pong),
+        Stmt::Comment(_) => false,
+    }
+}
+
 /// Where the ping-pong goes in a consumers' loop body: (the first
 /// `wgmma.commit_group`, the first `wgmma.fence`), both at its top level,
 /// when the body has at least two gemm groups, every wgmma at its top
@@ -726,22 +814,6 @@ fn arrive(id: u32) -> Stmt {
 /// cp.async or barrier anywhere in it: the barrier pass then adds none
 /// inside the loop, and the warpgroups may run a gemm apart).
 fn ping_pong_points(body: &[Stmt]) -> Option<(usize, usize)> {
-    fn blocks(s: &Stmt) -> bool {
-        match s {
-            Stmt::Inst { inst, .. } => matches!(
-                inst,
-                Inst::BarSync
-                    | Inst::NamedBarSync { .. }
-                    | Inst::NamedBarArrive { .. }
-                    | Inst::CpAsync { .. }
-                    | Inst::St { space: crate::thread_ir::Space::Shared, .. }
-                    | Inst::AtomAdd { space: crate::thread_ir::Space::Shared, .. }
-            ),
-            Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(blocks),
-            Stmt::For { body, .. } => body.iter().any(blocks),
-            Stmt::Comment(_) => false,
-        }
-    }
     fn nested_wgmma(s: &Stmt) -> bool {
         match s {
             Stmt::Inst { inst, .. } => matches!(inst, Inst::Wgmma { .. } | Inst::WgmmaCommit | Inst::WgmmaFence),
@@ -750,7 +822,7 @@ fn ping_pong_points(body: &[Stmt]) -> Option<(usize, usize)> {
             Stmt::Comment(_) => false,
         }
     }
-    if body.iter().any(blocks) || body.iter().any(|s| !matches!(s, Stmt::Inst { .. }) && nested_wgmma(s)) {
+    if body.iter().any(blocks_ping_pong) || body.iter().any(|s| !matches!(s, Stmt::Inst { .. }) && nested_wgmma(s)) {
         return None;
     }
     let is = |s: &Stmt, f: fn(&Inst) -> bool| matches!(s, Stmt::Inst { inst, .. } if f(inst));

@@ -39,7 +39,7 @@ pub const NAME: &str = "warp_specialized_loop";
 /// The warp-specialized loop variant of `kernel` (see the module doc).
 /// Errors when the kernel has no plan or a pass fails.
 pub fn compile(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<Compiled, Vec<CompileError>> {
-    let wsl = plan(kernel, target).map_err(|na| {
+    let wsl = plan(kernel, target, options).map_err(|na| {
         vec![CompileError::new(
             SpanId::NONE,
             format!("kernel `{}` cannot be warp-specialized: {}", kernel.name, na.reason),
@@ -62,8 +62,8 @@ pub fn compile_planned(
         if any {
             // As in the general schedule: staging is an optimization, the
             // direct stores below are the answer when it does not fit.
-            if let Ok(staged_wsl) = plan(&staged, target) {
-                let lowering = Rc::new(WslLowering::new(staged_wsl, options.ping_pong, options.lookahead));
+            if let Ok(staged_wsl) = plan(&staged, target, options) {
+                let lowering = Rc::new(WslLowering::new(staged_wsl, &options));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
                     if func.shared_bytes <= target.info().shared_limit {
                         return finish(&staged, target, &staged_layouts, func, NAME);
@@ -72,12 +72,7 @@ pub fn compile_planned(
             }
         }
     }
-    let func = crate::passes::lower::lower(
-        kernel,
-        target,
-        &layouts,
-        Rc::new(WslLowering::new(wsl, options.ping_pong, options.lookahead)),
-    )?;
+    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)))?;
     finish(kernel, target, &layouts, func, NAME)
 }
 

@@ -19,7 +19,13 @@
 //!   block indices and `let`s before the loop that read no memory (and are
 //!   never reassigned): the producer evaluates exactly those;
 //! - the warp-specialized GEMM does not take it (its loop is only copies and
-//!   gemms, and that schedule knows more about it).
+//!   gemms, and that schedule knows more about it);
+//! - it has more than one consumer warpgroup, or its loop has no gemm, or
+//!   [`CompileOptions::wsloop_one_warpgroup`] is on: with one consumer
+//!   warpgroup the TMA-copy variant's 2-4 blocks per SM overlap softmax and
+//!   wgmma better than this schedule's one or two (measured on the H200,
+//!   BENCHMARKS.md: FlashAttention at 128 threads, 0.6-0.8x the TMA-copy
+//!   variant), so it comes first there.
 //!
 //! A copy before the loop that TMA may do (the same acceptance), whose
 //! shared destination no other statement writes or reads before it, whose
@@ -38,7 +44,7 @@ use crate::schedule::not_applicable::NotApplicable;
 use crate::schedule::tma_copy::tma_candidate;
 use crate::schedule::warp_specialized_gemm::{self, count_pipelined, has_load};
 use crate::target::Feature;
-use crate::Target;
+use crate::{CompileOptions, Target};
 use std::collections::HashSet;
 
 /// The warp specialization of one kernel's pipelined loop.
@@ -70,7 +76,7 @@ pub struct WslPlan {
 /// Whether (and how) `kernel`'s pipelined loop is warp-specialized on
 /// `target`, or why not; see the module doc.
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
-pub fn plan(kernel: &Kernel, target: Target) -> Result<WslPlan, NotApplicable> {
+pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<WslPlan, NotApplicable> {
     let no = |reason: &str| NotApplicable::new(reason);
     let info = target.info();
     let needs = [Feature::Tma, Feature::Setmaxnreg, Feature::MbarrierTx];
@@ -160,6 +166,11 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WslPlan, NotApplicable> {
     if warp_specialized_gemm::plan(kernel, target).is_ok() {
         return Err(no("the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)"));
     }
+    if threads == 128 && !options.wsloop_one_warpgroup && has_gemm(body) {
+        return Err(no(
+            "one consumer warpgroup: the TMA-copy variant's 2-4 blocks per SM overlap softmax and wgmma better (measured on the H200, BENCHMARKS.md)",
+        ));
+    }
     let Some(consumer_regs) = info.consumer_regs(threads) else {
         return Err(NotApplicable::new(format!("{} has no register split between warpgroups", target.name())));
     };
@@ -225,6 +236,16 @@ fn producer_lets(
     }
     lets.reverse();
     Ok(lets)
+}
+
+/// Whether `body` has a gemm, at any depth.
+fn has_gemm(body: &[crate::ir::Stmt]) -> bool {
+    body.iter().any(|s| match &s.kind {
+        StmtKind::Gemm { .. } => true,
+        StmtKind::For { body, .. } => has_gemm(body),
+        StmtKind::If { then, otherwise, .. } => has_gemm(then) || has_gemm(otherwise),
+        _ => false,
+    })
 }
 
 fn assigned_vars(body: &[crate::ir::Stmt], out: &mut HashSet<VarId>) {
