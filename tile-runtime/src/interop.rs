@@ -184,6 +184,7 @@ impl<'a, T: Element> TensorView<'a, T> {
         Ok(TensorView { raw, slice, offset_bytes, marker: PhantomData })
     }
 
+    /// The view's shape (row-major, as given when it was made).
     pub fn shape(&self) -> &[usize] {
         &self.raw.shape
     }
@@ -202,6 +203,7 @@ impl<'a, T: Element> TensorViewMut<'a, T> {
         Ok(TensorViewMut { raw, slice, offset_bytes, marker: PhantomData })
     }
 
+    /// The view's shape (row-major, as given when it was made).
     pub fn shape(&self) -> &[usize] {
         &self.raw.shape
     }
