@@ -124,8 +124,9 @@ fn ptx_calls_vprintf_and_assembles() {
 
 /// The example GEMM with a print after its output copy, and with one inside
 /// its pipelined loop: every variant of sm_90a compiles and assembles; the
-/// warp-specialized schedule keeps the first (its consumers print) and
-/// leaves the second to the TMA-copy pipeline.
+/// warp-specialized GEMM keeps the first (its consumers print) and leaves
+/// the second (no longer only copies and gemms) to the warp-specialized
+/// loop, whose consumers run the print.
 #[test]
 fn prints_in_the_hopper_schedules() {
     let text = tile_testkit::MATMUL_128X256.text();
@@ -136,7 +137,7 @@ fn prints_in_the_hopper_schedules() {
     );
     let inside = text.replacen("    gemm a_s, b_s -> acc\n", "    gemm a_s, b_s -> acc\n    print \"k = {}\", k\n", 1);
     assert!(after != text && inside != text);
-    for (text, first) in [(after, "warp_specialized_gemm"), (inside, "tma_copy")] {
+    for (text, first) in [(after, "warp_specialized_gemm"), (inside, "warp_specialized_loop")] {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(v[0].schedule, first, "{text}");
