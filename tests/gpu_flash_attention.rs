@@ -155,19 +155,7 @@ fn refusals() {
 /// lse = −∞.
 #[test]
 fn empty_shapes() {
-    let st = gpu().stream().unwrap();
-    let t = |shape: &[usize], v: f32| {
-        DeviceTensor::from_slice(&st, &vec![f16::from_f32(v); shape.iter().product()], shape).unwrap()
-    };
-    let (q, k) = (t(&[1, 2, 0, 64], 1.0), t(&[1, 2, 5, 64], 1.0));
-    let mut o = t(&[1, 2, 0, 64], 1.0);
-    fa::forward(&st, &q, &k, &k, &mut o, fa::Options::default()).unwrap();
-    let (q, k) = (t(&[1, 2, 3, 64], 1.0), t(&[1, 2, 0, 64], 1.0));
-    let mut o = t(&[1, 2, 3, 64], f32::NAN);
-    let mut lse = DeviceTensor::from_slice(&st, &[f32::NAN; 6], &[1, 2, 3]).unwrap();
-    fa::forward(&st, &q, &k, &k, &mut o, fa::Options { lse: Some(&mut lse), ..Default::default() }).unwrap();
-    assert!(o.to_vec(&st).unwrap().iter().all(|v| v.to_f32() == 0.0));
-    assert!(lse.to_vec(&st).unwrap().iter().all(|&v| v == f32::NEG_INFINITY));
+    fa::check_empty_shapes(&gpu().stream().unwrap());
 }
 
 /// Causal skips the key blocks above the diagonal: with the values of keys
@@ -177,15 +165,5 @@ fn empty_shapes() {
 /// masked (`0 · NaN`).
 #[test]
 fn causal_never_reads_blocks_above_the_diagonal() {
-    let st = gpu().stream().unwrap();
-    for layout in [Layout::Bhsd, Layout::Bshd] {
-        for d in fa::HEAD_DIMS {
-            let c = Case { layout, b: 1, h: 2, h_kv: 1, s_q: 256, s_k: 256, d, causal: true };
-            let mut x = Inputs::<f16>::new(&st, &c, 4).unwrap();
-            x.poison_v(&st, &c, 128).unwrap();
-            x.run(&st, &c).unwrap();
-            let rows: Vec<(usize, usize, usize)> = (0..2).flat_map(|h| (0..64).map(move |i| (0, h, i))).collect();
-            x.check(&st, &c, Some(&rows), 5e-3).unwrap_or_else(|e| panic!("{e}"));
-        }
-    }
+    fa::check_causal_never_reads_above_the_diagonal(&gpu().stream().unwrap());
 }

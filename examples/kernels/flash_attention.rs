@@ -648,3 +648,38 @@ impl<T: AttentionElement> Inputs<T> {
         Ok((e_o, e_l))
     }
 }
+
+/// Empty shapes on `stream`'s device: no query rows is nothing to do; no
+/// keys gives o = 0 and lse = −∞ (every row sees no key). Panics when not.
+pub fn check_empty_shapes(st: &Stream) {
+    let t = |shape: &[usize], v: f32| {
+        DeviceTensor::from_slice(st, &vec![f16::from_f32(v); shape.iter().product()], shape).unwrap()
+    };
+    let (q, k) = (t(&[1, 2, 0, 64], 1.0), t(&[1, 2, 5, 64], 1.0));
+    let mut o = t(&[1, 2, 0, 64], 1.0);
+    forward(st, &q, &k, &k, &mut o, Options::default()).unwrap();
+    let (q, k) = (t(&[1, 2, 3, 64], 1.0), t(&[1, 2, 0, 64], 1.0));
+    let mut o = t(&[1, 2, 3, 64], f32::NAN);
+    let mut lse = DeviceTensor::from_slice(st, &[f32::NAN; 6], &[1, 2, 3]).unwrap();
+    forward(st, &q, &k, &k, &mut o, Options { lse: Some(&mut lse), ..Default::default() }).unwrap();
+    assert!(o.to_vec(st).unwrap().iter().all(|v| v.to_f32() == 0.0));
+    assert!(lse.to_vec(st).unwrap().iter().all(|&v| v == f32::NEG_INFINITY));
+}
+
+/// Causal skips the key blocks above the diagonal, on `stream`'s device:
+/// with the values of keys 128.. poisoned with NaN, the first 64 query rows
+/// (their block reaches key 127 at most, with query blocks of 64 or 128
+/// rows) are still right, which they would not be if a block past their
+/// reach were loaded and masked (`0 · NaN`). Panics when not.
+pub fn check_causal_never_reads_above_the_diagonal(st: &Stream) {
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for d in HEAD_DIMS {
+            let c = Case { layout, b: 1, h: 2, h_kv: 1, s_q: 256, s_k: 256, d, causal: true };
+            let mut x = Inputs::<f16>::new(st, &c, 4).unwrap();
+            x.poison_v(st, &c, 128).unwrap();
+            x.run(st, &c).unwrap();
+            let rows: Vec<(usize, usize, usize)> = (0..2).flat_map(|h| (0..64).map(move |i| (0, h, i))).collect();
+            x.check(st, &c, Some(&rows), 5e-3).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
