@@ -8,7 +8,8 @@
 //!                     causal, GQA, s_q != s_k) against a CPU f64 reference:
 //!                     moderate sizes on a GPU, small ones in the interpreter
 //!   --bench [SET]     time our kernels on the shapes of SET (acceptance,
-//!                     sweep or all: the default), with a sampled check of each;
+//!                     sweep or all: the default; or shape specs joined by
+//!                     commas, e.g. for a profiler), with a sampled check of each;
 //!       --peers CSV   PyTorch SDPA timings of the same shapes (written by
 //!                     scripts/attention_peers.py): the table gets ratios
 //!       --csv PATH    write the merged table (ours and the peers) as CSV
@@ -87,6 +88,9 @@ impl Shape {
 /// The acceptance shapes of issue 9 and the d128 sweep of the plot
 /// (16k tokens per batch, 16 heads), each causal and not.
 fn shapes(set: &str) -> Res<Vec<Shape>> {
+    if set.contains(':') {
+        return set.split(',').map(Shape::parse).collect();
+    }
     let mut out = vec![];
     for causal in [false, true] {
         if set == "acceptance" || set == "all" {

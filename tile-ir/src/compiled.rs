@@ -97,6 +97,16 @@ pub struct CompileOptions {
     /// simulator's proof: `tile-ir/tests/hopper_wsloop_sim.rs`); to be kept
     /// only if the H200 measures it faster than the plain ping-pong.
     pub ping_pong_lookahead: bool,
+    /// In a warp-specialized loop whose body starts with a gemm on one
+    /// ring and ends with a gemm on another (attention's Q·Kᵀ … P·V),
+    /// issue the last gemm one iteration late, right after the next
+    /// iteration's first, so that the softmax runs under it (FA3's
+    /// intra-warpgroup overlap: one set of scores, P kept across the
+    /// back-edge; `schedule/warp_specialized_loop/defer.rs`), where the last
+    /// gemm is the wider (measured faster there: d256; slower at d128 with
+    /// key blocks of 128). Preferred to [`CompileOptions::lookahead`] where
+    /// both apply. On by default; off for bisecting.
+    pub defer_last_gemm: bool,
 }
 
 impl Default for CompileOptions {
@@ -110,6 +120,7 @@ impl Default for CompileOptions {
             lookahead: true,
             wsloop_one_warpgroup: false,
             ping_pong_lookahead: true,
+            defer_last_gemm: true,
         }
     }
 }

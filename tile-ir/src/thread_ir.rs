@@ -257,6 +257,11 @@ pub enum Inst {
     NamedBarArrive { id: u32, threads: u32 },
     /// `exit;`: the thread stops (a warp-specialized producer, done).
     Exit,
+    /// `nanosleep.u32 ns;`: the thread sleeps up to `ns` nanoseconds. Its use
+    /// here is a scheduling fence: inside a branch no thread takes, it ends
+    /// a basic block that ptxas's scheduler does not hoist instructions
+    /// out of (see `schedule/warp_specialized_loop/defer.rs`).
+    Nanosleep { ns: u32 },
     /// A call of CUDA's `vprintf(format, args)`: `format` (a C format with
     /// its newline) becomes the global string `tile_fmt{id}`, `args` are
     /// stored into the local buffer `tile_pbuf{id}` (each at an offset
@@ -487,6 +492,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
         Inst::NamedBarArrive { id, threads } => format!("bar.arrive {id}, {threads}"),
         Inst::Exit => "exit".into(),
+        Inst::Nanosleep { ns } => format!("nanosleep.u32 {ns}"),
         Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
             // `.cg` (L2 only) exists for 16-byte copies; narrower ones use `.ca`.
             let cache = if *bytes == 16 { "cg" } else { "ca" };

@@ -60,8 +60,13 @@ fn reason(text: &str, target: Target) -> String {
 /// The variant of the schedule, compiled through `compile_variants` (the
 /// first sm_90a one).
 fn variant(text: &str) -> Compiled {
+    variant_with(text, opts())
+}
+
+/// [`variant`] compiled with `options`.
+fn variant_with(text: &str, options: CompileOptions) -> Compiled {
     let k = kernel(text);
-    let v = compile_variants(&k, Target::Sm90a, opts()).unwrap_or_else(|e| panic!("{e:?}"));
+    let v = compile_variants(&k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
     assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
     v.into_iter().next().unwrap()
@@ -83,9 +88,10 @@ fn takes_the_attention_kernels() {
         // issues the Q tile too (the body's first statement).
         assert!(p.producer_lets.is_empty(), "{}", k.name);
         assert_eq!(p.pre_copies, vec![0], "{}", k.name);
-        // 40 for the producer, the rest shared by the consumers (≤ 240).
-        assert_eq!((p.producer_regs, p.consumer_regs), (40, if threads == 128 { 240 } else { 232 }));
-        assert!(40 * 128 + p.consumer_regs * threads <= 65_536);
+        // 24 for the producer (one thread issuing TMA), the rest shared by
+        // the consumers (≤ 240).
+        assert_eq!((p.producer_regs, p.consumer_regs), (24, 240));
+        assert!(24 * 128 + p.consumer_regs * threads <= 65_536);
     }
 }
 
@@ -241,8 +247,14 @@ fn split(body: &[Stmt]) -> (&[Stmt], &[Stmt]) {
 
 #[test]
 fn attention_variant_structure() {
-    for (text, t) in attentions() {
-        let c = variant(&text);
+    // With P·V deferred (the default) and without (issuing Q·Kᵀ ahead where
+    // that applies, else the plain loop).
+    let cases = attentions().into_iter().flat_map(|(text, t)| [(text.clone(), t, true), (text, t, false)]);
+    for (text, t, defer) in cases {
+        let c = variant_with(&text, CompileOptions { defer_last_gemm: defer, ..opts() });
+        // Deferred where P·V is the wider gemm (the head dim above the key block).
+        let k_s = kernel(&text).buffers.iter().find(|b| b.name == "k_s").unwrap().const_shape().unwrap();
+        let deferred = defer && k_s[1] > k_s[0];
         let name = kernel(&text).name;
         let f = &c.function;
         // K and V, then Q.
@@ -250,10 +262,10 @@ fn attention_variant_structure() {
         let tensors: Vec<usize> = c.tensor_maps.iter().map(|m| m.tensor).collect();
         assert_eq!(tensors, [1, 2, 0], "{name}");
         // One consumer warpgroup: two blocks per SM, sharing the file
-        // (2·(40·128 + 216·128) = 65 536); two: one block.
-        let (blocks, regs) = if t == 128 { (2, 216) } else { (1, 232) };
+        // (2·(24·128 + 232·128) = 65 536); two: one block.
+        let (blocks, regs) = if t == 128 { (2, 232) } else { (1, 240) };
         assert!(c.ptx.contains(&format!(".maxntid {}, 1, 1\n.minnctapersm {blocks}\n", t + 128)), "{name}");
-        assert!(c.ptx.contains("setmaxnreg.dec.sync.aligned.u32 40;"), "{name}");
+        assert!(c.ptx.contains("setmaxnreg.dec.sync.aligned.u32 24;"), "{name}");
         assert!(c.ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {regs};")), "{name}");
         // Each ring: full[s] with one arrival (+ tx), empty[s] with T.
         let all = insts(&f.body);
@@ -341,12 +353,41 @@ fn attention_variant_structure() {
             waits[0] < first_b && waits[1] < last_b && waits[1] > first_b,
             "{name}: V is waited for before P·V only"
         );
-        // With one consumer warpgroup Q·Kᵀ runs one iteration ahead
-        // (`CompileOptions::lookahead`); two ping-pong, and issue ahead too
-        // where the twin scores fit (`CompileOptions::ping_pong_lookahead`:
-        // key blocks of 64 here, not 128).
-        let lookahead = t == 128 || text.contains("k_s: shared f16[64,");
-        if lookahead {
+        // The default defers P·V by one iteration
+        // (`CompileOptions::defer_last_gemm`): Q·Kᵀ of this iteration, then
+        // P·V of the previous one (in a uniform `if`: not in the first),
+        // both in flight; `wait_group 1` (S landed) before K's release and
+        // the softmax, `wait_group 0` (O and P free) before V's release.
+        let lookahead = !deferred && (t == 128 || text.contains("k_s: shared f16[64,"));
+        if deferred {
+            let pending_one = at(&|i| matches!(i, Inst::WgmmaWait { pending: 1 }));
+            assert_eq!(pending_one.len(), 1, "{name}: S's wait");
+            assert!(pending_one[0] > last_b && pending_one[0] < arrives[0], "{name}: K released before S landed");
+            assert!(
+                gemm_waits.iter().any(|&w| w > arrives[0] && w < arrives[1]),
+                "{name}: V released before P·V is done"
+            );
+            let issued_in_if = body.iter().any(|s| match s {
+                Stmt::If { uniform: true, then, .. } => {
+                    let i = insts(then);
+                    i.iter().any(|i| matches!(i, Inst::Wgmma { .. }))
+                        && i.iter().any(|i| matches!(i, Inst::MbarWait { .. }))
+                }
+                _ => false,
+            });
+            assert!(issued_in_if, "{name}: P·V of the previous iteration");
+            // The last P·V after the loop, waited for before V's release.
+            let after: Vec<&Inst> = consumers
+                .iter()
+                .skip_while(|s| !matches!(s, Stmt::For { uniform: true, .. }))
+                .skip(1)
+                .flat_map(|s| insts(std::slice::from_ref(s)))
+                .collect();
+            let w = after.iter().position(|i| matches!(i, Inst::Wgmma { .. })).expect("the last P·V");
+            let done = after.iter().position(|i| matches!(i, Inst::WgmmaWait { pending: 0 })).unwrap();
+            let rel = after.iter().position(|i| matches!(i, Inst::MbarArrive { .. })).unwrap();
+            assert!(w < done && done < rel, "{name}: the last P·V");
+        } else if lookahead {
             // K's stage, read by a gemm the previous iteration (or the code
             // before the loop) waited for, is released first; the next
             // iteration's Q·Kᵀ is issued (after its stage's wait) and left

@@ -187,8 +187,9 @@ fn planted_bugs_are_caught() {
 /// spills): the variant is the plain ping-pong's.
 #[test]
 fn ping_pong_with_lookahead_on_the_simulator() {
-    let on = CompileOptions { ping_pong_lookahead: true, ..CompileOptions::default() };
-    let off = CompileOptions { ping_pong_lookahead: false, ..CompileOptions::default() };
+    // Issuing ahead applies where the last gemm is not deferred.
+    let on = CompileOptions { ping_pong_lookahead: true, defer_last_gemm: false, ..CompileOptions::default() };
+    let off = CompileOptions { ping_pong_lookahead: false, defer_last_gemm: false, ..CompileOptions::default() };
     let first = |k: &Kernel, o: CompileOptions| {
         let v = compile_variants(k, Target::Sm90a, o).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(v[0].schedule, "warp_specialized_loop", "{}", k.name);
@@ -233,6 +234,97 @@ fn ping_pong_with_lookahead_on_the_simulator() {
             let a = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims, &[scale.to_bits() as u64], None);
             let b = sim::run_interleavings(&tma.function, &k, tensors, &dims, &[scale.to_bits() as u64], None);
             assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the TMA-copy variant", k.name);
+        }
+    }
+}
+
+/// `CompileOptions::defer_last_gemm` (on by default where P·V is the wider
+/// gemm, so some variants of `attention_variants_on_the_simulator` are
+/// its): P·V of iteration `k` issued after Q·Kᵀ of `k + 1`. Against the loop without it, under
+/// interleavings, for one and two consumer warpgroups, and planted bugs:
+/// the wait that lets the softmax read S (`wait_group 1`) or the one before
+/// O's rescale and P's conversion (`wait_group 0`) dropped is caught (S read
+/// pending, or a pending wgmma's accumulator or A registers written).
+#[test]
+fn deferred_last_gemm_on_the_simulator() {
+    let off = CompileOptions { defer_last_gemm: false, wsloop_one_warpgroup: true, ..CompileOptions::default() };
+    let on = CompileOptions { wsloop_one_warpgroup: true, ..CompileOptions::default() };
+    let wsl = |k: &Kernel, o: CompileOptions| {
+        let v = compile_variants(k, Target::Sm90a, o).unwrap_or_else(|e| panic!("{e:?}"));
+        v.into_iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant")
+    };
+    let waits = |f: &thread_ir::Function, pending: u32| {
+        fn count(body: &[thread_ir::Stmt], pending: u32) -> usize {
+            body.iter()
+                .map(|s| match s {
+                    thread_ir::Stmt::Inst { inst: thread_ir::Inst::WgmmaWait { pending: p }, .. } => {
+                        usize::from(*p == pending)
+                    }
+                    thread_ir::Stmt::If { then, otherwise, .. } => count(then, pending) + count(otherwise, pending),
+                    thread_ir::Stmt::For { body, .. } => count(body, pending),
+                    _ => 0,
+                })
+                .sum()
+        }
+        count(&f.body, pending)
+    };
+    // Where P·V is not the wider gemm, nothing is deferred (measured slower
+    // on the H200: `defer.rs`).
+    for (d, bn) in [(128, 128), (64, 64)] {
+        let k = parse_kernel(&attention_4d_sized(Layout4d::Bhsd, d, 128, bn, 256)).unwrap();
+        assert_eq!(wsl(&k, on).ptx, wsl(&k, off).ptx, "{}: deferred", k.name);
+    }
+    for (text, t, d, bn) in [
+        (attention_4d_sized(Layout4d::Bhsd, 128, 128, 64, 256), 256, 128, 64),
+        (attention_4d_sized(Layout4d::Bshd, 128, 128, 64, 256), 256, 128, 64),
+        (attention_4d_sized(Layout4d::Bhsd, 128, 64, 64, 128), 128, 128, 64),
+    ] {
+        let k = parse_kernel(&text).unwrap();
+        let (c, plain) = (wsl(&k, on), wsl(&k, off));
+        assert!(waits(&c.function, 1) == 1 && waits(&plain.function, 1) == 0, "{} (T = {t}): not deferred", k.name);
+        let bshd = text.contains("attention_bshd");
+        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+        let dims =
+            |sq: usize, sk: usize| if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
+        let run = |f: &thread_ir::Function, sq: usize, sk: usize| {
+            let (tensors, want) = problem(sq, sk, d, bshd);
+            let (f, k) = (f.clone(), k.clone());
+            let dims = dims(sq, sk);
+            std::panic::catch_unwind(move || {
+                let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+                gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
+            })
+        };
+        for (sq, sk) in [(77, bn / 2 + 3), (128, 2 * bn), (40, 3 * bn - 1)] {
+            let err = run(&c.function, sq, sk).unwrap_or_else(|_| panic!("{} sq={sq} sk={sk}", k.name));
+            assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
+        }
+        // No key block: the bytes of the loop without the deferral.
+        let sq = 50;
+        let (mut tensors, _) = problem(sq, 0, d, bshd);
+        for t in tensors.iter_mut().skip(1).take(2) {
+            t.bytes.clear();
+            t.shape[if bshd { 1 } else { 2 }] = 0;
+        }
+        let s = [scale.to_bits() as u64];
+        let a = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims(sq, 0), &s, None);
+        let b = sim::run_interleavings(&plain.function, &k, tensors, &dims(sq, 0), &s, None);
+        assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the loop without the deferral", k.name);
+        // Planted bugs, in the consumers' loop (the uniform one).
+        for pending in [1, 0] {
+            let mut f = c.function.clone();
+            let mut n = 0;
+            for s in f.body.iter_mut() {
+                if let thread_ir::Stmt::For { uniform: true, body, .. } = s {
+                    n += remove(body, &|i| matches!(i, thread_ir::Inst::WgmmaWait { pending: p } if *p == pending));
+                }
+            }
+            assert!(n >= 1, "{}: no wait_group {pending} to drop", k.name);
+            assert!(
+                !run(&f, 100, 2 * bn + 5).is_ok_and(|e| e <= 5e-3),
+                "{}: dropping the loop's wait_group {pending} went unnoticed",
+                k.name
+            );
         }
     }
 }

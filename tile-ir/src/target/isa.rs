@@ -50,6 +50,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::NamedBarSync { .. }
         | Inst::NamedBarArrive { .. }
         | Inst::Exit
+        | Inst::Nanosleep { .. }
         | Inst::Printf { .. } => BASE,
         Inst::AtomAdd { ty, .. } if *ty == "bf16" => needs(78, Some(Bf16Native)),
         Inst::AtomAdd { .. } => BASE,

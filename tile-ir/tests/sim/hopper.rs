@@ -45,7 +45,9 @@
 //!   writes and need none). The bytes a wgmma reads count as read by the
 //!   warpgroup's four warps, at issue and again when `wgmma.wait_group`
 //!   retires it (a later write must be ordered after that), and a write to
-//!   them before the retirement fails, barrier or not. The warpgroup's warps
+//!   them before the retirement fails, barrier or not; so does a thread's
+//!   write to a register a pending wgmma writes (its accumulator) or reads
+//!   (its A operand from registers). The warpgroup's warps
 //!   meet at every wgmma instruction (and at `setmaxnreg`), which runs once
 //!   for the 128 threads. Unmodeled: the base-offset field (must be 0),
 //!   MN-major without swizzle, the `wgmma.fence` requirement, and whether
@@ -127,6 +129,11 @@ pub struct HopperState {
     /// retires the group), parallel to `wg_open` / `wg_groups`.
     wg_reads_open: Vec<Vec<usize>>,
     wg_reads_groups: Vec<Vec<Vec<usize>>>,
+    /// Per warpgroup: the registers its open and committed wgmmas read as
+    /// A (thread, register, the value at issue), parallel to `wg_open` /
+    /// `wg_groups`: the hardware may read them until the group retires.
+    wg_a_open: Vec<Vec<(usize, u32, u64)>>,
+    wg_a_groups: Vec<Vec<Vec<(usize, u32, u64)>>>,
     /// Per shared byte: how many in-flight wgmmas read it.
     async_reads: Vec<u32>,
     /// Per shared byte: the thread whose generic-proxy write is the latest
@@ -185,6 +192,8 @@ impl<'f> Sim<'f> {
         h.wg_latest = vec![HashMap::new(); wgs];
         h.wg_reads_open = vec![vec![]; wgs];
         h.wg_reads_groups = vec![vec![]; wgs];
+        h.wg_a_open = vec![vec![]; wgs];
+        h.wg_a_groups = vec![vec![]; wgs];
         h.async_reads = vec![0; self.shared.len()];
         h.generic_writes = vec![(usize::MAX, 0); self.shared.len()];
         h.proxy_fences = vec![0; self.threads];
@@ -379,6 +388,8 @@ impl<'f> Sim<'f> {
                 self.hopper.wg_committed[wg] += 1;
                 let r = std::mem::take(&mut self.hopper.wg_reads_open[wg]);
                 self.hopper.wg_reads_groups[wg].push(r);
+                let a = std::mem::take(&mut self.hopper.wg_a_open[wg]);
+                self.hopper.wg_a_groups[wg].push(a);
             }
             Inst::WgmmaWait { pending } => {
                 while self.hopper.wg_groups[wg].len() > *pending as usize {
@@ -390,12 +401,24 @@ impl<'f> Sim<'f> {
                             self.record_read(b, w, MANY);
                         }
                     }
+                    // Registers it read as A were left alone until now.
+                    for (t, r, v) in self.hopper.wg_a_groups[wg].remove(0) {
+                        assert_eq!(
+                            self.regs[t][r as usize], v,
+                            "thread {t} wrote register {r}, an A operand of a pending wgmma, before the wgmma.wait_group that retires it"
+                        );
+                    }
                     let seq = self.hopper.wg_retired[wg];
                     self.hopper.wg_retired[wg] += 1;
                     for (t, r, _) in g {
                         // The group's last result, unless a later pending wgmma writes the register too.
                         if let Some(&(q, v)) = self.hopper.wg_latest[wg].get(&(t, r)) {
                             if q == seq {
+                                // Nothing wrote the accumulator while it was pending.
+                                assert_eq!(
+                                    self.regs[t][r as usize], PENDING_NAN,
+                                    "thread {t} wrote register {r}, the accumulator of a pending wgmma, before the wgmma.wait_group that retires it"
+                                );
                                 self.hopper.wg_latest[wg].remove(&(t, r));
                                 self.regs[t][r as usize] = v;
                             }
@@ -529,6 +552,9 @@ impl<'f> Sim<'f> {
                     let (g, q) = (lane / 4, lane % 4);
                     for i in 0..8 {
                         let word = self.regs[t0 + l][regs[i / 2].0 as usize];
+                        if i % 2 == 0 {
+                            self.hopper.wg_a_open[wg].push((t0 + l, regs[i / 2].0, word));
+                        }
                         let h = (word >> (16 * (i % 2))) & 0xFFFF;
                         m[16 * w + g + 8 * ((i >> 1) & 1)][2 * q + (i & 1) + 8 * (i >> 2)] = cvt(h);
                     }
@@ -598,7 +624,7 @@ impl<'f> Sim<'f> {
                 let b = self.val(t, tx_bytes) as u32 as i64;
                 self.mbar_arrive(a, b, 1, Some(t));
             }
-            Inst::FenceMbarrierInit => {}
+            Inst::FenceMbarrierInit | Inst::Nanosleep { .. } => {}
             Inst::FenceProxyAsync => self.hopper.proxy_fences[t] += 1,
             Inst::TensorMapAddr { dst, param } => {
                 let i = self

@@ -119,11 +119,11 @@ use std::cell::{Cell, RefCell};
 
 /// One pipelined copy the producer issues.
 #[derive(Clone, Debug)]
-struct WslCopy {
+pub(super) struct WslCopy {
     /// Index of the copy in the loop body (a pre-loop copy's: in the kernel's).
     index: usize,
     /// Its shared destination.
-    dst: BufferId,
+    pub(super) dst: BufferId,
     /// The tensor map parameter.
     param: String,
     /// Boxes: (byte offset in the stage, row offset, column offset).
@@ -137,7 +137,7 @@ pub(crate) struct WslLowering {
     pub(crate) plan: WslPlan,
     /// Byte offset of the ring's mbarriers in `smem`: `full[0..S]`, then `empty[0..S]`.
     bars: Cell<i64>,
-    copies: RefCell<Vec<WslCopy>>,
+    pub(super) copies: RefCell<Vec<WslCopy>>,
     /// The copies before the loop the producer issues (`index` into
     /// `kernel.body`), on the barrier after the ring.
     pre: RefCell<Vec<WslCopy>>,
@@ -152,6 +152,10 @@ pub(crate) struct WslLowering {
     /// Whether to do both with two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong_lookahead`]).
     both: bool,
+    /// Whether to issue the body's last gemm in the next iteration, after
+    /// its first ([`crate::CompileOptions::defer_last_gemm`], `defer.rs`),
+    /// where the loop allows it; preferred to issuing ahead.
+    pub(super) defer_last_gemm: bool,
 }
 
 impl WslLowering {
@@ -165,17 +169,18 @@ impl WslLowering {
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
+            defer_last_gemm: options.defer_last_gemm,
         }
     }
 
     /// Whether the loop's two consumer warpgroups are to ping-pong (where
     /// the loop allows it).
-    fn wants_ping_pong(&self) -> bool {
+    pub(super) fn wants_ping_pong(&self) -> bool {
         self.ping_pong && self.plan.consumer_threads == 256
     }
 
     /// `full[0]` of ring `c` (`empty[0]` is `8·S` bytes on).
-    fn ring(&self, c: usize) -> i64 {
+    pub(super) fn ring(&self, c: usize) -> i64 {
         self.bars.get() + 16 * self.plan.stages as i64 * c as i64
     }
 
@@ -331,7 +336,7 @@ impl Lx<'_> {
     /// they wait (the TMA-copy variant runs three or four blocks of them);
     /// else one, with the plan's split. Two blocks share the file: each
     /// gets `(per_sm / 2 - 128·producer) / T` registers per consumer thread
-    /// (216 for `T = 128`; ptxas then allocates at most 128 per thread at
+    /// (232 for `T = 128`; ptxas then allocates at most 128 per thread at
     /// entry, which such fragments fit).
     fn wsl_occupancy(&mut self, wl: &WslLowering) -> u32 {
         let ws = &wl.plan;
@@ -493,6 +498,9 @@ impl Lx<'_> {
                     .collect()
             })
             .collect();
+        if let Some(d) = self.wsl_deferred_gemms(wl, body, &users) {
+            return self.lower_wsl_deferred_loop(wl, var, (a, b), body, d);
+        }
         let first = |ci: usize| users[ci].first().copied();
         let last = |ci: usize| users[ci].last().copied();
         let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
@@ -708,7 +716,7 @@ impl Lx<'_> {
     /// statement `commit` (its commit, or the `if` issuing it ahead);
     /// warpgroup 1 gives warpgroup 0 the first turn before the loop (when it
     /// runs at all). Returns (the loop runs, this is warpgroup 1).
-    fn wsl_ping_pong(
+    pub(super) fn wsl_ping_pong(
         &mut self,
         body: &mut Vec<Stmt>,
         (commit, fence): (usize, usize),
@@ -762,7 +770,7 @@ fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
 
 /// A gemm's code without the `wgmma.wait_group 0` that ends it (the
 /// general lowering's: its group is then left in flight).
-fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
+pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
         code.remove(i);
     }
@@ -776,9 +784,9 @@ const PING_PONG_LOOKAHEAD_MARGIN: usize = 64;
 
 /// The first of the two named barriers of the ping-pong: warpgroup `w`
 /// waits for its turn at `TURN + w` (over both warpgroups, 256 threads).
-const TURN: u32 = 2;
+pub(super) const TURN: u32 = 2;
 
-fn sync(id: u32) -> Stmt {
+pub(super) fn sync(id: u32) -> Stmt {
     Stmt::Inst { inst: Inst::NamedBarSync { id, threads: 256 }, guard: None }
 }
 
@@ -790,7 +798,7 @@ fn arrive(id: u32) -> Stmt {
 /// shared-memory write, cp.async, a barrier): a loop body with one does
 /// not ping-pong (the barrier pass must add none inside the loop, and the
 /// warpgroups may run a gemm apart).
-fn blocks_ping_pong(s: &Stmt) -> bool {
+pub(super) fn blocks_ping_pong(s: &Stmt) -> bool {
     match s {
         Stmt::Inst { inst, .. } => matches!(
             inst,

@@ -9,7 +9,10 @@
 //! - `plan.rs`: whether a kernel has the shape this schedule takes
 //!   ([`WslPlan`], or the reason it does not);
 //! - `lower.rs`: the barriers, the split into producer and consumers, the
-//!   producer's loop of TMA boxes, the consumers' loop over the stages.
+//!   producer's loop of TMA boxes, the consumers' loop over the stages;
+//! - `defer.rs`: the consumers' loop with the body's last gemm issued one
+//!   iteration late, after the next iteration's first (FA3's
+//!   intra-warpgroup overlap).
 //!
 //! Expects a verified kernel; [`compile`] runs layout inference for the
 //! target (wgmma where the core takes it), epilogue staging, the lowering
@@ -20,6 +23,7 @@
 //! Guarantees a variant that computes what the general one does and needs
 //! its mapped tensors TMA-addressable ([`crate::abi::tma_addressable`]).
 
+mod defer;
 mod lower;
 mod plan;
 

@@ -171,9 +171,11 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
             "one consumer warpgroup: the TMA-copy variant's 2-4 blocks per SM overlap softmax and wgmma better (measured on the H200, BENCHMARKS.md)",
         ));
     }
-    let Some(consumer_regs) = info.consumer_regs(threads) else {
-        return Err(NotApplicable::new(format!("{} has no register split between warpgroups", target.name())));
-    };
+    // The producer is one thread issuing TMA boxes: FA3's 24 registers
+    // (`setmaxnreg`'s least) leave two consumer warpgroups 240 each.
+    let producer_regs = PRODUCER_REGS.min(split.producer);
+    let pool = info.registers.per_sm - crate::target::PRODUCER_THREADS * producer_regs;
+    let consumer_regs = (pool / threads.max(1) / 8 * 8).min(split.consumer_max);
     Ok(WslPlan {
         loop_index,
         var: *var,
@@ -183,10 +185,15 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         producer_lets,
         pre_copies,
         consumer_threads: threads,
-        producer_regs: split.producer,
+        producer_regs,
         consumer_regs,
     })
 }
+
+/// Registers the producer warpgroup keeps (`setmaxnreg.dec`): its one
+/// issuing thread needs only the stage, the phase, the loop counter and the
+/// boxes' coordinates.
+const PRODUCER_REGS: u32 = 24;
 
 /// The `let`s before the loop (indices into `kernel.body`, in order) that
 /// bind the variables in `need`, transitively; errors when one of them is

@@ -1,0 +1,323 @@
+//! The consumers' loop with the body's last gemm deferred by one iteration
+//! ([`crate::CompileOptions::defer_last_gemm`], FA3's intra-warpgroup
+//! overlap): iteration `k` issues its first gemm (attention's `S = Q·Kᵀ`)
+//! and then the previous iteration's last gemm (`O += P·V`), and runs its
+//! softmax while that second gemm is still on the tensor cores.
+//!
+//! Expects a consumers' loop of [`super::lower`] whose body, after its
+//! pipelined copies, starts with a `clear` gemm `g1` reading ring `K`'s
+//! buffer (nothing else in the body touches it) and an operand nothing in
+//! the body writes, and ends with a gemm `g2` reading ring `V`'s buffer
+//! (nothing else touches it either) and writing a fragment accumulator,
+//! with exactly these two rings, both gemms on wgmma, `g2` reading nothing
+//! `g1` writes, and `g2`'s accumulator wider than `g1`'s (where it was
+//! measured faster). The statements between them are `X`; `X[j]` is the first
+//! that touches `g2`'s accumulator or its other operand (the rescale of O,
+//! the conversion of S into P), `n` when none does.
+//!
+//! Guarantees (`st`/`ph` iteration `k`'s stage and parity; `pst`/`pph`
+//! those of `k − 1`):
+//! ```text
+//! for k in a..b:
+//!     wait full_K[st]
+//!     (ping-pong: bar.sync 2 + w)           // my turn at the tensor cores
+//!     g1(k) issued; commit                  // S in flight
+//!     if k > a: wait full_V[pst]; g2(k − 1) issued; commit
+//!     else: commit                          // an empty group
+//!     (ping-pong: bar.arrive 2 + (1 − w))
+//!     wgmma.wait_group 1                    // S landed
+//!     arrive empty_K[st]
+//!     X[0..j]                               // under g2(k − 1)
+//!     if ctaid.x == 2³² − 1: nanosleep      // never: a block boundary ptxas keeps
+//!     wgmma.wait_group 0                    // O and P free again
+//!     if k > a: arrive empty_V[pst]
+//!     X[j..]
+//!     advance st, ph
+//! if a < b: wait full_V[pst]; g2(b − 1); wgmma.wait_group 0; arrive empty_V[pst]
+//!           (ping-pong: warpgroup 0 takes warpgroup 1's last hand-over)
+//! bar.sync 1, T
+//! ```
+//! Every stage of both rings is waited for and released exactly once, K's
+//! in its own iteration and V's one iteration later (or after the loop), so
+//! the producer, which fills K's and V's stage `k` in iteration `k` after
+//! their releases of iteration `k − S`, never waits for a release that
+//! needs a later fill: the consumers' iteration `k` needs K[k], whose fill
+//! follows V[k − 1]'s, which waited for V[k − 1 − S]'s release (iteration
+//! `k − S ≤ k − 1`). No statement reads a register a wgmma in flight
+//! writes or writes one it reads: S is read after `wait_group` leaves only
+//! `g2` pending, and `g2`'s accumulator and operand are touched only after
+//! `wait_group 0`. The ping-pong takes one turn per iteration, as the plain
+//! loop's, so its counts and proof are those of [`super::lower`].
+
+use super::lower::{blocks_ping_pong, without_final_wait, WslLowering};
+use crate::ir::{Stmt as TStmt, StmtKind, VarId};
+use crate::passes::lower::{Lx, R};
+use crate::passes::pipeline::touches;
+use crate::thread_ir::{Inst, Operand, Reg, RegClass, Stmt};
+
+/// The two gemms of a body whose last gemm is deferred, and where its
+/// operands are first touched (see the module doc).
+#[derive(Copy, Clone, Debug)]
+pub(super) struct Deferred {
+    /// `g1`'s index in the body, and its ring.
+    first: usize,
+    first_ring: usize,
+    /// `g2`'s index in the body (its last statement), and its ring.
+    last: usize,
+    last_ring: usize,
+    /// The first statement after `g1` that touches `g2`'s accumulator or
+    /// its other operand (`last` when none does).
+    split: usize,
+}
+
+impl Lx<'_> {
+    /// The gemms of `body` to lower with [`Lx::lower_wsl_deferred_loop`],
+    /// when the loop has that shape (see the module doc); `users[c]`: the
+    /// statements touching ring `c`'s buffer.
+    pub(super) fn wsl_deferred_gemms(
+        &self,
+        wl: &WslLowering,
+        body: &[TStmt],
+        users: &[Vec<usize>],
+    ) -> Option<Deferred> {
+        let ws = &wl.plan;
+        if !wl.defer_last_gemm || !self.target.has(crate::target::Feature::Wgmma) {
+            return None;
+        }
+        let copies = wl.copies.borrow();
+        if copies.len() != 2 {
+            return None;
+        }
+        let ring_of = |buf| copies.iter().position(|cp| cp.dst == buf);
+        let stmts: Vec<usize> = (0..body.len()).filter(|i| !ws.copies.contains(i)).collect();
+        let (&first, &last) = (stmts.first()?, stmts.last()?);
+        if first == last {
+            return None;
+        }
+        let StmtKind::Gemm { a: a1, b: b1, c: c1, clear: true, trans_a: ta1, trans_b: tb1, .. } = &body[first].kind
+        else {
+            return None;
+        };
+        let StmtKind::Gemm { a: a2, b: b2, c: c2, trans_a: ta2, trans_b: tb2, .. } = &body[last].kind else {
+            return None;
+        };
+        // Both on wgmma (an mma.sync gemm is synchronous: nothing to overlap).
+        if self.wgmma_plan(*a1, *b1, *c1, *ta1, *tb1).is_none() || self.wgmma_plan(*a2, *b2, *c2, *ta2, *tb2).is_none()
+        {
+            return None;
+        }
+        // One operand of each gemm is its ring's stage, the other not.
+        let (first_ring, other1) = match (ring_of(*a1), ring_of(*b1)) {
+            (None, Some(r)) => (r, *a1),
+            (Some(r), None) => (r, *b1),
+            _ => return None,
+        };
+        let (last_ring, other2) = match (ring_of(*a2), ring_of(*b2)) {
+            (None, Some(r)) => (r, *a2),
+            (Some(r), None) => (r, *b2),
+            _ => return None,
+        };
+        if first_ring == last_ring || users[first_ring] != [first] || users[last_ring] != [last] {
+            return None;
+        }
+        // g1's other operand (Q) is written by nothing in the body; g2 reads
+        // nothing g1 writes (its issue follows the next g1's).
+        if body.iter().enumerate().any(|(i, s)| i != first && touches(s, other1).1) || other2 == *c1 || c2 == c1 {
+            return None;
+        }
+        let fragment = |b| self.k.buffer(b).scope == crate::ir::Scope::Fragment;
+        if !fragment(*c1) || !fragment(*c2) {
+            return None;
+        }
+        // Only where the last gemm is the wider one (attention with a head
+        // dim above the key block, d256 with key blocks of 64): measured on
+        // the H200 (BENCHMARKS.md) 1–2 % faster there, and 2–6 % slower
+        // with d128 and key blocks of 128, where the ping-pong alone already
+        // hides the softmax and the longer live ranges cost more.
+        let cols = |b| self.k.buffer(b).const_shape().and_then(|s| s.last().copied());
+        if !matches!((cols(*c1), cols(*c2)), (Some(n1), Some(n2)) if n2 > n1) {
+            return None;
+        }
+        let split = (first + 1..last)
+            .find(|&i| {
+                let (r1, w1) = touches(&body[i], *c2);
+                let (r2, w2) = touches(&body[i], other2);
+                r1 || w1 || r2 || w2
+            })
+            .unwrap_or(last);
+        Some(Deferred { first, first_ring, last, last_ring, split })
+    }
+
+    /// A basic-block boundary that ptxas's scheduler keeps: a uniform
+    /// branch over a `nanosleep` no block takes (`%ctaid.x` never reaches
+    /// 2³² − 1). Before `g2`'s `wgmma.wait_group 0` it keeps the softmax
+    /// above the wait: without it ptxas schedules the wait near the top of
+    /// the softmax's block, and the softmax no longer runs under `g2`
+    /// (measured: 8–15 % slower on the H200 than not deferring at all).
+    fn schedule_fence(&mut self) {
+        let x = self.op("mov.u32", RegClass::B32, vec![Operand::Special(crate::thread_ir::Special::CtaId(0))]);
+        let never = self.op("setp.eq.u32", RegClass::Pred, vec![x.into(), Operand::Imm(u32::MAX as i64)]);
+        let sleep = vec![Stmt::Inst { inst: Inst::Nanosleep { ns: 0 }, guard: None }];
+        self.emit_if(Some(never), true, sleep, vec![]);
+    }
+
+    /// The consumers' loop over `a..b` with the last gemm deferred (see the
+    /// module doc).
+    pub(super) fn lower_wsl_deferred_loop(
+        &mut self,
+        wl: &WslLowering,
+        var: VarId,
+        (a, b): (Reg, Reg),
+        body: &[TStmt],
+        d: Deferred,
+    ) -> R<()> {
+        let stages = wl.plan.stages as i64;
+        let copies = wl.copies.borrow().clone();
+        let (kbuf, vbuf) = (copies[d.first_ring].dst, copies[d.last_ring].dst);
+        let (kring, vring) = (wl.ring(d.first_ring), wl.ring(d.last_ring));
+        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(stage, Operand::Imm(0), crate::ir::DType::I32);
+        self.mov(phase, Operand::Imm(0), crate::ir::DType::I32);
+        let vr = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        // `g2` of iteration `k` (the loop variable bound to `k`) on V's
+        // stage `st`: its wait for the stage, then the gemm; with or without
+        // its final `wgmma.wait_group 0`.
+        let last_gemm = |x: &mut Self, k: Reg, st: Reg, ph: Reg, keep_wait: bool| -> R<Vec<Stmt>> {
+            x.capture(|y| {
+                let full = y.ring_bar_addr(vring, stages, st, 0);
+                let p = y.new_reg(RegClass::Pred);
+                y.emit(Inst::MbarWait { addr: full, parity: ph.into(), pred: p });
+                let saved_k = y.vars.insert(var, k);
+                let saved_st = y.select_stage(vbuf, &Operand::Reg(st));
+                let code = y.capture(|z| z.stmt(&body[d.last]));
+                y.restore_stage(saved_st);
+                match saved_k {
+                    Some(r) => y.vars.insert(var, r),
+                    None => y.vars.remove(&var),
+                };
+                let code = code?;
+                y.cur().extend(if keep_wait { code } else { without_final_wait(code) });
+                Ok(())
+            })
+        };
+        // The stage and parity of the iteration before: `st − 1` (wrapping,
+        // with the parity flipped).
+        let previous = |x: &mut Self| -> (Reg, Reg) {
+            let at0 = x.op("setp.eq.s32", RegClass::Pred, vec![stage.into(), Operand::Imm(0)]);
+            let down = x.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(-1)]);
+            let pst = x.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), down.into(), at0.into()]);
+            let flip = x.op("selp.b32", RegClass::B32, vec![Operand::Imm(1), Operand::Imm(0), at0.into()]);
+            let pph = x.op("xor.b32", RegClass::B32, vec![phase.into(), flip.into()]);
+            (pst, pph)
+        };
+        let saved_var = self.vars.insert(var, vr);
+        self.loop_depth += 1;
+        // Where the turn is taken and handed over in the loop body (indices
+        // at its top level: g1's first statement, the `if` issuing g2).
+        let mut points = (0, 0);
+        let lowered = self.capture(|x| {
+            let later = x.op("setp.gt.s32", RegClass::Pred, vec![vr.into(), a.into()]);
+            let full = x.ring_bar_addr(kring, stages, stage, 0);
+            let p = x.new_reg(RegClass::Pred);
+            x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+            let saved_st = x.select_stage(kbuf, &Operand::Reg(stage));
+            let g1 = x.capture(|y| y.stmt(&body[d.first]));
+            x.restore_stage(saved_st);
+            let g1 = without_final_wait(g1?);
+            points.1 = x.cur().len();
+            let (pst, pph) = previous(x);
+            let km1 = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(-1)]);
+            let g2 = last_gemm(x, km1, pst, pph, false)?;
+            // g1 goes right before the `if` (the stage arithmetic of the
+            // previous iteration above it is plain arithmetic).
+            let at = points.1;
+            for (n, s) in g1.into_iter().enumerate() {
+                x.cur().insert(at + n, s);
+            }
+            // The first iteration commits an empty group instead, so that one
+            // `wait_group 1` below is S's on every path (ptxas serializes the
+            // wgmmas when a path could read S pending).
+            let empty_group = vec![Stmt::Inst { inst: Inst::WgmmaCommit, guard: None }];
+            x.emit_if(Some(later), true, g2, empty_group);
+            points.0 = x.cur().len() - 1;
+            x.emit(Inst::WgmmaWait { pending: 1 });
+            let empty = x.ring_bar_addr(kring, stages, stage, 1);
+            x.emit(Inst::MbarArrive { addr: empty });
+            for (i, s) in body.iter().enumerate().take(d.last).skip(d.first + 1) {
+                if i == d.split {
+                    x.schedule_fence();
+                    x.emit(Inst::WgmmaWait { pending: 0 });
+                    let empty = x.ring_bar_addr(vring, stages, pst, 1);
+                    let release = x.capture(|y| {
+                        y.emit(Inst::MbarArrive { addr: empty });
+                        Ok(())
+                    })?;
+                    x.emit_if(Some(later), true, release, vec![]);
+                }
+                if wl.plan.copies.contains(&i) {
+                    continue;
+                }
+                if let Err(e) = x.stmt(s) {
+                    x.errors.push(e);
+                }
+            }
+            if d.split == d.last {
+                x.schedule_fence();
+                x.emit(Inst::WgmmaWait { pending: 0 });
+                let empty = x.ring_bar_addr(vring, stages, pst, 1);
+                let release = x.capture(|y| {
+                    y.emit(Inst::MbarArrive { addr: empty });
+                    Ok(())
+                })?;
+                x.emit_if(Some(later), true, release, vec![]);
+            }
+            x.ring_advance(stages, stage, phase);
+            Ok(())
+        });
+        self.loop_depth -= 1;
+        match saved_var {
+            Some(r) => self.vars.insert(var, r),
+            None => self.vars.remove(&var),
+        };
+        let mut lowered = lowered?;
+        let turns = if wl.wants_ping_pong() && !lowered.iter().any(blocks_ping_pong) {
+            Some(self.wsl_ping_pong(&mut lowered, points, a, b)?)
+        } else {
+            None
+        };
+        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        // The last iteration's g2, after the loop.
+        let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
+        let tail = self.capture(|x| {
+            let (pst, pph) = previous(x);
+            let km1 = x.op("add.s32", RegClass::B32, vec![b.into(), Operand::Imm(-1)]);
+            let g2 = last_gemm(x, km1, pst, pph, true)?;
+            x.cur().extend(g2);
+            let empty = x.ring_bar_addr(vring, stages, pst, 1);
+            x.emit(Inst::MbarArrive { addr: empty });
+            Ok(())
+        })?;
+        self.emit_if(Some(ran), true, tail, vec![]);
+        if let Some((ran, wg1)) = turns {
+            let release = Stmt::If {
+                cond: wg1,
+                negate: true,
+                uniform: false,
+                then: vec![super::lower::sync(super::lower::TURN)],
+                otherwise: vec![],
+            };
+            self.cur().push(Stmt::If {
+                cond: ran,
+                negate: false,
+                uniform: true,
+                then: vec![release],
+                otherwise: vec![],
+            });
+        }
+        // What follows may reuse the stage memory that other consumer
+        // warps' last reads still use.
+        self.emit(Inst::BarSync);
+        Ok(())
+    }
+}
