@@ -18,7 +18,8 @@
 //! Guarantees: only copies at the top level of the kernel body are staged
 //! (so a scratch is never reused by a later iteration of a loop), only when
 //! 16-byte vectors can be proven for the tile (its row is a multiple of 16
-//! bytes; the destination is a 2-D tensor). A scratch is recorded in
+//! bytes; the destination is a 2-D window along the tensor's last dim: a
+//! 2-D tensor, or an N-D one with the other dims squeezed). A scratch is recorded in
 //! [`LayoutPlan::aliases`] over the largest shared buffer that no statement
 //! at or after the copy mentions (dead there: the top level runs in order);
 //! lowering decides whether it fits. Each schedule ([`crate::schedule`])
@@ -83,11 +84,15 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
 /// `(rows, cols)` of the tile when the copy `src → dst` gains from staging.
 fn eligible(kernel: &Kernel, plan: &LayoutPlan, src: &TileRef, dst: &TileRef) -> Option<(i64, i64)> {
     let (fb, gb) = (kernel.buffer(src.buf), kernel.buffer(dst.buf));
+    // A 2-D window whose rows run along the tensor's last dim (the others
+    // squeezed: `o.tile([b, h, s0.., ..])` of a 4-D tensor), so that each
+    // row of the tile is contiguous in memory.
+    let spanned = dst.spanned();
     if fb.scope != Scope::Fragment
         || gb.scope != Scope::Global
-        || gb.rank() != 2
-        || dst.origin.len() != 2
-        || !dst.squeezed.is_empty()
+        || dst.origin.len() != gb.rank()
+        || spanned.len() != 2
+        || spanned[1] != gb.rank() - 1
     {
         return None;
     }
