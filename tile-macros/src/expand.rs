@@ -72,7 +72,7 @@ pub(crate) fn expand_with(attr: TokenStream, item: TokenStream, env: &backend::B
         }
     };
     let kept_attrs = kept_attributes(&sig, &mut errors);
-    if !sig.generics.is_empty() || attr.instances.is_some() {
+    if !sig.generics.is_empty() || attr.instances.is_some() || attr.tune.is_some() {
         return expand_generic(&attr, &sig, &kept_attrs, env, errors);
     }
     let (kernel, spans) = lower::lower_instance(&attr, &sig, None, &mut errors);
