@@ -260,3 +260,37 @@ fn cache_only_never_tunes_and_many_threads_tune_once() {
     let r = deployed.records();
     assert_eq!((r[0].source, r[0].index), (Source::Shipped, t.records()[0].index));
 }
+
+#[test]
+fn a_stale_or_foreign_cache_entry_is_not_used() {
+    let dev = Device::interpreter();
+    let s = dev.stream().unwrap();
+    let dir = TempDir::new("stale");
+    let x_t = DeviceTensor::from_slice(&s, &[1.0f32; 50], &[50]).unwrap();
+    let mut y_t = DeviceTensor::<f32>::zeros(&s, &[50]).unwrap();
+    axpy::launch_tuned_with(&tuner(Mode::Quiet, &dir), &s, &x_t, &mut y_t, 1.0).unwrap();
+    let path = tile::tune::cache_file(&dir.0);
+    let good = tile::tune::CacheFile::load(&path);
+    assert_eq!(good.entries.len(), 1);
+    // The same entry, read back by a fresh tuner: a hit.
+    let hit = tuner(Mode::CacheOnly, &dir);
+    axpy::launch_tuned_with(&hit, &s, &x_t, &mut y_t, 1.0).unwrap();
+    assert_eq!(hit.records()[0].source, Source::Cache);
+    // A rebuilt kernel (another hash), another GPU, or a winner that is no
+    // longer a candidate: a miss (cache-only then takes the first).
+    let edits: [fn(&mut tile::tune::Record); 3] = [
+        |r| r.hash = "0000000000000000".into(),
+        |r| r.device.name = "another GPU".into(),
+        |r| r.config = "BLOCK = 4096, THREADS = 1024".into(),
+    ];
+    for edit in edits {
+        let mut file = good.clone();
+        edit(&mut file.entries[0]);
+        file.write(&path).unwrap();
+        let miss = tuner(Mode::CacheOnly, &dir);
+        axpy::launch_tuned_with(&miss, &s, &x_t, &mut y_t, 1.0).unwrap();
+        let r = miss.records();
+        assert_eq!((r[0].source, r[0].index), (Source::Default, 0), "{:?}", file.entries[0]);
+    }
+    assert_eq!(y_t.to_vec(&s).unwrap(), vec![5.0f32; 50]);
+}

@@ -477,3 +477,6 @@ fn launch_first(
 pub fn launch_tuned(stream: &Stream, tuned: &'static TunedKernel, args: &mut [KernelArg<'_>]) -> Result<()> {
     Tuner::global()?.launch(stream, tuned, args)
 }
+
+#[cfg(test)]
+mod tests;

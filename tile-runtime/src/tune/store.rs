@@ -75,7 +75,10 @@ impl CacheFile {
         let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)?;
         let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("tune.json");
-        let tmp = dir.join(format!(".{name}.{}.{nonce}.tmp", std::process::id()));
+        // Unique per process (the pid) and per write within it (threads).
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{nonce}.{n}.tmp", std::process::id()));
         let written = std::fs::write(&tmp, text + "\n").and_then(|_| std::fs::rename(&tmp, path));
         if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
