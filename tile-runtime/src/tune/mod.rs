@@ -313,20 +313,10 @@ impl Tuner {
                 r.source = source;
                 r
             }
-            None if self.settings.mode == Mode::CacheOnly => Record {
-                device: key.device.clone(),
-                kernel: key.kernel.clone(),
-                hash: key.hash.clone(),
-                bucket: key.bucket.clone(),
-                config: tuned.candidates[0].config.to_string(),
-                index: 0,
-                candidates: Vec::new(),
-                tuning_ms: 0.0,
-                source: Source::Default,
-            },
+            None if self.settings.mode == Mode::CacheOnly => default_record(tuned, key),
             None => {
                 let record = self.tune(stream, tuned, key, args)?;
-                if let Some(path) = &cache_path {
+                if let Some(path) = cache_path.as_ref().filter(|_| record.source == Source::Tuned) {
                     if let Err(e) = CacheFile::save_record(path, &record) {
                         eprintln!("tile: cannot write the tuning cache `{}`: {e}", path.display());
                     }
@@ -352,7 +342,15 @@ impl Tuner {
         let warmup = self.settings.warmup.unwrap_or(if interp { 1 } else { 2 }).max(1);
         let reps = self.settings.reps.unwrap_or(if interp { 1 } else { 10 }).max(1);
         let reads = reads_of(tuned);
-        let saved = saved::Saved::take(stream, args, &reads)?;
+        let saved = match saved::Saved::take(stream, args, &reads) {
+            Ok(saved) => saved,
+            // No memory for the copies: the first candidate, untimed, this
+            // time (nothing written to the cache).
+            Err(e) => {
+                eprintln!("tile: not tuning `{}` at {}: cannot save its outputs ({e})", tuned.name, key.bucket);
+                return Ok(default_record(tuned, key));
+            }
+        };
         let bar = (self.settings.mode == Mode::On && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(
                 Some(tuned.candidates.len() as u64),
@@ -407,6 +405,21 @@ impl Tuner {
             tuning_ms: started.elapsed().as_secs_f64() * 1e3,
             source: Source::Tuned,
         })
+    }
+}
+
+/// The first candidate, untimed ([`Source::Default`]).
+fn default_record(tuned: &TunedKernel, key: &Key) -> Record {
+    Record {
+        device: key.device.clone(),
+        kernel: key.kernel.clone(),
+        hash: key.hash.clone(),
+        bucket: key.bucket.clone(),
+        config: tuned.candidates[0].config.to_string(),
+        index: 0,
+        candidates: Vec::new(),
+        tuning_ms: 0.0,
+        source: Source::Default,
     }
 }
 
