@@ -3,7 +3,10 @@
 //!
 //! On a GPU: correctness at awkward sizes against an f64 CPU reference, at
 //! 4096³ against cuBLAS (relative error), then TFLOPS of ours and cuBLAS from
-//! the same run at 4096³ and 8192³, one `RESULT gemm ...` line each.
+//! the same run at 4096³ and 8192³, one `RESULT gemm ...` line each. Ours is
+//! the autotuned `matmul` (`launch_tuned`): each new shape bucket is tuned at
+//! its first launch (or read from the cache, `~/.cache/tile/tune.json`), and
+//! the example prints the configuration that won and how long tuning took.
 //! Without a GPU: the interpreter at small awkward sizes against the CPU
 //! reference.
 //!
@@ -39,7 +42,7 @@ impl Dtype for f16 {
     const NAME: &'static str = "f16";
     const TOL: f64 = 2e-3;
     fn ours(s: &Stream, a: &DeviceTensor<f16>, b: &DeviceTensor<f16>, c: &mut DeviceTensor<f16>) -> tile::Result<()> {
-        kernels::example(s, a, b, c)
+        ours(s, a, b, c)
     }
 }
 
@@ -52,8 +55,50 @@ impl Dtype for bf16 {
         b: &DeviceTensor<bf16>,
         c: &mut DeviceTensor<bf16>,
     ) -> tile::Result<()> {
-        kernels::example(s, a, b, c)
+        ours(s, a, b, c)
     }
+}
+
+/// On a GPU the autotuned `matmul` (`launch_tuned`: the first launch of a
+/// shape bucket times every candidate, then the choice is cached on disk);
+/// on the interpreter the fixed configuration (timing twelve candidates on
+/// the CPU would only measure the interpreter).
+fn ours<T: Element>(s: &Stream, a: &DeviceTensor<T>, b: &DeviceTensor<T>, c: &mut DeviceTensor<T>) -> tile::Result<()>
+where
+    kernels::matmul::Instances: kernels::matmul::Instance<T, T, 128, 256, 64, 3, 256, 8> + kernels::matmul::Tuned<T, T>,
+{
+    if s.device().is_interpreter() {
+        kernels::example(s, a, b, c)
+    } else {
+        kernels::example_tuned(s, a, b, c)
+    }
+}
+
+/// How many choices the tuner has made or read.
+fn choices() -> Res<usize> {
+    Ok(tile::tune::Tuner::global()?.records().len())
+}
+
+/// The tuner's choices after the first `since`: one line each (the winner,
+/// its time, the tuning time, where the choice came from).
+fn report_choices(since: usize) -> Res<()> {
+    let records = tile::tune::Tuner::global()?.records();
+    for r in records.iter().skip(since) {
+        let ms = r.candidates.get(r.index).and_then(|c| c.ms);
+        let skipped = r.candidates.iter().filter(|c| c.ms.is_none()).count();
+        println!(
+            "  tuned {} at {}: {} ({}; {} candidates{}; tuning took {:.2} s; {:?})",
+            r.kernel,
+            r.bucket,
+            r.config,
+            ms.map_or("time from the cache".to_string(), |ms| format!("{ms:.3} ms")),
+            r.candidates.len(),
+            if skipped > 0 { format!(", {skipped} skipped") } else { String::new() },
+            r.tuning_ms / 1e3,
+            r.source
+        );
+    }
+    Ok(())
 }
 
 /// Random `[rows, cols]` inputs in [-1, 1) on the device, and their host copy.
@@ -69,7 +114,9 @@ fn check_vs_cpu<T: Dtype>(s: &Stream, m: usize, n: usize, k: usize) -> Res<()> {
     let (a_host, a) = random::<T>(s, &mut rng, m, k)?;
     let (b_host, b) = random::<T>(s, &mut rng, k, n)?;
     let mut c = DeviceTensor::from_slice(s, &vec![T::from_f64(f64::NAN); m * n], &[m, n])?;
+    let since = choices()?;
     T::ours(s, &a, &b, &mut c)?;
+    report_choices(since)?;
     let got = c.to_vec(s)?;
     let want = kernels::reference(m, n, k, &a_host, &b_host, false);
     let err = assert_close(&got, &want, T::TOL).map_err(|e| format!("{} {m} x {n} x {k}: {e}", T::NAME))?;
@@ -98,7 +145,9 @@ fn compare_and_time<T: Dtype>(s: &Stream, blas: &cublas::Gemm, m: usize, n: usiz
     let (_, b) = random::<T>(s, &mut rng, k, n)?;
     let mut ours = DeviceTensor::<T>::zeros(s, &[m, n])?;
     let mut theirs = DeviceTensor::<T>::zeros(s, &[m, n])?;
+    let since = choices()?;
     T::ours(s, &a, &b, &mut ours)?;
+    report_choices(since)?;
     blas.gemm(m, n, k, &a, &b, &mut theirs, false, false)?;
     let ours_host: Vec<f64> = ours.to_vec(s)?.iter().map(|v| v.to_f64()).collect();
     let theirs_host: Vec<f64> = theirs.to_vec(s)?.iter().map(|v| v.to_f64()).collect();

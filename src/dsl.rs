@@ -17,7 +17,7 @@
 //! so.
 //!
 //! Attribute options (`threads`, `consts`, `cluster`, `warp_specialize`,
-//! `archs`, `instances`) are documented in [`attributes`].
+//! `archs`, `instances`, `tune`) are documented in [`attributes`].
 //!
 //! ```
 //! use tile::prelude::*;
@@ -1073,4 +1073,32 @@ pub mod attributes {
     /// # Ok(()) }
     /// ```
     pub struct instances;
+
+    /// `tune(B, ..)`: the const parameters of a generic kernel that the
+    /// autotuner picks among its instances (the rest are the caller's);
+    /// launched as `k::launch_tuned::<f32>(..)` (the process's tuner) or
+    /// `k::launch_tuned_with::<f32>(&tuner, ..)`. See `tile::tune` and the
+    /// language reference's "Autotuning".
+    ///
+    /// ```
+    /// use tile::prelude::*;
+    /// use tile::tune::{Mode, Settings, Tuner};
+    ///
+    /// #[tile_kernel(threads = 32, instances((f32, 8), (f32, 16)), tune(B))]
+    /// fn k<T: Float, const B: usize>(x: &Tensor<T, N>, y: &mut Tensor<T, N>) {
+    ///     let bx = grid(cdiv(N, B));
+    ///     let mut t = fragment::<T, B>();
+    ///     copy(x.tile([bx * B]), &mut t);
+    ///     copy(&t, y.tile([bx * B]));
+    /// }
+    /// # fn main() -> tile::Result<()> {
+    /// assert_eq!(k::tuned::<f32>().candidates.len(), 2);
+    /// // A tuner that keeps its choices in memory only.
+    /// let tuner = Tuner::new(Settings { mode: Mode::Quiet, warmup: None, reps: None, cache_dir: None, shipped: None });
+    /// let run = |s: &Stream, x: &DeviceTensor<f32>, y: &mut DeviceTensor<f32>| k::launch_tuned_with::<f32>(&tuner, s, x, y);
+    /// assert_eq!(tile::dsl::doc_run(run, &[1.0, 2.0, 3.0])?, [1.0, 2.0, 3.0]);
+    /// assert_eq!(tuner.records()[0].candidates.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub struct tune;
 }

@@ -39,6 +39,9 @@ pub mod dsl;
 /// The Tile IR and compiler, for tools and tests that build kernels by hand.
 pub use tile_ir as ir;
 
+/// The autotuner: the runtime side of `tune(..)` (see `tile_kernel`, "Autotuning").
+pub use tile_runtime::tune;
+
 /// cuBLAS as a peer for checking and benchmarking kernels (row-major f16/bf16 GEMM).
 pub use tile_runtime::cublas;
 
@@ -57,5 +60,5 @@ pub mod prelude {
 /// What `#[tile_kernel]` generates calls to. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use tile_runtime::__private::{launch, KernelArg};
+    pub use tile_runtime::__private::{launch, launch_tuned, KernelArg};
 }

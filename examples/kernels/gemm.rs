@@ -14,10 +14,11 @@
 //! copy), over the input type `T` (f16 or bf16), the output type `O`, the
 //! block tile `BM × BN`, the K slice `BK`, the pipeline depth `STAGES`, the
 //! threads per block (and, for `matmul`, the rasterization panel `PANEL`).
-//! Each instance listed is compiled at build time; [`example`] launches the
-//! configuration this example runs, the others are the ones
-//! `examples/gemm_tune.rs` times and the tests check. Plus the f64 CPU
-//! reference.
+//! Each instance listed is compiled at build time; `tune(..)` makes the
+//! tile parameters the autotuner's: [`example_tuned`] (what the example
+//! launches on a GPU) runs the fastest instance of the caller's types for
+//! each shape bucket, [`example`] the fixed configuration the tests check.
+//! Plus the f64 CPU reference.
 #![allow(dead_code)]
 use tile::prelude::*;
 
@@ -49,7 +50,14 @@ use tile::prelude::*;
         // Small tiles with narrower rasterization panels (the tests'
         // interpreter-sized bf16 → f32 check).
         (bf16, f32, 64, 64, 32, 3, 128, 4),
-    )
+        // 4 stages of 128 × 256 × 64: 192 KiB of shared memory, more than
+        // sm_80 has, so a candidate on sm_90a only (dropped from sm_80's
+        // candidates with a note in `TILE_DUMP`).
+        (f16, f16, 128, 256, 64, 4, 256, 8),
+    ),
+    // `launch_tuned::<T, O>` times the instances of the caller's `T, O` and
+    // keeps the fastest per device and shape bucket.
+    tune(BM, BN, BK, STAGES, THREADS, PANEL)
 )]
 pub fn matmul<
     T: Float16,
@@ -89,7 +97,8 @@ pub fn matmul<
         (bf16, bf16, 128, 256, 64, 3, 256),
         // One consumer warpgroup, 64 × 128.
         (bf16, bf16, 64, 128, 64, 4, 128),
-    )
+    ),
+    tune(BM, BN, BK, STAGES, THREADS)
 )]
 pub fn matmul_bt<
     T: Float16,
@@ -129,6 +138,20 @@ where
     matmul::Instances: matmul::Instance<T, T, 128, 256, 64, 3, 256, 8>,
 {
     matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>(s, a, b, c)
+}
+
+/// `c = a · b` through the autotuner: the fastest of `matmul`'s instances
+/// for `T` in and out, per device and shape bucket (`tile::tune`).
+pub fn example_tuned<T: Element>(
+    s: &Stream,
+    a: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    c: &mut DeviceTensor<T>,
+) -> tile::Result<()>
+where
+    matmul::Instances: matmul::Tuned<T, T>,
+{
+    matmul::launch_tuned::<T, T>(s, a, b, c)
 }
 
 /// The same for `matmul_bt`.

@@ -3,13 +3,15 @@
 //! threadblock rasterization of `use_swizzle` ([`rasterize`], and the same
 //! formula as IR expressions for the code generator, [`rasterize_exprs`]),
 //! and grid folding: a grid past CUDA's per-axis limits launched on x and
-//! unfolded in the kernel ([`folds_grid`], [`launch_shape`], [`unfold`]).
+//! unfolded in the kernel ([`folds_grid`], [`launch_shape`], [`unfold`]),
+//! and which tensor parameters a kernel reads ([`reads_tensor`], what the
+//! autotuner must save before it times a kernel on the caller's tensors).
 //!
 //! Expects a verified kernel. Guarantees that both execution paths see the
 //! same dimension values and grid, and that every mismatch is reported with
 //! the parameter and dimension it concerns.
 
-use crate::ir::{BinOp, Expr, Extent, Kernel, ParamKind, UnOp, Value};
+use crate::ir::{BinOp, BufferId, Expr, Extent, Kernel, ParamKind, Stmt, StmtKind, UnOp, Value};
 
 /// A tensor whose shape disagrees with the kernel's signature.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -575,4 +577,123 @@ pub fn tma_addressable(address: u64, shape: &[usize], elem: usize) -> bool {
         }
     }
     true
+}
+
+/// For each parameter (in `kernel.params` order), whether the kernel may
+/// read the contents of that tensor: an element load of it (`Expr::Load`),
+/// a copy from it, or an `atomic_add` into it (a read-modify-write). A
+/// scalar parameter is `false`. The rule is syntactic and conservative: a
+/// read anywhere in the body counts, whether or not it runs, and a read
+/// after the kernel's own write still counts.
+///
+/// The autotuner launches each candidate several times on the caller's
+/// tensors: a `&mut` tensor this says `true` for (an accumulating output)
+/// is saved before timing and restored before the real launch; one that is
+/// only written is left as the candidates wrote it (the real launch writes
+/// it again).
+pub fn reads_tensor(kernel: &Kernel) -> Vec<bool> {
+    let mut read: Vec<BufferId> = Vec::new();
+    stmts_read(&kernel.body, &mut read);
+    kernel
+        .params
+        .iter()
+        .map(|p| match p.kind {
+            ParamKind::Tensor(b) => read.contains(&b),
+            ParamKind::Scalar(_) => false,
+        })
+        .collect()
+}
+
+fn stmts_read(body: &[Stmt], out: &mut Vec<BufferId>) {
+    for s in body {
+        match &s.kind {
+            StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => expr_read(value, out),
+            StmtKind::Store { index, value, .. } => {
+                index.iter().for_each(|e| expr_read(e, out));
+                expr_read(value, out);
+            }
+            StmtKind::For { start, end, body, .. } => {
+                expr_read(start, out);
+                expr_read(end, out);
+                stmts_read(body, out);
+            }
+            StmtKind::If { cond, then, otherwise } => {
+                expr_read(cond, out);
+                stmts_read(then, out);
+                stmts_read(otherwise, out);
+            }
+            StmtKind::Copy { src, dst, fill } => {
+                out.push(src.buf);
+                src.origin.iter().chain(&dst.origin).chain(fill).for_each(|e| expr_read(e, out));
+            }
+            StmtKind::Fill { value, .. } => expr_read(value, out),
+            StmtKind::Reduce { src, .. } => out.push(*src),
+            StmtKind::Gemm { a, b, .. } => out.extend([*a, *b]),
+            StmtKind::AtomicAdd { buf, index, value } => {
+                out.push(*buf);
+                index.iter().for_each(|e| expr_read(e, out));
+                expr_read(value, out);
+            }
+            StmtKind::Print { args, .. } => args.iter().for_each(|e| expr_read(e, out)),
+            StmtKind::Barrier => {}
+        }
+    }
+}
+
+fn expr_read(e: &Expr, out: &mut Vec<BufferId>) {
+    match e {
+        Expr::Const(_) | Expr::Var(_) => {}
+        Expr::Load { buf, index } => {
+            out.push(*buf);
+            index.iter().for_each(|e| expr_read(e, out));
+        }
+        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr_read(arg, out),
+        Expr::Binary { lhs, rhs, .. } => {
+            expr_read(lhs, out);
+            expr_read(rhs, out);
+        }
+        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|e| expr_read(e, out)),
+        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|e| expr_read(e, out)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_tensor;
+    use crate::print::parse_kernel;
+
+    #[test]
+    fn reads_of_tensor_params() {
+        // `c` is only written; `a` and `b` are read by copies.
+        let add = "kernel add<%0 N>(@0 a: &f32[N], @1 b: &f32[N], @2 c: &mut f32[N]) threads=128 grid=((N + (256 - 1)) / 256, 1, 1) {
+  %1 bx = block_idx.x
+  @3 x: fragment f32[256]
+  @4 y: fragment f32[256]
+  copy a[bx * 256] -> x
+  copy b[bx * 256] -> y
+  for %2 i in parallel 0..256 {
+    x[i] = x[i] + y[i]
+  }
+  copy x -> c[bx * 256]
+}
+";
+        assert_eq!(reads_tensor(&parse_kernel(add).unwrap()), vec![true, true, false]);
+        // An accumulating output (`c += ..` through a copy in, and an
+        // `atomic_add` into `t`) is read; the scalar is not.
+        let acc = add.replace("copy b[bx * 256] -> y", "copy c[bx * 256] -> y");
+        assert_eq!(reads_tensor(&parse_kernel(&acc).unwrap()), vec![true, false, true]);
+        let atomic = "kernel all<%0 N>(@0 t: &mut i32[N, 4], %1 alpha: f32) threads=64 grid=(N, 1, 1) {
+  for %2 i in 0..4 {
+    atomic_add t[i, 0], 1
+  }
+}
+";
+        assert_eq!(reads_tensor(&parse_kernel(atomic).unwrap()), vec![true, false]);
+        // A load of an element in an expression.
+        let load = "kernel ld<%0 N>(@0 t: &mut f32[N], @1 u: &mut f32[N]) threads=32 grid=(1, 1, 1) {
+  t[0] = u[1] + 1.0
+}
+";
+        assert_eq!(reads_tensor(&parse_kernel(load).unwrap()), vec![false, true]);
+    }
 }

@@ -1,6 +1,6 @@
 //! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...),
 //! cluster = (x, y, z), warp_specialize = true|false, archs = "sm_90a,..",
-//! instances((f16, 128), ..))]`.
+//! instances((f16, 128), ..), tune(BM, BN, ..))]`.
 //!
 //! Expects the attribute's tokens (what is inside the parentheses).
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
@@ -28,6 +28,9 @@ pub(crate) struct KernelAttr {
     /// `instances(..)`: the instances of a generic kernel, as written, and
     /// the `instances` keyword's span.
     pub instances: Option<(Vec<crate::generics::InstanceDecl>, Span)>,
+    /// `tune(BM, BN, ..)`: the const parameters the autotuner picks among
+    /// the instances (checked in `generics.rs`), and the keyword's span.
+    pub tune: Option<(Vec<Ident>, Span)>,
     /// `consts(NAME = value)`, in the order written.
     pub consts: Vec<(Ident, i64)>,
     /// `cluster = (x, y, z)`: thread block cluster shape; `[1, 1, 1]` when
@@ -45,13 +48,14 @@ pub(crate) struct KernelAttr {
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 use tile_ir::Target;
 
-const OPTIONS: [&str; 6] = ["threads", "consts", "cluster", "warp_specialize", "archs", "instances"];
+const OPTIONS: [&str; 7] = ["threads", "consts", "cluster", "warp_specialize", "archs", "instances", "tune"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
     let mut attr = KernelAttr {
         threads: None,
         threads_param: None,
         instances: None,
+        tune: None,
         consts: Vec::new(),
         cluster: [1, 1, 1],
         warp_specialize: true,
@@ -87,6 +91,15 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     syn::parenthesized!(content in input);
                     let list = crate::generics::parse_instance_list(&content)?;
                     attr.instances = Some((list, key.span()));
+                }
+                "tune" => {
+                    if attr.tune.is_some() {
+                        errors.at(key.span(), "`tune` is given twice; name every tuned parameter in one `tune(..)`");
+                    }
+                    let content;
+                    syn::parenthesized!(content in input);
+                    let names = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?;
+                    attr.tune = Some((names.into_iter().collect(), key.span()));
                 }
                 "consts" => {
                     let content;
@@ -174,7 +187,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     errors.at(
                         key.span(),
                         format!(
-                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `archs = \"sm_90a,..\"` or `instances((..), ..)`",
+                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `archs = \"sm_90a,..\"`, `instances((..), ..)` or `tune(NAME, ..)`",
                             did_you_mean(other, OPTIONS)
                         ),
                     );

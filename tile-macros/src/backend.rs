@@ -116,20 +116,28 @@ impl BuildEnv {
     }
 }
 
-/// Verifies and compiles `kernel` for every target. Errors go to `errors`.
-pub(crate) fn compile_all(
+/// A target's compile errors: what [`compile_targets`] leaves to the
+/// caller (`report`, or dropping the target for a tuned instance).
+pub(crate) type TargetFailures = Vec<(CompileError, Option<&'static str>)>;
+
+/// Verifies and compiles `kernel` for every target. The verifier's,
+/// dumps' and ptxas's errors go to `errors`; the errors of compiling for a
+/// target are returned with their target, unreported (`report` them): a
+/// tuned kernel drops an instance from a target where another
+/// configuration compiles (`expand.rs`).
+pub(crate) fn compile_targets(
     kernel: &Kernel,
     spans: &SpanTable,
     name_span: Span,
     archs: Option<&[Target]>,
     env: &BuildEnv,
     errors: &mut Errors,
-) -> Vec<TargetCode> {
+) -> (Vec<TargetCode>, TargetFailures) {
     let mut targets = match &env.targets {
         Ok(t) => t.clone(),
         Err(msg) => {
             errors.at(name_span, msg);
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
     };
     // `archs = ".."` in the attribute: only those (a Hopper-only kernel need
@@ -145,7 +153,7 @@ pub(crate) fn compile_all(
     }
     if let Err(errs) = tile_ir::verify::verify(kernel) {
         report(errs.into_iter().map(|e| (e, None)).collect(), spans, errors);
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let mut out = Vec::new();
     let mut failures: Vec<(CompileError, Option<&'static str>)> = Vec::new();
@@ -206,13 +214,12 @@ pub(crate) fn compile_all(
             });
         }
     }
-    report(failures, spans, errors);
-    out
+    (out, failures)
 }
 
 /// Turns `tile-ir` errors into spanned errors, merging the same error
 /// reported by several targets.
-fn report(failures: Vec<(CompileError, Option<&'static str>)>, spans: &SpanTable, errors: &mut Errors) {
+pub(crate) fn report(failures: TargetFailures, spans: &SpanTable, errors: &mut Errors) {
     let mut merged: Vec<(SpanId, String, Vec<&'static str>)> = Vec::new();
     for (e, arch) in failures {
         match merged.iter_mut().find(|(s, m, _)| *s == e.span && *m == e.message) {
@@ -227,7 +234,7 @@ fn report(failures: Vec<(CompileError, Option<&'static str>)>, spans: &SpanTable
     }
 }
 
-fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, errors: &mut Errors) {
+pub(crate) fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, errors: &mut Errors) {
     let path = dir.join(file);
     let result = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, contents));
     if let Err(e) = result {

@@ -58,7 +58,7 @@ const NAMES: &[&str] = &["Tensor", "WarpPolicy", "FullRow", "FullCol", "Square"]
 const METHODS: &[(&str, &str)] = &[("keep", "ReduceStmt"), ("clear", "GemmStmt"), ("policy", "GemmStmt")];
 
 /// The attribute's options (`tile::dsl::attributes`).
-const OPTIONS: &[&str] = &["threads", "consts", "cluster", "warp_specialize", "archs", "instances"];
+const OPTIONS: &[&str] = &["threads", "consts", "cluster", "warp_specialize", "archs", "instances", "tune"];
 
 pub(crate) fn editor_uses(attr: &TokenStream, item: &TokenStream) -> TokenStream {
     let mut uses = Vec::new();

@@ -72,7 +72,7 @@ pub(crate) fn expand_with(attr: TokenStream, item: TokenStream, env: &backend::B
         }
     };
     let kept_attrs = kept_attributes(&sig, &mut errors);
-    if !sig.generics.is_empty() || attr.instances.is_some() {
+    if !sig.generics.is_empty() || attr.instances.is_some() || attr.tune.is_some() {
         return expand_generic(&attr, &sig, &kept_attrs, env, errors);
     }
     let (kernel, spans) = lower::lower_instance(&attr, &sig, None, &mut errors);
@@ -98,17 +98,33 @@ fn compile(
     env: &backend::BuildEnv,
     errors: &mut Errors,
 ) -> Option<Compiled> {
-    let targets = backend::compile_all(kernel, spans, sig.ident.span(), attr.archs.as_deref(), env, errors);
+    let (compiled, failures) = compile_keeping(kernel, spans, sig, attr, env, errors);
+    backend::report(failures, spans, errors);
+    compiled
+}
+
+/// [`compile`], with the targets' compile errors returned unreported
+/// (`backend::compile_targets`).
+fn compile_keeping(
+    kernel: &tile_ir::Kernel,
+    spans: &crate::diag::SpanTable,
+    sig: &Signature,
+    attr: &attr::KernelAttr,
+    env: &backend::BuildEnv,
+    errors: &mut Errors,
+) -> (Option<Compiled>, backend::TargetFailures) {
+    let (targets, failures) =
+        backend::compile_targets(kernel, spans, sig.ident.span(), attr.archs.as_deref(), env, errors);
     // The embedded IR carries the statements' source lines (the PTX does not
     // depend on them).
     let mut embedded = kernel.clone();
     embedded.source = spans.source_map();
     match serde_json::to_string(&embedded) {
-        Ok(ir_json) => Some(Compiled { ir_json, targets }),
+        Ok(ir_json) => (Some(Compiled { ir_json, targets }), failures),
         Err(e) => {
             errors
                 .at(sig.ident.span(), format!("internal error in `#[tile_kernel]`: cannot serialize the kernel: {e}"));
-            None
+            (None, failures)
         }
     }
 }
@@ -128,6 +144,7 @@ fn expand_generic(
     let at = attr.instances.as_ref().map_or(sig.ident.span(), |(_, s)| *s);
     let decls = attr.instances.as_ref().map(|(d, _)| d.as_slice());
     let instances = generics::check_instances(&name, &sig.generics, decls, at, &mut errors);
+    let tuned = generics::check_tune(&name, &sig.generics, attr.tune.as_ref(), &mut errors);
     if sig.generics.is_empty() {
         // `instances(..)` on a plain kernel (reported): the plain module.
         let module = module(sig, kept_attrs, attr.threads, None);
@@ -136,13 +153,23 @@ fn expand_generic(
     }
     let mut per_instance = Vec::new();
     let mut compiled = Vec::new();
+    let mut pending = Vec::new();
     for instance in &instances {
         let mut own = Errors::default();
         let (kernel, spans) = lower::lower_instance(attr, sig, Some(instance), &mut own);
-        let code =
-            if errors.is_empty() && own.is_empty() { compile(&kernel, &spans, sig, attr, env, &mut own) } else { None };
+        let (code, failures) = if errors.is_empty() && own.is_empty() {
+            compile_keeping(&kernel, &spans, sig, attr, env, &mut own)
+        } else {
+            (None, Vec::new())
+        };
         compiled.push((kernel.name.clone(), kernel.threads, code));
+        pending.push((spans, failures));
         per_instance.push(own);
+    }
+    let groups = if tuned.is_empty() { Vec::new() } else { generics::tuning_groups(&instances, &tuned) };
+    drop_failed_candidates(&name, &instances, &groups, &compiled, &mut pending, env, &mut errors);
+    for ((spans, failures), own) in pending.into_iter().zip(&mut per_instance) {
+        backend::report(failures, &spans, own);
     }
     let labels: Vec<String> = instances.iter().map(|i| i.display(&name)).collect();
     merge_instance_errors(&labels, per_instance, &mut errors);
@@ -151,9 +178,66 @@ fn expand_generic(
             c.2 = None;
         }
     }
-    let module = generic_module(sig, kept_attrs, &instances, &compiled);
+    let tuning = Tuning { params: &tuned, groups: &groups };
+    let module = generic_module(sig, kept_attrs, &instances, &compiled, &tuning);
     let errors = errors.combined().map(|e| e.to_compile_error());
     quote! { #module #errors }
+}
+
+/// A tuned kernel's candidates that fail to compile for a target where
+/// another candidate of their group compiles: their errors for that target
+/// are dropped (the instance's `META` has no variant there, so the tuner
+/// skips it on such a GPU), each with a note in `TILE_DUMP`
+/// (`<instance>.<arch>.dropped.txt`). Where no candidate of a group
+/// compiles for a target, the errors stay and are reported.
+fn drop_failed_candidates(
+    name: &str,
+    instances: &[Instance],
+    groups: &[generics::TuningGroup],
+    compiled: &[(String, u32, Option<Compiled>)],
+    pending: &mut [(crate::diag::SpanTable, backend::TargetFailures)],
+    env: &backend::BuildEnv,
+    errors: &mut Errors,
+) {
+    let compiles_for =
+        |i: usize, arch: &str| compiled[i].2.as_ref().is_some_and(|c| c.targets.iter().any(|t| t.arch == arch));
+    for g in groups {
+        for &m in &g.members {
+            let mut archs: Vec<&'static str> = pending[m].1.iter().filter_map(|(_, a)| *a).collect();
+            archs.dedup();
+            for arch in archs {
+                let Some(&winner) = g.members.iter().find(|&&o| o != m && compiles_for(o, arch)) else { continue };
+                let (dropped, kept): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut pending[m].1).into_iter().partition(|(_, a)| *a == Some(arch));
+                pending[m].1 = kept;
+                if let Some(dir) = &env.dump {
+                    let mut note = format!(
+                        "`{}` is not a candidate of the tuned kernel on {arch}: it does not compile there (`{}` does)\n",
+                        instances[m].display(name),
+                        instances[winner].display(name)
+                    );
+                    for (e, _) in &dropped {
+                        note.push_str(&format!("- {}\n", e.message));
+                    }
+                    backend::write_dump(
+                        dir,
+                        &format!("{}.{arch}.dropped.txt", compiled[m].0),
+                        &note,
+                        Span::call_site(),
+                        errors,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What `tune(..)` adds to a generic kernel's module: the tuned
+/// parameters' indices and the groups of instances `launch_tuned` picks
+/// among (both empty without `tune(..)`).
+struct Tuning<'a> {
+    params: &'a [usize],
+    groups: &'a [generics::TuningGroup],
 }
 
 /// Moves each instance's errors into `errors`: one that every instance
@@ -441,6 +525,7 @@ fn generic_module(
     attrs: &[syn::Attribute],
     instances: &[Instance],
     compiled: &[(String, u32, Option<Compiled>)],
+    tuning: &Tuning,
 ) -> TokenStream {
     let vis = &sig.vis;
     let ident = &sig.ident;
@@ -487,17 +572,7 @@ fn generic_module(
             #[doc(hidden)]
             pub static #stat: ::tile::KernelMeta = #meta;
         });
-        let args = instance.args.iter().map(|a| match a {
-            InstanceArg::Type(d) => rust_type(*d),
-            InstanceArg::Const(v) => {
-                let lit = proc_macro2::Literal::i64_unsuffixed(*v);
-                if *v < 0 {
-                    quote!({ #lit })
-                } else {
-                    quote!(#lit)
-                }
-            }
-        });
+        let args = instance.args.iter().map(instance_arg);
         let at = instance.span;
         impls.push(quote_spanned! {at=>
             impl Instance<#(#args),*> for Instances {
@@ -514,9 +589,12 @@ fn generic_module(
     );
     let params_doc = params_doc(sig);
     let launch = quote_spanned!(span=> launch);
+    let tuned_items = tuned_items(sig, instances, tuning, &name, &stream, &params, &args, &unused);
     quote! {
         #(#attrs)*
         #vis mod #ident {
+            #tuned_items
+
             #[doc = #trait_doc]
             #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
             pub trait Instance<#(#declared),*> {
@@ -555,6 +633,166 @@ fn generic_module(
                 #(let _ = #unused;)*
                 ::tile::__private::launch(#stream, <Instances as Instance<#(#used),*>>::META, &mut [#(#args),*])
             }
+        }
+    }
+}
+
+/// An instance argument as a generic argument: `::tile::f16`, `128`, `{ -1 }`.
+fn instance_arg(a: &InstanceArg) -> TokenStream {
+    match a {
+        InstanceArg::Type(d) => rust_type(*d),
+        InstanceArg::Const(v) => {
+            let lit = proc_macro2::Literal::i64_unsuffixed(*v);
+            if *v < 0 {
+                quote!({ #lit })
+            } else {
+                quote!(#lit)
+            }
+        }
+    }
+}
+
+/// The items of a tuned kernel (`tune(..)`; nothing without it): a trait
+/// `Tuned<untuned params..>` implemented by `Instances` once per group with
+/// its `::tile::tune::TunedKernel` (the group's instances, in order, with
+/// their tuned arguments as text), `tuned::<..>()`, `launch_tuned::<..>(stream,
+/// params..)` (the global tuner) and `launch_tuned_with::<..>(tuner, stream,
+/// params..)`.
+#[allow(clippy::too_many_arguments)]
+fn tuned_items(
+    sig: &Signature,
+    instances: &[Instance],
+    tuning: &Tuning,
+    name: &str,
+    stream: &syn::Ident,
+    params: &[TokenStream],
+    args: &[TokenStream],
+    unused: &[syn::Ident],
+) -> TokenStream {
+    if tuning.params.is_empty() {
+        return TokenStream::new();
+    }
+    let span = sig.ident.span();
+    let fixed: Vec<&generics::GenericParam> =
+        sig.generics.iter().enumerate().filter(|(j, _)| !tuning.params.contains(j)).map(|(_, g)| g).collect();
+    let mut declared = Vec::new();
+    let mut used = Vec::new();
+    let mut on_launch = Vec::new();
+    for g in &fixed {
+        let n = &g.name;
+        used.push(quote!(#n));
+        match &g.kind {
+            ParamKind::Type(_) => {
+                declared.push(quote!(#n));
+                on_launch.push(quote!(#n: ::tile::Element));
+            }
+            ParamKind::Const(ty) => {
+                let ty = format_ident!("{}", ty.name());
+                declared.push(quote!(const #n: #ty));
+                on_launch.push(quote!(const #n: #ty));
+            }
+        }
+    }
+    let where_clause = if fixed.is_empty() { quote!() } else { quote!(where Instances: Tuned<#(#used),*>,) };
+    let tuned_names: Vec<String> = tuning.params.iter().map(|&j| sig.generics[j].name.to_string()).collect();
+    let group_label = |g: &generics::TuningGroup| {
+        if g.fixed.is_empty() {
+            name.to_string()
+        } else {
+            let a: Vec<String> = g
+                .fixed
+                .iter()
+                .map(|a| match a {
+                    InstanceArg::Type(d) => d.name().to_string(),
+                    InstanceArg::Const(v) => v.to_string(),
+                })
+                .collect();
+            format!("{name}::<{}>", a.join(", "))
+        }
+    };
+    let labels: Vec<String> = tuning.groups.iter().map(|g| format!("`{}`", group_label(g))).collect();
+    let placeholders: Vec<String> = fixed.iter().map(|g| format!("{{{}}}", g.name)).collect();
+    let message = format!("`{name}` has no tuned configurations for `{name}::<{}>`", placeholders.join(", "));
+    let note = format!(
+        "`{name}` tunes {} among its instances; `launch_tuned` takes {}",
+        tuned_names.join(", "),
+        labels.join(", ")
+    );
+    let mut statics = Vec::new();
+    let mut impls = Vec::new();
+    for (gi, g) in tuning.groups.iter().enumerate() {
+        let stat = format_ident!("__TUNED_{}", gi);
+        let label = group_label(g);
+        let candidates = g.members.iter().map(|&m| {
+            let config = generics::tuned_config(&sig.generics, &instances[m], tuning.params);
+            let meta = format_ident!("__META_{}", m);
+            quote!(::tile::tune::Candidate { config: #config, meta: &#meta })
+        });
+        statics.push(quote! {
+            #[doc(hidden)]
+            pub static #stat: ::tile::tune::TunedKernel =
+                ::tile::tune::TunedKernel { name: #label, candidates: &[#(#candidates),*] };
+        });
+        let fixed_args = g.fixed.iter().map(instance_arg);
+        let at = instances[g.members[0]].span;
+        impls.push(quote_spanned! {at=>
+            impl Tuned<#(#fixed_args),*> for Instances {
+                const TUNED: &'static ::tile::tune::TunedKernel = &#stat;
+            }
+        });
+    }
+    let tuner = if sig.params.iter().any(|p| p.name == "tuner") {
+        format_ident!("__tile_tuner", span = span)
+    } else {
+        format_ident!("tuner", span = span)
+    };
+    let launch_tuned = quote_spanned!(span=> launch_tuned);
+    let launch_tuned_with = quote_spanned!(span=> launch_tuned_with);
+    let trait_doc = format!(
+        " Implemented by [`Instances`] for each choice of `{name}`'s untuned parameters: {}; its `TUNED` lists the instances the autotuner picks among ({}).",
+        labels.join(", "),
+        tuned_names.join(", ")
+    );
+    let launch_doc = format!(
+        " Launches the fastest instance of `{name}` for these arguments, among those with the caller's untuned parameters (the autotuner, `tile::tune`: tuned on the first launch per device and shape bucket, cached on disk; `TILE_TUNE=off|quiet|cache-only`). Tuned parameters: {}.",
+        tuned_names.join(", ")
+    );
+    quote! {
+        #[doc = #trait_doc]
+        #[diagnostic::on_unimplemented(message = #message, label = "not a tuned configuration", note = #note)]
+        pub trait Tuned<#(#declared),*> {
+            /// The candidates the autotuner picks among.
+            const TUNED: &'static ::tile::tune::TunedKernel;
+        }
+
+        #(#statics)*
+        #(#impls)*
+
+        /// The candidates of one choice of the untuned parameters.
+        #[allow(dead_code)]
+        pub fn tuned<#(#on_launch),*>() -> &'static ::tile::tune::TunedKernel
+        #where_clause
+        {
+            <Instances as Tuned<#(#used),*>>::TUNED
+        }
+
+        #[doc = #launch_doc]
+        #[allow(dead_code, clippy::too_many_arguments)]
+        pub fn #launch_tuned<#(#on_launch),*>(#stream: &::tile::Stream, #(#params),*) -> ::core::result::Result<(), ::tile::Error>
+        #where_clause
+        {
+            #(let _ = #unused;)*
+            ::tile::__private::launch_tuned(#stream, <Instances as Tuned<#(#used),*>>::TUNED, &mut [#(#args),*])
+        }
+
+        /// [`launch_tuned`] through `tuner` (a program that tunes ahead of
+        /// time, or a test, with its own settings and cache).
+        #[allow(dead_code, clippy::too_many_arguments)]
+        pub fn #launch_tuned_with<#(#on_launch),*>(#tuner: &::tile::tune::Tuner, #stream: &::tile::Stream, #(#params),*) -> ::core::result::Result<(), ::tile::Error>
+        #where_clause
+        {
+            #(let _ = #unused;)*
+            #tuner.launch(#stream, <Instances as Tuned<#(#used),*>>::TUNED, &mut [#(#args),*])
         }
     }
 }

@@ -11,7 +11,10 @@
 //! integer type, and no two alike (each mistake an error at the instance's
 //! tokens). An instance is then lowered and compiled like a kernel whose
 //! type parameters are written out and whose const parameters are
-//! `consts(..)` (`expand.rs`).
+//! `consts(..)` (`expand.rs`). `tune(BM, ..)` names const parameters the
+//! autotuner picks ([`check_tune`]); the instances are then grouped by their
+//! other arguments ([`tuning_groups`]), each group one `launch_tuned`
+//! choice.
 
 use crate::diag::Errors;
 use proc_macro2::{Span, TokenStream};
@@ -235,7 +238,7 @@ pub(crate) fn params(generics: &syn::Generics, errors: &mut Errors) -> Vec<Gener
                 GenericParam { name: c.ident.clone(), kind: ParamKind::Const(ty) }
             }
         };
-        if ["Instance", "Instances"].iter().any(|r| param.name == r) {
+        if ["Instance", "Instances", "Tuned"].iter().any(|r| param.name == r) {
             errors.at(
                 param.name.span(),
                 format!("`{}` is the name of an item the kernel's module defines; rename the parameter", param.name),
@@ -500,4 +503,105 @@ fn example_instance(params: &[GenericParam]) -> String {
     } else {
         format!("({})", args.join(", "))
     }
+}
+
+/// Checks `tune(..)`'s names against the parameters: each names a const
+/// parameter, once. Returns the tuned parameters' indices in declaration
+/// order (empty when there is no `tune(..)` or it is wrong: reported).
+pub(crate) fn check_tune(
+    kernel: &str,
+    params: &[GenericParam],
+    tune: Option<&(Vec<syn::Ident>, Span)>,
+    errors: &mut Errors,
+) -> Vec<usize> {
+    let Some((names, at)) = tune else { return Vec::new() };
+    if params.is_empty() {
+        errors.at(
+            *at,
+            format!("`tune(..)` names the const parameters the autotuner picks among the instances, and `{kernel}` has no generic parameters; write them after its name (`fn {kernel}<T: Float16, const BM: usize>(..)`) and list the instances in `instances(..)`"),
+        );
+        return Vec::new();
+    }
+    let consts: Vec<String> =
+        params.iter().filter(|p| matches!(p.kind, ParamKind::Const(_))).map(|p| p.name.to_string()).collect();
+    if names.is_empty() {
+        errors.at(
+            *at,
+            format!(
+                "`tune()` names no parameter; name the const parameters the autotuner picks, e.g. `tune({})`",
+                consts.join(", ")
+            ),
+        );
+        return Vec::new();
+    }
+    let mut out: Vec<usize> = Vec::new();
+    let mut ok = true;
+    for name in names {
+        match params.iter().position(|p| p.name == *name) {
+            None => {
+                errors.at(
+                    name.span(),
+                    format!(
+                        "`tune(..)` names `{name}`, which is not a generic parameter of `{kernel}`; its const parameters are {}{}",
+                        if consts.is_empty() { "none".to_string() } else { consts.join(", ") },
+                        crate::diag::did_you_mean(&name.to_string(), consts.iter().map(String::as_str))
+                    ),
+                );
+                ok = false;
+            }
+            Some(i) if matches!(params[i].kind, ParamKind::Type(_)) => {
+                errors.at(
+                    name.span(),
+                    format!("`{name}` is a type parameter: the caller chooses element types (`launch_tuned::<f16, ..>`); `tune(..)` names const parameters (tile sizes, stages, threads, split-K, warp policy)"),
+                );
+                ok = false;
+            }
+            Some(i) if out.contains(&i) => {
+                errors.at(name.span(), format!("`{name}` is named twice in `tune(..)`"));
+                ok = false;
+            }
+            Some(i) => out.push(i),
+        }
+    }
+    if !ok {
+        return Vec::new();
+    }
+    out.sort_unstable();
+    out
+}
+
+/// One choice of `launch_tuned`: the instances that agree on every
+/// parameter `tune(..)` does not name.
+pub(crate) struct TuningGroup {
+    /// The untuned parameters' arguments (declaration order).
+    pub fixed: Vec<InstanceArg>,
+    /// The instances' indices, in `instances(..)` order.
+    pub members: Vec<usize>,
+}
+
+/// The instances grouped by their untuned arguments, groups in the order
+/// of their first instance.
+pub(crate) fn tuning_groups(instances: &[Instance], tuned: &[usize]) -> Vec<TuningGroup> {
+    let mut groups: Vec<TuningGroup> = Vec::new();
+    for (i, inst) in instances.iter().enumerate() {
+        let fixed: Vec<InstanceArg> =
+            inst.args.iter().enumerate().filter(|(j, _)| !tuned.contains(j)).map(|(_, a)| a.clone()).collect();
+        match groups.iter_mut().find(|g| g.fixed == fixed) {
+            Some(g) => g.members.push(i),
+            None => groups.push(TuningGroup { fixed, members: vec![i] }),
+        }
+    }
+    groups
+}
+
+/// `BM = 128, BN = 256`: the tuned arguments of an instance.
+pub(crate) fn tuned_config(params: &[GenericParam], instance: &Instance, tuned: &[usize]) -> String {
+    let parts: Vec<String> = tuned
+        .iter()
+        .map(|&j| match &instance.args[j] {
+            InstanceArg::Const(v) => format!("{} = {v}", params[j].name),
+            InstanceArg::Type(d) => format!("{} = {}", params[j].name, d.name()),
+        })
+        .collect();
+    parts.join(", ")
 }

@@ -103,12 +103,68 @@ mod sig;
 ///   (its `KernelMeta::name`, PTX entry and `TILE_DUMP` files) is named
 ///   `matmul__f16_128_256` (a negative value `m5`).
 ///
+/// # Autotuning
+/// `tune(BM, BN, ..)` next to `instances(..)` names the const parameters
+/// the autotuner picks (tile sizes, stages, threads, split-K, a warp policy
+/// written as a const parameter: any const parameter); the others (every
+/// type parameter, and the consts it does not name) are the caller's. The
+/// instances that agree on the caller's parameters are one choice's
+/// candidates, in the attribute's order (the first is the default).
+///
+/// ```ignore
+/// #[tile_kernel(threads = THREADS,
+///     instances((f16, 128, 256, 256), (f16, 64, 128, 128), (bf16, 128, 256, 256)),
+///     tune(BM, BN, THREADS))]
+/// pub fn matmul<T: Float16, const BM: usize, const BN: usize, const THREADS: usize>(..) { .. }
+///
+/// // matmul::launch_tuned::<f16>(&stream, &a, &b, &mut c)?;   // picks BM, BN, THREADS
+/// // matmul::launch::<f16, 64, 128, 128>(..)                   // still launches one instance
+/// ```
+///
+/// - **Declaration.** Each name is a const parameter of the kernel, once
+///   (a type parameter, an unknown name or a repeat is a compile error at
+///   the name); a plain kernel has no `tune(..)`.
+/// - **What it generates.** Besides the generic module's items: a trait
+///   `Tuned<P..>` over the untuned parameters with `const TUNED:
+///   &tile::tune::TunedKernel` (the candidates, each with its
+///   configuration as text, `"BM = 128, BN = 256, THREADS = 256"`),
+///   implemented by `Instances` once per choice; `tuned::<P..>()`;
+///   `launch_tuned::<P..>(stream, params..)` (the process's tuner,
+///   `tile::tune::Tuner::global`) and `launch_tuned_with::<P..>(tuner,
+///   stream, params..)` (a tuner of the caller's). A use that no instance
+///   has is a compile error ("`matmul` has no tuned configurations for
+///   `matmul::<f32>`") whose note lists the choices.
+/// - **Targets.** A candidate that fails to compile for a target (a tile
+///   whose shared memory exceeds sm_80's) is dropped from that target when
+///   another candidate of its choice compiles there: its `META` has no
+///   variant for that target (the tuner skips it on such a GPU, and its
+///   `launch::<..>` there is a `tile::Error`), and `TILE_DUMP` gets
+///   `<instance>.<arch>.dropped.txt` saying why. When no candidate of a
+///   choice compiles for a target, the errors are reported as for any
+///   kernel.
+/// - **At run time** (`tile::tune`): the first launch of a (device, kernel,
+///   shape bucket) times every candidate on the real arguments and keeps
+///   the fastest (skipping, with the reason, a candidate whose launch
+///   fails); `&mut` tensors the kernel reads (an accumulator, an
+///   `atomic_add` target) are saved first and restored before the real
+///   launch. The choice is cached in memory and on disk
+///   (`$TILE_CACHE_DIR`, else `$XDG_CACHE_HOME/tile`, else
+///   `~/.cache/tile`: `tune.json`), keyed by the GPU (name, compute
+///   capability, SM count, driver version), a hash of the candidates' IR
+///   and PTX, and the bucket: each tensor's dims, exact up to 16 and
+///   rounded up to a power of two above, with a mark for rows that are not
+///   a multiple of 16 bytes. `TILE_TUNE=off` (the first candidate that
+///   launches), `quiet` (no progress bar), `cache-only` (never tunes);
+///   `TILE_TUNE_CACHE=<file>` reads a shipped file first (written by
+///   `Tuner::save` after tuning ahead of time).
+///
 /// # The attribute
 /// `threads = N` (required: a multiple of 32, at most 1024; or the name of a
 /// const parameter of a generic kernel) and
 /// `consts(NAME = integer, ..)`: the compile-time constants of the kernel. A
 /// `const` item outside the kernel is invisible to a macro; put it here.
-/// `instances(..)`: the instances of a generic kernel (above).
+/// `instances(..)`: the instances of a generic kernel (above);
+/// `tune(..)`: which of its const parameters the autotuner picks (above).
 /// Optional:
 /// - `cluster = (x, y, z)`: thread block clusters (sm_90 and later): 1 to 3
 ///   positive integer literals (missing ones are 1), at most 8 blocks in all
@@ -320,7 +376,8 @@ mod sig;
 ///   `<kernel>.sm_90a.warp_specialized_gemm.ptx`, `<kernel>.sm_90a.warp_specialized_loop.ptx`,
 ///   `<kernel>.sm_90a.tma_copy.ptx`;
 ///   `<kernel>.<arch>.schedules.txt` says which schedules took the kernel
-///   and, for the others, why not.
+///   and, for the others, why not; `<kernel>.<arch>.dropped.txt`, a tuned
+///   candidate left out of a target it does not compile for.
 /// - `TILE_PTXAS=<path>`: assembles the PTX of every variant of each target;
 ///   a failure is a compile error at the kernel.
 ///

@@ -97,3 +97,26 @@ pub(crate) fn guarded<R>(call: &str, f: impl FnOnce() -> Result<R>) -> Result<R>
         })
     })
 }
+
+/// The driver's version (`cuDriverGetVersion`, e.g. 12080), or 0 when it
+/// cannot be asked. Asked once.
+pub(crate) fn driver_version() -> i32 {
+    static VERSION: OnceLock<i32> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        if driver_library().is_err() {
+            return 0;
+        }
+        catch_unwind(|| {
+            let mut v: std::ffi::c_int = 0;
+            // SAFETY: `cuDriverGetVersion` writes one int through the pointer,
+            // which points at a live local; it needs no context.
+            let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+            if status == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                v
+            } else {
+                0
+            }
+        })
+        .unwrap_or(0)
+    })
+}

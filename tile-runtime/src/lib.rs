@@ -40,6 +40,7 @@ mod launch;
 mod tensor;
 mod tensor_map;
 mod tma;
+pub mod tune;
 
 pub use bench::{assert_close, bench, rel_error, BenchResult};
 pub use cache::ModuleSource;
@@ -62,4 +63,5 @@ pub mod __private {
     pub use crate::interop::{SliceRead, SliceWrite};
     pub use crate::launch::{launch, KernelArg};
     pub use crate::tensor::RawTensor;
+    pub use crate::tune::launch_tuned;
 }

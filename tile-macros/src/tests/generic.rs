@@ -286,3 +286,85 @@ fn dump_files_name_the_instance() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kernel whose shared buffer grows with `S`: `S = 48` (192 KiB) fits
+/// sm_90a's shared memory but not sm_80's, `S = 16` (64 KiB) fits both.
+const BIG_SHARED: &str = r#"
+pub fn stage<const S: usize>(x: &Tensor<f32, N, 1024>, y: &mut Tensor<f32, N, 1024>) {
+    let bx = grid(cdiv(N, S));
+    let mut s = shared::<f32, S, 1024>();
+    copy(x.tile([bx * S, 0]), &mut s);
+    copy(&s, y.tile([bx * S, 0]));
+}
+"#;
+
+#[test]
+fn tune_names_const_parameters() {
+    let k = "pub fn k<T: Float, const BM: usize, const BN: usize>(x: &mut Tensor<T, 32>) { let _b = grid(1); }";
+    expand_err(
+        "threads = 32, instances((f32, 1, 2)), tune(BX)",
+        k,
+        &["`tune(..)` names `BX`, which is not a generic parameter of `k`; its const parameters are BM, BN; did you mean `BM`?"],
+    );
+    expand_err(
+        "threads = 32, instances((f32, 1, 2)), tune(T)",
+        k,
+        &["`T` is a type parameter: the caller chooses element types"],
+    );
+    expand_err("threads = 32, instances((f32, 1, 2)), tune(BM, BM)", k, &["`BM` is named twice in `tune(..)`"]);
+    expand_err(
+        "threads = 32, instances((f32, 1, 2)), tune()",
+        k,
+        &["`tune()` names no parameter; name the const parameters the autotuner picks, e.g. `tune(BM, BN)`"],
+    );
+    expand_err(
+        "threads = 32, tune(BM)",
+        "pub fn k(x: &mut Tensor<f32, 32>) { let _b = grid(1); }",
+        &["`tune(..)` names the const parameters the autotuner picks among the instances, and `k` has no generic parameters"],
+    );
+    expand_err("threads = 32, instances((f32, 1, 2)), tune(BM), tune(BN)", k, &["`tune` is given twice"]);
+}
+
+#[test]
+fn tuned_kernel_groups_by_the_untuned_parameters() {
+    let out = expand(
+        "threads = THREADS, instances((f32, 256, 128), (f32, 512, 128), (bf16, 1024, 256)), tune(BLOCK, THREADS)",
+        AXPY,
+    );
+    assert!(!out.contains("compile_error"), "{out}");
+    // One group per element type, candidates in the attribute's order.
+    assert!(out.contains("impl Tuned < f32 > for Instances"), "{out}");
+    assert!(out.contains("impl Tuned < :: tile :: bf16 > for Instances"), "{out}");
+    assert!(out.contains(r#"name : "axpy::<f32>" , candidates : & [:: tile :: tune :: Candidate { config : "BLOCK = 256, THREADS = 128" , meta : & __META_0 } , :: tile :: tune :: Candidate { config : "BLOCK = 512, THREADS = 128" , meta : & __META_1 }]"#), "{out}");
+    assert!(out.contains("pub fn launch_tuned < T : :: tile :: Element >"), "{out}");
+    assert!(out.contains("pub fn launch_tuned_with < T : :: tile :: Element >"), "{out}");
+    // Without `tune(..)` none of it.
+    assert!(!expand(AXPY_ATTR, AXPY).contains("launch_tuned"));
+}
+
+#[test]
+fn a_candidate_that_does_not_fit_a_target_is_dropped_there() {
+    let dir = std::env::temp_dir().join(format!("tile-tune-drop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = BuildEnv { targets: Ok(vec![Target::Sm80, Target::Sm90a]), dump: Some(dir.clone()), ptxas: None };
+    let run =
+        |attr: &str| crate::expand::expand_with(attr.parse().unwrap(), BIG_SHARED.parse().unwrap(), &env).to_string();
+    // Tuned, with a smaller candidate that fits sm_80: no error; the big
+    // instance has only its sm_90a variants, and a note says why.
+    let out = run("threads = 128, instances(16, 48), tune(S)");
+    assert!(!out.contains("compile_error"), "{}", messages(&out).join("\n"));
+    let meta_1 = out.split("pub static __META_1").nth(1).unwrap().split("pub static").next().unwrap();
+    assert!(meta_1.contains(r#"arch : "sm_90a""#) && !meta_1.contains(r#"arch : "sm_80""#), "{meta_1}");
+    let meta_0 = out.split("pub static __META_0").nth(1).unwrap().split("pub static").next().unwrap();
+    assert!(meta_0.contains(r#"arch : "sm_80""#) && meta_0.contains(r#"arch : "sm_90a""#));
+    let note = std::fs::read_to_string(dir.join("stage__48.sm_80.dropped.txt")).expect("a note in TILE_DUMP");
+    assert!(note.starts_with("`stage::<48>` is not a candidate of the tuned kernel on sm_80: it does not compile there (`stage::<16>` does)"), "{note}");
+    assert!(!dir.join("stage__16.sm_80.dropped.txt").exists());
+    // Untuned, or tuned with no candidate that fits sm_80: the error, as
+    // for any kernel.
+    for attr in ["threads = 128, instances(16, 48)", "threads = 128, instances(48), tune(S)"] {
+        let errs = messages(&run(attr));
+        assert!(errs.iter().any(|m| m.contains("(compiling for sm_80)")), "{attr}: {errs:#?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -96,7 +96,7 @@ impl<'a> KernelArg<'a> {
         })
     }
 
-    pub(super) fn raw(&self) -> Option<&RawTensor> {
+    pub(crate) fn raw(&self) -> Option<&RawTensor> {
         match self {
             KernelArg::Tensor(t) | KernelArg::View(t, ..) | KernelArg::ViewMut(t, ..) => Some(t),
             KernelArg::TensorMut(t) => Some(t),
@@ -105,7 +105,7 @@ impl<'a> KernelArg<'a> {
     }
 
     /// Whether this is a writable tensor argument.
-    fn writable(&self) -> bool {
+    pub(crate) fn writable(&self) -> bool {
         matches!(self, KernelArg::TensorMut(_) | KernelArg::ViewMut(..))
     }
 }

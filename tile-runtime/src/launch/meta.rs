@@ -86,7 +86,7 @@ pub struct TensorMapMeta {
 
 /// Parsed kernels, by the address of their `&'static KernelMeta`: each
 /// parsed and checked once, however many threads launch it first.
-pub(super) fn parsed_kernel(meta: &'static KernelMeta) -> Result<Arc<Kernel>> {
+pub(crate) fn parsed_kernel(meta: &'static KernelMeta) -> Result<Arc<Kernel>> {
     static KERNELS: OnceLock<OnceMap<usize, Kernel>> = OnceLock::new();
     let key = meta as *const KernelMeta as usize;
     KERNELS.get_or_init(OnceMap::default).get_or_try_init(&key, || {

@@ -41,6 +41,7 @@ mod meta;
 mod variant;
 
 pub use args::{KernelArg, TensorArg, TensorArgMut};
+pub(crate) use meta::parsed_kernel;
 pub use meta::{KernelMeta, KernelTarget, TensorMapMeta};
 
 use crate::device::{DeviceKind, Stream};
