@@ -84,6 +84,21 @@ fn embedded_ir_is_the_shared_text() {
     assert_eq!(printed(examples::gemm::matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256, 8>().ir), bf16.text());
     let bt = tile_testkit::Matmul { name: "matmul_bt__f16_f16_128_256_64_3_256", trans_b: true, ..example };
     assert_eq!(printed(examples::gemm::matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>().ir), bt.text());
+    // The split-K kernels (the simulator's `hopper_splitk_sim.rs` runs these texts).
+    let small = tile_testkit::Matmul { bm: 64, bn: 128, threads: 128, stages: 4, ..example };
+    let nn = tile_testkit::Matmul { name: "matmul_splitk__f16_64_128_64_4_128", ..small };
+    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, 64, 128, 64, 4, 128>().ir), nn.splitk_text());
+    let nt = tile_testkit::Matmul {
+        name: "matmul_bt_splitk__bf16_128_128_64_4_256",
+        dtype: "bf16",
+        trans_b: true,
+        bm: 128,
+        bn: 128,
+        threads: 256,
+        stages: 4,
+        ..example
+    };
+    assert_eq!(printed(examples::gemm::matmul_bt_splitk::meta::<bf16, 128, 128, 64, 4, 256>().ir), nt.splitk_text());
 }
 
 #[test]
