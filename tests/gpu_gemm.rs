@@ -365,8 +365,8 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
     }
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
         for meta in [
-            examples::gemm::matmul_splitk::meta::<f16, 64, 128, 64, 4, 128>(),
-            examples::gemm::matmul_bt_splitk::meta::<bf16, 64, 128, 64, 4, 128>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128>(),
         ] {
             let counts = d.launch_counts(meta);
             let ws = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "warp_specialized_gemm");

@@ -128,28 +128,36 @@ pub fn matmul_bt<
 }
 
 /// Split-K partial products of `a · b`: the grid's z axis cuts the K loop
-/// into `SPLIT` (the workspace's first extent, a launch-time dim) ranges of
+/// into `SPLIT` (`c`'s first extent, a launch-time dim) ranges of
 /// `cdiv(cdiv(K, BK), SPLIT)` k-steps; block `(bx, by, z)` multiplies its
-/// `BM × BN` tile over range `z` and writes the f32 partial sum to
-/// `ws[z, .., ..]` (every element of the workspace is written: no zeroing).
-/// k-steps past `K` (the last range when `SPLIT` does not divide the steps)
-/// read zeros and add nothing. [`splitk_reduce`] sums the ranges in a fixed
-/// order: the result does not depend on how blocks were scheduled.
+/// `BM × BN` tile over range `z` and writes the partial sum to
+/// `c[z, .., ..]` (every element of `c` is written: no zeroing). k-steps
+/// past `K` (the last range when `SPLIT` does not divide the steps) read
+/// zeros and add nothing. With `O = f32` `c` is the workspace that
+/// [`splitk_reduce`] sums in a fixed order (the result does not depend on
+/// how blocks were scheduled); with `SPLIT = 1` and `O = T` it is the
+/// product itself. `b` may be wider than `c` (`NB ≥ N`: a `b` padded to
+/// 16-byte rows); its extra columns are not written.
 ///
 /// Instances: the shape rule's `Tiles::Small` and `Tiles::Mid` (128 × 256
-/// spills in the warp-specialized variant: 128 f32 accumulators per thread
-/// stored as f32).
+/// spills in the warp-specialized variant: 128 accumulators per thread and
+/// a store that is not TMA's).
 #[tile_kernel(
     threads = THREADS,
     instances(
-        (f16, 64, 128, 64, 4, 128),
-        (bf16, 64, 128, 64, 4, 128),
-        (f16, 128, 128, 64, 4, 256),
-        (bf16, 128, 128, 64, 4, 256),
+        (f16, f32, 64, 128, 64, 4, 128),
+        (bf16, f32, 64, 128, 64, 4, 128),
+        (f16, f32, 128, 128, 64, 4, 256),
+        (bf16, f32, 128, 128, 64, 4, 256),
+        (f16, f16, 64, 128, 64, 4, 128),
+        (bf16, bf16, 64, 128, 64, 4, 128),
+        (f16, f16, 128, 128, 64, 4, 256),
+        (bf16, bf16, 128, 128, 64, 4, 256),
     )
 )]
 pub fn matmul_splitk<
     T: Float16,
+    O: Float,
     const BM: usize,
     const BN: usize,
     const BK: usize,
@@ -157,8 +165,8 @@ pub fn matmul_splitk<
     const THREADS: usize,
 >(
     a: &Tensor<T, M, K>,
-    b: &Tensor<T, K, N>,
-    ws: &mut Tensor<f32, SPLIT, M, N>,
+    b: &Tensor<T, K, NB>,
+    c: &mut Tensor<O, SPLIT, M, N>,
 ) {
     let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
     use_swizzle(8);
@@ -173,22 +181,27 @@ pub fn matmul_splitk<
         copy(b.tile([(k0 + k) * BK, bx * BN]), &mut b_s);
         gemm(&a_s, &b_s, &mut acc);
     }
-    copy(&acc, ws.tile([bz, by * BM.., bx * BN..]));
+    copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
 }
 
-/// [`matmul_splitk`] for `a · bᵀ` with `b` stored `[N, K]` (a linear
-/// layer's weight).
+/// [`matmul_splitk`] for `a · bᵀ` with `b` stored `[NB, K]` (a linear
+/// layer's weight; `NB ≥ N`).
 #[tile_kernel(
     threads = THREADS,
     instances(
-        (f16, 64, 128, 64, 4, 128),
-        (bf16, 64, 128, 64, 4, 128),
-        (f16, 128, 128, 64, 4, 256),
-        (bf16, 128, 128, 64, 4, 256),
+        (f16, f32, 64, 128, 64, 4, 128),
+        (bf16, f32, 64, 128, 64, 4, 128),
+        (f16, f32, 128, 128, 64, 4, 256),
+        (bf16, f32, 128, 128, 64, 4, 256),
+        (f16, f16, 64, 128, 64, 4, 128),
+        (bf16, bf16, 64, 128, 64, 4, 128),
+        (f16, f16, 128, 128, 64, 4, 256),
+        (bf16, bf16, 128, 128, 64, 4, 256),
     )
 )]
 pub fn matmul_bt_splitk<
     T: Float16,
+    O: Float,
     const BM: usize,
     const BN: usize,
     const BK: usize,
@@ -196,8 +209,8 @@ pub fn matmul_bt_splitk<
     const THREADS: usize,
 >(
     a: &Tensor<T, M, K>,
-    b: &Tensor<T, N, K>,
-    ws: &mut Tensor<f32, SPLIT, M, N>,
+    b: &Tensor<T, NB, K>,
+    c: &mut Tensor<O, SPLIT, M, N>,
 ) {
     let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
     use_swizzle(8);
@@ -212,15 +225,13 @@ pub fn matmul_bt_splitk<
         copy(b.tile([bx * BN, (k0 + k) * BK]), &mut b_s);
         gemm(&a_s, &b_s.t(), &mut acc);
     }
-    copy(&acc, ws.tile([bz, by * BM.., bx * BN..]));
+    copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
 }
 
 /// The split-K reduction: `c = Σ_z ws[z, .., ..]` (z ascending, in f32),
-/// rounded once to `O`. The workspace may be wider than `c` (`NW ≥ N`: a
-/// workspace padded to whole 16-byte rows); its extra columns are not read
-/// into `c`.
-#[tile_kernel(threads = 256, consts(RM = 16, RN = 256), instances(f16, bf16, f32))]
-pub fn splitk_reduce<O: Float>(ws: &Tensor<f32, SPLIT, M, NW>, c: &mut Tensor<O, M, N>) {
+/// rounded once to `O`.
+#[tile_kernel(threads = 256, consts(RM = 16, RN = 256), instances(f16, bf16))]
+pub fn splitk_reduce<O: Float>(ws: &Tensor<f32, SPLIT, M, N>, c: &mut Tensor<O, M, N>) {
     let (bx, by) = grid(cdiv(N, RN), cdiv(M, RM));
     let mut acc = fragment::<f32, RM, RN>();
     let mut part = fragment::<f32, RM, RN>();
@@ -234,10 +245,11 @@ pub fn splitk_reduce<O: Float>(ws: &Tensor<f32, SPLIT, M, NW>, c: &mut Tensor<O,
     copy(&acc, c.tile([by * RM, bx * RN]));
 }
 
-/// A copy of `x [R, C]` into `y [RP, CP]` (`RP ≥ R`, `CP ≥ C`), the rows
-/// and columns past `x`'s zero: a matrix whose rows are not a multiple of
-/// 16 bytes becomes one that TMA and 16-byte copies can read, and the zeros
-/// add nothing to a product over K.
+/// `y [RP, CP]` = the top-left window of `x [R, C]`, zeros past `x`'s
+/// edges. Larger than `x`, it pads: a matrix whose rows are not a multiple
+/// of 16 bytes becomes one that TMA and 16-byte copies can read (the zeros
+/// add nothing to a product over K); smaller, it crops (a product computed
+/// into a padded output, copied out).
 #[tile_kernel(threads = 256, consts(PR = 32, PC = 256), instances(f16, bf16))]
 pub fn pad<T: Float16>(x: &Tensor<T, R, C>, y: &mut Tensor<T, RP, CP>) {
     let (bx, by) = grid(cdiv(CP, PC), cdiv(RP, PR));
@@ -413,15 +425,18 @@ fn round8(x: usize) -> usize {
 }
 
 type Plain<T> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<T>) -> tile::Result<()>;
-type Split<T> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<f32>) -> tile::Result<()>;
+type Split<T, O> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<O>) -> tile::Result<()>;
 
 /// The kernels [`ShapedGemm`] launches for an element type: f16 and bf16
 /// (every instance the shape rule needs exists for both).
 pub trait GemmElement: Element {
     /// The plain kernel of a layout and tile.
     fn plain(layout: Layout, tiles: Tiles) -> Plain<Self>;
-    /// The split-K kernel of a layout and tile ([`Tiles::split_tiles`]).
-    fn split(layout: Layout, tiles: Tiles) -> Split<Self>;
+    /// The split-K kernel of a layout and tile ([`Tiles::split_tiles`]),
+    /// writing f32 partial sums.
+    fn split(layout: Layout, tiles: Tiles) -> Split<Self, f32>;
+    /// The same writing `Self`: with one range, the product itself.
+    fn direct(layout: Layout, tiles: Tiles) -> Split<Self, Self>;
     fn reduce(s: &Stream, ws: &DeviceTensor<f32>, c: &mut DeviceTensor<Self>) -> tile::Result<()>;
     fn pad(s: &Stream, x: &DeviceTensor<Self>, y: &mut DeviceTensor<Self>) -> tile::Result<()>;
 }
@@ -434,10 +449,14 @@ where
     matmul_bt::Instances: matmul_bt::Instance<T, T, 64, 128, 64, 4, 128>
         + matmul_bt::Instance<T, T, 128, 128, 64, 4, 256>
         + matmul_bt::Instance<T, T, 128, 256, 64, 3, 256>,
-    matmul_splitk::Instances:
-        matmul_splitk::Instance<T, 64, 128, 64, 4, 128> + matmul_splitk::Instance<T, 128, 128, 64, 4, 256>,
-    matmul_bt_splitk::Instances:
-        matmul_bt_splitk::Instance<T, 64, 128, 64, 4, 128> + matmul_bt_splitk::Instance<T, 128, 128, 64, 4, 256>,
+    matmul_splitk::Instances: matmul_splitk::Instance<T, f32, 64, 128, 64, 4, 128>
+        + matmul_splitk::Instance<T, f32, 128, 128, 64, 4, 256>
+        + matmul_splitk::Instance<T, T, 64, 128, 64, 4, 128>
+        + matmul_splitk::Instance<T, T, 128, 128, 64, 4, 256>,
+    matmul_bt_splitk::Instances: matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 4, 128>
+        + matmul_bt_splitk::Instance<T, f32, 128, 128, 64, 4, 256>
+        + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 4, 128>
+        + matmul_bt_splitk::Instance<T, T, 128, 128, 64, 4, 256>,
     splitk_reduce::Instances: splitk_reduce::Instance<T>,
     pad::Instances: pad::Instance<T>,
 {
@@ -451,12 +470,20 @@ where
             (Layout::Abt, Tiles::Wide) => matmul_bt::launch::<T, T, 128, 256, 64, 3, 256>,
         }
     }
-    fn split(layout: Layout, tiles: Tiles) -> Split<T> {
+    fn split(layout: Layout, tiles: Tiles) -> Split<T, f32> {
         match (layout, tiles.split_tiles()) {
-            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, 64, 128, 64, 4, 128>,
-            (Layout::Ab, _) => matmul_splitk::launch::<T, 128, 128, 64, 4, 256>,
-            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, 64, 128, 64, 4, 128>,
-            (Layout::Abt, _) => matmul_bt_splitk::launch::<T, 128, 128, 64, 4, 256>,
+            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, f32, 64, 128, 64, 4, 128>,
+            (Layout::Ab, _) => matmul_splitk::launch::<T, f32, 128, 128, 64, 4, 256>,
+            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 4, 128>,
+            (Layout::Abt, _) => matmul_bt_splitk::launch::<T, f32, 128, 128, 64, 4, 256>,
+        }
+    }
+    fn direct(layout: Layout, tiles: Tiles) -> Split<T, T> {
+        match (layout, tiles.split_tiles()) {
+            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, T, 64, 128, 64, 4, 128>,
+            (Layout::Ab, _) => matmul_splitk::launch::<T, T, 128, 128, 64, 4, 256>,
+            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 4, 128>,
+            (Layout::Abt, _) => matmul_bt_splitk::launch::<T, T, 128, 128, 64, 4, 256>,
         }
     }
     fn reduce(s: &Stream, ws: &DeviceTensor<f32>, c: &mut DeviceTensor<T>) -> tile::Result<()> {
@@ -467,16 +494,32 @@ where
     }
 }
 
+/// How [`ShapedGemm`] writes `c`.
+enum Output<T: Element> {
+    /// The plain kernel writes `c` (16-byte rows, one K range).
+    Plain,
+    /// The plain kernel writes a copy padded to 16-byte rows, [`pad`]
+    /// crops it into `c` (odd N, `b [K, N]` padded too).
+    Cropped(DeviceTensor<T>),
+    /// The split-K kernel with one range writes `c` (seen as `[1, M, N]`)
+    /// directly (odd N of `b [N, K]`, whose rows are whole).
+    Direct,
+    /// The split-K kernel writes the f32 workspace `[split, M, N]`,
+    /// [`splitk_reduce`] sums it into `c`.
+    Split(DeviceTensor<f32>),
+}
+
 /// A GEMM prepared for one shape and layout: its configuration ([`choose`]
 /// or given) and its scratch (the split-K workspace, padded operands), made
 /// once so that [`ShapedGemm::run`] allocates nothing.
 ///
-/// What runs: operands whose rows are not a multiple of 16 bytes (odd K, or
-/// odd N of `b [K, N]`) are first copied by [`pad`] into zero-padded
-/// tensors (K padded to a multiple of 8 on both operands); then, with one K
-/// range and an output whose rows are 16-byte multiples, the plain kernel
-/// writes `c`; otherwise the split-K kernel writes the f32 workspace
-/// `[split, M, N']` and [`splitk_reduce`] sums it into `c`.
+/// What runs: operands whose rows are not a multiple of 16 bytes (odd K:
+/// both, padded in K to a multiple of 8; odd N: `b [K, N]`) are first
+/// copied by [`pad`] into zero-padded tensors; then one of [`Output`]'s
+/// ways: the plain kernel, the plain kernel into a padded `c` and a crop
+/// (odd N, `Layout::Ab`), the split-K kernel writing `c` (odd N,
+/// `Layout::Abt`), or split-K into the workspace and the reduction (more
+/// than one K range).
 pub struct ShapedGemm<T: GemmElement> {
     pub m: usize,
     pub n: usize,
@@ -485,7 +528,7 @@ pub struct ShapedGemm<T: GemmElement> {
     pub config: Config,
     a_pad: Option<DeviceTensor<T>>,
     b_pad: Option<DeviceTensor<T>>,
-    ws: Option<DeviceTensor<f32>>,
+    out: Output<T>,
 }
 
 impl<T: GemmElement> ShapedGemm<T> {
@@ -501,10 +544,6 @@ impl<T: GemmElement> ShapedGemm<T> {
     ) -> tile::Result<ShapedGemm<T>> {
         let mut config = config.unwrap_or_else(|| choose(m, n, k));
         config.split = config.split.max(1);
-        let through_workspace = config.split > 1 || !aligned(n);
-        if through_workspace {
-            config.tiles = config.tiles.split_tiles();
-        }
         let kp = round8(k);
         let a_pad = if aligned(k) { None } else { Some(DeviceTensor::zeros(s, &[m, kp])?) };
         // `b` as the kernels read it: K padded wherever `a` is; N padded
@@ -514,12 +553,19 @@ impl<T: GemmElement> ShapedGemm<T> {
             Layout::Abt if !aligned(k) => Some(DeviceTensor::zeros(s, &[n, kp])?),
             _ => None,
         };
-        let nb = match layout {
-            Layout::Ab => round8(n),
-            Layout::Abt => n,
+        let out = if config.split > 1 {
+            Output::Split(DeviceTensor::zeros(s, &[config.split, m, n])?)
+        } else if aligned(n) {
+            Output::Plain
+        } else if layout == Layout::Ab {
+            Output::Cropped(DeviceTensor::zeros(s, &[m, round8(n)])?)
+        } else {
+            Output::Direct
         };
-        let ws = if through_workspace { Some(DeviceTensor::zeros(s, &[config.split, m, nb])?) } else { None };
-        Ok(ShapedGemm { m, n, k, layout, config, a_pad, b_pad, ws })
+        if matches!(out, Output::Split(_) | Output::Direct) {
+            config.tiles = config.tiles.split_tiles();
+        }
+        Ok(ShapedGemm { m, n, k, layout, config, a_pad, b_pad, out })
     }
 
     /// `c = a · b` (or `a · bᵀ`) for the prepared shape.
@@ -538,10 +584,25 @@ impl<T: GemmElement> ShapedGemm<T> {
         }
         let a = self.a_pad.as_ref().unwrap_or(a);
         let b = self.b_pad.as_ref().unwrap_or(b);
-        match &mut self.ws {
-            None => T::plain(self.layout, self.config.tiles)(s, a, b, c),
-            Some(ws) => {
-                T::split(self.layout, self.config.tiles)(s, a, b, ws)?;
+        let (layout, tiles) = (self.layout, self.config.tiles);
+        match &mut self.out {
+            Output::Plain => T::plain(layout, tiles)(s, a, b, c),
+            Output::Cropped(padded) => {
+                T::plain(layout, tiles)(s, a, b, padded)?;
+                T::pad(s, padded, c)
+            }
+            Output::Direct => {
+                // `c` as `[1, M, N]` for the launch, then back (an empty
+                // placeholder holds its place meanwhile; it allocates nothing).
+                let (m, n) = (self.m, self.n);
+                let whole = std::mem::replace(c, DeviceTensor::zeros(s, &[0])?).reshape(&[1, m, n])?;
+                let mut whole = whole;
+                let launched = T::direct(layout, tiles)(s, a, b, &mut whole);
+                *c = whole.reshape(&[m, n])?;
+                launched
+            }
+            Output::Split(ws) => {
+                T::split(layout, tiles)(s, a, b, ws)?;
                 T::reduce(s, ws, c)
             }
         }
