@@ -25,7 +25,9 @@
 //!   `64x128:4`): every shape with this configuration instead of the rule's;
 //! - `--csv PATH`, `--plot PATH` (an SVG of the ratio against M, one line per
 //!   N × K);
-//! - `--quick`: fewer timed runs.
+//! - `--quick`: fewer timed runs;
+//! - `--plan`: print each shape's configuration, blocks, bytes, FLOPs and
+//!   floor without running anything (no GPU needed).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -76,10 +78,11 @@ struct Options {
     csv: Option<PathBuf>,
     plot: Option<PathBuf>,
     quick: bool,
+    plan: bool,
 }
 
 const USAGE: &str = "usage: gemm_sweep [--m M,..] [--nk NxK,..] [--odd|--no-odd] [--layout ab|abt,..] \
-                     [--dtype f16|bf16,..] [--config TILES:SPLIT] [--csv PATH] [--plot PATH] [--quick]";
+                     [--dtype f16|bf16,..] [--config TILES:SPLIT] [--csv PATH] [--plot PATH] [--quick] [--plan]";
 
 fn parse_list<T>(v: &str, f: impl Fn(&str) -> Option<T>, what: &str) -> Result<Vec<T>, String> {
     v.split(',').map(|x| f(x.trim()).ok_or(format!("{what}: `{x}` is not valid"))).collect()
@@ -98,6 +101,7 @@ impl Options {
             csv: None,
             plot: None,
             quick: false,
+            plan: false,
         };
         let mut ms_given = false;
         while let Some(arg) = args.next() {
@@ -152,6 +156,7 @@ impl Options {
                 "--csv" => o.csv = Some(value("--csv")?.into()),
                 "--plot" => o.plot = Some(value("--plot")?.into()),
                 "--quick" => o.quick = true,
+                "--plan" => o.plan = true,
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument `{other}`")),
             }
@@ -204,6 +209,12 @@ impl Row {
     }
     fn ratio(&self) -> f64 {
         self.cublas_us / self.ours_us
+    }
+    /// Blocks launched by the GEMM kernel (tiles × K ranges), against the
+    /// GPU's 132 SMs.
+    fn blocks(&self) -> usize {
+        let (bm, bn) = self.config.tiles.dims();
+        self.m.div_ceil(bm) * self.n.div_ceil(bn) * self.config.split
     }
     fn layout_name(&self) -> &'static str {
         match self.layout {
@@ -263,11 +274,12 @@ fn sweep<T: Dtype>(s: &Stream, blas: &cublas::Gemm, o: &Options, rows: &mut Vec<
                 let a = DeviceTensor::from_slice(s, &a_host[..m * k], &[m, k])?;
                 let row = measure::<T>(s, blas, o, layout, m, n, k, &a, &a_host[..m * k], &w, &w_host)?;
                 println!(
-                    "RESULT gemm_sweep layout={} dtype={} m={m} n={n} k={k} config=\"{}\" ours_us={:.1} cublas_us={:.1} \
+                    "RESULT gemm_sweep layout={} dtype={} m={m} n={n} k={k} config=\"{}\" blocks={} ours_us={:.1} cublas_us={:.1} \
                      floor_us={:.1} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3} err={:.1e}",
                     row.layout_name(),
                     T::NAME,
                     row.config,
+                    row.blocks(),
                     row.ours_us,
                     row.cublas_us,
                     row.floor_us,
@@ -347,18 +359,19 @@ fn measure<T: Dtype>(
 
 fn write_csv(rows: &[Row], path: &PathBuf) -> Res<()> {
     let mut out = String::from(
-        "layout,dtype,m,n,k,config,ours_us,cublas_us,floor_us,ours_tflops,cublas_tflops,ratio,floor_over_ours,rel_diff\n",
+        "layout,dtype,m,n,k,config,blocks,ours_us,cublas_us,floor_us,ours_tflops,cublas_tflops,ratio,floor_over_ours,rel_diff\n",
     );
     for r in rows {
         writeln!(
             out,
-            "{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e}",
+            "{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e}",
             r.layout_name(),
             r.dtype,
             r.m,
             r.n,
             r.k,
             r.config,
+            r.blocks(),
             r.ours_us,
             r.cublas_us,
             r.floor_us,
@@ -456,7 +469,26 @@ fn main() {
     }
 }
 
+/// `--plan`: the configuration, blocks and floor of every shape.
+fn print_plan(o: &Options) {
+    println!("m,n,k,config,blocks,mbytes,gflop,floor_us,bound");
+    for (m, n, k) in o.shapes() {
+        let config = o.config.unwrap_or_else(|| kernels::choose(m, n, k));
+        let (bm, bn) = config.tiles.dims();
+        let blocks = m.div_ceil(bm) * n.div_ceil(bn) * config.split;
+        let bytes = 2.0 * (m * k + n * k + m * n) as f64;
+        let flops = 2.0 * (m * n * k) as f64;
+        let bound = if bytes / HBM > flops / PEAK { "memory" } else { "compute" };
+        let floor_us = (bytes / HBM).max(flops / PEAK) * 1e6;
+        println!("{m},{n},{k},{config},{blocks},{:.1},{:.1},{floor_us:.1},{bound}", bytes / 1e6, flops / 1e9);
+    }
+}
+
 fn run(o: &Options) -> Res<()> {
+    if o.plan {
+        print_plan(o);
+        return Ok(());
+    }
     let device = Device::auto()?;
     let s = device.stream()?;
     println!("gemm_sweep on {}", device.name());

@@ -18,6 +18,16 @@
 //! configuration this example runs, the others are the ones
 //! `examples/gemm_tune.rs` times and the tests check. Plus the f64 CPU
 //! reference.
+//!
+//! GEMM for every shape (issue 10; `examples/gemm_sweep.rs` measures it):
+//! [`matmul_splitk`] / [`matmul_bt_splitk`] split K over a third grid axis
+//! (f32 partial sums into a workspace that [`splitk_reduce`] sums in a
+//! fixed order: deterministic, no atomics), [`pad`] copies operands whose
+//! rows are not 16-byte multiples into zero-padded ones (and crops a padded
+//! output), and [`ShapedGemm`] puts them together for one shape with the
+//! configuration of the host rule [`choose`] (64-row tiles at decode-size
+//! M, split-K when the output has too few tiles for the SMs) until the
+//! autotuner replaces it.
 #![allow(dead_code)]
 use tile::prelude::*;
 
