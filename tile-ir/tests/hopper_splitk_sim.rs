@@ -137,6 +137,6 @@ fn the_general_variant_agrees() {
     let k = parse_kernel(&SMALL.splitk_text()).unwrap();
     let last = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap().pop().unwrap();
     assert!(general(&last), "the last variant is {}", last.schedule);
-    check(SMALL, &last.schedule, 70, 130, 330, 4);
-    check(Matmul { trans_b: true, ..SMALL }, &last.schedule, 5, 17, 77, 3);
+    check(SMALL, last.schedule, 70, 130, 330, 4);
+    check(Matmul { trans_b: true, ..SMALL }, last.schedule, 5, 17, 77, 3);
 }
