@@ -293,6 +293,18 @@ fn shaped_gemm_rule() {
             gemm::check_shaped::<f16>(&dev(), m, n, k, layout, None, gemm::TOL_F16, 7).unwrap();
         }
     }
+    // A tensor of another shape than the prepared one is an error, never a
+    // silently padded or cropped product.
+    let s = dev().stream().unwrap();
+    let mut g = examples::gemm::ShapedGemm::<f16>::new(&s, 3, 17, 77, Layout::Ab, None).unwrap();
+    let a = DeviceTensor::<f16>::zeros(&s, &[3, 77]).unwrap();
+    let b = DeviceTensor::<f16>::zeros(&s, &[77, 17]).unwrap();
+    let mut c = DeviceTensor::<f16>::zeros(&s, &[3, 17]).unwrap();
+    g.run(&s, &a, &b, &mut c).unwrap();
+    let short = DeviceTensor::<f16>::zeros(&s, &[3, 76]).unwrap();
+    let err = g.run(&s, &short, &b, &mut c).unwrap_err().to_string();
+    assert!(err.contains("`a` has shape [3, 76]"), "{err}");
+    assert!(g.run(&s, &a, &a, &mut c).is_err());
     assert_eq!(choose(1, 4096, 4096).tiles, Tiles::Small);
     assert!(choose(1, 4096, 4096).split > 1);
     assert_eq!(choose(8192, 8192, 8192).split, 1);

@@ -586,6 +586,28 @@ impl<T: GemmElement> ShapedGemm<T> {
         b: &DeviceTensor<T>,
         c: &mut DeviceTensor<T>,
     ) -> tile::Result<()> {
+        // The padding and cropping kernels take any shapes: a tensor of
+        // another shape than the prepared one must be an error here, not a
+        // silently padded or cropped product.
+        let b_shape = match self.layout {
+            Layout::Ab => [self.k, self.n],
+            Layout::Abt => [self.n, self.k],
+        };
+        for (param, got, want) in
+            [("a", a.shape(), [self.m, self.k]), ("b", b.shape(), b_shape), ("c", c.shape(), [self.m, self.n])]
+        {
+            if got != want {
+                return Err(tile::Error::Shape {
+                    kernel: "ShapedGemm".into(),
+                    param: param.into(),
+                    dim: None,
+                    message: format!(
+                        "`{param}` has shape {got:?}, but this GEMM was prepared for {}x{}x{} ({:?}): {want:?}",
+                        self.m, self.n, self.k, self.layout
+                    ),
+                });
+            }
+        }
         if let Some(p) = &mut self.a_pad {
             T::pad(s, a, p)?;
         }
