@@ -2,7 +2,7 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh [all|gemm|attention] && (on the GPU machine) dist/run.sh [MODE]
+#   scripts/dist.sh [all|gemm|attention|sweep] && (on the GPU machine) dist/run.sh [MODE]
 # (run.sh's header lists its modes).
 #
 #   all   (default) every integration test binary of the workspace and every
@@ -16,12 +16,14 @@
 #   attention  only what `run.sh attention` uses: the test gpu_flash_attention
 #         and the flash_attention and flash_attention_tune examples (plus, as for every mode, the
 #         scripts attention_peers.py and attention_check.py).
+#   sweep only what `run.sh sweep` uses: the test gpu_gemm and the gemm_sweep
+#         and gemm examples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  all | gemm | attention) ;;
-  *) echo "usage: scripts/dist.sh [all|gemm|attention]" >&2; exit 2 ;;
+  all | gemm | attention | sweep) ;;
+  *) echo "usage: scripts/dist.sh [all|gemm|attention|sweep]" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist/bin
 
@@ -56,6 +58,9 @@ if [[ $what == all ]]; then
 elif [[ $what == attention ]]; then
   cargo test --release "${features[@]}" --test gpu_flash_attention --no-run --message-format=json | collect_tests
   examples=(examples/flash_attention.rs examples/flash_attention_tune.rs)
+elif [[ $what == sweep ]]; then
+  cargo test --release "${features[@]}" --test gpu_gemm --no-run --message-format=json | collect_tests
+  examples=(examples/gemm_sweep.rs examples/gemm.rs)
 else
   # Every kernel the gemm binaries compile dumps its PTX here (TILE_DUMP);
   # touching their sources makes the macros run again, so the dump is fresh

@@ -34,6 +34,19 @@
 #                       RESULT attention_tune lines).
 #                    Steps with `attention:N[,N..]` only; ATTENTION_SET=acceptance
 #                    or sweep benchmarks only those shapes (default all).
+#   run.sh sweep     the GEMM sweep (issue 10), in order:
+#                    1. example-gemm_sweep: every sweep shape (M from 1 to 8192
+#                       against the layers' N x K, odd K and N), both layouts,
+#                       f16 and bf16, ours and cuBLAS in the same run, checked;
+#                       RESULT gemm_sweep lines, the geometric mean and minimum
+#                       ratio, gemm_sweep.csv and gemm_sweep.svg beside this
+#                       script and in $OUT if set (about 3-4 minutes);
+#                    2. the shape-dispatch GPU test (test-gpu_gemm shaped_gemm);
+#                    3. compute-sanitizer memcheck and racecheck on it at
+#                       small sizes (TILE_TEST_SMALL=1);
+#                    4. the gemm example at 4096^3 and 8192^3 (the example's
+#                       kernel must not have changed).
+#                    Steps with `sweep:N[,N..]` only.
 #   run.sh all       tests, examples and memcheck
 # Every `RESULT ...` line is collected in results.txt beside this script.
 # cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or libcublas.so on
@@ -176,6 +189,41 @@ if [[ $what == hopper || $what == hopper:* ]]; then
         echo "$line" | tee -a "$results"
       done
     fi
+  fi
+fi
+
+# ---- sweep: the GEMM sweep against cuBLAS ------------------------------------
+if [[ $what == sweep || $what == sweep:* ]]; then
+  steps=",1,2,3,4,"
+  [[ $what == sweep:* ]] && steps=",${what#sweep:},"
+  step() { [[ $steps == *",$1,"* ]]; }
+  : >"$results"
+  ex="$here/bin/example-gemm_sweep"
+  tests="$here/bin/test-gpu_gemm"
+  for f in "$ex" "$tests"; do
+    [[ -x $f ]] || { echo "!! FAILED: $f missing (build with scripts/dist.sh sweep)"; status=1; }
+  done
+  if step 1 && [[ -x $ex ]]; then
+    echo "== [sweep 1] GEMM sweep vs cuBLAS"
+    start=$SECONDS
+    example "$ex" --csv "$here/gemm_sweep.csv" --plot "$here/gemm_sweep.svg"
+    if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then cp "$here/gemm_sweep.csv" "$here/gemm_sweep.svg" "$OUT/" 2>/dev/null; fi
+    echo "   (sweep took $((SECONDS - start)) s)"
+  fi
+  if step 2 && [[ -x $tests ]]; then
+    echo "== [sweep 2] shape-dispatch GPU test"
+    run "$tests" --test-threads=1 shaped_gemm
+  fi
+  if step 3 && [[ -x $tests ]] && need compute-sanitizer; then
+    cs=$found
+    echo "== [sweep 3] compute-sanitizer at small sizes"
+    for t in memcheck racecheck; do
+      TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$tests" --test-threads=1 shaped_gemm
+    done
+  fi
+  if step 4 && [[ -x $here/bin/example-gemm ]]; then
+    echo "== [sweep 4] gemm example at 4096^3 and 8192^3"
+    example "$here/bin/example-gemm" --size 4096,8192 --dtype f16,bf16 --no-check
   fi
 fi
 

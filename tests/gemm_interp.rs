@@ -84,6 +84,25 @@ fn embedded_ir_is_the_shared_text() {
     assert_eq!(printed(examples::gemm::matmul::meta::<bf16, bf16, 128, 256, 64, 3, 256, 8>().ir), bf16.text());
     let bt = tile_testkit::Matmul { name: "matmul_bt__f16_f16_128_256_64_3_256", trans_b: true, ..example };
     assert_eq!(printed(examples::gemm::matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>().ir), bt.text());
+    // The split-K kernels (the simulator's `hopper_splitk_sim.rs` runs these texts).
+    let small = tile_testkit::Matmul { bm: 64, bn: 128, threads: 128, stages: 4, ..example };
+    let nn = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_4_128", ..small };
+    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128>().ir), nn.splitk_text());
+    let nt = tile_testkit::Matmul {
+        name: "matmul_bt_splitk__bf16_bf16_128_128_64_4_256",
+        dtype: "bf16",
+        out: Some("bf16"),
+        trans_b: true,
+        bm: 128,
+        bn: 128,
+        threads: 256,
+        stages: 4,
+        ..example
+    };
+    assert_eq!(
+        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 128, 64, 4, 256>().ir),
+        nt.splitk_text()
+    );
 }
 
 #[test]
@@ -234,4 +253,70 @@ fn reference_rejects_a_wrong_product() {
     let att = gemm::attention_ref(&[f16::ONE], &[f16::ONE, f16::ZERO], &[f16::ONE, f16::ZERO], 1, 2, 1);
     let e = std::f64::consts::E;
     assert!((att[0] - e / (e + 1.0)).abs() < 1e-12, "{att:?}");
+}
+
+/// Every tile of the shape rule, K split into 1 to 5 ranges (K = 333: six
+/// k-steps of 64, which 4 and 5 do not divide, so that the last range is
+/// short or empty; K = 77: more ranges than k-steps), M, N and K odd (rows
+/// of `a` and `b` not 16-byte multiples: the padded operands), M = 1, both
+/// layouts, f16 and bf16.
+#[test]
+fn shaped_gemm_every_tile_and_split() {
+    use examples::gemm::{Config, Layout, Tiles};
+    let shapes = [(1, 130, 333), (67, 129, 200), (3, 17, 77), (130, 40, 64)];
+    let mut seed = 300;
+    for tiles in [Tiles::Small, Tiles::Mid, Tiles::Wide] {
+        for split in [1, 2, 4, 5] {
+            for layout in [Layout::Ab, Layout::Abt] {
+                for &(m, n, k) in &shapes {
+                    seed += 1;
+                    let config = Some(Config { tiles, split });
+                    if seed % 2 == 0 {
+                        gemm::check_shaped::<f16>(&dev(), m, n, k, layout, config, gemm::TOL_F16, seed).unwrap();
+                    } else {
+                        gemm::check_shaped::<bf16>(&dev(), m, n, k, layout, config, gemm::TOL_BF16, seed).unwrap();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The shape rule's own choice at decode-size and odd shapes, and its
+/// choices: 64-row tiles for M ≤ 64, K split when the output has too few
+/// tiles for the GPU, never a range under 4 k-steps.
+#[test]
+fn shaped_gemm_rule() {
+    use examples::gemm::{choose, Layout, Tiles, SMS};
+    for &(m, n, k) in &[(1, 300, 1000), (16, 129, 4095), (100, 257, 515)] {
+        for layout in [Layout::Ab, Layout::Abt] {
+            gemm::check_shaped::<f16>(&dev(), m, n, k, layout, None, gemm::TOL_F16, 7).unwrap();
+        }
+    }
+    // A tensor of another shape than the prepared one is an error, never a
+    // silently padded or cropped product.
+    let s = dev().stream().unwrap();
+    let mut g = examples::gemm::ShapedGemm::<f16>::new(&s, 3, 17, 77, Layout::Ab, None).unwrap();
+    let a = DeviceTensor::<f16>::zeros(&s, &[3, 77]).unwrap();
+    let b = DeviceTensor::<f16>::zeros(&s, &[77, 17]).unwrap();
+    let mut c = DeviceTensor::<f16>::zeros(&s, &[3, 17]).unwrap();
+    g.run(&s, &a, &b, &mut c).unwrap();
+    let short = DeviceTensor::<f16>::zeros(&s, &[3, 76]).unwrap();
+    let err = g.run(&s, &short, &b, &mut c).unwrap_err().to_string();
+    assert!(err.contains("`a` has shape [3, 76]"), "{err}");
+    assert!(g.run(&s, &a, &a, &mut c).is_err());
+    assert_eq!(choose(1, 4096, 4096).tiles, Tiles::Small);
+    assert!(choose(1, 4096, 4096).split > 1);
+    assert_eq!(choose(8192, 8192, 8192).split, 1);
+    assert_eq!(choose(8192, 8192, 8192).tiles, Tiles::Wide);
+    for m in [1, 16, 64, 128, 256, 1024, 4096] {
+        for (n, k) in [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)] {
+            let c = choose(m, n, k);
+            let (bm, bn) = c.tiles.dims();
+            assert!(c.split == 1 || k.div_ceil(64) / c.split >= 4, "{m}x{n}x{k}: {c}");
+            let blocks = m.div_ceil(bm) * n.div_ceil(bn);
+            assert!(c.split == 1 || blocks * c.split <= SMS, "{m}x{n}x{k}: {c}");
+            assert!(c.split > 1 || blocks * 2 > SMS || k < 512, "{m}x{n}x{k}: {c}");
+        }
+    }
 }

@@ -329,3 +329,49 @@ fn hopper_general_only() {
         }
     }
 }
+
+/// The shape dispatch (`examples::gemm::ShapedGemm`, issue 10) against the
+/// f64 reference, both layouts, f16 and bf16: decode-size M with K split
+/// (the rule's choice and explicit ranges that do not divide the k-steps),
+/// rows that are not 16-byte multiples (odd K, odd N, both: the padded
+/// operands and the workspace output), M, N, K all odd. On sm_90 the
+/// split-K kernels' warp-specialized variant must have run on the aligned
+/// shapes.
+#[test]
+fn shaped_gemm_small_m_split_k_and_odd_rows() {
+    use examples::gemm::{Config, Layout, Tiles};
+    let d = gpu();
+    let shapes: &[(usize, usize, usize, Option<Config>)] = if small() {
+        &[(1, 256, 512, None), (3, 257, 333, Some(Config { tiles: Tiles::Small, split: 3 }))]
+    } else {
+        &[
+            (1, 4096, 4096, None),
+            (16, 4097, 4095, None),
+            (128, 4096, 1024, None),
+            (256, 1000, 2048, None),
+            (3, 257, 333, Some(Config { tiles: Tiles::Small, split: 3 })),
+            (77, 1999, 777, Some(Config { tiles: Tiles::Mid, split: 5 })),
+            (1000, 300, 1000, None),
+            (64, 1024, 4096, Some(Config { tiles: Tiles::Small, split: 16 })),
+        ]
+    };
+    let mut seed = 1000;
+    for &(m, n, k, config) in shapes {
+        for layout in [Layout::Ab, Layout::Abt] {
+            seed += 1;
+            gemm::check_shaped::<f16>(&d, m, n, k, layout, config, gemm::TOL_F16, seed).unwrap();
+            gemm::check_shaped::<bf16>(&d, m, n, k, layout, config, gemm::TOL_BF16, seed).unwrap();
+        }
+    }
+    if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
+        for meta in [
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128>(),
+        ] {
+            let counts = d.launch_counts(meta);
+            let ws = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "warp_specialized_gemm");
+            let ws = ws.unwrap_or_else(|| panic!("{}: no warp-specialized variant", meta.name));
+            assert!(counts[ws] > 0, "{}: the warp-specialized variant never ran ({counts:?})", meta.name);
+        }
+    }
+}

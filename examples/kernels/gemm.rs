@@ -19,6 +19,16 @@
 //! launches on a GPU) runs the fastest instance of the caller's types for
 //! each shape bucket, [`example`] the fixed configuration the tests check.
 //! Plus the f64 CPU reference.
+//!
+//! GEMM for every shape (issue 10; `examples/gemm_sweep.rs` measures it):
+//! [`matmul_splitk`] / [`matmul_bt_splitk`] split K over a third grid axis
+//! (f32 partial sums into a workspace that [`splitk_reduce`] sums in a
+//! fixed order: deterministic, no atomics), [`pad`] copies operands whose
+//! rows are not 16-byte multiples into zero-padded ones (and crops a padded
+//! output), and [`ShapedGemm`] puts them together for one shape with the
+//! configuration of the host rule [`choose`] (64-row tiles at decode-size
+//! M, split-K when the output has too few tiles for the SMs) until the
+//! autotuner replaces it.
 #![allow(dead_code)]
 use tile::prelude::*;
 
@@ -54,6 +64,11 @@ use tile::prelude::*;
         // sm_80 has, so a candidate on sm_90a only (dropped from sm_80's
         // candidates with a note in `TILE_DUMP`).
         (f16, f16, 128, 256, 64, 4, 256, 8),
+        // The shape rule's tiles for small M (`Tiles::Small`, `Tiles::Mid`;
+        // `Tiles::Wide` is the example's configuration).
+        (f16, f16, 64, 128, 64, 4, 128, 8),
+        (bf16, bf16, 64, 128, 64, 4, 128, 8),
+        (bf16, bf16, 128, 128, 64, 4, 256, 8),
     ),
     // `launch_tuned::<T, O>` times the instances of the caller's `T, O` and
     // keeps the fastest per device and shape bucket.
@@ -95,8 +110,12 @@ pub fn matmul<
     instances(
         (f16, f16, 128, 256, 64, 3, 256),
         (bf16, bf16, 128, 256, 64, 3, 256),
-        // One consumer warpgroup, 64 × 128.
+        // One consumer warpgroup, 64 × 128 (also the shape rule's
+        // `Tiles::Small`), and `Tiles::Mid`.
         (bf16, bf16, 64, 128, 64, 4, 128),
+        (f16, f16, 64, 128, 64, 4, 128),
+        (f16, f16, 128, 128, 64, 4, 256),
+        (bf16, bf16, 128, 128, 64, 4, 256),
     ),
     tune(BM, BN, BK, STAGES, THREADS)
 )]
@@ -125,6 +144,137 @@ pub fn matmul_bt<
         gemm(&a_s, &b_s.t(), &mut acc);
     }
     copy(&acc, c.tile([by * BM, bx * BN]));
+}
+
+/// Split-K partial products of `a · b`: the grid's z axis cuts the K loop
+/// into `SPLIT` (`c`'s first extent, a launch-time dim) ranges of
+/// `cdiv(cdiv(K, BK), SPLIT)` k-steps; block `(bx, by, z)` multiplies its
+/// `BM × BN` tile over range `z` and writes the partial sum to
+/// `c[z, .., ..]` (every element of `c` is written: no zeroing). k-steps
+/// past `K` (the last range when `SPLIT` does not divide the steps) read
+/// zeros and add nothing. With `O = f32` `c` is the workspace that
+/// [`splitk_reduce`] sums in a fixed order (the result does not depend on
+/// how blocks were scheduled); with `SPLIT = 1` and `O = T` it is the
+/// product itself. `b` may be wider than `c` (`NB ≥ N`: a `b` padded to
+/// 16-byte rows); its extra columns are not written.
+///
+/// Instances: the shape rule's `Tiles::Small` and `Tiles::Mid` (128 × 256
+/// spills in the warp-specialized variant: 128 accumulators per thread and
+/// a store that is not TMA's).
+#[tile_kernel(
+    threads = THREADS,
+    instances(
+        (f16, f32, 64, 128, 64, 4, 128),
+        (bf16, f32, 64, 128, 64, 4, 128),
+        (f16, f32, 128, 128, 64, 4, 256),
+        (bf16, f32, 128, 128, 64, 4, 256),
+        (f16, f16, 64, 128, 64, 4, 128),
+        (bf16, bf16, 64, 128, 64, 4, 128),
+        (f16, f16, 128, 128, 64, 4, 256),
+        (bf16, bf16, 128, 128, 64, 4, 256),
+    )
+)]
+pub fn matmul_splitk<
+    T: Float16,
+    O: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const THREADS: usize,
+>(
+    a: &Tensor<T, M, K>,
+    b: &Tensor<T, K, NB>,
+    c: &mut Tensor<O, SPLIT, M, N>,
+) {
+    let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
+    use_swizzle(8);
+    let steps = cdiv(cdiv(K, BK), SPLIT);
+    let k0 = bz * steps;
+    let mut a_s = shared::<T, BM, BK>();
+    let mut b_s = shared::<T, BK, BN>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(steps, STAGES) {
+        copy(a.tile([by * BM, (k0 + k) * BK]), &mut a_s);
+        copy(b.tile([(k0 + k) * BK, bx * BN]), &mut b_s);
+        gemm(&a_s, &b_s, &mut acc);
+    }
+    copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
+}
+
+/// [`matmul_splitk`] for `a · bᵀ` with `b` stored `[NB, K]` (a linear
+/// layer's weight; `NB ≥ N`).
+#[tile_kernel(
+    threads = THREADS,
+    instances(
+        (f16, f32, 64, 128, 64, 4, 128),
+        (bf16, f32, 64, 128, 64, 4, 128),
+        (f16, f32, 128, 128, 64, 4, 256),
+        (bf16, f32, 128, 128, 64, 4, 256),
+        (f16, f16, 64, 128, 64, 4, 128),
+        (bf16, bf16, 64, 128, 64, 4, 128),
+        (f16, f16, 128, 128, 64, 4, 256),
+        (bf16, bf16, 128, 128, 64, 4, 256),
+    )
+)]
+pub fn matmul_bt_splitk<
+    T: Float16,
+    O: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const STAGES: usize,
+    const THREADS: usize,
+>(
+    a: &Tensor<T, M, K>,
+    b: &Tensor<T, NB, K>,
+    c: &mut Tensor<O, SPLIT, M, N>,
+) {
+    let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
+    use_swizzle(8);
+    let steps = cdiv(cdiv(K, BK), SPLIT);
+    let k0 = bz * steps;
+    let mut a_s = shared::<T, BM, BK>();
+    let mut b_s = shared::<T, BN, BK>();
+    let mut acc = fragment::<f32, BM, BN>();
+    clear(&mut acc);
+    for k in pipelined(steps, STAGES) {
+        copy(a.tile([by * BM, (k0 + k) * BK]), &mut a_s);
+        copy(b.tile([bx * BN, (k0 + k) * BK]), &mut b_s);
+        gemm(&a_s, &b_s.t(), &mut acc);
+    }
+    copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
+}
+
+/// The split-K reduction: `c = Σ_z ws[z, .., ..]` (z ascending, in f32),
+/// rounded once to `O`.
+#[tile_kernel(threads = 256, consts(RM = 16, RN = 256), instances(f16, bf16))]
+pub fn splitk_reduce<O: Float>(ws: &Tensor<f32, SPLIT, M, N>, c: &mut Tensor<O, M, N>) {
+    let (bx, by) = grid(cdiv(N, RN), cdiv(M, RM));
+    let mut acc = fragment::<f32, RM, RN>();
+    let mut part = fragment::<f32, RM, RN>();
+    clear(&mut acc);
+    for z in 0..SPLIT {
+        copy(ws.tile([z, by * RM.., bx * RN..]), &mut part);
+        for (i, j) in parallel((RM, RN)) {
+            acc[(i, j)] = acc[(i, j)] + part[(i, j)];
+        }
+    }
+    copy(&acc, c.tile([by * RM, bx * RN]));
+}
+
+/// `y [RP, CP]` = the top-left window of `x [R, C]`, zeros past `x`'s
+/// edges. Larger than `x`, it pads: a matrix whose rows are not a multiple
+/// of 16 bytes becomes one that TMA and 16-byte copies can read (the zeros
+/// add nothing to a product over K); smaller, it crops (a product computed
+/// into a padded output, copied out).
+#[tile_kernel(threads = 256, consts(PR = 32, PC = 256), instances(f16, bf16))]
+pub fn pad<T: Float16>(x: &Tensor<T, R, C>, y: &mut Tensor<T, RP, CP>) {
+    let (bx, by) = grid(cdiv(CP, PC), cdiv(RP, PR));
+    let mut t = fragment::<T, PR, PC>();
+    copy(x.tile([by * PR, bx * PC]), &mut t);
+    copy(&t, y.tile([by * PR, bx * PC]));
 }
 
 /// The example's configuration: `matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>`.
@@ -207,4 +357,309 @@ pub fn reference_rows<T: Element>(
 /// The f64 reference of `a · b` (`b` transposed if `trans_b`), all rows.
 pub fn reference<T: Element>(m: usize, n: usize, k: usize, a: &[T], b: &[T], trans_b: bool) -> Vec<f64> {
     reference_rows(m, n, k, a, b, false, trans_b, 0..m)
+}
+
+/// The operand layout of a GEMM: `Ab` is `c = a · b` with `b` `[K, N]`;
+/// `Abt` is `c = a · bᵀ` with `b` `[N, K]` (`y = x · wᵀ`, a linear layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Ab,
+    Abt,
+}
+
+/// The block tiles the shape rule picks among (each an instance of
+/// `matmul`, `matmul_bt` and both split-K kernels, f16 and bf16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tiles {
+    /// 64 × 128 × 64, 4 stages, 128 threads: one consumer warpgroup
+    /// (M ≤ 64: decode).
+    Small,
+    /// 128 × 128 × 64, 4 stages, 256 threads.
+    Mid,
+    /// 128 × 256 × 64, 3 stages, 256 threads: the example's configuration.
+    Wide,
+}
+
+impl Tiles {
+    /// The block tile `(BM, BN)`.
+    pub fn dims(self) -> (usize, usize) {
+        match self {
+            Tiles::Small => (64, 128),
+            Tiles::Mid => (128, 128),
+            Tiles::Wide => (128, 256),
+        }
+    }
+
+    /// The tile of the split-K kernel for this one (`Wide` has no split-K
+    /// instance: `Mid`).
+    pub fn split_tiles(self) -> Tiles {
+        match self {
+            Tiles::Wide => Tiles::Mid,
+            t => t,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tiles::Small => "64x128",
+            Tiles::Mid => "128x128",
+            Tiles::Wide => "128x256",
+        }
+    }
+}
+
+/// A configuration: the block tile and the number of K ranges (1: no
+/// split-K).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub tiles: Tiles,
+    pub split: usize,
+}
+
+impl std::fmt::Display for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} split {}", self.tiles.name(), self.split)
+    }
+}
+
+/// The SMs of the GPU the shape rule assumes (an H200's 132).
+pub const SMS: usize = 132;
+
+/// The host rule that picks a configuration for `m × n × k` (until the
+/// autotuner replaces it): the tile by M (64 rows up to M = 64, 128 × 128
+/// up to 512, else the example's 128 × 256; one block per SM each, the
+/// warp-specialized variants' registers), then, when the output has at
+/// most half as many tiles as the GPU has SMs, K split into ranges so that
+/// tiles × ranges fills the SMs once, each range at least 4 k-steps of 64,
+/// at most 16 ranges.
+pub fn choose(m: usize, n: usize, k: usize) -> Config {
+    let tiles = if m <= 64 {
+        Tiles::Small
+    } else if m <= 512 {
+        Tiles::Mid
+    } else {
+        Tiles::Wide
+    };
+    let (bm, bn) = tiles.dims();
+    let blocks = m.div_ceil(bm) * n.div_ceil(bn);
+    let steps = k.div_ceil(64);
+    let split = if blocks * 2 <= SMS { (SMS / blocks.max(1)).min(steps / 4).clamp(1, 16) } else { 1 };
+    Config { tiles, split }
+}
+
+/// Whether a row of `cols` 2-byte elements is a multiple of 16 bytes (what
+/// TMA and 16-byte copies need).
+fn aligned(cols: usize) -> bool {
+    cols % 8 == 0
+}
+
+fn round8(x: usize) -> usize {
+    x.div_ceil(8) * 8
+}
+
+type Plain<T> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<T>) -> tile::Result<()>;
+type Split<T, O> = fn(&Stream, &DeviceTensor<T>, &DeviceTensor<T>, &mut DeviceTensor<O>) -> tile::Result<()>;
+
+/// The kernels [`ShapedGemm`] launches for an element type: f16 and bf16
+/// (every instance the shape rule needs exists for both).
+pub trait GemmElement: Element {
+    /// The plain kernel of a layout and tile.
+    fn plain(layout: Layout, tiles: Tiles) -> Plain<Self>;
+    /// The split-K kernel of a layout and tile ([`Tiles::split_tiles`]),
+    /// writing f32 partial sums.
+    fn split(layout: Layout, tiles: Tiles) -> Split<Self, f32>;
+    /// The same writing `Self`: with one range, the product itself.
+    fn direct(layout: Layout, tiles: Tiles) -> Split<Self, Self>;
+    fn reduce(s: &Stream, ws: &DeviceTensor<f32>, c: &mut DeviceTensor<Self>) -> tile::Result<()>;
+    fn pad(s: &Stream, x: &DeviceTensor<Self>, y: &mut DeviceTensor<Self>) -> tile::Result<()>;
+}
+
+impl<T: Element> GemmElement for T
+where
+    matmul::Instances: matmul::Instance<T, T, 64, 128, 64, 4, 128, 8>
+        + matmul::Instance<T, T, 128, 128, 64, 4, 256, 8>
+        + matmul::Instance<T, T, 128, 256, 64, 3, 256, 8>,
+    matmul_bt::Instances: matmul_bt::Instance<T, T, 64, 128, 64, 4, 128>
+        + matmul_bt::Instance<T, T, 128, 128, 64, 4, 256>
+        + matmul_bt::Instance<T, T, 128, 256, 64, 3, 256>,
+    matmul_splitk::Instances: matmul_splitk::Instance<T, f32, 64, 128, 64, 4, 128>
+        + matmul_splitk::Instance<T, f32, 128, 128, 64, 4, 256>
+        + matmul_splitk::Instance<T, T, 64, 128, 64, 4, 128>
+        + matmul_splitk::Instance<T, T, 128, 128, 64, 4, 256>,
+    matmul_bt_splitk::Instances: matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 4, 128>
+        + matmul_bt_splitk::Instance<T, f32, 128, 128, 64, 4, 256>
+        + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 4, 128>
+        + matmul_bt_splitk::Instance<T, T, 128, 128, 64, 4, 256>,
+    splitk_reduce::Instances: splitk_reduce::Instance<T>,
+    pad::Instances: pad::Instance<T>,
+{
+    fn plain(layout: Layout, tiles: Tiles) -> Plain<T> {
+        match (layout, tiles) {
+            (Layout::Ab, Tiles::Small) => matmul::launch::<T, T, 64, 128, 64, 4, 128, 8>,
+            (Layout::Ab, Tiles::Mid) => matmul::launch::<T, T, 128, 128, 64, 4, 256, 8>,
+            (Layout::Ab, Tiles::Wide) => matmul::launch::<T, T, 128, 256, 64, 3, 256, 8>,
+            (Layout::Abt, Tiles::Small) => matmul_bt::launch::<T, T, 64, 128, 64, 4, 128>,
+            (Layout::Abt, Tiles::Mid) => matmul_bt::launch::<T, T, 128, 128, 64, 4, 256>,
+            (Layout::Abt, Tiles::Wide) => matmul_bt::launch::<T, T, 128, 256, 64, 3, 256>,
+        }
+    }
+    fn split(layout: Layout, tiles: Tiles) -> Split<T, f32> {
+        match (layout, tiles.split_tiles()) {
+            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, f32, 64, 128, 64, 4, 128>,
+            (Layout::Ab, _) => matmul_splitk::launch::<T, f32, 128, 128, 64, 4, 256>,
+            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 4, 128>,
+            (Layout::Abt, _) => matmul_bt_splitk::launch::<T, f32, 128, 128, 64, 4, 256>,
+        }
+    }
+    fn direct(layout: Layout, tiles: Tiles) -> Split<T, T> {
+        match (layout, tiles.split_tiles()) {
+            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, T, 64, 128, 64, 4, 128>,
+            (Layout::Ab, _) => matmul_splitk::launch::<T, T, 128, 128, 64, 4, 256>,
+            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 4, 128>,
+            (Layout::Abt, _) => matmul_bt_splitk::launch::<T, T, 128, 128, 64, 4, 256>,
+        }
+    }
+    fn reduce(s: &Stream, ws: &DeviceTensor<f32>, c: &mut DeviceTensor<T>) -> tile::Result<()> {
+        splitk_reduce::launch::<T>(s, ws, c)
+    }
+    fn pad(s: &Stream, x: &DeviceTensor<T>, y: &mut DeviceTensor<T>) -> tile::Result<()> {
+        pad::launch::<T>(s, x, y)
+    }
+}
+
+/// How [`ShapedGemm`] writes `c`.
+enum Output<T: Element> {
+    /// The plain kernel writes `c` (16-byte rows, one K range).
+    Plain,
+    /// The plain kernel writes a copy padded to 16-byte rows, [`pad`]
+    /// crops it into `c` (odd N, `b [K, N]` padded too).
+    Cropped(DeviceTensor<T>),
+    /// The split-K kernel with one range writes `c` (seen as `[1, M, N]`)
+    /// directly (odd N of `b [N, K]`, whose rows are whole).
+    Direct,
+    /// The split-K kernel writes the f32 workspace `[split, M, N]`,
+    /// [`splitk_reduce`] sums it into `c`.
+    Split(DeviceTensor<f32>),
+}
+
+/// A GEMM prepared for one shape and layout: its configuration ([`choose`]
+/// or given) and its scratch (the split-K workspace, padded operands), made
+/// once so that [`ShapedGemm::run`] allocates nothing.
+///
+/// What runs: operands whose rows are not a multiple of 16 bytes (odd K:
+/// both, padded in K to a multiple of 8; odd N: `b [K, N]`) are first
+/// copied by [`pad`] into zero-padded tensors; then one of [`Output`]'s
+/// ways: the plain kernel, the plain kernel into a padded `c` and a crop
+/// (odd N, `Layout::Ab`), the split-K kernel writing `c` (odd N,
+/// `Layout::Abt`), or split-K into the workspace and the reduction (more
+/// than one K range).
+pub struct ShapedGemm<T: GemmElement> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub layout: Layout,
+    pub config: Config,
+    a_pad: Option<DeviceTensor<T>>,
+    b_pad: Option<DeviceTensor<T>>,
+    out: Output<T>,
+}
+
+impl<T: GemmElement> ShapedGemm<T> {
+    /// Prepares `c [m, n] = a [m, k] · b` (`b` `[k, n]` for `Layout::Ab`,
+    /// `[n, k]` for `Layout::Abt`) with `config`, or the shape rule's.
+    pub fn new(
+        s: &Stream,
+        m: usize,
+        n: usize,
+        k: usize,
+        layout: Layout,
+        config: Option<Config>,
+    ) -> tile::Result<ShapedGemm<T>> {
+        let mut config = config.unwrap_or_else(|| choose(m, n, k));
+        config.split = config.split.max(1);
+        let kp = round8(k);
+        let a_pad = if aligned(k) { None } else { Some(DeviceTensor::zeros(s, &[m, kp])?) };
+        // `b` as the kernels read it: K padded wherever `a` is; N padded
+        // only where it is `b`'s row (`[K, N]`).
+        let b_pad = match layout {
+            Layout::Ab if !aligned(k) || !aligned(n) => Some(DeviceTensor::zeros(s, &[kp, round8(n)])?),
+            Layout::Abt if !aligned(k) => Some(DeviceTensor::zeros(s, &[n, kp])?),
+            _ => None,
+        };
+        let out = if config.split > 1 {
+            Output::Split(DeviceTensor::zeros(s, &[config.split, m, n])?)
+        } else if aligned(n) {
+            Output::Plain
+        } else if layout == Layout::Ab {
+            Output::Cropped(DeviceTensor::zeros(s, &[m, round8(n)])?)
+        } else {
+            Output::Direct
+        };
+        if matches!(out, Output::Split(_) | Output::Direct) {
+            config.tiles = config.tiles.split_tiles();
+        }
+        Ok(ShapedGemm { m, n, k, layout, config, a_pad, b_pad, out })
+    }
+
+    /// `c = a · b` (or `a · bᵀ`) for the prepared shape.
+    pub fn run(
+        &mut self,
+        s: &Stream,
+        a: &DeviceTensor<T>,
+        b: &DeviceTensor<T>,
+        c: &mut DeviceTensor<T>,
+    ) -> tile::Result<()> {
+        // The padding and cropping kernels take any shapes: a tensor of
+        // another shape than the prepared one must be an error here, not a
+        // silently padded or cropped product.
+        let b_shape = match self.layout {
+            Layout::Ab => [self.k, self.n],
+            Layout::Abt => [self.n, self.k],
+        };
+        for (param, got, want) in
+            [("a", a.shape(), [self.m, self.k]), ("b", b.shape(), b_shape), ("c", c.shape(), [self.m, self.n])]
+        {
+            if got != want {
+                return Err(tile::Error::Shape {
+                    kernel: "ShapedGemm".into(),
+                    param: param.into(),
+                    dim: None,
+                    message: format!(
+                        "`{param}` has shape {got:?}, but this GEMM was prepared for {}x{}x{} ({:?}): {want:?}",
+                        self.m, self.n, self.k, self.layout
+                    ),
+                });
+            }
+        }
+        if let Some(p) = &mut self.a_pad {
+            T::pad(s, a, p)?;
+        }
+        if let Some(p) = &mut self.b_pad {
+            T::pad(s, b, p)?;
+        }
+        let a = self.a_pad.as_ref().unwrap_or(a);
+        let b = self.b_pad.as_ref().unwrap_or(b);
+        let (layout, tiles) = (self.layout, self.config.tiles);
+        match &mut self.out {
+            Output::Plain => T::plain(layout, tiles)(s, a, b, c),
+            Output::Cropped(padded) => {
+                T::plain(layout, tiles)(s, a, b, padded)?;
+                T::pad(s, padded, c)
+            }
+            Output::Direct => {
+                // `c` as `[1, M, N]` for the launch, then back (an empty
+                // placeholder holds its place meanwhile; it allocates nothing).
+                let (m, n) = (self.m, self.n);
+                let whole = std::mem::replace(c, DeviceTensor::zeros(s, &[0])?).reshape(&[1, m, n])?;
+                let mut whole = whole;
+                let launched = T::direct(layout, tiles)(s, a, b, &mut whole);
+                *c = whole.reshape(&[m, n])?;
+                launched
+            }
+            Output::Split(ws) => {
+                T::split(layout, tiles)(s, a, b, ws)?;
+                T::reduce(s, ws, c)
+            }
+        }
+    }
 }

@@ -905,3 +905,28 @@ pub fn check_stage_independence<T: Element, O: Element>(
     }
     Ok(())
 }
+
+/// The shape dispatch (`examples::gemm::ShapedGemm`: small-M tiles,
+/// split-K over an f32 workspace, padding of rows that are not 16-byte
+/// multiples) at `m × n × k` in `layout` with `config` (the shape rule's
+/// when `None`), against the f64 reference; `c` starts as NaN.
+#[allow(clippy::too_many_arguments)]
+pub fn check_shaped<T: examples::gemm::GemmElement>(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    k: usize,
+    layout: examples::gemm::Layout,
+    config: Option<examples::gemm::Config>,
+    tol: f64,
+    seed: u64,
+) -> Res<Vec<T>> {
+    let trans = match layout {
+        examples::gemm::Layout::Ab => NN,
+        examples::gemm::Layout::Abt => NT,
+    };
+    check_gemm::<T, T>(dev, m, n, k, trans, tol, seed, |s, a, b, c| {
+        examples::gemm::ShapedGemm::<T>::new(s, m, n, k, layout, config)?.run(s, a, b, c)
+    })
+    .map_err(|e| format!("{layout:?} {config:?}: {e}").into())
+}

@@ -129,4 +129,48 @@ impl Matmul {
             st = self.stages,
         )
     }
+
+    /// The split-K form of the kernel (`examples/kernels/gemm.rs`'s
+    /// `matmul_splitk` / `matmul_bt_splitk`, as the macro lowers them): a
+    /// third grid axis over `SPLIT` K ranges of `steps` k-steps each, the
+    /// partial product of range `bz` written to `c[bz, .., ..]` (`out`'s
+    /// type, default f32); `b` is `[K, NB]` (`[NB, K]` with `trans_b`), `NB`
+    /// its own dim. Uses `name`, `dtype`, `out`, `trans_b`, the tile,
+    /// `stages`, `threads` and `swizzle` (not `trans_a` or `k_first`).
+    pub fn splitk_text(&self) -> String {
+        let t = self.dtype;
+        let out = self.out.unwrap_or("f32");
+        let (bm, bn, bk) = (self.bm, self.bn, self.bk);
+        let (b_ty, b_s, b_org, tb) = if self.trans_b {
+            ("[NB, K]", format!("[{bn}, {bk}]"), format!("[bx * {bn}, (k0 + k) * {bk}]"), ".t")
+        } else {
+            ("[K, NB]", format!("[{bk}, {bn}]"), format!("[(k0 + k) * {bk}, bx * {bn}]"), "")
+        };
+        let swizzle = self.swizzle.map(|s| format!(" swizzle={s}")).unwrap_or_default();
+        format!(
+            "kernel {name}<%0 M, %1 K, %2 NB, %3 SPLIT, %4 N>(@0 a: &{t}[M, K], @1 b: &{t}{b_ty}, @2 c: &mut {out}[SPLIT, M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, SPLIT){swizzle} {{
+  %5 bx = block_idx.x
+  %6 by = block_idx.y
+  %7 bz = block_idx.z
+  @3 a_s: shared {t}[{bm}, {bk}]
+  @4 b_s: shared {t}{b_s}
+  @5 acc: fragment f32[{bm}, {bn}]
+  let %8 steps: i32 = ((K + {bk1}) / {bk} + (SPLIT - 1)) / SPLIT
+  let %9 k0: i32 = bz * steps
+  fill acc, 0.0
+  for %10 k in pipelined({st}) 0..steps {{
+    copy a[by * {bm}, (k0 + k) * {bk}] -> a_s
+    copy b{b_org} -> b_s
+    gemm a_s, b_s{tb} -> acc
+  }}
+  copy acc -> c[bz, by * {bm}.., bx * {bn}..]
+}}",
+            name = self.name,
+            th = self.threads,
+            bn1 = bn - 1,
+            bm1 = bm - 1,
+            bk1 = bk - 1,
+            st = self.stages,
+        )
+    }
 }

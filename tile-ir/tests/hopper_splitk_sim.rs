@@ -1,0 +1,142 @@
+//! The split-K GEMM (`examples/kernels/gemm.rs`'s `matmul_splitk` and
+//! `matmul_bt_splitk`, as `tile_testkit::Matmul::splitk_text` prints them)
+//! on the Thread IR simulator: its warp-specialized variant (TMA producer,
+//! wgmma consumers) over a third grid axis of K ranges, each block writing
+//! its f32 partial product to `ws[z, .., ..]`. Checked against an f64
+//! reference of each range's partial sum for ranges of 0, 1 and 2 k-steps
+//! (more ranges than k-steps: the last ones read only past K), a last range
+//! shorter than the others, edges in M and N, both layouts, f16 and bf16,
+//! under several interleavings; one range written in the input type, `b`
+//! wider than the output; and the general variant (what runs on
+//! sm_80 and where TMA cannot) on the same problems.
+
+mod gemm_sim;
+mod sim;
+
+use gemm_sim::{decode, random, Rng};
+use sim::SimTensor;
+use tile_ir::print::parse_kernel;
+use tile_ir::*;
+use tile_testkit::{Matmul, MATMUL_128X256};
+
+/// The f64 partial sums of `a · op(b)` over k in `[z·steps·bk, (z+1)·steps·bk)`,
+/// `[split, m, n]`; `b` is `[kk, nb]` (`[nb, kk]` if `trans_b`), `nb ≥ n`.
+#[allow(clippy::too_many_arguments)]
+fn partials(
+    m: usize,
+    n: usize,
+    nb: usize,
+    kk: usize,
+    a: &[f64],
+    b: &[f64],
+    trans_b: bool,
+    split: usize,
+    bk: usize,
+) -> Vec<f64> {
+    let steps = kk.div_ceil(bk).div_ceil(split);
+    let mut out = vec![0.0; split * m * n];
+    for z in 0..split {
+        let (lo, hi) = ((z * steps * bk).min(kk), ((z + 1) * steps * bk).min(kk));
+        for i in 0..m {
+            for j in 0..n {
+                out[(z * m + i) * n + j] =
+                    (lo..hi).map(|p| a[i * kk + p] * if trans_b { b[j * kk + p] } else { b[p * nb + j] }).sum();
+            }
+        }
+    }
+    out
+}
+
+/// Runs `schedule`'s variant of `cfg`'s split-K kernel at `m × n × kk` in
+/// `split` ranges and checks every output element (NaN bits to start: an
+/// element never written fails).
+fn check(cfg: Matmul, schedule: &str, m: usize, n: usize, kk: usize, split: usize) {
+    check_wide_b(cfg, schedule, m, n, n, kk, split)
+}
+
+/// [`check`] with `b` `nb ≥ n` wide (a padded `b`: its extra columns must
+/// not be written anywhere).
+fn check_wide_b(cfg: Matmul, schedule: &str, m: usize, n: usize, nb: usize, kk: usize, split: usize) {
+    let k = parse_kernel(&cfg.splitk_text()).unwrap();
+    let variants = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+    let c = variants.iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
+    let dt = if cfg.dtype == "bf16" { DType::BF16 } else { DType::F16 };
+    let mut rng = Rng(0x5917 ^ (m * 7919 + n * 131 + kk * 7 + split) as u64);
+    let (ab, av) = random(&mut rng, dt, m * kk, -1.0, 1.0);
+    let (bb, bv) = random(&mut rng, dt, kk * nb, -1.0, 1.0);
+    let b_shape = if cfg.trans_b { vec![nb, kk] } else { vec![kk, nb] };
+    let (out_dt, out_size, tol) = match cfg.out {
+        Some("f16") => (DType::F16, 2, 2e-3),
+        Some("bf16") => (DType::BF16, 2, 8e-3),
+        _ => (DType::F32, 4, 1e-4),
+    };
+    let tensors = vec![
+        SimTensor { bytes: ab, shape: vec![m, kk], elem: 2 },
+        SimTensor { bytes: bb, shape: b_shape, elem: 2 },
+        SimTensor { bytes: vec![0xFF; out_size * split * m * n], shape: vec![split, m, n], elem: out_size },
+    ];
+    let dims = [m as i64, kk as i64, nb as i64, split as i64, n as i64];
+    let out = if schedule == "warp_specialized_gemm" {
+        sim::run_interleavings(&c.function, &k, tensors, &dims, &[], None)
+    } else {
+        sim::run_function(&c.function, &k, tensors, &dims, &[], sim::RunOptions::default()).tensors
+    };
+    let got = decode(out_dt, &out[2]);
+    let want = partials(m, n, nb, kk, &av, &bv, cfg.trans_b, split, cfg.bk as usize);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{} {schedule} {m}×{n}×{kk} split {split}: ws[{}, {}, {}] = {g}, want {w}",
+            cfg.name,
+            i / (m * n),
+            i / n % m,
+            i % n
+        );
+    }
+}
+
+/// The shape rule's 64 × 128 tile (one consumer warpgroup).
+const SMALL: Matmul = Matmul { name: "splitk_small", bm: 64, bn: 128, threads: 128, stages: 4, ..MATMUL_128X256 };
+
+#[test]
+fn ranges_of_0_1_and_2_k_steps() {
+    // K = 128: two k-steps; 1 range of 2, 2 ranges of 1, 3 ranges of 1
+    // (the last empty), 4 ranges of 1 (two empty).
+    for split in [1, 2, 3, 4] {
+        check(SMALL, "warp_specialized_gemm", 64, 128, 128, split);
+    }
+    // K = 0: every range empty (the loops must not hang; zeros written).
+    check(SMALL, "warp_specialized_gemm", 64, 128, 0, 2);
+}
+
+#[test]
+fn short_last_range_edges_layouts_and_bf16() {
+    // K = 330: six k-steps, the last partial; 4 ranges of 2 (the last one
+    // empty), M and N off the tile.
+    check(SMALL, "warp_specialized_gemm", 70, 130, 330, 4);
+    check(Matmul { trans_b: true, dtype: "bf16", ..SMALL }, "warp_specialized_gemm", 3, 129, 330, 3);
+    // The 128 × 128 tile: two consumer warpgroups.
+    let mid = Matmul { bm: 128, bn: 128, threads: 256, ..SMALL };
+    check(Matmul { trans_b: true, ..mid }, "warp_specialized_gemm", 130, 72, 200, 2);
+}
+
+/// One range written as the product itself (`O = T`: the odd-N output of
+/// `ShapedGemm`), rows of `c` not 16-byte multiples, `b` wider than `c`
+/// (padded), both layouts.
+#[test]
+fn one_range_in_the_input_type_and_a_wider_b() {
+    check_wide_b(Matmul { out: Some("f16"), ..SMALL }, "warp_specialized_gemm", 70, 129, 136, 200, 1);
+    let bt = Matmul { out: Some("bf16"), dtype: "bf16", trans_b: true, ..SMALL };
+    check_wide_b(bt, "warp_specialized_gemm", 65, 131, 131, 130, 1);
+    check_wide_b(Matmul { out: Some("f16"), ..SMALL }, "warp_specialized_gemm", 3, 17, 24, 64, 2);
+}
+
+#[test]
+fn the_general_variant_agrees() {
+    let general = |c: &Compiled| c.schedule == "cp_async_pipeline" || c.schedule == "general";
+    let k = parse_kernel(&SMALL.splitk_text()).unwrap();
+    let last = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap().pop().unwrap();
+    assert!(general(&last), "the last variant is {}", last.schedule);
+    check(SMALL, last.schedule, 70, 130, 330, 4);
+    check(Matmul { trans_b: true, ..SMALL }, last.schedule, 5, 17, 77, 3);
+}
