@@ -51,7 +51,7 @@ impl Lx<'_> {
         clear: bool,
         policy: WarpPolicy,
     ) -> R<()> {
-        if let Some(g) = self.wgmma_plan(a, b, c, trans_a, trans_b) {
+        if let Some(g) = self.wgmma_plan(a, b, c, (trans_a, trans_b), policy) {
             return self.lower_wgmma(&g, a, b, c, clear);
         }
         let k = self.k;
