@@ -49,8 +49,11 @@
 //!
 //! # Which gemms lower to wgmma
 //!
-//! [`wgmma_shape`] decides, for layout inference and the lowering alike;
-//! [`gemm_operand_layout`] gives the shared operand layouts it assumes.
+//! [`wgmma_gemm`] decides, for layout inference and the lowering alike
+//! (its warpgroup grid: rows per warpgroup, or columns split over
+//! warpgroups sharing 64 rows, [`wgmma_col_groups`]; its instructions,
+//! [`wgmma_instructions`]); [`gemm_operand_layout`] gives the shared
+//! operand layouts it assumes.
 //!
 //! # The accumulator
 //!
@@ -58,7 +61,11 @@
 //! registers: register `i` of thread `t` (`w = t / 32`, `g = (t % 32) / 4`,
 //! `q = t % 4`) holds `(16w + g + 8·((i >> 1) & 1), 8·(i >> 2) + 2q + (i & 1))`:
 //! mma.sync's C pattern repeated along N. That is
-//! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`.
+//! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`. With
+//! the columns split over `C` warpgroups ([`wgmma_split_accumulator`]), the
+//! warpgroup's own bits (thread bits 7..) pick its columns (and, above
+//! them, its 64-row band), so a row's values sit in `C` warpgroups and a
+//! row reduction combines them through shared memory (`lower/reduce.rs`).
 
 use crate::ir::{BufferId, DType, Kernel, Scope, Stmt, StmtKind, WarpPolicy};
 use crate::layout::{RootLayout, SharedLayout};
@@ -416,7 +423,7 @@ pub fn wgmma_a_frag_index(s: i64, j: i64, h: i64) -> (i64, i64) {
 }
 
 /// A gemm of the general (not warp-specialized) sm_90a path that lowers to
-/// wgmma: what [`wgmma_shape`] found out about it.
+/// wgmma: what [`wgmma_gemm`] found out about it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WgmmaGemm {
     /// The accumulator is `[m, n]`, `K = k`; `m = 64 · warpgroups / col_groups`.
@@ -485,7 +492,7 @@ fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
 /// [`SharedLayout::for_ldmatrix`] (ldmatrix reads any of these). `None`
 /// when the buffer has no constant 2-D shape or its annotation does not fit.
 ///
-/// Consistent with [`wgmma_shape`]: a gemm that is eligible with every
+/// Consistent with [`wgmma_gemm`]: a gemm that is eligible with every
 /// panel-able operand panelled has all of them panelled here (each is read
 /// by that gemm), and a gemm with a panel-able operand left unpanelled is
 /// not eligible (rows over 128 bytes have no descriptor).

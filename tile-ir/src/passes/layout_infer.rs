@@ -8,9 +8,11 @@
 //! warps, and its shared operands an ldmatrix-friendly (swizzled or padded)
 //! [`SharedLayout`] ([`LayoutPlan::shared`]). On sm_90a
 //! ([`infer_layouts_for`]) a gemm that lowers to wgmma
-//! ([`crate::hopper::wgmma_shape`]) gives its accumulator the wgmma layout
+//! ([`crate::hopper::wgmma_gemm`]) gives its accumulator the wgmma layout
 //! (warps `(M/16, 1)`, the same as mma.sync's with that grid, so the rest
-//! of inference treats it alike) and its shared operands wider than 128
+//! of inference treats it alike; or, when warpgroups share 64 rows, the
+//! column-split layout [`crate::hopper::wgmma_split_accumulator`], whose
+//! rows span warpgroups) and its shared operands wider than 128
 //! bytes a row are stored in 64-column panels
 //! ([`crate::hopper::gemm_operand_layout`]). Unless the buffer carries an
 //! `annotate_layout` ([`crate::ir::Buffer::layout`]), which then wins; unsupported tile shapes and
@@ -188,7 +190,7 @@ pub fn infer_layouts_for(kernel: &Kernel, target: Target) -> Result<LayoutPlan, 
 }
 
 /// The accumulators of `kernel`'s gemms that lower to wgmma on `target`
-/// ([`crate::hopper::wgmma_shape`], the test the lowering applies too).
+/// ([`crate::hopper::wgmma_gemm`], the test the lowering applies too).
 /// Another gemm into the same accumulator that is not eligible lowers to
 /// mma.sync with the same warp grid `(M/16, 1)`.
 ///

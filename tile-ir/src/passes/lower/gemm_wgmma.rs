@@ -1,37 +1,43 @@
 //! `gemm` → `wgmma.mma_async` in the general (not warp-specialized) sm_90a
 //! lowering.
 //!
-//! Expects a gemm that [`crate::hopper::wgmma_shape`] accepts (the test that
+//! Expects a gemm that [`crate::hopper::wgmma_gemm`] accepts (the test that
 //! layout inference applied too: [`crate::passes::layout_infer::infer_layouts_for`])
 //! and a layout plan that gave its accumulator the wgmma accumulator layout
-//! ([`wgmma_accumulator`]) and a fragment A the register-A layout
-//! ([`wgmma_a_fragment`]); the shared operands were placed at offsets that
-//! are multiples of 8 rows of their swizzle span, and so are their
-//! pipelining stages ([`Lx::wgmma_operand_alignment`]).
+//! of its warpgroup grid ([`wgmma_split_accumulator`]) and a fragment A the
+//! register-A layout ([`wgmma_a_fragment`]); the shared operands were
+//! placed at offsets that are multiples of 8 rows of their swizzle span,
+//! and so are their pipelining stages ([`Lx::wgmma_operand_alignment`]).
 //!
-//! Guarantees, per gemm (`M = 64·W` over `W` warpgroups, every thread of
-//! the block active):
+//! Guarantees, per gemm (`W` warpgroups as an `M/64 × C` grid, `C` =
+//! [`WgmmaGemm::col_groups`]; warpgroup `w` owns rows `64·(w / C)..+64` and
+//! columns `(w % C)·N/C..+N/C`; every thread of the block active):
 //! ```text
-//! [A from a fragment: pack the K/16 × 4 A registers, pairs of 16-bit values]
+//! [A from a fragment (C = 1 only): pack the K/16 × 4 A registers, pairs of 16-bit values]
 //! wgmma.fence                         // accumulator / A writes before the wgmmas
-//! for s in 0..K/16:                   // warpgroup w computes rows 64w..64w+64
-//!     wgmma.mma_async.m64nNk16 d, A_s, B_s, scale-d = !(clear && s == 0)
+//! for s in 0..K/16:
+//!     for (c0, n) in insts:           // the warpgroup's N/C columns, ≤ 256 each
+//!         wgmma.mma_async.m64n{n}k16 d[c0..c0+n], A_s, B_s(c0), scale-d = !(clear && s == 0)
 //! wgmma.commit_group
 //! wgmma.wait_group 0                  // results in `d`, operands read
 //! ```
 //! A descriptor's start is the operand's shared address `>> 4` (`smem` + the
-//! buffer's offset, plus `64·W_A` bytes per warpgroup for a K-major A, or
-//! one 64-column panel for a panelled MN-major A: computed once in the
-//! entry code; plus the current pipelining stage's offset, [`Lx::shared_stage`])
-//! plus the k16 slice's constant descriptor from [`operand_descriptor`]; the start field holds
+//! buffer's offset + a byte offset into it, [`Lx::wgmma_start`]'s `at`, plus
+//! per warpgroup: for A, `64·W_A` bytes per row band for a K-major A, or
+//! one 64-column panel for a panelled MN-major A; for B, `N/C` rows of its
+//! span (K-major) or `N/C / 64` panels (MN-major) per column group:
+//! computed once in the entry code; plus the current pipelining stage's
+//! offset, [`Lx::shared_stage`]) plus the k16 slice's (and instruction's
+//! first column's) constant descriptor from [`operand_descriptor`]; the start field holds
 //! shared addresses below 256 KB, so the 64-bit add never carries into the
 //! other fields. Each wgmma names the shared regions it reads, so that
 //! [`crate::passes::barriers`] orders the writes before it (with the proxy
 //! fence the async proxy needs) and the writes after it.
 //!
 //! The wait right after the commit makes each gemm synchronous for its
-//! warpgroup: simple and correct. Deferring it to the next use of the
-//! accumulator (overlap with independent work) is not done here.
+//! warpgroup; [`crate::passes::wgmma_wait`] defers it to the first
+//! statement that touches what any wgmma uses (all of a gemm's
+//! instructions are in one commit group, so one wait covers them).
 
 use super::*;
 use crate::hopper::{
@@ -86,7 +92,7 @@ impl Lx<'_> {
     }
 
     /// The wgmma plan of a gemm, when it lowers to wgmma here: eligible
-    /// ([`wgmma_shape`]) and its accumulator laid out for wgmma (layout
+    /// ([`wgmma_gemm`]) and its accumulator laid out for wgmma (layout
     /// inference for this target did that; a plan made for sm_80 did not,
     /// and the gemm then stays on mma.sync). The warp-specialized variant
     /// keeps mma.sync outside its loop.
