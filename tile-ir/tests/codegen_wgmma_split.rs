@@ -6,9 +6,10 @@
 //! lowering) against f64 references at awkward sizes.
 //!
 //! - plain `FullCol` gemms over two warpgroups sharing M = 64 (N = 64,
-//!   128, 320, 512: one warpgroup per half of the columns; 2×128 and 2×256
-//!   halves), over four (quarters), 2×2 warpgroups with `Square` (M = 128),
-//!   and one warpgroup with N = 320 (256 + 64, A shared);
+//!   128, 320, 512: one warpgroup per half of the columns), over four
+//!   (quarters), 2×2 warpgroups with `Square` (M = 128, N = 128 and 256:
+//!   `gemm_tune`'s 512-thread tile), and one warpgroup with N = 320
+//!   (256 + 64, A shared);
 //! - an MLA-shaped attention kernel (M = 64 rows shared by 256 threads,
 //!   S = Q·KVᵀ with K = 192 and both gemms `FullCol`, row max and sum across
 //!   the two warpgroups, P through shared memory, O[64, 128] += P·V)
@@ -126,6 +127,8 @@ fn full_col_gemms_split_the_columns_over_warpgroups() {
         (G { threads: 256, bm: 64, bn: 512, bk: 16, tb: false, policy: "full_col" }, vec![256], (64, 500, 16)),
         (G { threads: 512, bm: 64, bn: 256, bk: 16, tb: false, policy: "full_col" }, vec![64], (64, 256, 20)),
         (G { threads: 512, bm: 128, bn: 128, bk: 32, tb: true, policy: "square" }, vec![64], (130, 128, 32)),
+        // `gemm_tune`'s 128×256×32 tile over 512 threads: 2×2 warpgroups of 64×128.
+        (G { threads: 512, bm: 128, bn: 256, bk: 32, tb: false, policy: "square" }, vec![128], (128, 250, 40)),
         (G { threads: 128, bm: 64, bn: 320, bk: 16, tb: false, policy: "full_col" }, vec![256, 64], (64, 320, 30)),
     ];
     for (g, per_step, (m, n, kk)) in cases {
