@@ -49,8 +49,11 @@
 //!
 //! # Which gemms lower to wgmma
 //!
-//! [`wgmma_shape`] decides, for layout inference and the lowering alike;
-//! [`gemm_operand_layout`] gives the shared operand layouts it assumes.
+//! [`wgmma_gemm`] decides, for layout inference and the lowering alike
+//! (its warpgroup grid: rows per warpgroup, or columns split over
+//! warpgroups sharing 64 rows, [`wgmma_col_groups`]; its instructions,
+//! [`wgmma_instructions`]); [`gemm_operand_layout`] gives the shared
+//! operand layouts it assumes.
 //!
 //! # The accumulator
 //!
@@ -58,9 +61,13 @@
 //! registers: register `i` of thread `t` (`w = t / 32`, `g = (t % 32) / 4`,
 //! `q = t % 4`) holds `(16w + g + 8·((i >> 1) & 1), 8·(i >> 2) + 2q + (i & 1))`:
 //! mma.sync's C pattern repeated along N. That is
-//! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`.
+//! [`RootLayout::mma_accumulator`] with a warp grid of `(M/16, 1)`. With
+//! the columns split over `C` warpgroups ([`wgmma_split_accumulator`]), the
+//! warpgroup's own bits (thread bits 7..) pick its columns (and, above
+//! them, its 64-row band), so a row's values sit in `C` warpgroups and a
+//! row reduction combines them through shared memory (`lower/reduce.rs`).
 
-use crate::ir::{BufferId, DType, Kernel, Scope, Stmt, StmtKind};
+use crate::ir::{BufferId, DType, Kernel, Scope, Stmt, StmtKind, WarpPolicy};
 use crate::layout::{RootLayout, SharedLayout};
 use crate::target::Feature;
 use crate::Target;
@@ -268,6 +275,72 @@ pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, Str
     Ok(RootLayout::mma_accumulator(m, n, threads, (m / 16, 1)))
 }
 
+/// The wgmma accumulator layout of an `[m, n]` f32 tile whose warpgroups
+/// form a `(m / 64) × col_groups` grid: warpgroup `j = t / 128` owns the 64
+/// rows from `64 · (j / col_groups)` and the `n / col_groups` columns from
+/// `(j % col_groups) · n / col_groups`, computed by one or more `m64nNk16`
+/// instructions side by side ([`wgmma_instructions`]). Within a warpgroup's
+/// block, register `(l_row, l_col)` holds what [`wgmma_accumulator`] of a
+/// `[64, n / col_groups]` tile holds (the PTX placement, repeated along N),
+/// so an instruction covering the block's columns `[c, c + N)` has the
+/// registers `l_col ∈ [c / 4, (c + N) / 4)` in its `d` list, at
+/// [`wgmma_d_index`]`(l_row, l_col − c / 4)`. With `col_groups = 1` this is
+/// [`RootLayout::mma_accumulator`] with warps `(m / 16, 1)` (and N may pass
+/// 256: several instructions).
+pub fn wgmma_split_accumulator(m: i64, n: i64, threads: u32, col_groups: i64) -> Result<RootLayout, String> {
+    let groups = threads as i64 / 128;
+    let row_groups = m / 64;
+    if m <= 0
+        || m % 64 != 0
+        || col_groups < 1
+        || threads % 128 != 0
+        || groups.count_ones() != 1
+        || row_groups * col_groups != groups
+        || n <= 0
+        || n % (8 * col_groups) != 0
+    {
+        return Err(format!(
+            "wgmma accumulator [{m}, {n}] over {threads} threads with the columns split {col_groups} ways: \
+             needs (m / 64) · {col_groups} = threads / 128 warpgroups (a power of two) and n a multiple of {}",
+            8 * col_groups
+        ));
+    }
+    if col_groups == 1 {
+        return Ok(RootLayout::mma_accumulator(m, n, threads, (m / 16, 1)));
+    }
+    use crate::layout::{DimDist, ThreadField};
+    let nw = n / col_groups;
+    let cg_bits = col_groups.trailing_zeros();
+    let mut rows = vec![ThreadField { shift: 2, count: 8, mult: 1 }, ThreadField { shift: 5, count: 4, mult: 16 }];
+    if row_groups > 1 {
+        rows.push(ThreadField { shift: 7 + cg_bits, count: row_groups, mult: 64 });
+    }
+    let cols = vec![ThreadField { shift: 0, count: 4, mult: 2 }, ThreadField { shift: 7, count: col_groups, mult: nw }];
+    Ok(RootLayout {
+        shape: vec![m, n],
+        dims: vec![
+            DimDist { fields: rows, regs: vec![0, 8], vec: 1 },
+            DimDist { fields: cols, regs: (0..nw / 4).map(|l| (l / 2) * 8 + l % 2).collect(), vec: 2 },
+        ],
+        threads,
+    })
+}
+
+/// How a warpgroup computes its `nw` columns of the accumulator: the
+/// `(first column, N)` of each `m64nNk16` instruction, side by side, all
+/// sharing A. Few, large instructions: as many of N = 256 as fit, then the
+/// rest (a multiple of 8). `nw` a multiple of 8.
+pub fn wgmma_instructions(nw: i64) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut c = 0;
+    while c < nw {
+        let n = (nw - c).min(256);
+        out.push((c, n));
+        c += n;
+    }
+    out
+}
+
 /// The accumulator layout of the warp-specialized GEMM variant: an `[m, n]`
 /// f32 tile over `threads / 128` warpgroups, warpgroup `j` owning the
 /// `r = m / (64 · threads/128)` consecutive 64-row slices from `64·r·j`,
@@ -350,27 +423,37 @@ pub fn wgmma_a_frag_index(s: i64, j: i64, h: i64) -> (i64, i64) {
 }
 
 /// A gemm of the general (not warp-specialized) sm_90a path that lowers to
-/// wgmma: what [`wgmma_shape`] found out about it.
+/// wgmma: what [`wgmma_gemm`] found out about it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WgmmaGemm {
-    /// The accumulator is `[m, n]`, `K = k`; `m = 64 · warpgroups`.
+    /// The accumulator is `[m, n]`, `K = k`; `m = 64 · warpgroups / col_groups`.
     pub m: i64,
     pub n: i64,
     pub k: i64,
     /// `"f16"` or `"bf16"`.
     pub ab: &'static str,
     pub warpgroups: i64,
+    /// The warpgroups along N: 1 when each owns whole 64-row slices of all
+    /// N columns; `c > 1` when `c` warpgroups share 64 rows, warpgroup `j`
+    /// owning columns `[(j % c) · n / c, (j % c + 1) · n / c)`
+    /// ([`wgmma_split_accumulator`]).
+    pub col_groups: i64,
+    /// Per warpgroup, its instructions: `(first column within the
+    /// warpgroup's columns, N)` ([`wgmma_instructions`]).
+    pub insts: Vec<(i64, i64)>,
     /// A's shared layout and major-ness; `None`: A comes from a fragment
     /// (registers, [`wgmma_a_fragment`]).
     pub a: Option<(SharedLayout, Major)>,
     pub b: (SharedLayout, Major),
 }
 
-/// The gemms of a body (recursively): `(a, b, c, trans_a, trans_b)`.
-fn gemms(body: &[Stmt], out: &mut Vec<(BufferId, BufferId, BufferId, bool, bool)>) {
+/// The gemms of a body (recursively): `(a, b, c, trans_a, trans_b, policy)`.
+fn gemms(body: &[Stmt], out: &mut Vec<(BufferId, BufferId, BufferId, bool, bool, WarpPolicy)>) {
     for s in body {
         match &s.kind {
-            StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => out.push((*a, *b, *c, *trans_a, *trans_b)),
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
+                out.push((*a, *b, *c, *trans_a, *trans_b, *policy))
+            }
             StmtKind::For { body, .. } => gemms(body, out),
             StmtKind::If { then, otherwise, .. } => {
                 gemms(then, out);
@@ -409,7 +492,7 @@ fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
 /// [`SharedLayout::for_ldmatrix`] (ldmatrix reads any of these). `None`
 /// when the buffer has no constant 2-D shape or its annotation does not fit.
 ///
-/// Consistent with [`wgmma_shape`]: a gemm that is eligible with every
+/// Consistent with [`wgmma_gemm`]: a gemm that is eligible with every
 /// panel-able operand panelled has all of them panelled here (each is read
 /// by that gemm), and a gemm with a panel-able operand left unpanelled is
 /// not eligible (rows over 128 bytes have no descriptor).
@@ -423,9 +506,9 @@ pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Op
         if let Some(p) = SharedLayout::panelled(rows, cols, elem) {
             let mut all = Vec::new();
             gemms(&kernel.body, &mut all);
-            let eligible = all.iter().any(|&(a, bb, c, ta, tb)| {
+            let eligible = all.iter().any(|&(a, bb, c, ta, tb, policy)| {
                 (a == buf || bb == buf)
-                    && wgmma_shape_with(kernel, a, bb, c, ta, tb, &|x| layout_if_panelled(kernel, x)).is_some()
+                    && wgmma_shape_with(kernel, a, bb, c, ta, tb, policy, &|x| layout_if_panelled(kernel, x)).is_some()
             });
             if eligible {
                 return Some(p);
@@ -436,21 +519,8 @@ pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Op
 }
 
 /// Whether `gemm a, b -> c` (with the transposes) lowers to wgmma in the
-/// general sm_90a path, and how. The one eligibility test: layout
-/// inference gives the accumulator of such a gemm the wgmma layout, and the
-/// lowering emits wgmma for it; anything else takes the mma.sync path.
-///
-/// Eligible: target sm_90a; a block of `128·w` threads (`w` a power of
-/// two); `c` an `[M, N]` f32 fragment with `M = 64·w` (one warpgroup per 64
-/// rows) and `N` a multiple of 8 in 8..=256; `K` a multiple of 16; A and B
-/// both f16 or both bf16; B in shared memory; A in shared memory or an
-/// untransposed fragment; every shared operand's layout
-/// ([`gemm_operand_layout`]) a wgmma operand layout ([`Swizzle::of_layout`])
-/// for which [`operand_descriptor`] describes every k16 slice each
-/// warpgroup reads. K-major: rows of 32, 64 or 128 bytes, or panels of 64
-/// columns (a k16 slice never straddles panels). MN-major: each swizzle row
-/// (or panel) holds `W / 2` M/N columns: the whole extent (`M`, `N` ≤ 64
-/// with rows of `2·extent` = 32/64/128 bytes), or 64-column panels.
+/// general sm_90a path, and how, for a gemm of the default policy
+/// (`Square`): [`wgmma_gemm`] with [`WarpPolicy::Square`].
 pub fn wgmma_shape(
     kernel: &Kernel,
     a: BufferId,
@@ -460,14 +530,80 @@ pub fn wgmma_shape(
     trans_b: bool,
     target: Target,
 ) -> Option<WgmmaGemm> {
+    wgmma_gemm(kernel, a, b, c, trans_a, trans_b, WarpPolicy::Square, target)
+}
+
+/// Whether `gemm a, b -> c` (with the transposes and its warp `policy`)
+/// lowers to wgmma in the general sm_90a path, and how. The one
+/// eligibility test: layout inference gives the accumulator of such a gemm
+/// the wgmma layout ([`wgmma_split_accumulator`]), and the lowering emits
+/// wgmma for it; anything else takes the mma.sync path.
+///
+/// Eligible: target sm_90a; a block of `128·W` threads (`W` a power of
+/// two); `c` an `[M, N]` f32 fragment with `M = 64·r`, `r` dividing `W`;
+/// `K` a multiple of 16; A and B both f16 or both bf16; B in shared memory;
+/// A in shared memory, or an untransposed fragment when each warpgroup owns
+/// whole rows (`r = W`); every shared operand's layout
+/// ([`gemm_operand_layout`]) a wgmma operand layout ([`Swizzle::of_layout`])
+/// for which [`operand_descriptor`] describes every k16 slice of every
+/// instruction of every warpgroup.
+///
+/// The warpgroups form an `r × W/r` grid (`col_groups = W / r`):
+/// - `r = W` (any policy): warpgroup `j` owns rows `64j..64j+64` and all N
+///   columns;
+/// - `r < W`: the columns are split, warpgroup `j` owning `N·r/W` of them
+///   (a multiple of 8) next to its neighbours in its 64-row band: with
+///   `FullCol` when `r = 1` (every warpgroup over all M = 64 rows, e.g.
+///   MLA's `[64, 512]` output as two 64×256 halves), with `Square` for any
+///   `r` (M = 128 over 4 warpgroups: 2×2); never with `FullRow`.
+///
+/// A warpgroup's N columns are [`wgmma_instructions`] (several when N >
+/// 256), sharing A. K-major operands: rows of 32, 64 or 128 bytes, or
+/// panels of 64 columns (a k16 slice never straddles panels). MN-major:
+/// each swizzle row (or panel) holds `W / 2` M/N columns: the whole extent
+/// (`M`, `N` ≤ 64 with rows of `2·extent` = 32/64/128 bytes), or 64-column
+/// panels, and every instruction starts at a panel's first column.
+#[allow(clippy::too_many_arguments)]
+pub fn wgmma_gemm(
+    kernel: &Kernel,
+    a: BufferId,
+    b: BufferId,
+    c: BufferId,
+    trans_a: bool,
+    trans_b: bool,
+    policy: WarpPolicy,
+    target: Target,
+) -> Option<WgmmaGemm> {
     if !target.has(Feature::Wgmma) {
         return None;
     }
-    wgmma_shape_with(kernel, a, b, c, trans_a, trans_b, &|x| gemm_operand_layout(kernel, x, target))
+    wgmma_shape_with(kernel, a, b, c, trans_a, trans_b, policy, &|x| gemm_operand_layout(kernel, x, target))
 }
 
-/// [`wgmma_shape`] with the shared operands laid out by `layout_of`.
-#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+/// The number of warpgroups along N ([`WgmmaGemm::col_groups`]) a wgmma
+/// gemm with an `[m, _]` accumulator over `threads` threads and `policy`
+/// gets, when it gets one (see [`wgmma_gemm`]).
+pub fn wgmma_col_groups(m: i64, threads: u32, policy: WarpPolicy) -> Option<i64> {
+    let warpgroups = threads as i64 / 128;
+    if threads % 128 != 0 || warpgroups == 0 || warpgroups.count_ones() != 1 || m <= 0 || m % 64 != 0 {
+        return None;
+    }
+    let r = m / 64;
+    if r == warpgroups {
+        return Some(1);
+    }
+    let ok = r < warpgroups
+        && warpgroups % r == 0
+        && match policy {
+            WarpPolicy::FullRow => false,
+            WarpPolicy::FullCol => r == 1,
+            WarpPolicy::Square => true,
+        };
+    ok.then_some(warpgroups / r)
+}
+
+/// [`wgmma_gemm`] with the shared operands laid out by `layout_of`.
+#[allow(clippy::manual_is_multiple_of, clippy::too_many_arguments)] // MSRV 1.85 lacks `is_multiple_of`
 fn wgmma_shape_with(
     kernel: &Kernel,
     a: BufferId,
@@ -475,6 +611,7 @@ fn wgmma_shape_with(
     c: BufferId,
     trans_a: bool,
     trans_b: bool,
+    policy: WarpPolicy,
     layout_of: &dyn Fn(BufferId) -> Option<SharedLayout>,
 ) -> Option<WgmmaGemm> {
     if kernel.threads % 128 != 0 {
@@ -499,16 +636,20 @@ fn wgmma_shape_with(
         || am != m
         || bn != n
         || ak != bk
-        || m != 64 * warpgroups
         || ak <= 0
         || ak % 16 != 0
     {
         return None;
     }
-    wgmma_accumulator(m, n, kernel.threads).ok()?;
-    // Every k16 slice every warpgroup reads must have a descriptor;
-    // `groups` warpgroups read 64 M rows each (A), or all share one (B).
-    let describable = |layout: &SharedLayout, major: Major, groups: i64| -> bool {
+    let col_groups = wgmma_col_groups(m, kernel.threads, policy)?;
+    wgmma_split_accumulator(m, n, kernel.threads, col_groups).ok()?;
+    let row_groups = warpgroups / col_groups;
+    let nw = n / col_groups;
+    let insts = wgmma_instructions(nw);
+    // Every k16 slice every warpgroup reads must have a descriptor: A at
+    // the `row_groups` 64-row bands, B at the first column of every
+    // instruction of every column group.
+    let describable = |layout: &SharedLayout, major: Major, starts: &[i64]| -> bool {
         let Some(sw) = Swizzle::of_layout(layout) else { return false };
         // An MN-major swizzle row (or panel) holds W / 2 M/N columns.
         let rows_fit = match major {
@@ -516,22 +657,25 @@ fn wgmma_shape_with(
             Major::MN => layout.panel_cols.unwrap_or(layout.cols) * layout.elem == sw.bytes() as i64,
         };
         rows_fit
-            && (0..groups).all(|g| {
+            && starts.iter().all(|&start| {
                 (0..ak / 16).all(|s| {
                     let (row0, col0) = match major {
-                        Major::K => (64 * g, 16 * s),
-                        Major::MN => (16 * s, 64 * g),
+                        Major::K => (start, 16 * s),
+                        Major::MN => (16 * s, start),
                     };
                     operand_descriptor(layout, major, 0, row0, col0).is_ok()
                 })
             })
     };
     let a_op = match ab.scope {
-        Scope::Fragment if !trans_a => None,
+        // Register A: each warpgroup holds the rows it multiplies only when
+        // it owns whole rows (layout inference refuses the rest).
+        Scope::Fragment if !trans_a && col_groups == 1 => None,
         Scope::Shared => {
             let l = layout_of(a)?;
             let major = if trans_a { Major::MN } else { Major::K };
-            if !describable(&l, major, warpgroups) {
+            let starts: Vec<i64> = (0..row_groups).map(|g| 64 * g).collect();
+            if !describable(&l, major, &starts) {
                 return None;
             }
             Some((l, major))
@@ -541,10 +685,11 @@ fn wgmma_shape_with(
     let bl = layout_of(b)?;
     // B is `[K, N]` (N contiguous: MN-major) unless transposed to `[N, K]`.
     let b_major = if trans_b { Major::K } else { Major::MN };
-    if !describable(&bl, b_major, 1) {
+    let starts: Vec<i64> = (0..col_groups).flat_map(|j| insts.iter().map(move |&(c, _)| j * nw + c)).collect();
+    if !describable(&bl, b_major, &starts) {
         return None;
     }
-    Some(WgmmaGemm { m, n, k: ak, ab: ty, warpgroups, a: a_op, b: (bl, b_major) })
+    Some(WgmmaGemm { m, n, k: ak, ab: ty, warpgroups, col_groups, insts, a: a_op, b: (bl, b_major) })
 }
 
 #[cfg(test)]
@@ -757,11 +902,120 @@ mod tests {
         assert!(w.a.is_none() && w.b.0.panel_cols == Some(64));
         assert_eq!(gemm_operand_layout(&g.0, g.2, Target::Sm90a), Some(w.b.0));
         assert_eq!(gemm_operand_layout(&g.0, g.2, Target::Sm80), Some(SharedLayout::for_ldmatrix(64, 128, 2)));
-        // M must be 64 per warpgroup; N ≤ 256; f32 operands never.
-        assert!(shape(&mk(256, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F16), Target::Sm90a).is_none());
-        assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 512], [64, 512], DType::F16), Target::Sm90a).is_none());
+        // f32 operands never.
         assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 64], [64, 64], DType::F32), Target::Sm90a).is_none());
         // MN-major B of 96 columns (192-byte rows, padded): no descriptor.
         assert!(shape(&mk(128, (Scope::Shared, [64, 32]), [32, 96], [64, 96], DType::F16), Target::Sm90a).is_none());
+        // M = 64 over two warpgroups (Square, the default): the columns split
+        // in two halves of 32, both warpgroups reading A's 64 rows.
+        let w = shape(&mk(256, (Scope::Shared, [64, 32]), [32, 128], [64, 128], DType::F16), Target::Sm90a).unwrap();
+        assert_eq!((w.warpgroups, w.col_groups, w.insts.clone()), (2, 2, vec![(0, 64)]));
+        // N = 512 over one warpgroup: two instructions of 256 sharing A.
+        let w = shape(&mk(128, (Scope::Shared, [64, 32]), [32, 512], [64, 512], DType::F16), Target::Sm90a).unwrap();
+        assert_eq!((w.col_groups, w.insts.clone()), (1, vec![(0, 256), (256, 256)]));
+        // Register A with the columns split: every warpgroup would need all of A.
+        assert!(shape(&mk(256, (Scope::Fragment, [64, 64]), [64, 64], [64, 64], DType::F16), Target::Sm90a).is_none());
+    }
+
+    /// Which gemms split N over warpgroups, per policy, and how each
+    /// warpgroup's columns become instructions.
+    #[test]
+    fn column_split_decisions() {
+        use crate::ir::{Buffer, Extent, SpanId};
+        // (threads, policy, A, B, C, trans_b) -> (col_groups, insts) or None.
+        let decide = |threads: u32, policy: WarpPolicy, a: [i64; 2], b: [i64; 2], c: [i64; 2], tb: bool| {
+            let mut k = Kernel::new("g", threads);
+            let mut add = |name: &str, scope: Scope, dtype: DType, shape: [i64; 2]| {
+                k.add_buffer(Buffer {
+                    name: name.into(),
+                    scope,
+                    dtype,
+                    shape: shape.iter().map(|&x| Extent::Const(x)).collect(),
+                    mutable: true,
+                    span: SpanId::NONE,
+                    layout: None,
+                })
+            };
+            let (ab, bb, cb) = (
+                add("a", Scope::Shared, DType::F16, a),
+                add("b", Scope::Shared, DType::F16, b),
+                add("c", Scope::Fragment, DType::F32, c),
+            );
+            k.body = vec![Stmt::new(StmtKind::Gemm {
+                a: ab,
+                b: bb,
+                c: cb,
+                trans_a: false,
+                trans_b: tb,
+                clear: false,
+                policy,
+            })];
+            wgmma_gemm(&k, ab, bb, cb, false, tb, policy, Target::Sm90a).map(|g| (g.col_groups, g.insts))
+        };
+        use WarpPolicy::*;
+        // MLA: scores [64, 64] = Q·KVᵀ (K-major B, K = 576), O [64, 512] += P·V.
+        assert_eq!(decide(256, FullCol, [64, 576], [64, 576], [64, 64], true), Some((2, vec![(0, 32)])));
+        assert_eq!(decide(256, FullCol, [64, 64], [64, 512], [64, 512], false), Some((2, vec![(0, 256)])));
+        assert_eq!(decide(256, Square, [64, 64], [64, 512], [64, 512], false), Some((2, vec![(0, 256)])));
+        // N = 320 over two warpgroups: 160 each (K-major B: any multiple of 8),
+        // and over one: 256 + 64.
+        assert_eq!(decide(256, FullCol, [64, 32], [320, 32], [64, 320], true), Some((2, vec![(0, 160)])));
+        assert_eq!(decide(128, FullCol, [64, 32], [32, 320], [64, 320], false), Some((1, vec![(0, 256), (256, 64)])));
+        // MN-major B split at column 160: not a panel's first column.
+        assert_eq!(decide(256, FullCol, [64, 32], [32, 320], [64, 320], false), None);
+        // MN-major B of 64 columns (one 128-byte row, no panels) split at 32: no descriptor.
+        assert_eq!(decide(256, FullCol, [64, 32], [32, 64], [64, 64], false), None);
+        // 2 × 2 warpgroups (Square only: FullCol means one 64-row band).
+        assert_eq!(decide(512, Square, [128, 32], [32, 256], [128, 256], false), Some((2, vec![(0, 128)])));
+        assert_eq!(decide(512, FullCol, [128, 32], [32, 256], [128, 256], false), None);
+        // FullRow never splits N; M = 64 per warpgroup ignores the policy (as before).
+        assert_eq!(decide(256, FullRow, [64, 32], [32, 128], [64, 128], false), None);
+        assert_eq!(decide(256, FullCol, [128, 32], [32, 128], [128, 128], false), Some((1, vec![(0, 128)])));
+        // Four warpgroups over 64 rows: quarters.
+        assert_eq!(decide(512, FullCol, [64, 32], [32, 512], [64, 512], false), Some((4, vec![(0, 128)])));
+        assert_eq!(wgmma_instructions(512), vec![(0, 256), (256, 256)]);
+        assert_eq!(wgmma_instructions(264), vec![(0, 256), (256, 8)]);
+        assert_eq!(wgmma_instructions(40), vec![(0, 40)]);
+    }
+
+    /// The column-split accumulator: a bijection onto `[m, n]` whose
+    /// warpgroup `j` holds exactly its band's rows and its columns, and
+    /// whose instruction `(c0, N)` registers are the PTX placement of an
+    /// `m64nNk16` shifted to the warpgroup's columns `+ c0`.
+    #[test]
+    fn column_split_accumulator_is_a_bijection_with_the_ptx_placement() {
+        for (m, n, threads, cg) in [
+            (64, 64, 256, 2),
+            (64, 512, 256, 2),
+            (64, 320, 256, 2),
+            (128, 256, 512, 2),
+            (64, 512, 512, 4),
+            (64, 320, 128, 1),
+        ] {
+            let l = wgmma_split_accumulator(m, n, threads, cg).unwrap();
+            let nw = n / cg;
+            assert_eq!(l.active_threads(), threads as i64);
+            assert_eq!(l.regs_along(0) * l.regs_along(1), nw / 2);
+            let mut seen = HashSet::new();
+            for t in 0..threads as i64 {
+                let (wg, band, part) = (t / 128, (t / 128) / cg, (t / 128) % cg);
+                for lr in 0..2 {
+                    for &(c0, ni) in &wgmma_instructions(nw) {
+                        for lc in 0..ni / 4 {
+                            let (r, c) = (l.coord(t, 0, lr), l.coord(t, 1, c0 / 4 + lc));
+                            assert!(r < m && c < n && seen.insert((r, c)), "m {m} n {n} t {t}");
+                            let (pr, pc) = wgmma_d_coord(t, wgmma_d_index(lr, lc) as i64);
+                            assert_eq!((pr + 64 * band, pc + part * nw + c0), (r, c), "m {m} n {n} wg {wg}");
+                        }
+                    }
+                }
+            }
+            assert_eq!(seen.len() as i64, m * n);
+        }
+        // One column group is the old layout.
+        assert_eq!(wgmma_split_accumulator(128, 64, 256, 1).unwrap(), wgmma_accumulator(128, 64, 256).unwrap());
+        assert!(wgmma_split_accumulator(64, 64, 384, 3).is_err());
+        assert!(wgmma_split_accumulator(64, 60, 256, 2).is_err());
+        assert!(wgmma_split_accumulator(128, 64, 256, 2).is_err());
     }
 }

@@ -516,14 +516,14 @@ impl SharedLayout {
         }
     }
 
-    /// A tile of 16-bit elements whose rows are a power of two wider than
-    /// 128 bytes, stored as panels of 64 columns, each `Swizzle<3, 4, 3>`
+    /// A tile of 16-bit elements whose rows are a multiple of 128 bytes
+    /// wider than 128 (MLA's 576 columns: 9 panels), stored as panels of 64 columns, each `Swizzle<3, 4, 3>`
     /// with 128-byte rows: the layout wgmma and TMA read with the 128B
     /// swizzle (panels `LBO` apart for an MN-major operand; a K-major k16
     /// slice lies in one panel). `None` for other shapes.
     pub fn panelled(rows: i64, cols: i64, elem: i64) -> Option<SharedLayout> {
         let rb = cols * elem;
-        (elem == 2 && rb > 128 && rb.count_ones() == 1).then_some(SharedLayout {
+        (elem == 2 && rb > 128 && rb % 128 == 0).then_some(SharedLayout {
             rows,
             cols,
             elem,
@@ -830,7 +830,7 @@ mod tests {
     #[test]
     fn panelled_layouts_are_for_ldmatrix_panels() {
         use std::collections::HashSet;
-        for (rows, cols) in [(32i64, 128i64), (16, 256), (64, 128)] {
+        for (rows, cols) in [(32i64, 128i64), (16, 256), (64, 128), (64, 576), (16, 192)] {
             let l = SharedLayout::panelled(rows, cols, 2).unwrap();
             let panel = SharedLayout::for_ldmatrix(rows, 64, 2);
             assert_eq!(l.panel_bytes(), panel.bytes());
@@ -844,9 +844,10 @@ mod tests {
                 }
             }
         }
-        // Only 16-bit rows wider than 128 bytes, a power of two.
+        // Only 16-bit rows wider than 128 bytes, a multiple of 128.
         assert!(SharedLayout::panelled(32, 64, 2).is_none());
         assert!(SharedLayout::panelled(32, 96, 2).is_none());
+        assert!(SharedLayout::panelled(32, 160, 2).is_none());
         assert!(SharedLayout::panelled(32, 128, 4).is_none());
         assert!(SharedLayout::panelled(32, 128, 2).unwrap().describe().contains("panels of 64 columns"));
     }

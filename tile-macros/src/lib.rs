@@ -344,8 +344,15 @@ mod sig;
 ///   whole columns, or as square as possible: the default). Semantics (the
 ///   interpreter's): products of the stored f16/bf16 values in f32, summed in
 ///   f32 (k ascending); the GPU sums in another order. Lowered to
-///   `mma.sync` with `ldmatrix` from swizzled shared tiles (`wgmma` on
-///   sm_90a).
+///   `mma.sync` with `ldmatrix` from swizzled shared tiles, or on sm_90a
+///   (`threads` = 128·W, W a power of two) to `wgmma` when each warpgroup
+///   owns 64 rows (M = 64·W, any policy) or when warpgroups share rows and
+///   split the columns: `FullCol` with M = 64 (MLA decode's `[64, 512]`
+///   output over 256 threads: two 64×256 halves), `Square` with M = 64·r,
+///   r < W (M = 128 over 512 threads: 2×2); a warpgroup's N columns over
+///   256 take several instructions. With the columns split, A must be a
+///   shared buffer (every warpgroup multiplies all of A's rows: stage P with
+///   `copy(&p, &mut p_s)`); A from a fragment there is a compile error.
 ///   ```ignore
 ///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
 ///   ```

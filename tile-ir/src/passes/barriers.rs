@@ -173,7 +173,13 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool, cx: &Cx) {
                 proxy_fence(st, cx, &mut out, apply);
                 st.clear()
             }
-            Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None } => st.in_flight.clear(),
+            Stmt::Inst { inst: Inst::CpAsyncWait { pending: 0 }, guard: None } => {
+                // The landed bytes are generic writes the next barrier's
+                // proxy fence must cover, even when a barrier came between
+                // their issue and this wait (and cleared `writes`).
+                let landed = std::mem::take(&mut st.in_flight);
+                st.writes.extend(landed);
+            }
             Stmt::If { uniform: true, then, otherwise, .. } => {
                 let mut a = st.clone();
                 walk(then, &mut a, apply, cx);

@@ -8,9 +8,11 @@
 //! warps, and its shared operands an ldmatrix-friendly (swizzled or padded)
 //! [`SharedLayout`] ([`LayoutPlan::shared`]). On sm_90a
 //! ([`infer_layouts_for`]) a gemm that lowers to wgmma
-//! ([`crate::hopper::wgmma_shape`]) gives its accumulator the wgmma layout
+//! ([`crate::hopper::wgmma_gemm`]) gives its accumulator the wgmma layout
 //! (warps `(M/16, 1)`, the same as mma.sync's with that grid, so the rest
-//! of inference treats it alike) and its shared operands wider than 128
+//! of inference treats it alike; or, when warpgroups share 64 rows, the
+//! column-split layout [`crate::hopper::wgmma_split_accumulator`], whose
+//! rows span warpgroups) and its shared operands wider than 128
 //! bytes a row are stored in 64-column panels
 //! ([`crate::hopper::gemm_operand_layout`]). Unless the buffer carries an
 //! `annotate_layout` ([`crate::ir::Buffer::layout`]), which then wins; unsupported tile shapes and
@@ -188,17 +190,29 @@ pub fn infer_layouts_for(kernel: &Kernel, target: Target) -> Result<LayoutPlan, 
 }
 
 /// The accumulators of `kernel`'s gemms that lower to wgmma on `target`
-/// ([`crate::hopper::wgmma_shape`], the test the lowering applies too).
+/// ([`crate::hopper::wgmma_gemm`], the test the lowering applies too).
 /// Another gemm into the same accumulator that is not eligible lowers to
 /// mma.sync with the same warp grid `(M/16, 1)`.
+///
+/// An accumulator whose wgmma gemms split its columns over warpgroups
+/// ([`crate::hopper::WgmmaGemm::col_groups`] > 1) has a layout mma.sync
+/// cannot compute: when another gemm into it is not eligible, none of its
+/// gemms uses wgmma (all take mma.sync with the policy's warp grid).
 pub fn wgmma_accumulators(kernel: &Kernel, target: Target) -> HashSet<BufferId> {
-    fn walk(k: &Kernel, body: &[Stmt], target: Target, out: &mut HashSet<BufferId>) {
+    /// Per accumulator: (some gemm is eligible, some gemm is not, some eligible one splits N).
+    fn walk(k: &Kernel, body: &[Stmt], target: Target, out: &mut HashMap<BufferId, (bool, bool, bool)>) {
         for s in body {
             match &s.kind {
-                StmtKind::Gemm { a, b, c, trans_a, trans_b, .. }
-                    if crate::hopper::wgmma_shape(k, *a, *b, *c, *trans_a, *trans_b, target).is_some() =>
-                {
-                    out.insert(*c);
+                StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
+                    let g = crate::hopper::wgmma_gemm(k, *a, *b, *c, *trans_a, *trans_b, *policy, target);
+                    let e = out.entry(*c).or_default();
+                    match g {
+                        Some(g) => {
+                            e.0 = true;
+                            e.2 |= g.col_groups > 1;
+                        }
+                        None => e.1 = true,
+                    }
                 }
                 StmtKind::For { body, .. } => walk(k, body, target, out),
                 StmtKind::If { then, otherwise, .. } => {
@@ -209,9 +223,9 @@ pub fn wgmma_accumulators(kernel: &Kernel, target: Target) -> HashSet<BufferId> 
             }
         }
     }
-    let mut out = HashSet::new();
-    walk(kernel, &kernel.body, target, &mut out);
-    out
+    let mut all = HashMap::new();
+    walk(kernel, &kernel.body, target, &mut all);
+    all.into_iter().filter(|(_, (some, not, split))| *some && !(*not && *split)).map(|(c, _)| c).collect()
 }
 
 /// [`infer_layouts`], where the gemms into the accumulators `wgmma_accs`
@@ -542,9 +556,28 @@ impl Infer<'_> {
                 "gemm tile M×N×K = {m}×{n}×{ak} is not supported: mma.sync m16n8k16 needs M a multiple of 16, N a multiple of 8 and K a multiple of 16"
             ));
         }
-        let warps =
-            if self.wgmma_accs.contains(&c) { (m / 16, 1) } else { mma_warp_grid(m, n, self.k.threads, policy)? };
-        let acc = if self.wgmma_accs.contains(&c) {
+        // A wgmma accumulator whose 64-row bands are fewer than the
+        // warpgroups: its columns are split over them.
+        let groups = self.k.threads as i64 / 128;
+        let col_split = if self.wgmma_accs.contains(&c) && m % (64 * groups.max(1)) != 0 {
+            crate::hopper::wgmma_col_groups(m, self.k.threads, policy).filter(|&g| g > 1)
+        } else {
+            None
+        };
+        let warps = match col_split {
+            Some(g) => (m / 16, g),
+            None if self.wgmma_accs.contains(&c) => (m / 16, 1),
+            None => match mma_warp_grid(m, n, self.k.threads, policy) {
+                Ok(w) => w,
+                Err(e) => return Err(self.register_a_refusal(a, m, policy).unwrap_or(e)),
+            },
+        };
+        let acc = if let Some(g) = col_split {
+            FragLayout::full(crate::hopper::wgmma_split_accumulator(m, n, self.k.threads, g)?)
+        } else if self.wgmma_accs.contains(&c) && m == 64 * groups {
+            // A warpgroup per 64 rows: N may take several instructions.
+            FragLayout::full(crate::hopper::wgmma_split_accumulator(m, n, self.k.threads, 1)?)
+        } else if self.wgmma_accs.contains(&c) {
             // The warp-specialized variant: a warpgroup may own several 64-row slices.
             FragLayout::full(crate::hopper::ws_accumulator(m, n, self.k.threads)?)
         } else {
@@ -560,6 +593,9 @@ impl Infer<'_> {
         let why = format!("the gemm into `{}` (mma accumulator, warps {}×{})", cb.name, warps.0, warps.1);
         self.constrain(c, acc, why, span);
         if ab.scope == Scope::Fragment {
+            if let Some(why) = self.register_a_refusal(a, m, policy).filter(|_| !trans_a && warps.1 != 1) {
+                return Err(why);
+            }
             if trans_a || warps.1 != 1 {
                 return Err(format!(
                     "gemm with A from fragment `{}` is supported only untransposed and when warps split M only (policy FullRow, or Square giving warps {}×1); this gemm uses warps {}×{}{}",
@@ -596,6 +632,27 @@ impl Infer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Why a gemm with A from fragment `a` cannot split the columns of its
+    /// `[m, _]` output over warpgroups with wgmma (sm_90a, M = 64 per
+    /// warpgroup band shared by several warpgroups), when that is the
+    /// reason it fails: each warpgroup then multiplies every one of its
+    /// band's rows of A, but a fragment holds each element in one thread.
+    fn register_a_refusal(&self, a: BufferId, m: i64, policy: WarpPolicy) -> Option<String> {
+        let ab = self.k.buffer(a);
+        if ab.scope != Scope::Fragment || !self.target.has(crate::target::Feature::Wgmma) {
+            return None;
+        }
+        let g = crate::hopper::wgmma_col_groups(m, self.k.threads, policy).filter(|&g| g > 1)?;
+        Some(format!(
+            "gemm with A from fragment `{name}`: its output's columns are split over {g} warpgroups that share each 64 rows \
+             (M = {m} over {t} threads), so every one of them multiplies all those rows of `{name}`, but a fragment holds each \
+             element in one thread; stage `{name}` through shared memory (`copy(&{name}, &mut {name}_s)`, then gemm from \
+             `{name}_s`), or give each warpgroup its own 64 rows (M = 64 · threads / 128)",
+            name = ab.name,
+            t = self.k.threads
+        ))
     }
 
     /// A layout for nest `n` that agrees with the fragments it reads that

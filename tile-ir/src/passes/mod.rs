@@ -6,7 +6,7 @@
 //!    (types, shapes, scopes, extents).
 //! 2. [`layout_infer`]: a layout for every fragment and parallel nest
 //!    (gemm accumulators get the mma.sync layout, or on sm_90a the wgmma
-//!    one for the gemms [`crate::hopper::wgmma_shape`] accepts, or the
+//!    one for the gemms [`crate::hopper::wgmma_gemm`] accepts, or the
 //!    warp-specialized one for the accumulators a schedule names; gemm
 //!    shared operands a swizzled shared layout, in 64-column panels when
 //!    wgmma reads rows wider than 128 bytes; otherwise blocked

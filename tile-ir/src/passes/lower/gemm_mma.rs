@@ -1,6 +1,6 @@
 //! Lowering of [`StmtKind::Gemm`](crate::ir::StmtKind::Gemm) to tensor-core
 //! instructions: `ldmatrix` + `mma.sync.aligned.m16n8k16.row.col.f32` (sm_80
-//! and later; on sm_90a for the gemms that [`crate::hopper::wgmma_shape`]
+//! and later; on sm_90a for the gemms that [`crate::hopper::wgmma_gemm`]
 //! rejects: the others go to wgmma, `lower/wgmma.rs`).
 //!
 //! Expects layout inference to have given the accumulator `c` the mma
@@ -51,7 +51,7 @@ impl Lx<'_> {
         clear: bool,
         policy: WarpPolicy,
     ) -> R<()> {
-        if let Some(g) = self.wgmma_plan(a, b, c, trans_a, trans_b) {
+        if let Some(g) = self.wgmma_plan(a, b, c, (trans_a, trans_b), policy) {
             return self.lower_wgmma(&g, a, b, c, clear);
         }
         let k = self.k;

@@ -1,43 +1,50 @@
 //! `gemm` → `wgmma.mma_async` in the general (not warp-specialized) sm_90a
 //! lowering.
 //!
-//! Expects a gemm that [`crate::hopper::wgmma_shape`] accepts (the test that
+//! Expects a gemm that [`crate::hopper::wgmma_gemm`] accepts (the test that
 //! layout inference applied too: [`crate::passes::layout_infer::infer_layouts_for`])
 //! and a layout plan that gave its accumulator the wgmma accumulator layout
-//! ([`wgmma_accumulator`]) and a fragment A the register-A layout
-//! ([`wgmma_a_fragment`]); the shared operands were placed at offsets that
-//! are multiples of 8 rows of their swizzle span, and so are their
-//! pipelining stages ([`Lx::wgmma_operand_alignment`]).
+//! of its warpgroup grid ([`wgmma_split_accumulator`]) and a fragment A the
+//! register-A layout ([`wgmma_a_fragment`]); the shared operands were
+//! placed at offsets that are multiples of 8 rows of their swizzle span,
+//! and so are their pipelining stages ([`Lx::wgmma_operand_alignment`]).
 //!
-//! Guarantees, per gemm (`M = 64·W` over `W` warpgroups, every thread of
-//! the block active):
+//! Guarantees, per gemm (`W` warpgroups as an `M/64 × C` grid, `C` =
+//! [`WgmmaGemm::col_groups`]; warpgroup `w` owns rows `64·(w / C)..+64` and
+//! columns `(w % C)·N/C..+N/C`; every thread of the block active):
 //! ```text
-//! [A from a fragment: pack the K/16 × 4 A registers, pairs of 16-bit values]
+//! [A from a fragment (C = 1 only): pack the K/16 × 4 A registers, pairs of 16-bit values]
 //! wgmma.fence                         // accumulator / A writes before the wgmmas
-//! for s in 0..K/16:                   // warpgroup w computes rows 64w..64w+64
-//!     wgmma.mma_async.m64nNk16 d, A_s, B_s, scale-d = !(clear && s == 0)
+//! for s in 0..K/16:
+//!     for (c0, n) in insts:           // the warpgroup's N/C columns, ≤ 256 each
+//!         wgmma.mma_async.m64n{n}k16 d[c0..c0+n], A_s, B_s(c0), scale-d = !(clear && s == 0)
 //! wgmma.commit_group
 //! wgmma.wait_group 0                  // results in `d`, operands read
 //! ```
 //! A descriptor's start is the operand's shared address `>> 4` (`smem` + the
-//! buffer's offset, plus `64·W_A` bytes per warpgroup for a K-major A, or
-//! one 64-column panel for a panelled MN-major A: computed once in the
-//! entry code; plus the current pipelining stage's offset, [`Lx::shared_stage`])
-//! plus the k16 slice's constant descriptor from [`operand_descriptor`]; the start field holds
+//! buffer's offset + a byte offset into it, [`Lx::wgmma_start`]'s `at`, plus
+//! per warpgroup: for A, `64·W_A` bytes per row band for a K-major A, or
+//! one 64-column panel for a panelled MN-major A; for B, `N/C` rows of its
+//! span (K-major) or `N/C / 64` panels (MN-major) per column group:
+//! computed once in the entry code; plus the current pipelining stage's
+//! offset, [`Lx::shared_stage`]) plus the k16 slice's (and instruction's
+//! first column's) constant descriptor from [`operand_descriptor`]; the start field holds
 //! shared addresses below 256 KB, so the 64-bit add never carries into the
 //! other fields. Each wgmma names the shared regions it reads, so that
 //! [`crate::passes::barriers`] orders the writes before it (with the proxy
 //! fence the async proxy needs) and the writes after it.
 //!
 //! The wait right after the commit makes each gemm synchronous for its
-//! warpgroup: simple and correct. Deferring it to the next use of the
-//! accumulator (overlap with independent work) is not done here.
+//! warpgroup; [`crate::passes::wgmma_wait`] defers it to the first
+//! statement that touches what any wgmma uses (all of a gemm's
+//! instructions are in one commit group, so one wait covers them).
 
 use super::*;
 use crate::hopper::{
-    operand_descriptor, wgmma_a_frag_index, wgmma_a_fragment, wgmma_accumulator, wgmma_d_index, wgmma_shape, Major,
-    Swizzle, WgmmaGemm,
+    operand_descriptor, wgmma_a_frag_index, wgmma_a_fragment, wgmma_d_index, wgmma_gemm, wgmma_split_accumulator,
+    Major, Swizzle, WgmmaGemm,
 };
+use crate::ir::WarpPolicy;
 use crate::thread_ir::WgmmaA;
 
 /// Where a wgmma's A comes from.
@@ -57,8 +64,10 @@ impl Lx<'_> {
         fn walk(lx: &Lx<'_>, body: &[TStmt], out: &mut HashMap<BufferId, i64>) {
             for s in body {
                 match &s.kind {
-                    StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => {
-                        let Some(g) = wgmma_shape(lx.k, *a, *b, *c, *trans_a, *trans_b, lx.target) else { continue };
+                    StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
+                        let Some(g) = wgmma_gemm(lx.k, *a, *b, *c, *trans_a, *trans_b, *policy, lx.target) else {
+                            continue;
+                        };
                         let ops = [g.a.as_ref().map(|(l, _)| (*a, *l)), Some((*b, g.b.0))];
                         for (buf, l) in ops.into_iter().flatten() {
                             let atom = 8 * Swizzle::of_layout(&l).map_or(16, |s| s.bytes() as i64);
@@ -83,7 +92,7 @@ impl Lx<'_> {
     }
 
     /// The wgmma plan of a gemm, when it lowers to wgmma here: eligible
-    /// ([`wgmma_shape`]) and its accumulator laid out for wgmma (layout
+    /// ([`wgmma_gemm`]) and its accumulator laid out for wgmma (layout
     /// inference for this target did that; a plan made for sm_80 did not,
     /// and the gemm then stays on mma.sync). The warp-specialized variant
     /// keeps mma.sync outside its loop.
@@ -92,14 +101,14 @@ impl Lx<'_> {
         a: BufferId,
         b: BufferId,
         c: BufferId,
-        trans_a: bool,
-        trans_b: bool,
+        (trans_a, trans_b): (bool, bool),
+        policy: WarpPolicy,
     ) -> Option<WgmmaGemm> {
         if !self.schedule.wgmma_gemms() {
             return None;
         }
-        let g = wgmma_shape(self.k, a, b, c, trans_a, trans_b, self.target)?;
-        let want = FragLayout::full(wgmma_accumulator(g.m, g.n, self.k.threads).ok()?);
+        let g = wgmma_gemm(self.k, a, b, c, trans_a, trans_b, policy, self.target)?;
+        let want = FragLayout::full(wgmma_split_accumulator(g.m, g.n, self.k.threads, g.col_groups).ok()?);
         // The shared operands must be laid out as the descriptors assume.
         let placed = |buf: BufferId, l: &SharedLayout| self.plan.shared.get(&buf) == Some(l);
         let operands_ok = g.a.as_ref().is_none_or(|(l, _)| placed(a, l)) && placed(b, &g.b.0);
@@ -107,21 +116,35 @@ impl Lx<'_> {
     }
 
     /// The 64-bit descriptor start (`address >> 4`) of operand `buf` for the
-    /// calling thread: `(smem + buf's offset + extra) >> 4` computed once in
-    /// the entry code (`extra`: the warpgroup's rows of A), plus the current
-    /// pipelining stage's offset `>> 4` here (stage offsets are multiples of
-    /// 1024, and the sum stays below 2^14: no carry out of the start field).
+    /// calling thread: `(smem + buf's offset + at + the warpgroup's step) >> 4`
+    /// computed once in the entry code, plus the current pipelining stage's
+    /// offset `>> 4` here (stage offsets are multiples of 1024, and the sum
+    /// stays below 2^14: no carry out of the start field). `at`: a byte
+    /// offset into the buffer (0: its start; a view of part of a buffer
+    /// passes where the part starts, a multiple of the layout's atom).
+    /// `wg`: `(shift, groups, step)`, the warpgroup's operand starts `step`
+    /// bytes per unit of `(tid >> shift) % groups` (`groups` 0: no modulo),
+    /// or `None` (every warpgroup reads the same slice).
     /// `stages` caches the 64-bit `stage >> 4` of the stage registers seen.
-    fn wgmma_start(&mut self, buf: BufferId, wg_step: i64, stages: &mut Vec<(Operand, Reg)>) -> R<Reg> {
+    fn wgmma_start(
+        &mut self,
+        buf: BufferId,
+        at: i64,
+        wg: Option<(i64, i64, i64)>,
+        stages: &mut Vec<(Operand, Reg)>,
+    ) -> R<Reg> {
         let (off, _) = *self.shared.get(&buf).ok_or_else(|| self.err("internal: wgmma operand not allocated"))?;
         let mut base = None;
         let code = self.capture(|x| {
             let sm = x.smem;
-            let mut abs = x.op("add.s32", RegClass::B32, vec![sm.into(), Operand::Imm(off)]);
-            if wg_step != 0 {
+            let mut abs = x.op("add.s32", RegClass::B32, vec![sm.into(), Operand::Imm(off + at)]);
+            if let Some((shift, groups, step)) = wg.filter(|w| w.2 != 0) {
                 let tid = x.tid;
-                let wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
-                abs = x.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(wg_step), abs.into()]);
+                let mut wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(shift)]);
+                if groups > 0 {
+                    wg = x.op("and.b32", RegClass::B32, vec![wg.into(), Operand::Imm(groups - 1)]);
+                }
+                abs = x.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(step), abs.into()]);
             }
             let a16 = x.op("shr.u32", RegClass::B32, vec![abs.into(), Operand::Imm(4)]);
             base = Some(x.op("cvt.u64.u32", RegClass::B64, vec![a16.into()]));
@@ -148,11 +171,12 @@ impl Lx<'_> {
     }
 
     /// The descriptor register of the k16 slice `s` of an operand whose
-    /// start (>> 4, 64-bit) is `base`.
-    fn wgmma_desc(&mut self, base: Reg, layout: &SharedLayout, major: Major, s: i64) -> R<Reg> {
+    /// start (>> 4, 64-bit) is `base`, from its M/N row or column `mn0` on
+    /// (an instruction's first column within the warpgroup's).
+    fn wgmma_desc(&mut self, base: Reg, layout: &SharedLayout, major: Major, s: i64, mn0: i64) -> R<Reg> {
         let (row0, col0) = match major {
-            Major::K => (0, 16 * s),
-            Major::MN => (16 * s, 0),
+            Major::K => (mn0, 16 * s),
+            Major::MN => (16 * s, mn0),
         };
         let d = operand_descriptor(layout, major, 0, row0, col0)
             .and_then(|d| d.encode())
@@ -163,30 +187,40 @@ impl Lx<'_> {
     /// Lowers `gemm a, b -> c` as wgmma (see the module doc).
     pub(crate) fn lower_wgmma(&mut self, g: &WgmmaGemm, a: BufferId, b: BufferId, c: BufferId, clear: bool) -> R<()> {
         let k = self.k;
-        let acc = FragLayout::full(wgmma_accumulator(g.m, g.n, k.threads).map_err(|e| self.err(e))?);
+        let acc =
+            FragLayout::full(wgmma_split_accumulator(g.m, g.n, k.threads, g.col_groups).map_err(|e| self.err(e))?);
         let creg = self.frags.get(&c).cloned().unwrap_or_default();
         if creg.len() != acc.num_regs() {
             return Err(self.err(format!("internal: gemm accumulator `{}` has no registers", k.buffer(c).name)));
         }
-        // Accumulator registers in the order of wgmma's `d` list.
-        let mut d = vec![Reg(0); (g.n / 2) as usize];
-        for lr in 0..2 {
-            for lc in 0..g.n / 4 {
-                d[wgmma_d_index(lr, lc)] = creg[acc.flatten(&[lr, lc])];
+        // Per instruction, its accumulator registers in the order of
+        // wgmma's `d` list: the warpgroup's columns `[c0, c0 + n)` are the
+        // per-dim column registers from `c0 / 4` on.
+        let mut ds = Vec::new();
+        for &(c0, n) in &g.insts {
+            let mut d = vec![Reg(0); (n / 2) as usize];
+            for lr in 0..2 {
+                for lc in 0..n / 4 {
+                    d[wgmma_d_index(lr, lc)] = creg[acc.flatten(&[lr, c0 / 4 + lc])];
+                }
             }
+            ds.push(d);
         }
+        let col_bits = g.col_groups.trailing_zeros() as i64;
+        let row_groups = g.warpgroups / g.col_groups;
         let mut regions = Vec::new();
         let mut stages = Vec::new();
         let a_src = match &g.a {
             Some((layout, major)) => {
-                // Warpgroup w reads A rows 64w..: 64 rows of the span W
-                // (K-major), or the 64-column panels from 64w on (MN-major).
-                let step = match (g.warpgroups > 1, major) {
+                // Warpgroup w reads the A rows of its band 64·(w / col_groups)..:
+                // 64 rows of the span W (K-major), or the 64-column panels
+                // from there (MN-major).
+                let step = match (row_groups > 1, major) {
                     (false, _) => 0,
                     (true, Major::K) => 64 * Swizzle::of_layout(layout).map_or(0, |s| s.bytes() as i64),
                     (true, Major::MN) => 64 / layout.panel_cols.unwrap_or(layout.cols).max(1) * layout.panel_bytes(),
                 };
-                let base = self.wgmma_start(a, step, &mut stages)?;
+                let base = self.wgmma_start(a, 0, Some((7 + col_bits, 0, step)), &mut stages)?;
                 regions.extend(self.region_of(a));
                 ASource::Desc { base, layout: *layout, major: *major }
             }
@@ -228,32 +262,45 @@ impl Lx<'_> {
                 ASource::Regs(words)
             }
         };
-        let b_base = self.wgmma_start(b, 0, &mut stages)?;
-        regions.extend(self.region_of(b));
         let (b_layout, b_major) = g.b;
+        // Warpgroup w reads B from its columns (w % col_groups) · nw on: nw
+        // rows of the span (K-major), or nw / 64 panels (MN-major, where
+        // `wgmma_gemm` made nw a multiple of the panel's columns).
+        let nw = g.n / g.col_groups;
+        let b_step = match (g.col_groups > 1, b_major) {
+            (false, _) => 0,
+            (true, Major::K) => nw * Swizzle::of_layout(&b_layout).map_or(0, |s| s.bytes() as i64),
+            (true, Major::MN) => nw / b_layout.panel_cols.unwrap_or(b_layout.cols).max(1) * b_layout.panel_bytes(),
+        };
+        let b_groups = if row_groups > 1 { g.col_groups } else { 0 };
+        let b_base = self.wgmma_start(b, 0, Some((7, b_groups, b_step)), &mut stages)?;
+        regions.extend(self.region_of(b));
         self.emit(Inst::WgmmaFence);
         for s in 0..g.k / 16 {
             let (a_op, trans_a) = match &a_src {
                 ASource::Desc { base, layout, major } => {
-                    let r = self.wgmma_desc(*base, layout, *major, s)?;
+                    let r = self.wgmma_desc(*base, layout, *major, s, 0)?;
                     (WgmmaA::Desc(r.into()), *major == Major::MN)
                 }
                 ASource::Regs(words) => (WgmmaA::Regs(words[s as usize]), false),
             };
-            let b_desc = self.wgmma_desc(b_base, &b_layout, b_major, s)?;
-            self.emit(Inst::Wgmma {
-                n: g.n as u32,
-                ab: g.ab,
-                d: d.clone(),
-                a: a_op,
-                b_desc: b_desc.into(),
-                scale_d: Operand::Imm(!(clear && s == 0) as i64),
-                neg_a: false,
-                neg_b: false,
-                trans_a,
-                trans_b: b_major == Major::MN,
-                regions: regions.clone(),
-            });
+            // The instructions side by side share A.
+            for (&(c0, n), d) in g.insts.iter().zip(&ds) {
+                let b_desc = self.wgmma_desc(b_base, &b_layout, b_major, s, c0)?;
+                self.emit(Inst::Wgmma {
+                    n: n as u32,
+                    ab: g.ab,
+                    d: d.clone(),
+                    a: a_op.clone(),
+                    b_desc: b_desc.into(),
+                    scale_d: Operand::Imm(!(clear && s == 0) as i64),
+                    neg_a: false,
+                    neg_b: false,
+                    trans_a,
+                    trans_b: b_major == Major::MN,
+                    regions: regions.clone(),
+                });
+            }
         }
         self.emit(Inst::WgmmaCommit);
         self.emit(Inst::WgmmaWait { pending: 0 });

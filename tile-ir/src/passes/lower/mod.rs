@@ -20,7 +20,7 @@
 //!   apply the buffer's [`SharedLayout`] (swizzled for tensor-core operands)
 //!   and the buffer's current stage offset (`Lx::shared_stage`);
 //! - `Gemm` becomes ldmatrix + mma.sync (`gemm_mma.rs`), or on sm_90a,
-//!   when [`crate::hopper::wgmma_shape`] accepts it, wgmma (`gemm_wgmma.rs`);
+//!   when [`crate::hopper::wgmma_gemm`] accepts it, wgmma (`gemm_wgmma.rs`);
 //! - global accesses are bounds-checked, 16-byte vectorized when alignment is
 //!   provable (statically, or by a uniform run-time test of the innermost
 //!   extent), with per-element guarded fallbacks at the edges;
@@ -221,7 +221,7 @@ pub(crate) trait ScheduleLowering {
         false
     }
 
-    /// Whether gemms may use wgmma ([`crate::hopper::wgmma_shape`]); a
+    /// Whether gemms may use wgmma ([`crate::hopper::wgmma_gemm`]); a
     /// schedule that runs its own wgmmas keeps the others on mma.sync.
     fn wgmma_gemms(&self) -> bool {
         true
