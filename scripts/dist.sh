@@ -2,7 +2,7 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh [all|gemm|attention] && (on the GPU machine) dist/run.sh [MODE]
+#   scripts/dist.sh [all|gemm|attention|mla] && (on the GPU machine) dist/run.sh [MODE]
 # (run.sh's header lists its modes).
 #
 #   all   (default) every integration test binary of the workspace and every
@@ -16,12 +16,14 @@
 #   attention  only what `run.sh attention` uses: the test gpu_flash_attention
 #         and the flash_attention and flash_attention_tune examples (plus, as for every mode, the
 #         scripts attention_peers.py and attention_check.py).
+#   mla   only what `run.sh mla` uses: the test gpu_mla_decode and the
+#         mla_decode example (plus the scripts mla_peers.py and mla_check.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  all | gemm | attention) ;;
-  *) echo "usage: scripts/dist.sh [all|gemm|attention]" >&2; exit 2 ;;
+  all | gemm | attention | mla) ;;
+  *) echo "usage: scripts/dist.sh [all|gemm|attention|mla]" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist/bin
 
@@ -56,6 +58,9 @@ if [[ $what == all ]]; then
 elif [[ $what == attention ]]; then
   cargo test --release "${features[@]}" --test gpu_flash_attention --no-run --message-format=json | collect_tests
   examples=(examples/flash_attention.rs examples/flash_attention_tune.rs)
+elif [[ $what == mla ]]; then
+  cargo test --release "${features[@]}" --test gpu_mla_decode --no-run --message-format=json | collect_tests
+  examples=(examples/mla_decode.rs)
 else
   # Every kernel the gemm binaries compile dumps its PTX here (TILE_DUMP);
   # touching their sources makes the macros run again, so the dump is fresh
@@ -103,6 +108,6 @@ if [[ $what == gemm ]]; then
   fi
 fi
 cp scripts/run-dist.sh dist/run.sh
-cp scripts/attention_peers.py scripts/attention_check.py dist/
+cp scripts/attention_peers.py scripts/attention_check.py scripts/mla_peers.py scripts/mla_check.py dist/
 chmod +x dist/run.sh
 du -sh dist

@@ -38,12 +38,12 @@ fn combinations<T: MlaElement>(tol: f64) {
 
 #[test]
 fn every_combination_f16() {
-    combinations::<f16>(2e-3);
+    combinations::<f16>(1e-3);
 }
 
 #[test]
 fn every_combination_bf16() {
-    combinations::<bf16>(1e-2);
+    combinations::<bf16>(4e-3);
 }
 
 /// More than 64 query rows (two row blocks, the second partly past
@@ -51,6 +51,26 @@ fn every_combination_bf16() {
 #[test]
 fn two_row_blocks() {
     run::<f16>(&Case { seqlens: vec![130, 7], s_q: 2, h_q: 40, paged: true, num_parts: 2 }, 2e-3);
+}
+
+/// Two decode steps with one workspace: the second (one key fewer per
+/// request, the metadata updated on the device) is right too, and the
+/// workspace did not grow.
+#[test]
+fn second_step_reuses_the_workspace() {
+    let st = st();
+    let c = Case { seqlens: vec![65, 64, 1], s_q: 1, h_q: 16, paged: true, num_parts: 4 };
+    let mut x = Inputs::<bf16>::new(&st, &c, 5).unwrap();
+    x.run(&st, &c, Tiles::Auto).unwrap();
+    x.check(&st, &c, None, 4e-3).unwrap_or_else(|e| panic!("{e}"));
+    let rows = x.workspace.rows();
+    let c2 = Case { seqlens: vec![64, 63, 0], ..c.clone() };
+    x.seqlens = DeviceTensor::from_slice(&st, &c2.seqlens, &[3]).unwrap();
+    x.metadata.update(&st, &x.seqlens).unwrap();
+    x.check_metadata(&st, &c2).unwrap_or_else(|e| panic!("{e}"));
+    x.run(&st, &c2, Tiles::Auto).unwrap();
+    x.check(&st, &c2, None, 4e-3).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(x.workspace.rows(), rows);
 }
 
 /// An empty split and a split a row sees nothing of contribute nothing:

@@ -950,7 +950,8 @@ impl<T: MlaElement> Inputs<T> {
         let e_o = assert_close(&got_o, &want_o, tol).map_err(|e| ctx("out", e))?;
         let e_l = assert_close(&got_l, &want_l, tol / 10.0).map_err(|e| ctx("lse", e))?;
         for (n, (&g, &w)) in got_o.iter().zip(&want_o).enumerate() {
-            if !((g as f64 - w).abs() <= 8.0 * tol) {
+            let off = (g as f64 - w).abs();
+            if off.is_nan() || off > 8.0 * tol {
                 let (b, t, h) = rows[n / DV];
                 return Err(ctx("out", format!("row (b {b}, t {t}, h {h}) col {}: got {g}, reference {w}", n % DV)));
             }
