@@ -146,6 +146,31 @@ fn scheduler() {
     assert!(chunks.iter().filter(|ch| ch[0] == 0).count() >= 3, "{chunks:?}");
 }
 
+/// No requests, or no query rows: nothing to do, no error.
+#[test]
+fn empty_batch() {
+    let st = st();
+    let none = DeviceTensor::<i32>::from_slice(&st, &[], &[0]).unwrap();
+    let m = Metadata::compute(&st, &none, 4).unwrap();
+    assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), [0]);
+    let z16 = |s: &[usize]| DeviceTensor::<f16>::zeros(&st, s).unwrap();
+    let z32 = |s: &[usize]| DeviceTensor::<f32>::zeros(&st, s).unwrap();
+    let (q, cache) = (z16(&[0, 1, 16, 576]), z16(&[2, 64, 1, 576]));
+    let table = DeviceTensor::<i32>::zeros(&st, &[0, 1]).unwrap();
+    let kv = mla::Kv::Paged { cache: &cache, block_table: &table };
+    let mut ws = mla::Workspace::new();
+    let (mut out, mut lse) = (z32(&[0, 1, 16, 512]), z32(&[0, 16, 1]));
+    mla::forward(&st, &q, kv, &none, &m, &mut ws, &mut out, &mut lse, mla::Options::new(0.1)).unwrap();
+    // Heads 0: one request, no rows.
+    let one = DeviceTensor::<i32>::from_slice(&st, &[5], &[1]).unwrap();
+    let m = Metadata::compute(&st, &one, 4).unwrap();
+    let (q, table) = (z16(&[1, 1, 0, 576]), DeviceTensor::<i32>::zeros(&st, &[1, 1]).unwrap());
+    let kv = mla::Kv::Paged { cache: &cache, block_table: &table };
+    let (mut out, mut lse) = (z32(&[1, 1, 0, 512]), z32(&[1, 0, 1]));
+    mla::forward(&st, &q, kv, &one, &m, &mut ws, &mut out, &mut lse, mla::Options::new(0.1)).unwrap();
+    assert_eq!(ws.rows(), 0);
+}
+
 #[test]
 fn refusals() {
     let st = st();

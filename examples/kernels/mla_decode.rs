@@ -65,7 +65,9 @@ macro_rules! mla_split {
             let bi = chunks[(c, 0)];
             let kb0 = chunks[(c, 1)];
             let seqlen = seqlens[bi];
-            let row0 = c * (cdiv(SQ * H, 64) * 64) + rb * 64;
+            // An unused chunk (batch −1) reads nothing (its q and KV tiles are out of bounds) and
+            // writes nothing (its window starts past the partials).
+            let row0 = if bi >= 0 { c * (cdiv(SQ * H, 64) * 64) + rb * 64 } else { PROWS };
             // Sub-views of one [64, 576] buffer would replace each pair (q_s, qpe_s), (kv_s, kpe_s).
             let mut q_s = shared::<T, 64, 512>();
             let mut qpe_s = shared::<T, 64, 64>();
