@@ -2,7 +2,7 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh [all|gemm|attention|sweep] && (on the GPU machine) dist/run.sh [MODE]
+#   scripts/dist.sh [all|gemm|attention|sweep|mla] && (on the GPU machine) dist/run.sh [MODE]
 # (run.sh's header lists its modes).
 #
 #   all   (default) every integration test binary of the workspace and every
@@ -18,12 +18,14 @@
 #         scripts attention_peers.py and attention_check.py).
 #   sweep only what `run.sh sweep` uses: the test gpu_gemm and the gemm_sweep
 #         and gemm examples.
+#   mla   only what `run.sh mla` uses: the test gpu_mla_decode and the
+#         mla_decode example (plus the scripts mla_peers.py and mla_check.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  all | gemm | attention | sweep) ;;
-  *) echo "usage: scripts/dist.sh [all|gemm|attention|sweep]" >&2; exit 2 ;;
+  all | gemm | attention | sweep | mla) ;;
+  *) echo "usage: scripts/dist.sh [all|gemm|attention|sweep|mla]" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist/bin
 
@@ -61,6 +63,9 @@ elif [[ $what == attention ]]; then
 elif [[ $what == sweep ]]; then
   cargo test --release "${features[@]}" --test gpu_gemm --no-run --message-format=json | collect_tests
   examples=(examples/gemm_sweep.rs examples/gemm.rs)
+elif [[ $what == mla ]]; then
+  cargo test --release "${features[@]}" --test gpu_mla_decode --no-run --message-format=json | collect_tests
+  examples=(examples/mla_decode.rs)
 else
   # Every kernel the gemm binaries compile dumps its PTX here (TILE_DUMP);
   # touching their sources makes the macros run again, so the dump is fresh
@@ -108,6 +113,6 @@ if [[ $what == gemm ]]; then
   fi
 fi
 cp scripts/run-dist.sh dist/run.sh
-cp scripts/attention_peers.py scripts/attention_check.py dist/
+cp scripts/attention_peers.py scripts/attention_check.py scripts/mla_peers.py scripts/mla_check.py dist/
 chmod +x dist/run.sh
 du -sh dist

@@ -47,6 +47,20 @@
 #                    4. the gemm example at 4096^3 and 8192^3 (the example's
 #                       kernel must not have changed).
 #                    Steps with `sweep:N[,N..]` only.
+#   run.sh mla       MLA decode (issue 13), in order:
+#                    1. the benchmark: the peers (mla_peers.py: PyTorch's clone
+#                       as a copy bandwidth, FlashMLA if it imports) and ours on
+#                       the same shapes (`example-mla_decode --list-shapes`),
+#                       beside the DSL copy kernel's bandwidth, merged into a
+#                       table, mla.csv and mla.svg (TFLOPS against context)
+#                       beside this script and in $OUT if set (RESULT mla lines);
+#                    2. large sizes against PyTorch in float32 (--dump,
+#                       mla_check.py; RESULT mla_check);
+#                    3. the GPU tests (test-gpu_mla_decode);
+#                    4. compute-sanitizer memcheck, racecheck and synccheck on
+#                       them at small sizes (TILE_TEST_SMALL=1).
+#                    Steps with `mla:N[,N..]` only; MLA_SET=acceptance or sweep
+#                    benchmarks only those shapes (default all).
 #   run.sh all       tests, examples and memcheck
 # Every `RESULT ...` line is collected in results.txt beside this script.
 # cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or libcublas.so on
@@ -274,6 +288,51 @@ if [[ $what == attention || $what == attention:* ]]; then
   if step 5 && [[ -x $here/bin/example-flash_attention_tune ]]; then
     echo "== [attention 5] tile-shape variants"
     example "$here/bin/example-flash_attention_tune"
+  fi
+fi
+
+# ---- mla: MLA decode (issue 13) ----------------------------------------------
+if [[ $what == mla || $what == mla:* ]]; then
+  steps=",1,2,3,4,"
+  [[ $what == mla:* ]] && steps=",${what#mla:},"
+  step() { [[ $steps == *",$1,"* ]]; }
+  : >"$results"
+  ex="$here/bin/example-mla_decode"
+  tests="$here/bin/test-gpu_mla_decode"
+  for f in "$ex" "$tests"; do
+    [[ -x $f ]] || { echo "!! FAILED: $f missing (build with scripts/dist.sh mla)"; status=1; }
+  done
+  if step 1 && [[ -x $ex ]]; then
+    echo "== [mla 1] benchmark: the peers and ours"
+    start=$SECONDS
+    mapfile -t shapes < <("$ex" --list-shapes "${MLA_SET:-all}")
+    run python3 "$here/mla_peers.py" --out "$here/mla-peers.csv" "${shapes[@]}"
+    example "$ex" --bench "${MLA_SET:-all}" --peers "$here/mla-peers.csv" --csv "$here/mla.csv" --plot "$here/mla.svg"
+    if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then cp "$here/mla-peers.csv" "$here/mla.csv" "$here/mla.svg" "$OUT/" 2>/dev/null; fi
+    echo "   (benchmark took $((SECONDS - start)) s)"
+  fi
+  if step 2 && [[ -x $ex ]]; then
+    echo "== [mla 2] large sizes against PyTorch in float32"
+    dumps="$here/mla-dumps"
+    rm -rf "$dumps"
+    specs=(f16:4:128:1:8191:ragged bf16:4:128:2:8192:uniform f16:8:16:2:4000:ragged:contiguous
+      bf16:2:20:1:8191:uniform bf16:3:64:2:1000:ragged)
+    run "$ex" --dump "$dumps" "${specs[@]}"
+    echo "== python3 mla_check.py"
+    python3 "$here/mla_check.py" "$dumps"/* 2>&1 | tee "$here/.check.log" || { echo "!! FAILED: mla_check.py"; status=1; }
+    grep '^RESULT ' "$here/.check.log" >>"$results"
+    rm -rf "$dumps"
+  fi
+  if step 3 && [[ -x $tests ]]; then
+    echo "== [mla 3] GPU tests"
+    run "$tests" --test-threads=1
+  fi
+  if step 4 && [[ -x $tests ]] && need compute-sanitizer; then
+    cs=$found
+    echo "== [mla 4] compute-sanitizer at small sizes"
+    for t in memcheck racecheck synccheck; do
+      TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$tests" --test-threads=1 every_combination_f16 empty_splits
+    done
   fi
 fi
 

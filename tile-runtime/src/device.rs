@@ -224,6 +224,15 @@ impl Device {
         }
     }
 
+    /// The GPU's streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`,
+    /// e.g. what a split-KV scheduler balances over); `None` for the interpreter.
+    pub fn multiprocessor_count(&self) -> Option<u32> {
+        match &self.kind {
+            DeviceKind::Interpreter => None,
+            DeviceKind::Cuda(d) => Some(d.multiprocessors),
+        }
+    }
+
     /// The CUDA ordinal; `None` for the interpreter.
     pub fn ordinal(&self) -> Option<usize> {
         match &self.kind {

@@ -1,0 +1,969 @@
+//! DeepSeek MLA decode (issue 13, items 5–7): the split-KV kernel (paged and
+//! contiguous KV), the device scheduler and the combine kernel, with the host
+//! API a serving engine calls, shared by `examples/mla_decode.rs` (check,
+//! benchmark, dumps) and the tests (`tests/mla_decode_interp.rs`,
+//! `tests/gpu_mla_decode.rs`).
+//!
+//! Shapes (FlashMLA's): q `[b, s_q, h_q, 576]` (512 "nope" columns, then
+//! 64 rope columns), one KV head whose rows are 576 wide: K is the whole row,
+//! V its first 512 columns; paged cache `[num_blocks, 64, 1, 576]` with
+//! `block_table i32 [b, max_blocks]` (page `block_table[b, j]` holds keys
+//! `64·j ..  64·j + 63` of batch `b`, pages in any order) or contiguous
+//! `kv [b, s_k, 1, 576]`; `cache_seqlens i32 [b]` (0 allowed). For each
+//! batch `b`, new token `t < s_q` and head `h`:
+//!
+//! `out[b, t, h] = Σ_j softmax_j(scale · q[b, t, h]·k_j) v_j` over the keys
+//! `j ≤ seqlen_b − s_q + t` (causal within the new tokens), and
+//! `lse[b, h, t] = ln Σ_j exp(scale · q·k_j)`, f32 both; a row that sees no
+//! key (seqlen 0, or seqlen < s_q for the first tokens) gets `out = 0` and
+//! `lse = −∞`.
+//!
+//! The work: the query rows of a batch are its `s_q·h_q` (token, head)
+//! pairs, row `r = t·h_q + h`, in blocks of 64 rows (as FlashMLA packs
+//! them, so that h_q 16 with s_q 2 reads the KV once); the keys are in
+//! blocks of 64 (one page). [`Metadata`] cuts the (batch, key block) work
+//! into chunks (the split-KV scheduler, FlashMLA's `get_mla_metadata`); the
+//! split kernel runs one thread block per (row block, chunk) and writes each
+//! chunk's normalized partial O and its LSE into the [`Workspace`]; the
+//! combine kernel merges the chunks of each batch by their LSE into `out` and
+//! `lse`. Three launches on one stream, no host synchronization.
+#![allow(dead_code)]
+use tile::prelude::*;
+
+/// Query rows per block, keys per block (= the page size), the row width
+/// of q and the KV rows, and V's width.
+pub const BLOCK_H: usize = 64;
+pub const PAGE: usize = 64;
+pub const D: usize = 576;
+pub const DV: usize = 512;
+/// The scheduler's fixed cost of a chunk, in key blocks (FlashMLA's).
+pub const CHUNK_OVERHEAD: i32 = 5;
+
+/// Declares a split kernel `$name` whose KV parameters are `$kv` and whose
+/// loads of key block `blk` of batch `bi` into `kv_s` (columns 0..512) and
+/// `kpe_s` (512..576) are `$load`: one source for the paged and the
+/// contiguous cache.
+macro_rules! mla_split {
+    ($name:ident, ($($kv:tt)*), ($($load:tt)*), $($attr:tt)*) => {
+        /// The MLA split kernel (see the module docs): for row block `rb`
+        /// of batch `chunks[c, 0]`, key blocks `chunks[c, 1] .. chunks[c, 2]`,
+        /// writes the normalized partial O to rows `c·RP + r` of `o_part`
+        /// and the partial LSE (natural log, −∞ for a row that saw no key)
+        /// to `lse_part`, `RP` the rows of a batch rounded up to 64.
+        /// `scale` is the softmax scale times log2(e).
+        #[tile_kernel($($attr)*)]
+        pub fn $name<T: Float16, const THREADS: usize, const STAGES: usize>(
+            q: &Tensor<T, B, SQ, H, 576>,
+            $($kv)*
+            seqlens: &Tensor<i32, B>,
+            chunks: &Tensor<i32, NC, 4>,
+            o_part: &mut Tensor<f32, PROWS, 512>,
+            lse_part: &mut Tensor<f32, PROWS>,
+            scale: f32,
+        ) {
+            let (rb, c) = grid(cdiv(SQ * H, 64), NC);
+            let bi = chunks[(c, 0)];
+            let kb0 = chunks[(c, 1)];
+            let seqlen = seqlens[bi];
+            // An unused chunk (batch −1) reads nothing (its q and KV tiles are out of bounds) and
+            // writes nothing (its window starts past the partials).
+            let row0 = if bi >= 0 { c * (cdiv(SQ * H, 64) * 64) + rb * 64 } else { PROWS };
+            // Sub-views of one [64, 576] buffer would replace each pair (q_s, qpe_s), (kv_s, kpe_s).
+            let mut q_s = shared::<T, 64, 512>();
+            let mut qpe_s = shared::<T, 64, 64>();
+            let mut kv_s = shared::<T, 64, 512>();
+            let mut kpe_s = shared::<T, 64, 64>();
+            let mut p_s = shared::<T, 64, 64>();
+            let mut s = fragment::<f32, 64, 64>();
+            let mut acc = fragment::<f32, 64, 512>();
+            let mut m = fragment::<f32, 64>();
+            let mut m_s = fragment::<f32, 64>();
+            let mut alpha = fragment::<f32, 64>();
+            let mut l = fragment::<f32, 64>();
+            let mut row_sum = fragment::<f32, 64>();
+            // Row i is (token, head) = ((rb·64 + i) / H, (rb·64 + i) % H); rows past SQ·H read zeros.
+            for (i, j) in parallel((64, 512)) {
+                q_s[(i, j)] = q[(bi, (rb * 64 + i) / H, (rb * 64 + i) % H, j)];
+            }
+            for (i, j) in parallel((64, 64)) {
+                qpe_s[(i, j)] = q[(bi, (rb * 64 + i) / H, (rb * 64 + i) % H, 512 + j)];
+            }
+            clear(&mut acc);
+            clear(&mut l);
+            fill(&mut m, f32::NEG_INFINITY);
+            for kb in pipelined(chunks[(c, 2)] - kb0, STAGES) {
+                let blk = kb0 + kb;
+                $($load)*
+                gemm(&q_s, &kv_s.t(), &mut s).clear().policy(FullCol);
+                gemm(&qpe_s, &kpe_s.t(), &mut s).policy(FullCol);
+                // Token t sees keys j <= seqlen - SQ + t: only the last blocks mask.
+                if (blk + 1) * 64 > seqlen - SQ + 1 {
+                    for (i, j) in parallel((64, 64)) {
+                        if blk * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
+                            s[(i, j)] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                copy(&m, &mut alpha);
+                reduce_max(&s, &mut m, 1).keep();
+                for i in parallel(64) {
+                    m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+                    alpha[i] = exp2(alpha[i] * scale - m_s[i]);
+                }
+                for (i, j) in parallel((64, 64)) {
+                    s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
+                }
+                reduce_sum(&s, &mut row_sum, 1);
+                for i in parallel(64) {
+                    l[i] = l[i] * alpha[i] + row_sum[i];
+                }
+                for (i, j) in parallel((64, 512)) {
+                    acc[(i, j)] = acc[(i, j)] * alpha[i];
+                }
+                // Rows past the sequence (a page's unused tail) may hold anything, NaN too: V is 0 there.
+                if (blk + 1) * 64 > seqlen {
+                    for (j, k) in parallel((64, 512)) {
+                        if blk * 64 + j >= seqlen {
+                            kv_s[(j, k)] = 0.0 as T;
+                        }
+                    }
+                }
+                copy(&s, &mut p_s);
+                gemm(&p_s, &kv_s, &mut acc).policy(FullCol);
+            }
+            for i in parallel(64) {
+                alpha[i] = if l[i] == 0.0 { 0.0 } else { 1.0 / l[i] };
+                m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
+            }
+            for (i, j) in parallel((64, 512)) {
+                acc[(i, j)] = acc[(i, j)] * alpha[i];
+            }
+            copy(&acc, o_part.tile([row0.., ..]));
+            copy(&m_s, lse_part.tile([row0..]));
+        }
+    };
+}
+
+mla_split!(
+    mla_split_paged,
+    (cache: &Tensor<T, NBLK, 64, 1, 576>, block_table: &Tensor<i32, B, MAXB>,),
+    (
+        let page = block_table[(bi, blk)];
+        copy(cache.tile([page, 0.., 0, 0..]), &mut kv_s);
+        copy(cache.tile([page, 0.., 0, 512..]), &mut kpe_s);
+    ),
+    threads = THREADS,
+    instances((f16, 256, 1), (bf16, 256, 1))
+);
+mla_split!(
+    mla_split_paged_sm90,
+    (cache: &Tensor<T, NBLK, 64, 1, 576>, block_table: &Tensor<i32, B, MAXB>,),
+    (
+        let page = block_table[(bi, blk)];
+        copy(cache.tile([page, 0.., 0, 0..]), &mut kv_s);
+        copy(cache.tile([page, 0.., 0, 512..]), &mut kpe_s);
+    ),
+    threads = THREADS,
+    archs = "sm_90a",
+    instances((f16, 256, 2), (bf16, 256, 2))
+);
+mla_split!(
+    mla_split_contiguous,
+    (kv: &Tensor<T, B, SK, 1, 576>,),
+    (
+        copy(kv.tile([bi, blk * 64.., 0, 0..]), &mut kv_s);
+        copy(kv.tile([bi, blk * 64.., 0, 512..]), &mut kpe_s);
+    ),
+    threads = THREADS,
+    instances((f16, 256, 1), (bf16, 256, 1))
+);
+mla_split!(
+    mla_split_contiguous_sm90,
+    (kv: &Tensor<T, B, SK, 1, 576>,),
+    (
+        copy(kv.tile([bi, blk * 64.., 0, 0..]), &mut kv_s);
+        copy(kv.tile([bi, blk * 64.., 0, 512..]), &mut kpe_s);
+    ),
+    threads = THREADS,
+    archs = "sm_90a",
+    instances((f16, 256, 2), (bf16, 256, 2))
+);
+
+/// The chunks of each batch merged by their LSE (see the module docs):
+/// for batch `bi`, token `t` and heads `hb·16 ..`, the chunks
+/// `chunk_begin[bi] .. chunk_begin[bi + 1]` of rows `c·RP + t·H + h` of
+/// `o_part` and `lse_part` give `out[bi, t, h]` and `lse[bi, h, t]`. A chunk
+/// whose LSE is −∞ (it saw no key of the row, or had no work) weighs 0; a
+/// row no chunk saw gets 0 and −∞.
+#[tile_kernel(threads = 128, consts(CR = 16))]
+pub fn mla_combine(
+    o_part: &Tensor<f32, PROWS, 512>,
+    lse_part: &Tensor<f32, PROWS>,
+    chunk_begin: &Tensor<i32, B1>,
+    out: &mut Tensor<f32, B, SQ, H, 512>,
+    lse: &mut Tensor<f32, B, H, SQ>,
+) {
+    let (hb, t, bi) = grid(cdiv(H, CR), SQ, B);
+    let rp = cdiv(SQ * H, 64) * 64;
+    let row = t * H + hb * CR;
+    let c0 = chunk_begin[bi];
+    let c1 = chunk_begin[bi + 1];
+    let mut m = fragment::<f32, CR>();
+    let mut sum = fragment::<f32, CR>();
+    let mut w = fragment::<f32, CR>();
+    let mut acc = fragment::<f32, CR, 512>();
+    let mut o_c = fragment::<f32, CR, 512>();
+    // The row vectors take the row layout of the [CR, 512] tiles (a reduction of one fixes
+    // it), so the loops over rows and over (row, column) below agree.
+    clear(&mut o_c);
+    reduce_max(&o_c, &mut m, 1);
+    reduce_max(&o_c, &mut sum, 1);
+    reduce_max(&o_c, &mut w, 1);
+    fill(&mut m, f32::NEG_INFINITY);
+    clear(&mut sum);
+    clear(&mut acc);
+    for c in c0..c1 {
+        copy(lse_part.tile([c * rp + row..]), &mut w);
+        for i in parallel(CR) {
+            m[i] = max(m[i], w[i]);
+        }
+    }
+    for c in c0..c1 {
+        copy(lse_part.tile([c * rp + row..]), &mut w);
+        for i in parallel(CR) {
+            sum[i] += if w[i] == f32::NEG_INFINITY { 0.0 } else { exp(w[i] - m[i]) };
+        }
+    }
+    for i in parallel(CR) {
+        m[i] = if sum[i] == 0.0 { f32::NEG_INFINITY } else { m[i] + log(sum[i]) };
+    }
+    for c in c0..c1 {
+        copy(lse_part.tile([c * rp + row..]), &mut w);
+        copy(o_part.tile([c * rp + row.., ..]), &mut o_c);
+        for i in parallel(CR) {
+            w[i] = if w[i] == f32::NEG_INFINITY { 0.0 } else { exp(w[i] - m[i]) };
+        }
+        for (i, j) in parallel((CR, 512)) {
+            acc[(i, j)] += w[i] * o_c[(i, j)];
+        }
+    }
+    copy(&acc, out.tile([bi, t, hb * CR.., ..]));
+    copy(&m, lse.tile([bi, hb * CR.., t]));
+}
+
+/// The split-KV scheduler on the device (one thread's walk, the same as
+/// [`schedule`] on the host; see [`Metadata`] for the format): from
+/// `seqlens`, the chunks `[NC, 4]` (`NC − B` SM parts) and `chunk_begin [B + 1]`.
+#[tile_kernel(threads = 32)]
+pub fn mla_metadata(seqlens: &Tensor<i32, B>, chunks: &mut Tensor<i32, NC, 4>, chunk_begin: &mut Tensor<i32, B1>) {
+    let _x = grid(1);
+    let parts = NC - B;
+    let mut total: i32 = 0;
+    for i in 0..B {
+        total += cdiv(max(seqlens[i], 0), 64) + 5;
+    }
+    let payload = cdiv(total, parts) + 5;
+    for c in 0..NC {
+        chunks[(c, 0)] = -1;
+        chunks[(c, 1)] = 0;
+        chunks[(c, 2)] = 0;
+        chunks[(c, 3)] = -1;
+    }
+    let mut part: i32 = 0;
+    let mut remain: i32 = payload;
+    let mut idx: i32 = 0;
+    let mut blk: i32 = 0;
+    let mut c: i32 = 0;
+    // Each step ends a batch or an SM part: B + parts steps end them all.
+    for _step in 0..B + parts {
+        if idx < B {
+            let nb = cdiv(max(seqlens[idx], 0), 64);
+            // The last part takes whatever is left.
+            let take = if part == parts - 1 || remain >= nb - blk + 5 { nb - blk } else { remain - 5 };
+            if take > 0 || take == nb - blk {
+                if blk == 0 {
+                    chunk_begin[idx] = c;
+                }
+                chunks[(c, 0)] = idx;
+                chunks[(c, 1)] = blk;
+                chunks[(c, 2)] = blk + take;
+                chunks[(c, 3)] = part;
+                c += 1;
+            }
+            if take == nb - blk {
+                remain = remain - take - 5;
+                idx += 1;
+                blk = 0;
+                if remain <= 0 && part < parts - 1 {
+                    part += 1;
+                    remain = payload;
+                }
+            } else {
+                blk += max(take, 0);
+                part += 1;
+                remain = payload;
+            }
+        }
+    }
+    chunk_begin[B] = c;
+}
+
+/// Fills `x` (rows of 576) with pseudo-random values in [−1, 1) from a
+/// hash of (row, column, `seed`): the benchmark's large caches, made on the
+/// device; [`hashed`] gives the same values on the host.
+#[tile_kernel(threads = 256, instances(f16, bf16))]
+pub fn mla_fill<T: Float16>(x: &mut Tensor<T, ROWS, 576>, seed: u32) {
+    let bx = grid(cdiv(ROWS, 16));
+    for (i, j) in parallel((16, 576)) {
+        let mut h: u32 = ((bx * 16 + i) as u32) * 2654435761 + (j as u32) * 2246822519 + seed;
+        h = (h ^ (h >> 15)) * 2246822519;
+        h = (h ^ (h >> 13)) * 3266489917;
+        h = h ^ (h >> 16);
+        x[(bx * 16 + i, j)] = (((h >> 8) as f32) * (2.0 / 16777216.0) - 1.0) as T;
+    }
+}
+
+/// The value `mla_fill` writes at (`row`, `col`) with `seed`.
+pub fn hashed(row: u32, col: u32, seed: u32) -> f32 {
+    let mut h = row.wrapping_mul(2654435761).wrapping_add(col.wrapping_mul(2246822519)).wrapping_add(seed);
+    h = (h ^ (h >> 15)).wrapping_mul(2246822519);
+    h = (h ^ (h >> 13)).wrapping_mul(3266489917);
+    h ^= h >> 16;
+    ((h >> 8) as f32) * (2.0 / 16777216.0) - 1.0
+}
+
+/// SM parts for `s_q·h_q` query rows on `num_sms` SMs (FlashMLA's
+/// `num_sm_parts`, one KV head): each part is one row block's share of the
+/// SMs, so that all row blocks of all parts fill the GPU once.
+pub fn num_sm_parts(num_sms: usize, s_q: usize, h_q: usize) -> usize {
+    (num_sms / (s_q * h_q).div_ceil(BLOCK_H).max(1)).max(1)
+}
+
+/// The split-KV scheduler on the host: the same walk as the `mla_metadata`
+/// kernel (the tests compare them), returning `(chunks, chunk_begin)` in the
+/// format of [`Metadata`] for `num_parts` SM parts.
+///
+/// FlashMLA's `get_mla_metadata`: the work of batch `b` is its
+/// `cdiv(seqlen_b, 64)` key blocks plus a fixed cost of
+/// [`CHUNK_OVERHEAD`] blocks; each SM part gets a payload of
+/// `cdiv(Σ work, parts) + 5` and takes, in order, whole batches while they
+/// fit and then the part of the next one that fits (at least one block, each
+/// piece charged the fixed cost again); the last part takes what is left.
+pub fn schedule(seqlens: &[i32], num_parts: usize) -> (Vec<[i32; 4]>, Vec<i32>) {
+    let b = seqlens.len();
+    let parts = num_parts.max(1) as i32;
+    let blocks = |s: i32| (s.max(0) + PAGE as i32 - 1) / PAGE as i32;
+    let total: i32 = seqlens.iter().map(|&s| blocks(s) + CHUNK_OVERHEAD).sum();
+    let payload = (total + parts - 1) / parts + CHUNK_OVERHEAD;
+    let mut chunks = vec![[-1, 0, 0, -1]; b + parts as usize];
+    let mut begin = vec![0; b + 1];
+    let (mut part, mut remain, mut idx, mut blk, mut c) = (0, payload, 0usize, 0, 0usize);
+    for _ in 0..b + parts as usize {
+        if idx >= b {
+            break;
+        }
+        let nb = blocks(seqlens[idx]);
+        let take =
+            if part == parts - 1 || remain >= nb - blk + CHUNK_OVERHEAD { nb - blk } else { remain - CHUNK_OVERHEAD };
+        if take > 0 || take == nb - blk {
+            if blk == 0 {
+                begin[idx] = c as i32;
+            }
+            chunks[c] = [idx as i32, blk, blk + take, part];
+            c += 1;
+        }
+        if take == nb - blk {
+            remain -= take + CHUNK_OVERHEAD;
+            idx += 1;
+            blk = 0;
+            if remain <= 0 && part < parts - 1 {
+                part += 1;
+                remain = payload;
+            }
+        } else {
+            blk += take.max(0);
+            part += 1;
+            remain = payload;
+        }
+    }
+    begin[b] = c as i32;
+    (chunks, begin)
+}
+
+/// The split-KV schedule of one decode step, on the device (computed by
+/// [`Metadata::compute`] from the device `cache_seqlens`, no host
+/// synchronization; a serving engine computes it once per step and passes it
+/// to every layer's [`forward`]).
+///
+/// Format (both i32):
+/// - `chunks [b + num_parts, 4]`: row `c` is one chunk of work,
+///   `(batch, first key block, end key block (exclusive), SM part)`; the
+///   chunks of a batch are consecutive rows, in key order, and cover its
+///   `cdiv(seqlen, 64)` blocks exactly (a batch of seqlen 0 has one empty
+///   chunk `(batch, 0, 0, part)`); the rows after the last chunk are unused,
+///   `(−1, 0, 0, −1)`. The split kernel runs one thread block per (query
+///   row block, row of `chunks`); an unused row does nothing anyone reads.
+/// - `chunk_begin [b + 1]`: batch `b`'s chunks are rows
+///   `chunk_begin[b] .. chunk_begin[b + 1]` (`chunk_begin[b]` = the chunks used).
+pub struct Metadata {
+    pub chunks: DeviceTensor<i32>,
+    pub chunk_begin: DeviceTensor<i32>,
+    /// The batch it was computed for.
+    pub batch: usize,
+    /// The SM parts ([`num_sm_parts`]).
+    pub num_parts: usize,
+}
+
+impl Metadata {
+    /// Allocates the metadata for `seqlens` (`[b]` i32, on the device) split
+    /// over `num_parts` SM parts ([`num_sm_parts`]) and computes it.
+    pub fn compute(stream: &Stream, seqlens: &DeviceTensor<i32>, num_parts: usize) -> tile::Result<Metadata> {
+        let b = seqlens_batch(seqlens)?;
+        let num_parts = num_parts.max(1);
+        let mut m = Metadata {
+            chunks: DeviceTensor::zeros(stream, &[b + num_parts, 4])?,
+            chunk_begin: DeviceTensor::zeros(stream, &[b + 1])?,
+            batch: b,
+            num_parts,
+        };
+        m.update(stream, seqlens)?;
+        Ok(m)
+    }
+
+    /// Computes the schedule again for new `seqlens` of the same batch (one
+    /// launch, no allocation: once per decode step).
+    pub fn update(&mut self, stream: &Stream, seqlens: &DeviceTensor<i32>) -> tile::Result<()> {
+        let b = seqlens_batch(seqlens)?;
+        if b != self.batch {
+            return Err(shape_error(
+                "seqlens",
+                format!("cache_seqlens has batch {b}, the metadata was made for {}: compute it anew", self.batch),
+            ));
+        }
+        mla_metadata::launch(stream, seqlens, &mut self.chunks, &mut self.chunk_begin)
+    }
+}
+
+fn seqlens_batch(seqlens: &DeviceTensor<i32>) -> tile::Result<usize> {
+    match seqlens.shape() {
+        [b] => Ok(*b),
+        s => Err(shape_error("seqlens", format!("cache_seqlens must be 1-D [b] i32, got shape {s:?}"))),
+    }
+}
+
+fn shape_error(param: &str, message: String) -> Error {
+    Error::Shape { kernel: "mla_decode::forward".into(), param: param.into(), dim: None, message }
+}
+
+/// The partial outputs of the split kernel, reused across calls: grown to
+/// the largest step seen, never shrunk (no allocation once warm).
+#[derive(Default)]
+pub struct Workspace {
+    o_part: Option<DeviceTensor<f32>>,
+    lse_part: Option<DeviceTensor<f32>>,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace::default()
+    }
+
+    /// Rows of partial results held now.
+    pub fn rows(&self) -> usize {
+        self.lse_part.as_ref().map_or(0, |t| t.len())
+    }
+
+    fn ensure(
+        &mut self,
+        stream: &Stream,
+        rows: usize,
+    ) -> tile::Result<(&mut DeviceTensor<f32>, &mut DeviceTensor<f32>)> {
+        if self.rows() < rows {
+            // The old buffers go first, so that the device holds one set at a time.
+            self.o_part = None;
+            self.lse_part = None;
+            self.o_part = Some(DeviceTensor::zeros(stream, &[rows, DV])?);
+            self.lse_part = Some(DeviceTensor::zeros(stream, &[rows])?);
+        }
+        match (self.o_part.as_mut(), self.lse_part.as_mut()) {
+            (Some(o), Some(l)) => Ok((o, l)),
+            _ => Err(shape_error("workspace", "the workspace holds no partial buffers".into())),
+        }
+    }
+}
+
+/// The KV cache [`forward`] reads.
+#[derive(Copy, Clone)]
+pub enum Kv<'a, T: Element> {
+    /// `cache [num_blocks, 64, 1, 576]` and `block_table i32 [b, max_blocks]`:
+    /// key `j` of batch `b` is row `j % 64` of page `block_table[b, j / 64]`
+    /// (pages in any order; the table must cover `cdiv(seqlen, 64)` pages,
+    /// a page index outside the cache reads zeros).
+    Paged { cache: &'a DeviceTensor<T>, block_table: &'a DeviceTensor<i32> },
+    /// `kv [b, s_k, 1, 576]`: key `j` of batch `b` is `kv[b, j]` (the
+    /// seqlens at most `s_k`; keys past it read zeros).
+    Contiguous(&'a DeviceTensor<T>),
+}
+
+/// What [`forward`] computes besides the inputs.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Options {
+    /// The softmax scale (FlashMLA's `softmax_scale`), finite and positive.
+    pub scale: f32,
+    /// The tile configuration: [`Tiles::Auto`] picks by the device.
+    pub tiles: Tiles,
+}
+
+impl Options {
+    pub fn new(scale: f32) -> Options {
+        Options { scale, tiles: Tiles::Auto }
+    }
+}
+
+/// Which split kernel instances [`forward`] uses.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Tiles {
+    /// Hopper's on compute capability 9.x and in the interpreter, else the portable ones.
+    #[default]
+    Auto,
+    /// Two KV stages (sm_90a only).
+    Hopper,
+    /// One KV stage (fits sm_80's shared memory).
+    Portable,
+}
+
+/// Whether [`forward`] on `stream` with `tiles` takes Hopper's instances.
+pub fn hopper_tiles(stream: &Stream, tiles: Tiles) -> bool {
+    match tiles {
+        Tiles::Auto => stream.device().compute_capability().is_none_or(|cc| cc.0 == 9),
+        Tiles::Hopper => true,
+        Tiles::Portable => false,
+    }
+}
+
+/// The launch of a paged split instance.
+pub type PagedLaunch<T> = fn(
+    &Stream,
+    &DeviceTensor<T>,
+    &DeviceTensor<T>,
+    &DeviceTensor<i32>,
+    &DeviceTensor<i32>,
+    &DeviceTensor<i32>,
+    &mut DeviceTensor<f32>,
+    &mut DeviceTensor<f32>,
+    f32,
+) -> tile::Result<()>;
+/// The launch of a contiguous split instance.
+pub type ContiguousLaunch<T> = fn(
+    &Stream,
+    &DeviceTensor<T>,
+    &DeviceTensor<T>,
+    &DeviceTensor<i32>,
+    &DeviceTensor<i32>,
+    &mut DeviceTensor<f32>,
+    &mut DeviceTensor<f32>,
+    f32,
+) -> tile::Result<()>;
+
+/// The element types there are split instances for (f16, bf16).
+pub trait MlaElement: Element {
+    /// The paged instance (Hopper's or the portable one) and its metadata.
+    fn paged(hopper: bool) -> (PagedLaunch<Self>, &'static tile::KernelMeta);
+    /// The contiguous instance and its metadata.
+    fn contiguous(hopper: bool) -> (ContiguousLaunch<Self>, &'static tile::KernelMeta);
+    /// `mla_fill` of `x` (`[rows, 576]`).
+    fn fill(stream: &Stream, x: &mut DeviceTensor<Self>, seed: u32) -> tile::Result<()>;
+}
+
+macro_rules! mla_instances {
+    ($t:ty) => {
+        impl MlaElement for $t {
+            fn paged(hopper: bool) -> (PagedLaunch<Self>, &'static tile::KernelMeta) {
+                if hopper {
+                    (mla_split_paged_sm90::launch::<$t, 256, 2>, mla_split_paged_sm90::meta::<$t, 256, 2>())
+                } else {
+                    (mla_split_paged::launch::<$t, 256, 1>, mla_split_paged::meta::<$t, 256, 1>())
+                }
+            }
+            fn contiguous(hopper: bool) -> (ContiguousLaunch<Self>, &'static tile::KernelMeta) {
+                if hopper {
+                    (mla_split_contiguous_sm90::launch::<$t, 256, 2>, mla_split_contiguous_sm90::meta::<$t, 256, 2>())
+                } else {
+                    (mla_split_contiguous::launch::<$t, 256, 1>, mla_split_contiguous::meta::<$t, 256, 1>())
+                }
+            }
+            fn fill(stream: &Stream, x: &mut DeviceTensor<Self>, seed: u32) -> tile::Result<()> {
+                mla_fill::launch::<$t>(stream, x, seed)
+            }
+        }
+    };
+}
+mla_instances!(f16);
+mla_instances!(bf16);
+
+/// MLA decode attention (see the module docs): `out [b, s_q, h_q, 512]` and
+/// `lse [b, h_q, s_q]` (f32) from `q [b, s_q, h_q, 576]`, the KV cache `kv`
+/// and `seqlens` (`cache_seqlens`, i32 `[b]`), with the split-KV schedule
+/// `metadata` ([`Metadata::compute`] of the same seqlens) and the partials in
+/// `workspace`. Two launches on `stream` (split, combine), no host
+/// synchronization. Errors: shapes that do not fit these rules, a scale that
+/// is not finite and positive (`Error::Shape`), and what the launch refuses.
+#[allow(clippy::too_many_arguments)]
+pub fn forward<T: MlaElement>(
+    stream: &Stream,
+    q: &DeviceTensor<T>,
+    kv: Kv<'_, T>,
+    seqlens: &DeviceTensor<i32>,
+    metadata: &Metadata,
+    workspace: &mut Workspace,
+    out: &mut DeviceTensor<f32>,
+    lse: &mut DeviceTensor<f32>,
+    options: Options,
+) -> tile::Result<()> {
+    let &[b, s_q, h_q, d] = q.shape() else {
+        return Err(shape_error("q", format!("q must be 4-D [b, s_q, h_q, {D}], got shape {:?}", q.shape())));
+    };
+    if d != D {
+        return Err(shape_error("q", format!("q has {d} columns, MLA's are {D} (512 + 64 rope)")));
+    }
+    match kv {
+        Kv::Paged { cache, block_table } => {
+            if !matches!(cache.shape(), &[_, PAGE, 1, D]) {
+                return Err(shape_error(
+                    "cache",
+                    format!("the paged cache must be [num_blocks, {PAGE}, 1, {D}], got shape {:?}", cache.shape()),
+                ));
+            }
+            if !matches!(block_table.shape(), &[bt, _] if bt == b) {
+                return Err(shape_error(
+                    "block_table",
+                    format!("block_table must be [b = {b}, max_blocks] i32, got shape {:?}", block_table.shape()),
+                ));
+            }
+        }
+        Kv::Contiguous(kv) => {
+            if !matches!(kv.shape(), &[bk, _, 1, dk] if bk == b && dk == D) {
+                return Err(shape_error(
+                    "kv",
+                    format!("the contiguous cache must be [b = {b}, s_k, 1, {D}], got shape {:?}", kv.shape()),
+                ));
+            }
+        }
+    }
+    if seqlens_batch(seqlens)? != b {
+        return Err(shape_error("seqlens", format!("cache_seqlens has shape {:?}, expected [{b}]", seqlens.shape())));
+    }
+    if metadata.batch != b || metadata.chunks.shape() != [b + metadata.num_parts, 4] {
+        return Err(shape_error(
+            "metadata",
+            format!(
+                "the metadata was computed for batch {}, q has batch {b}: compute it from these seqlens",
+                metadata.batch
+            ),
+        ));
+    }
+    if out.shape() != [b, s_q, h_q, DV] {
+        return Err(shape_error("out", format!("out has shape {:?}, expected {:?}", out.shape(), [b, s_q, h_q, DV])));
+    }
+    if lse.shape() != [b, h_q, s_q] {
+        return Err(shape_error("lse", format!("lse has shape {:?}, expected {:?}", lse.shape(), [b, h_q, s_q])));
+    }
+    if !(options.scale.is_finite() && options.scale > 0.0) {
+        return Err(shape_error(
+            "scale",
+            format!("the softmax scale must be finite and positive, got {}", options.scale),
+        ));
+    }
+    if b == 0 || s_q * h_q == 0 {
+        return Ok(());
+    }
+    let rows = metadata.chunks.shape()[0] * (s_q * h_q).div_ceil(BLOCK_H) * BLOCK_H;
+    let (o_part, lse_part) = workspace.ensure(stream, rows)?;
+    let hopper = hopper_tiles(stream, options.tiles);
+    let scale = options.scale * std::f32::consts::LOG2_E;
+    match kv {
+        Kv::Paged { cache, block_table } => {
+            let (launch, _) = T::paged(hopper);
+            launch(stream, q, cache, block_table, seqlens, &metadata.chunks, o_part, lse_part, scale)?;
+        }
+        Kv::Contiguous(kv) => {
+            let (launch, _) = T::contiguous(hopper);
+            launch(stream, q, kv, seqlens, &metadata.chunks, o_part, lse_part, scale)?;
+        }
+    }
+    mla_combine::launch(stream, o_part, lse_part, &metadata.chunk_begin, out, lse)
+}
+
+/// MLA decode in f64 on the host: the reference of the tests and the
+/// example. `key(b, j)` is the 576 values of key `j` of batch `b`.
+/// Returns `out [b, s_q, h_q, 512]` and `lse [b, h_q, s_q]` (0 and −∞ for a
+/// row that sees no key), for the `(b, t, h)` in `rows` only (others 0).
+#[allow(clippy::too_many_arguments)]
+pub fn reference<T: Element>(
+    q: &[T],
+    key: &dyn Fn(usize, usize) -> Vec<f64>,
+    seqlens: &[i32],
+    s_q: usize,
+    h_q: usize,
+    scale: f64,
+    rows: &[(usize, usize, usize)],
+) -> (Vec<f64>, Vec<f64>) {
+    let b = seqlens.len();
+    let mut out = vec![0.0; b * s_q * h_q * DV];
+    let mut lse = vec![0.0; b * h_q * s_q];
+    for &(bi, t, h) in rows {
+        let seen = (seqlens[bi] as i64 - s_q as i64 + t as i64 + 1).clamp(0, seqlens[bi].max(0) as i64) as usize;
+        let qr: Vec<f64> = q[((bi * s_q + t) * h_q + h) * D..][..D].iter().map(|x| x.to_f64()).collect();
+        let keys: Vec<Vec<f64>> = (0..seen).map(|j| key(bi, j)).collect();
+        let p: Vec<f64> = keys.iter().map(|k| scale * k.iter().zip(&qr).map(|(a, b)| a * b).sum::<f64>()).collect();
+        let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = p.iter().map(|x| (x - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        lse[(bi * h_q + h) * s_q + t] = if seen == 0 { f64::NEG_INFINITY } else { max + sum.ln() };
+        let o = &mut out[((bi * s_q + t) * h_q + h) * DV..][..DV];
+        for (j, k) in keys.iter().enumerate() {
+            for (c, oc) in o.iter_mut().enumerate() {
+                *oc += e[j] / sum * k[c];
+            }
+        }
+    }
+    (out, lse)
+}
+
+/// One decode problem: batch (its seqlens), new tokens, heads, the cache
+/// kind, the SM parts of the schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    pub seqlens: Vec<i32>,
+    pub s_q: usize,
+    pub h_q: usize,
+    pub paged: bool,
+    pub num_parts: usize,
+}
+
+impl Case {
+    pub fn b(&self) -> usize {
+        self.seqlens.len()
+    }
+    /// The issue's FLOPs, `2·s_q·Σseqlen·h_q·(576 + 512)`.
+    pub fn flops(&self) -> f64 {
+        let keys: f64 = self.seqlens.iter().map(|&s| s.max(0) as f64).sum();
+        2.0 * self.s_q as f64 * keys * self.h_q as f64 * (D + DV) as f64
+    }
+    /// The issue's bytes, `(Σseqlen·576 + b·s_q·h_q·(576 + 512))·2`.
+    pub fn bytes(&self) -> f64 {
+        let keys: f64 = self.seqlens.iter().map(|&s| s.max(0) as f64).sum();
+        (keys * D as f64 + (self.b() * self.s_q * self.h_q * (D + DV)) as f64) * 2.0
+    }
+    /// The softmax scale of the tests (DeepSeek's head dim 192).
+    pub fn scale(&self) -> f32 {
+        1.0 / 192f32.sqrt()
+    }
+}
+
+/// Random inputs of a case: q, the keys, the cache on the device, the
+/// metadata computed on the device, out and lse poisoned with NaN.
+/// [`Inputs::new`] makes the keys on the host (paged: pages shuffled, the
+/// unused pages and the tail of each batch's last page NaN; contiguous: the
+/// rows past each seqlen NaN); [`Inputs::hashed`] fills the cache on the
+/// device (`mla_fill`, for the benchmark's sizes) and keeps no host copy.
+pub struct Inputs<T: Element> {
+    pub q: Vec<T>,
+    /// `[b, cap, 576]`: key `j` of batch `b` at `(b·cap + j)·576` (empty when hashed).
+    pub keys: Vec<T>,
+    /// Keys per batch the cache holds (`max_blocks · 64`).
+    pub cap: usize,
+    /// The block table on the host (paged).
+    pub table: Vec<i32>,
+    /// The seed of a hashed cache.
+    pub hash: Option<u32>,
+    pub dq: DeviceTensor<T>,
+    pub cache: DeviceTensor<T>,
+    pub block_table: DeviceTensor<i32>,
+    pub seqlens: DeviceTensor<i32>,
+    pub metadata: Metadata,
+    pub workspace: Workspace,
+    pub out: DeviceTensor<f32>,
+    pub lse: DeviceTensor<f32>,
+}
+
+impl<T: MlaElement> Inputs<T> {
+    pub fn new(stream: &Stream, c: &Case, seed: u64) -> tile::Result<Self> {
+        Self::make(stream, c, seed, false)
+    }
+
+    pub fn hashed(stream: &Stream, c: &Case, seed: u64) -> tile::Result<Self> {
+        Self::make(stream, c, seed, true)
+    }
+
+    fn make(stream: &Stream, c: &Case, seed: u64, hashed: bool) -> tile::Result<Self> {
+        let mut rng = crate::common::Rng::new(seed);
+        let b = c.b();
+        let max_blocks = c.seqlens.iter().map(|&s| (s.max(0) as usize).div_ceil(PAGE)).max().unwrap_or(0).max(1);
+        let cap = max_blocks * PAGE;
+        let nan = T::from_f64(f64::NAN);
+        let q: Vec<T> = rng.vec(b * c.s_q * c.h_q * D, -1.0, 1.0).into_iter().map(|x| T::from_f64(x as f64)).collect();
+        let mut keys = vec![];
+        if !hashed {
+            keys = rng.vec(b * cap * D, -1.0, 1.0).into_iter().map(|x| T::from_f64(x as f64)).collect();
+            for (bi, &s) in c.seqlens.iter().enumerate() {
+                keys[(bi * cap + s.max(0) as usize) * D..(bi + 1) * cap * D].fill(nan);
+            }
+        }
+        let hash = hashed.then_some(seed as u32);
+        let (cache, table) = if c.paged {
+            // Pages 0..num_blocks in a random order, two more than needed (NaN or unread).
+            let num_blocks = b * max_blocks + 2;
+            let mut perm: Vec<usize> = (0..num_blocks).collect();
+            for i in (1..num_blocks).rev() {
+                perm.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+            }
+            let table: Vec<i32> = perm[..b * max_blocks].iter().map(|&p| p as i32).collect();
+            let cache = if hashed {
+                DeviceTensor::zeros(stream, &[num_blocks, PAGE, 1, D])?
+            } else {
+                let mut cache = vec![nan; num_blocks * PAGE * D];
+                for (n, &page) in table.iter().enumerate() {
+                    let (bi, j) = (n / max_blocks, n % max_blocks);
+                    let src = &keys[(bi * cap + j * PAGE) * D..][..PAGE * D];
+                    cache[page as usize * PAGE * D..][..PAGE * D].copy_from_slice(src);
+                }
+                DeviceTensor::from_slice(stream, &cache, &[num_blocks, PAGE, 1, D])?
+            };
+            (cache, table)
+        } else if hashed {
+            (DeviceTensor::zeros(stream, &[b, cap, 1, D])?, vec![])
+        } else {
+            (DeviceTensor::from_slice(stream, &keys, &[b, cap, 1, D])?, vec![])
+        };
+        let mut cache = cache;
+        if let Some(seed) = hash {
+            let shape = cache.shape().to_vec();
+            let rows = shape[0] * shape[1];
+            let mut flat = cache.reshape(&[rows, D])?;
+            T::fill(stream, &mut flat, seed)?;
+            cache = flat.reshape(&shape)?;
+        }
+        let block_table = if c.paged {
+            DeviceTensor::from_slice(stream, &table, &[b, max_blocks])?
+        } else {
+            DeviceTensor::zeros(stream, &[b, 1])?
+        };
+        let seqlens = DeviceTensor::from_slice(stream, &c.seqlens, &[b])?;
+        let metadata = Metadata::compute(stream, &seqlens, c.num_parts)?;
+        Ok(Inputs {
+            dq: DeviceTensor::from_slice(stream, &q, &[b, c.s_q, c.h_q, D])?,
+            q,
+            keys,
+            cap,
+            table,
+            hash,
+            cache,
+            block_table,
+            seqlens,
+            metadata,
+            workspace: Workspace::new(),
+            out: DeviceTensor::from_slice(stream, &vec![f32::NAN; b * c.s_q * c.h_q * DV], &[b, c.s_q, c.h_q, DV])?,
+            lse: DeviceTensor::from_slice(stream, &vec![f32::NAN; b * c.h_q * c.s_q], &[b, c.h_q, c.s_q])?,
+        })
+    }
+
+    /// The 576 values of key `j` of batch `b`.
+    pub fn key(&self, b: usize, j: usize) -> Vec<f64> {
+        match self.hash {
+            None => self.keys[(b * self.cap + j) * D..][..D].iter().map(|x| x.to_f64()).collect(),
+            Some(seed) => {
+                let row = if self.table.is_empty() {
+                    b * self.cap + j
+                } else {
+                    self.table[b * (self.cap / PAGE) + j / PAGE] as usize * PAGE + j % PAGE
+                };
+                (0..D).map(|c| T::from_f64(hashed(row as u32, c as u32, seed) as f64).to_f64()).collect()
+            }
+        }
+    }
+
+    /// Runs [`forward`] on these inputs.
+    pub fn run(&mut self, stream: &Stream, c: &Case, tiles: Tiles) -> tile::Result<()> {
+        let kv = if c.paged {
+            Kv::Paged { cache: &self.cache, block_table: &self.block_table }
+        } else {
+            Kv::Contiguous(&self.cache)
+        };
+        let options = Options { scale: c.scale(), tiles };
+        forward(
+            stream,
+            &self.dq,
+            kv,
+            &self.seqlens,
+            &self.metadata,
+            &mut self.workspace,
+            &mut self.out,
+            &mut self.lse,
+            options,
+        )
+    }
+
+    /// Checks the device metadata against [`schedule`] on the host.
+    pub fn check_metadata(&self, stream: &Stream, c: &Case) -> Result<(), String> {
+        let (chunks, begin) = schedule(&c.seqlens, c.num_parts);
+        let got = self.metadata.chunks.to_vec(stream).map_err(|e| e.to_string())?;
+        let got_begin = self.metadata.chunk_begin.to_vec(stream).map_err(|e| e.to_string())?;
+        let want: Vec<i32> = chunks.iter().flatten().copied().collect();
+        if got != want || got_begin != begin {
+            return Err(format!("{c:?}: device metadata {got:?} / {got_begin:?}, host {want:?} / {begin:?}"));
+        }
+        Ok(())
+    }
+
+    /// Checks out and lse against [`reference`] on `rows` ((b, t, h); every
+    /// row when `None`): relative L2 error at most `tol`, no element off by
+    /// more than `8·tol`, −∞ LSE and zero output exactly where no key is
+    /// seen. Returns the two errors.
+    pub fn check(
+        &self,
+        stream: &Stream,
+        c: &Case,
+        rows: Option<&[(usize, usize, usize)]>,
+        tol: f64,
+    ) -> Result<(f64, f64), String> {
+        let all: Vec<(usize, usize, usize)>;
+        let rows = match rows {
+            Some(r) => r,
+            None => {
+                all =
+                    (0..c.b()).flat_map(|b| (0..c.s_q).flat_map(move |t| (0..c.h_q).map(move |h| (b, t, h)))).collect();
+                &all
+            }
+        };
+        let key = |b: usize, j: usize| self.key(b, j);
+        let (o_ref, lse_ref) = reference(&self.q, &key, &c.seqlens, c.s_q, c.h_q, c.scale() as f64, rows);
+        let o = self.out.to_vec(stream).map_err(|e| e.to_string())?;
+        let lse = self.lse.to_vec(stream).map_err(|e| e.to_string())?;
+        let (mut got_o, mut want_o, mut got_l, mut want_l) = (vec![], vec![], vec![], vec![]);
+        for &(b, t, h) in rows {
+            let at = ((b * c.s_q + t) * c.h_q + h) * DV;
+            got_o.extend_from_slice(&o[at..at + DV]);
+            want_o.extend_from_slice(&o_ref[at..at + DV]);
+            got_l.push(lse[(b * c.h_q + h) * c.s_q + t]);
+            want_l.push(lse_ref[(b * c.h_q + h) * c.s_q + t]);
+        }
+        let ctx = |what: &str, e: String| format!("{c:?}: {what}: {e}");
+        let e_o = assert_close(&got_o, &want_o, tol).map_err(|e| ctx("out", e))?;
+        let e_l = assert_close(&got_l, &want_l, tol / 10.0).map_err(|e| ctx("lse", e))?;
+        for (n, (&g, &w)) in got_o.iter().zip(&want_o).enumerate() {
+            let off = (g as f64 - w).abs();
+            if off.is_nan() || off > 8.0 * tol {
+                let (b, t, h) = rows[n / DV];
+                return Err(ctx("out", format!("row (b {b}, t {t}, h {h}) col {}: got {g}, reference {w}", n % DV)));
+            }
+        }
+        for (n, (&g, &w)) in got_l.iter().zip(&want_l).enumerate() {
+            if (w == f64::NEG_INFINITY) != (g == f32::NEG_INFINITY) {
+                let (b, t, h) = rows[n];
+                return Err(ctx("lse", format!("row (b {b}, t {t}, h {h}): got {g}, reference {w}")));
+            }
+        }
+        Ok((e_o, e_l))
+    }
+}
