@@ -94,15 +94,18 @@ impl Lx<'_> {
         if first == last {
             return None;
         }
-        let StmtKind::Gemm { a: a1, b: b1, c: c1, clear: true, trans_a: ta1, trans_b: tb1, .. } = &body[first].kind
+        let StmtKind::Gemm { a: a1, b: b1, c: c1, clear: true, trans_a: ta1, trans_b: tb1, policy: p1 } =
+            &body[first].kind
         else {
             return None;
         };
-        let StmtKind::Gemm { a: a2, b: b2, c: c2, trans_a: ta2, trans_b: tb2, .. } = &body[last].kind else {
+        let StmtKind::Gemm { a: a2, b: b2, c: c2, trans_a: ta2, trans_b: tb2, policy: p2, .. } = &body[last].kind
+        else {
             return None;
         };
         // Both on wgmma (an mma.sync gemm is synchronous: nothing to overlap).
-        if self.wgmma_plan(*a1, *b1, *c1, *ta1, *tb1).is_none() || self.wgmma_plan(*a2, *b2, *c2, *ta2, *tb2).is_none()
+        if self.wgmma_plan(*a1, *b1, *c1, (*ta1, *tb1), *p1).is_none()
+            || self.wgmma_plan(*a2, *b2, *c2, (*ta2, *tb2), *p2).is_none()
         {
             return None;
         }
