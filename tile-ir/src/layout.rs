@@ -572,6 +572,93 @@ impl SharedLayout {
         }
     }
 
+    /// Panels of 64 columns ([`SharedLayout::panelled`]) for a buffer with
+    /// sub-views: any 16-bit tile whose rows are a multiple of 64 columns
+    /// wider than 128 bytes (`[64, 576]`: nine panels), so that views of
+    /// whole panels (`[.., 512..]`, `[.., ..512]`) are wgmma and TMA operands.
+    pub fn panelled_for_views(rows: i64, cols: i64, elem: i64) -> Option<SharedLayout> {
+        (elem == 2 && cols * elem > 128 && cols % 64 == 0).then_some(SharedLayout {
+            rows,
+            cols,
+            elem,
+            row_stride: 128,
+            swizzle: Some((3, 3)),
+            panel_cols: Some(64),
+        })
+    }
+
+    /// The layout of the window `shape` at `origin` of a buffer of shape
+    /// `parent` laid out by `self` (shapes folded to `[rows, cols]` as
+    /// everywhere: outer dims into rows), and the window's byte offset in the
+    /// buffer: `Ok((base, l))` with `base + l.offset(r, c)` the parent's
+    /// offset of every element of the window (checked element by element),
+    /// `base` a multiple of 16 bytes (cp.async and ldmatrix chunks) and of
+    /// the swizzle pattern's span (wgmma and TMA swizzle absolute address
+    /// bits), a swizzled window whole rows or whole panels of the buffer
+    /// (what wgmma descriptors and TMA boxes describe). `Err(why)` otherwise.
+    pub fn window(&self, parent: &[i64], origin: &[i64], shape: &[i64]) -> Result<(i64, SharedLayout), String> {
+        let n = parent.len();
+        if n == 0 || origin.len() != n || shape.len() != n {
+            return Err("the window's rank differs from the buffer's".into());
+        }
+        let cols = shape[n - 1];
+        let rows: i64 = shape[..n - 1].iter().product();
+        let outer_parent = &parent[..n - 1];
+        // The parent's folded row of the window's folded row `r`.
+        let parent_row = |r: i64| {
+            let mut f = r;
+            let mut idx = vec![0i64; n - 1];
+            for d in (0..n - 1).rev() {
+                idx[d] = f % shape[d] + origin[d];
+                f /= shape[d];
+            }
+            idx.iter().zip(outer_parent).fold(0, |acc, (i, e)| acc * e + i)
+        };
+        let c0 = origin[n - 1];
+        let base = self.offset(parent_row(0), c0);
+        let l = SharedLayout { rows, cols, ..*self };
+        let span = match self.swizzle {
+            Some((bits, shift)) => 1i64 << (shift + 4 + bits),
+            None => 16,
+        };
+        if base % span != 0 {
+            return Err(format!(
+                "it starts {base} bytes into the buffer, not a multiple of {span} bytes{}",
+                if self.swizzle.is_some() { " (the swizzle pattern's span)" } else { "" }
+            ));
+        }
+        if self.swizzle.is_some() {
+            match self.panel_cols {
+                Some(pc) if c0 % pc != 0 || cols % pc != 0 => {
+                    return Err(format!(
+                        "its columns {c0}..{} are not whole panels of {pc} columns (the column offset and width must be multiples of {pc})",
+                        c0 + cols
+                    ))
+                }
+                None if cols * self.elem != self.row_stride => {
+                    return Err(format!(
+                        "its columns {c0}..{} are not whole rows of the swizzled buffer ({} columns)",
+                        c0 + cols,
+                        self.row_stride / self.elem
+                    ))
+                }
+                _ => {}
+            }
+        }
+        for r in 0..rows {
+            let pr = parent_row(r);
+            for c in 0..cols {
+                if self.offset(pr, c0 + c) != base + l.offset(r, c) {
+                    return Err(format!(
+                        "its element ({r}, {c}) does not sit where a {} window would put it",
+                        l.describe()
+                    ));
+                }
+            }
+        }
+        Ok((base, l))
+    }
+
     pub fn describe(&self) -> String {
         let panels = match self.panel_cols {
             Some(pc) => format!(", panels of {pc} columns"),
