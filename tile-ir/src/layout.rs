@@ -621,12 +621,6 @@ impl SharedLayout {
             Some((bits, shift)) => 1i64 << (shift + 4 + bits),
             None => 16,
         };
-        if base % span != 0 {
-            return Err(format!(
-                "it starts {base} bytes into the buffer, not a multiple of {span} bytes{}",
-                if self.swizzle.is_some() { " (the swizzle pattern's span)" } else { "" }
-            ));
-        }
         if self.swizzle.is_some() {
             match self.panel_cols {
                 Some(pc) if c0 % pc != 0 || cols % pc != 0 => {
@@ -644,6 +638,12 @@ impl SharedLayout {
                 }
                 _ => {}
             }
+        }
+        if base % span != 0 {
+            return Err(format!(
+                "it starts {base} bytes into the buffer, not a multiple of {span} bytes{}",
+                if self.swizzle.is_some() { " (the swizzle pattern's span)" } else { "" }
+            ));
         }
         for r in 0..rows {
             let pr = parent_row(r);
@@ -936,5 +936,37 @@ mod tests {
         assert!(SharedLayout::panelled(32, 96, 2).is_none());
         assert!(SharedLayout::panelled(32, 128, 4).is_none());
         assert!(SharedLayout::panelled(32, 128, 2).unwrap().describe().contains("panels of 64 columns"));
+    }
+
+    /// Windows of a layout: whole panels of a panelled `[64, 576]` (K_pe at
+    /// 512.., V at ..512) and a row band of a row-major buffer are exact
+    /// (`window` checks every element); a window off the panels, a swizzled
+    /// window narrower than the rows and a misaligned row-major window are not.
+    #[test]
+    fn windows_of_layouts() {
+        let p = SharedLayout::panelled_for_views(64, 576, 2).unwrap();
+        assert_eq!(p.bytes(), 9 * 8192);
+        let (base, l) = p.window(&[64, 576], &[0, 512], &[64, 64]).unwrap();
+        assert_eq!((base, l.bytes()), (8 * 8192, 8192));
+        let (base, l) = p.window(&[64, 576], &[0, 0], &[64, 512]).unwrap();
+        assert_eq!((base, l.bytes()), (0, 8 * 8192));
+        assert!(p.window(&[64, 576], &[0, 32], &[64, 64]).unwrap_err().contains("not whole panels of 64 columns"));
+        assert!(p.window(&[64, 576], &[8, 0], &[56, 64]).is_ok(), "one panel, whole swizzle periods down");
+        assert!(
+            p.window(&[64, 576], &[8, 0], &[56, 128]).unwrap_err().contains("does not sit"),
+            "panels 56 rows apart"
+        );
+        let s = SharedLayout::for_ldmatrix(64, 64, 2);
+        assert!(s.window(&[64, 64], &[0, 32], &[64, 32]).unwrap_err().contains("not whole rows"));
+        let (base, _) = s.window(&[64, 64], &[8, 0], &[8, 64]).unwrap();
+        assert_eq!(base, 8 * 128);
+        let r = SharedLayout::row_major(16, 40, 4);
+        let (base, l) = r.window(&[16, 40], &[2, 4], &[3, 8]).unwrap();
+        assert_eq!((base, l.row_stride), (2 * 160 + 16, 160));
+        assert!(r.window(&[16, 40], &[0, 1], &[3, 8]).unwrap_err().contains("not a multiple of 16 bytes"));
+        // 3-D: a band of whole inner planes is a window, a partial middle dim is not.
+        let r3 = SharedLayout::row_major(4 * 8, 16, 4);
+        assert!(r3.window(&[4, 8, 16], &[1, 0, 0], &[2, 8, 16]).is_ok());
+        assert!(r3.window(&[4, 8, 16], &[0, 0, 0], &[2, 4, 16]).unwrap_err().contains("does not sit"));
     }
 }
