@@ -79,8 +79,9 @@ fn mla(d: i64, dp: i64) -> String {
     )
 }
 
-/// Softmax(q·kᵀ·scale·ln2... ) · v per (batch, head): `exp2((s - max)·scale)`
-/// weights, as the kernel; v is the first `d` columns of kv.
+/// Per (batch, head): weights `exp2((q·kvᵀ - max)·scale)` over the keys (the
+/// kernel's base-2 softmax), normalized, times V = the first `d` columns of kv.
+#[allow(clippy::too_many_arguments)]
 fn reference(q: &[f64], kv: &[f64], b: usize, h: usize, s: usize, d: usize, dk: usize, scale: f64) -> Vec<f64> {
     let mut out = vec![0.0; b * h * d];
     for bi in 0..b {
