@@ -138,6 +138,44 @@ impl<T, D0, D1, D2, D3, D4> Tensor<T, D0, D1, D2, D3, D4> {
 /// A buffer in shared memory, made by [`shared`]: visible to the whole
 /// block, indexed anywhere (`s[(i, j)]`).
 pub struct Shared<T>(PhantomData<T>);
+/// The ranges of a [`Shared::view`]: an array of one half-open range per
+/// dimension of the buffer (`[.., 512..]`, `[0..32, ..]`), constant bounds.
+pub struct ViewRanges;
+
+impl<T> Shared<T> {
+    /// `let v = s.view([.., 512..]);`: a window of `s` with no memory of its
+    /// own (one range per dimension; `..` the whole dimension), usable
+    /// wherever a shared buffer is: a [`gemm`] operand (with
+    /// [`Transpose::t`]), either side of [`copy`], element access. Writing
+    /// it writes `s`. It must be expressible in `s`'s layout (a compile error
+    /// says when not: e.g. a column offset that is not a multiple of 64 in a
+    /// buffer stored as 64-column panels).
+    ///
+    /// ```
+    /// use tile::prelude::*;
+    ///
+    /// /// Swaps the halves of each row through two views of one buffer.
+    /// #[tile_kernel(threads = 32)]
+    /// fn swap_halves(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+    ///     grid(1);
+    ///     let mut s = shared::<f32, 2, 8>();
+    ///     let left = s.view([.., ..4]);
+    ///     let right = s.view([.., 4..]);
+    ///     copy(x.tile([0, 0]), &mut s);
+    ///     copy(&right, y.tile([0, 0]));
+    ///     copy(&left, y.tile([0, 4]));
+    /// }
+    /// # fn main() -> tile::Result<()> {
+    /// let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    /// let y = tile::dsl::doc_run_2d(swap_halves::launch, &x, &[2, 8])?;
+    /// assert_eq!(y[..8], [4.0, 5.0, 6.0, 7.0, 0.0, 1.0, 2.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn view(&self, ranges: ViewRanges) -> Shared<T> {
+        outside_kernel("view")
+    }
+}
+
 /// A tile spread over the threads' registers, made by [`fragment`]:
 /// indexed only inside [`parallel`] loops, by their loop variables.
 pub struct Fragment<T>(PhantomData<T>);

@@ -475,18 +475,47 @@ fn shape2(buf: &crate::ir::Buffer) -> Option<(i64, i64, i64)> {
 /// The layout `buf` would have if every gemm operand that can be
 /// panelled were ([`SharedLayout::panelled`]).
 fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
+    if kernel.buffer(buf).view.is_some() {
+        return view_layout(kernel, buf, &|root| layout_if_panelled(kernel, root));
+    }
     let b = kernel.buffer(buf);
     let (rows, cols, elem) = shape2(b)?;
     match b.layout {
         Some(spec) => SharedLayout::from_spec(spec, rows, cols, elem).ok(),
         None => Some(
-            SharedLayout::panelled(rows, cols, elem).unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, elem)),
+            panelled_of(kernel, buf, rows, cols, elem).unwrap_or_else(|| SharedLayout::for_ldmatrix(rows, cols, elem)),
         ),
     }
 }
 
+/// [`SharedLayout::panelled`], or for a buffer with sub-views
+/// [`SharedLayout::panelled_for_views`] (rows of any multiple of 64 columns).
+fn panelled_of(kernel: &Kernel, buf: BufferId, rows: i64, cols: i64, elem: i64) -> Option<SharedLayout> {
+    match kernel.views_of(buf).is_empty() {
+        true => SharedLayout::panelled(rows, cols, elem),
+        false => SharedLayout::panelled_for_views(rows, cols, elem),
+    }
+}
+
+/// The layout of view `buf` ([`crate::ir::View`]) inside its parent laid
+/// out by `root_layout` ([`SharedLayout::window`]); `None` when the window is
+/// not expressible there (layout inference reports why).
+fn view_layout(
+    kernel: &Kernel,
+    buf: BufferId,
+    root_layout: &dyn Fn(BufferId) -> Option<SharedLayout>,
+) -> Option<SharedLayout> {
+    let (root, origin) = kernel.view_root(buf);
+    let parent = kernel.buffer(root).const_shape()?;
+    let shape = kernel.buffer(buf).const_shape()?;
+    root_layout(root)?.window(&parent, origin, &shape).ok().map(|(_, l)| l)
+}
+
 /// The shared layout layout inference gives a gemm operand `buf` for
-/// `target`: the user's `annotate_layout`; else, on sm_90a, panels of 64
+/// `target`: for a view ([`crate::ir::View`]), its window of its parent's;
+/// the user's `annotate_layout`; else for a buffer with views whose rows are
+/// a multiple of 64 16-bit columns, panels of 64 columns
+/// ([`SharedLayout::panelled_for_views`]) on every target; else, on sm_90a, panels of 64
 /// columns ([`SharedLayout::panelled`]) when its rows are wider than 128
 /// bytes and some gemm reading it lowers to wgmma with them; else
 /// [`SharedLayout::for_ldmatrix`] (ldmatrix reads any of these). `None`
@@ -497,17 +526,27 @@ fn layout_if_panelled(kernel: &Kernel, buf: BufferId) -> Option<SharedLayout> {
 /// by that gemm), and a gemm with a panel-able operand left unpanelled is
 /// not eligible (rows over 128 bytes have no descriptor).
 pub fn gemm_operand_layout(kernel: &Kernel, buf: BufferId, target: Target) -> Option<SharedLayout> {
+    if kernel.buffer(buf).view.is_some() {
+        return view_layout(kernel, buf, &|root| gemm_operand_layout(kernel, root, target));
+    }
     let b = kernel.buffer(buf);
     let (rows, cols, elem) = shape2(b)?;
     if let Some(spec) = b.layout {
         return SharedLayout::from_spec(spec, rows, cols, elem).ok();
     }
+    // A buffer with views: whole panels on every target (unpadded; a view of
+    // whole panels is expressible alike for ldmatrix, wgmma and TMA).
+    if !kernel.views_of(buf).is_empty() {
+        if let Some(p) = SharedLayout::panelled_for_views(rows, cols, elem) {
+            return Some(p);
+        }
+    }
     if target.has(Feature::Wgmma) && b.scope == Scope::Shared {
-        if let Some(p) = SharedLayout::panelled(rows, cols, elem) {
+        if let Some(p) = panelled_of(kernel, buf, rows, cols, elem) {
             let mut all = Vec::new();
             gemms(&kernel.body, &mut all);
             let eligible = all.iter().any(|&(a, bb, c, ta, tb, policy)| {
-                (a == buf || bb == buf)
+                (kernel.same_memory(a, buf) || kernel.same_memory(bb, buf))
                     && wgmma_shape_with(kernel, a, bb, c, ta, tb, policy, &|x| layout_if_panelled(kernel, x)).is_some()
             });
             if eligible {
@@ -873,6 +912,7 @@ mod tests {
                     mutable: true,
                     span: SpanId::NONE,
                     layout: None,
+                    view: None,
                 })
             };
             let (ab, bb, cb) =
@@ -934,6 +974,7 @@ mod tests {
                     mutable: true,
                     span: SpanId::NONE,
                     layout: None,
+                    view: None,
                 })
             };
             let (ab, bb, cb) = (

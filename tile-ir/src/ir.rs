@@ -219,6 +219,23 @@ pub struct Buffer {
     /// (the interpreter ignores it).
     #[serde(default)]
     pub layout: Option<SharedLayoutSpec>,
+    /// For shared buffers: `Some` when this buffer is a sub-view of another
+    /// shared buffer ([`View`]): it owns no memory, its elements are the
+    /// parent's elements in the window (`kv_s.view([.., 512..])`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<View>,
+}
+
+/// A rectangular window of a shared buffer `of` (never itself a view), at
+/// constant `origin` (one coordinate per dim): element `i` of the view is
+/// element `origin + i` of `of`; the view's `shape` (constant, the same rank
+/// as `of`'s) is the window's extents. The view has the parent's element
+/// type and shares its bytes (and its layout, its pipeline stages, its
+/// dependences): writing one is writing the other.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct View {
+    pub of: BufferId,
+    pub origin: Vec<i64>,
 }
 
 /// A user-chosen placement of a shared buffer `[rows, cols]` (outer extents
@@ -260,6 +277,10 @@ impl Buffer {
     }
     pub fn rank(&self) -> usize {
         self.shape.len()
+    }
+    /// A plain (non-view) buffer.
+    pub fn new(name: impl Into<String>, scope: Scope, dtype: DType, shape: Vec<Extent>) -> Buffer {
+        Buffer { name: name.into(), scope, dtype, shape, mutable: false, span: SpanId::NONE, layout: None, view: None }
     }
 }
 
@@ -698,6 +719,28 @@ impl Kernel {
         &self.buffers[id.0 as usize]
     }
 
+    /// The buffer that owns `id`'s memory (its [`View::of`] for a view,
+    /// else `id` itself) and `id`'s origin in it (empty when not a view).
+    pub fn view_root(&self, id: BufferId) -> (BufferId, &[i64]) {
+        match self.buffers.get(id.0 as usize).and_then(|b| b.view.as_ref()) {
+            Some(v) => (v.of, &v.origin),
+            None => (id, &[]),
+        }
+    }
+
+    /// Whether `a` and `b` may share bytes: one buffer, or views of one buffer.
+    pub fn same_memory(&self, a: BufferId, b: BufferId) -> bool {
+        self.view_root(a).0 == self.view_root(b).0
+    }
+
+    /// The views of `id` (the buffers whose [`View::of`] is `id`).
+    pub fn views_of(&self, id: BufferId) -> Vec<BufferId> {
+        (0..self.buffers.len() as u32)
+            .map(BufferId)
+            .filter(|&b| self.buffer(b).view.as_ref().is_some_and(|v| v.of == id))
+            .collect()
+    }
+
     pub fn add_var(&mut self, name: impl Into<String>, dtype: DType, kind: VarKind) -> VarId {
         self.vars.push(Var { name: name.into(), dtype, kind });
         VarId(self.vars.len() as u32 - 1)
@@ -733,6 +776,7 @@ impl Kernel {
             mutable,
             span: SpanId::NONE,
             layout: None,
+            view: None,
         });
         self.params.push(Param { name, kind: ParamKind::Tensor(id) });
         id

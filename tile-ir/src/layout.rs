@@ -572,6 +572,93 @@ impl SharedLayout {
         }
     }
 
+    /// Panels of 64 columns ([`SharedLayout::panelled`]) for a buffer with
+    /// sub-views: any 16-bit tile whose rows are a multiple of 64 columns
+    /// wider than 128 bytes (`[64, 576]`: nine panels), so that views of
+    /// whole panels (`[.., 512..]`, `[.., ..512]`) are wgmma and TMA operands.
+    pub fn panelled_for_views(rows: i64, cols: i64, elem: i64) -> Option<SharedLayout> {
+        (elem == 2 && cols * elem > 128 && cols % 64 == 0).then_some(SharedLayout {
+            rows,
+            cols,
+            elem,
+            row_stride: 128,
+            swizzle: Some((3, 3)),
+            panel_cols: Some(64),
+        })
+    }
+
+    /// The layout of the window `shape` at `origin` of a buffer of shape
+    /// `parent` laid out by `self` (shapes folded to `[rows, cols]` as
+    /// everywhere: outer dims into rows), and the window's byte offset in the
+    /// buffer: `Ok((base, l))` with `base + l.offset(r, c)` the parent's
+    /// offset of every element of the window (checked element by element),
+    /// `base` a multiple of 16 bytes (cp.async and ldmatrix chunks) and of
+    /// the swizzle pattern's span (wgmma and TMA swizzle absolute address
+    /// bits), a swizzled window whole rows or whole panels of the buffer
+    /// (what wgmma descriptors and TMA boxes describe). `Err(why)` otherwise.
+    pub fn window(&self, parent: &[i64], origin: &[i64], shape: &[i64]) -> Result<(i64, SharedLayout), String> {
+        let n = parent.len();
+        if n == 0 || origin.len() != n || shape.len() != n {
+            return Err("the window's rank differs from the buffer's".into());
+        }
+        let cols = shape[n - 1];
+        let rows: i64 = shape[..n - 1].iter().product();
+        let outer_parent = &parent[..n - 1];
+        // The parent's folded row of the window's folded row `r`.
+        let parent_row = |r: i64| {
+            let mut f = r;
+            let mut idx = vec![0i64; n - 1];
+            for d in (0..n - 1).rev() {
+                idx[d] = f % shape[d] + origin[d];
+                f /= shape[d];
+            }
+            idx.iter().zip(outer_parent).fold(0, |acc, (i, e)| acc * e + i)
+        };
+        let c0 = origin[n - 1];
+        let base = self.offset(parent_row(0), c0);
+        let l = SharedLayout { rows, cols, ..*self };
+        let span = match self.swizzle {
+            Some((bits, shift)) => 1i64 << (shift + 4 + bits),
+            None => 16,
+        };
+        if self.swizzle.is_some() {
+            match self.panel_cols {
+                Some(pc) if c0 % pc != 0 || cols % pc != 0 => {
+                    return Err(format!(
+                        "its columns {c0}..{} are not whole panels of {pc} columns (the column offset and width must be multiples of {pc})",
+                        c0 + cols
+                    ))
+                }
+                None if cols * self.elem != self.row_stride => {
+                    return Err(format!(
+                        "its columns {c0}..{} are not whole rows of the swizzled buffer ({} columns)",
+                        c0 + cols,
+                        self.row_stride / self.elem
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if base % span != 0 {
+            return Err(format!(
+                "it starts {base} bytes into the buffer, not a multiple of {span} bytes{}",
+                if self.swizzle.is_some() { " (the swizzle pattern's span)" } else { "" }
+            ));
+        }
+        for r in 0..rows {
+            let pr = parent_row(r);
+            for c in 0..cols {
+                if self.offset(pr, c0 + c) != base + l.offset(r, c) {
+                    return Err(format!(
+                        "its element ({r}, {c}) does not sit where a {} window would put it",
+                        l.describe()
+                    ));
+                }
+            }
+        }
+        Ok((base, l))
+    }
+
     pub fn describe(&self) -> String {
         let panels = match self.panel_cols {
             Some(pc) => format!(", panels of {pc} columns"),
@@ -850,5 +937,37 @@ mod tests {
         assert!(SharedLayout::panelled(32, 160, 2).is_none());
         assert!(SharedLayout::panelled(32, 128, 4).is_none());
         assert!(SharedLayout::panelled(32, 128, 2).unwrap().describe().contains("panels of 64 columns"));
+    }
+
+    /// Windows of a layout: whole panels of a panelled `[64, 576]` (K_pe at
+    /// 512.., V at ..512) and a row band of a row-major buffer are exact
+    /// (`window` checks every element); a window off the panels, a swizzled
+    /// window narrower than the rows and a misaligned row-major window are not.
+    #[test]
+    fn windows_of_layouts() {
+        let p = SharedLayout::panelled_for_views(64, 576, 2).unwrap();
+        assert_eq!(p.bytes(), 9 * 8192);
+        let (base, l) = p.window(&[64, 576], &[0, 512], &[64, 64]).unwrap();
+        assert_eq!((base, l.bytes()), (8 * 8192, 8192));
+        let (base, l) = p.window(&[64, 576], &[0, 0], &[64, 512]).unwrap();
+        assert_eq!((base, l.bytes()), (0, 8 * 8192));
+        assert!(p.window(&[64, 576], &[0, 32], &[64, 64]).unwrap_err().contains("not whole panels of 64 columns"));
+        assert!(p.window(&[64, 576], &[8, 0], &[56, 64]).is_ok(), "one panel, whole swizzle periods down");
+        assert!(
+            p.window(&[64, 576], &[8, 0], &[56, 128]).unwrap_err().contains("does not sit"),
+            "panels 56 rows apart"
+        );
+        let s = SharedLayout::for_ldmatrix(64, 64, 2);
+        assert!(s.window(&[64, 64], &[0, 32], &[64, 32]).unwrap_err().contains("not whole rows"));
+        let (base, _) = s.window(&[64, 64], &[8, 0], &[8, 64]).unwrap();
+        assert_eq!(base, 8 * 128);
+        let r = SharedLayout::row_major(16, 40, 4);
+        let (base, l) = r.window(&[16, 40], &[2, 4], &[3, 8]).unwrap();
+        assert_eq!((base, l.row_stride), (2 * 160 + 16, 160));
+        assert!(r.window(&[16, 40], &[0, 1], &[3, 8]).unwrap_err().contains("not a multiple of 16 bytes"));
+        // 3-D: a band of whole inner planes is a window, a partial middle dim is not.
+        let r3 = SharedLayout::row_major(4 * 8, 16, 4);
+        assert!(r3.window(&[4, 8, 16], &[1, 0, 0], &[2, 8, 16]).is_ok());
+        assert!(r3.window(&[4, 8, 16], &[0, 0, 0], &[2, 4, 16]).unwrap_err().contains("does not sit"));
     }
 }

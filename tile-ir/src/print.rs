@@ -27,7 +27,9 @@
 //! - Then block indices `%id name = block_idx.x|y|z`, then every non-parameter
 //!   buffer `@id name: shared|fragment|local|global T[shape]` (a shared buffer
 //!   with an `annotate_layout` reads `shared(swizzle(3))`, `shared(padded(16))`
-//!   or `shared(row_major())`), then the body.
+//!   or `shared(row_major())`; a sub-view of a shared buffer adds
+//!   `= view @parent[origin]`, e.g. `@3 k_pe: shared f16[64, 64] = view @2[0, 512]`),
+//!   then the body.
 //! - Variables and buffers are referred to by name when the name is unique in
 //!   its arena and an identifier, else by `%id` / `@id` (declarations always
 //!   give both).
@@ -344,7 +346,14 @@ impl<'k> Printer<'k> {
                 Scope::Local => "local",
             };
             let layout = b.layout.map(|l| format!("({l})")).unwrap_or_default();
-            let _ = writeln!(out, "  {id} {}: {scope}{layout} {}{}", b.name, b.dtype, self.shape(&b.shape));
+            let view = match &b.view {
+                Some(v) => {
+                    let origin: Vec<String> = v.origin.iter().map(|o| o.to_string()).collect();
+                    format!(" = view {}[{}]", self.buf_ref(v.of), origin.join(", "))
+                }
+                None => String::new(),
+            };
+            let _ = writeln!(out, "  {id} {}: {scope}{layout} {}{}{view}", b.name, b.dtype, self.shape(&b.shape));
         }
     }
 

@@ -175,6 +175,7 @@ fn local_shapes_are_constant_and_positive() {
         mutable: false,
         span: SpanId(3),
         layout: None,
+        view: None,
     });
     let _ = bad;
     expect_one(&b.k, SpanId(3), "shared buffer `z`: dimension 0 is 0, expected a positive constant");
@@ -187,6 +188,7 @@ fn local_shapes_are_constant_and_positive() {
         mutable: false,
         span: SpanId(4),
         layout: None,
+        view: None,
     });
     expect_one(&b.k, SpanId(4), "fragment `d`: dimension 0 is `N`; only global tensors have dynamic dimensions");
 }
@@ -206,6 +208,7 @@ fn buffers_must_fit_any_target() {
             mutable: true,
             span: SpanId(5),
             layout: None,
+            view: None,
         })
     };
     let mut b = base();
@@ -762,4 +765,67 @@ fn copy_tile_squeezed_dims_in_range_and_increasing() {
         }));
         expect_one(&b.k, SP, "of the tile of `x` must be increasing and below its 2 coordinates");
     }
+}
+
+/// A view of `of` at `origin` with extents `shape`, at span `SpanId(9)`.
+fn view_of(k: &mut Kernel, of: BufferId, origin: &[i64], shape: &[i64], scope: Scope) -> BufferId {
+    let dtype = k.buffer(of).dtype;
+    k.add_buffer(Buffer {
+        span: SpanId(9),
+        view: Some(View { of, origin: origin.to_vec() }),
+        ..Buffer::new("v", scope, dtype, shape.iter().map(|&e| Extent::Const(e)).collect())
+    })
+}
+
+/// Sub-views of shared buffers: in bounds, of the parent's rank and element
+/// type, of a shared buffer that is not itself a view, without a layout of
+/// their own; each mistake at the view.
+#[test]
+fn views_are_checked_against_their_buffer() {
+    let mut b = base();
+    let w = local(&mut b.k, "w", Scope::Shared, DType::F16, &[64, 576]);
+    view_of(&mut b.k, w, &[0, 512], &[64, 64], Scope::Shared);
+    view_of(&mut b.k, w, &[0, 0], &[64, 512], Scope::Shared);
+    verify(&b.k).unwrap();
+    let cases: Vec<(Vec<i64>, Vec<i64>, &str)> = vec![
+        (vec![0, 520], vec![64, 64], "view `v` of `w` is out of bounds: dimension 1 takes 520..584 but `w` has 576"),
+        (vec![1, 0], vec![64, 64], "dimension 0 takes 1..65 but `w` has 64"),
+        (vec![0, -1], vec![64, 1], "dimension 1 takes -1..0"),
+        (vec![0], vec![64, 64], "has 1 origin coordinates and 2 extents, but `w` has 2 dimensions"),
+        (vec![0, 0, 0], vec![1, 64, 64], "has 3 origin coordinates and 3 extents, but `w` has 2 dimensions"),
+    ];
+    for (origin, shape, msg) in cases {
+        let mut b = base();
+        let w = local(&mut b.k, "w", Scope::Shared, DType::F16, &[64, 576]);
+        view_of(&mut b.k, w, &origin, &shape, Scope::Shared);
+        expect_one(&b.k, SpanId(9), msg);
+    }
+    // Of a fragment, as a fragment, of a view, of another element type, annotated.
+    let mut b = base();
+    let f = b.f;
+    view_of(&mut b.k, f, &[0], &[64], Scope::Shared);
+    expect_one(&b.k, SpanId(9), "`v` is a view of `f`, a fragment; only shared buffers have views");
+    let mut b = base();
+    let s = b.s;
+    view_of(&mut b.k, s, &[0], &[64], Scope::Fragment);
+    expect_one(&b.k, SpanId(9), "`v` is a fragment declared as a view; only shared buffers have views");
+    let mut b = base();
+    let s = b.s;
+    let v = view_of(&mut b.k, s, &[0], &[64], Scope::Shared);
+    b.k.add_buffer(Buffer {
+        span: SpanId(10),
+        view: Some(View { of: v, origin: vec![0] }),
+        ..Buffer::new("vv", Scope::Shared, DType::F32, vec![Extent::Const(8)])
+    });
+    expect_one(&b.k, SpanId(10), "`vv` is a view of `v`, itself a view");
+    let mut b = base();
+    let s = b.s;
+    let v = view_of(&mut b.k, s, &[0], &[64], Scope::Shared);
+    b.k.buffers[v.0 as usize].dtype = DType::F16;
+    expect_one(&b.k, SpanId(9), "view `v` is f16 but `s` holds f32");
+    let mut b = base();
+    let s = b.s;
+    let v = view_of(&mut b.k, s, &[0], &[64], Scope::Shared);
+    b.k.buffers[v.0 as usize].layout = Some(SharedLayoutSpec::RowMajor);
+    expect_one(&b.k, SpanId(9), "view `v` has its own `annotate_layout`");
 }

@@ -106,6 +106,10 @@ fn walk(tokens: TokenStream, uses: &mut Vec<TokenStream>, methods: &mut Vec<Toke
                     _ => false,
                 };
                 if after_dot {
+                    // `s.view([..])`: a method of the generic `Shared<T>`.
+                    if name == "view" && called {
+                        methods.push(quote_spanned!(i.span()=> let _ = ::tile::dsl::Shared::<f32>::#i;));
+                    }
                     if let Some((_, ty)) = METHODS.iter().find(|(m, _)| *m == name) {
                         if called {
                             let ty = Ident::new(ty, i.span());
@@ -130,7 +134,8 @@ mod tests {
         let attr: TokenStream = syn::parse_str("threads = 128, consts(B = 4)").unwrap();
         let item: TokenStream = syn::parse_str(
             "fn k(x: &Tensor<f32, N>) { let bx = grid(N); let mut t = fragment::<f32, B>(); \
-             let max = 1; reduce_max(&t, &mut m, 0).keep(); gemm(&a, &b, &mut c).clear(); x.fill(1); }",
+             let max = 1; reduce_max(&t, &mut m, 0).keep(); gemm(&a, &b, &mut c).clear(); x.fill(1); \
+             let v = s.view([.., 4..]); }",
         )
         .unwrap();
         let out = editor_uses(&attr, &item).to_string();
@@ -143,6 +148,7 @@ mod tests {
             "use :: tile :: dsl :: reduce_max as _",
             "let _ = :: tile :: dsl :: ReduceStmt :: keep",
             "let _ = :: tile :: dsl :: GemmStmt :: clear",
+            "let _ = :: tile :: dsl :: Shared :: < f32 > :: view",
             "# [cfg (rust_analyzer)]",
         ] {
             assert!(out.contains(want), "missing {want}: {out}");

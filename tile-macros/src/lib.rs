@@ -252,6 +252,23 @@ mod sig;
 ///   two of at least `16·2^bits` bytes; with 128-byte rows this is CuTe's
 ///   `Swizzle<bits, 4, 3>`). Arguments are constants. Pipelined buffers get
 ///   `stages` copies of the annotated layout (`tile_ir::Buffer::layout`).
+/// - Views: `let k_pe = kv_s.view([.., 512..]);` names a window of shared
+///   buffer `kv_s` without memory of its own: one half-open range per
+///   dimension (`a..b`, `a..`, `..b`, `..`; constant bounds inside the
+///   buffer), so `kv_s.view([.., ..512])` of a `[64, 576]` buffer is its
+///   first 512 columns, `[64, 512]`. A view is usable wherever a shared
+///   buffer is (a `gemm` operand, `.t()` included; the source or
+///   destination of `copy`; element access `k_pe[(i, j)]`; `fill`,
+///   `reduce_*`) and reads and writes the buffer's elements: writing one
+///   writes the other. A view of a view is a window of the same buffer.
+///   The buffer's layout is chosen for the gemms of its views too (a buffer
+///   with views whose rows are a multiple of 64 16-bit columns is stored as
+///   64-column 128-byte-swizzled panels on every target), and a view must be
+///   expressible in it: a compile error at the `let` says when it is not
+///   (e.g. a column offset that is not a multiple of the panel width, 64).
+///   A pipelined copy into the buffer itself gets stages (its views follow
+///   them); a copy into a view is not pipelined. A view takes no
+///   `annotate_layout` of its own (annotate the buffer).
 /// - Loops: `for i in a..b` (or `a..=b`; serial, `i32` bounds),
 ///   `for i in parallel(N)`, `for (i, j) in parallel((M, N))` (up to 3-D,
 ///   positive constant extents; iterations are independent and spread over

@@ -454,7 +454,68 @@ impl<'k, 'a> Machine<'k, 'a> {
         Ok(())
     }
 
+    /// Runs one statement. A tile op on a view of a shared buffer works on
+    /// the view's own copy of the window: filled from the parent before the
+    /// op, written back into the parent after it when the op writes the view
+    /// (element accesses go to the parent directly, [`Machine::through_view`]),
+    /// so the parent always holds the block's values between statements.
     fn stmt_inner(&mut self, s: &'k Stmt) -> Result<(), InterpError> {
+        let (touched, written): (Vec<BufferId>, Option<BufferId>) = match &s.kind {
+            StmtKind::Copy { src, dst, .. } => (vec![src.buf, dst.buf], Some(dst.buf)),
+            StmtKind::Fill { buf, .. } => (vec![*buf], Some(*buf)),
+            StmtKind::Reduce { src, dst, .. } => (vec![*src, *dst], Some(*dst)),
+            StmtKind::Gemm { a, b, c, .. } => (vec![*a, *b, *c], Some(*c)),
+            _ => (Vec::new(), None),
+        };
+        let views: Vec<BufferId> = touched.into_iter().filter(|b| self.k.buffer(*b).view.is_some()).collect();
+        if views.is_empty() {
+            return self.stmt_op(s);
+        }
+        for &v in &views {
+            self.sync_view(v, false)?;
+        }
+        self.stmt_op(s)?;
+        if let Some(w) = written.filter(|w| views.contains(w)) {
+            self.sync_view(w, true)?;
+        }
+        Ok(())
+    }
+
+    /// `view`'s element `i` as its parent's element (itself when not a view).
+    fn through_view(&self, view: BufferId, i: usize) -> (BufferId, usize) {
+        let (root, origin) = self.k.view_root(view);
+        if root == view {
+            return (view, i);
+        }
+        let (vs, ps) = (&self.bufs[view.0 as usize].shape, &self.bufs[root.0 as usize].shape);
+        let mut f = i;
+        let mut coord = vec![0usize; vs.len()];
+        for d in (0..vs.len()).rev() {
+            coord[d] = f % vs[d].max(1) + origin.get(d).copied().unwrap_or(0) as usize;
+            f /= vs[d].max(1);
+        }
+        (root, coord.iter().zip(ps).fold(0, |acc, (c, n)| acc * n + c))
+    }
+
+    /// Copies the window between `view` and its parent: parent → view
+    /// (`back` false), or view → parent (`back`), values and check-mode marks.
+    fn sync_view(&mut self, view: BufferId, back: bool) -> Result<(), InterpError> {
+        let (root, _) = self.k.view_root(view);
+        let t = self.bufs[view.0 as usize].decl.dtype;
+        for i in 0..self.bufs[view.0 as usize].len {
+            let (_, j) = self.through_view(view, i);
+            let (from, fi, to, ti) = if back { (view, i, root, j) } else { (root, j, view, i) };
+            let x = scalar::read(self.bufs[from.0 as usize].mem.bytes(), t, fi);
+            scalar::write(self.bufs[to.0 as usize].bytes_mut()?, t, ti, x);
+            let mark = self.init.get(from.0 as usize).and_then(|w| w.get(fi)).copied();
+            if let (Some(m), Some(slot)) = (mark, self.init.get_mut(to.0 as usize).and_then(|w| w.get_mut(ti))) {
+                *slot = m;
+            }
+        }
+        Ok(())
+    }
+
+    fn stmt_op(&mut self, s: &'k Stmt) -> Result<(), InterpError> {
         match &s.kind {
             StmtKind::Let { var, value } | StmtKind::Assign { var, value } => {
                 let v = self.eval(value)?;
@@ -463,7 +524,8 @@ impl<'k, 'a> Machine<'k, 'a> {
             StmtKind::Store { buf, index, value } => {
                 let v = self.eval(value)?;
                 if let Some(i) = self.element(*buf, index)? {
-                    self.mark(*buf, i);
+                    let (buf, i) = self.through_view(*buf, i);
+                    self.mark(buf, i);
                     let b = &mut self.bufs[buf.0 as usize];
                     let t = b.decl.dtype;
                     scalar::write(b.bytes_mut()?, t, i, v);
@@ -590,16 +652,15 @@ impl<'k, 'a> Machine<'k, 'a> {
                 Some(Some(x)) => *x,
                 _ => return fail(format!("variable {} is used before it is bound", self.var_name(*v))),
             },
-            Expr::Load { buf, index } => {
-                let b = &self.bufs[buf.0 as usize];
-                match self.element(*buf, index)? {
-                    Some(i) => {
-                        self.check_read(*buf, i)?;
-                        scalar::read(b.mem.bytes(), b.decl.dtype, i)
-                    }
-                    None => scalar::zero(b.decl.dtype),
+            Expr::Load { buf, index } => match self.element(*buf, index)? {
+                Some(i) => {
+                    let (buf, i) = self.through_view(*buf, i);
+                    self.check_read(buf, i)?;
+                    let b = &self.bufs[buf.0 as usize];
+                    scalar::read(b.mem.bytes(), b.decl.dtype, i)
                 }
-            }
+                None => scalar::zero(self.bufs[buf.0 as usize].decl.dtype),
+            },
             Expr::Unary { op, arg } => scalar::unary(*op, self.eval(arg)?)?,
             Expr::Binary { op, lhs, rhs } => {
                 let (a, b) = (self.eval(lhs)?, self.eval(rhs)?);

@@ -58,6 +58,7 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
             mutable: true,
             span: stmt.span,
             layout: None,
+            view: None,
         });
         let layout =
             SharedLayout { rows, cols, elem, row_stride: cols * elem + VECTOR_BYTES, swizzle: None, panel_cols: None };
@@ -119,7 +120,11 @@ fn largest_dead_shared(kernel: &Kernel, plan: &LayoutPlan, rest: &[Stmt]) -> Opt
     }
     (0..kernel.buffers.len())
         .map(|i| BufferId(i as u32))
-        .filter(|b| kernel.buffer(*b).scope == Scope::Shared && !used.contains(b))
+        .filter(|b| {
+            let buf = kernel.buffer(*b);
+            // A view owns no memory; a buffer is dead only when its views are.
+            buf.scope == Scope::Shared && buf.view.is_none() && !used.iter().any(|u| kernel.same_memory(*u, *b))
+        })
         .max_by_key(|b| {
             let buf = kernel.buffer(*b);
             let n: i64 = buf.const_shape().map(|s| s.iter().product()).unwrap_or(0);

@@ -302,6 +302,7 @@ fn infer(kernel: &Kernel, wgmma_accs: &HashSet<BufferId>, target: Target) -> Res
     }
     inf.phase = Phase::Rest;
     inf.block(&kernel.body);
+    inf.view_layouts();
     if inf.errors.is_empty() {
         Ok(inf.plan)
     } else {
@@ -611,6 +612,17 @@ impl Infer<'_> {
             self.constrain(a, want, why, span);
         }
         for (buf, rows, cols) in [(a, ar, ac), (b, br, bc)] {
+            if self.k.buffer(buf).view.is_some() {
+                // A view has its parent's layout (`view_layouts`): the
+                // parent is laid out for the gemms on its views.
+                let (root, _) = self.k.view_root(buf);
+                if self.k.buffer(root).layout.is_none() {
+                    if let Some(l) = crate::hopper::gemm_operand_layout(self.k, root, self.target) {
+                        self.plan.shared.insert(root, l);
+                    }
+                }
+                continue;
+            }
             if self.k.buffer(buf).scope == Scope::Shared {
                 let l = match self.k.buffer(buf).layout {
                     // Annotated: already in the plan (the user's choice wins).
@@ -653,6 +665,45 @@ impl Infer<'_> {
             name = ab.name,
             t = self.k.threads
         ))
+    }
+
+    /// Every view's layout: its window of its parent's layout (the one
+    /// this pass chose, else row-major as the lowering defaults), or an
+    /// error at the view when the window is not expressible in it.
+    fn view_layouts(&mut self) {
+        for (i, b) in self.k.buffers.iter().enumerate() {
+            let Some(v) = &b.view else { continue };
+            let parent = self.k.buffer(v.of);
+            let (Some(pshape), Some(shape)) = (parent.const_shape(), b.const_shape()) else { continue };
+            let Some(&cols) = pshape.last() else { continue };
+            let rows = pshape.iter().rev().skip(1).product::<i64>();
+            let pl = self
+                .plan
+                .shared
+                .get(&v.of)
+                .copied()
+                .unwrap_or_else(|| SharedLayout::row_major(rows, cols, parent.dtype.size_bytes() as i64));
+            match pl.window(&pshape, &v.origin, &shape) {
+                Ok((_, l)) => {
+                    self.plan.shared.insert(BufferId(i as u32), l);
+                }
+                Err(why) => {
+                    let origin: Vec<String> = v.origin.iter().map(|o| o.to_string()).collect();
+                    self.errors.push(CompileError::new(
+                        b.span,
+                        format!(
+                            "view `{}` of `{}` at [{}] is not expressible in the layout of `{}` ({}): {why}; move the view onto the layout's units, or choose the layout with `annotate_layout(&{}, ..)`",
+                            b.name,
+                            parent.name,
+                            origin.join(", "),
+                            parent.name,
+                            pl.describe(),
+                            parent.name
+                        ),
+                    ))
+                }
+            }
+        }
     }
 
     /// A layout for nest `n` that agrees with the fragments it reads that

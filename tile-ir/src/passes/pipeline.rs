@@ -16,8 +16,9 @@
 //! - the source origin reads no memory (no `Load`) and uses no variable that
 //!   the body binds or assigns (so it can be evaluated for iteration
 //!   `k + s - 1` at iteration `k`);
-//! - the destination is touched by no statement outside the loop's body and,
-//!   inside it, by no earlier statement and by no other write (so the buffer
+//! - the destination is not a view, and it (or a view of it) is touched by
+//!   no statement outside the loop's body and, inside it, by no earlier
+//!   statement and by no other write (so the buffer
 //!   only ever holds the current iteration's tile, and the body only reads it
 //!   after the copy);
 //! - the loop variable is bound by this loop only.
@@ -74,7 +75,11 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
         for (i, s) in body.iter().enumerate() {
             let StmtKind::Copy { src, dst, .. } = &s.kind else { continue };
             let (sb, db) = (kernel.buffer(src.buf), kernel.buffer(dst.buf));
-            if sb.scope != Scope::Global || db.scope != Scope::Shared || outside.contains(&dst.buf) {
+            // A copy into a view is not pipelined (its stages would be the
+            // parent's, shared with the other views); one into a buffer with
+            // views is, its views then read the stage.
+            let outside_mem = outside.iter().any(|b| kernel.same_memory(*b, dst.buf));
+            if sb.scope != Scope::Global || db.scope != Scope::Shared || db.view.is_some() || outside_mem {
                 continue;
             }
             let mut vars = HashSet::new();
@@ -85,8 +90,11 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
             if loads || !vars.contains(var) || vars.iter().any(|v| bound.contains(v)) {
                 continue;
             }
-            let earlier = body[..i].iter().any(|x| touches(x, dst.buf).0 || touches(x, dst.buf).1);
-            let later_write = body[i + 1..].iter().any(|x| touches(x, dst.buf).1);
+            let earlier = body[..i].iter().any(|x| {
+                let (r, w) = touches_memory(kernel, x, dst.buf);
+                r || w
+            });
+            let later_write = body[i + 1..].iter().any(|x| touches_memory(kernel, x, dst.buf).1);
             if earlier || later_write || !dsts.insert(dst.buf) {
                 continue;
             }
@@ -199,6 +207,18 @@ fn expr_reads(e: &Expr, buf: BufferId) -> bool {
         Expr::Fma { a, b, c } => [a, b, c].iter().any(|x| expr_reads(x, buf)),
         Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().any(|x| expr_reads(x, buf)),
     }
+}
+
+/// Whether a statement (recursively) reads / writes the memory of `buf`:
+/// [`touches`] of `buf`'s parent or any view of it ([`crate::ir::View`]).
+pub(crate) fn touches_memory(k: &Kernel, s: &Stmt, buf: BufferId) -> (bool, bool) {
+    let (root, _) = k.view_root(buf);
+    let mut rw = touches(s, root);
+    for v in k.views_of(root) {
+        let (r, w) = touches(s, v);
+        rw = (rw.0 || r, rw.1 || w);
+    }
+    rw
 }
 
 /// Whether a statement (recursively) reads / writes `buf`.

@@ -491,6 +491,7 @@ impl Parser {
                             mutable,
                             span: SpanId::NONE,
                             layout: None,
+                            view: None,
                         },
                     )?;
                     k.params.push(Param { name, kind: ParamKind::Tensor(b) });
@@ -584,9 +585,24 @@ impl Parser {
                     };
                     let dtype = self.dtype()?;
                     let shape = self.shape()?;
+                    let view = if self.eat_punct("=") {
+                        self.expect_ident("view")?;
+                        let of = self.buf_ref()?;
+                        self.expect_punct("[")?;
+                        let mut origin = Vec::new();
+                        while !self.eat_punct("]") {
+                            if !origin.is_empty() {
+                                self.expect_punct(",")?;
+                            }
+                            origin.push(self.int()?);
+                        }
+                        Some(crate::ir::View { of, origin })
+                    } else {
+                        None
+                    };
                     self.declare_buf(
                         id,
-                        Buffer { name, scope, dtype, shape, mutable: false, span: SpanId::NONE, layout },
+                        Buffer { name, scope, dtype, shape, mutable: false, span: SpanId::NONE, layout, view },
                     )?;
                 }
                 _ => break,

@@ -131,6 +131,7 @@ pub(crate) fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Opti
         && db.scope == Scope::Shared
         && sb.dtype == db.dtype
         && db.shape.len() == 2
+        && db.view.is_none()
         && tma_window_dims(k, src).is_some()
         && matches!(sb.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::I32 | DType::U32)
         && dst.origin.iter().all(|e| const_int(e) == Some(0))

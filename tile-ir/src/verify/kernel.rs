@@ -184,6 +184,9 @@ impl Verifier<'_> {
             if let Some(spec) = buf.layout {
                 self.check_layout_annotation(buf, spec);
             }
+            if let Some(view) = &buf.view {
+                self.check_view(buf, view);
+            }
             match buf.scope {
                 Scope::Global => {
                     if !k.params.iter().any(|p| p.kind == ParamKind::Tensor(id)) {

@@ -34,6 +34,7 @@ pub mod rules;
 mod scopes;
 mod tile_ops;
 mod types;
+mod view;
 
 pub use kernel::{MAX_CLUSTER_BLOCKS, MAX_REGS_PER_THREAD};
 pub use rules::{cast_allowed, gemm_mismatch};

@@ -68,6 +68,7 @@ pub fn local(k: &mut Kernel, name: &str, scope: Scope, dtype: DType, shape: &[i6
         mutable: false,
         span: SpanId::NONE,
         layout: None,
+        view: None,
     })
 }
 pub fn tile(buf: BufferId, origin: Vec<Expr>) -> TileRef {

@@ -16,6 +16,7 @@ pub fn buffer(k: &mut Kernel, name: &str, scope: Scope, dt: DType, shape: &[i64]
         mutable: true,
         span: SpanId::NONE,
         layout: None,
+        view: None,
     })
 }
 

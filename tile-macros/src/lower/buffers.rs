@@ -39,6 +39,7 @@ impl Lowerer<'_> {
                     mutable: true,
                     span,
                     layout: None,
+                    view: None,
                 });
                 self.bind(ident, Binding::Buffer(id));
                 self.buffer_depth.insert(id, self.parallel_depth);
@@ -319,5 +320,150 @@ impl Lowerer<'_> {
         }
         self.k.buffers[buf.0 as usize].layout = Some(spec);
         Ok(())
+    }
+}
+
+impl Lowerer<'_> {
+    /// `let k_pe = kv_s.view([.., 512..]);`: a sub-view of shared buffer
+    /// `kv_s` (one range per dimension, constant bounds, `..` the whole
+    /// dimension), usable wherever a shared buffer is. A view of a view is a
+    /// view of the buffer that owns the memory. Whether the window fits in
+    /// the buffer and in its layout is the verifier's and layout inference's
+    /// (errors at this `let`).
+    pub(super) fn view_decl(&mut self, local: &syn::Local, m: &syn::ExprMethodCall) -> Lowered<()> {
+        let ident = match &local.pat {
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => &p.ident,
+            other => {
+                self.bind_pattern_poisoned(other);
+                return Err(self
+                    .errors
+                    .spanned(other, "a view is bound to one name: `let v = buf.view([.., 0..64]);`"));
+            }
+        };
+        let result = self.view_window(m);
+        match result {
+            Ok((of, dtype, origin, shape)) => {
+                let span = self.span_id(local);
+                let id = self.k.add_buffer(Buffer {
+                    name: ident.to_string(),
+                    scope: Scope::Shared,
+                    dtype,
+                    shape: shape.into_iter().map(Extent::Const).collect(),
+                    mutable: true,
+                    span,
+                    layout: None,
+                    view: Some(tile_ir::View { of, origin }),
+                });
+                self.bind(ident, Binding::Buffer(id));
+                self.buffer_depth.insert(id, self.parallel_depth);
+                Ok(())
+            }
+            Err(r) => {
+                self.bind(ident, Binding::Poisoned);
+                Err(r)
+            }
+        }
+    }
+
+    /// The buffer that owns the memory, the element type, and the window's
+    /// origin in it and extents of `buf.view([r0, r1, ..])`.
+    #[allow(clippy::type_complexity)]
+    fn view_window(&mut self, m: &syn::ExprMethodCall) -> Lowered<(tile_ir::BufferId, DType, Vec<i64>, Vec<i64>)> {
+        let usage = "a view takes one range per dimension of a shared buffer, e.g. `kv_s.view([.., 512..])`";
+        let Some(recv) = path_ident(&m.receiver) else {
+            return Err(self.errors.spanned(&m.receiver, format!("expected the name of a shared buffer; {usage}")));
+        };
+        let buf = match self.lookup(&recv.to_string()) {
+            Some(Binding::Buffer(b)) => b,
+            Some(Binding::Poisoned) => return Err(Reported),
+            Some(Binding::Var { .. }) => {
+                return Err(self.errors.spanned(recv, format!("`{recv}` is a scalar, not a shared buffer; {usage}")))
+            }
+            None => return Err(self.unknown_name(recv)),
+        };
+        let b = self.k.buffer(buf).clone();
+        if b.scope != Scope::Shared {
+            return Err(self.errors.spanned(
+                recv,
+                format!("`{recv}` is a {} buffer; only shared buffers have views ({usage})", scope_word(b.scope)),
+            ));
+        }
+        let ranges = match m.args.iter().collect::<Vec<_>>().as_slice() {
+            [SynExpr::Array(a)] => a.elems.iter().cloned().collect::<Vec<_>>(),
+            _ => return Err(self.errors.spanned(&m.args, format!("expected one array of ranges; {usage}"))),
+        };
+        let (root, base) = match &b.view {
+            Some(v) => (v.of, v.origin.clone()),
+            None => (buf, vec![0; b.rank()]),
+        };
+        let shape = b.const_shape().unwrap_or_default();
+        if ranges.len() != shape.len() {
+            return Err(self.errors.spanned(
+                &m.args,
+                format!(
+                    "`{recv}` has {} dimensions ({}) but the view gives {} ranges; {usage}",
+                    shape.len(),
+                    format_shape(&shape),
+                    ranges.len()
+                ),
+            ));
+        }
+        let (mut origin, mut extents, mut failed) = (Vec::new(), Vec::new(), false);
+        for (d, r) in ranges.iter().enumerate() {
+            let SynExpr::Range(range) = r else {
+                self.errors
+                    .spanned(r, format!("dimension {d} of a view is a range (`a..b`, `a..`, `..b` or `..`); {usage}"));
+                failed = true;
+                continue;
+            };
+            if matches!(range.limits, syn::RangeLimits::Closed(_)) {
+                self.errors.spanned(r, "a view's ranges are half-open (`a..b`), not `a..=b`");
+                failed = true;
+                continue;
+            }
+            let start = match &range.start {
+                Some(e) => self.const_int(e, "a view's bounds"),
+                None => Ok(0),
+            };
+            let end = match &range.end {
+                Some(e) => self.const_int(e, "a view's bounds"),
+                None => Ok(shape[d]),
+            };
+            match (start, end) {
+                (Ok(s), Ok(e)) if e > shape[d] => {
+                    self.errors.spanned(
+                        r,
+                        format!(
+                            "the view is out of bounds: dimension {d} of `{recv}` is 0..{}, the view takes {s}..{e}",
+                            shape[d]
+                        ),
+                    );
+                    failed = true;
+                }
+                (Ok(s), Ok(e)) if s < e && s >= 0 => {
+                    origin.push(base[d] + s);
+                    extents.push(e - s);
+                }
+                (Ok(s), Ok(e)) => {
+                    self.errors
+                        .spanned(r, format!("dimension {d} of the view is {s}..{e}, which is empty or negative"));
+                    failed = true;
+                }
+                _ => failed = true,
+            }
+        }
+        if failed {
+            return Err(Reported);
+        }
+        Ok((root, b.dtype, origin, extents))
+    }
+}
+
+fn scope_word(s: Scope) -> &'static str {
+    match s {
+        Scope::Global => "global",
+        Scope::Shared => "shared",
+        Scope::Fragment => "fragment",
+        Scope::Local => "local",
     }
 }

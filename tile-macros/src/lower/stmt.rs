@@ -66,6 +66,11 @@ impl Lowerer<'_> {
                 }
             }
         }
+        if let SynExpr::MethodCall(m) = value {
+            if m.method == "view" {
+                return self.view_decl(local, m);
+            }
+        }
         let (ident, mutable, annotated) = match &local.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => (&p.ident, p.mutability.is_some(), None),
             Pat::Type(pt) => match &*pt.pat {

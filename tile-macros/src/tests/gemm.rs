@@ -549,3 +549,45 @@ fn annotate_layout_errors() {
         assert_eq!(errs.iter().filter(|e| *e != "first annotated here").count(), 1, "{stmt}: {errs:#?}");
     }
 }
+
+/// `kv_s.view([.., 512..])` lowers to a view buffer (a view of a view to a
+/// window of the same buffer); a view off the 64-column panels that the
+/// buffer's gemms give it is a compile error naming the view and why.
+#[test]
+fn views_lower_and_a_view_off_the_panels_is_an_error() {
+    let k = super::lower_ok(
+        "threads = 128",
+        "fn k(kv: &Tensor<f16, S, 576>) { let bx = grid(1); let mut kv_s = shared::<f16, 64, 576>(); \
+         let v = kv_s.view([.., ..512]); let k_pe = kv_s.view([.., 512..]); let tail = k_pe.view([32.., 32..64]); \
+         copy(kv.tile([0, 0]), &mut kv_s); }",
+    );
+    let by_name = |n: &str| k.buffers.iter().find(|b| b.name == n).unwrap();
+    let kv_s = BufferId(k.buffers.iter().position(|b| b.name == "kv_s").unwrap() as u32);
+    assert_eq!(by_name("v").view, Some(View { of: kv_s, origin: vec![0, 0] }));
+    assert_eq!(by_name("v").shape, vec![Extent::Const(64), Extent::Const(512)]);
+    assert_eq!(by_name("k_pe").view, Some(View { of: kv_s, origin: vec![0, 512] }));
+    assert_eq!(by_name("tail").view, Some(View { of: kv_s, origin: vec![32, 544] }));
+    assert_eq!(by_name("tail").shape, vec![Extent::Const(32), Extent::Const(32)]);
+    tile_ir::verify::verify(&k).unwrap();
+    // Read by a gemm, `kv_s` is stored as nine 64-column panels: columns
+    // 32..96 are not whole panels.
+    let k = super::lower_ok(
+        "threads = 128",
+        "fn k(kv: &Tensor<f16, S, 576>, o: &mut Tensor<f32, S, 64>) { let bx = grid(1); \
+         let mut kv_s = shared::<f16, 64, 576>(); let mid = kv_s.view([.., 32..96]); \
+         let mut acc = fragment::<f32, 64, 64>(); copy(kv.tile([0, 0]), &mut kv_s); \
+         gemm(&mid, &mid.t(), &mut acc).clear(); copy(&acc, o.tile([0, 0])); }",
+    );
+    let mid = k.buffers.iter().find(|b| b.name == "mid").unwrap().span;
+    for target in [Target::Sm80, Target::Sm90a] {
+        let errs = tile_ir::compile(&k, target).expect_err("the view is off the panels");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].span, mid);
+        assert!(
+            errs[0].message.contains("view `mid` of `kv_s` at [0, 32] is not expressible in the layout of `kv_s`")
+                && errs[0].message.contains("columns 32..96 are not whole panels of 64 columns"),
+            "{}",
+            errs[0].message
+        );
+    }
+}

@@ -126,7 +126,7 @@ impl<'a> Lx<'a> {
 
     /// `addr` moved to the buffer's current pipelining slot ([`Lx::shared_stage`]).
     pub(crate) fn with_stage(&mut self, buf: BufferId, addr: Address) -> Address {
-        match self.shared_stage.get(&buf).cloned() {
+        match self.stage_of(buf) {
             None => addr,
             Some(Operand::Imm(x)) => Address { base: addr.base, offset: addr.offset + x },
             Some(extra) => {
@@ -134,6 +134,13 @@ impl<'a> Lx<'a> {
                 Address { base: b.into(), offset: addr.offset }
             }
         }
+    }
+
+    /// The current pipelining slot offset of `buf` ([`Lx::shared_stage`]):
+    /// a view's is its parent's.
+    pub(crate) fn stage_of(&self, buf: BufferId) -> Option<Operand> {
+        let (root, _) = self.k.view_root(buf);
+        self.shared_stage.get(&buf).or_else(|| self.shared_stage.get(&root)).cloned()
     }
 
     /// `Some((reg, imm))` with address = `reg + imm` (plus the buffer's

@@ -152,7 +152,7 @@ impl Lx<'_> {
         })?;
         self.push_pro(code);
         let base = base.ok_or_else(|| self.err("internal: wgmma operand base"))?;
-        Ok(match self.shared_stage.get(&buf).cloned() {
+        Ok(match self.stage_of(buf) {
             None | Some(Operand::Imm(0)) => base,
             Some(Operand::Imm(x)) => self.op("add.s64", RegClass::B64, vec![base.into(), Operand::Imm(x >> 4)]),
             Some(stage) => {

@@ -284,6 +284,7 @@ pub(crate) fn lower(
         cur_op: 0,
         smem_top: 0,
         next_region: kernel.buffers.len() as u32,
+        reduce_scratch: None,
         frags: HashMap::new(),
         locals: HashMap::new(),
         nest: None,
@@ -354,6 +355,8 @@ pub(crate) struct Lx<'a> {
     pub(crate) cur_op: u32,
     pub(crate) smem_top: i64,
     pub(crate) next_region: u32,
+    /// The reductions' shared cross-warp scratch: (offset, bytes, region id).
+    pub(crate) reduce_scratch: Option<(i64, i64, u32)>,
     pub(crate) frags: HashMap<BufferId, Vec<Reg>>,
     pub(crate) locals: HashMap<BufferId, Vec<Reg>>,
     pub(crate) nest: Option<NestCtx>,

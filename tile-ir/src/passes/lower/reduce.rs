@@ -1,9 +1,38 @@
 //! Reductions of a fragment along one dimension: registers, then warp
-//! shuffles, then shared memory across warps.
+//! shuffles, then shared memory across warps, through one scratch region
+//! that all the kernel's reductions share ([`Lx::reduce_scratch`]).
 
 use super::*;
 
 impl<'a> Lx<'a> {
+    /// The cross-warp scratch of a reduction: one region of shared memory
+    /// (one barrier region) that every reduction of the kernel reuses, sized
+    /// for the largest: `bytes` at its start. The first reduction allocates
+    /// it; a larger one grows it in place when nothing was allocated after
+    /// it, else moves it to fresh memory of the new size (the old bytes stay
+    /// unused). Every reuse is a dependence on the one region, so barrier
+    /// insertion orders a reduction's writes after the previous one's reads
+    /// (write-after-read across warps).
+    pub(crate) fn reduce_scratch(&mut self, bytes: i64) -> (i64, u32) {
+        match self.reduce_scratch {
+            Some((off, size, id)) if bytes <= size => (off, id),
+            Some((off, size, id)) if off + size == self.smem_top => {
+                self.smem_top = off + bytes;
+                self.reduce_scratch = Some((off, bytes, id));
+                (off, id)
+            }
+            other => {
+                let off = self.alloc_smem(bytes);
+                let id = other.map(|(_, _, id)| id).unwrap_or_else(|| {
+                    self.next_region += 1;
+                    self.next_region - 1
+                });
+                self.reduce_scratch = Some((off, bytes, id));
+                (off, id)
+            }
+        }
+    }
+
     pub(crate) fn lower_reduce(&mut self, op: ReduceOp, src: BufferId, dst: BufferId, dim: usize, keep: bool) -> R<()> {
         let (sb, db) = (self.k.buffer(src), self.k.buffer(dst));
         if sb.scope != Scope::Fragment || db.scope != Scope::Fragment {
@@ -100,9 +129,8 @@ impl<'a> Lx<'a> {
             let active = root.active_threads();
             let rows = active / root.dims[rk].threads_along();
             let nd = partials.len() as i64;
-            let off = self.alloc_smem(nd * rows * h * 4);
-            let region = Region { id: self.next_region, op: self.cur_op };
-            self.next_region += 1;
+            let (off, region_id) = self.reduce_scratch(nd * rows * h * 4);
+            let region = Region { id: region_id, op: self.cur_op };
             self.cur_op += 1;
             let read_region = Region { id: region.id, op: self.cur_op };
             let tid = self.tid;

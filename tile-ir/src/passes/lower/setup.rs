@@ -120,10 +120,19 @@ impl<'a> Lx<'a> {
         let schedule = self.schedule.clone();
         schedule.place_buffers(self);
         // Buffers: shared offsets, fragment and local registers.
-        let wgmma_align = self.wgmma_operand_alignment();
+        let mut wgmma_align = self.wgmma_operand_alignment();
+        // A view's alignment is asked of its parent (the view starts a
+        // multiple of its swizzle span into it, `SharedLayout::window`).
+        for (&b, &a) in wgmma_align.clone().iter() {
+            let (root, _) = k.view_root(b);
+            if root != b {
+                let e = wgmma_align.entry(root).or_insert(128);
+                *e = (*e).max(a);
+            }
+        }
         for (i, b) in k.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
-            if self.shared.contains_key(&id) {
+            if self.shared.contains_key(&id) || b.view.is_some() {
                 continue;
             }
             let n: i64 = b.const_shape().map(|s| s.iter().product()).unwrap_or(0);
@@ -191,7 +200,39 @@ impl<'a> Lx<'a> {
                 Scope::Global => {}
             }
         }
+        self.place_views();
         schedule.after_buffers(self);
+    }
+
+    /// Views ([`crate::ir::View`]) take their parent's memory at the
+    /// window's byte offset in the parent's layout (`SharedLayout::window`,
+    /// which layout inference checked), its region (barriers order a view's
+    /// accesses with its parent's and its siblings'), and its stage stride.
+    fn place_views(&mut self) {
+        let k = self.k;
+        for (i, b) in k.buffers.iter().enumerate() {
+            let Some(v) = &b.view else { continue };
+            let id = BufferId(i as u32);
+            let placed = (|| {
+                let &(off, region) = self.shared.get(&v.of)?;
+                let pshape = k.buffer(v.of).const_shape()?;
+                let shape = b.const_shape()?;
+                let (base, _) = self.shared_layout(v.of).ok()?.window(&pshape, &v.origin, &shape).ok()?;
+                Some((off + base, region))
+            })();
+            match placed {
+                Some(place) => {
+                    self.shared.insert(id, place);
+                    if let Some(&stride) = self.stage_stride.get(&v.of) {
+                        self.stage_stride.insert(id, stride);
+                    }
+                }
+                None => self.errors.push(CompileError::new(
+                    b.span,
+                    format!("internal: view `{}` of `{}` could not be placed", b.name, k.buffer(v.of).name),
+                )),
+            }
+        }
     }
 
     pub(crate) fn region_of(&self, buf: BufferId) -> Option<Region> {

@@ -215,6 +215,9 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
     if !kernel.warp_specialize {
         return Err(no("the kernel says `warp_specialize = false`"));
     }
+    if kernel.buffers.iter().any(|b| b.view.is_some()) {
+        return Err(no("the kernel has sub-views of shared buffers (`.view(..)`), which this schedule's operand placement does not know"));
+    }
     let threads = kernel.threads;
     if threads % 128 != 0 || threads == 0 || threads + 128 > 1024 {
         return Err(NotApplicable::new(format!(

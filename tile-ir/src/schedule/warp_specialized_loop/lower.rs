@@ -113,7 +113,7 @@
 use super::plan::WslPlan;
 use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::touches;
+use crate::passes::pipeline::touches_memory;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
 
@@ -492,7 +492,7 @@ impl Lx<'_> {
             .map(|c| {
                 (0..body.len())
                     .filter(|i| {
-                        let (r, w) = touches(&body[*i], c.dst);
+                        let (r, w) = touches_memory(self.k, &body[*i], c.dst);
                         !ws.copies.contains(i) && (r || w)
                     })
                     .collect()
@@ -704,7 +704,7 @@ impl Lx<'_> {
         {
             return None;
         }
-        let written = body.iter().enumerate().any(|(i, s)| i != gi && touches(s, other).1);
+        let written = body.iter().enumerate().any(|(i, s)| i != gi && touches_memory(self.k, s, other).1);
         let c_fragment = self.k.buffer(*c).scope == crate::ir::Scope::Fragment;
         (users[kc] == [gi] && !written && c_fragment && regs <= 64 && self.target.has(crate::target::Feature::Wgmma))
             .then_some((gi, kc))

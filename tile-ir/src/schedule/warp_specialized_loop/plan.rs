@@ -39,7 +39,7 @@
 //! the consumers only. Anything else: a [`NotApplicable`] saying why.
 
 use crate::ir::{Kernel, LoopKind, StmtKind, VarId, VarKind};
-use crate::passes::pipeline::{self, expr_vars, touches, PipelinePlan};
+use crate::passes::pipeline::{self, expr_vars, touches, touches_memory, PipelinePlan};
 use crate::schedule::not_applicable::NotApplicable;
 use crate::schedule::tma_copy::tma_candidate;
 use crate::schedule::warp_specialized_gemm::{self, count_pipelined, has_load};
@@ -146,7 +146,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         }
         let others = kernel.body.iter().enumerate().filter(|(j, _)| *j != i);
         let clash = others.clone().any(|(j, x)| {
-            let (r, w) = touches(x, dst.buf);
+            let (r, w) = touches_memory(kernel, x, dst.buf);
             w || (r && j < i)
         }) || kernel.body.iter().any(|x| touches(x, src.buf).1);
         if clash {
