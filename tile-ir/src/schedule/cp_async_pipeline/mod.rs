@@ -32,9 +32,14 @@ pub const NAME: &str = "cp_async_pipeline";
 pub fn plan(kernel: &Kernel) -> Result<PipelinePlan, NotApplicable> {
     let plan = pipeline::plan(kernel);
     if plan.loops.is_empty() {
-        return Err(NotApplicable::new(
+        let mut why = String::from(
             "the kernel has no `pipelined(n, stages)` loop (stages ≥ 2, outside parallel loops) with a copy the pipeline can issue ahead (global → shared, its origin depending on the loop variable only through values it can compute early)",
-        ));
+        );
+        for r in &plan.refusals {
+            why.push_str("; ");
+            why.push_str(r);
+        }
+        return Err(NotApplicable::new(why));
     }
     Ok(plan)
 }
@@ -55,8 +60,9 @@ pub(crate) trait StageHooks {
     fn issues(&self, _buf: BufferId) -> bool {
         false
     }
-    /// At the start of issuing stage `stage` of the loop over `var`.
-    fn begin_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _stage: &Operand) -> R<()> {
+    /// At the start of issuing wait batch `batch` (see
+    /// [`pipeline::wait_batches`]) of stage `stage` of the loop over `var`.
+    fn begin_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _stage: &Operand, _batch: usize) -> R<()> {
         Ok(())
     }
     /// Issues the pipelined copy `src → dst` of the stage being issued;
@@ -66,8 +72,9 @@ pub(crate) trait StageHooks {
     }
     /// After the stage's copies are issued.
     fn end_stage(&self) {}
-    /// In the steady state, after the cp.async wait for stage `cur`.
-    fn wait_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _cur: Reg) {}
+    /// In the steady state, after the cp.async wait for wait batch `batch`
+    /// of stage `cur`.
+    fn wait_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _cur: Reg, _batch: usize) {}
 }
 
 /// The plain cp.async pipeline: no stage hooks.

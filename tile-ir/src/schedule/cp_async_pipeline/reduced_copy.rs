@@ -172,15 +172,19 @@ impl Lx<'_> {
         start: &Expr,
         body: &[TStmt],
         pl: &PipelinedLoop,
+        batches: &[usize],
     ) -> R<()> {
         let start_nonneg = self.provably_nonneg(start, var, false);
-        let mut rests: Vec<RestKey> = Vec::new();
-        for &i in &pl.copies {
+        // `rest` is shared only by copies of one wait batch: they are issued
+        // (and advanced) together.
+        let mut rests: HashMap<usize, Vec<RestKey>> = HashMap::new();
+        for (j, &i) in pl.copies.iter().enumerate() {
             let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
             if issued_elsewhere(dst.buf) {
                 continue;
             }
-            if let Some(rc) = self.reduced_copy(var, start_nonneg, src, dst, fill.as_ref(), &mut rests)? {
+            let rests = rests.entry(batches.get(j).copied().unwrap_or(0)).or_default();
+            if let Some(rc) = self.reduced_copy(var, start_nonneg, src, dst, fill.as_ref(), rests)? {
                 reduced.borrow_mut().insert(dst.buf, rc);
             }
         }
