@@ -164,6 +164,7 @@ impl Lx<'_> {
     /// loop `var in start..` (bound to `start` in `self.vars` by the caller)
     /// that qualify (see the module doc). Emits the loop-invariant code at
     /// the current position (before the prologue).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn prepare_reduced_copies(
         &mut self,
         reduced: &ReducedCopies,
