@@ -97,6 +97,14 @@ pub struct CompileOptions {
     /// simulator's proof: `tile-ir/tests/hopper_wsloop_sim.rs`); to be kept
     /// only if the H200 measures it faster than the plain ping-pong.
     pub ping_pong_lookahead: bool,
+    /// In the cp.async pipeline (and the TMA copies built on it), wait for
+    /// each pipelined copy just before its first reader, one cp.async group
+    /// (and TMA barrier) per wait batch, so that one copy's wait never
+    /// drains another's prefetch (`schedule/cp_async_pipeline/pipelined_loop.rs`,
+    /// [`crate::passes::pipeline::PipelinePlan::wait_batches`]). On by
+    /// default; off (every copy of an iteration in one group, waited for at
+    /// the top of the body) for bisecting.
+    pub per_copy_waits: bool,
 }
 
 impl Default for CompileOptions {
@@ -110,6 +118,7 @@ impl Default for CompileOptions {
             lookahead: true,
             wsloop_one_warpgroup: false,
             ping_pong_lookahead: true,
+            per_copy_waits: true,
         }
     }
 }

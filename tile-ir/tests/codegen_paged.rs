@@ -186,6 +186,15 @@ fn each_copy_waits_only_for_its_own_group() {
             let commits = c.ptx.matches("cp.async.commit_group").count();
             assert!(commits >= 4, "{what}: {commits} commits");
         }
+        // `CompileOptions::per_copy_waits` off (for bisecting): one group per
+        // iteration, waited for at the top (`wait_group S−2`).
+        let one = CompileOptions { per_copy_waits: false, ..CompileOptions::default() };
+        for target in [Target::Sm80, Target::Sm90a] {
+            let c = tile_ir::compile_with(&k, target, one).unwrap();
+            let mut w = Vec::new();
+            loop_waits(&c.function.body, false, &mut w);
+            assert!(!w.is_empty() && w.iter().all(|&p| p == 0), "{} {}: waits {w:?}", k.name, target.name());
+        }
         // Three stages: wait_group 3 = 2·2−1.
         let text = print::print_kernel(&k).replace("pipelined(2)", "pipelined(3)");
         let k3 = parse_kernel(&text).unwrap();

@@ -49,6 +49,9 @@ pub struct PipelinePlan {
     /// Why copies of pipelined loops that depend on the loop variable were
     /// not pipelined, one sentence each (for `TILE_DUMP`'s decisions).
     pub refusals: Vec<String>,
+    /// Every pipelined copy in one wait batch ([`Self::wait_batches`]):
+    /// `CompileOptions::per_copy_waits` off.
+    pub one_wait_batch: bool,
 }
 
 /// One software-pipelined loop.
@@ -82,6 +85,21 @@ impl PipelinePlan {
 /// batch waits)`; one batch when every copy's first reader is the same (a
 /// GEMM's A and B), so such loops have one group per iteration.
 pub fn wait_batches(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+    wait_batches_of(body, pl)
+}
+
+impl PipelinePlan {
+    /// [`wait_batches`], or one batch waited for at the top of the body when
+    /// [`Self::one_wait_batch`].
+    pub fn wait_batches(&self, body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+        if self.one_wait_batch {
+            return (vec![0; pl.copies.len()], vec![0]);
+        }
+        wait_batches_of(body, pl)
+    }
+}
+
+fn wait_batches_of(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
     let mut firsts: Vec<usize> = Vec::new();
     let mut batch = Vec::new();
     for &i in &pl.copies {

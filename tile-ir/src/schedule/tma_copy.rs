@@ -42,7 +42,7 @@ use crate::ir::{BufferId, DType, Expr, Kernel, ParamKind, Scope, Stmt as TStmt, 
 use crate::layout::SharedLayout;
 use crate::passes::layout_infer::const_int;
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::{wait_batches, PipelinePlan, PipelinedLoop};
+use crate::passes::pipeline::{PipelinePlan, PipelinedLoop};
 use crate::schedule::warp_specialized_gemm::has_load;
 use crate::target::Feature;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
@@ -199,7 +199,7 @@ impl Lx<'_> {
         loops.sort_by_key(|(v, _)| *v);
         for (var, pl) in loops {
             let Some(body) = loop_body(&self.k.body, var) else { continue };
-            let (batch_of, _) = wait_batches(body, pl);
+            let (batch_of, _) = pipe.wait_batches(body, pl);
             for (j, &i) in pl.copies.iter().enumerate() {
                 let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
                 let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {

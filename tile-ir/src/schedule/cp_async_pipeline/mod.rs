@@ -23,6 +23,7 @@ use crate::ir::{BufferId, Expr, Kernel, Stmt as TStmt, TileRef, VarId};
 use crate::passes::lower::{Lx, ScheduleLowering, R};
 use crate::passes::pipeline::{self, PipelinePlan};
 use crate::thread_ir::{Operand, Reg};
+use crate::CompileOptions;
 use reduced_copy::ReducedCopies;
 
 /// The schedule's name (`Compiled::schedule`).
@@ -96,8 +97,10 @@ pub(crate) struct PipelineLowering {
 impl PipelineLowering {
     /// The pipeline of `kernel` (the loops [`pipeline::plan`] takes; none
     /// is fine: the lowering is then the general one), with `stages`.
-    pub(crate) fn new(kernel: &Kernel, stages: Box<dyn StageHooks>) -> PipelineLowering {
-        PipelineLowering { plan: pipeline::plan(kernel), reduced: ReducedCopies::default(), stages }
+    pub(crate) fn new(kernel: &Kernel, stages: Box<dyn StageHooks>, options: &CompileOptions) -> PipelineLowering {
+        let mut plan = pipeline::plan(kernel);
+        plan.one_wait_batch = !options.per_copy_waits;
+        PipelineLowering { plan, reduced: ReducedCopies::default(), stages }
     }
 }
 

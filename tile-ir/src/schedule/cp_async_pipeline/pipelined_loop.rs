@@ -8,7 +8,8 @@
 //!
 //! Guarantees:
 //! - a pipelined loop `for k in a..b` with `S ≥ 2` stages whose copies form
-//!   `B` wait batches ([`pipeline::wait_batches`]: the copies whose first
+//!   `B` wait batches ([`PipelinePlan::wait_batches`]; one batch with
+//!   `CompileOptions::per_copy_waits` off: the copies whose first
 //!   reader in the body is the same statement; batch 0 waits at the top of
 //!   the body, batch `j` before its first reader) runs as
 //!   ```text
@@ -57,7 +58,7 @@ use crate::ir::{DType, Expr, Extent, StmtKind, VarId};
 use crate::passes::lower::{Lx, Side, R};
 #[allow(unused_imports)] // doc links
 use crate::passes::pipeline::PipelinePlan;
-use crate::passes::pipeline::{self, PipelinedLoop};
+use crate::passes::pipeline::PipelinedLoop;
 use crate::thread_ir::{Inst, Operand, Reg, RegClass, Region, Stmt};
 
 /// The operation number shared by all stage refills of a buffer: accesses
@@ -273,7 +274,7 @@ impl Lx<'_> {
         reduce: bool,
     ) -> R<()> {
         let stages = pl.stages as i64;
-        let (batch_of, wait_at) = pipeline::wait_batches(body, pl);
+        let (batch_of, wait_at) = pipe.plan.wait_batches(body, pl);
         let nb = wait_at.len().max(1);
         // The copies of each batch.
         let batch_loops: Vec<PipelinedLoop> = (0..nb)
