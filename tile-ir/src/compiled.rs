@@ -107,6 +107,14 @@ pub struct CompileOptions {
     /// key blocks of 128). Preferred to [`CompileOptions::lookahead`] where
     /// both apply. On by default; off for bisecting.
     pub defer_last_gemm: bool,
+    /// In the cp.async pipeline (and the TMA copies built on it), wait for
+    /// each pipelined copy just before its first reader, one cp.async group
+    /// (and TMA barrier) per wait batch, so that one copy's wait never
+    /// drains another's prefetch (`schedule/cp_async_pipeline/pipelined_loop.rs`,
+    /// [`crate::passes::pipeline::PipelinePlan::wait_batches`]). On by
+    /// default; off (every copy of an iteration in one group, waited for at
+    /// the top of the body) for bisecting.
+    pub per_copy_waits: bool,
 }
 
 impl Default for CompileOptions {
@@ -121,6 +129,7 @@ impl Default for CompileOptions {
             wsloop_one_warpgroup: false,
             ping_pong_lookahead: true,
             defer_last_gemm: true,
+            per_copy_waits: true,
         }
     }
 }

@@ -199,11 +199,14 @@ fn says_why_it_refuses() {
     // A copy TMA cannot do (a nonzero fill).
     let fill = SUM.replace("copy x[bm * 64, kb * 64] -> x_s", "copy x[bm * 64, kb * 64] -> x_s fill(1.0)");
     assert!(reason(&fill, Target::Sm90a).contains("the pipelined copy into `x_s` is not a TMA box"), "{fill}");
-    // Bounds that read memory; an origin through a `let` that does.
+    // Bounds that read a tensor the kernel writes (the producer reads only
+    // read-only tensors: a bound read from `x` is its own).
     let load = SUM
-        .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let %7 r: i32 = x[0, 0] as i32\n")
+        .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let %7 r: i32 = y[0, 0] as i32\n")
         .replace("0..n {", "0..r {");
-    assert!(reason(&load, Target::Sm90a).contains("`r` reads memory"), "{load}");
+    assert!(reason(&load, Target::Sm90a).contains("`r` reads `y`, which the kernel writes"), "{load}");
+    let read_only = load.replace("y[0, 0] as i32", "x[0, 0] as i32");
+    assert!(Schedule::WarpSpecializedLoop.plan(&kernel(&read_only), Target::Sm90a, opts()).is_ok(), "{read_only}");
     // An origin through a reassigned variable.
     let muts = SUM
         .replace("  fill acc, 0.0\n", "  fill acc, 0.0\n  let mut %7 row: i32 = bm * 64\n  row = row + 0\n")

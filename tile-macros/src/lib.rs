@@ -274,8 +274,17 @@ mod sig;
 ///   positive constant extents; iterations are independent and spread over
 ///   the threads), `for k in pipelined(n, stages)` (a serial loop from 0 to
 ///   `n` whose shared-memory tile copies are multi-buffered, `stages` a
-///   constant in 1..=16: `cp.async`, or TMA on sm_90a). Loop variables are
-///   not `mut`; loops have no labels.
+///   constant in 1..=16: `cp.async`, or TMA on sm_90a). A copy whose tile
+///   origin depends on the loop variable is prefetched `stages − 1`
+///   iterations ahead, also when the origin is read from a tensor the
+///   kernel never writes, directly or through `let`s earlier in the body
+///   (paged attention: `let page = block_table[(b, kb)];` then
+///   `copy(cache.tile([page, .., ..]), &mut k_s)`; the table is read only
+///   for iterations below `n`); one whose origin reads a tensor the kernel
+///   writes is loaded when it is reached (`TILE_DUMP`'s `.schedules.txt`
+///   says why). Each copy is waited for just before the first statement
+///   that reads its buffer, never for another copy's prefetch. Loop
+///   variables are not `mut`; loops have no labels.
 /// - `if`/`else` (also as a value: `if c { a } else { b }`, one expression
 ///   per branch), `let x = ..`, `let mut x: f32 = ..`, `=`, `+=` (and the
 ///   other compound operators) on `let mut` variables and on elements, and

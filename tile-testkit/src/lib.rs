@@ -14,12 +14,16 @@
 //!   configurations the tests share.
 //! - [`attention`]: the FlashAttention inner loop ([`ATTENTION`]) and its
 //!   variations in head dimension, block rows and element type.
+//! - [`paged`]: paged attention ([`PAGED_ATTENTION`]), its tiles' origin
+//!   read from a block table.
 //! - [`rng`]: the xorshift generator ([`Rng`]) the tests draw inputs from.
 
 pub mod attention;
 pub mod matmul;
+pub mod paged;
 pub mod rng;
 
 pub use attention::{attention_4d_sized, attention_4d_text, attention_text, Layout4d, ATTENTION};
 pub use matmul::{Matmul, GEMM_TN_BF16, MATMUL, MATMUL_128X256};
+pub use paged::{paged_attention_text, PAGED_ATTENTION};
 pub use rng::Rng;

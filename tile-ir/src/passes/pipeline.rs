@@ -13,9 +13,15 @@
 //! not change what the kernel computes. A copy is pipelined only when:
 //! - its source is a global tensor, its destination a shared buffer, and the
 //!   source origin mentions the loop variable;
-//! - the source origin reads no memory (no `Load`) and uses no variable that
-//!   the body binds or assigns (so it can be evaluated for iteration
-//!   `k + s - 1` at iteration `k`);
+//! - the source origin uses no variable that the body binds or assigns, other
+//!   than `let`s at the top level of the body before the copy that are never
+//!   reassigned and whose values obey the same rule (they are inlined: the
+//!   copy's source for the prefetch is [`PipelinePlan::read_origins`]), and
+//!   every load it makes (directly or through those `let`s: a page index
+//!   `block_table[(b, k)]`) is of a global tensor the kernel never writes
+//!   (so it can be evaluated for iteration `k + s - 1` at iteration `k`,
+//!   and the prefetch reads what the serial loop would; the lowering reads
+//!   only for iterations below the loop's end, as the serial loop does);
 //! - the destination is not a view, and it (or a view of it) is touched by
 //!   no statement outside the loop's body and, inside it, by no earlier
 //!   statement and by no other write (so the buffer
@@ -26,7 +32,7 @@
 //! Other copies stay where they are and are lowered as usual (a cp.async
 //! group waited for at once, or plain loads and stores).
 
-use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, Stmt, StmtKind, VarId};
+use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, Stmt, StmtKind, TileRef, VarId};
 use std::collections::{HashMap, HashSet};
 
 /// The pipelining decisions for one kernel.
@@ -36,6 +42,17 @@ pub struct PipelinePlan {
     pub loops: HashMap<VarId, PipelinedLoop>,
     /// Shared buffers that get stage copies, with their number of stages.
     pub stages: HashMap<BufferId, u32>,
+    /// The sources of the pipelined copies (by destination buffer) whose
+    /// origin reads memory or uses the body's `let`s: the origin with those
+    /// `let`s inlined, which the prefetch evaluates for its iteration. Such
+    /// a copy's origin is not strength-reduced.
+    pub read_origins: HashMap<BufferId, TileRef>,
+    /// Why copies of pipelined loops that depend on the loop variable were
+    /// not pipelined, one sentence each (for `TILE_DUMP`'s decisions).
+    pub refusals: Vec<String>,
+    /// Every pipelined copy in one wait batch ([`Self::wait_batches`]):
+    /// `CompileOptions::per_copy_waits` off.
+    pub one_wait_batch: bool,
 }
 
 /// One software-pipelined loop.
@@ -51,6 +68,74 @@ impl PipelinePlan {
     pub fn stages_of(&self, buf: BufferId) -> u32 {
         self.stages.get(&buf).copied().unwrap_or(1)
     }
+
+    /// The source a prefetch of the pipelined copy `src → dst` evaluates:
+    /// its origin with the body's `let`s inlined ([`Self::read_origins`]),
+    /// else `src` itself.
+    pub fn source<'a>(&'a self, src: &'a TileRef, dst: &TileRef) -> &'a TileRef {
+        self.read_origins.get(&dst.buf).unwrap_or(src)
+    }
+}
+
+/// The wait batches of a pipelined loop's copies (one entry per copy of
+/// `pl.copies`, in order): copy `j` is waited for (and refilled) before the
+/// first statement of `body` that reads its buffer, and the copies whose
+/// first reader is the same statement form one batch (one cp.async group
+/// per iteration, numbered in that order). The first batch is waited for at
+/// the top of the body. Returns `(batch of each copy, body index where each
+/// batch waits)`; one batch when every copy's first reader is the same (a
+/// GEMM's A and B), so such loops have one group per iteration.
+pub fn wait_batches(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+    wait_batches_of(body, pl)
+}
+
+impl PipelinePlan {
+    /// [`wait_batches`], or one batch waited for at the top of the body when
+    /// [`Self::one_wait_batch`].
+    pub fn wait_batches(&self, body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+        if self.one_wait_batch {
+            return (vec![0; pl.copies.len()], vec![0]);
+        }
+        wait_batches_of(body, pl)
+    }
+}
+
+fn wait_batches_of(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+    let mut firsts: Vec<usize> = Vec::new();
+    let mut batch = Vec::new();
+    for &i in &pl.copies {
+        let StmtKind::Copy { dst, .. } = &body[i].kind else {
+            batch.push(0);
+            continue;
+        };
+        let first = (i + 1..body.len())
+            .find(|&j| !pl.copies.contains(&j) && touches(&body[j], dst.buf).0)
+            .unwrap_or(body.len());
+        let b = match firsts.iter().position(|&f| f == first) {
+            Some(b) => b,
+            None => {
+                firsts.push(first);
+                firsts.len() - 1
+            }
+        };
+        batch.push(b);
+    }
+    // Batches in the order they are waited for.
+    let mut order: Vec<usize> = (0..firsts.len()).collect();
+    order.sort_by_key(|&b| firsts[b]);
+    let rank: Vec<usize> = {
+        let mut r = vec![0; firsts.len()];
+        for (n, &b) in order.iter().enumerate() {
+            r[b] = n;
+        }
+        r
+    };
+    let batch = batch.into_iter().map(|b| rank.get(b).copied().unwrap_or(0)).collect();
+    let mut at: Vec<usize> = order.iter().map(|&b| firsts[b]).collect();
+    if let Some(a) = at.first_mut() {
+        *a = 0;
+    }
+    (batch, at)
 }
 
 /// Analyses every pipelined loop of `kernel`.
@@ -70,6 +155,18 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
         uses_except(&kernel.body, lp, &mut outside);
         let mut bound = HashSet::new();
         bound_vars(body, &mut bound);
+        // The body's top-level `let`s, by variable: (index, value).
+        let mut assigned = HashSet::new();
+        assigned_vars(&kernel.body, &mut assigned);
+        let lets: HashMap<VarId, (usize, &Expr)> = body
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match &s.kind {
+                StmtKind::Let { var, value } if !assigned.contains(var) => Some((*var, (i, value))),
+                _ => None,
+            })
+            .collect();
+        let written = |b: BufferId| kernel.body.iter().any(|s| touches(s, b).1);
         let mut copies = Vec::new();
         let mut dsts = HashSet::new();
         for (i, s) in body.iter().enumerate() {
@@ -82,12 +179,31 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
             if sb.scope != Scope::Global || db.scope != Scope::Shared || db.view.is_some() || outside_mem {
                 continue;
             }
+            let mut resolve =
+                Resolve { lets: &lets, bound: &bound, loop_var: *var, reads: Vec::new(), inlined: false, bad: None };
+            let origin: Vec<Expr> = src.origin.iter().map(|e| resolve.expr(e, i)).collect();
             let mut vars = HashSet::new();
             let mut loads = false;
-            for e in &src.origin {
+            for e in &origin {
                 expr_vars(e, &mut vars, &mut loads);
             }
-            if loads || !vars.contains(var) || vars.iter().any(|v| bound.contains(v)) {
+            if !vars.contains(var) {
+                continue;
+            }
+            let dst_name = &db.name;
+            if let Some(v) = resolve.bad {
+                plan.refusals.push(format!(
+                    "the copy into `{dst_name}` is not pipelined: its origin uses `{}`, which the loop body binds or assigns and which is not a `let` before the copy computable for a later iteration",
+                    kernel.var(v).name
+                ));
+                continue;
+            }
+            if let Some(t) = resolve.reads.iter().find(|b| kernel.buffer(**b).scope != Scope::Global || written(**b)) {
+                plan.refusals.push(format!(
+                    "the copy into `{dst_name}` is not pipelined: its origin reads `{}`, which the kernel writes (or which is not a read-only global tensor), so reading it {} iterations ahead could see a value the loop has not written yet",
+                    kernel.buffer(*t).name,
+                    stages - 1
+                ));
                 continue;
             }
             let earlier = body[..i].iter().any(|x| {
@@ -97,6 +213,9 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
             let later_write = body[i + 1..].iter().any(|x| touches_memory(kernel, x, dst.buf).1);
             if earlier || later_write || !dsts.insert(dst.buf) {
                 continue;
+            }
+            if loads || resolve.inlined {
+                plan.read_origins.insert(dst.buf, TileRef { buf: src.buf, origin, squeezed: src.squeezed.clone() });
             }
             copies.push(i);
         }
@@ -111,6 +230,107 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
         plan.loops.insert(*var, PipelinedLoop { stages: *stages, copies });
     }
     plan
+}
+
+/// Inlines the body's `let`s into a copy's origin and collects what it loads.
+struct Resolve<'a> {
+    /// The body's top-level `let`s never reassigned: (index, value).
+    lets: &'a HashMap<VarId, (usize, &'a Expr)>,
+    /// Variables the body binds or assigns.
+    bound: &'a HashSet<VarId>,
+    loop_var: VarId,
+    /// Buffers loaded.
+    reads: Vec<BufferId>,
+    /// Whether a `let` was inlined.
+    inlined: bool,
+    /// A bound variable that is no such `let` (the copy is not pipelined).
+    bad: Option<VarId>,
+}
+
+impl Resolve<'_> {
+    /// `e` (of the statement at body index `at`) with the `let`s before
+    /// `at` inlined.
+    fn expr(&mut self, e: &Expr, at: usize) -> Expr {
+        match e {
+            Expr::Var(v) if *v != self.loop_var && self.bound.contains(v) => match self.lets.get(v) {
+                Some(&(i, value)) if i < at => {
+                    self.inlined = true;
+                    self.expr(value, i)
+                }
+                _ => {
+                    self.bad.get_or_insert(*v);
+                    e.clone()
+                }
+            },
+            Expr::Const(_) | Expr::Var(_) => e.clone(),
+            Expr::Load { buf, index } => {
+                self.reads.push(*buf);
+                Expr::Load { buf: *buf, index: index.iter().map(|x| self.expr(x, at)).collect() }
+            }
+            Expr::Unary { op, arg } => Expr::Unary { op: *op, arg: Box::new(self.expr(arg, at)) },
+            Expr::Cast { arg, to } => Expr::Cast { arg: Box::new(self.expr(arg, at)), to: *to },
+            Expr::Binary { op, lhs, rhs } => {
+                Expr::Binary { op: *op, lhs: Box::new(self.expr(lhs, at)), rhs: Box::new(self.expr(rhs, at)) }
+            }
+            Expr::Fma { a, b, c } => Expr::Fma {
+                a: Box::new(self.expr(a, at)),
+                b: Box::new(self.expr(b, at)),
+                c: Box::new(self.expr(c, at)),
+            },
+            Expr::Select { cond, then, otherwise } => Expr::Select {
+                cond: Box::new(self.expr(cond, at)),
+                then: Box::new(self.expr(then, at)),
+                otherwise: Box::new(self.expr(otherwise, at)),
+            },
+        }
+    }
+}
+
+/// The first buffer `e` loads that is not a global tensor the kernel never
+/// writes (`None`: every load of `e` reads a read-only tensor, whose values
+/// are the same whenever it is read).
+pub(crate) fn non_constant_load(kernel: &Kernel, e: &Expr) -> Option<BufferId> {
+    let mut out = None;
+    visit_loads(e, &mut |b| {
+        if out.is_none() && (kernel.buffer(b).scope != Scope::Global || kernel.body.iter().any(|s| touches(s, b).1)) {
+            out = Some(b);
+        }
+    });
+    out
+}
+
+fn visit_loads(e: &Expr, f: &mut dyn FnMut(BufferId)) {
+    match e {
+        Expr::Const(_) | Expr::Var(_) => {}
+        Expr::Load { buf, index } => {
+            f(*buf);
+            index.iter().for_each(|x| visit_loads(x, f));
+        }
+        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => visit_loads(arg, f),
+        Expr::Binary { lhs, rhs, .. } => {
+            visit_loads(lhs, f);
+            visit_loads(rhs, f);
+        }
+        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|x| visit_loads(x, f)),
+        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|x| visit_loads(x, f)),
+    }
+}
+
+/// Variables assigned (`Assign`) anywhere in `body`.
+pub(crate) fn assigned_vars(body: &[Stmt], out: &mut HashSet<VarId>) {
+    for s in body {
+        match &s.kind {
+            StmtKind::Assign { var, .. } => {
+                out.insert(*var);
+            }
+            StmtKind::For { body, .. } => assigned_vars(body, out),
+            StmtKind::If { then, otherwise, .. } => {
+                assigned_vars(then, out);
+                assigned_vars(otherwise, out);
+            }
+            _ => {}
+        }
+    }
 }
 
 fn count_loop_vars(body: &[Stmt], out: &mut HashMap<VarId, u32>) {

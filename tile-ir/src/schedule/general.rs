@@ -54,7 +54,7 @@ pub(crate) fn compile_with_stages(
             // Staging is an optimization: when its scratch does not fit (no
             // dead buffer to take, no shared memory left), or lowering it
             // fails, the direct stores below are the answer.
-            let lowering = Rc::new(PipelineLowering::new(&staged, stages()));
+            let lowering = Rc::new(PipelineLowering::new(&staged, stages(), &options));
             if let Ok(func) = lower::lower(&staged, target, &staged_plan, lowering) {
                 if func.shared_bytes <= target.info().shared_limit {
                     let name = name_of(&staged);
@@ -63,7 +63,7 @@ pub(crate) fn compile_with_stages(
             }
         }
     }
-    let lowering = Rc::new(PipelineLowering::new(kernel, stages()));
+    let lowering = Rc::new(PipelineLowering::new(kernel, stages(), &options));
     let func = lower::lower(kernel, target, &plan, lowering)?;
     let name = name_of(kernel);
     finish(kernel, target, &plan, func, name)

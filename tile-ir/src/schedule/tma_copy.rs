@@ -16,13 +16,17 @@
 //! address alone), and coordinates out of range on any dim, a squeezed one
 //! included, read zeros.
 //!
-//! Guarantees: per pipelined loop with TMA copies, one `full` mbarrier per
-//! stage (1 arrival), initialized at kernel entry; issuing a stage is thread
-//! 0's `mbarrier.arrive.expect_tx` of the bytes of all the stage's boxes,
-//! then its TMA boxes (out-of-range elements zero-filled, as the copy's zero
-//! fill says); consuming stage `s` is every thread's wait on `full[s]` with
-//! the parity kept in a per-loop bit mask (bit `s` flips at each wait), right
-//! after the loop's cp.async wait. Every issued stage is waited for exactly
+//! Guarantees: per pipelined loop and wait batch
+//! ([`crate::passes::pipeline::wait_batches`]: attention's K and V are two,
+//! a GEMM's A and B one) with TMA copies, one `full` mbarrier per stage (1
+//! arrival), initialized at kernel entry; issuing a batch of a stage is
+//! thread 0's `mbarrier.arrive.expect_tx` of the bytes of all the batch's
+//! boxes, then its TMA boxes (out-of-range elements zero-filled, as the
+//! copy's zero fill says; an origin that reads memory, a page index, is
+//! evaluated by thread 0 alone); consuming stage `s` of a batch is every
+//! thread's wait on its `full[s]` with the parity kept in a bit mask per
+//! batch (bit `s` flips at each wait), right after the loop's cp.async wait
+//! (a later batch of TMA copies alone has no cp.async wait and no barrier). Every issued stage is waited for exactly
 //! once (iterations `a..b` are each issued and consumed once), so the parities
 //! stay right when an outer loop runs the pipelined loop again. The stage
 //! buffers are 1024-byte aligned. The kernel takes one tensor map per TMA
@@ -38,7 +42,8 @@ use crate::ir::{BufferId, DType, Expr, Kernel, ParamKind, Scope, Stmt as TStmt, 
 use crate::layout::SharedLayout;
 use crate::passes::layout_infer::const_int;
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::PipelinePlan;
+use crate::passes::pipeline::{PipelinePlan, PipelinedLoop};
+use crate::schedule::warp_specialized_gemm::has_load;
 use crate::target::Feature;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use crate::{CompileError, Target};
@@ -144,6 +149,8 @@ pub(crate) fn tma_candidate(k: &Kernel, src: &TileRef, dst: &TileRef, fill: Opti
 pub(crate) struct TmaCopy {
     /// The loop it belongs to (its variable).
     pub loop_var: VarId,
+    /// Its wait batch in that loop ([`crate::passes::pipeline::wait_batches`]).
+    pub batch: usize,
     /// The tensor map parameter.
     pub param: String,
     /// Boxes: (byte offset in the stage, row offset, column offset).
@@ -152,7 +159,7 @@ pub(crate) struct TmaCopy {
     pub bytes: i64,
 }
 
-/// The mbarriers of one pipelined loop with TMA copies.
+/// The mbarriers of one wait batch of a pipelined loop with TMA copies.
 #[derive(Clone, Debug)]
 pub(crate) struct TmaLoop {
     /// Byte offset in `smem` of `full[0]` (then `full[1]`, ... 8 bytes apart).
@@ -189,11 +196,12 @@ impl Lx<'_> {
     /// placed: their buffers get 1024-byte alignment) and declares their
     /// tensor maps.
     fn tma_copy_setup(&mut self, tc: &TmaCopies, pipe: &PipelinePlan) {
-        let mut loops: Vec<(VarId, Vec<usize>)> = pipe.loops.iter().map(|(v, pl)| (*v, pl.copies.clone())).collect();
+        let mut loops: Vec<(VarId, &PipelinedLoop)> = pipe.loops.iter().map(|(v, pl)| (*v, pl)).collect();
         loops.sort_by_key(|(v, _)| *v);
-        for (var, copies) in loops {
+        for (var, pl) in loops {
             let Some(body) = loop_body(&self.k.body, var) else { continue };
-            for i in copies {
+            let (batch_of, _) = pipe.wait_batches(body, pl);
+            for (j, &i) in pl.copies.iter().enumerate() {
                 let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
                 let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                     continue;
@@ -201,21 +209,22 @@ impl Lx<'_> {
                 let param = format!("tmap{}", self.f.tensor_maps.len());
                 self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
                 self.f.tensor_maps.push(TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-                tc.copies.borrow_mut().insert(dst.buf, TmaCopy { loop_var: var, param, boxes, bytes });
+                let batch = batch_of.get(j).copied().unwrap_or(0);
+                tc.copies.borrow_mut().insert(dst.buf, TmaCopy { loop_var: var, batch, param, boxes, bytes });
             }
         }
     }
 
     /// Allocates and initializes (at kernel entry) the loops' barriers.
     fn tma_barrier_setup(&mut self, tc: &TmaCopies, pipe: &PipelinePlan) {
-        let mut per_loop: HashMap<VarId, i64> = HashMap::new();
+        let mut per_loop: HashMap<(VarId, usize), i64> = HashMap::new();
         for c in tc.copies.borrow().values() {
-            *per_loop.entry(c.loop_var).or_insert(0) += c.bytes;
+            *per_loop.entry((c.loop_var, c.batch)).or_insert(0) += c.bytes;
         }
-        let mut vars: Vec<VarId> = per_loop.keys().copied().collect();
+        let mut vars: Vec<(VarId, usize)> = per_loop.keys().copied().collect();
         vars.sort();
         let mut init = Vec::new();
-        for var in vars {
+        for (var, batch) in vars {
             let stages = pipe.loops.get(&var).map(|pl| pl.stages as i64).unwrap_or(1);
             let bars = self.alloc_smem_aligned(8 * stages, 8);
             let bits = self.new_reg(RegClass::B32);
@@ -229,7 +238,7 @@ impl Lx<'_> {
                     guard: None,
                 });
             }
-            tc.loops.borrow_mut().insert(var, TmaLoop { bars, bytes: per_loop[&var], bits });
+            tc.loops.borrow_mut().insert((var, batch), TmaLoop { bars, bytes: per_loop[&(var, batch)], bits });
         }
         if init.is_empty() {
             return;
@@ -300,10 +309,11 @@ impl Lx<'_> {
         Some((tensor, boxes, bytes, box_shape, swizzle))
     }
 
-    /// At the start of issuing a stage of the loop over `var` (into stage
-    /// `stage`): thread 0 announces the stage's bytes on its barrier.
-    fn tma_expect_stage(&mut self, tc: &TmaCopies, var: VarId, stage: &Operand) -> R<()> {
-        let Some(tl) = tc.loops.borrow().get(&var).cloned() else { return Ok(()) };
+    /// At the start of issuing batch `batch` of a stage of the loop over
+    /// `var` (into stage `stage`): thread 0 announces the batch's bytes on
+    /// its barrier.
+    fn tma_expect_stage(&mut self, tc: &TmaCopies, var: VarId, stage: &Operand, batch: usize) -> R<()> {
+        let Some(tl) = tc.loops.borrow().get(&(var, batch)).cloned() else { return Ok(()) };
         let addr = self.tma_bar_addr(&tl, stage);
         let t0 = self.is_t0;
         self.emit_guarded(Inst::MbarArriveExpectTx { addr, tx_bytes: Operand::Imm(tl.bytes) }, Some((t0, false)));
@@ -326,16 +336,16 @@ impl Lx<'_> {
     /// The pipelined copy into `dst` as thread 0's TMA boxes, when it is one.
     fn tma_issue(&mut self, copies: &TmaCopies, src: &TileRef, dst: &TileRef) -> R<bool> {
         let Some(tc) = copies.copies.borrow().get(&dst.buf).cloned() else { return Ok(false) };
-        let tl = copies.loops.borrow().get(&tc.loop_var).cloned();
+        let tl = copies.loops.borrow().get(&(tc.loop_var, tc.batch)).cloned();
         let tl = tl.ok_or_else(|| self.err("internal: TMA copy without barriers"))?;
         let stage = copies.issue_stage.borrow().clone();
         let stage = stage.ok_or_else(|| self.err("internal: TMA copy outside a stage issue"))?;
         let mbar = self.tma_bar_addr(&tl, &stage);
+        // An origin that reads memory (a page index) is thread 0's alone.
+        let loads = src.origin.iter().any(has_load);
         let mut origin = Vec::new();
-        for e in &src.origin {
-            let v = self.expr(e)?;
-            let v = self.convert(v, DType::I32)?;
-            origin.push(self.materialize(&v));
+        if !loads {
+            origin = self.tma_origin(src)?;
         }
         let (off, _) = *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
         let smem = self.smem;
@@ -345,6 +355,9 @@ impl Lx<'_> {
         let (row_dim, col_dim) =
             tma_window_dims(self.k, src).ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
         let issue = self.capture(|x| {
+            if loads {
+                origin = x.tma_origin(src)?;
+            }
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
             x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar);
@@ -353,6 +366,17 @@ impl Lx<'_> {
         let t0 = self.is_t0;
         self.emit_if(Some(t0), false, issue, vec![]);
         Ok(true)
+    }
+
+    /// The window origin of `src`, one `i32` register per tensor dim.
+    fn tma_origin(&mut self, src: &TileRef) -> R<Vec<Reg>> {
+        let mut origin = Vec::new();
+        for e in &src.origin {
+            let v = self.expr(e)?;
+            let v = self.convert(v, DType::I32)?;
+            origin.push(self.materialize(&v));
+        }
+        Ok(origin)
     }
 
     /// The TMA boxes of one copy: box `(byte offset, row offset, column
@@ -390,9 +414,10 @@ impl Lx<'_> {
         }
     }
 
-    /// Every thread waits for stage `cur` of the loop over `var` to land.
-    fn tma_wait_stage(&mut self, tc: &TmaCopies, var: VarId, cur: Reg) {
-        let Some(tl) = tc.loops.borrow().get(&var).cloned() else { return };
+    /// Every thread waits for batch `batch` of stage `cur` of the loop over
+    /// `var` to land.
+    fn tma_wait_stage(&mut self, tc: &TmaCopies, var: VarId, cur: Reg, batch: usize) {
+        let Some(tl) = tc.loops.borrow().get(&(var, batch)).cloned() else { return };
         let addr = self.tma_bar_addr(&tl, &Operand::Reg(cur));
         let sh = self.op("shr.u32", RegClass::B32, vec![tl.bits.into(), cur.into()]);
         let parity = self.op("and.b32", RegClass::B32, vec![sh.into(), Operand::Imm(1)]);
@@ -409,8 +434,9 @@ impl Lx<'_> {
 pub(crate) struct TmaCopies {
     /// The pipelined copies issued with TMA, by destination buffer.
     copies: RefCell<HashMap<BufferId, TmaCopy>>,
-    /// The barriers of the pipelined loops with TMA copies, by loop variable.
-    loops: RefCell<HashMap<VarId, TmaLoop>>,
+    /// The barriers of the pipelined loops with TMA copies, by loop
+    /// variable and wait batch.
+    loops: RefCell<HashMap<(VarId, usize), TmaLoop>>,
     /// The stage being issued, while a stage issue lasts.
     issue_stage: RefCell<Option<Operand>>,
 }
@@ -433,8 +459,8 @@ impl StageHooks for TmaCopies {
     fn issues(&self, buf: BufferId) -> bool {
         self.copies.borrow().contains_key(&buf)
     }
-    fn begin_stage(&self, lx: &mut Lx<'_>, var: VarId, stage: &Operand) -> R<()> {
-        lx.tma_expect_stage(self, var, stage)
+    fn begin_stage(&self, lx: &mut Lx<'_>, var: VarId, stage: &Operand, batch: usize) -> R<()> {
+        lx.tma_expect_stage(self, var, stage, batch)
     }
     fn issue_copy(&self, lx: &mut Lx<'_>, src: &TileRef, dst: &TileRef) -> R<bool> {
         lx.tma_issue(self, src, dst)
@@ -442,7 +468,7 @@ impl StageHooks for TmaCopies {
     fn end_stage(&self) {
         *self.issue_stage.borrow_mut() = None;
     }
-    fn wait_stage(&self, lx: &mut Lx<'_>, var: VarId, cur: Reg) {
-        lx.tma_wait_stage(self, var, cur);
+    fn wait_stage(&self, lx: &mut Lx<'_>, var: VarId, cur: Reg, batch: usize) {
+        lx.tma_wait_stage(self, var, cur, batch);
     }
 }

@@ -23,6 +23,7 @@ use crate::ir::{BufferId, Expr, Kernel, Stmt as TStmt, TileRef, VarId};
 use crate::passes::lower::{Lx, ScheduleLowering, R};
 use crate::passes::pipeline::{self, PipelinePlan};
 use crate::thread_ir::{Operand, Reg};
+use crate::CompileOptions;
 use reduced_copy::ReducedCopies;
 
 /// The schedule's name (`Compiled::schedule`).
@@ -32,9 +33,14 @@ pub const NAME: &str = "cp_async_pipeline";
 pub fn plan(kernel: &Kernel) -> Result<PipelinePlan, NotApplicable> {
     let plan = pipeline::plan(kernel);
     if plan.loops.is_empty() {
-        return Err(NotApplicable::new(
+        let mut why = String::from(
             "the kernel has no `pipelined(n, stages)` loop (stages ≥ 2, outside parallel loops) with a copy the pipeline can issue ahead (global → shared, its origin depending on the loop variable only through values it can compute early)",
-        ));
+        );
+        for r in &plan.refusals {
+            why.push_str("; ");
+            why.push_str(r);
+        }
+        return Err(NotApplicable::new(why));
     }
     Ok(plan)
 }
@@ -55,8 +61,9 @@ pub(crate) trait StageHooks {
     fn issues(&self, _buf: BufferId) -> bool {
         false
     }
-    /// At the start of issuing stage `stage` of the loop over `var`.
-    fn begin_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _stage: &Operand) -> R<()> {
+    /// At the start of issuing wait batch `batch` (see
+    /// [`pipeline::wait_batches`]) of stage `stage` of the loop over `var`.
+    fn begin_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _stage: &Operand, _batch: usize) -> R<()> {
         Ok(())
     }
     /// Issues the pipelined copy `src → dst` of the stage being issued;
@@ -66,8 +73,9 @@ pub(crate) trait StageHooks {
     }
     /// After the stage's copies are issued.
     fn end_stage(&self) {}
-    /// In the steady state, after the cp.async wait for stage `cur`.
-    fn wait_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _cur: Reg) {}
+    /// In the steady state, after the cp.async wait for wait batch `batch`
+    /// of stage `cur`.
+    fn wait_stage(&self, _lx: &mut Lx<'_>, _var: VarId, _cur: Reg, _batch: usize) {}
 }
 
 /// The plain cp.async pipeline: no stage hooks.
@@ -89,8 +97,10 @@ pub(crate) struct PipelineLowering {
 impl PipelineLowering {
     /// The pipeline of `kernel` (the loops [`pipeline::plan`] takes; none
     /// is fine: the lowering is then the general one), with `stages`.
-    pub(crate) fn new(kernel: &Kernel, stages: Box<dyn StageHooks>) -> PipelineLowering {
-        PipelineLowering { plan: pipeline::plan(kernel), reduced: ReducedCopies::default(), stages }
+    pub(crate) fn new(kernel: &Kernel, stages: Box<dyn StageHooks>, options: &CompileOptions) -> PipelineLowering {
+        let mut plan = pipeline::plan(kernel);
+        plan.one_wait_batch = !options.per_copy_waits;
+        PipelineLowering { plan, reduced: ReducedCopies::default(), stages }
     }
 }
 

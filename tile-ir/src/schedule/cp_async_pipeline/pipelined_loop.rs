@@ -7,27 +7,42 @@
 //! a core that placed `stages` copies of each pipelined buffer.
 //!
 //! Guarantees:
-//! - a pipelined loop `for k in a..b` with `S ≥ 2` stages runs as
+//! - a pipelined loop `for k in a..b` with `S ≥ 2` stages whose copies form
+//!   `B` wait batches ([`PipelinePlan::wait_batches`]; one batch with
+//!   `CompileOptions::per_copy_waits` off: the copies whose first
+//!   reader in the body is the same statement; batch 0 waits at the top of
+//!   the body, batch `j` before its first reader) runs as
 //!   ```text
-//!   prologue: for s in 0..S-1 { if a+s < b { issue(k = a+s → stage s) } commit }
+//!   prologue: for s in 0..S-1 { for j in 0..B { if a+s < b { issue(batch j, k = a+s → stage s) } commit } }
 //!   for k in a..b {
-//!       cp.async.wait_group S-2      // iteration k's group has landed (this thread)
-//!       bar.sync                     // ... for every thread; and every thread is
-//!                                    // done with iteration k-1's stage
-//!       if k+S-1 < b { issue(k+S-1 → stage (k-a+S-1) % S) }   // = stage of k-1
-//!       commit                       // always, so that group counting stays uniform
-//!       body on stage (k-a) % S
+//!       for each batch j, at its place in the body:
+//!           cp.async.wait_group B·(S-1)-1  // batch j of iteration k has landed (this thread)
+//!           bar.sync                       // ... for every thread; and every thread is
+//!                                          // done with iteration k-1's stage
+//!           if k+S-1 < b { issue(batch j, k+S-1 → stage (k-a+S-1) % S) }   // = stage of k-1
+//!           commit                         // always, so that group counting stays uniform
+//!       the body's other statements, on stage (k-a) % S
 //!   }
 //!   cp.async.wait_group 0
 //!   ```
-//!   Before the issue of iteration `k` there are `S-1+(k-a)` committed groups
-//!   and the group of iteration `k` is the `(k-a)`-th, so `wait_group S-2`
-//!   retires it. The refill of stage `(k-1) % S` is issued after the barrier
-//!   that every thread passes only once it has finished iteration `k-1`.
-//!   Stage refills use a region of their own for [`super::super::barriers`]:
-//!   they never touch the stage being read, and the schedule above orders
-//!   them explicitly. The stage read, `(k-a) % S`, is a counter carried by
-//!   the loop (no division for S not a power of two).
+//!   The groups are committed in the order (iteration, batch). When batch
+//!   `j` of iteration `k` is waited for, `B·(S-1) + B·(k-a) + j` groups are
+//!   committed and its group is the `(B·(k-a) + j)`-th, so exactly
+//!   `B·(S-1) - 1` later groups may still be in flight: each batch waits for
+//!   its own copies and never for another batch's prefetch (attention's V
+//!   gemm waits for V(k), not for K(k+S-1); one batch, as a GEMM's A and B,
+//!   is `wait_group S-2`). A batch after the first whose copies the stage
+//!   hooks issue alone (TMA boxes) waits only on the hooks' barrier: no
+//!   cp.async wait, no `bar.sync` (batch 0's barrier already ordered the
+//!   refill after every thread's iteration `k-1`). The refill of stage `(k-1) % S` is issued after
+//!   a barrier that every thread passes only once it has finished iteration
+//!   `k-1`. Stage refills use a region of their own for
+//!   [`super::super::barriers`]: they never touch the stage being read, and
+//!   the schedule above orders them explicitly. The stage read, `(k-a) % S`,
+//!   is a counter carried by the loop (no division for S not a power of
+//!   two). A copy whose origin reads memory (a page index from a block
+//!   table, [`PipelinePlan::read_origins`]) evaluates it, loads included,
+//!   only for the issued iterations `< b`, inside the guard.
 //! - pipelined copies whose origin advances affinely with `k` issue from
 //!   strength-reduced state (`reduced_copy.rs`): addresses and masks are
 //!   computed once before the prologue and advanced after each issue;
@@ -41,6 +56,8 @@ use crate::ir::BufferId;
 use crate::ir::Stmt as TStmt;
 use crate::ir::{DType, Expr, Extent, StmtKind, VarId};
 use crate::passes::lower::{Lx, Side, R};
+#[allow(unused_imports)] // doc links
+use crate::passes::pipeline::PipelinePlan;
 use crate::passes::pipeline::PipelinedLoop;
 use crate::thread_ir::{Inst, Operand, Reg, RegClass, Region, Stmt};
 
@@ -68,8 +85,9 @@ impl Lx<'_> {
         };
     }
 
-    /// Issues (without committing) the pipelined copies of the iteration
-    /// whose loop variable is in `k`, into stage `stage`.
+    /// Issues (without committing) the pipelined copies `pl.copies` (those
+    /// of wait batch `batch`) of the iteration whose loop variable is in
+    /// `k`, into stage `stage`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn issue_stage(
         &mut self,
@@ -79,6 +97,7 @@ impl Lx<'_> {
         stage: &Operand,
         body: &[TStmt],
         pl: &PipelinedLoop,
+        batch: usize,
     ) -> R<()> {
         let saved_var = self.vars.insert(var, k);
         let saved_span = self.span;
@@ -91,7 +110,7 @@ impl Lx<'_> {
                 saved_regions.push((dst.buf, self.region_override.insert(dst.buf, refill)));
             }
         }
-        pipe.stages.begin_stage(self, var, stage)?;
+        pipe.stages.begin_stage(self, var, stage, batch)?;
         let mut result = Ok(());
         for &i in &pl.copies {
             if let StmtKind::Copy { src, dst, fill } = &body[i].kind {
@@ -134,6 +153,7 @@ impl Lx<'_> {
         dst: &crate::ir::TileRef,
         fill: Option<&Expr>,
     ) -> R<()> {
+        let src = pipe.plan.source(src, dst);
         if pipe.stages.issue_copy(self, src, dst)? {
             return Ok(());
         }
@@ -254,6 +274,15 @@ impl Lx<'_> {
         reduce: bool,
     ) -> R<()> {
         let stages = pl.stages as i64;
+        let (batch_of, wait_at) = pipe.plan.wait_batches(body, pl);
+        let nb = wait_at.len().max(1);
+        // The copies of each batch.
+        let batch_loops: Vec<PipelinedLoop> = (0..nb)
+            .map(|j| PipelinedLoop {
+                stages: pl.stages,
+                copies: pl.copies.iter().zip(&batch_of).filter(|(_, &b)| b == j).map(|(&i, _)| i).collect(),
+            })
+            .collect();
         let (a, b) = self.loop_bounds(start, end)?;
         if self.loop_depth > 0 {
             // Run again by an enclosing loop: the prologue refills stages that
@@ -263,7 +292,8 @@ impl Lx<'_> {
         // Loop-invariant address and mask parts of the copies, for iteration a.
         let saved_var = self.vars.insert(var, a);
         let prepared = if reduce {
-            self.prepare_reduced_copies(&pipe.reduced, &|b| pipe.stages.issues(b), var, start, body, pl)
+            let elsewhere = |b| pipe.stages.issues(b) || pipe.plan.read_origins.contains_key(&b);
+            self.prepare_reduced_copies(&pipe.reduced, &elsewhere, var, start, body, pl, &batch_of)
         } else {
             Ok(())
         };
@@ -272,13 +302,15 @@ impl Lx<'_> {
             None => self.vars.remove(&var),
         };
         prepared?;
-        // Prologue: iterations a .. a+S-2, one commit group each.
+        // Prologue: iterations a .. a+S-2, one commit group per batch each.
         for s in 0..stages - 1 {
             let k = self.op("add.s32", RegClass::B32, vec![a.into(), Operand::Imm(s)]);
             let p = self.op("setp.lt.s32", RegClass::Pred, vec![k.into(), b.into()]);
-            let issue = self.capture(|x| x.issue_stage(pipe, var, k, &Operand::Imm(s), body, pl))?;
-            self.emit_if(Some(p), true, issue, vec![]);
-            self.emit(Inst::CpAsyncCommit);
+            for (j, bl) in batch_loops.iter().enumerate() {
+                let issue = self.capture(|x| x.issue_stage(pipe, var, k, &Operand::Imm(s), body, bl, j))?;
+                self.emit_if(Some(p), true, issue, vec![]);
+                self.emit(Inst::CpAsyncCommit);
+            }
         }
         // Steady state. The stage read is a counter carried by the loop
         // (`(k - a) % S` without a division for S not a power of two).
@@ -288,25 +320,44 @@ impl Lx<'_> {
         let exit = self.new_reg(RegClass::Pred);
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
+        let pending = (nb as i64 * (stages - 1) - 1) as u32;
         let lowered = self.capture(|x| {
-            x.emit(Inst::CpAsyncWait { pending: (stages - 2) as u32 });
-            pipe.stages.wait_stage(x, var, cur);
-            x.emit(Inst::BarSync);
-            let k_next = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(stages - 1)]);
-            let p = x.op("setp.lt.s32", RegClass::Pred, vec![k_next.into(), b.into()]);
-            // Stage (k-a+S-1) % S = (cur - 1) mod S: the one read by iteration k-1.
-            let refill_stage = if stages & (stages - 1) == 0 {
-                let t = x.op("add.s32", RegClass::B32, vec![cur.into(), Operand::Imm(stages - 1)]);
-                x.op("and.b32", RegClass::B32, vec![t.into(), Operand::Imm(stages - 1)])
-            } else {
-                let first = x.op("setp.eq.u32", RegClass::Pred, vec![cur.into(), Operand::Imm(0)]);
-                let t = x.op("sub.s32", RegClass::B32, vec![cur.into(), Operand::Imm(1)]);
-                x.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), t.into(), first.into()])
+            // Wait for batch `j` of this iteration, then refill its stage of k-1.
+            let wait_batch = |x: &mut Lx<'_>, j: usize, bl: &PipelinedLoop| -> R<()> {
+                // A later batch issued by the stage hooks alone (TMA boxes on
+                // their own barrier) needs neither the cp.async wait nor the
+                // barrier: the hooks' wait makes the data visible, and every
+                // thread finished iteration k-1 at batch 0's barrier.
+                let hooks_only = j > 0
+                    && bl.copies.iter().all(|&i| match &body[i].kind {
+                        StmtKind::Copy { dst, .. } => pipe.stages.issues(dst.buf),
+                        _ => false,
+                    });
+                if !hooks_only {
+                    x.emit(Inst::CpAsyncWait { pending });
+                }
+                pipe.stages.wait_stage(x, var, cur, j);
+                if !hooks_only {
+                    x.emit(Inst::BarSync);
+                }
+                let k_next = x.op("add.s32", RegClass::B32, vec![vr.into(), Operand::Imm(stages - 1)]);
+                let p = x.op("setp.lt.s32", RegClass::Pred, vec![k_next.into(), b.into()]);
+                // Stage (k-a+S-1) % S = (cur - 1) mod S: the one read by iteration k-1.
+                let refill_stage = if stages & (stages - 1) == 0 {
+                    let t = x.op("add.s32", RegClass::B32, vec![cur.into(), Operand::Imm(stages - 1)]);
+                    x.op("and.b32", RegClass::B32, vec![t.into(), Operand::Imm(stages - 1)])
+                } else {
+                    let first = x.op("setp.eq.u32", RegClass::Pred, vec![cur.into(), Operand::Imm(0)]);
+                    let t = x.op("sub.s32", RegClass::B32, vec![cur.into(), Operand::Imm(1)]);
+                    x.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), t.into(), first.into()])
+                };
+                let refill_stage = Operand::Reg(refill_stage);
+                let issue = x.capture(|y| y.issue_stage(pipe, var, k_next, &refill_stage, body, bl, j))?;
+                x.emit_if(Some(p), true, issue, vec![]);
+                x.emit(Inst::CpAsyncCommit);
+                Ok(())
             };
-            let refill_stage = Operand::Reg(refill_stage);
-            let issue = x.capture(|y| y.issue_stage(pipe, var, k_next, &refill_stage, body, pl))?;
-            x.emit_if(Some(p), true, issue, vec![]);
-            x.emit(Inst::CpAsyncCommit);
+            wait_batch(x, 0, &batch_loops[0])?;
             let mut saved = Vec::new();
             for &i in &pl.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
@@ -314,10 +365,20 @@ impl Lx<'_> {
                 }
             }
             for (i, s) in body.iter().enumerate() {
+                for (j, bl) in batch_loops.iter().enumerate().skip(1) {
+                    if wait_at[j] == i {
+                        wait_batch(x, j, bl)?;
+                    }
+                }
                 if !pl.copies.contains(&i) {
                     if let Err(e) = x.stmt(s) {
                         x.errors.push(e);
                     }
+                }
+            }
+            for (j, bl) in batch_loops.iter().enumerate().skip(1) {
+                if wait_at[j] >= body.len() {
+                    wait_batch(x, j, bl)?;
                 }
             }
             for st in saved {

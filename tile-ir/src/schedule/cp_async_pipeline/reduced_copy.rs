@@ -164,6 +164,7 @@ impl Lx<'_> {
     /// loop `var in start..` (bound to `start` in `self.vars` by the caller)
     /// that qualify (see the module doc). Emits the loop-invariant code at
     /// the current position (before the prologue).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn prepare_reduced_copies(
         &mut self,
         reduced: &ReducedCopies,
@@ -172,15 +173,19 @@ impl Lx<'_> {
         start: &Expr,
         body: &[TStmt],
         pl: &PipelinedLoop,
+        batches: &[usize],
     ) -> R<()> {
         let start_nonneg = self.provably_nonneg(start, var, false);
-        let mut rests: Vec<RestKey> = Vec::new();
-        for &i in &pl.copies {
+        // `rest` is shared only by copies of one wait batch: they are issued
+        // (and advanced) together.
+        let mut rests: HashMap<usize, Vec<RestKey>> = HashMap::new();
+        for (j, &i) in pl.copies.iter().enumerate() {
             let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
             if issued_elsewhere(dst.buf) {
                 continue;
             }
-            if let Some(rc) = self.reduced_copy(var, start_nonneg, src, dst, fill.as_ref(), &mut rests)? {
+            let rests = rests.entry(batches.get(j).copied().unwrap_or(0)).or_default();
+            if let Some(rc) = self.reduced_copy(var, start_nonneg, src, dst, fill.as_ref(), rests)? {
                 reduced.borrow_mut().insert(dst.buf, rc);
             }
         }

@@ -52,7 +52,7 @@
 use super::lower::{blocks_ping_pong, without_final_wait, WslLowering};
 use crate::ir::{Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::touches;
+use crate::passes::pipeline::touches_memory;
 use crate::thread_ir::{Inst, Operand, Reg, RegClass, Stmt};
 
 /// The two gemms of a body whose last gemm is deferred, and where its
@@ -125,7 +125,10 @@ impl Lx<'_> {
         }
         // g1's other operand (Q) is written by nothing in the body; g2 reads
         // nothing g1 writes (its issue follows the next g1's).
-        if body.iter().enumerate().any(|(i, s)| i != first && touches(s, other1).1) || other2 == *c1 || c2 == c1 {
+        if body.iter().enumerate().any(|(i, s)| i != first && touches_memory(self.k, s, other1).1)
+            || other2 == *c1
+            || c2 == c1
+        {
             return None;
         }
         let fragment = |b| self.k.buffer(b).scope == crate::ir::Scope::Fragment;
@@ -143,8 +146,8 @@ impl Lx<'_> {
         }
         let split = (first + 1..last)
             .find(|&i| {
-                let (r1, w1) = touches(&body[i], *c2);
-                let (r2, w2) = touches(&body[i], other2);
+                let (r1, w1) = touches_memory(self.k, &body[i], *c2);
+                let (r2, w2) = touches_memory(self.k, &body[i], other2);
                 r1 || w1 || r2 || w2
             })
             .unwrap_or(last);

@@ -114,6 +114,7 @@ use super::plan::WslPlan;
 use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
+use crate::schedule::warp_specialized_gemm::has_load;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
 
@@ -400,21 +401,36 @@ impl Lx<'_> {
             let lowered = self.capture(|x| {
                 let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
                 for (ci, (c, map)) in copies.iter().zip(&maps).enumerate() {
+                    let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
+                        return Err(x.err("internal: a warp-specialized copy is not a copy"));
+                    };
+                    // The source with the body's `let`s inlined (a page
+                    // index read from a table): the producer loads it
+                    // itself, before waiting for the stage, so the load's
+                    // latency hides under that wait.
+                    let src = ws.pipe.source(src, dst);
+                    let loads = src.origin.iter().any(has_load);
+                    let mut origin = Vec::new();
+                    let eval = |x: &mut Lx<'_>, origin: &mut Vec<Reg>| -> R<()> {
+                        x.span = body[c.index].span;
+                        for e in &src.origin {
+                            let v = x.expr(e)?;
+                            let v = x.convert(v, DType::I32)?;
+                            origin.push(x.materialize(&v));
+                        }
+                        Ok(())
+                    };
+                    if loads {
+                        eval(x, &mut origin)?;
+                    }
                     // This copy's ring: its stage free, its bytes announced.
                     let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
                     let p = x.new_reg(RegClass::Pred);
                     x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
                     let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
                     x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(c.bytes) });
-                    let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
-                        return Err(x.err("internal: a warp-specialized copy is not a copy"));
-                    };
-                    x.span = body[c.index].span;
-                    let mut origin = Vec::new();
-                    for e in &src.origin {
-                        let v = x.expr(e)?;
-                        let v = x.convert(v, DType::I32)?;
-                        origin.push(x.materialize(&v));
+                    if !loads {
+                        eval(x, &mut origin)?;
                     }
                     let dims = crate::schedule::tma_copy::tma_window_dims(x.k, src)
                         .ok_or_else(|| x.err("internal: TMA copy of a window TMA cannot load"))?;

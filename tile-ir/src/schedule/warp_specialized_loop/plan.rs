@@ -15,9 +15,12 @@
 //!   type at origin 0, zero fill); its shared layout is checked while
 //!   lowering, with the same code as the TMA-copy schedule's;
 //! - what the producer computes, the loop's bounds and the pipelined copies'
-//!   origins, depends only on the loop variable, dims, scalar parameters,
-//!   block indices and `let`s before the loop that read no memory (and are
-//!   never reassigned): the producer evaluates exactly those;
+//!   origins (the body's `let`s they use inlined, as the pipeline analysis
+//!   resolves them: a page index `block_table[(b, kb)]`), depends only on
+//!   the loop variable, dims, scalar parameters, block indices, loads of
+//!   tensors the kernel never writes (`block_table`, `cache_seqlens`) and
+//!   `let`s before the loop of such values (never reassigned): the producer
+//!   evaluates exactly those, loads included, itself;
 //! - the warp-specialized GEMM does not take it (its loop is only copies and
 //!   gemms, and that schedule knows more about it);
 //! - it has more than one consumer warpgroup, or its loop has no gemm, or
@@ -42,7 +45,7 @@ use crate::ir::{Kernel, LoopKind, StmtKind, VarId, VarKind};
 use crate::passes::pipeline::{self, expr_vars, touches, touches_memory, PipelinePlan};
 use crate::schedule::not_applicable::NotApplicable;
 use crate::schedule::tma_copy::tma_candidate;
-use crate::schedule::warp_specialized_gemm::{self, count_pipelined, has_load};
+use crate::schedule::warp_specialized_gemm::{self, count_pipelined};
 use crate::target::Feature;
 use crate::{CompileOptions, Target};
 use std::collections::HashSet;
@@ -106,7 +109,12 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     }
     let pipe = pipeline::plan(kernel);
     let pl = pipe.loops.get(var).ok_or_else(|| {
-        no("the pipeline analysis takes no copy of the pipelined loop (a global → shared copy whose origin depends on the loop variable and reads no memory)")
+        let mut why = String::from("the pipeline analysis takes no copy of the pipelined loop (a global → shared copy whose origin depends on the loop variable, reading only tensors the kernel never writes)");
+        for r in &pipe.refusals {
+            why.push_str("; ");
+            why.push_str(r);
+        }
+        NotApplicable::new(why)
     })?;
     for &i in &pl.copies {
         let StmtKind::Copy { src, dst, fill } = &body[i].kind else {
@@ -124,17 +132,17 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     let mut loads = false;
     expr_vars(start, &mut need, &mut loads);
     expr_vars(end, &mut need, &mut loads);
+    if loads && [start, end].iter().any(|e| pipeline::non_constant_load(kernel, e).is_some()) {
+        return Err(no(
+            "the pipelined loop's bounds read a buffer the kernel writes; the producer warpgroup computes them, and it reads only tensors the kernel never writes",
+        ));
+    }
     for &i in &pl.copies {
-        if let StmtKind::Copy { src, .. } = &body[i].kind {
-            for e in &src.origin {
+        if let StmtKind::Copy { src, dst, .. } = &body[i].kind {
+            for e in &pipe.source(src, dst).origin {
                 expr_vars(e, &mut need, &mut loads);
             }
         }
-    }
-    if loads {
-        return Err(no(
-            "the pipelined loop's bounds read memory; the producer warpgroup computes them, and it runs nothing that reads memory",
-        ));
     }
     producer_lets(kernel, loop_index, *var, need.clone())?;
     // Copies before the loop the producer can issue too.
@@ -157,7 +165,8 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         for e in &src.origin {
             expr_vars(e, &mut more, &mut loads);
         }
-        if !loads && producer_lets(kernel, loop_index, *var, more.clone()).is_ok() {
+        let constant = src.origin.iter().all(|e| pipeline::non_constant_load(kernel, e).is_none());
+        if (!loads || constant) && producer_lets(kernel, loop_index, *var, more.clone()).is_ok() {
             need = more;
             pre_copies.push(i);
         }
@@ -212,10 +221,11 @@ fn producer_lets(
         if !need.remove(var) {
             continue;
         }
-        if has_load(value) {
+        if let Some(b) = pipeline::non_constant_load(kernel, value) {
             return Err(NotApplicable::new(format!(
-                "`{}` reads memory and a pipelined copy's origin or the loop's bounds use it; the producer warpgroup computes those, and it runs nothing that reads memory",
-                kernel.var(*var).name
+                "`{}` reads `{}`, which the kernel writes (or which is not a global tensor), and a pipelined copy's origin or the loop's bounds use it; the producer warpgroup computes those, and it reads only tensors the kernel never writes",
+                kernel.var(*var).name,
+                kernel.buffer(b).name
             )));
         }
         let mut loads = false;
