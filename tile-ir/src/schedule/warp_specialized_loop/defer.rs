@@ -9,8 +9,9 @@
 //! buffer (nothing else in the body touches it) and an operand nothing in
 //! the body writes, and ends with a gemm `g2` reading ring `V`'s buffer
 //! (nothing else touches it either) and writing a fragment accumulator,
-//! with exactly these two rings, both gemms on wgmma, `g2` reading nothing
-//! `g1` writes, and `g2`'s accumulator wider than `g1`'s (where it was
+//! with exactly these two rings, both gemms on wgmma, `g2`'s other operand
+//! a fragment (never a shared buffer the warpgroups rewrite), `g2` reading
+//! nothing `g1` writes, and `g2`'s accumulator wider than `g1`'s (where it was
 //! measured faster). The statements between them are `X`; `X[j]` is the first
 //! that touches `g2`'s accumulator or its other operand (the rescale of O,
 //! the conversion of S into P), `n` when none does.
@@ -131,8 +132,13 @@ impl Lx<'_> {
         {
             return None;
         }
+        // g2's other operand in registers too (attention's P): one in shared
+        // memory that the body writes (P staged through `p_s` when the
+        // warpgroups split its columns) would be rewritten by one warpgroup
+        // while the other's deferred g2 still reads it, and the wait that
+        // retires a g2 is its own warpgroup's only.
         let fragment = |b| self.k.buffer(b).scope == crate::ir::Scope::Fragment;
-        if !fragment(*c1) || !fragment(*c2) {
+        if !fragment(*c1) || !fragment(*c2) || !fragment(other2) {
             return None;
         }
         // Only where the last gemm is the wider one (attention with a head
