@@ -417,6 +417,12 @@ pub struct Metadata {
 impl Metadata {
     /// Allocates the metadata for `seqlens` (`[b]` i32, on the device) split
     /// over `num_parts` SM parts ([`num_sm_parts`]) and computes it.
+    ///
+    /// Known defect (2026-12-01, BENCHMARKS.md): on the H200 the results
+    /// are right with 16 parts and wrong with 132 (`gpu_mla_decode`'s
+    /// `every_combination_*`, relative error 0.12 on a batch whose long
+    /// sequence is split into ~128 one-block chunks), while the interpreter
+    /// is right at 132; until that is found, pass at most 16 parts.
     pub fn compute(stream: &Stream, seqlens: &DeviceTensor<i32>, num_parts: usize) -> tile::Result<Metadata> {
         let b = seqlens_batch(seqlens)?;
         let num_parts = num_parts.max(1);
