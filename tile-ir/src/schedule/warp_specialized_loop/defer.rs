@@ -256,16 +256,22 @@ impl Lx<'_> {
             x.emit(Inst::WgmmaWait { pending: 1 });
             let empty = x.ring_bar_addr(kring, stages, stage, 1);
             x.emit(Inst::MbarArrive { addr: empty });
+            // Before X[j]: g2(k − 1) retired (past the fence ptxas keeps), V's
+            // stage of k − 1 released (none in the first iteration).
+            let retire_g2 = |x: &mut Self| -> R<()> {
+                x.schedule_fence();
+                x.emit(Inst::WgmmaWait { pending: 0 });
+                let empty = x.ring_bar_addr(vring, stages, pst, 1);
+                let release = x.capture(|y| {
+                    y.emit(Inst::MbarArrive { addr: empty });
+                    Ok(())
+                })?;
+                x.emit_if(Some(later), true, release, vec![]);
+                Ok(())
+            };
             for (i, s) in body.iter().enumerate().take(d.last).skip(d.first + 1) {
                 if i == d.split {
-                    x.schedule_fence();
-                    x.emit(Inst::WgmmaWait { pending: 0 });
-                    let empty = x.ring_bar_addr(vring, stages, pst, 1);
-                    let release = x.capture(|y| {
-                        y.emit(Inst::MbarArrive { addr: empty });
-                        Ok(())
-                    })?;
-                    x.emit_if(Some(later), true, release, vec![]);
+                    retire_g2(x)?;
                 }
                 if wl.plan.copies.contains(&i) {
                     continue;
@@ -275,14 +281,7 @@ impl Lx<'_> {
                 }
             }
             if d.split == d.last {
-                x.schedule_fence();
-                x.emit(Inst::WgmmaWait { pending: 0 });
-                let empty = x.ring_bar_addr(vring, stages, pst, 1);
-                let release = x.capture(|y| {
-                    y.emit(Inst::MbarArrive { addr: empty });
-                    Ok(())
-                })?;
-                x.emit_if(Some(later), true, release, vec![]);
+                retire_g2(x)?;
             }
             x.ring_advance(stages, stage, phase);
             Ok(())
@@ -312,20 +311,7 @@ impl Lx<'_> {
         })?;
         self.emit_if(Some(ran), true, tail, vec![]);
         if let Some((ran, wg1)) = turns {
-            let release = Stmt::If {
-                cond: wg1,
-                negate: true,
-                uniform: false,
-                then: vec![super::lower::sync(super::lower::TURN)],
-                otherwise: vec![],
-            };
-            self.cur().push(Stmt::If {
-                cond: ran,
-                negate: false,
-                uniform: true,
-                then: vec![release],
-                otherwise: vec![],
-            });
+            self.wsl_ping_pong_last_turn(ran, wg1);
         }
         // What follows may reuse the stage memory that other consumer
         // warps' last reads still use.

@@ -674,16 +674,7 @@ impl Lx<'_> {
         };
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         if let Some((ran, wg1)) = turns {
-            // Warpgroup 0 takes warpgroup 1's last hand-over.
-            let release =
-                Stmt::If { cond: wg1, negate: true, uniform: false, then: vec![sync(TURN)], otherwise: vec![] };
-            self.cur().push(Stmt::If {
-                cond: ran,
-                negate: false,
-                uniform: true,
-                then: vec![release],
-                otherwise: vec![],
-            });
+            self.wsl_ping_pong_last_turn(ran, wg1);
         }
         // What follows may reuse the stage memory (an epilogue's scratch)
         // that other consumer warps' last reads still use.
@@ -724,6 +715,13 @@ impl Lx<'_> {
         let c_fragment = self.k.buffer(*c).scope == crate::ir::Scope::Fragment;
         (users[kc] == [gi] && !written && c_fragment && regs <= 64 && self.target.has(crate::target::Feature::Wgmma))
             .then_some((gi, kc))
+    }
+
+    /// After a loop that ping-pongs (`ran`: it ran at all; `wg1`: this is
+    /// warpgroup 1): warpgroup 0 takes warpgroup 1's last hand-over.
+    pub(super) fn wsl_ping_pong_last_turn(&mut self, ran: Reg, wg1: Reg) {
+        let release = Stmt::If { cond: wg1, negate: true, uniform: false, then: vec![sync(TURN)], otherwise: vec![] };
+        self.cur().push(Stmt::If { cond: ran, negate: false, uniform: true, then: vec![release], otherwise: vec![] });
     }
 
     /// The ping-pong of two consumer warpgroups (see the module doc) in
@@ -800,9 +798,9 @@ const PING_PONG_LOOKAHEAD_MARGIN: usize = 64;
 
 /// The first of the two named barriers of the ping-pong: warpgroup `w`
 /// waits for its turn at `TURN + w` (over both warpgroups, 256 threads).
-pub(super) const TURN: u32 = 2;
+const TURN: u32 = 2;
 
-pub(super) fn sync(id: u32) -> Stmt {
+fn sync(id: u32) -> Stmt {
     Stmt::Inst { inst: Inst::NamedBarSync { id, threads: 256 }, guard: None }
 }
 
