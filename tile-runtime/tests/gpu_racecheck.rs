@@ -31,6 +31,24 @@
 //! - `d64_default`: head dim 64 (the ping-pong with Q·Kᵀ issued ahead,
 //!   like `tests/gpu_paged.rs`'s two-warpgroup kernel), as compiled.
 //!
+//! And the smallest reproduction, hand-written PTX without wgmma or TMA
+//! (`minimal_*`): 384 threads, the third warpgroup exiting at once (a
+//! producer's place); the two others write 4 bytes each to shared memory,
+//! `bar.sync 1, 256`, and each thread reads what the thread 128 away (the
+//! other warpgroup) wrote, then stores it (checked). Before the write:
+//!
+//! - `minimal_none`: nothing;
+//! - `minimal_last_turn`: warpgroup 1 `bar.arrive 2, 256`, warpgroup 0
+//!   `bar.sync 2, 256` (the old ping-pong's last turn);
+//! - `minimal_last_turn_wg1_extra_sync`: that, and warpgroup 1 `bar.sync 5, 128`;
+//! - `minimal_wg0_extra_sync`: warpgroup 0 alone `bar.sync 5, 128` (no
+//!   `bar.arrive` at all: one barrier more on one side);
+//! - `minimal_last_turn_own_barrier`: `minimal_last_turn` with the
+//!   epilogue's barrier on 4.
+//!
+//! None of them has a race by the PTX ISA (the write and the read are on
+//! either side of a `bar.sync 1, 256` both warpgroups execute once).
+//!
 //! Run each under the sanitizer, e.g.
 //! `compute-sanitizer --tool racecheck cargo test -p tile-runtime --release --features gpu --test gpu_racecheck -- --test-threads 1 old_last_turn`
 //! (or the test binary itself with the test's name).
@@ -279,4 +297,110 @@ fn d64_default() {
     let (k, c) = variant(64, CompileOptions::default());
     assert!(c.ptx.contains("bar.arrive 2, 256;"));
     check("d64_default", 64, &k, &c, &c.function);
+}
+
+/// The minimal kernel (see the module doc), `pre` run before the write,
+/// the epilogue's barrier `id`, as one PTX module with entry `race`.
+fn minimal_ptx(pre: &str, id: u32) -> String {
+    format!(
+        ".version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry race(.param .u64 p_out)
+.maxntid 384, 1, 1
+{{
+    .reg .pred %p<4>;
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<8>;
+    .shared .align 16 .b8 buf[1024];
+    mov.u32 %r0, %tid.x;
+    setp.ge.u32 %p1, %r0, 256;
+    @%p1 exit;
+    setp.ge.u32 %p0, %r0, 128;
+{pre}
+    shl.b32 %r1, %r0, 2;
+    mov.u32 %r2, buf;
+    add.s32 %r3, %r2, %r1;
+    st.shared.u32 [%r3], %r0;
+    bar.sync {id}, 256;
+    add.s32 %r4, %r0, 128;
+    and.b32 %r4, %r4, 255;
+    shl.b32 %r5, %r4, 2;
+    add.s32 %r6, %r2, %r5;
+    ld.shared.u32 %r7, [%r6];
+    mov.u32 %r8, %ctaid.x;
+    mad.lo.s32 %r9, %r8, 256, %r0;
+    ld.param.u64 %rd0, [p_out];
+    cvta.to.global.u64 %rd1, %rd0;
+    mul.wide.u32 %rd2, %r9, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r7;
+    ret;
+}}
+"
+    )
+}
+
+/// Warpgroup 0 runs `wg0`, warpgroup 1 `wg1` (PTX lines).
+fn per_warpgroup(wg0: &str, wg1: &str) -> String {
+    format!("    @%p0 bra $L_wg1;\n{wg0}    bra $L_pre_end;\n$L_wg1:\n{wg1}$L_pre_end:\n")
+}
+
+/// Loads and launches the minimal kernel on 8 blocks; checks what each
+/// thread read. Skips (and says so) off compute capability 9.x.
+fn minimal(name: &str, pre: &str, id: u32) {
+    use std::ffi::{c_void, CString};
+    use tile_runtime::cudarc::driver::{result, sys};
+    let (device, stream) = gpu();
+    if device.compute_capability().is_none_or(|cc| cc.0 != 9) {
+        eprintln!("{name}: not a 9.x device, the sm_90a kernel does not run here");
+        return;
+    }
+    let blocks = 8usize;
+    let ctx = device.cuda_context().unwrap();
+    ctx.bind_to_thread().unwrap();
+    let src = CString::new(minimal_ptx(pre, id)).unwrap();
+    // SAFETY: NUL-terminated PTX; the context is current.
+    let module =
+        unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let func = unsafe { result::module::get_function(module, CString::new("race").unwrap()) }.unwrap();
+    let out = DeviceTensor::<u32>::zeros(&stream, &[blocks * 256]).unwrap();
+    let mut ptr = out.device_ptr().unwrap();
+    let mut params: Vec<*mut c_void> = vec![&mut ptr as *mut u64 as *mut c_void];
+    let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
+    // SAFETY: one pointer parameter to `blocks · 256` u32s.
+    unsafe { result::launch_kernel(func, (blocks as u32, 1, 1), (384, 1, 1), 0, cu_stream, &mut params) }.unwrap();
+    let got = out.to_vec(&stream).unwrap();
+    // SAFETY: the launch above has completed (`to_vec` synchronizes).
+    unsafe { result::module::unload(module) }.unwrap();
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v as usize, (i % 256 + 128) % 256, "{name}: thread {} of block {}", i % 256, i / 256);
+    }
+}
+
+#[test]
+fn minimal_none() {
+    minimal("minimal_none", "", 1);
+}
+
+#[test]
+fn minimal_last_turn() {
+    minimal("minimal_last_turn", &per_warpgroup("    bar.sync 2, 256;\n", "    bar.arrive 2, 256;\n"), 1);
+}
+
+#[test]
+fn minimal_last_turn_wg1_extra_sync() {
+    let pre = per_warpgroup("    bar.sync 2, 256;\n", "    bar.arrive 2, 256;\n    bar.sync 5, 128;\n");
+    minimal("minimal_last_turn_wg1_extra_sync", &pre, 1);
+}
+
+#[test]
+fn minimal_wg0_extra_sync() {
+    minimal("minimal_wg0_extra_sync", &per_warpgroup("    bar.sync 5, 128;\n", ""), 1);
+}
+
+#[test]
+fn minimal_last_turn_own_barrier() {
+    minimal("minimal_last_turn_own_barrier", &per_warpgroup("    bar.sync 2, 256;\n", "    bar.arrive 2, 256;\n"), 4);
 }
