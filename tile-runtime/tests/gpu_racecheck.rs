@@ -111,7 +111,7 @@ fn with_old_last_turn(f: &Function, wg1_after: Vec<Stmt>) -> Function {
         .expect("the ping-pong's first grant");
     let l = consumer_loop(&f.body);
     // Warpgroup 1's hand-over: `if k + 1 < b { bar.arrive 2 }` → `bar.arrive 2`.
-    fn unguard(body: &mut Vec<Stmt>) -> usize {
+    fn unguard(body: &mut [Stmt]) -> usize {
         let mut n = 0;
         for s in body.iter_mut() {
             if let Stmt::If { uniform: true, then, otherwise, .. } = s {
@@ -213,7 +213,7 @@ fn check(name: &str, d: usize, k: &tile_ir::Kernel, c: &Compiled, f: &Function) 
             arch: "sm_90a",
             schedule: c.schedule,
             ptx: leak(ptx),
-            shared_bytes: c.shared_bytes as u32,
+            shared_bytes: c.shared_bytes,
             threads: c.threads,
             tensor_maps: Box::leak(maps.into_boxed_slice()),
             persistent: c.persistent,
