@@ -95,10 +95,12 @@
 //! after the other consumed the first, so a barrier never completes without
 //! its waiter. `bar.arrive` orders no memory: the wgmma waits move past it.
 //! (Before, warpgroup 1 handed over in its last iteration too and warpgroup
-//! 0 took that turn after the loop: one `bar.sync` more on warpgroup 0,
-//! which compute-sanitizer's racecheck reported as RAW hazards on the
-//! epilogue's staging scratch written by warpgroup 0 and read by warpgroup 1
-//! across the `bar.sync 1, 256` between them; `tile-runtime/tests/gpu_racecheck.rs`.)
+//! 0 took that turn after the loop: as correct by the PTX ISA, but one
+//! `bar.sync` more on warpgroup 0; with it compute-sanitizer's racecheck
+//! reported RAW hazards on the epilogue's staging scratch, written by
+//! warpgroup 0 and read by warpgroup 1 across the `bar.sync 1, 256` between
+//! them. `tile-runtime/tests/gpu_racecheck.rs` has both protocols and the
+//! variants that tell which construct racecheck trips on.)
 //!
 //! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
 //! schedule): two consumer warpgroups that would ping-pong issue ahead too
