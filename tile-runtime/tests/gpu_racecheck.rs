@@ -48,6 +48,13 @@
 //!
 //! None of them has a race by the PTX ISA (the write and the read are on
 //! either side of a `bar.sync 1, 256` both warpgroups execute once).
+//! Measured on the H200 (racecheck, session 10): `minimal_none` 0 hazards,
+//! `minimal_last_turn` 1 (1664 errors), `minimal_last_turn_wg1_extra_sync`
+//! 0, `minimal_wg0_extra_sync` 1, `minimal_last_turn_own_barrier` 1:
+//! racecheck orders two threads' accesses by how many barrier instructions
+//! each has executed, so one warpgroup's extra `bar.sync` (on any barrier,
+//! race-free) makes it report RAW hazards: a false positive, which the
+//! balanced ping-pong no longer triggers.
 //!
 //! Run each under the sanitizer, e.g.
 //! `compute-sanitizer --tool racecheck cargo test -p tile-runtime --release --features gpu --test gpu_racecheck -- --test-threads 1 old_last_turn`
@@ -65,12 +72,12 @@ use tile_runtime::{assert_close, f16, DeviceTensor, KernelTarget, TensorMapMeta}
 use tile_testkit::{attention_4d_sized, Layout4d};
 
 /// The warp-specialized loop variant of attention at head dim `d` (128 query
-/// rows over two consumer warpgroups, key blocks of 64) under `options`.
+/// rows over two consumer warpgroups, key blocks of 64) under `options`
+/// (by its schedule's name: another may be preferred to it).
 fn variant(d: i64, options: CompileOptions) -> (tile_ir::Kernel, Compiled) {
     let k = parse_kernel(&attention_4d_sized(Layout4d::Bhsd, d, 128, 64, 256)).unwrap();
     let v = compile_variants(&k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
-    let c = v.into_iter().next().unwrap();
-    assert_eq!(c.schedule, "warp_specialized_loop");
+    let c = v.into_iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp_specialized_loop variant");
     (k, c)
 }
 

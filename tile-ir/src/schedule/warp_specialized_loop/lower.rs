@@ -99,8 +99,9 @@
 //! `bar.sync` more on warpgroup 0; with it compute-sanitizer's racecheck
 //! reported RAW hazards on the epilogue's staging scratch, written by
 //! warpgroup 0 and read by warpgroup 1 across the `bar.sync 1, 256` between
-//! them. `tile-runtime/tests/gpu_racecheck.rs` has both protocols and the
-//! variants that tell which construct racecheck trips on.)
+//! them: racecheck orders accesses by each thread's count of barrier
+//! instructions, a false positive (`tile-runtime/tests/gpu_racecheck.rs`,
+//! measured on the H200), which the balanced turns no longer trigger.)
 //!
 //! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
 //! schedule): two consumer warpgroups that would ping-pong issue ahead too
