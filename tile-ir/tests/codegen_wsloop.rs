@@ -507,6 +507,7 @@ fn events(
                     "setp.ge.u32 tid 128" => wg == 1,
                     "setp.gt.s32 b a" => n > 0,
                     "setp.eq.s32 k a" => iter == Some(0),
+                    "setp.lt.s32 k+1 b" => iter.is_some_and(|k| k + 1 < n),
                     other => panic!("a barrier under an unknown condition: {other}"),
                 };
                 let branch = if v != *negate { then } else { otherwise };
@@ -524,7 +525,8 @@ fn events(
 
 /// The conditions of [`events`], by the register they define: the
 /// instruction with its operands named `tid` (the thread index), `b a` (the
-/// loop's bounds) and `k a` (its variable and start), else their registers.
+/// loop's bounds), `k a` (its variable and start) and `k+1` (a register
+/// holding `k + 1`), else their registers.
 fn conditions(body: &[Stmt], f: &thread_ir::Function) -> std::collections::HashMap<thread_ir::Reg, String> {
     let tid = insts(&f.body)
         .into_iter()
@@ -552,7 +554,20 @@ fn conditions(body: &[Stmt], f: &thread_ir::Function) -> std::collections::HashM
             _ => None,
         })
         .expect("the consumers' loop");
+    let next: Vec<thread_ir::Reg> = insts(body)
+        .into_iter()
+        .filter_map(|i| match i {
+            Inst::Op { op, dst, args }
+                if op == "add.s32"
+                    && matches!(args[..], [thread_ir::Operand::Reg(r), thread_ir::Operand::Imm(1)] if r == k) =>
+            {
+                Some(*dst)
+            }
+            _ => None,
+        })
+        .collect();
     let name = |o: &thread_ir::Operand| match o {
+        thread_ir::Operand::Reg(r) if next.contains(r) => "k+1".to_string(),
         thread_ir::Operand::Reg(r) if *r == tid => "tid".to_string(),
         thread_ir::Operand::Reg(r) if *r == a => "a".to_string(),
         thread_ir::Operand::Reg(r) if *r == b => "b".to_string(),
@@ -643,8 +658,13 @@ fn ping_pong_turns_balance() {
             }
             if t == 256 {
                 let turns0 = ev[0].iter().filter(|e| e.1 >= 2).count() as i64;
-                // A turn and a hand-over per iteration, the last hand-over taken after the loop.
-                assert_eq!(turns0, if n == 0 { 0 } else { 2 * n + 1 }, "{name} n={n}: {:?}", ev[0]);
+                // A turn and a hand-over per iteration, for both warpgroups
+                // (warpgroup 1's first hand-over before the loop, none in its
+                // last iteration), so that both wait at as many barriers.
+                let turns1 = ev[1].iter().filter(|e| e.1 >= 2).count() as i64;
+                assert_eq!((turns0, turns1), (2 * n, 2 * n), "{name} n={n}: {ev:?}");
+                let waits = |e: &Events| e.iter().filter(|e| e.0).count();
+                assert_eq!(waits(&ev[0]), waits(&ev[1]), "{name} n={n}: {ev:?}");
             }
             run_barriers([&ev[0], &ev[1]]).unwrap_or_else(|e| panic!("{name} n={n}: {e}\n{ev:?}"));
         }

@@ -328,3 +328,90 @@ fn deferred_last_gemm_on_the_simulator() {
         }
     }
 }
+
+/// Replaces in `body` (recursively) each statement `pick` maps to
+/// statements; how many it replaced.
+fn replace(body: &mut Vec<thread_ir::Stmt>, pick: &dyn Fn(&thread_ir::Stmt) -> Option<Vec<thread_ir::Stmt>>) -> usize {
+    use thread_ir::Stmt;
+    let mut n = 0;
+    let mut out = Vec::with_capacity(body.len());
+    for mut s in std::mem::take(body) {
+        if let Some(new) = pick(&s) {
+            out.extend(new);
+            n += 1;
+            continue;
+        }
+        match &mut s {
+            Stmt::If { then, otherwise, .. } => n += replace(then, pick) + replace(otherwise, pick),
+            Stmt::For { body, .. } => n += replace(body, pick),
+            _ => {}
+        }
+        out.push(s);
+    }
+    *body = out;
+    n
+}
+
+/// The ping-pong's barriers against the simulator's named-barrier model
+/// (PTX ISA barrier{.cta}: a barrier completes when its thread count has
+/// arrived, by `bar.sync` or `bar.arrive` alike, one arrival per warp and
+/// instance), at head dim 128 with key blocks of 64 (the ping-pong with P·V
+/// deferred, the output staged through shared memory after the loop, read
+/// across the warpgroups): the variant passes; planted bugs of the class
+/// that lets a warpgroup pass a later barrier early are caught: warpgroup
+/// 1's hand-over in the last iteration kept (an arrival left pending at
+/// barrier 2 when the block ends), and that on the consumers' own barrier
+/// 1 (the `bar.sync 1, 256` after the loop then completes by warpgroup 1's
+/// two arrivals, and it reads the epilogue's scratch before warpgroup 0
+/// wrote it).
+#[test]
+fn ping_pong_barrier_bugs_are_caught() {
+    use thread_ir::{Inst, Stmt};
+    let text = attention_4d_sized(Layout4d::Bhsd, 128, 128, 64, 256);
+    let k = parse_kernel(&text).unwrap();
+    let c = variant(&k, "warp_specialized_loop");
+    let (sq, sk, d) = (100, 130, 128);
+    let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+    let dims = [1, 1, sq as i64, sk as i64];
+    let run = |f: &thread_ir::Function| {
+        let (tensors, want) = problem(sq, sk, d, false);
+        let (f, k) = (f.clone(), k.clone());
+        std::panic::catch_unwind(move || {
+            let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+            gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
+        })
+        .map_err(|e| {
+            e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap()
+        })
+    };
+    assert!(run(&c.function).is_ok_and(|e| e <= 5e-3), "the variant itself");
+    // Warpgroup 1's hand-over of the last iteration, unconditional.
+    let last_handover = |s: &Stmt| match s {
+        Stmt::If { uniform: true, then, otherwise, .. }
+            if otherwise.is_empty()
+                && matches!(then[..], [Stmt::Inst { inst: Inst::NamedBarArrive { id: 2, threads: 256 }, .. }]) =>
+        {
+            Some(then.clone())
+        }
+        _ => None,
+    };
+    let mut pending = c.function.clone();
+    assert_eq!(replace(&mut pending.body, &last_handover), 1);
+    let e = run(&pending).expect_err("an arrival left pending went unnoticed");
+    assert!(e.contains("barrier 2 has arrivals of warps") && e.contains("left pending"), "{e}");
+    // The same on the consumers' barrier (`bar.sync 1, 256` in the PTX).
+    let mut on_one = pending.clone();
+    let renamed = replace(&mut on_one.body, &|s| match s {
+        Stmt::Inst { inst: Inst::NamedBarArrive { id: 2, threads }, guard } => {
+            Some(vec![Stmt::Inst { inst: Inst::NamedBarArrive { id: 1, threads: *threads }, guard: *guard }])
+        }
+        Stmt::Inst { inst: Inst::NamedBarSync { id: 2, threads }, guard } => {
+            Some(vec![Stmt::Inst { inst: Inst::NamedBarSync { id: 1, threads: *threads }, guard: *guard }])
+        }
+        _ => None,
+    });
+    assert!(renamed >= 3, "{renamed}");
+    let e = run(&on_one).expect_err("a pending arrival at the consumers' barrier went unnoticed");
+    // Caught as the race on the scratch, or as the warps' second arrival.
+    assert!(e.contains("shared-memory race at byte") || e.contains("arrives at barrier 1 again"), "{e}");
+}

@@ -1,6 +1,7 @@
 //! The simulator's warps (`sim/warps.rs`) on hand-written Thread IR: warps
 //! run independently, so a producer warp can wait for its consumer warp;
-//! named barriers sync only their warps (counted per warp), a barrier with
+//! named barriers sync only their warps (counted per warp, one arrival per
+//! warp and instance, none left pending at the end), a barrier with
 //! no count ignores exited warps and a counted one waiting on them
 //! deadlocks; mbarrier arrive/wait order shared memory across warps
 //! (release/acquire) and their absence is a race; deadlocks are reported
@@ -334,4 +335,55 @@ fn warpgroup_collectives_wait_for_all_four_warps() {
     for seed in SEEDS {
         assert!(run(&k.f, seed).iter().all(|v| *v == 1));
     }
+}
+
+/// Two groups of four warps (warpgroups 0 and 1 of 256 threads): `pre0` and
+/// `pre1` run by each, then every thread writes `tid` to shared word `tid`,
+/// `bar.sync 1, 256`, and reads word `tid ^ 128` (the other group's).
+fn two_groups(pre0: Vec<Stmt>, pre1: Vec<Stmt>) -> Function {
+    let mut k = K::new(256, 1024);
+    let tid = k.tid;
+    let wg1 = k.tid_is("ge", 128);
+    k.if_(wg1, pre1, pre0);
+    let s = k.op_new("mul.lo.u32", RegClass::B32, vec![tid.into(), Operand::Imm(4)]);
+    k.push(Inst::St { space: Space::Shared, ty: "b32", srcs: vec![tid.into()], addr: at(s, 0), region: None });
+    k.push(Inst::NamedBarSync { id: 1, threads: 256 });
+    let o = k.op_new("xor.b32", RegClass::B32, vec![tid.into(), Operand::Imm(128)]);
+    let so = k.op_new("mul.lo.u32", RegClass::B32, vec![o.into(), Operand::Imm(4)]);
+    let v = k.reg(RegClass::B32);
+    k.push(Inst::Ld { space: Space::Shared, ty: "b32", dsts: vec![v], addr: at(so, 0), region: None });
+    let st = k.store_out(v);
+    k.f.body.push(st);
+    k.f
+}
+
+/// PTX ISA barrier{.cta}: a barrier completes when its count has arrived,
+/// by `bar.sync` or `bar.arrive` alike, one arrival per warp and instance.
+/// A hand-over (`bar.arrive` on one side, `bar.sync` on the other) and a
+/// barrier of one group alone before the shared `bar.sync 1, 256` are fine;
+/// a warp's second arrival at an instance before it completes (a
+/// `bar.arrive 1` before the `bar.sync 1`: unpredictable, on hardware it
+/// would complete the barrier without the other group) and an arrival no
+/// instruction consumes by the end of the block are errors.
+#[test]
+fn barrier_arrivals_count_once_per_warp_and_none_is_left_pending() {
+    let sync = |id, threads| inst(Inst::NamedBarSync { id, threads });
+    let arrive = |id, threads| inst(Inst::NamedBarArrive { id, threads });
+    let fine = [
+        (vec![], vec![]),
+        (vec![sync(2, 256)], vec![arrive(2, 256)]),
+        (vec![sync(2, 256)], vec![arrive(2, 256), sync(5, 128)]),
+        (vec![sync(5, 128)], vec![]),
+    ];
+    for (pre0, pre1) in fine {
+        let f = two_groups(pre0, pre1);
+        for seed in SEEDS {
+            let out = run(&f, seed);
+            assert!(out.iter().enumerate().all(|(t, v)| *v == (t ^ 128) as u32), "{seed:?}: {out:?}");
+        }
+    }
+    let msg = failure(&two_groups(vec![], vec![arrive(1, 256)]), None);
+    assert!(msg.contains("warp 4 arrives at barrier 1 again before it completes"), "{msg}");
+    let msg = failure(&two_groups(vec![], vec![arrive(2, 256)]), None);
+    assert!(msg.contains("barrier 2 has arrivals of warps [4, 5, 6, 7] left pending when the block ends"), "{msg}");
 }

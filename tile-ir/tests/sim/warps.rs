@@ -67,8 +67,10 @@ pub(super) struct WarpSync<'f> {
 
 /// One of the 16 named barriers: the thread count of the current instance
 /// (`None`: every thread that has not exited), the warps arrived (each
-/// counts 32 threads) and which of them wait, the join of their clocks at
-/// arrival.
+/// counts 32 threads, whether by `bar.sync` or `bar.arrive`, and at most
+/// once per instance) and which of them wait, the join of their clocks at
+/// arrival. An instance completes when its count has arrived (PTX ISA,
+/// barrier{.cta}); arrivals still pending when the block ends are an error.
 #[derive(Clone, Default)]
 pub(super) struct NamedBar {
     count: Option<u32>,
@@ -153,6 +155,17 @@ impl<'f> Sim<'f> {
                 progress |= self.run_warp(w, budget);
             }
             if !live {
+                // Arrivals no barrier instruction consumed: a protocol that
+                // does not balance (the next use of that barrier in the
+                // block would complete early, without its waiters).
+                for (id, b) in self.bars.iter().enumerate() {
+                    assert!(
+                        b.arrived.is_empty(),
+                        "barrier {id} has arrivals of warps {:?} left pending when the block ends ({:?} threads expected)",
+                        b.arrived,
+                        b.count
+                    );
+                }
                 return;
             }
             if !progress {
@@ -427,6 +440,14 @@ impl<'f> Sim<'f> {
                 b.arrived, b.count
             );
         }
+        // PTX ISA (barrier{.cta}): a warp must not execute more barrier
+        // instructions than intended on a barrier (a `bar.arrive`, then any
+        // other on the same barrier) before its reset: unpredictable.
+        assert!(
+            !b.arrived.contains(&w),
+            "warp {w} arrives at barrier {id} again before it completes (arrived: warps {:?}): a bar.arrive followed by another barrier instruction on the same barrier before its reset is unpredictable",
+            b.arrived
+        );
         b.arrived.push(w);
         for (j, x) in b.joined.iter_mut().zip(&self.vc[w]) {
             *j = (*j).max(*x);

@@ -25,7 +25,7 @@
 //!     g1(k) issued; commit                  // S in flight
 //!     if k > a: wait full_V[pst]; g2(k − 1) issued; commit
 //!     else: commit                          // an empty group
-//!     (ping-pong: bar.arrive 2 + (1 − w))
+//!     (ping-pong: bar.arrive 2 + (1 − w), but warpgroup 1's in the last iteration)
 //!     wgmma.wait_group 1                    // S landed
 //!     arrive empty_K[st]
 //!     X[0..j]                               // under g2(k − 1)
@@ -35,7 +35,6 @@
 //!     X[j..]
 //!     advance st, ph
 //! if a < b: wait full_V[pst]; g2(b − 1); wgmma.wait_group 0; arrive empty_V[pst]
-//!           (ping-pong: warpgroup 0 takes warpgroup 1's last hand-over)
 //! bar.sync 1, T
 //! ```
 //! Every stage of both rings is waited for and released exactly once, K's
@@ -292,11 +291,9 @@ impl Lx<'_> {
             None => self.vars.remove(&var),
         };
         let mut lowered = lowered?;
-        let turns = if wl.wants_ping_pong() && !lowered.iter().any(blocks_ping_pong) {
-            Some(self.wsl_ping_pong(&mut lowered, points, a, b)?)
-        } else {
-            None
-        };
+        if wl.wants_ping_pong() && !lowered.iter().any(blocks_ping_pong) {
+            self.wsl_ping_pong(&mut lowered, points, vr, a, b)?;
+        }
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         // The last iteration's g2, after the loop.
         let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
@@ -310,9 +307,6 @@ impl Lx<'_> {
             Ok(())
         })?;
         self.emit_if(Some(ran), true, tail, vec![]);
-        if let Some((ran, wg1)) = turns {
-            self.wsl_ping_pong_last_turn(ran, wg1);
-        }
         // What follows may reuse the stage memory that other consumer
         // warps' last reads still use.
         self.emit(Inst::BarSync);

@@ -80,16 +80,28 @@
 //! before the loop, if a < b:  wg 1: bar.arrive 2, 256       // wg 0 goes first
 //! for k: wait full[st]
 //!        bar.sync 2 + w, 256                                // my turn
-//!        Q·Kᵀ issue; commit; bar.arrive 2 + (1 - w), 256    // the other's turn
+//!        Q·Kᵀ issue; commit
+//!        if w == 0 || k + 1 < b: bar.arrive 2 + (1 - w), 256  // the other's turn
 //!        softmax, P·V ...
-//! after the loop, if a < b:   wg 0: bar.sync 2, 256         // wg 1's last hand-over
 //! ```
-//! Barrier `2` gets `n + 1` arrivals from warpgroup 1 and `n + 1` waits from
-//! warpgroup 0, barrier `3` `n` of each the other way, for any trip count
-//! `n` (none when `n = 0`); between two arrivals of one warpgroup at a barrier
-//! it waits for the other at the other barrier, whose arrival comes after the
-//! other consumed the first, so a barrier never completes without its waiter.
-//! `bar.arrive` orders no memory: the wgmma waits move past it.
+//! Barrier `2` gets `n` arrivals from warpgroup 1 (before the loop and in
+//! its iterations but the last) and `n` waits from warpgroup 0, barrier `3`
+//! `n` of each the other way, for any trip count `n` (none when `n = 0`):
+//! no arrival is left pending after the loop, and each warpgroup executes
+//! the same number of `bar.sync`s (`n`), so the barriers after the loop
+//! (`bar.sync 1, T`, the epilogue's) are every consumer warp's same
+//! instance by count too. Between two arrivals of one warpgroup at a
+//! barrier it waits for the other at the other barrier, whose arrival comes
+//! after the other consumed the first, so a barrier never completes without
+//! its waiter. `bar.arrive` orders no memory: the wgmma waits move past it.
+//! (Before, warpgroup 1 handed over in its last iteration too and warpgroup
+//! 0 took that turn after the loop: as correct by the PTX ISA, but one
+//! `bar.sync` more on warpgroup 0; with it compute-sanitizer's racecheck
+//! reported RAW hazards on the epilogue's staging scratch, written by
+//! warpgroup 0 and read by warpgroup 1 across the `bar.sync 1, 256` between
+//! them: racecheck orders accesses by each thread's count of barrier
+//! instructions, a false positive (`tile-runtime/tests/gpu_racecheck.rs`,
+//! measured on the H200), which the balanced turns no longer trigger.)
 //!
 //! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
 //! schedule): two consumer warpgroups that would ping-pong issue ahead too
@@ -103,9 +115,8 @@
 //! for k: arrive empty_K[st]
 //!        bar.sync 2 + w, 256
 //!        if k+1 < b: wait full_K[st+1]; S' = gemm(k+1); commit
-//!        bar.arrive 2 + (1 - w), 256
+//!        if w == 0 || k + 1 < b: bar.arrive 2 + (1 - w), 256
 //!        softmax(S), P·V; wait_group 0; if k+1 < b: S = S'
-//! after the loop, if a < b:  wg 0: bar.sync 2, 256
 //! ```
 //! The turns are taken once per iteration whether or not the `if` issues,
 //! so their counts are the plain ping-pong's.
@@ -668,14 +679,10 @@ impl Lx<'_> {
             (true, Some(_), Some(at)) => (!lowered.iter().any(blocks_ping_pong)).then_some((at, at)),
             (true, Some(_), None) => None,
         };
-        let turns = match points {
-            Some(p) => Some(self.wsl_ping_pong(&mut lowered, p, a, b)?),
-            None => None,
-        };
-        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
-        if let Some((ran, wg1)) = turns {
-            self.wsl_ping_pong_last_turn(ran, wg1);
+        if let Some(p) = points {
+            self.wsl_ping_pong(&mut lowered, p, vr, a, b)?;
         }
+        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         // What follows may reuse the stage memory (an epilogue's scratch)
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
@@ -717,26 +724,20 @@ impl Lx<'_> {
             .then_some((gi, kc))
     }
 
-    /// After a loop that ping-pongs (`ran`: it ran at all; `wg1`: this is
-    /// warpgroup 1): warpgroup 0 takes warpgroup 1's last hand-over.
-    pub(super) fn wsl_ping_pong_last_turn(&mut self, ran: Reg, wg1: Reg) {
-        let release = Stmt::If { cond: wg1, negate: true, uniform: false, then: vec![sync(TURN)], otherwise: vec![] };
-        self.cur().push(Stmt::If { cond: ran, negate: false, uniform: true, then: vec![release], otherwise: vec![] });
-    }
-
     /// The ping-pong of two consumer warpgroups (see the module doc) in
-    /// the consumers' loop body `body` (over `a..b`): the turn is taken
-    /// before statement `fence` (the gemm's issue) and handed over after
-    /// statement `commit` (its commit, or the `if` issuing it ahead);
-    /// warpgroup 1 gives warpgroup 0 the first turn before the loop (when it
-    /// runs at all). Returns (the loop runs, this is warpgroup 1).
+    /// the consumers' loop body `body` (over `k` in `a..b`): the turn is
+    /// taken before statement `fence` (the gemm's issue) and handed over
+    /// after statement `commit` (its commit, or the `if` issuing it ahead),
+    /// by warpgroup 1 in every iteration but the last; warpgroup 1 gives
+    /// warpgroup 0 the first turn before the loop (when it runs at all).
     pub(super) fn wsl_ping_pong(
         &mut self,
         body: &mut Vec<Stmt>,
         (commit, fence): (usize, usize),
+        k: Reg,
         a: Reg,
         b: Reg,
-    ) -> R<(Reg, Reg)> {
+    ) -> R<()> {
         if fence > commit || commit >= body.len() {
             return Err(self.err("internal: no ping-pong points in the warp-specialized loop"));
         }
@@ -752,16 +753,25 @@ impl Lx<'_> {
             then: vec![sync(TURN + 1)],
             otherwise: vec![sync(TURN)],
         };
-        let handover = Stmt::If {
-            cond: wg1,
-            negate: false,
-            uniform: false,
-            then: vec![arrive(TURN)],
-            otherwise: vec![arrive(TURN + 1)],
-        };
-        body.insert(commit + 1, handover);
+        // Warpgroup 1's hand-over in the last iteration would have no turn
+        // of warpgroup 0 to take it.
+        let handover = self.capture(|x| {
+            let k1 = x.op("add.s32", RegClass::B32, vec![k.into(), Operand::Imm(1)]);
+            let more = x.op("setp.lt.s32", RegClass::Pred, vec![k1.into(), b.into()]);
+            let last_but_one =
+                Stmt::If { cond: more, negate: false, uniform: true, then: vec![arrive(TURN)], otherwise: vec![] };
+            x.cur().push(Stmt::If {
+                cond: wg1,
+                negate: false,
+                uniform: false,
+                then: vec![last_but_one],
+                otherwise: vec![arrive(TURN + 1)],
+            });
+            Ok(())
+        })?;
+        body.splice(commit + 1..commit + 1, handover);
         body.insert(fence, turn(wg1));
-        Ok((ran, wg1))
+        Ok(())
     }
 }
 
