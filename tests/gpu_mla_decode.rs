@@ -4,8 +4,9 @@
 //! (pages shuffled, unused rows NaN) and contiguous, outputs poisoned with
 //! NaN; an empty split; the device scheduler against the host one on ragged
 //! batches of the GPU's SM parts; a decode step after another with the same
-//! workspace and metadata (warm: no allocation, new seqlens). Large sizes are
-//! checked against PyTorch in float32 by `run.sh mla` (`scripts/mla_check.py`).
+//! workspace and metadata (warm: no allocation, new seqlens); the GPU's SM
+//! parts with every row checked. Large sizes are checked against PyTorch in
+//! float32 by `run.sh mla` (`scripts/mla_check.py`).
 //! `TILE_TEST_SMALL=1` (the sanitizer runs): short contexts, h_q 16 and 20.
 //!
 //! `cargo test --release --features gpu --test gpu_mla_decode`
@@ -91,6 +92,29 @@ fn every_combination_f16() {
 #[test]
 fn every_combination_bf16() {
     combinations::<bf16>();
+}
+
+/// The GPU's SM parts (132 on the H200: the 8191 keys in 64 chunks of two
+/// key blocks, most chunks unused) with every row checked, not sampled:
+/// what `every_combination_*` checks on 41 sampled rows of the long
+/// sequence (whose repeats the reference once counted several times: the
+/// 0.12 "defect" of session 9, `mla_decode_interp::repeated_rows`).
+#[test]
+fn many_parts_every_row() {
+    let dev = gpu();
+    let sms = dev.multiprocessor_count().unwrap() as usize;
+    let seqlens = if small() { vec![1, 63, 64, 65, 0, 700] } else { vec![1, 63, 64, 65, 0, 8191] };
+    for paged in [true, false] {
+        for s_q in [1, 2] {
+            let num_parts = mla::num_sm_parts(sms, s_q, 16);
+            let c = Case { seqlens: seqlens.clone(), s_q, h_q: 16, paged, num_parts };
+            let st = dev.stream().unwrap();
+            let mut x = Inputs::<f16>::new(&st, &c, 40 + s_q as u64).unwrap();
+            x.check_metadata(&st, &c).unwrap_or_else(|e| panic!("{e}"));
+            x.run(&st, &c, Tiles::Auto).unwrap();
+            x.check(&st, &c, None, tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
 }
 
 /// An empty split and a split a row sees nothing of contribute nothing (see

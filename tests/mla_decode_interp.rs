@@ -268,10 +268,41 @@ fn hashed_inputs() {
 }
 
 /// Many SM parts (132, the H200's) over a ragged batch with a long
-/// sequence: most chunks are one key block. The case `gpu_mla_decode`'s
-/// `every_combination_f16` fails on the H200 with (relative error 0.12 in
-/// every sm_90a schedule), correct here: the compiled code is at fault.
+/// sequence: the 8191 keys in 64 chunks of two key blocks, most chunks
+/// unused, an empty sequence and a one-key one (`gpu_mla_decode`'s first
+/// case of `every_combination_*`; `tests/mla_decode_sim.rs` runs the
+/// compiled kernels on such a schedule).
 #[test]
 fn many_parts_long_sequence() {
     run::<f16>(&Case { seqlens: vec![1, 63, 64, 65, 0, 8191], s_q: 1, h_q: 16, paged: true, num_parts: 132 }, 1e-3);
+}
+
+/// A row the check lists more than once is compared with its reference
+/// values: the GPU tests sample rows of the long sequences (41 draws among
+/// `s_q·h_q` rows repeat), and `reference` used to add a repeated row's
+/// output once per draw, so `gpu_mla_decode`'s `every_combination_*` failed
+/// on the H200 with a relative error of 0.12 (a row drawn 6 times had 6× its
+/// output as the reference) while the kernels were right: the interpreter
+/// gave the same 1.203e-1 on those sampled rows, with 132 parts and with 16,
+/// and 4.8e-5 on every row once.
+#[test]
+fn repeated_rows() {
+    let st = st();
+    let c = Case { seqlens: vec![65, 3, 0], s_q: 2, h_q: 16, paged: true, num_parts: 3 };
+    let mut x = Inputs::<f16>::new(&st, &c, 21).unwrap();
+    x.run(&st, &c, Tiles::Auto).unwrap();
+    let rows = [(0, 1, 5), (1, 0, 2), (0, 1, 5), (2, 1, 0), (0, 1, 5), (1, 0, 2)];
+    x.check(&st, &c, Some(&rows), 1e-3).unwrap_or_else(|e| panic!("{e}"));
+    // The reference of a repeated row is that of the row listed once.
+    let key = |b: usize, j: usize| x.key(b, j);
+    let scale = c.scale() as f64;
+    let (o1, l1) = mla::reference(&x.q, &key, &c.seqlens, c.s_q, c.h_q, scale, &rows[..2]);
+    let (o3, l3) = mla::reference(&x.q, &key, &c.seqlens, c.s_q, c.h_q, scale, &rows);
+    assert!(o1.iter().any(|&v| v != 0.0));
+    assert_eq!(o1, o3);
+    for (b, t, h) in [(0, 1, 5), (1, 0, 2)] {
+        let at = (b * c.h_q + h) * c.s_q + t;
+        assert_eq!(l1[at], l3[at]);
+        assert!(l1[at].is_finite());
+    }
 }

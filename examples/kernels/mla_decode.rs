@@ -417,12 +417,6 @@ pub struct Metadata {
 impl Metadata {
     /// Allocates the metadata for `seqlens` (`[b]` i32, on the device) split
     /// over `num_parts` SM parts ([`num_sm_parts`]) and computes it.
-    ///
-    /// Known defect (2026-12-01, BENCHMARKS.md): on the H200 the results
-    /// are right with 16 parts and wrong with 132 (`gpu_mla_decode`'s
-    /// `every_combination_*`, relative error 0.12 on a batch whose long
-    /// sequence is split into ~128 one-block chunks), while the interpreter
-    /// is right at 132; until that is found, pass at most 16 parts.
     pub fn compute(stream: &Stream, seqlens: &DeviceTensor<i32>, num_parts: usize) -> tile::Result<Metadata> {
         let b = seqlens_batch(seqlens)?;
         let num_parts = num_parts.max(1);
@@ -704,6 +698,8 @@ pub fn forward<T: MlaElement>(
 /// example. `key(b, j)` is the 576 values of key `j` of batch `b`.
 /// Returns `out [b, s_q, h_q, 512]` and `lse [b, h_q, s_q]` (0 and −∞ for a
 /// row that sees no key), for the `(b, t, h)` in `rows` only (others 0).
+/// A row listed more than once is computed once (the sampled rows of the
+/// GPU tests repeat).
 #[allow(clippy::too_many_arguments)]
 pub fn reference<T: Element>(
     q: &[T],
@@ -717,16 +713,21 @@ pub fn reference<T: Element>(
     let b = seqlens.len();
     let mut out = vec![0.0; b * s_q * h_q * DV];
     let mut lse = vec![0.0; b * h_q * s_q];
+    let mut done = vec![false; b * s_q * h_q];
     for &(bi, t, h) in rows {
+        let row = (bi * s_q + t) * h_q + h;
+        if std::mem::replace(&mut done[row], true) {
+            continue;
+        }
         let seen = (seqlens[bi] as i64 - s_q as i64 + t as i64 + 1).clamp(0, seqlens[bi].max(0) as i64) as usize;
-        let qr: Vec<f64> = q[((bi * s_q + t) * h_q + h) * D..][..D].iter().map(|x| x.to_f64()).collect();
+        let qr: Vec<f64> = q[row * D..][..D].iter().map(|x| x.to_f64()).collect();
         let keys: Vec<Vec<f64>> = (0..seen).map(|j| key(bi, j)).collect();
         let p: Vec<f64> = keys.iter().map(|k| scale * k.iter().zip(&qr).map(|(a, b)| a * b).sum::<f64>()).collect();
         let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = p.iter().map(|x| (x - max).exp()).collect();
         let sum: f64 = e.iter().sum();
         lse[(bi * h_q + h) * s_q + t] = if seen == 0 { f64::NEG_INFINITY } else { max + sum.ln() };
-        let o = &mut out[((bi * s_q + t) * h_q + h) * DV..][..DV];
+        let o = &mut out[row * DV..][..DV];
         for (j, k) in keys.iter().enumerate() {
             for (c, oc) in o.iter_mut().enumerate() {
                 *oc += e[j] / sum * k[c];

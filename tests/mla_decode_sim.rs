@@ -1,0 +1,137 @@
+//! MLA decode's compiled sm_90a kernels (`examples/kernels/mla_decode.rs`)
+//! on the Thread IR simulator (`tile-ir/tests/sim`), no GPU needed: the
+//! device scheduler `mla_metadata` (against the host `schedule`), the paged
+//! split kernel in each of its sm_90a schedules that ran on the H200
+//! (`warp_specialized_loop`, `tma_copy`; races and bounds checked) and the
+//! combine kernel, chained as `forward` chains them, on a schedule of many
+//! SM parts: a long sequence cut into one-block chunks merged by the
+//! combine, a one-key sequence, an empty one, and most chunks unused
+//! (batch −1). The outputs are checked on every row against the f64
+//! reference (`Inputs::check`), the simulated kernels starting from the
+//! interpreter's inputs (pages shuffled, unused cache rows NaN, outputs
+//! poisoned). The kernels are compiled here from their embedded Tile IR
+//! (`KernelMeta::ir`) with the default options, and must give the PTX they
+//! embed.
+#[path = "../examples/kernels/common.rs"]
+mod common;
+#[path = "../examples/kernels/mla_decode.rs"]
+mod mla;
+#[path = "../tile-ir/tests/sim/mod.rs"]
+mod sim;
+
+use mla::{Case, Inputs};
+use sim::SimTensor;
+use tile::ir::{CompileOptions, Compiled, Kernel, Target};
+use tile::prelude::*;
+
+/// A kernel's embedded Tile IR and its sm_90a variants, checked against the
+/// PTX `meta` embeds.
+fn compiled(meta: &tile::KernelMeta) -> (Kernel, Vec<Compiled>) {
+    let k: Kernel = serde_json::from_str(meta.ir).expect("embedded Tile IR parses");
+    let v = tile::ir::compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+    let embedded: Vec<&str> = meta.targets.iter().filter(|t| t.arch == "sm_90a").map(|t| t.ptx).collect();
+    assert_eq!(v.iter().map(|c| c.ptx.as_str()).collect::<Vec<_>>(), embedded, "{}: other PTX than embedded", k.name);
+    (k, v)
+}
+
+/// The values of `k`'s dims, by name.
+fn dims(k: &Kernel, value: &dyn Fn(&str) -> usize) -> Vec<i64> {
+    k.dims.iter().map(|&d| value(&k.var(d).name) as i64).collect()
+}
+
+fn i32_bytes(x: &[i32]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn f16_bytes(x: &[f16]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect()
+}
+
+fn from_bytes<T>(b: &[u8], f: fn([u8; 4]) -> T) -> Vec<T> {
+    b.chunks(4).map(|c| f([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn tensor(bytes: Vec<u8>, shape: &[usize], elem: usize) -> SimTensor {
+    SimTensor { bytes, shape: shape.to_vec(), elem }
+}
+
+/// Metadata, split (its `schedule` variant) and combine of `c` on the
+/// simulator, on the inputs of `seed`; checks every row.
+fn run(c: &Case, seed: u64, schedule: &str) {
+    let st = Device::interpreter().stream().unwrap();
+    let mut x = Inputs::<f16>::new(&st, c, seed).unwrap();
+    let (b, s_q, h_q) = (c.b(), c.s_q, c.h_q);
+    let nc = b + c.num_parts;
+    let rp = (s_q * h_q).div_ceil(64) * 64;
+    let prows = nc * rp;
+    let (maxb, nblk) = (x.block_table.shape()[1], x.cache.shape()[0]);
+    let dim = |name: &str| match name {
+        "B" => b,
+        "B1" => b + 1,
+        "NC" => nc,
+        "SQ" => s_q,
+        "H" => h_q,
+        "NBLK" => nblk,
+        "MAXB" => maxb,
+        "PROWS" => prows,
+        other => panic!("dim {other}"),
+    };
+    let seqlens = i32_bytes(&c.seqlens);
+
+    let (k, v) = compiled(&mla::mla_metadata::META);
+    let t = vec![
+        tensor(seqlens.clone(), &[b], 4),
+        tensor(vec![0xAB; nc * 16], &[nc, 4], 4),
+        tensor(vec![0xAB; (b + 1) * 4], &[b + 1], 4),
+    ];
+    let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[], Default::default()).tensors;
+    let (chunks, begin) = (from_bytes(&out[1], i32::from_le_bytes), from_bytes(&out[2], i32::from_le_bytes));
+    let (host_chunks, host_begin) = mla::schedule(&c.seqlens, c.num_parts);
+    assert_eq!(chunks, host_chunks.iter().flatten().copied().collect::<Vec<_>>(), "{c:?}: device chunks");
+    assert_eq!(begin, host_begin, "{c:?}: device chunk_begin");
+
+    let (k, v) = compiled(mla::mla_split_paged_sm90::meta::<f16, 256, 2>());
+    let split = v.iter().find(|v| v.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
+    let cache: Vec<f16> = x.cache.to_vec(&st).unwrap();
+    let table: Vec<i32> = x.block_table.to_vec(&st).unwrap();
+    let t = vec![
+        tensor(f16_bytes(&x.q), &[b, s_q, h_q, 576], 2),
+        tensor(f16_bytes(&cache), &[nblk, 64, 1, 576], 2),
+        tensor(i32_bytes(&table), &[b, maxb], 4),
+        tensor(seqlens, &[b], 4),
+        tensor(i32_bytes(&chunks), &[nc, 4], 4),
+        tensor(vec![0xFF; prows * 512 * 4], &[prows, 512], 4),
+        tensor(vec![0xFF; prows * 4], &[prows], 4),
+    ];
+    let scale = (c.scale() * std::f32::consts::LOG2_E).to_bits() as u64;
+    let mut out = sim::run_compiled(split, &k, t, &dims(&k, &dim), &[scale], Default::default()).tensors;
+
+    let (k, v) = compiled(&mla::mla_combine::META);
+    let t = vec![
+        tensor(std::mem::take(&mut out[5]), &[prows, 512], 4),
+        tensor(std::mem::take(&mut out[6]), &[prows], 4),
+        tensor(i32_bytes(&begin), &[b + 1], 4),
+        tensor(vec![0xFF; b * s_q * h_q * 512 * 4], &[b, s_q, h_q, 512], 4),
+        tensor(vec![0xFF; b * h_q * s_q * 4], &[b, h_q, s_q], 4),
+    ];
+    let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[], Default::default()).tensors;
+    x.out = DeviceTensor::from_slice(&st, &from_bytes(&out[3], f32::from_le_bytes), &[b, s_q, h_q, 512]).unwrap();
+    x.lse = DeviceTensor::from_slice(&st, &from_bytes(&out[4], f32::from_le_bytes), &[b, h_q, s_q]).unwrap();
+    x.check(&st, c, None, 1e-3).unwrap_or_else(|e| panic!("{schedule}: {e}"));
+}
+
+/// 32 SM parts over seqlens 1, 0, 65 and 513: the 513 keys in nine
+/// one-block chunks (the last with one key), 65 in two, 23 unused chunks.
+fn many_parts() -> Case {
+    Case { seqlens: vec![1, 0, 65, 513], s_q: 1, h_q: 16, paged: true, num_parts: 32 }
+}
+
+#[test]
+fn many_parts_warp_specialized_loop() {
+    run(&many_parts(), 13, "warp_specialized_loop");
+}
+
+#[test]
+fn many_parts_tma_copy() {
+    run(&many_parts(), 13, "tma_copy");
+}
