@@ -25,8 +25,8 @@
 #         assembled from NVIDIA's wheels and Debian's libcuda1 by
 #         scripts/cuda-toolkit.sh (no CUDA toolkit needed here; that script
 #         says what comes from where and why nothing of it is loaded at run
-#         time). The binary links libcuda.so.1, libcudart.so.13,
-#         libcublas(Lt).so.13, libcurand.so.10 and libnvrtc.so.13 by soname,
+#         time). The binary needs libcuda.so.1, libcudart.so.13,
+#         libcublas.so.13 and libcurand.so.10 (checked, printed), by soname,
 #         with no RPATH: on the GPU machine the driver's libcuda and
 #         /usr/local/cuda's libraries are what run. TILE_CUDA_TOOLKIT=<dir>
 #         keeps the assembled toolkit elsewhere (default target/cuda-13.0).

@@ -360,7 +360,7 @@ if [[ $what == candle ]]; then
     libs=$(ldd "$ex")
     grep -E 'libcuda|libcudart|libcublas|libcurand|libnvrtc|not found' <<<"$libs"
     if grep -q 'not found' <<<"$libs"; then
-      echo "!! FAILED: a library of $ex is not found (CUDA 13's libcublas.so.13, libcudart.so.13, libcurand.so.10, libnvrtc.so.13)"
+      echo "!! FAILED: a library of $ex is not found (the driver's libcuda.so.1; CUDA 13's libcublas.so.13, libcudart.so.13, libcurand.so.10)"
       status=1
     elif grep -E 'libcuda\.so\.1 =>' <<<"$libs" | grep -q stubs; then
       echo "!! FAILED: libcuda.so.1 resolves to a stub; the driver's libcuda must come first on the loader path"
