@@ -269,9 +269,9 @@ impl<T> Shared<T> {
 /// # Ok(()) }
 /// ```
 pub struct Fragment<T>(PhantomData<T>);
-/// A small array each thread holds, made by [`local`]: read and written
-/// with constant or uniform indices outside `parallel` loops, such as a
-/// serial loop's (`for i in a..b`, `for i in a..=b`).
+/// A small array each thread holds, made by [`local`]: written outside
+/// `parallel` loops (read anywhere), indexed by uniform values such as a
+/// serial loop's variable (`for i in a..b`, `for i in a..=b`).
 ///
 /// ```
 /// use tile::prelude::*;
