@@ -2,7 +2,7 @@
 # Builds the release test and example binaries (with the `gpu` feature) into
 # dist/, with dist/run.sh, so that they can be carried to a GPU machine that
 # has no Rust toolchain and run there in one command:
-#   scripts/dist.sh [all|gemm|attention|sweep|mla] && (on the GPU machine) dist/run.sh [MODE]
+#   scripts/dist.sh [all|gemm|attention|sweep|mla|candle] && (on the GPU machine) dist/run.sh [MODE]
 # (run.sh's header lists its modes).
 #
 #   all   (default) every integration test binary of the workspace and every
@@ -20,12 +20,23 @@
 #         and gemm examples.
 #   mla   only what `run.sh mla` uses: the test gpu_mla_decode and the
 #         mla_decode example (plus the scripts mla_peers.py and mla_check.py).
+#   candle  only what `run.sh candle` uses: the candle_rmsnorm example
+#         (feature `candle`, `--no-default-features`), built against CUDA 13.0
+#         assembled from NVIDIA's wheels and Debian's libcuda1 by
+#         scripts/cuda-toolkit.sh (no CUDA toolkit needed here; that script
+#         says what comes from where and why nothing of it is loaded at run
+#         time). The binary needs libcuda.so.1, libcudart.so.13,
+#         libcublas.so.13 and libcurand.so.10 (checked, printed), by soname,
+#         with no RPATH: on the GPU machine the driver's libcuda and
+#         /usr/local/cuda's libraries are what run. TILE_CUDA_TOOLKIT=<dir>
+#         keeps the assembled toolkit elsewhere (default target/cuda-13.0).
+#         The default workspace build needs none of this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  all | gemm | attention | sweep | mla) ;;
-  *) echo "usage: scripts/dist.sh [all|gemm|attention|sweep|mla]" >&2; exit 2 ;;
+  all | gemm | attention | sweep | mla | candle) ;;
+  *) echo "usage: scripts/dist.sh [all|gemm|attention|sweep|mla|candle]" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist/bin
 
@@ -54,9 +65,31 @@ for line in sys.stdin:
 # (tile-runtime's GPU tests: launch, TMA, cuBLAS). Cargo's diagnostics go to
 # stderr (shown); the JSON messages on stdout feed collect_tests.
 features=(--features gpu,tile-runtime/gpu)
+if [[ $what == candle ]]; then
+  eval "$(scripts/cuda-toolkit.sh "${TILE_CUDA_TOOLKIT:-target/cuda-13.0}")"
+  cargo build --release --no-default-features --features candle --example candle_rmsnorm
+  bin="${CARGO_TARGET_DIR:-target}/release/examples/candle_rmsnorm"
+  # What the GPU machine's loader will resolve: sonames only, never a path
+  # into the toolkit assembled here.
+  if readelf -d "$bin" | grep -qE '\((RPATH|RUNPATH)\)'; then
+    echo "dist.sh: $bin has an RPATH/RUNPATH; it must find the GPU machine's libraries" >&2
+    exit 1
+  fi
+  readelf -d "$bin" | grep -q 'Shared library: \[libcuda.so.1\]' || { echo "dist.sh: $bin does not link libcuda.so.1" >&2; exit 1; }
+  echo "needs   $(readelf -d "$bin" | sed -nE 's/.*Shared library: \[(.*)\]/\1/p' | tr '\n' ' ')"
+  cp "$bin" dist/bin/example-candle_rmsnorm
+  strip --strip-debug dist/bin/* 2>/dev/null || true
+  cp scripts/run-dist.sh dist/run.sh
+  chmod +x dist/run.sh
+  du -sh dist
+  exit 0
+fi
 if [[ $what == all ]]; then
   cargo test --release "${features[@]}" --workspace --no-run --message-format=json | collect_tests
-  examples=(examples/*.rs)
+  # Every example but candle_rmsnorm, which needs the `candle` feature and
+  # a CUDA build (`dist.sh candle`).
+  examples=()
+  for ex in examples/*.rs; do [[ $ex == examples/candle_rmsnorm.rs ]] || examples+=("$ex"); done
 elif [[ $what == attention ]]; then
   cargo test --release "${features[@]}" --test gpu_flash_attention --no-run --message-format=json | collect_tests
   examples=(examples/flash_attention.rs examples/flash_attention_tune.rs)

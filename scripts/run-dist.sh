@@ -61,6 +61,15 @@
 #                       them at small sizes (TILE_TEST_SMALL=1).
 #                    Steps with `mla:N[,N..]` only; MLA_SET=acceptance or sweep
 #                    benchmarks only those shapes (default all).
+#   run.sh candle    the candle example (issue 11; built by `dist.sh candle`):
+#                    a tile RMSNorm as a candle CustomOp2 on candle's CUDA
+#                    tensors and stream, against candle's own ops: one
+#                    RESULT candle_rmsnorm line per shape (relative error;
+#                    times at 4096 x 4096) and RESULT candle_rmsnorm_check ok
+#                    when all matched. First shows which libcuda.so.1 and
+#                    CUDA 13 libraries the loader picks (the driver's, and
+#                    /usr/local/cuda's, added to LD_LIBRARY_PATH when there);
+#                    fails if libcuda resolves to a stub.
 #   run.sh all       tests, examples and memcheck
 # Every `RESULT ...` line is collected in results.txt beside this script.
 # cuBLAS (the gemm peer) is found as libcublas.so.13/.12/.11 or libcublas.so on
@@ -333,6 +342,33 @@ if [[ $what == mla || $what == mla:* ]]; then
     for t in memcheck racecheck synccheck; do
       TILE_TEST_SMALL=1 run "$cs" --tool "$t" --error-exitcode 1 "$tests" --test-threads=1 every_combination_f16 empty_splits
     done
+  fi
+fi
+
+# ---- candle: the candle CustomOp example (issue 11) --------------------------
+if [[ $what == candle ]]; then
+  : >"$results"
+  ex="$here/bin/example-candle_rmsnorm"
+  if [[ ! -x $ex ]]; then
+    echo "!! FAILED: $ex missing (build with scripts/dist.sh candle)"
+    status=1
+  else
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+      [[ -d $d ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
+    echo "== the libraries the loader picks"
+    libs=$(ldd "$ex")
+    grep -E 'libcuda|libcudart|libcublas|libcurand|libnvrtc|not found' <<<"$libs"
+    if grep -q 'not found' <<<"$libs"; then
+      echo "!! FAILED: a library of $ex is not found (the driver's libcuda.so.1; CUDA 13's libcublas.so.13, libcudart.so.13, libcurand.so.10)"
+      status=1
+    elif grep -E 'libcuda\.so\.1 =>' <<<"$libs" | grep -q stubs; then
+      echo "!! FAILED: libcuda.so.1 resolves to a stub; the driver's libcuda must come first on the loader path"
+      status=1
+    else
+      echo "== example-candle_rmsnorm"
+      example "$ex"
+    fi
   fi
 fi
 

@@ -101,7 +101,26 @@ pub fn doc_run_2d(
 /// ```
 pub struct Tensor<T, D0 = (), D1 = (), D2 = (), D3 = (), D4 = ()>(PhantomData<(T, D0, D1, D2, D3, D4)>);
 
-/// A window of a tensor, the side of a [`copy`]: [`Tensor::tile`].
+/// A window of a tensor, the side of a [`copy`]: [`Tensor::tile`]. A
+/// whole tensor, `&x`, is the window at its origin (`x.tile([0, 0, ..])`).
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// The first 8 elements, through a whole-tensor window.
+/// #[tile_kernel(threads = 32, consts(B = 8))]
+/// fn first8(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+///     grid(1);
+///     let mut s = shared::<f32, B>();
+///     copy(&x, &mut s);
+///     copy(&s, y.tile([0]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let x: Vec<f32> = (1..=10).map(|i| i as f32).collect();
+/// let y = tile::dsl::doc_run(first8::launch, &x)?;
+/// assert_eq!(y, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 0.0, 0.0]);
+/// # Ok(()) }
+/// ```
 pub struct Tile<T>(PhantomData<T>);
 
 impl<T, D0, D1, D2, D3, D4> Tensor<T, D0, D1, D2, D3, D4> {
@@ -136,10 +155,55 @@ impl<T, D0, D1, D2, D3, D4> Tensor<T, D0, D1, D2, D3, D4> {
 }
 
 /// A buffer in shared memory, made by [`shared`]: visible to the whole
-/// block, indexed anywhere (`s[(i, j)]`).
+/// block, indexed anywhere, one index per dimension (`s[(i, j)]` or
+/// `s[[i, j]]`; `s[i]` in 1-D).
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// Transposes a 4×4 tile: each thread reads the element it needs.
+/// #[tile_kernel(threads = 32, consts(B = 4))]
+/// fn transpose(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     grid(1);
+///     let mut s = shared::<f32, B, B>();
+///     let mut t = fragment::<f32, B, B>();
+///     copy(x.tile([0, 0]), &mut s);
+///     for (i, j) in parallel((B, B)) {
+///         t[(i, j)] = s[[j, i]];
+///     }
+///     copy(&t, y.tile([0, 0]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+/// let y = tile::dsl::doc_run_2d(transpose::launch, &x, &[4, 4])?;
+/// assert_eq!(y[..4], [0.0, 4.0, 8.0, 12.0]);
+/// assert_eq!(y[7], 13.0);
+/// # Ok(()) }
+/// ```
 pub struct Shared<T>(PhantomData<T>);
 /// The ranges of a [`Shared::view`]: an array of one half-open range per
-/// dimension of the buffer (`[.., 512..]`, `[0..32, ..]`), constant bounds.
+/// dimension of the buffer (`a..b`, `a..`, `..b` or `..`: `[.., 512..]`,
+/// `[0..32, ..]`), constant bounds inside the buffer.
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// The top-left 2×2 corner of a 4×4 tile, written at `[2, 2]`.
+/// #[tile_kernel(threads = 32)]
+/// fn corner(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     grid(1);
+///     let mut s = shared::<f32, 4, 4>();
+///     copy(x.tile([0, 0]), &mut s);
+///     let c = s.view([0..2, ..2]);
+///     copy(&c, y.tile([2, 2]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+/// let y = tile::dsl::doc_run_2d(corner::launch, &x, &[4, 4])?;
+/// assert_eq!((y[10], y[11], y[14], y[15]), (0.0, 1.0, 4.0, 5.0));
+/// assert_eq!(y.iter().filter(|&&v| v != 0.0).count(), 3);
+/// # Ok(()) }
+/// ```
 pub struct ViewRanges;
 
 impl<T> Shared<T> {
@@ -177,9 +241,59 @@ impl<T> Shared<T> {
 }
 
 /// A tile spread over the threads' registers, made by [`fragment`]:
-/// indexed only inside [`parallel`] loops, by their loop variables.
+/// indexed only inside [`parallel`] loops, by their loop variables (which
+/// say which thread holds which element). A fragment indexed by some of a
+/// nest's variables (`s[i]` in a `(i, j)` nest) is the same value for every
+/// `j`.
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// Each row divided by its sum.
+/// #[tile_kernel(threads = 32, consts(B = 4))]
+/// fn normalize(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     let bx = grid(cdiv(M, B));
+///     let mut t = fragment::<f32, B, B>();
+///     let mut s = fragment::<f32, B>();
+///     copy(x.tile([bx * B, 0]), &mut t);
+///     reduce_sum(&t, &mut s, 1);
+///     for (i, j) in parallel((B, B)) {
+///         t[(i, j)] = t[(i, j)] / s[i];
+///     }
+///     copy(&t, y.tile([bx * B, 0]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let x = [1.0, 1.0, 2.0, 0.0, 1.0, 2.0, 3.0, 4.0];
+/// let y = tile::dsl::doc_run_2d(normalize::launch, &x, &[2, 4])?;
+/// assert_eq!(y, [0.25, 0.25, 0.5, 0.0, 0.1, 0.2, 0.3, 0.4]);
+/// # Ok(()) }
+/// ```
 pub struct Fragment<T>(PhantomData<T>);
-/// A small array each thread holds, made by [`local`].
+/// A small array each thread holds, made by [`local`]: written outside
+/// `parallel` loops (read anywhere), indexed by uniform values such as a
+/// serial loop's variable (`for i in a..b`, `for i in a..=b`).
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// Running sums within each group of 4, in serial loops.
+/// #[tile_kernel(threads = 32)]
+/// fn prefix(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+///     let bx = grid(cdiv(N, 4));
+///     let mut acc = local::<f32, 4>();
+///     acc[0] = x[bx * 4];
+///     for i in 1..=3 {
+///         acc[i] = acc[i - 1] + x[bx * 4 + i];
+///     }
+///     for i in 0..4 {
+///         y[bx * 4 + i] = acc[i];
+///     }
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let y = tile::dsl::doc_run(prefix::launch, &[1.0, 2.0, 3.0, 4.0, 5.0])?;
+/// assert_eq!(y, [1.0, 3.0, 6.0, 10.0, 5.0]);
+/// # Ok(()) }
+/// ```
 pub struct Local<T>(PhantomData<T>);
 
 // ---- the grid ----
@@ -706,7 +820,24 @@ pub fn barrier() {
     outside_kernel("barrier")
 }
 
-/// The statement [`print()`] returns, for [`PrintStmt::block`].
+/// The statement [`print()`] returns, for [`PrintStmt::block`]: one index
+/// per grid axis (`.block((1, 0))` on a 2-D grid).
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// #[tile_kernel(threads = 32)]
+/// fn where_am_i(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     let (bx, by) = grid(N, M);
+///     print("{{block}} ({}, {}): {} {}", bx, by, x[(by, bx)], x[(by, bx)] > 2.0).block((1, 0));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let x = [1.0, 3.0, 5.0, 7.0];
+/// let (r, out) = tile::capture_prints(|| tile::dsl::doc_run_2d(where_am_i::launch, &x, &[2, 2]));
+/// r?;
+/// assert_eq!(out, "{block} (1, 0): 3.000000 1\n");
+/// # Ok(()) }
+/// ```
 pub struct PrintStmt(());
 
 impl PrintStmt {
@@ -769,7 +900,30 @@ pub fn print<V>(format: &str, values: V) -> PrintStmt {
 // ---- gemm ----
 
 /// How the warps of a block split a [`gemm`]'s `M × N` output:
-/// `.policy(FullRow)`.
+/// `.policy(FullRow)` or `.policy(WarpPolicy::FullRow)`. Never changes the
+/// result.
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// Two warps, each owning 16 of the 32 columns.
+/// #[tile_kernel(threads = 64, consts(B = 32))]
+/// fn by_cols(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     grid(1);
+///     let mut a = shared::<f16, B, B>();
+///     let mut acc = fragment::<f32, B, B>();
+///     copy(x.tile([0, 0]), &mut a);
+///     gemm(&a, &a, &mut acc).clear().policy(WarpPolicy::FullCol);
+///     copy(&acc, y.tile([0, 0]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let x: Vec<f32> = (0..1024).map(|i| (i % 3) as f32).collect();
+/// let y = tile::dsl::doc_run_2d(by_cols::launch, &x, &[32, 32])?;
+/// // y[0, 1] = Σ_k x[0, k] · x[k, 1].
+/// let want: f32 = (0..32).map(|k| x[k] * x[k * 32 + 1]).sum();
+/// assert_eq!(y[1], want);
+/// # Ok(()) }
+/// ```
 pub enum WarpPolicy {
     /// Each warp owns whole rows (warps split M only).
     FullRow,
@@ -780,7 +934,27 @@ pub enum WarpPolicy {
 }
 pub use WarpPolicy::{FullCol, FullRow, Square};
 
-/// The statement [`gemm`] returns, for its modifiers.
+/// The statement [`gemm`] returns, for its modifiers ([`GemmStmt::clear`],
+/// [`GemmStmt::policy`]), chained in any order.
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// #[tile_kernel(threads = 32, consts(B = 16))]
+/// fn square_it(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     grid(1);
+///     let mut a = shared::<f16, B, B>();
+///     let mut acc = fragment::<f32, B, B>();
+///     copy(x.tile([0, 0]), &mut a);
+///     fill(&mut acc, 100.0);
+///     gemm(&a, &a, &mut acc).policy(FullCol).clear();
+///     copy(&acc, y.tile([0, 0]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let y = tile::dsl::doc_run_2d(square_it::launch, &[1.0; 256], &[16, 16])?;
+/// assert_eq!(y, [16.0; 256]); // cleared: the 100s are gone
+/// # Ok(()) }
+/// ```
 pub struct GemmStmt(());
 
 impl GemmStmt {
@@ -834,7 +1008,29 @@ impl GemmStmt {
     }
 }
 
-/// A [`gemm`] operand read transposed: `&b.t()`.
+/// A [`gemm`] operand read transposed: `&b.t()` (B stored `[N, K]`) or
+/// `&a.t()` (A stored `[K, M]`, a shared buffer).
+///
+/// ```
+/// use tile::prelude::*;
+///
+/// /// `y = xᵀ · x`.
+/// #[tile_kernel(threads = 32, consts(B = 16))]
+/// fn gram_t(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+///     grid(1);
+///     let mut a = shared::<f16, B, B>();
+///     let mut acc = fragment::<f32, B, B>();
+///     copy(x.tile([0, 0]), &mut a);
+///     gemm(&a.t(), &a, &mut acc).clear();
+///     copy(&acc, y.tile([0, 0]));
+/// }
+/// # fn main() -> tile::Result<()> {
+/// let mut x = vec![0.0f32; 256];
+/// x[1] = 1.0; // x[0, 1]: (xᵀ·x)[1, 1] = 1, (x·xᵀ)[0, 0] would be
+/// let y = tile::dsl::doc_run_2d(gram_t::launch, &x, &[16, 16])?;
+/// assert_eq!((y[0], y[17]), (0.0, 1.0));
+/// # Ok(()) }
+/// ```
 pub trait Transpose {
     /// `gemm(&a, &b.t(), &mut acc)`: reads `b` (stored `[N, K]`) as
     /// `[K, N]`; valid only on a `gemm` operand.
@@ -998,8 +1194,8 @@ pub mod attributes {
     //! editors: the macro reads them; these items do nothing).
     #![allow(non_camel_case_types)]
 
-    /// `threads = 128` (or a const parameter's name): threads per block, a
-    /// multiple of 32 up to 1024. Required.
+    /// `threads = 128` (or the name of a generic kernel's const
+    /// parameter): threads per block, a multiple of 32 up to 1024. Required.
     ///
     /// ```
     /// use tile::prelude::*;
@@ -1009,9 +1205,16 @@ pub mod attributes {
     ///     let bx = grid(N);
     ///     y[bx] = x[bx];
     /// }
+    /// #[tile_kernel(threads = T, instances(32, 96))]
+    /// fn g<const T: usize>(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+    ///     let bx = grid(N);
+    ///     y[bx] = x[bx] + (T as f32);
+    /// }
     /// # fn main() -> tile::Result<()> {
     /// assert!(k::META.targets.iter().all(|t| t.threads == 64));
+    /// assert!(g::meta::<96>().targets.iter().all(|t| t.threads == 96));
     /// assert_eq!(tile::dsl::doc_run(k::launch, &[1.0])?, [1.0]);
+    /// assert_eq!(tile::dsl::doc_run(g::launch::<32>, &[1.0])?, [33.0]);
     /// # Ok(()) }
     /// ```
     pub struct threads;
@@ -1055,20 +1258,51 @@ pub mod attributes {
     /// ```
     pub struct cluster;
 
-    /// `warp_specialize = false`: keeps the sm_90a warp-specialized GEMM
-    /// schedule off this kernel (for comparing or bisecting schedules).
+    /// `warp_specialize = false`: keeps the sm_90a warp-specialized
+    /// schedules (`warp_specialized_gemm`, `warp_specialized_loop`) off this
+    /// kernel, for comparing or bisecting schedules; results never change.
     ///
     /// ```
     /// use tile::prelude::*;
     ///
-    /// #[tile_kernel(threads = 32, warp_specialize = false)]
-    /// fn k(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
-    ///     let bx = grid(N);
-    ///     y[bx] = x[bx];
+    /// /// Row sums over 64-row, 32-column tiles: a loop the warp-specialized
+    /// /// loop schedule takes on sm_90a, unless told not to.
+    /// #[tile_kernel(threads = 128, consts(BM = 64, BK = 32))]
+    /// fn sums(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+    ///     let bx = grid(cdiv(M, BM));
+    ///     let mut s = shared::<f32, BM, BK>();
+    ///     let mut t = fragment::<f32, BM, BK>();
+    ///     let mut acc = fragment::<f32, BM>();
+    ///     clear(&mut acc);
+    ///     for k in pipelined(cdiv(N, BK), 2) {
+    ///         copy(x.tile([bx * BM, k * BK]), &mut s);
+    ///         copy(&s, &mut t);
+    ///         reduce_sum(&t, &mut acc, 1).keep();
+    ///     }
+    ///     copy(&acc, y.tile([bx * BM.., 0]));
+    /// }
+    /// #[tile_kernel(threads = 128, consts(BM = 64, BK = 32), warp_specialize = false)]
+    /// fn sums_plain(x: &Tensor<f32, M, N>, y: &mut Tensor<f32, M, N>) {
+    ///     let bx = grid(cdiv(M, BM));
+    ///     let mut s = shared::<f32, BM, BK>();
+    ///     let mut t = fragment::<f32, BM, BK>();
+    ///     let mut acc = fragment::<f32, BM>();
+    ///     clear(&mut acc);
+    ///     for k in pipelined(cdiv(N, BK), 2) {
+    ///         copy(x.tile([bx * BM, k * BK]), &mut s);
+    ///         copy(&s, &mut t);
+    ///         reduce_sum(&t, &mut acc, 1).keep();
+    ///     }
+    ///     copy(&acc, y.tile([bx * BM.., 0]));
     /// }
     /// # fn main() -> tile::Result<()> {
-    /// assert!(k::META.targets.iter().all(|t| t.schedule != "warp_specialized_gemm"));
-    /// assert_eq!(tile::dsl::doc_run(k::launch, &[4.0])?, [4.0]);
+    /// let ws = |m: &tile::KernelMeta| m.targets.iter().any(|t| t.schedule.starts_with("warp_specialized"));
+    /// let hopper = sums::META.targets.iter().any(|t| t.arch == "sm_90a");
+    /// assert_eq!(ws(&sums::META), hopper); // with sm_90a embedded (the default)
+    /// assert!(!ws(&sums_plain::META));
+    /// let x = vec![1.0; 70 * 40];
+    /// let y = tile::dsl::doc_run_2d(sums_plain::launch, &x, &[70, 40])?;
+    /// assert_eq!((y[0], y[69 * 40]), (40.0, 40.0));
     /// # Ok(()) }
     /// ```
     pub struct warp_specialize;

@@ -21,6 +21,7 @@ pub struct ShapeError {
     pub param: String,
     /// Which dimension (0-based), if the problem is one dimension.
     pub dim: Option<usize>,
+    /// The whole message, naming the parameter and the expected and given shapes.
     pub message: String,
 }
 

@@ -16,6 +16,7 @@ use crate::{thread_ir, CompileError, Target};
 /// The result of compiling one kernel for one target.
 #[derive(Clone, Debug)]
 pub struct Compiled {
+    /// The target the PTX is for.
     pub target: Target,
     /// PTX text for the whole module (one `.entry`).
     pub ptx: String,

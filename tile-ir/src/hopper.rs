@@ -75,9 +75,13 @@ use crate::Target;
 /// The swizzle mode of a wgmma operand (and of a TMA box).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Swizzle {
+    /// No swizzle: 16-byte chunks where the layout puts them.
     None,
+    /// 32-byte rows of 2 chunks, swizzled as CuTe's `Swizzle<1, 4, 3>` on byte offsets.
     B32,
+    /// 64-byte rows of 4 chunks, swizzled as CuTe's `Swizzle<2, 4, 3>`.
     B64,
+    /// 128-byte rows of 8 chunks, swizzled as CuTe's `Swizzle<3, 4, 3>`.
     B128,
 }
 
@@ -100,6 +104,8 @@ impl Swizzle {
             Swizzle::B32 => 3,
         }
     }
+    /// The swizzle of a descriptor's 2-bit code (the inverse of
+    /// [`Swizzle::descriptor_code`]; only the low 2 bits of `code` are read).
     pub fn from_descriptor_code(code: u64) -> Swizzle {
         match code & 3 {
             0 => Swizzle::None,
@@ -136,6 +142,7 @@ pub struct MatrixDescriptor {
     /// Bits 49–51: 0 when the swizzle pattern starts on its
     /// (8·span)-byte boundary, which [`operand_descriptor`] requires.
     pub base_offset: u8,
+    /// Bits 62–63: the operand's swizzle mode.
     pub swizzle: Swizzle,
 }
 
@@ -428,10 +435,13 @@ pub fn wgmma_a_frag_index(s: i64, j: i64, h: i64) -> (i64, i64) {
 pub struct WgmmaGemm {
     /// The accumulator is `[m, n]`, `K = k`; `m = 64 · warpgroups / col_groups`.
     pub m: i64,
+    /// The accumulator's columns (N).
     pub n: i64,
+    /// The reduction length (K), a multiple of 16.
     pub k: i64,
     /// `"f16"` or `"bf16"`.
     pub ab: &'static str,
+    /// The warpgroups that run the gemm (the block's threads / 128).
     pub warpgroups: i64,
     /// The warpgroups along N: 1 when each owns whole 64-row slices of all
     /// N columns; `c > 1` when `c` warpgroups share 64 rows, warpgroup `j`
@@ -444,6 +454,7 @@ pub struct WgmmaGemm {
     /// A's shared layout and major-ness; `None`: A comes from a fragment
     /// (registers, [`wgmma_a_fragment`]).
     pub a: Option<(SharedLayout, Major)>,
+    /// B's shared layout and major-ness (B is always in shared memory).
     pub b: (SharedLayout, Major),
 }
 

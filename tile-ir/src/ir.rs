@@ -40,6 +40,8 @@ pub struct BufferId(pub u32);
 pub struct SpanId(pub u32);
 
 impl SpanId {
+    /// No source location: the span of statements built by hand or parsed from
+    /// text. Errors at it carry no user position.
     pub const NONE: SpanId = SpanId(u32::MAX);
 }
 
@@ -58,12 +60,19 @@ impl fmt::Display for BufferId {
 /// Element and scalar types.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DType {
+    /// IEEE binary16 (`half::f16`): 2 bytes.
     F16,
+    /// bfloat16 (`half::bf16`): 2 bytes, f32's exponent range.
     BF16,
+    /// IEEE binary32: 4 bytes.
     F32,
+    /// Signed 32-bit integer, wrapping arithmetic; the type of indices and dims.
     I32,
+    /// Unsigned 32-bit integer, wrapping arithmetic.
     U32,
+    /// Signed 64-bit integer, wrapping arithmetic.
     I64,
+    /// A truth value: the type of comparisons and conditions (1 byte in memory).
     Bool,
 }
 
@@ -77,9 +86,11 @@ impl DType {
             DType::Bool => 1,
         }
     }
+    /// Whether this is `F16`, `BF16` or `F32`.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32)
     }
+    /// Whether this is `I32`, `U32` or `I64` (not `Bool`).
     pub fn is_int(self) -> bool {
         matches!(self, DType::I32 | DType::U32 | DType::I64)
     }
@@ -95,6 +106,8 @@ impl DType {
             DType::Bool => "bool",
         }
     }
+    /// The type a user spelling names (the inverse of [`DType::name`]); `None`
+    /// for anything else.
     pub fn from_name(name: &str) -> Option<DType> {
         Some(match name {
             "f16" => DType::F16,
@@ -118,16 +131,24 @@ impl fmt::Display for DType {
 /// A constant. Floats of 16 bits are kept as their bit patterns (`half`).
 #[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Value {
+    /// An `f16` constant.
     F16(half::f16),
+    /// A `bf16` constant.
     BF16(half::bf16),
+    /// An `f32` constant (in JSON, non-finite values as `"inf"`, `"-inf"`, `"NaN"`).
     F32(#[serde(with = "f32_json")] f32),
+    /// An `i32` constant.
     I32(i32),
+    /// A `u32` constant.
     U32(u32),
+    /// An `i64` constant.
     I64(i64),
+    /// A `bool` constant.
     Bool(bool),
 }
 
 impl Value {
+    /// The constant's type.
     pub fn dtype(self) -> DType {
         match self {
             Value::F16(_) => DType::F16,
@@ -198,20 +219,29 @@ pub enum Scope {
 /// One extent of a buffer's shape.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Extent {
+    /// A constant extent, in `1..=i32::MAX` (`verify` checks).
     Const(i64),
     /// A dynamic dimension: the variable (of kind [`VarKind::Dim`]) bound at
     /// launch from the tensor's shape. Only global buffers have these.
     Dyn(VarId),
 }
 
+/// A buffer of the kernel: a tensor parameter, a shared-memory tile, a
+/// fragment or a local array ([`Scope`]), an entry of [`Kernel::buffers`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Buffer {
+    /// The user's name for it (in messages, dumps and the text form).
     pub name: String,
+    /// Where it lives, and so who sees which element.
     pub scope: Scope,
+    /// The element type.
     pub dtype: DType,
+    /// One extent per dimension, outermost first (row-major). Constant except
+    /// for global buffers, whose extents may be dynamic dims.
     pub shape: Vec<Extent>,
     /// For global buffers: whether the kernel may write it (`&mut Tensor`).
     pub mutable: bool,
+    /// Where the buffer was declared (the parameter or the `let`).
     pub span: SpanId,
     /// For shared buffers: the layout the user asked for with
     /// `annotate_layout(..)`; `None` lets layout inference choose. It changes
@@ -234,7 +264,9 @@ pub struct Buffer {
 /// dependences): writing one is writing the other.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct View {
+    /// The shared buffer that owns the bytes (not itself a view).
     pub of: BufferId,
+    /// The window's first element in `of`, one coordinate per dimension.
     pub origin: Vec<i64>,
 }
 
@@ -246,12 +278,18 @@ pub enum SharedLayoutSpec {
     RowMajor,
     /// Each row followed by `bytes` unused bytes (a positive multiple of 16,
     /// so that 16-byte chunks stay aligned for cp.async and ldmatrix).
-    Padded { bytes: i64 },
+    Padded {
+        /// The padding after each row, in bytes.
+        bytes: i64,
+    },
     /// The 16-byte chunk index within a row is XORed with the row index
     /// modulo `2^bits` (`bits` in 1..=3); rows must be a power of two of at
     /// least `16 · 2^bits` bytes. With 128-byte rows this is CuTe's
     /// `Swizzle<bits, 4, 3>` on byte offsets.
-    Swizzle { bits: u32 },
+    Swizzle {
+        /// How many low bits of the row index are XORed in (1..=3).
+        bits: u32,
+    },
 }
 
 impl fmt::Display for SharedLayoutSpec {
@@ -275,6 +313,7 @@ impl Buffer {
             })
             .collect()
     }
+    /// The number of dimensions.
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -301,53 +340,89 @@ pub enum VarKind {
     Mut,
 }
 
+/// A scalar variable of the kernel, an entry of [`Kernel::vars`]: uniform
+/// (one value for the whole block) outside parallel loops, per iteration
+/// inside them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Var {
+    /// The user's name for it (not necessarily unique: shadowing makes new vars).
     pub name: String,
+    /// Its type; every value it holds has it.
     pub dtype: DType,
+    /// How it gets its value.
     pub kind: VarKind,
 }
 
+/// Unary operators. The float ones compute in f32 and round to the operand's
+/// type; on integers only `Neg`, `Not` and `Abs` apply (wrapping).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum UnOp {
+    /// `-x` (floats: the sign bit flipped; integers: wrapping).
     Neg,
     /// Logical not on `Bool`, bitwise not on integers.
     Not,
+    /// `2^x` (floats).
     Exp2,
+    /// `e^x` (floats).
     Exp,
+    /// Base-2 logarithm (floats).
     Log2,
+    /// Natural logarithm (floats).
     Log,
+    /// `|x|` (integers wrapping: `abs(i32::MIN) = i32::MIN`).
     Abs,
+    /// Square root (floats).
     Sqrt,
+    /// `1 / sqrt(x)` (floats).
     Rsqrt,
 }
 
+/// Binary operators; both operands have one type (see [`Kernel::expr_type`]
+/// for the result's). Float operations compute in f32 and round to the
+/// operands' type; integer ones wrap.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BinOp {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a * b`.
     Mul,
     /// Integer division truncates toward zero (Rust semantics).
     Div,
     /// Integer remainder has the sign of the dividend (Rust semantics).
     Rem,
+    /// The smaller operand (floats: a NaN operand gives the other one).
     Min,
+    /// The larger operand (floats: a NaN operand gives the other one).
     Max,
+    /// `a < b` (a `Bool`).
     Lt,
+    /// `a <= b` (a `Bool`).
     Le,
+    /// `a > b` (a `Bool`).
     Gt,
+    /// `a >= b` (a `Bool`).
     Ge,
+    /// `a == b` (a `Bool`; floats: NaN equals nothing).
     Eq,
+    /// `a != b` (a `Bool`).
     Ne,
     /// Logical on `Bool`, bitwise on integers.
     And,
+    /// Logical or on `Bool`, bitwise on integers.
     Or,
+    /// Exclusive or: logical on `Bool`, bitwise on integers.
     Xor,
+    /// `a << b` on integers; amounts at or past the width give 0 (as PTX).
     Shl,
+    /// `a >> b` on integers: arithmetic for signed types, logical for `U32`;
+    /// amounts at or past the width give 0 (or the sign for signed types).
     Shr,
 }
 
 impl BinOp {
+    /// Whether the operator compares (`Lt` .. `Ne`) and so yields a `Bool`.
     pub fn is_comparison(self) -> bool {
         matches!(self, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne)
     }
@@ -356,59 +431,87 @@ impl BinOp {
 /// A side-effect-free expression tree.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Expr {
+    /// A constant.
     Const(Value),
+    /// The current value of a variable.
     Var(VarId),
     /// Element read. Global reads out of bounds give zero.
     Load {
+        /// The buffer read.
         buf: BufferId,
+        /// One `I32` index per dimension of `buf`.
         index: Vec<Expr>,
     },
+    /// `op(arg)`.
     Unary {
+        /// The operator.
         op: UnOp,
+        /// The operand.
         arg: Box<Expr>,
     },
+    /// `lhs op rhs`.
     Binary {
+        /// The operator.
         op: BinOp,
+        /// The left operand.
         lhs: Box<Expr>,
+        /// The right operand (same type as `lhs`).
         rhs: Box<Expr>,
     },
     /// `a * b + c`, rounded once for floats.
     Fma {
+        /// A factor.
         a: Box<Expr>,
+        /// The other factor (same type as `a`).
         b: Box<Expr>,
+        /// The addend (same type as `a`).
         c: Box<Expr>,
     },
     /// Numeric conversion (`as`): float→int truncates and saturates, as Rust.
     Cast {
+        /// The type converted to.
         to: DType,
+        /// The value converted.
         arg: Box<Expr>,
     },
+    /// `if cond { then } else { otherwise }` as a value; both arms have one
+    /// type.
     Select {
+        /// A `Bool`.
         cond: Box<Expr>,
+        /// The value when `cond` holds.
         then: Box<Expr>,
+        /// The value when it does not (same type as `then`).
         otherwise: Box<Expr>,
     },
 }
 
 impl Expr {
+    /// An `i32` constant.
     pub fn i32(v: i32) -> Expr {
         Expr::Const(Value::I32(v))
     }
+    /// An `f32` constant.
     pub fn f32(v: f32) -> Expr {
         Expr::Const(Value::F32(v))
     }
+    /// A read of variable `v`.
     pub fn var(v: VarId) -> Expr {
         Expr::Var(v)
     }
+    /// `lhs op rhs`.
     pub fn binary(op: BinOp, lhs: Expr, rhs: Expr) -> Expr {
         Expr::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }
     }
+    /// `op(arg)`.
     pub fn unary(op: UnOp, arg: Expr) -> Expr {
         Expr::Unary { op, arg: Box::new(arg) }
     }
+    /// `arg as to`.
     pub fn cast(to: DType, arg: Expr) -> Expr {
         Expr::Cast { to, arg: Box::new(arg) }
     }
+    /// `buf[index]`.
     pub fn load(buf: BufferId, index: Vec<Expr>) -> Expr {
         Expr::Load { buf, index }
     }
@@ -452,8 +555,12 @@ impl Expr {
 /// zero), writes are skipped.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TileRef {
+    /// The buffer the window is of.
     pub buf: BufferId,
+    /// For a global tensor, the window's first element: one `I32` coordinate per
+    /// tensor dimension. Empty for other scopes (the whole buffer).
     pub origin: Vec<Expr>,
+    /// The tensor dims indexed by a scalar (extent 1, not spanned); sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub squeezed: Vec<usize>,
 }
@@ -476,10 +583,14 @@ impl TileRef {
     }
 }
 
+/// The combining operator of a [`StmtKind::Reduce`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReduceOp {
+    /// The sum.
     Sum,
+    /// The largest element.
     Max,
+    /// The smallest element.
     Min,
 }
 
@@ -494,73 +605,114 @@ pub enum WarpPolicy {
     FullCol,
 }
 
+/// How a [`StmtKind::For`] loop runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LoopKind {
     /// Iterations run in order, uniformly across the block.
     Serial,
     /// Iterations are independent; mapped to threads. Constant bounds.
     Parallel,
-    /// Serial, with the copies of the body software-pipelined over `stages`
-    /// buffers (issue: tensor cores). Until pipelining exists it runs as `Serial`.
-    Pipelined { stages: u32 },
+    /// `pipelined(n, stages)`: means what `Serial` means; the schedules
+    /// software-pipeline the body's copies over `stages` buffers
+    /// (`passes/pipeline.rs`: cp.async, TMA, warp specialization), and the
+    /// general schedule runs it as `Serial`.
+    Pipelined {
+        /// The number of buffers each pipelined copy cycles through (at
+        /// least 1, which `verify` checks).
+        stages: u32,
+    },
 }
 
+/// A statement and where it came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stmt {
+    /// What it does.
     pub kind: StmtKind,
+    /// Where the user wrote it ([`SpanId::NONE`] for IR built by hand): the
+    /// position of errors a pass finds in it.
     pub span: SpanId,
 }
 
+/// What a statement does. Block-level: see the module docs for what runs
+/// once per block and what per thread.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum StmtKind {
     /// Bind a `Let` or `Mut` variable.
     Let {
+        /// The variable bound (of kind `Let` or `Mut`).
         var: VarId,
+        /// Its value (of its type).
         value: Expr,
     },
     /// Reassign a `Mut` variable.
     Assign {
+        /// The variable (of kind `Mut`).
         var: VarId,
+        /// Its new value (of its type).
         value: Expr,
     },
     /// Element write. Global writes out of bounds are skipped.
     Store {
+        /// The buffer written (not a read-only tensor).
         buf: BufferId,
+        /// One `I32` index per dimension.
         index: Vec<Expr>,
+        /// The value (of the buffer's element type).
         value: Expr,
     },
     /// `for var in start..end` (step 1).
     For {
+        /// The induction variable (kind `Loop`, `I32`).
         var: VarId,
+        /// The first value (`I32`; constant in a `Parallel` loop).
         start: Expr,
+        /// One past the last value (`I32`; constant in a `Parallel` loop). No
+        /// iteration when `end <= start`.
         end: Expr,
+        /// Serial, parallel or pipelined.
         kind: LoopKind,
+        /// The statements of one iteration.
         body: Vec<Stmt>,
     },
+    /// `if cond { then } else { otherwise }`; a uniform condition outside
+    /// parallel loops, a per-iteration one inside.
     If {
+        /// A `Bool`.
         cond: Expr,
+        /// Runs when `cond` holds.
         then: Vec<Stmt>,
+        /// Runs when it does not (often empty).
         otherwise: Vec<Stmt>,
     },
     /// Collective copy, converting the element type if the two differ.
     /// `fill` (of the destination's dtype) replaces masked reads.
     Copy {
+        /// What is read: a window of a tensor, or a whole shared/fragment buffer.
         src: TileRef,
+        /// What is written (the same extents as `src`'s spanned ones).
         dst: TileRef,
+        /// The value of masked reads (default zero).
         fill: Option<Expr>,
     },
     /// Set every element of a shared, fragment or local buffer.
     Fill {
+        /// The buffer set.
         buf: BufferId,
+        /// The value (of its element type).
         value: Expr,
     },
     /// `dst = reduce(src, dim)`; `dst`'s shape is `src`'s without `dim`.
     /// With `keep`, `dst = op(dst, reduce(src, dim))`.
     Reduce {
+        /// The combining operator.
         op: ReduceOp,
+        /// The fragment reduced.
         src: BufferId,
+        /// The fragment the result goes to: `src`'s shape without `dim`.
         dst: BufferId,
+        /// The dimension of `src` reduced away.
         dim: usize,
+        /// Combine with `dst`'s previous contents instead of overwriting them.
         keep: bool,
     },
     /// Matrix multiply on tensor cores: `c = op(a) · op(b)` (with `clear`) or
@@ -570,18 +722,28 @@ pub enum StmtKind {
     /// both f16 or both bf16. `c` is an f32 fragment `[M, N]`. Products are
     /// accumulated in f32.
     Gemm {
+        /// The left operand (see above for its shapes and scopes).
         a: BufferId,
+        /// The right operand, a shared buffer.
         b: BufferId,
+        /// The f32 accumulator fragment `[M, N]`.
         c: BufferId,
+        /// `a` is stored `[K, M]`.
         trans_a: bool,
+        /// `b` is stored `[N, K]`.
         trans_b: bool,
+        /// Overwrite `c` (`c = a · b`) instead of accumulating into it.
         clear: bool,
+        /// How the warps split `c`.
         policy: WarpPolicy,
     },
     /// Atomic `+=` on one element of a global tensor (skipped out of bounds).
     AtomicAdd {
+        /// The tensor (a writable global buffer).
         buf: BufferId,
+        /// One `I32` index per dimension.
         index: Vec<Expr>,
+        /// The value added (of the tensor's element type).
         value: Expr,
     },
     /// Explicit block-wide barrier (escape hatch; the compiler inserts the
@@ -593,7 +755,9 @@ pub enum StmtKind {
     /// parallel loops (on the GPU by thread 0), once per iteration inside
     /// one (by the thread that owns the iteration, replicas excluded).
     Print {
+        /// The format string, one placeholder per argument.
         format: String,
+        /// The values printed, in order (scalars).
         args: Vec<Expr>,
     },
 }
@@ -601,10 +765,13 @@ pub enum StmtKind {
 /// A kernel parameter, in the order the user wrote them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Param {
+    /// The parameter's name in the signature.
     pub name: String,
+    /// A tensor or a scalar.
     pub kind: ParamKind,
 }
 
+/// What a kernel parameter is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ParamKind {
     /// `&Tensor<T, [..]>` or `&mut Tensor<T, [..]>`: a global buffer.
@@ -621,17 +788,25 @@ pub enum ParamKind {
 /// `params` order (`.f32`, `.s32`, `.u32`, `.b16` for f16/bf16).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {
+    /// The kernel's name, the PTX entry's (an instance's for a generic
+    /// kernel: `matmul__f16_128`).
     pub name: String,
     /// Threads per block (1-D).
     pub threads: u32,
+    /// The parameters, in signature order (the launch ABI above orders
+    /// them: tensors, then dims, then scalars).
     pub params: Vec<Param>,
     /// The dynamic dimensions (variables of kind `Dim`), in first-seen order.
     pub dims: Vec<VarId>,
     /// Grid extents (x, y, z); expressions over `Dim` variables and constants,
     /// evaluated on the host at launch.
     pub grid: [Expr; 3],
+    /// The variables, indexed by [`VarId`].
     pub vars: Vec<Var>,
+    /// The buffers, indexed by [`BufferId`]: tensor parameters and every
+    /// buffer the body declares.
     pub buffers: Vec<Buffer>,
+    /// What one block does.
     pub body: Vec<Stmt>,
     /// Threadblock rasterization for L2 reuse (`use_swizzle(panel)`): when
     /// set, the block with hardware linear id `L = ctaid.y * gx + ctaid.x`
@@ -686,6 +861,8 @@ fn is_yes(b: &bool) -> bool {
 }
 
 impl Kernel {
+    /// An empty kernel of `threads` threads per block: no parameters, a 1×1×1
+    /// grid, no rasterization or cluster, warp specialization allowed.
     pub fn new(name: impl Into<String>, threads: u32) -> Kernel {
         Kernel {
             name: name.into(),
@@ -712,9 +889,11 @@ impl Kernel {
         }
     }
 
+    /// The variable `id` (panics when out of range; verified kernels never are).
     pub fn var(&self, id: VarId) -> &Var {
         &self.vars[id.0 as usize]
     }
+    /// The buffer `id` (panics when out of range; verified kernels never are).
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.0 as usize]
     }
@@ -741,11 +920,14 @@ impl Kernel {
             .collect()
     }
 
+    /// Adds a variable and returns its handle (the next index).
     pub fn add_var(&mut self, name: impl Into<String>, dtype: DType, kind: VarKind) -> VarId {
         self.vars.push(Var { name: name.into(), dtype, kind });
         VarId(self.vars.len() as u32 - 1)
     }
 
+    /// Adds a buffer and returns its handle (the next index). Does not make it
+    /// a parameter: see [`Kernel::add_tensor_param`].
     pub fn add_buffer(&mut self, buffer: Buffer) -> BufferId {
         self.buffers.push(buffer);
         BufferId(self.buffers.len() as u32 - 1)
@@ -812,9 +994,11 @@ impl Kernel {
 }
 
 impl Stmt {
+    /// A statement without a source location ([`SpanId::NONE`]).
     pub fn new(kind: StmtKind) -> Stmt {
         Stmt { kind, span: SpanId::NONE }
     }
+    /// A statement at `span`.
     pub fn spanned(kind: StmtKind, span: SpanId) -> Stmt {
         Stmt { kind, span }
     }

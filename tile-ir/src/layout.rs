@@ -44,9 +44,11 @@
 /// `((t >> shift) & (count - 1)) · mult`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ThreadField {
+    /// The lowest thread-index bit of the run.
     pub shift: u32,
     /// Threads along this run (a power of two ≥ 2).
     pub count: i64,
+    /// The coordinate step per thread along the run.
     pub mult: i64,
 }
 
@@ -54,6 +56,7 @@ pub struct ThreadField {
 /// `t`'s per-dim register `l` is `Σ fields(t) + regs[l]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DimDist {
+    /// The thread-index runs that move this coordinate (disjoint bits).
     pub fields: Vec<ThreadField>,
     /// The thread-independent part of the coordinate of each per-dim register.
     pub regs: Vec<i64>,
@@ -97,7 +100,9 @@ fn log2(x: i64) -> i64 {
 /// bits `0 .. log2(active_threads)`, each once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RootLayout {
+    /// The tile's extents.
     pub shape: Vec<i64>,
+    /// One distribution per dim of `shape`.
     pub dims: Vec<DimDist>,
     /// Threads in the block.
     pub threads: u32,
@@ -256,6 +261,7 @@ impl RootLayout {
         }
     }
 
+    /// The number of dims.
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -285,18 +291,25 @@ impl RootLayout {
 /// A fragment's layout: a root and the root dims it keeps, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FragLayout {
+    /// The distribution of the full tile the fragment derives from (itself,
+    /// or the tile a reduction reduced).
     pub root: RootLayout,
+    /// The root dims the fragment has, in order (all of them for
+    /// [`FragLayout::full`]; fewer after a reduction).
     pub kept: Vec<usize>,
 }
 
 impl FragLayout {
+    /// The layout of the root tile itself (every dim kept).
     pub fn full(root: RootLayout) -> FragLayout {
         let kept = (0..root.rank()).collect();
         FragLayout { root, kept }
     }
+    /// The fragment's number of dims.
     pub fn rank(&self) -> usize {
         self.kept.len()
     }
+    /// The fragment's extents (the kept dims' of the root).
     pub fn shape(&self) -> Vec<i64> {
         self.kept.iter().map(|&d| self.root.shape[d]).collect()
     }
@@ -319,6 +332,8 @@ impl FragLayout {
         }
         out
     }
+    /// The register of per-dim register indices `l` (the inverse of
+    /// [`FragLayout::unflatten`]; row-major over [`FragLayout::reg_extents`]).
     pub fn flatten(&self, l: &[i64]) -> usize {
         let ext = self.reg_extents();
         let mut r = 0;
@@ -430,8 +445,11 @@ pub fn mma_warp_grid(m: i64, n: i64, threads: u32, policy: crate::ir::WarpPolicy
 /// row-major and unswizzled, `rows` = the product of the outer extents).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SharedLayout {
+    /// Rows (the product of the outer extents for rank > 2).
     pub rows: i64,
+    /// Elements per row (the innermost extent).
     pub cols: i64,
+    /// Bytes per element.
     pub elem: i64,
     /// Bytes from one row to the next (`cols · elem`, or more when padded).
     pub row_stride: i64,
@@ -659,6 +677,7 @@ impl SharedLayout {
         Ok((base, l))
     }
 
+    /// A one-line description (padding, swizzle, panels) for dumps and messages.
     pub fn describe(&self) -> String {
         let panels = match self.panel_cols {
             Some(pc) => format!(", panels of {pc} columns"),

@@ -11,6 +11,8 @@
 //! ([`mod@compile`]) walks the schedules in their order of preference; the
 //! passes are listed in [`passes`].
 
+#![warn(missing_docs)]
+
 pub mod abi;
 pub mod compile;
 pub mod compiled;
@@ -38,11 +40,15 @@ pub use target::Target;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct CompileError {
+    /// Where: the statement's or buffer's span ([`ir::SpanId::NONE`] when the
+    /// problem is the kernel as a whole, or the IR was built by hand).
     pub span: ir::SpanId,
+    /// What is wrong, in words a user can act on.
     pub message: String,
 }
 
 impl CompileError {
+    /// An error at `span`.
     pub fn new(span: ir::SpanId, message: impl Into<String>) -> CompileError {
         CompileError { span, message: message.into() }
     }

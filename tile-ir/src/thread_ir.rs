@@ -18,10 +18,15 @@ use std::fmt::{self, Write};
 /// A PTX register class.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RegClass {
+    /// `.pred`: a predicate (comparisons, guards, branch conditions).
     Pred,
+    /// `.b16`: 16 bits (one f16 or bf16).
     B16,
+    /// `.b32`: 32 bits (i32, u32, a pair of 16-bit values).
     B32,
+    /// `.b64`: 64 bits (addresses, descriptors, i64).
     B64,
+    /// `.f32`: an f32.
     F32,
 }
 
@@ -36,6 +41,8 @@ impl RegClass {
             RegClass::F32 => "%f",
         }
     }
+    /// The PTX type of the class's `.reg` declarations (`.pred`, `.b16`,
+    /// `.b32`, `.b64`, `.f32`).
     pub fn decl_type(self) -> &'static str {
         match self {
             RegClass::Pred => ".pred",
@@ -54,14 +61,19 @@ pub struct Reg(pub u32);
 /// A PTX special register.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Special {
+    /// `%tid.x`: the thread's index in its (1-D) block.
     TidX,
+    /// `%ctaid.{x,y,z}` (axis 0, 1, 2): the block's index in the launched grid.
     CtaId(u8),
     /// `%nctaid.{x,y,z}`: the launched grid's extent.
     NctaId(u8),
 }
 
+/// An instruction operand: a register, an immediate, a special register or
+/// a symbol's address.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operand {
+    /// A virtual register.
     Reg(Reg),
     /// An integer immediate (printed in decimal).
     Imm(i64),
@@ -69,6 +81,7 @@ pub enum Operand {
     F32(f32),
     /// A 16-bit immediate bit pattern (`0x3C00`).
     B16(u16),
+    /// A special register (thread and block indices, grid extents).
     Special(Special),
     /// The address of a module-level or function-level symbol.
     Symbol(String),
@@ -83,13 +96,18 @@ impl From<Reg> for Operand {
 /// A PTX state space for memory instructions.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Space {
+    /// `.global`: device memory (tensor arguments).
     Global,
+    /// `.shared`: the block's shared memory.
     Shared,
+    /// `.local`: per-thread memory (local arrays, spills).
     Local,
+    /// `.param`: kernel parameters.
     Param,
 }
 
 impl Space {
+    /// The state space's PTX name, without the dot (`global`, `shared`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Space::Global => "global",
@@ -107,37 +125,116 @@ impl Space {
 /// the thread that owns it); accesses by different operations may.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Region {
+    /// The shared buffer or scratch area (numbered by the lowering).
     pub id: u32,
+    /// The collective operation, numbered in program order by the lowering.
     pub op: u32,
 }
 
 /// `[base + offset]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Address {
+    /// A register holding an address in the instruction's state space, or
+    /// a symbol (`smem`, a local array).
     pub base: Operand,
+    /// A constant byte offset added to `base`.
     pub offset: i64,
 }
 
+/// One Thread IR instruction: a PTX instruction (or a short fixed sequence,
+/// like [`Inst::MbarWait`]'s loop) with typed operands. Shared-memory
+/// accesses carry the [`Region`] they touch (`None` where no barrier
+/// analysis is needed: compiler-private scratch ordered otherwise).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Inst {
     /// A register-to-register operation printed as `op dst, args..;`, where
     /// `op` carries the full PTX opcode with its modifiers and type
     /// (`add.s32`, `ex2.approx.ftz.f32`, `cvt.rzi.sat.s32.f32`, `setp.lt.s32`).
-    Op { op: String, dst: Reg, args: Vec<Operand> },
+    Op {
+        /// The opcode with modifiers and type.
+        op: String,
+        /// The destination register.
+        dst: Reg,
+        /// The source operands, in PTX order.
+        args: Vec<Operand>,
+    },
     /// `mov.b32 dst, {lo, hi};` (pack two 16-bit registers).
-    Pack { dst: Reg, lo: Reg, hi: Reg },
+    Pack {
+        /// The 32-bit result.
+        dst: Reg,
+        /// The 16-bit low half.
+        lo: Reg,
+        /// The 16-bit high half.
+        hi: Reg,
+    },
     /// `mov.b32 {lo, hi}, src;` (split a 32-bit register).
-    Unpack { lo: Reg, hi: Reg, src: Reg },
+    Unpack {
+        /// Receives the low 16 bits.
+        lo: Reg,
+        /// Receives the high 16 bits.
+        hi: Reg,
+        /// The 32-bit source.
+        src: Reg,
+    },
     /// `ld.space[.vN].ty {dsts}, [addr];`
-    Ld { space: Space, ty: &'static str, dsts: Vec<Reg>, addr: Address, region: Option<Region> },
+    Ld {
+        /// The state space read.
+        space: Space,
+        /// The PTX element type (`b32`, `f32`, `b16`, ...).
+        ty: &'static str,
+        /// One register per element: 1, 2 or 4 (`.v2`, `.v4`).
+        dsts: Vec<Reg>,
+        /// The address of the first element (aligned to the whole access).
+        addr: Address,
+        /// The shared region touched, for barrier insertion (`None` off shared
+        /// memory).
+        region: Option<Region>,
+    },
     /// `ld.param.ty dst, [name];`
-    LdParam { ty: &'static str, dst: Reg, name: String },
+    LdParam {
+        /// The parameter's PTX type (`u64`, `s32`, `f32`, ...).
+        ty: &'static str,
+        /// The destination register.
+        dst: Reg,
+        /// The parameter's name in [`Function::params`].
+        name: String,
+    },
     /// `st.space[.vN].ty [addr], {srcs};`
-    St { space: Space, ty: &'static str, srcs: Vec<Operand>, addr: Address, region: Option<Region> },
+    St {
+        /// The state space written.
+        space: Space,
+        /// The PTX element type.
+        ty: &'static str,
+        /// One operand per element: 1, 2 or 4 (`.v2`, `.v4`).
+        srcs: Vec<Operand>,
+        /// The address of the first element (aligned to the whole access).
+        addr: Address,
+        /// The shared region touched, for barrier insertion (`None` off shared
+        /// memory).
+        region: Option<Region>,
+    },
     /// `atom.space.add[.noftz].ty dst, [addr], src;` (result unused).
-    AtomAdd { space: Space, ty: &'static str, dst: Reg, addr: Address, src: Operand },
+    AtomAdd {
+        /// The state space (global for `atomic_add`).
+        space: Space,
+        /// The PTX type added (`f32`, `f16`, `bf16`, `s32`, `u32`).
+        ty: &'static str,
+        /// Receives the old value (unused).
+        dst: Reg,
+        /// The element's address.
+        addr: Address,
+        /// The value added.
+        src: Operand,
+    },
     /// `shfl.sync.bfly.b32 dst, src, lane_mask, 31, 0xffffffff;`
-    ShflBfly { dst: Reg, src: Reg, lane_mask: u32 },
+    ShflBfly {
+        /// Receives `src` of lane `lane ^ lane_mask`.
+        dst: Reg,
+        /// This lane's value.
+        src: Reg,
+        /// The XOR applied to the lane index (1..=31).
+        lane_mask: u32,
+    },
     /// `bar.sync 0;`
     BarSync,
     /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes[, src_bytes];`:
@@ -146,21 +243,57 @@ pub enum Inst {
     /// `src` and the rest are zero-filled. The data lands in shared memory
     /// only once a `cp.async.wait_group` retires the group it was committed
     /// in; `src` is not read beyond `src_bytes`.
-    CpAsync { bytes: u32, dst: Address, src: Address, src_bytes: Operand, region: Option<Region> },
+    CpAsync {
+        /// The chunk size: 4, 8 or 16 bytes.
+        bytes: u32,
+        /// The shared destination (aligned to `bytes`).
+        dst: Address,
+        /// The global source (aligned to `bytes`).
+        src: Address,
+        /// How many leading bytes come from `src` (0..=`bytes`); the rest are zero.
+        src_bytes: Operand,
+        /// The shared region touched, for barrier insertion (`None` off shared
+        /// memory).
+        region: Option<Region>,
+    },
     /// `cp.async.commit_group;`: closes the group of this thread's
     /// `cp.async`s issued since the previous commit (possibly empty).
     CpAsyncCommit,
     /// `cp.async.wait_group pending;`: waits until at most `pending` of this
     /// thread's committed groups are still in flight.
-    CpAsyncWait { pending: u32 },
+    CpAsyncWait {
+        /// How many of the newest groups may still be in flight.
+        pending: u32,
+    },
     /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16 {dsts}, [addr];`
     /// (warp-collective): lane `8j + i` gives the address of row `i` of
     /// matrix `j` (16 bytes); `dsts[j]` receives matrix `j`'s elements
     /// `(lane / 4, 2·(lane % 4) + {0, 1})`, transposed with `trans`.
-    Ldmatrix { trans: bool, dsts: Vec<Reg>, addr: Address, region: Option<Region> },
+    Ldmatrix {
+        /// Load each 8×8 matrix transposed (`.trans`).
+        trans: bool,
+        /// One `.b32` register per matrix: 1, 2 or 4 (`.x1`, `.x2`, `.x4`).
+        dsts: Vec<Reg>,
+        /// This lane's row address (16-byte aligned).
+        addr: Address,
+        /// The shared region touched, for barrier insertion (`None` off shared
+        /// memory).
+        region: Option<Region>,
+    },
     /// `mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {d}, {a}, {b}, {c};`
     /// (warp-collective), `ab` = `f16` or `bf16`.
-    Mma { ab: &'static str, d: [Reg; 4], a: [Reg; 4], b: [Reg; 2], c: [Reg; 4] },
+    Mma {
+        /// The operands' type: `f16` or `bf16`.
+        ab: &'static str,
+        /// The f32 result fragment (16×8 over the warp).
+        d: [Reg; 4],
+        /// A (16×16): four `.b32` registers of two elements each.
+        a: [Reg; 4],
+        /// B (16×8): two `.b32` registers of two elements each.
+        b: [Reg; 2],
+        /// The f32 accumulator added (may be `d` itself).
+        c: [Reg; 4],
+    },
 
     // ---- Hopper (sm_90 / sm_90a) building blocks; see `crate::hopper` ----
     // Each needs a minimum PTX ISA version and a target feature
@@ -169,17 +302,37 @@ pub enum Inst {
     /// `mbarrier.init.shared::cta.b64 [addr], count;`: the 8-byte barrier at
     /// `addr` expects `count` arrivals per phase, starts in phase 0 with no
     /// pending transaction bytes.
-    MbarInit { addr: Address, count: Operand },
+    MbarInit {
+        /// The barrier's shared address (8-byte aligned).
+        addr: Address,
+        /// The arrivals each phase expects.
+        count: Operand,
+    },
     /// `mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], tx_bytes;`:
     /// adds `tx_bytes` to the bytes the current phase waits for, then arrives.
-    MbarArriveExpectTx { addr: Address, tx_bytes: Operand },
+    MbarArriveExpectTx {
+        /// The barrier's shared address.
+        addr: Address,
+        /// The transaction bytes the phase now also waits for.
+        tx_bytes: Operand,
+    },
     /// `mbarrier.arrive.shared::cta.b64 _, [addr];`
-    MbarArrive { addr: Address },
+    MbarArrive {
+        /// The barrier's shared address.
+        addr: Address,
+    },
     /// A wait loop on `mbarrier.try_wait.parity.shared::cta.b64 pred, [addr], parity;`
     /// that returns once the phase with parity `parity` (0 or 1) has
     /// completed; `pred` is a scratch predicate register. PTX: a label,
     /// the try_wait and a `bra` back while `pred` is false.
-    MbarWait { addr: Address, parity: Operand, pred: Reg },
+    MbarWait {
+        /// The barrier's shared address.
+        addr: Address,
+        /// The parity (0 or 1) of the phase waited for.
+        parity: Operand,
+        /// A scratch predicate for the loop's test.
+        pred: Reg,
+    },
     /// `fence.mbarrier_init.release.cluster;`: makes preceding
     /// `mbarrier.init`s visible to other threads and to the async proxy.
     FenceMbarrierInit,
@@ -188,7 +341,12 @@ pub enum Inst {
     FenceProxyAsync,
     /// `cvta.param.u64 dst, param;`: the generic address of a kernel
     /// parameter of type [`TENSOR_MAP_PARAM`] (what TMA instructions take).
-    TensorMapAddr { dst: Reg, param: String },
+    TensorMapAddr {
+        /// Receives the 64-bit generic address.
+        dst: Reg,
+        /// The tensor-map parameter's name.
+        param: String,
+    },
     /// `cp.async.bulk.tensor.{N}d.shared::{cluster,cta}.global.tile.mbarrier::complete_tx::bytes[.L2::cache_hint]
     /// [dst], [tmap, {coords}], [mbar][, cache_hint];` with N = `coords.len()`
     /// (1..=5; innermost coordinate first, in elements): one box of the
@@ -196,30 +354,54 @@ pub enum Inst {
     /// `box bytes` transaction bytes on the mbarrier. `cta_dst` picks the
     /// `.shared::cta` destination form (PTX 8.6).
     TmaLoad {
+        /// Where the box lands in shared memory (128-byte aligned).
         dst: Address,
+        /// The tensor map's generic address ([`Inst::TensorMapAddr`]).
         tmap: Operand,
+        /// The box's first element, innermost coordinate first, in elements.
         coords: Vec<Operand>,
+        /// The mbarrier the box's bytes complete on.
         mbar: Address,
+        /// A 64-bit L2 cache policy (`.L2::cache_hint`), if any.
         cache_hint: Option<Operand>,
+        /// Use the `.shared::cta` destination form (PTX 8.6) instead of `.shared::cluster`.
         cta_dst: bool,
+        /// The shared region touched, for barrier insertion (`None` off shared
+        /// memory).
         region: Option<Region>,
     },
     /// `cp.async.bulk.tensor.{N}d.global.shared::cta.tile.bulk_group [tmap, {coords}], [src];`:
     /// one box from shared memory to the tensor (out-of-bounds elements are
     /// not written); completion is tracked by bulk groups.
-    TmaStore { tmap: Operand, coords: Vec<Operand>, src: Address, region: Option<Region> },
+    TmaStore {
+        /// The tensor map's generic address.
+        tmap: Operand,
+        /// The box's first element, innermost coordinate first, in elements.
+        coords: Vec<Operand>,
+        /// The box in shared memory (128-byte aligned).
+        src: Address,
+        /// The shared region touched, for barrier insertion (`None` off shared
+        /// memory).
+        region: Option<Region>,
+    },
     /// `cp.async.bulk.commit_group;`
     BulkCommit,
     /// `cp.async.bulk.wait_group.read pending;`: waits until at most
     /// `pending` bulk groups still read their shared source.
-    BulkWaitRead { pending: u32 },
+    BulkWaitRead {
+        /// How many of the newest bulk groups may still be reading.
+        pending: u32,
+    },
     /// `wgmma.fence.sync.aligned;` (warpgroup-collective): orders register
     /// writes (accumulator, A fragment) before the next wgmma.
     WgmmaFence,
     /// `wgmma.commit_group.sync.aligned;`
     WgmmaCommit,
     /// `wgmma.wait_group.sync.aligned pending;`
-    WgmmaWait { pending: u32 },
+    WgmmaWait {
+        /// How many of the newest wgmma groups may still be in flight.
+        pending: u32,
+    },
     /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {d}, a, b_desc, scale_d, imm-scale-a, imm-scale-b[, imm-trans-a], imm-trans-b;`
     /// (warpgroup-collective): `D = A·B + (scale_d ? D : 0)`, `d` = `n/2`
     /// f32 registers, A 64×16 from a descriptor or 4 f16x2 registers, B
@@ -230,45 +412,84 @@ pub enum Inst {
     /// generic → async proxy fence, [`crate::passes::barriers`]); empty
     /// where mbarriers order the operands instead (warp-specialized loop).
     Wgmma {
+        /// The instruction's N: 8..=256 in steps of 8.
         n: u32,
+        /// The operands' type: `f16` or `bf16`.
         ab: &'static str,
+        /// The f32 accumulator registers, `n / 2` of them.
         d: Vec<Reg>,
+        /// The A operand.
         a: WgmmaA,
+        /// B's 64-bit shared-memory matrix descriptor.
         b_desc: Operand,
+        /// A predicate or immediate: accumulate into `d` when true, overwrite when false.
         scale_d: Operand,
+        /// Negate A (imm-scale-a -1).
         neg_a: bool,
+        /// Negate B (imm-scale-b -1).
         neg_b: bool,
+        /// A is M-major (descriptor A only).
         trans_a: bool,
+        /// B is N-major.
         trans_b: bool,
+        /// The shared regions its descriptors read.
         regions: Vec<Region>,
     },
     /// `setmaxnreg.{inc,dec}.sync.aligned.u32 count;` (warpgroup-collective).
-    SetMaxNreg { inc: bool, count: u32 },
+    SetMaxNreg {
+        /// Raise the warpgroup's register limit (`.inc`) rather than lower it (`.dec`).
+        inc: bool,
+        /// The new per-thread register count: 24..=256, a multiple of 8.
+        count: u32,
+    },
     /// `elect.sync _|pred, 0xffffffff;`: `pred` is true in one lane of the warp.
-    ElectSync { pred: Reg },
+    ElectSync {
+        /// True in the elected lane only.
+        pred: Reg,
+    },
     /// `bar.sync id, threads;`: a named barrier over the first `threads`
     /// threads to arrive (a multiple of 32).
-    NamedBarSync { id: u32, threads: u32 },
+    NamedBarSync {
+        /// The barrier (0..=15; 0 is `bar.sync 0`'s).
+        id: u32,
+        /// The threads it waits for (a multiple of 32).
+        threads: u32,
+    },
     /// `bar.arrive id, threads;`: this warp's arrival at named barrier `id`
     /// without waiting (the barrier completes when `threads` have arrived,
     /// the others with `bar.sync`). Used only as a scheduling signal (the
     /// ping-pong of two consumer warpgroups: "your turn"), never to order
     /// memory accesses: the wgmma-wait pass moves waits past it.
-    NamedBarArrive { id: u32, threads: u32 },
+    NamedBarArrive {
+        /// The barrier (0..=15).
+        id: u32,
+        /// The threads whose arrival completes it (a multiple of 32).
+        threads: u32,
+    },
     /// `exit;`: the thread stops (a warp-specialized producer, done).
     Exit,
     /// `nanosleep.u32 ns;`: the thread sleeps up to `ns` nanoseconds. Its use
     /// here is a scheduling fence: inside a branch no thread takes, it ends
     /// a basic block that ptxas's scheduler does not hoist instructions
     /// out of (see `schedule/warp_specialized_loop/defer.rs`).
-    Nanosleep { ns: u32 },
+    Nanosleep {
+        /// The longest sleep, in nanoseconds.
+        ns: u32,
+    },
     /// A call of CUDA's `vprintf(format, args)`: `format` (a C format with
     /// its newline) becomes the global string `tile_fmt{id}`, `args` are
     /// stored into the local buffer `tile_pbuf{id}` (each at an offset
     /// aligned to its size; `ty` is `f64`, `s32`, `u32` or `s64`) whose
     /// generic address is the second argument. `id` names the two symbols:
     /// instructions with the same `id` are copies of one print.
-    Printf { id: u32, format: String, args: Vec<(Reg, &'static str)> },
+    Printf {
+        /// Names the format string and argument buffer symbols.
+        id: u32,
+        /// The C format, newline included.
+        format: String,
+        /// The arguments and their `vprintf` types, in order.
+        args: Vec<(Reg, &'static str)>,
+    },
 }
 
 /// The byte offsets of `vprintf` arguments of types `f64`/`s64` (8 bytes)
@@ -331,46 +552,67 @@ impl Inst {
     }
 }
 
+/// A statement of a [`Function`]'s body: an instruction or structured
+/// control flow (the PTX printer lowers it to labels and branches).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     /// An instruction, optionally predicated (`@p` / `@!p`).
     Inst {
+        /// The instruction.
         inst: Inst,
+        /// The guard predicate and whether it is negated (`@!p`); `None`:
+        /// always executed.
         guard: Option<(Reg, bool)>,
     },
     /// `if cond (negated when `negate`) { then } else { otherwise }`.
     If {
+        /// The predicate tested.
         cond: Reg,
+        /// Take `then` when `cond` is false.
         negate: bool,
+        /// Every thread of the block takes the same branch (`bra.uni`).
         uniform: bool,
+        /// Runs when the (possibly negated) condition holds.
         then: Vec<Stmt>,
+        /// Runs when it does not.
         otherwise: Vec<Stmt>,
     },
     /// `for var in start..end` (32-bit signed counter, step 1); `exit` is a
     /// predicate register the loop test uses.
     For {
+        /// The counter (`.b32`), written by the loop.
         var: Reg,
+        /// Its first value.
         start: Operand,
+        /// One past its last value (no iteration when `end <= start`).
         end: Operand,
+        /// A scratch predicate: `var >= end`.
         exit: Reg,
+        /// Every thread of the block runs the same iterations (`bra.uni`).
         uniform: bool,
+        /// The statements of one iteration.
         body: Vec<Stmt>,
     },
+    /// A `// text` line in the PTX (dumps only; no effect).
     Comment(String),
 }
 
 /// One kernel entry.
 #[derive(Clone, Debug, Default)]
 pub struct Function {
+    /// The entry's name (the kernel's).
     pub name: String,
     /// PTX parameter names and types (`.u64`, `.s32`, `.f32`, `.u32`, `.b16`), in ABI order.
     pub params: Vec<(String, &'static str)>,
+    /// Threads per block (`.maxntid`), the producer warpgroup included.
     pub threads: u32,
+    /// The class of each virtual register, indexed by [`Reg`].
     pub regs: Vec<RegClass>,
     /// Dynamic shared memory in bytes.
     pub shared_bytes: u32,
     /// Per-thread `.local` arrays: (name, bytes).
     pub local_arrays: Vec<(String, u32)>,
+    /// What each thread executes.
     pub body: Vec<Stmt>,
     /// TMA tensor maps, after every other parameter (their `params`
     /// entries have type [`TENSOR_MAP_PARAM`]), in the same order.
@@ -387,10 +629,12 @@ pub struct Function {
 }
 
 impl Function {
+    /// A new virtual register of `class`.
     pub fn new_reg(&mut self, class: RegClass) -> Reg {
         self.regs.push(class);
         Reg(self.regs.len() as u32 - 1)
     }
+    /// The register's PTX name: its class's prefix and its index (`%r12`).
     pub fn reg_name(&self, r: Reg) -> String {
         format!("{}{}", self.regs[r.0 as usize].prefix(), r.0)
     }

@@ -13,6 +13,9 @@
 //! errors of a kernel are reported together; the macro never panics.
 //!
 //! The language reference is the documentation of [`macro@tile_kernel`].
+
+#![warn(missing_docs)]
+
 use proc_macro::TokenStream;
 
 mod attr;

@@ -18,6 +18,8 @@
 //!   read from a block table.
 //! - [`rng`]: the xorshift generator ([`Rng`]) the tests draw inputs from.
 
+#![warn(missing_docs)]
+
 pub mod attention;
 pub mod matmul;
 pub mod paged;

@@ -61,16 +61,29 @@ use crate::verify::verify;
 
 /// The bytes of one tensor argument: little-endian elements of its dtype, row-major.
 pub enum TensorData<'a> {
+    /// A tensor the kernel only reads (`&Tensor`).
     Ro(&'a [u8]),
+    /// A tensor the kernel may write (`&mut Tensor`); written in place.
     Rw(&'a mut [u8]),
 }
 
 /// One kernel argument, in `kernel.params` order.
 pub enum Arg<'a> {
-    Tensor { data: TensorData<'a>, shape: Vec<usize> },
+    /// A tensor parameter's argument.
+    Tensor {
+        /// Its bytes.
+        data: TensorData<'a>,
+        /// Its shape, outermost first (the dynamic dims are bound from it).
+        shape: Vec<usize>,
+    },
+    /// A scalar parameter's value (of the parameter's type).
     Scalar(Value),
 }
 
+/// A kernel the interpreter could not run, or a run that went wrong (an
+/// out-of-bounds shared access, division by zero, a check-mode finding): the
+/// message names the kernel, the statement (its source line when known) and
+/// the values involved.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("interpreter: {0}")]
 pub struct InterpError(pub String);

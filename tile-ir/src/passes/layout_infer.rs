@@ -50,6 +50,7 @@ pub const MAX_ACCUMULATOR_REGS: usize = 192;
 /// The layouts chosen for a kernel.
 #[derive(Clone, Debug, Default)]
 pub struct LayoutPlan {
+    /// The layout of each fragment buffer.
     pub frags: HashMap<BufferId, FragLayout>,
     /// The layout of each parallel nest, keyed by its outermost loop variable.
     pub nests: HashMap<VarId, FragLayout>,
@@ -70,9 +71,13 @@ pub struct LayoutPlan {
 
 /// A maximal nest of `Parallel` loops.
 pub struct Nest<'a> {
+    /// The loop variables, outermost first.
     pub vars: Vec<VarId>,
+    /// Each loop's (constant) start.
     pub starts: Vec<i64>,
+    /// Each loop's (constant) trip count.
     pub extents: Vec<i64>,
+    /// The innermost loop's body.
     pub body: &'a [Stmt],
 }
 

@@ -58,6 +58,7 @@ pub struct PipelinePlan {
 /// One software-pipelined loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PipelinedLoop {
+    /// The loop's `stages` (buffers per pipelined copy).
     pub stages: u32,
     /// Indices (into the loop body) of the pipelined copies, in body order.
     pub copies: Vec<usize>,

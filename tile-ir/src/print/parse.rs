@@ -23,7 +23,9 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
 pub struct ParseError {
+    /// The line (1-based) of the text where the problem is.
     pub line: usize,
+    /// What is wrong there.
     pub message: String,
 }
 

@@ -114,15 +114,20 @@ impl Schedule {
 /// A schedule's decision to take a kernel, with what it found.
 #[derive(Clone, Debug)]
 pub enum Plan {
+    /// [`Schedule::WarpSpecializedGemm`]: the producer's TMA operands, the gemms and options.
     WarpSpecializedGemm(Box<WsPlan>),
+    /// [`Schedule::WarpSpecializedLoop`]: the loop, its producer's copies and what it computes.
     WarpSpecializedLoop(Box<WslPlan>),
     /// The pipeline analysis (TMA or not is decided per copy while lowering).
     TmaCopy(PipelinePlan),
+    /// [`Schedule::CpAsyncPipeline`]: the pipeline analysis.
     CpAsyncPipeline(PipelinePlan),
+    /// [`Schedule::General`]: nothing to plan.
     General,
 }
 
 impl Plan {
+    /// The schedule that made the plan.
     pub fn schedule(&self) -> Schedule {
         match self {
             Plan::WarpSpecializedGemm(_) => Schedule::WarpSpecializedGemm,

@@ -11,6 +11,7 @@ pub struct NotApplicable {
 }
 
 impl NotApplicable {
+    /// A refusal for `reason`.
     pub fn new(reason: impl Into<String>) -> NotApplicable {
         NotApplicable { reason: reason.into() }
     }

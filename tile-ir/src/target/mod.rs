@@ -66,6 +66,7 @@ pub enum Feature {
 /// What one target has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetInfo {
+    /// The target described.
     pub target: Target,
     /// The PTX `.target` name (`sm_80`, `sm_90a`), also the `TILE_ARCHS` name.
     pub name: &'static str,
@@ -80,6 +81,7 @@ pub struct TargetInfo {
     pub base_ptx_version: u32,
     /// The most dynamic shared memory one block may have, in bytes.
     pub shared_limit: u32,
+    /// The SM's register file and its split in warp-specialized kernels.
     pub registers: RegisterFile,
     /// What the target's instructions may use; [`isa::requirement`] names
     /// the feature each instruction needs.
@@ -160,6 +162,8 @@ impl Target {
         self.info().name
     }
 
+    /// The target of a `.target` / `TILE_ARCHS` name (`sm_80`, `sm_90a`;
+    /// surrounding spaces ignored); `None` for any other.
     pub fn from_name(name: &str) -> Option<Target> {
         let name = name.trim();
         Target::ALL.into_iter().find(|t| t.name() == name)

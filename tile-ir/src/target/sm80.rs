@@ -3,6 +3,8 @@
 
 use super::{Feature, RegisterFile, Target, TargetInfo};
 
+/// sm_80's description: PTX ISA 8.0 and later, 166,912 bytes (163 KB) of
+/// shared memory per block, cp.async, ldmatrix, mma.sync and mbarrier.
 pub const SM80: TargetInfo = TargetInfo {
     target: Target::Sm80,
     name: "sm_80",

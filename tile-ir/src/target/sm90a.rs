@@ -4,6 +4,9 @@
 
 use super::{Feature, RegisterFile, RegisterSplit, Target, TargetInfo};
 
+/// sm_90a's description: sm_80's features plus wgmma, TMA, transaction
+/// mbarriers, clusters, setmaxnreg and elect.sync; 232,448 bytes (227 KB) of
+/// shared memory per block; the register split of warp-specialized kernels.
 pub const SM90A: TargetInfo = TargetInfo {
     target: Target::Sm90a,
     name: "sm_90a",

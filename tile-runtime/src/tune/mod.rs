@@ -6,7 +6,8 @@
 //! (the language reference, `tile::tile_kernel`); its generated
 //! `launch_tuned::<..>` passes a [`TunedKernel`] (the instances that match
 //! the caller's other parameters, in `instances(..)` order) to
-//! [`Tuner::launch`]. On the first launch for a new [`Key`](key) the tuner:
+//! [`Tuner::launch`]. On the first launch for a new key (device, kernel,
+//! candidates' hash and the arguments' shape bucket, [`bucket`]) the tuner:
 //! 1. looks for the choice in the shipped file (`TILE_TUNE_CACHE`), then in
 //!    the user's cache file ([`store::cache_dir`]`/tune.json`); an entry
 //!    counts only if its device, kernel name, candidate hash and bucket are

@@ -46,9 +46,11 @@ pub struct TmaOperand {
     pub buf: BufferId,
     /// Index into `kernel.params` of the global source tensor.
     pub param: usize,
+    /// The element type (f16 or bf16).
     pub dtype: DType,
     /// The destination's `[rows, cols]`.
     pub rows: i64,
+    /// The destination's columns (`rows` above has its rows).
     pub cols: i64,
     /// The swizzle of every panel (its span is a panel row in bytes).
     pub swizzle: Swizzle,
@@ -101,13 +103,21 @@ pub struct WsGemm {
     pub stmt: usize,
     /// Indices into [`WsPlan::operands`].
     pub a: usize,
+    /// B's index into [`WsPlan::operands`] (`a` is A's).
     pub b: usize,
+    /// The f32 accumulator fragment.
     pub c: BufferId,
+    /// A is stored `[K, M]`.
     pub trans_a: bool,
+    /// B is stored `[N, K]`.
     pub trans_b: bool,
+    /// The gemm overwrites `c` (its first use in the iteration zeroes it).
     pub clear: bool,
+    /// The accumulator's rows.
     pub m: i64,
+    /// The accumulator's columns.
     pub n: i64,
+    /// The reduction length per iteration.
     pub k: i64,
     /// 64-row slices per warpgroup (`M / (64 · warpgroups)`): each its own
     /// `m64nNk16` chain ([`crate::hopper::ws_accumulator`]).
@@ -126,8 +136,11 @@ pub struct WsStore {
     pub acc: BufferId,
     /// Index into `kernel.params` of the destination tensor.
     pub param: usize,
+    /// The destination's element type (f16 or bf16).
     pub dtype: DType,
+    /// The accumulator's rows.
     pub rows: i64,
+    /// The accumulator's columns.
     pub cols: i64,
 }
 
@@ -136,6 +149,7 @@ impl WsStore {
     pub fn panel_cols(&self) -> i64 {
         128 / self.dtype.size_bytes() as i64
     }
+    /// Bytes of one shared panel (`rows` rows of 128 bytes).
     pub fn panel_bytes(&self) -> i64 {
         self.rows * 128
     }
@@ -146,8 +160,11 @@ impl WsStore {
 pub struct WsPlan {
     /// Index of the pipelined loop in `kernel.body`.
     pub loop_index: usize,
+    /// The loop's stages: slots of the full/empty mbarrier ring.
     pub stages: u32,
+    /// The producer's TMA loads, one per pipelined copy.
     pub operands: Vec<TmaOperand>,
+    /// The consumers' gemms, in body order.
     pub gemms: Vec<WsGemm>,
     /// The kernel's threads: the consumer warpgroups.
     pub consumer_threads: u32,

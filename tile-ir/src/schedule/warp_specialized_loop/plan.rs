@@ -57,6 +57,7 @@ pub struct WslPlan {
     pub loop_index: usize,
     /// Its variable.
     pub var: VarId,
+    /// The loop's stages: slots of each copy's full/empty mbarrier ring.
     pub stages: u32,
     /// Indices (into the loop body) of the pipelined copies: the producer's.
     pub copies: Vec<usize>,
