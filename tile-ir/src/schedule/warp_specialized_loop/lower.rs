@@ -28,10 +28,22 @@
 //!     for k in a..b: the body on stage st, its pipelined copies left out:
 //!                        wait full_c[st] parity ph before the first statement using c's buffer
 //!                        arrive empty_c[st] after the last one  // every thread, after its reads
+//!                                                               // (and writes: fenced, see below)
 //!                    advance st
 //!     bar.sync 1, T                                  // stage memory may be reused
 //!     the statements after the loop
 //! ```
+//! A stage the body writes into after its copy (MLA's V rows past the
+//! sequence zeroed: [`crate::passes::pipeline::PipelinePlan::rewritten`])
+//! is released after the last statement touching it, read or write, like
+//! any other; the writes go to the current stage (every statement of the
+//! body addresses its stage), are dead at the next fill (the copy fills the
+//! whole buffer), and reach the async proxy of that fill through a
+//! `fence.proxy.async` before the arrive, unless the last user is a wgmma
+//! gemm reading the stage, before which the barrier pass fences them anyway.
+//! The loops that issue ahead or defer a gemm take no such ring (its buffer
+//! has more than the one gemm using it).
+//!
 //! The stage's reads are done before the arrive: generic loads complete in
 //! program order, and a wgmma reading the stage is waited for before it
 //! (`wgmma.wait_group 0` of the general lowering moves down only to the
@@ -519,6 +531,8 @@ impl Lx<'_> {
         }
         let first = |ci: usize| users[ci].first().copied();
         let last = |ci: usize| users[ci].last().copied();
+        let fenced: Vec<bool> =
+            (0..copies.len()).map(|ci| self.wsl_release_fence(wl, body, &users[ci], copies[ci].dst)).collect();
         let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         self.mov(stage, Operand::Imm(0), DType::I32);
         self.mov(phase, Operand::Imm(0), DType::I32);
@@ -569,6 +583,9 @@ impl Lx<'_> {
                 x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
             };
             let release = |x: &mut Self, ci: usize| {
+                if fenced[ci] {
+                    x.emit(Inst::FenceProxyAsync);
+                }
                 let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
                 x.emit(Inst::MbarArrive { addr: empty });
             };
@@ -680,6 +697,25 @@ impl Lx<'_> {
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
         Ok(())
+    }
+
+    /// Whether the release of the ring whose stage buffer is `buf` (touched
+    /// by the body's statements `users`) needs a `fence.proxy.async` first:
+    /// the body writes the stage through the generic proxy
+    /// ([`crate::passes::pipeline::PipelinePlan::rewritten`]) and its last
+    /// user is not a wgmma gemm reading it (before which the barrier pass
+    /// fences those writes already), so that the producer's TMA refill
+    /// (async proxy) is ordered after them.
+    fn wsl_release_fence(&self, wl: &WslLowering, body: &[TStmt], users: &[usize], buf: BufferId) -> bool {
+        if !wl.plan.pipe.rewritten.contains(&buf) {
+            return false;
+        }
+        let Some(&last) = users.last() else { return true };
+        let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &body[last].kind else {
+            return true;
+        };
+        let reads = touches_memory(self.k, &body[last], buf).0;
+        !(reads && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some())
     }
 
     /// The gemm the consumers issue one iteration ahead (see the module
