@@ -494,6 +494,24 @@ pub enum WarpPolicy {
     FullCol,
 }
 
+/// The L2 policy of a [`StmtKind::Copy`]'s global reads (`copy(..)
+/// .evict_first()`): a hint, which changes no result. TMA copies carry it
+/// (`.L2::cache_hint` with a `createpolicy` policy); the others ignore it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CacheHint {
+    /// The L2's default policy.
+    #[default]
+    Normal,
+    /// Data read once (a streamed KV cache): evicted from the L2 first.
+    EvictFirst,
+}
+
+impl CacheHint {
+    pub fn is_default(&self) -> bool {
+        *self == CacheHint::Normal
+    }
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LoopKind {
     /// Iterations run in order, uniformly across the block.
@@ -543,11 +561,14 @@ pub enum StmtKind {
         otherwise: Vec<Stmt>,
     },
     /// Collective copy, converting the element type if the two differ.
-    /// `fill` (of the destination's dtype) replaces masked reads.
+    /// `fill` (of the destination's dtype) replaces masked reads; `cache`:
+    /// how the L2 keeps what a copy from a global tensor reads.
     Copy {
         src: TileRef,
         dst: TileRef,
         fill: Option<Expr>,
+        #[serde(default, skip_serializing_if = "CacheHint::is_default")]
+        cache: CacheHint,
     },
     /// Set every element of a shared, fragment or local buffer.
     Fill {

@@ -15,6 +15,7 @@
 //! never holds shows that the NaN keys are read.
 
 mod gemm_sim;
+mod ptxas;
 mod sim;
 
 use gemm_sim::{decode, random, rel_l2, Rng};
@@ -54,8 +55,8 @@ fn kernel(zero_v: bool) -> String {
   fill l, 0.0
   fill m, -inf
   for %7 kb in pipelined(2) 0..(len + 63) / 64 {{
-    copy kv[bz, kb * 64.., 0..] -> kv_s
-    copy kv[bz, kb * 64.., {D}..] -> kpe_s
+    copy kv[bz, kb * 64.., 0..] -> kv_s, cache=evict_first
+    copy kv[bz, kb * 64.., {D}..] -> kpe_s, cache=evict_first
     gemm q_s, kv_s.t -> s, clear, policy=full_col
     gemm qpe_s, kpe_s.t -> s, policy=full_col
     if (kb + 1) * 64 > len {{
@@ -157,6 +158,24 @@ fn only_the_warp_specialized_loop_pipelines_a_rewritten_stage() {
     let c = variant(&k, "warp_specialized_loop");
     assert!(!c.ptx.contains("cp.async.cg") && !c.ptx.contains("cp.async.ca"), "consumers load with cp.async");
     assert_eq!(c.ptx.matches("mbarrier.init").count(), 2 * 2 * 2 + 1, "two rings of two stages and Q's barrier");
+    // `.evict_first()`: one L2 policy made before the producer's loop, on
+    // its three boxes per iteration (kv_s: two of 64 columns, kpe_s: one),
+    // not on Q's.
+    assert_eq!(c.ptx.matches("createpolicy.fractional.L2::evict_first.b64").count(), 1);
+    let hinted = c.ptx.lines().filter(|l| l.contains("cp.async.bulk.tensor") && l.contains(".L2::cache_hint")).count();
+    let boxes = c.ptx.lines().filter(|l| l.contains("cp.async.bulk.tensor")).count();
+    assert_eq!((hinted, boxes), (3, 3 + 3), "{}", c.ptx);
+    if let Some(report) = ptxas::assemble("mla_rewritten", &c.ptx, "sm_90a") {
+        assert!(!report.contains("spill stores") || report.contains(" 0 bytes spill stores"), "{report}");
+    }
+    // The TMA-copy variant issues the hinted kpe_s as TMA too (kv_s, not
+    // pipelined there, is a plain copy).
+    let t = variant(&k, "tma_copy");
+    assert!(t.ptx.contains("createpolicy.fractional.L2::evict_first.b64") && t.ptx.contains(".L2::cache_hint"));
+    // Printed and parsed back.
+    let text = tile_ir::print::print_kernel(&k);
+    assert!(text.contains("-> kv_s, cache=evict_first"), "{text}");
+    assert_eq!(parse_kernel(&text).unwrap().body, k.body);
 }
 
 #[test]

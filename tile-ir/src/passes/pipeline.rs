@@ -499,7 +499,7 @@ pub(crate) fn touches(s: &Stmt, buf: BufferId) -> (bool, bool) {
                 w |= b;
             }
         }
-        StmtKind::Copy { src, dst, fill } => {
+        StmtKind::Copy { src, dst, fill, .. } => {
             r |= src.buf == buf
                 || any(&src.origin)
                 || any(&dst.origin)
@@ -547,7 +547,7 @@ fn uses_except(body: &[Stmt], skip: &Stmt, out: &mut HashSet<BufferId>) {
                 index.iter().for_each(|e| mark_expr(e, out));
                 mark_expr(value, out);
             }
-            StmtKind::Copy { src, dst, fill } => {
+            StmtKind::Copy { src, dst, fill, .. } => {
                 out.insert(src.buf);
                 out.insert(dst.buf);
                 src.origin.iter().chain(&dst.origin).for_each(|e| mark_expr(e, out));

@@ -123,7 +123,7 @@
 //! so their counts are the plain ping-pong's.
 
 use super::plan::WslPlan;
-use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
+use crate::ir::{BufferId, CacheHint, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
 use crate::schedule::warp_specialized_gemm::has_load;
@@ -143,6 +143,8 @@ pub(super) struct WslCopy {
     boxes: Vec<(i64, i64, i64)>,
     /// Bytes of all its boxes.
     bytes: i64,
+    /// Its L2 policy.
+    cache: CacheHint,
 }
 
 /// The schedule's state while one kernel is lowered.
@@ -221,7 +223,7 @@ impl Lx<'_> {
             return;
         };
         for &i in &ws.copies {
-            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let StmtKind::Copy { src, dst, fill, cache } = &body[i].kind else { continue };
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 self.errors.push(crate::CompileError::new(
                     body[i].span,
@@ -235,13 +237,13 @@ impl Lx<'_> {
             let param = format!("tmap{}", self.f.tensor_maps.len());
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b });
+            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b, cache: *cache });
         }
         // The copies before the loop whose shared layout TMA writes (the
         // others the consumers do themselves).
         let mut pre_bytes = 0;
         for &i in &ws.pre_copies {
-            let StmtKind::Copy { src, dst, fill } = &self.k.body[i].kind else { continue };
+            let StmtKind::Copy { src, dst, fill, cache } = &self.k.body[i].kind else { continue };
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 continue;
             };
@@ -249,7 +251,7 @@ impl Lx<'_> {
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
             pre_bytes += b;
-            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b });
+            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b, cache: *cache });
         }
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
@@ -403,6 +405,9 @@ impl Lx<'_> {
                 self.emit(Inst::TensorMapAddr { dst: r, param: c.param.clone() });
                 maps.push(r);
             }
+            // One L2 policy for the copies that ask for one, made before the loop.
+            let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
+            let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
             let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
             self.mov(stage, Operand::Imm(0), DType::I32);
             self.mov(phase, Operand::Imm(0), DType::I32);
@@ -452,7 +457,8 @@ impl Lx<'_> {
                     let smem = x.smem;
                     let at = x.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
                     let at = x.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), at.into()]);
-                    x.tma_boxes(*map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &full);
+                    let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
+                    x.tma_boxes(*map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &full, hint);
                 }
                 x.ring_advance(stages, stage, phase);
                 Ok(())
@@ -494,7 +500,8 @@ impl Lx<'_> {
             let (off, _) =
                 *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
             let at = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
-            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar);
+            let hint = self.l2_policy(c.cache);
+            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar, hint);
         }
         Ok(())
     }

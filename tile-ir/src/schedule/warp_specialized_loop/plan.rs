@@ -121,7 +121,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         NotApplicable::new(why)
     })?;
     for &i in &pl.copies {
-        let StmtKind::Copy { src, dst, fill } = &body[i].kind else {
+        let StmtKind::Copy { src, dst, fill, .. } = &body[i].kind else {
             return Err(no("internal: a pipelined statement is not a copy"));
         };
         if !tma_candidate(kernel, src, dst, fill.as_ref()) {
@@ -152,7 +152,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     // Copies before the loop the producer can issue too.
     let mut pre_copies = Vec::new();
     for (i, s) in kernel.body[..loop_index].iter().enumerate() {
-        let StmtKind::Copy { src, dst, fill } = &s.kind else { continue };
+        let StmtKind::Copy { src, dst, fill, .. } = &s.kind else { continue };
         if !tma_candidate(kernel, src, dst, fill.as_ref()) {
             continue;
         }
