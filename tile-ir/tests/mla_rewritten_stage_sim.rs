@@ -6,7 +6,9 @@
 //! The warp-specialized loop pipelines `kv_s` (its producer issues it as TMA
 //! into a ring, the consumers release the stage after P·V, the last
 //! statement touching it); the cp.async and TMA-copy pipelines, which refill
-//! a stage at the top of the next iteration, refuse it and say why. On the
+//! a stage at the top of the next iteration, refuse it and say why. The KV
+//! copies carry `cache=evict_first` (TMA's L2 hint), and the two gemms into
+//! S are chained (the first left in flight). On the
 //! simulator (races, TMA, mbarriers, wgmma operands checked) against an f64
 //! reference, the keys past each batch's length NaN in the tensor (so a
 //! zeroing that missed the stage P·V reads, or came after it, leaks NaN),
@@ -158,6 +160,10 @@ fn only_the_warp_specialized_loop_pipelines_a_rewritten_stage() {
     let c = variant(&k, "warp_specialized_loop");
     assert!(!c.ptx.contains("cp.async.cg") && !c.ptx.contains("cp.async.ca"), "consumers load with cp.async");
     assert_eq!(c.ptx.matches("mbarrier.init").count(), 2 * 2 * 2 + 1, "two rings of two stages and Q's barrier");
+    // Q·Kᵀ over the nope columns is left in flight into `S += Q_pe·K_peᵀ`:
+    // three gemms, three commits, two waits.
+    let count = |p: &str| c.ptx.matches(p).count();
+    assert_eq!((count("wgmma.commit_group"), count("wgmma.wait_group.sync.aligned 0")), (3, 2));
     // `.evict_first()`: one L2 policy made before the producer's loop, on
     // its three boxes per iteration (kv_s: two of 64 columns, kpe_s: one),
     // not on Q's.

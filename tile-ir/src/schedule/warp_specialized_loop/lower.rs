@@ -44,6 +44,14 @@
 //! The loops that issue ahead or defer a gemm take no such ring (its buffer
 //! has more than the one gemm using it).
 //!
+//! Consecutive gemms on wgmma accumulating into one fragment (MLA's
+//! `S = Q·Kᵀ` over the 512 "nope" columns, then `S += Q_pe·K_peᵀ`): the
+//! first is left in flight, without its `wgmma.wait_group 0`, when no ring
+//! is released right after it; the second's wgmmas, issued after it by the
+//! same warpgroup into the same registers, are ordered after it, and its
+//! wait retires both groups (between them only the second's ring wait and
+//! `wgmma.fence`).
+//!
 //! The stage's reads are done before the arrive: generic loads complete in
 //! program order, and a wgmma reading the stage is waited for before it
 //! (`wgmma.wait_group 0` of the general lowering moves down only to the
@@ -578,6 +586,7 @@ impl Lx<'_> {
                 look = Some((gi, kc, *c, regs, twins));
             }
         }
+        let chained = self.wsl_chained_gemms(wl, body, &users, look.as_ref().map(|l| l.0));
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -646,7 +655,14 @@ impl Lx<'_> {
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
                 }
-                if let Err(e) = x.stmt(s) {
+                if chained.contains(&i) {
+                    // Left in flight: the next gemm accumulates into the
+                    // same registers, and its wait retires both groups.
+                    match x.capture(|y| y.stmt(s)) {
+                        Ok(code) => x.cur().extend(without_final_wait(code)),
+                        Err(e) => x.errors.push(e),
+                    }
+                } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
                 }
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
@@ -704,6 +720,38 @@ impl Lx<'_> {
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
         Ok(())
+    }
+
+    /// The body's gemms whose `wgmma.wait_group 0` the consumers' loop
+    /// leaves out (see the module doc): a gemm on wgmma (not the one issued
+    /// ahead, `ahead`) whose next statement, copies aside, is a gemm on
+    /// wgmma accumulating (no `clear`) into the same fragment, when no ring
+    /// is released right after it (its stage is still being read).
+    fn wsl_chained_gemms(
+        &self,
+        wl: &WslLowering,
+        body: &[TStmt],
+        users: &[Vec<usize>],
+        ahead: Option<usize>,
+    ) -> Vec<usize> {
+        let ws = &wl.plan;
+        let on_wgmma = |s: &TStmt| match &s.kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, clear } => {
+                self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some().then_some((*c, *clear))
+            }
+            _ => None,
+        };
+        let stmts: Vec<usize> = (0..body.len()).filter(|i| !ws.copies.contains(i) && Some(*i) != ahead).collect();
+        let mut out = Vec::new();
+        for w in stmts.windows(2) {
+            let (i, j) = (w[0], w[1]);
+            let (Some((c1, _)), Some((c2, false))) = (on_wgmma(&body[i]), on_wgmma(&body[j])) else { continue };
+            let released = users.iter().any(|u| u.last() == Some(&i));
+            if c1 == c2 && !released && self.k.buffer(c1).scope == crate::ir::Scope::Fragment {
+                out.push(i);
+            }
+        }
+        out
     }
 
     /// Whether the release of the ring whose stage buffer is `buf` (touched
