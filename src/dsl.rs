@@ -579,7 +579,8 @@ pub fn pipelined(n: i32, stages: i32) -> std::ops::Range<i32> {
 
 // ---- tile operations ----
 
-/// The statement [`copy`] returns, for [`CopyStmt::fill`].
+/// The statement [`copy`] returns, for [`CopyStmt::fill`] and
+/// [`CopyStmt::evict_first`].
 pub struct CopyStmt(());
 
 impl CopyStmt {
@@ -605,8 +606,32 @@ impl CopyStmt {
     /// assert_eq!((y[0], y[4]), (4.0, -5.0));
     /// # Ok(()) }
     /// ```
-    pub fn fill<V>(self, value: V) {
+    pub fn fill<V>(self, value: V) -> CopyStmt {
         outside_kernel("fill")
+    }
+
+    /// `copy(t.tile([..]), &mut buf).evict_first()` (also after `.fill(v)`):
+    /// the tensor's data is read once (a streamed KV cache), so the L2
+    /// evicts its lines first and keeps what other reads reuse. A hint: no
+    /// result changes. Copies issued as TMA boxes (the warp-specialized and
+    /// TMA-copy schedules on sm_90a) carry it; the others ignore it.
+    ///
+    /// ```
+    /// use tile::prelude::*;
+    ///
+    /// #[tile_kernel(threads = 32, consts(B = 32))]
+    /// fn stream(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+    ///     let bx = grid(cdiv(N, B));
+    ///     let mut t = shared::<f32, B>();
+    ///     copy(x.tile([bx * B]), &mut t).fill(1.0).evict_first();
+    ///     copy(&t, y.tile([bx * B]));
+    /// }
+    /// # fn main() -> tile::Result<()> {
+    /// assert_eq!(tile::dsl::doc_run(stream::launch, &[2.0, 3.0])?, [2.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn evict_first(self) -> CopyStmt {
+        outside_kernel("evict_first")
     }
 }
 

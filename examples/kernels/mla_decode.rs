@@ -42,7 +42,10 @@ pub const CHUNK_OVERHEAD: i32 = 5;
 /// Declares a split kernel `$name` whose KV parameters are `$kv` and whose
 /// loads of key block `blk` of batch `bi` into `kv_s` (columns 0..512) and
 /// `kpe_s` (512..576) are `$load`: one source for the paged and the
-/// contiguous cache.
+/// contiguous cache. The KV is read once: `.evict_first()`. On sm_90a the
+/// warp-specialized loop's producer loads both as TMA into rings of
+/// `STAGES`, `kv_s` included although the body zeroes its rows past the
+/// sequence (in the stage, before P·V reads it).
 macro_rules! mla_split {
     ($name:ident, ($($kv:tt)*), ($($load:tt)*), $($attr:tt)*) => {
         /// The MLA split kernel (see the module docs): for row block `rb`
@@ -149,8 +152,8 @@ mla_split!(
     (cache: &Tensor<T, NBLK, 64, 1, 576>, block_table: &Tensor<i32, B, MAXB>,),
     (
         let page = block_table[(bi, blk)];
-        copy(cache.tile([page, 0.., 0, 0..]), &mut kv_s);
-        copy(cache.tile([page, 0.., 0, 512..]), &mut kpe_s);
+        copy(cache.tile([page, 0.., 0, 0..]), &mut kv_s).evict_first();
+        copy(cache.tile([page, 0.., 0, 512..]), &mut kpe_s).evict_first();
     ),
     threads = THREADS,
     instances((f16, 256, 1), (bf16, 256, 1))
@@ -160,8 +163,8 @@ mla_split!(
     (cache: &Tensor<T, NBLK, 64, 1, 576>, block_table: &Tensor<i32, B, MAXB>,),
     (
         let page = block_table[(bi, blk)];
-        copy(cache.tile([page, 0.., 0, 0..]), &mut kv_s);
-        copy(cache.tile([page, 0.., 0, 512..]), &mut kpe_s);
+        copy(cache.tile([page, 0.., 0, 0..]), &mut kv_s).evict_first();
+        copy(cache.tile([page, 0.., 0, 512..]), &mut kpe_s).evict_first();
     ),
     threads = THREADS,
     archs = "sm_90a",
@@ -171,8 +174,8 @@ mla_split!(
     mla_split_contiguous,
     (kv: &Tensor<T, B, SK, 1, 576>,),
     (
-        copy(kv.tile([bi, blk * 64.., 0, 0..]), &mut kv_s);
-        copy(kv.tile([bi, blk * 64.., 0, 512..]), &mut kpe_s);
+        copy(kv.tile([bi, blk * 64.., 0, 0..]), &mut kv_s).evict_first();
+        copy(kv.tile([bi, blk * 64.., 0, 512..]), &mut kpe_s).evict_first();
     ),
     threads = THREADS,
     instances((f16, 256, 1), (bf16, 256, 1))
@@ -181,8 +184,8 @@ mla_split!(
     mla_split_contiguous_sm90,
     (kv: &Tensor<T, B, SK, 1, 576>,),
     (
-        copy(kv.tile([bi, blk * 64.., 0, 0..]), &mut kv_s);
-        copy(kv.tile([bi, blk * 64.., 0, 512..]), &mut kpe_s);
+        copy(kv.tile([bi, blk * 64.., 0, 0..]), &mut kv_s).evict_first();
+        copy(kv.tile([bi, blk * 64.., 0, 512..]), &mut kpe_s).evict_first();
     ),
     threads = THREADS,
     archs = "sm_90a",

@@ -623,7 +623,7 @@ fn stmts_read(body: &[Stmt], out: &mut Vec<BufferId>) {
                 stmts_read(then, out);
                 stmts_read(otherwise, out);
             }
-            StmtKind::Copy { src, dst, fill } => {
+            StmtKind::Copy { src, dst, fill, .. } => {
                 out.push(src.buf);
                 src.origin.iter().chain(&dst.origin).chain(fill).for_each(|e| expr_read(e, out));
             }

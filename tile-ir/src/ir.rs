@@ -605,6 +605,25 @@ pub enum WarpPolicy {
     FullCol,
 }
 
+/// The L2 policy of a [`StmtKind::Copy`]'s global reads (`copy(..)
+/// .evict_first()`): a hint, which changes no result. TMA copies carry it
+/// (`.L2::cache_hint` with a `createpolicy` policy); the others ignore it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CacheHint {
+    /// The L2's default policy.
+    #[default]
+    Normal,
+    /// Data read once (a streamed KV cache): evicted from the L2 first.
+    EvictFirst,
+}
+
+impl CacheHint {
+    /// Whether this is [`CacheHint::Normal`] (not written in the IR's serialized form).
+    pub fn is_default(&self) -> bool {
+        *self == CacheHint::Normal
+    }
+}
+
 /// How a [`StmtKind::For`] loop runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LoopKind {
@@ -685,7 +704,8 @@ pub enum StmtKind {
         otherwise: Vec<Stmt>,
     },
     /// Collective copy, converting the element type if the two differ.
-    /// `fill` (of the destination's dtype) replaces masked reads.
+    /// `fill` (of the destination's dtype) replaces masked reads; `cache`:
+    /// how the L2 keeps what a copy from a global tensor reads.
     Copy {
         /// What is read: a window of a tensor, or a whole shared/fragment buffer.
         src: TileRef,
@@ -693,6 +713,9 @@ pub enum StmtKind {
         dst: TileRef,
         /// The value of masked reads (default zero).
         fill: Option<Expr>,
+        /// The L2 policy of the global reads (a hint: no result changes).
+        #[serde(default, skip_serializing_if = "CacheHint::is_default")]
+        cache: CacheHint,
     },
     /// Set every element of a shared, fragment or local buffer.
     Fill {

@@ -58,6 +58,7 @@ mod parse;
 
 pub use parse::{parse_kernel, ParseError};
 
+use crate::ir::CacheHint;
 use crate::ir::{
     BinOp, BufferId, DType, Expr, Extent, Kernel, LoopKind, ParamKind, ReduceOp, Scope, Stmt, StmtKind, TileRef, UnOp,
     Value, VarId, VarKind, WarpPolicy,
@@ -512,7 +513,7 @@ impl<'k> Printer<'k> {
                     self.block(out, otherwise, depth);
                 }
             }
-            StmtKind::Copy { src, dst, fill } => {
+            StmtKind::Copy { src, dst, fill, cache } => {
                 out.push_str("copy ");
                 self.tile(out, src);
                 out.push_str(" -> ");
@@ -521,6 +522,9 @@ impl<'k> Printer<'k> {
                     out.push_str(" fill(");
                     self.expr(out, f, 0);
                     out.push(')');
+                }
+                if *cache == CacheHint::EvictFirst {
+                    out.push_str(", cache=evict_first");
                 }
             }
             StmtKind::Fill { buf, value } => {

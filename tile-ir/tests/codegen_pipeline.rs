@@ -486,6 +486,7 @@ fn copies_outside_pipelined_loops_wait_at_once_and_nonzero_fills_stay_plain() {
                 src: TileRef::new(x, vec![Expr::i32(0), Expr::i32(0)]),
                 dst: TileRef::new(t, vec![]),
                 fill: fill.clone(),
+                cache: CacheHint::Normal,
             }),
             nest,
             copy(o, vec![], y, vec![Expr::i32(0), Expr::i32(0)]),

@@ -262,6 +262,7 @@ fn copy_between_two_globals() {
         src: tile(b.a, vec![Expr::i32(0)]),
         dst: tile(b.c, vec![Expr::i32(0)]),
         fill: None,
+        cache: CacheHint::Normal,
     }));
     expect_one(&b.k, SP, "copy from `a` to `c`: both sides are global tensors");
 }
@@ -273,6 +274,7 @@ fn copy_origin_arity_is_the_tensor_rank() {
         src: tile(b.a, vec![Expr::i32(0), Expr::i32(0)]),
         dst: tile(b.f, vec![]),
         fill: None,
+        cache: CacheHint::Normal,
     }));
     expect_one(&b.k, SP, "the tile of `a` has 2 origin coordinates, but the tensor has rank 1");
 }
@@ -280,14 +282,24 @@ fn copy_origin_arity_is_the_tensor_rank() {
 #[test]
 fn copy_local_rank_at_most_tensor_rank() {
     let mut b = base();
-    b.k.body.push(sp(StmtKind::Copy { src: tile(b.a, vec![Expr::i32(0)]), dst: tile(b.g, vec![]), fill: None }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(b.a, vec![Expr::i32(0)]),
+        dst: tile(b.g, vec![]),
+        fill: None,
+        cache: CacheHint::Normal,
+    }));
     expect_one(&b.k, SP, "copy between `g` (rank 2) and a tile of `a` (rank 1)");
 }
 
 #[test]
 fn copy_between_buffers_of_different_shapes() {
     let mut b = base();
-    b.k.body.push(sp(StmtKind::Copy { src: tile(b.s, vec![]), dst: tile(b.g, vec![]), fill: None }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(b.s, vec![]),
+        dst: tile(b.g, vec![]),
+        fill: None,
+        cache: CacheHint::Normal,
+    }));
     expect_one(&b.k, SP, "copy from `s` [128] to `g` [4, 8]: the shapes differ");
 }
 
@@ -298,6 +310,7 @@ fn copy_fill_has_the_destination_type() {
         src: tile(b.a, vec![Expr::i32(0)]),
         dst: tile(b.f, vec![]),
         fill: Some(Expr::i32(0)),
+        cache: CacheHint::Normal,
     }));
     expect_one(&b.k, SP, "copy into `f`: the fill value has type i32, the destination's elements f32");
 }
@@ -305,7 +318,12 @@ fn copy_fill_has_the_destination_type() {
 #[test]
 fn copy_into_a_read_only_tensor() {
     let mut b = base();
-    b.k.body.push(sp(StmtKind::Copy { src: tile(b.f, vec![]), dst: tile(b.a, vec![Expr::i32(0)]), fill: None }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(b.f, vec![]),
+        dst: tile(b.a, vec![Expr::i32(0)]),
+        fill: None,
+        cache: CacheHint::Normal,
+    }));
     expect_one(&b.k, SP, "copy into `a`, a read-only tensor");
 }
 
@@ -427,7 +445,12 @@ fn no_tile_ops_inside_parallel_loops() {
     b.k.body.push(pfor(
         b.i,
         128,
-        vec![sp(StmtKind::Copy { src: tile(b.a, vec![Expr::i32(0)]), dst: tile(b.s, vec![]), fill: None })],
+        vec![sp(StmtKind::Copy {
+            src: tile(b.a, vec![Expr::i32(0)]),
+            dst: tile(b.s, vec![]),
+            fill: None,
+            cache: CacheHint::Normal,
+        })],
     ));
     expect_one(&b.k, SP, "copy inside the parallel loop over `i`: tile operations are collective");
     let mut b = base();
@@ -527,6 +550,7 @@ fn copy_fill_only_with_a_global_source() {
         src: tile(b.f, vec![]),
         dst: tile(b.c, vec![Expr::i32(0)]),
         fill: Some(Expr::f32(0.0)),
+        cache: CacheHint::Normal,
     }));
     expect_one(&b.k, SP, "copy from `f` with a fill value: fill replaces masked reads of a global tensor");
 }
@@ -724,6 +748,7 @@ fn copy_tile_with_squeezed_dims_verifies() {
             src: squeezed_tile(x, vec![Expr::i32(0), v(b.bx)], squeezed),
             dst: tile(b.f, vec![]),
             fill: None,
+            cache: CacheHint::Normal,
         }));
     }
     verify(&b.k).unwrap();
@@ -733,7 +758,12 @@ fn copy_tile_with_squeezed_dims_verifies() {
 fn copy_tile_rank_differs_without_ranges() {
     let mut b = base();
     let x = with_matrix(&mut b);
-    b.k.body.push(sp(StmtKind::Copy { src: tile(x, vec![Expr::i32(0), v(b.bx)]), dst: tile(b.f, vec![]), fill: None }));
+    b.k.body.push(sp(StmtKind::Copy {
+        src: tile(x, vec![Expr::i32(0), v(b.bx)]),
+        dst: tile(b.f, vec![]),
+        fill: None,
+        cache: CacheHint::Normal,
+    }));
     expect_one(
         &b.k,
         SP,
@@ -749,6 +779,7 @@ fn copy_tile_spanned_dims_are_the_buffer_rank() {
         src: squeezed_tile(x, vec![Expr::i32(0), v(b.bx)], vec![0]),
         dst: tile(b.g, vec![]),
         fill: None,
+        cache: CacheHint::Normal,
     }));
     expect_one(&b.k, SP, "the tile of `x` spans 1 dim and `g` has rank 2: give one range entry");
 }
@@ -762,6 +793,7 @@ fn copy_tile_squeezed_dims_in_range_and_increasing() {
             src: squeezed_tile(x, vec![Expr::i32(0), v(b.bx)], squeezed),
             dst: tile(b.f, vec![]),
             fill: None,
+            cache: CacheHint::Normal,
         }));
         expect_one(&b.k, SP, "of the tile of `x` must be increasing and below its 2 coordinates");
     }

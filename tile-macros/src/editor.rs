@@ -55,7 +55,8 @@ const FUNCTIONS: &[&str] = &[
 const NAMES: &[&str] = &["Tensor", "WarpPolicy", "FullRow", "FullCol", "Square"];
 
 /// Non-generic methods, recognized after a `.`: (method, its type).
-const METHODS: &[(&str, &str)] = &[("keep", "ReduceStmt"), ("clear", "GemmStmt"), ("policy", "GemmStmt")];
+const METHODS: &[(&str, &str)] =
+    &[("keep", "ReduceStmt"), ("clear", "GemmStmt"), ("policy", "GemmStmt"), ("evict_first", "CopyStmt")];
 
 /// The attribute's options (`tile::dsl::attributes`).
 const OPTIONS: &[&str] = &["threads", "consts", "cluster", "warp_specialize", "archs", "instances", "tune"];

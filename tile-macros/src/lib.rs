@@ -330,7 +330,12 @@ mod sig;
 ///     skipped. `&t` is `t.tile([0, 0, ..])`.
 ///     Element types convert (`f16` → `f32` ..). `.fill(v)` sets the value
 ///     of masked reads from a tensor (of the destination's type). A written
-///     tensor is a `&mut Tensor`.
+///     tensor is a `&mut Tensor`. `.evict_first()` (after `copy(..)` or its
+///     `.fill(v)`, on a copy from a tensor; no result changes) marks data
+///     read once, such as a decode kernel's streamed KV cache: the L2 evicts
+///     its lines first, so that what is read again (Q, a GEMM's operand
+///     tiles) stays. Copies issued as TMA boxes carry it (the
+///     warp-specialized and TMA-copy schedules); the others ignore it.
 ///   - `fill(&mut buf, v)` (a value of `buf`'s type), `clear(&mut buf)`: on
 ///     shared, fragment and local buffers.
 ///   - `reduce_max(&src, &mut dst, dim)` (`reduce_sum`, `reduce_min`): `src`

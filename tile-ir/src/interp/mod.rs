@@ -572,7 +572,7 @@ impl<'k, 'a> Machine<'k, 'a> {
                     self.block(otherwise)?;
                 }
             }
-            StmtKind::Copy { src, dst, fill } => {
+            StmtKind::Copy { src, dst, fill, .. } => {
                 self.check_all(src.buf)?;
                 self.copy(src, dst, fill.as_ref())?;
                 self.mark_all(dst.buf);

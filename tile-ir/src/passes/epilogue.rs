@@ -26,7 +26,7 @@
 //! drops the staging when the result would exceed the target's shared-memory
 //! limit.
 
-use crate::ir::{Buffer, BufferId, Expr, Extent, Kernel, Scope, Stmt, StmtKind, TileRef};
+use crate::ir::{Buffer, BufferId, CacheHint, Expr, Extent, Kernel, Scope, Stmt, StmtKind, TileRef};
 use crate::layout::SharedLayout;
 
 use super::layout_infer::LayoutPlan;
@@ -40,7 +40,7 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
     let mut body = Vec::with_capacity(kernel.body.len());
     let mut staged = false;
     for (i, stmt) in kernel.body.iter().enumerate() {
-        let StmtKind::Copy { src, dst, fill: None } = &stmt.kind else {
+        let StmtKind::Copy { src, dst, fill: None, .. } = &stmt.kind else {
             body.push(stmt.clone());
             continue;
         };
@@ -69,11 +69,21 @@ pub fn stage_epilogues(kernel: &Kernel, plan: &mut LayoutPlan) -> (Kernel, bool)
         }
         let zero = || vec![Expr::i32(0), Expr::i32(0)];
         body.push(Stmt::spanned(
-            StmtKind::Copy { src: src.clone(), dst: TileRef::new(scratch, zero()), fill: None },
+            StmtKind::Copy {
+                src: src.clone(),
+                dst: TileRef::new(scratch, zero()),
+                fill: None,
+                cache: CacheHint::Normal,
+            },
             stmt.span,
         ));
         body.push(Stmt::spanned(
-            StmtKind::Copy { src: TileRef::new(scratch, zero()), dst: dst.clone(), fill: None },
+            StmtKind::Copy {
+                src: TileRef::new(scratch, zero()),
+                dst: dst.clone(),
+                fill: None,
+                cache: CacheHint::Normal,
+            },
             stmt.span,
         ));
         staged = true;
@@ -150,7 +160,7 @@ fn stmt_buffers(s: &Stmt, out: &mut Vec<BufferId>) {
             expr_buffers(cond, out);
             then.iter().chain(otherwise).for_each(|s| stmt_buffers(s, out));
         }
-        StmtKind::Copy { src, dst, fill } => {
+        StmtKind::Copy { src, dst, fill, .. } => {
             for t in [src, dst] {
                 out.push(t.buf);
                 t.origin.iter().for_each(|e| expr_buffers(e, out));

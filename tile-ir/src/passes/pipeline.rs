@@ -29,6 +29,18 @@
 //!   after the copy);
 //! - the loop variable is bound by this loop only.
 //!
+//! [`plan_with`]`(kernel, true)` (the warp-specialized loop's analysis) also
+//! takes a copy that later statements of the body write into (MLA's zeroed V
+//! rows past the sequence), when the copy writes the whole destination
+//! (origin 0): in the serial loop such a write is dead at the next
+//! iteration's copy, so it may as well go to this iteration's stage, provided
+//! the stage is refilled only after the body's last access of it, write or
+//! read (the warp-specialized loop releases a stage after the last statement
+//! that touches it, and fences the generic-proxy writes from the refill's
+//! TMA: [`PipelinePlan::rewritten`]). The cp.async and TMA-copy pipelines,
+//! which refill a stage at the top of the next iteration, refuse it (a
+//! sentence in [`PipelinePlan::refusals`]).
+//!
 //! Other copies stay where they are and are lowered as usual (a cp.async
 //! group waited for at once, or plain loads and stores).
 
@@ -53,6 +65,9 @@ pub struct PipelinePlan {
     /// Every pipelined copy in one wait batch ([`Self::wait_batches`]):
     /// `CompileOptions::per_copy_waits` off.
     pub one_wait_batch: bool,
+    /// The pipelined copies' destinations that later statements of the
+    /// loop body write into ([`plan_with`] with `rewrites`; empty otherwise).
+    pub rewritten: HashSet<BufferId>,
 }
 
 /// One software-pipelined loop.
@@ -141,6 +156,12 @@ fn wait_batches_of(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>
 
 /// Analyses every pipelined loop of `kernel`.
 pub fn plan(kernel: &Kernel) -> PipelinePlan {
+    plan_with(kernel, false)
+}
+
+/// [`plan`], also pipelining a copy into a buffer that later statements of
+/// the body write when `rewrites` (see the module doc).
+pub fn plan_with(kernel: &Kernel, rewrites: bool) -> PipelinePlan {
     let mut loop_var_uses: HashMap<VarId, u32> = HashMap::new();
     count_loop_vars(&kernel.body, &mut loop_var_uses);
     let mut plan = PipelinePlan::default();
@@ -212,8 +233,18 @@ pub fn plan(kernel: &Kernel) -> PipelinePlan {
                 r || w
             });
             let later_write = body[i + 1..].iter().any(|x| touches_memory(kernel, x, dst.buf).1);
-            if earlier || later_write || !dsts.insert(dst.buf) {
+            if earlier || !dsts.insert(dst.buf) {
                 continue;
+            }
+            if later_write {
+                let whole = dst.origin.iter().all(Expr::is_zero_constant);
+                if !rewrites || !whole {
+                    plan.refusals.push(format!(
+                        "the copy into `{dst_name}` is not pipelined: a later statement of the loop body writes `{dst_name}` (only the warp-specialized loop pipelines such a copy, when it fills the whole buffer)"
+                    ));
+                    continue;
+                }
+                plan.rewritten.insert(dst.buf);
             }
             if loads || resolve.inlined {
                 plan.read_origins.insert(dst.buf, TileRef { buf: src.buf, origin, squeezed: src.squeezed.clone() });
@@ -469,7 +500,7 @@ pub(crate) fn touches(s: &Stmt, buf: BufferId) -> (bool, bool) {
                 w |= b;
             }
         }
-        StmtKind::Copy { src, dst, fill } => {
+        StmtKind::Copy { src, dst, fill, .. } => {
             r |= src.buf == buf
                 || any(&src.origin)
                 || any(&dst.origin)
@@ -517,7 +548,7 @@ fn uses_except(body: &[Stmt], skip: &Stmt, out: &mut HashSet<BufferId>) {
                 index.iter().for_each(|e| mark_expr(e, out));
                 mark_expr(value, out);
             }
-            StmtKind::Copy { src, dst, fill } => {
+            StmtKind::Copy { src, dst, fill, .. } => {
                 out.insert(src.buf);
                 out.insert(dst.buf);
                 src.origin.iter().chain(&dst.origin).for_each(|e| mark_expr(e, out));

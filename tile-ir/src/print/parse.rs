@@ -13,6 +13,7 @@
 //! `mutable` flag of non-global buffers (false), which the text omits.
 //! Errors carry the line number; the parser never panics.
 
+use crate::ir::CacheHint;
 use crate::ir::{
     BinOp, Buffer, BufferId, DType, Expr, Extent, Kernel, LoopKind, Param, ParamKind, ReduceOp, Scope, SpanId, Stmt,
     StmtKind, TileRef, UnOp, Value, Var, VarId, VarKind, WarpPolicy,
@@ -762,7 +763,21 @@ impl Parser {
                 } else {
                     None
                 };
-                Ok(StmtKind::Copy { src, dst, fill })
+                let mut cache = CacheHint::Normal;
+                if self.eat_punct(",") {
+                    self.expect_ident("cache")?;
+                    self.expect_punct("=")?;
+                    cache = match self.ident()?.as_str() {
+                        "evict_first" => CacheHint::EvictFirst,
+                        "normal" => CacheHint::Normal,
+                        other => {
+                            let message = format!("unknown cache hint `{other}`; expected `evict_first` or `normal`");
+                            self.pos -= 1;
+                            return self.err(message);
+                        }
+                    };
+                }
+                Ok(StmtKind::Copy { src, dst, fill, cache })
             }
             "fill" if !is_target => {
                 self.pos += 1;

@@ -38,7 +38,7 @@ use super::not_applicable::NotApplicable;
 use crate::abi::TensorMapUse;
 use crate::compiled::{CompileOptions, Compiled};
 use crate::hopper::Swizzle;
-use crate::ir::{BufferId, DType, Expr, Kernel, ParamKind, Scope, Stmt as TStmt, StmtKind, TileRef, VarId};
+use crate::ir::{BufferId, CacheHint, DType, Expr, Kernel, ParamKind, Scope, Stmt as TStmt, StmtKind, TileRef, VarId};
 use crate::layout::SharedLayout;
 use crate::passes::layout_infer::const_int;
 use crate::passes::lower::{Lx, R};
@@ -68,7 +68,7 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<PipelinePlan, NotApplicab
     let candidate = pipe.loops.iter().any(|(var, pl)| {
         let Some(body) = loop_body(&kernel.body, *var) else { return false };
         pl.copies.iter().any(|&i| match &body[i].kind {
-            StmtKind::Copy { src, dst, fill } => tma_candidate(kernel, src, dst, fill.as_ref()),
+            StmtKind::Copy { src, dst, fill, .. } => tma_candidate(kernel, src, dst, fill.as_ref()),
             _ => false,
         })
     });
@@ -157,6 +157,8 @@ pub(crate) struct TmaCopy {
     pub boxes: Vec<(i64, i64, i64)>,
     /// Bytes of all boxes (what the stage's barrier expects).
     pub bytes: i64,
+    /// The copy's L2 policy.
+    pub cache: CacheHint,
 }
 
 /// The mbarriers of one wait batch of a pipelined loop with TMA copies.
@@ -202,7 +204,7 @@ impl Lx<'_> {
             let Some(body) = loop_body(&self.k.body, var) else { continue };
             let (batch_of, _) = pipe.wait_batches(body, pl);
             for (j, &i) in pl.copies.iter().enumerate() {
-                let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+                let StmtKind::Copy { src, dst, fill, cache } = &body[i].kind else { continue };
                 let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                     continue;
                 };
@@ -210,7 +212,8 @@ impl Lx<'_> {
                 self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
                 self.f.tensor_maps.push(TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
                 let batch = batch_of.get(j).copied().unwrap_or(0);
-                tc.copies.borrow_mut().insert(dst.buf, TmaCopy { loop_var: var, batch, param, boxes, bytes });
+                let copy = TmaCopy { loop_var: var, batch, param, boxes, bytes, cache: *cache };
+                tc.copies.borrow_mut().insert(dst.buf, copy);
             }
         }
     }
@@ -360,7 +363,8 @@ impl Lx<'_> {
             }
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
-            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar);
+            let hint = x.l2_policy(tc.cache);
+            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint);
             Ok(())
         })?;
         let t0 = self.is_t0;
@@ -379,11 +383,25 @@ impl Lx<'_> {
         Ok(origin)
     }
 
+    /// The L2 policy register a TMA load with `cache` carries
+    /// (`createpolicy.fractional.L2::evict_first.b64 p, 1.0` for
+    /// [`CacheHint::EvictFirst`]: every line it reads is evicted first);
+    /// `None`, and nothing emitted, for the default policy.
+    pub(crate) fn l2_policy(&mut self, cache: CacheHint) -> Option<Reg> {
+        match cache {
+            CacheHint::Normal => None,
+            CacheHint::EvictFirst => {
+                Some(self.op("createpolicy.fractional.L2::evict_first.b64", RegClass::B64, vec![Operand::F32(1.0)]))
+            }
+        }
+    }
+
     /// The TMA boxes of one copy: box `(byte offset, row offset, column
     /// offset)` lands at `base + byte offset`, read at the window's
     /// `origin` (one `i32` register per tensor dim) plus the box's offsets
     /// on the spanned `(row, column)` dims, through the map at `map`,
-    /// completing on `mbar`.
+    /// completing on `mbar`, with the L2 policy `hint` ([`Lx::l2_policy`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn tma_boxes(
         &mut self,
         map: Reg,
@@ -392,6 +410,7 @@ impl Lx<'_> {
         origin: &[Reg],
         (row_dim, col_dim): (usize, usize),
         mbar: &Address,
+        hint: Option<Reg>,
     ) {
         for (boff, r0, c0) in boxes {
             let col = self.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
@@ -407,7 +426,7 @@ impl Lx<'_> {
                 tmap: map.into(),
                 coords,
                 mbar: mbar.clone(),
-                cache_hint: None,
+                cache_hint: hint.map(Operand::Reg),
                 cta_dst: false,
                 region: None,
             });

@@ -9,10 +9,10 @@
 //! global is mutable.
 
 use super::{scope_name, shape_text, Verifier};
-use crate::ir::{DType, Expr, Scope, TileRef};
+use crate::ir::{CacheHint, DType, Expr, Scope, TileRef};
 
 impl Verifier<'_> {
-    pub(super) fn check_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) {
+    pub(super) fn check_copy(&mut self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>, cache: CacheHint) {
         self.no_tile_op_in_parallel("copy");
         let ft = fill.and_then(|f| self.expr(f));
         for r in [src, dst] {
@@ -30,6 +30,14 @@ impl Verifier<'_> {
             self.err(format!("copy from {sl} to {dl}: no such buffer"));
             return;
         };
+        if cache != CacheHint::Normal && sb.scope != Scope::Global {
+            self.err(format!(
+                "copy from `{}` with `.evict_first()`: the hint is the L2 policy of reads of a global tensor, and `{}` is a {}",
+                sb.name,
+                sb.name,
+                scope_name(sb.scope)
+            ));
+        }
         if fill.is_some() && sb.scope != Scope::Global {
             self.err(format!(
                 "copy from `{}` with a fill value: fill replaces masked reads of a global tensor, and `{}` is a {}",

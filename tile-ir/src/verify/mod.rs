@@ -176,7 +176,7 @@ impl<'k> Verifier<'k> {
             StmtKind::AtomicAdd { buf, index, value } => self.check_atomic_add(buf, index, value),
             StmtKind::For { var, start, end, kind, body } => self.check_for(var, start, end, kind, body),
             StmtKind::If { cond, then, otherwise } => self.check_if(cond, then, otherwise),
-            StmtKind::Copy { src, dst, fill } => self.check_copy(src, dst, fill.as_ref()),
+            StmtKind::Copy { src, dst, fill, cache } => self.check_copy(src, dst, fill.as_ref(), *cache),
             StmtKind::Fill { buf, value } => self.check_fill(buf, value),
             StmtKind::Reduce { op, src, dst, dim, keep: _ } => self.check_reduce(op, src, dst, dim),
             StmtKind::Barrier => self.no_tile_op_in_parallel("barrier"),

@@ -75,7 +75,7 @@ pub fn tile(buf: BufferId, origin: Vec<Expr>) -> TileRef {
     TileRef::new(buf, origin)
 }
 pub fn copy(src: TileRef, dst: TileRef) -> Stmt {
-    st(StmtKind::Copy { src, dst, fill: None })
+    st(StmtKind::Copy { src, dst, fill: None, cache: CacheHint::Normal })
 }
 pub fn pfor(var: VarId, n: i32, body: Vec<Stmt>) -> Stmt {
     st(StmtKind::For { var, start: Expr::i32(0), end: Expr::i32(n), kind: LoopKind::Parallel, body })
@@ -135,6 +135,7 @@ pub fn softmax(rows: i32, cols: i32) -> Kernel {
             src: tile(x, origin.clone()),
             dst: tile(row, vec![]),
             fill: Some(Expr::f32(f32::NEG_INFINITY)),
+            cache: CacheHint::Normal,
         }),
         st(StmtKind::Reduce { op: ReduceOp::Max, src: row, dst: mx, dim: 1, keep: false }),
         pfor(
@@ -234,6 +235,7 @@ pub fn every_construct() -> Kernel {
             src: tile(t, vec![mul(v(by), Expr::i32(8)), Expr::i32(0)]),
             dst: tile(sh, vec![]),
             fill: Some(Expr::Const(Value::BF16(half::bf16::ZERO))),
+            cache: CacheHint::Normal,
         }),
         st(StmtKind::For {
             var: i1,
@@ -249,7 +251,12 @@ pub fn every_construct() -> Kernel {
         pfor(i2, 8, vec![store(d1, vec![v(i2)], Expr::cast(DType::F32, Expr::Const(Value::U32(7))))]),
         st(StmtKind::Reduce { op: ReduceOp::Sum, src: d1, dst: d2, dim: 0, keep: true }),
         st(StmtKind::Reduce { op: ReduceOp::Min, src: d1, dst: d2, dim: 0, keep: false }),
-        st(StmtKind::Copy { src: tile(sh, vec![]), dst: tile(t, vec![Expr::i32(0), Expr::i32(0)]), fill: None }),
+        st(StmtKind::Copy {
+            src: tile(sh, vec![]),
+            dst: tile(t, vec![Expr::i32(0), Expr::i32(0)]),
+            fill: None,
+            cache: CacheHint::Normal,
+        }),
         st(StmtKind::For { var: kk, start: Expr::i32(0), end: Expr::i32(2), kind: LoopKind::Serial, body: vec![] }),
     ];
     k

@@ -33,7 +33,7 @@ pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
 }
 
 pub fn copy(src: BufferId, so: Vec<Expr>, dst: BufferId, dor: Vec<Expr>) -> Stmt {
-    s(StmtKind::Copy { src: TileRef::new(src, so), dst: TileRef::new(dst, dor), fill: None })
+    s(StmtKind::Copy { src: TileRef::new(src, so), dst: TileRef::new(dst, dor), fill: None, cache: CacheHint::Normal })
 }
 
 pub fn par(k: &mut Kernel, name: &str, n: i64, body: impl FnOnce(VarId) -> Vec<Stmt>) -> Stmt {
@@ -121,6 +121,7 @@ pub fn softmax(threads: u32, bn: i64) -> Kernel {
             src: TileRef::new(xin, vec![v(bx), Expr::i32(0)]),
             dst: TileRef::new(xs, vec![]),
             fill: Some(Expr::f32(f32::NEG_INFINITY)),
+            cache: CacheHint::Normal,
         }),
         s(StmtKind::Reduce { op: ReduceOp::Max, src: xs, dst: mx, dim: 1, keep: false }),
         e1,
@@ -353,6 +354,7 @@ pub fn copies_kernel(threads: u32) -> Kernel {
             },
             dst: TileRef::new(f, vec![]),
             fill: Some(Expr::f32(7.0)),
+            cache: CacheHint::Normal,
         }),
         copy(f, vec![], sh, vec![]),
         copy(sh, vec![], g, vec![]),
@@ -360,6 +362,7 @@ pub fn copies_kernel(threads: u32) -> Kernel {
             src: TileRef::new(g, vec![]),
             dst: TileRef { buf: y, origin: vec![v(bz), row, col], squeezed: vec![0] },
             fill: None,
+            cache: CacheHint::Normal,
         }),
         copy(w, vec![Expr::i32(0)], loc, vec![]),
         s(StmtKind::Fill { buf: sl, value: Expr::i32(0) }),
@@ -528,7 +531,12 @@ pub fn softmax_online(threads: u32, bn: i64) -> Kernel {
     let tiles = || Expr::cdiv(v(n), Expr::i32(bn as i32));
     let ex = |a: Expr, b: Expr| Expr::unary(UnOp::Exp2, bin(BinOp::Mul, bin(BinOp::Sub, a, b), Expr::f32(l2e)));
     let fill_neg = |src: TileRef| {
-        s(StmtKind::Copy { src, dst: TileRef::new(t, vec![]), fill: Some(Expr::f32(f32::NEG_INFINITY)) })
+        s(StmtKind::Copy {
+            src,
+            dst: TileRef::new(t, vec![]),
+            fill: Some(Expr::f32(f32::NEG_INFINITY)),
+            cache: CacheHint::Normal,
+        })
     };
     let p1 = par2(&mut k, 1, bn, |i, j| {
         vec![store(t, vec![v(i), v(j)], ex(ld(t, vec![v(i), v(j)]), ld(row_max, vec![v(i)])))]

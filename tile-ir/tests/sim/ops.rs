@@ -40,6 +40,8 @@ pub fn eval_op(op: &str, a: &[u64]) -> u64 {
             _ => a[0] & 0xFFFF_FFFF,
         },
         ("cvta", _) => a[0],
+        // An L2 policy: opaque to the simulator (TMA loads only check that it is defined).
+        ("createpolicy", _) => 0x1_0000_0000,
         ("setp", _) => {
             let c = parts[1];
             (match ty {

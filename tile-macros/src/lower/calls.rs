@@ -14,13 +14,13 @@ use crate::diag::{did_you_mean, Lowered, Reported};
 use quote::ToTokens;
 use syn::{Expr as SynExpr, Ident};
 use tile_ir::verify::rules;
-use tile_ir::{BufferId, Expr, ReduceOp, Scope, Stmt, StmtKind, TileRef};
+use tile_ir::{BufferId, CacheHint, Expr, ReduceOp, Scope, Stmt, StmtKind, TileRef};
 
 impl Lowerer<'_> {
     pub(super) fn call_stmt(
         &mut self,
         call: &syn::ExprCall,
-        modifier: Option<&syn::ExprMethodCall>,
+        modifiers: &[&syn::ExprMethodCall],
         whole: &SynExpr,
         out: &mut Vec<Stmt>,
     ) -> Lowered<()> {
@@ -40,23 +40,27 @@ impl Lowerer<'_> {
                 format!("`{name}` is a block-wide operation and cannot be used inside a `parallel` loop, whose iterations run on different threads"),
             ));
         }
-        if let Some(m) = modifier {
+        for (n, m) in modifiers.iter().enumerate() {
             let method = m.method.to_string();
-            let (expected, usage) = match name.as_str() {
-                "copy" => ("fill", ".fill(value)"),
-                "print" => ("block", ".block((x, y))"),
-                _ => ("keep", ".keep()"),
+            let (expected, usage): (&[&str], &str) = match name.as_str() {
+                "copy" => (&["fill", "evict_first"], ".fill(value)` and `.evict_first()"),
+                "print" => (&["block"], ".block((x, y))"),
+                _ => (&["keep"], ".keep()"),
             };
-            if method != expected {
+            if !expected.contains(&method.as_str()) {
                 return Err(self.errors.at(
                     m.method.span(),
                     format!("unknown method `.{method}()` on `{name}(..)`; it supports `{usage}`"),
                 ));
             }
-            if expected == "keep" && !m.args.is_empty() {
-                return Err(self.errors.spanned(&m.args, "`.keep()` takes no arguments"));
+            if modifiers[..n].iter().any(|x| x.method == m.method) {
+                return Err(self.errors.at(m.method.span(), format!("`.{method}()` is given twice")));
+            }
+            if (method == "keep" || method == "evict_first") && !m.args.is_empty() {
+                return Err(self.errors.spanned(&m.args, format!("`.{method}()` takes no arguments")));
             }
         }
+        let modifier = modifiers.iter().copied().find(|m| m.method != "evict_first");
         let arity = |n: usize| -> Option<String> {
             (call.args.len() != n).then(|| {
                 format!(
@@ -98,7 +102,9 @@ impl Lowerer<'_> {
                     }
                     None => None,
                 };
-                StmtKind::Copy { src: src.tile, dst: dst.tile, fill }
+                let evict_first = modifiers.iter().any(|m| m.method == "evict_first");
+                let cache = if evict_first { CacheHint::EvictFirst } else { CacheHint::Normal };
+                StmtKind::Copy { src: src.tile, dst: dst.tile, fill, cache }
             }
             "fill" | "clear" => {
                 let n = if name == "fill" { 2 } else { 1 };

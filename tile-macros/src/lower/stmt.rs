@@ -4,7 +4,7 @@
 //! each rejected with a message naming what to write instead. The rules of
 //! each statement are in the file that lowers it (or the verifier's).
 
-use super::syntax::{call_name, compound_op, gemm_chain};
+use super::syntax::{call_name, compound_op, copy_chain, gemm_chain};
 use super::{Binding, Lowerer, Val, STATEMENTS_HELP};
 use crate::diag::{Lowered, Reported};
 use syn::{Expr as SynExpr, Pat, Stmt as SynStmt};
@@ -129,6 +129,9 @@ impl Lowerer<'_> {
         if let Some((call, modifiers)) = gemm_chain(e) {
             return self.gemm_stmt(call, &modifiers, out);
         }
+        if let Some((call, modifiers)) = copy_chain(e) {
+            return self.call_stmt(call, &modifiers, e, out);
+        }
         match e {
             SynExpr::ForLoop(f) => self.for_loop(f, out),
             SynExpr::If(i) => {
@@ -143,12 +146,12 @@ impl Lowerer<'_> {
             }
             SynExpr::Assign(a) => self.assign(a, out),
             SynExpr::Binary(b) if compound_op(&b.op).is_some() => self.compound_assign(b, out),
-            SynExpr::Call(c) => self.call_stmt(c, None, e, out),
+            SynExpr::Call(c) => self.call_stmt(c, &[], e, out),
             SynExpr::MethodCall(m) => match &*m.receiver {
                 SynExpr::Call(c)
-                    if call_name(c).is_some_and(|n| n == "copy" || n == "print" || n.to_string().starts_with("reduce_")) =>
+                    if call_name(c).is_some_and(|n| n == "print" || n.to_string().starts_with("reduce_")) =>
                 {
-                    self.call_stmt(c, Some(m), e, out)
+                    self.call_stmt(c, &[m], e, out)
                 }
                 _ if m.method == "t" => Err(self.transpose_misplaced(m)),
                 _ => {

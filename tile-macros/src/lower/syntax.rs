@@ -64,6 +64,26 @@ pub(super) fn gemm_chain(e: &SynExpr) -> Option<(&syn::ExprCall, Vec<&syn::ExprM
     }
 }
 
+/// `copy(..)` and the methods chained after it (`.fill(v)`,
+/// `.evict_first()`), in source order, if `e` is such a call.
+pub(super) fn copy_chain(e: &SynExpr) -> Option<(&syn::ExprCall, Vec<&syn::ExprMethodCall>)> {
+    let mut modifiers = Vec::new();
+    let mut cur = e;
+    loop {
+        match cur {
+            SynExpr::MethodCall(m) => {
+                modifiers.push(m);
+                cur = &m.receiver;
+            }
+            SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "copy") => {
+                modifiers.reverse();
+                return Some((c, modifiers));
+            }
+            _ => return None,
+        }
+    }
+}
+
 /// The `x.t()` in `x.t()`, `&x.t()` or `&(x.t())`, if `e` is one.
 pub(super) fn transposed(e: &SynExpr) -> Option<&syn::ExprMethodCall> {
     match e {

@@ -279,6 +279,8 @@ fn malformed_kernels_never_panic() {
         ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(s.tile([0]), &mut s); }"),
         ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s).keep(); }"),
         ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s).fill(); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s).evict_first(1); }"),
+        ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s).evict_first().keep(); }"),
         ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&s, &mut s); }"),
         ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&a, &mut s, 0); }"),
         ("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); reduce_max(&s, &mut s, -1); }"),
@@ -478,4 +480,29 @@ fn fragment_indexed_over_other_extents() {
         "{errs:#?}"
     );
     assert!(errs.iter().all(|m| !m.trim_start_matches([' ', '"']).starts_with("internal")), "{errs:#?}");
+}
+
+#[test]
+fn evict_first_errors() {
+    let k = "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); ";
+    lower_err(
+        "threads = 32",
+        &format!("{k}copy(&a, &mut s).evict_first(1); }}"),
+        &["`.evict_first()` takes no arguments"],
+    );
+    lower_err(
+        "threads = 32",
+        &format!("{k}copy(&a, &mut s).evict_first().evict_first(); }}"),
+        &["`.evict_first()` is given twice"],
+    );
+    lower_err(
+        "threads = 32",
+        &format!("{k}copy(&a, &mut s).evict_first().keep(); }}"),
+        &["unknown method `.keep()` on `copy(..)`; it supports `.fill(value)` and `.evict_first()`"],
+    );
+    verified_err(
+        "threads = 32",
+        &format!("{k}let mut t = shared::<f32, 4>(); copy(&a, &mut s); copy(&s, &mut t).evict_first(); }}"),
+        &["copy from `s` with `.evict_first()`: the hint is the L2 policy of reads of a global tensor, and `s` is a shared buffer"],
+    );
 }

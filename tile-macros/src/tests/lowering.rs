@@ -36,7 +36,7 @@ fn vector_add_lowers() {
         ("x", Scope::Fragment, DType::F32, vec![Extent::Const(1024)])
     );
     assert_eq!(k.body.len(), 4);
-    let StmtKind::Copy { src, dst, fill: None } = &k.body[0].kind else { panic!("{:?}", k.body[0]) };
+    let StmtKind::Copy { src, dst, fill: None, .. } = &k.body[0].kind else { panic!("{:?}", k.body[0]) };
     assert_eq!(src.buf, BufferId(0));
     assert_eq!(dst.buf, BufferId(3));
     assert!(dst.origin.is_empty());
@@ -317,4 +317,18 @@ fn flash_attention_lowers() {
     // The grid's second axis is B * H, evaluated on the host.
     assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[1], &[2, 3, 100, 100]), Ok(6));
     assert_eq!(tile_ir::abi::eval_host_int(&k, &k.grid[0], &[2, 3, 100, 100]), Ok(4));
+}
+
+#[test]
+fn copy_modifiers_in_any_order() {
+    use tile_ir::CacheHint;
+    for body in ["copy(&a, &mut s).fill(2.0).evict_first();", "copy(&a, &mut s).evict_first().fill(2.0);"] {
+        let k =
+            lower_ok("threads = 32", &format!("fn k(a: &Tensor<f32, 4>) {{ let mut s = shared::<f32, 4>(); {body} }}"));
+        let StmtKind::Copy { fill: Some(_), cache: CacheHint::EvictFirst, .. } = &k.body[0].kind else {
+            panic!("{body}: {:?}", k.body[0])
+        };
+    }
+    let k = lower_ok("threads = 32", "fn k(a: &Tensor<f32, 4>) { let mut s = shared::<f32, 4>(); copy(&a, &mut s); }");
+    assert!(matches!(&k.body[0].kind, StmtKind::Copy { fill: None, cache: CacheHint::Normal, .. }));
 }

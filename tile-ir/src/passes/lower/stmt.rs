@@ -131,7 +131,7 @@ impl<'a> Lx<'a> {
                 self.cur().push(Stmt::If { cond: c, negate: false, uniform: !in_nest, then: t, otherwise: o });
                 Ok(())
             }
-            StmtKind::Copy { src, dst, fill } => {
+            StmtKind::Copy { src, dst, fill, .. } => {
                 if in_nest {
                     return Err(collective(self, "copy"));
                 }

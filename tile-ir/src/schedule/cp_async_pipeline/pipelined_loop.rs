@@ -113,7 +113,7 @@ impl Lx<'_> {
         pipe.stages.begin_stage(self, var, stage, batch)?;
         let mut result = Ok(());
         for &i in &pl.copies {
-            if let StmtKind::Copy { src, dst, fill } = &body[i].kind {
+            if let StmtKind::Copy { src, dst, fill, .. } = &body[i].kind {
                 self.span = body[i].span;
                 self.cur_op += 1;
                 if let Err(e) = self.issue_pipelined_copy(pipe, src, dst, fill.as_ref()) {
@@ -236,7 +236,7 @@ impl Lx<'_> {
     ) -> Vec<(VarId, i64)> {
         let mut out: Vec<(VarId, i64)> = Vec::new();
         for &i in &pl.copies {
-            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let StmtKind::Copy { src, dst, fill, .. } = &body[i].kind else { continue };
             if pipe.stages.issues(dst.buf) {
                 continue;
             }

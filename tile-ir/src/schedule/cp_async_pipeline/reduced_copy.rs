@@ -180,7 +180,7 @@ impl Lx<'_> {
         // (and advanced) together.
         let mut rests: HashMap<usize, Vec<RestKey>> = HashMap::new();
         for (j, &i) in pl.copies.iter().enumerate() {
-            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let StmtKind::Copy { src, dst, fill, .. } = &body[i].kind else { continue };
             if issued_elsewhere(dst.buf) {
                 continue;
             }

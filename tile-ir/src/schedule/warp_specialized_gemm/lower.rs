@@ -257,9 +257,10 @@ impl Lx<'_> {
             let full = x.ws_bar_addr(wl, stage, 0);
             x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(stage_bytes) });
             for (o, map) in ws.operands.iter().zip(&st.maps) {
-                let StmtKind::Copy { src, .. } = &body[o.copy].kind else {
+                let StmtKind::Copy { src, cache, .. } = &body[o.copy].kind else {
                     return Err(x.err("internal: warp-specialized operand is not a copy"));
                 };
+                let hint = x.l2_policy(*cache);
                 let mut origin = Vec::new();
                 for e in &src.origin {
                     let v = x.expr(e)?;
@@ -275,7 +276,7 @@ impl Lx<'_> {
                         tmap: (*map).into(),
                         coords: vec![col, row],
                         mbar: full.clone(),
-                        cache_hint: None,
+                        cache_hint: hint.map(Operand::Reg),
                         cta_dst: false,
                         region: None,
                     });

@@ -265,7 +265,7 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
     let mut gemms = Vec::new();
     for (i, s) in body.iter().enumerate() {
         match &s.kind {
-            StmtKind::Copy { src, dst, fill } if pl.copies.contains(&i) => {
+            StmtKind::Copy { src, dst, fill, .. } if pl.copies.contains(&i) => {
                 operands.push(tma_operand(kernel, i, src, dst, fill.as_ref()).ok_or_else(|| {
                     NotApplicable::new(format!(
                         "the pipelined copy into `{}` is not a TMA box (a 2-D f16/bf16 global tile into a 2-D shared buffer of its type without an annotated layout, zero fill, rows of 32, 64 or a multiple of 128 bytes)",
@@ -368,7 +368,7 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
 /// gemm accumulator into a 2-D f16/bf16 tensor whose tile is whole 64-column
 /// panels of at most 256 rows that fit in the stage buffers.
 fn tma_store(k: &Kernel, index: usize, gemms: &[WsGemm], operands: &[TmaOperand], stages: u32) -> Option<WsStore> {
-    let StmtKind::Copy { src, dst, fill: None } = &k.body.get(index)?.kind else {
+    let StmtKind::Copy { src, dst, fill: None, .. } = &k.body.get(index)?.kind else {
         return None;
     };
     let g = gemms.iter().find(|g| g.c == src.buf)?;

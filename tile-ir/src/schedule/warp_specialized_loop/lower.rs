@@ -28,10 +28,30 @@
 //!     for k in a..b: the body on stage st, its pipelined copies left out:
 //!                        wait full_c[st] parity ph before the first statement using c's buffer
 //!                        arrive empty_c[st] after the last one  // every thread, after its reads
+//!                                                               // (and writes: fenced, see below)
 //!                    advance st
 //!     bar.sync 1, T                                  // stage memory may be reused
 //!     the statements after the loop
 //! ```
+//! A stage the body writes into after its copy (MLA's V rows past the
+//! sequence zeroed: [`crate::passes::pipeline::PipelinePlan::rewritten`])
+//! is released after the last statement touching it, read or write, like
+//! any other; the writes go to the current stage (every statement of the
+//! body addresses its stage), are dead at the next fill (the copy fills the
+//! whole buffer), and reach the async proxy of that fill through a
+//! `fence.proxy.async` before the arrive, unless the last user is a wgmma
+//! gemm reading the stage, before which the barrier pass fences them anyway.
+//! The loops that issue ahead or defer a gemm take no such ring (its buffer
+//! has more than the one gemm using it).
+//!
+//! Consecutive gemms on wgmma accumulating into one fragment (MLA's
+//! `S = Q·Kᵀ` over the 512 "nope" columns, then `S += Q_pe·K_peᵀ`): the
+//! first is left in flight, without its `wgmma.wait_group 0`, when no ring
+//! is released right after it; the second's wgmmas, issued after it by the
+//! same warpgroup into the same registers, are ordered after it, and its
+//! wait retires both groups (between them only the second's ring wait and
+//! `wgmma.fence`).
+//!
 //! The stage's reads are done before the arrive: generic loads complete in
 //! program order, and a wgmma reading the stage is waited for before it
 //! (`wgmma.wait_group 0` of the general lowering moves down only to the
@@ -122,7 +142,7 @@
 //! so their counts are the plain ping-pong's.
 
 use super::plan::WslPlan;
-use crate::ir::{BufferId, DType, Expr, Stmt as TStmt, StmtKind, VarId};
+use crate::ir::{BufferId, CacheHint, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
 use crate::schedule::warp_specialized_gemm::has_load;
@@ -142,6 +162,8 @@ pub(super) struct WslCopy {
     boxes: Vec<(i64, i64, i64)>,
     /// Bytes of all its boxes.
     bytes: i64,
+    /// Its L2 policy.
+    cache: CacheHint,
 }
 
 /// The schedule's state while one kernel is lowered.
@@ -220,7 +242,7 @@ impl Lx<'_> {
             return;
         };
         for &i in &ws.copies {
-            let StmtKind::Copy { src, dst, fill } = &body[i].kind else { continue };
+            let StmtKind::Copy { src, dst, fill, cache } = &body[i].kind else { continue };
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 self.errors.push(crate::CompileError::new(
                     body[i].span,
@@ -234,13 +256,13 @@ impl Lx<'_> {
             let param = format!("tmap{}", self.f.tensor_maps.len());
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b });
+            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b, cache: *cache });
         }
         // The copies before the loop whose shared layout TMA writes (the
         // others the consumers do themselves).
         let mut pre_bytes = 0;
         for &i in &ws.pre_copies {
-            let StmtKind::Copy { src, dst, fill } = &self.k.body[i].kind else { continue };
+            let StmtKind::Copy { src, dst, fill, cache } = &self.k.body[i].kind else { continue };
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 continue;
             };
@@ -248,7 +270,7 @@ impl Lx<'_> {
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
             pre_bytes += b;
-            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b });
+            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b, cache: *cache });
         }
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
@@ -402,6 +424,9 @@ impl Lx<'_> {
                 self.emit(Inst::TensorMapAddr { dst: r, param: c.param.clone() });
                 maps.push(r);
             }
+            // One L2 policy for the copies that ask for one, made before the loop.
+            let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
+            let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
             let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
             self.mov(stage, Operand::Imm(0), DType::I32);
             self.mov(phase, Operand::Imm(0), DType::I32);
@@ -451,7 +476,8 @@ impl Lx<'_> {
                     let smem = x.smem;
                     let at = x.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
                     let at = x.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), at.into()]);
-                    x.tma_boxes(*map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &full);
+                    let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
+                    x.tma_boxes(*map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &full, hint);
                 }
                 x.ring_advance(stages, stage, phase);
                 Ok(())
@@ -493,7 +519,8 @@ impl Lx<'_> {
             let (off, _) =
                 *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
             let at = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
-            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar);
+            let hint = self.l2_policy(c.cache);
+            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar, hint);
         }
         Ok(())
     }
@@ -530,6 +557,8 @@ impl Lx<'_> {
         }
         let first = |ci: usize| users[ci].first().copied();
         let last = |ci: usize| users[ci].last().copied();
+        let fenced: Vec<bool> =
+            (0..copies.len()).map(|ci| self.wsl_release_fence(wl, body, &users[ci], copies[ci].dst)).collect();
         let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         self.mov(stage, Operand::Imm(0), DType::I32);
         self.mov(phase, Operand::Imm(0), DType::I32);
@@ -568,6 +597,7 @@ impl Lx<'_> {
                 look = Some((gi, kc, *c, regs, twins));
             }
         }
+        let chained = self.wsl_chained_gemms(wl, body, &users, look.as_ref().map(|l| l.0));
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -580,6 +610,9 @@ impl Lx<'_> {
                 x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
             };
             let release = |x: &mut Self, ci: usize| {
+                if fenced[ci] {
+                    x.emit(Inst::FenceProxyAsync);
+                }
                 let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
                 x.emit(Inst::MbarArrive { addr: empty });
             };
@@ -633,7 +666,14 @@ impl Lx<'_> {
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
                 }
-                if let Err(e) = x.stmt(s) {
+                if chained.contains(&i) {
+                    // Left in flight: the next gemm accumulates into the
+                    // same registers, and its wait retires both groups.
+                    match x.capture(|y| y.stmt(s)) {
+                        Ok(code) => x.cur().extend(without_final_wait(code)),
+                        Err(e) => x.errors.push(e),
+                    }
+                } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
                 }
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
@@ -687,6 +727,57 @@ impl Lx<'_> {
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
         Ok(())
+    }
+
+    /// The body's gemms whose `wgmma.wait_group 0` the consumers' loop
+    /// leaves out (see the module doc): a gemm on wgmma (not the one issued
+    /// ahead, `ahead`) whose next statement, copies aside, is a gemm on
+    /// wgmma accumulating (no `clear`) into the same fragment, when no ring
+    /// is released right after it (its stage is still being read).
+    fn wsl_chained_gemms(
+        &self,
+        wl: &WslLowering,
+        body: &[TStmt],
+        users: &[Vec<usize>],
+        ahead: Option<usize>,
+    ) -> Vec<usize> {
+        let ws = &wl.plan;
+        let on_wgmma = |s: &TStmt| match &s.kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, clear } => {
+                self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some().then_some((*c, *clear))
+            }
+            _ => None,
+        };
+        let stmts: Vec<usize> = (0..body.len()).filter(|i| !ws.copies.contains(i) && Some(*i) != ahead).collect();
+        let mut out = Vec::new();
+        for w in stmts.windows(2) {
+            let (i, j) = (w[0], w[1]);
+            let (Some((c1, _)), Some((c2, false))) = (on_wgmma(&body[i]), on_wgmma(&body[j])) else { continue };
+            let released = users.iter().any(|u| u.last() == Some(&i));
+            if c1 == c2 && !released && self.k.buffer(c1).scope == crate::ir::Scope::Fragment {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Whether the release of the ring whose stage buffer is `buf` (touched
+    /// by the body's statements `users`) needs a `fence.proxy.async` first:
+    /// the body writes the stage through the generic proxy
+    /// ([`crate::passes::pipeline::PipelinePlan::rewritten`]) and its last
+    /// user is not a wgmma gemm reading it (before which the barrier pass
+    /// fences those writes already), so that the producer's TMA refill
+    /// (async proxy) is ordered after them.
+    fn wsl_release_fence(&self, wl: &WslLowering, body: &[TStmt], users: &[usize], buf: BufferId) -> bool {
+        if !wl.plan.pipe.rewritten.contains(&buf) {
+            return false;
+        }
+        let Some(&last) = users.last() else { return true };
+        let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &body[last].kind else {
+            return true;
+        };
+        let reads = touches_memory(self.k, &body[last], buf).0;
+        !(reads && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some())
     }
 
     /// The gemm the consumers issue one iteration ahead (see the module

@@ -8,7 +8,9 @@
 //!
 //! - it has exactly one `pipelined(n, stages ≥ 2)` loop, at the top level
 //!   of its body, which the pipeline analysis takes
-//!   ([`crate::passes::pipeline::plan`]);
+//!   ([`crate::passes::pipeline::plan_with`], copies whose destination the
+//!   body writes afterwards included: MLA's V rows past the sequence zeroed
+//!   in the stage);
 //! - every pipelined copy of that loop is one TMA may do as far as the
 //!   kernel alone tells (`tma_copy`'s acceptance: a 2-D window of a tensor of
 //!   rank 2 to 5 spanning the innermost dim, into a shared buffer of its
@@ -108,7 +110,9 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     if count_pipelined(&kernel.body) != 1 || *stages < 2 {
         return Err(no("the kernel must have exactly one pipelined loop, with at least 2 stages"));
     }
-    let pipe = pipeline::plan(kernel);
+    // A copy the body writes into afterwards is the producer's too: the
+    // consumers release its stage after the last statement touching it.
+    let pipe = pipeline::plan_with(kernel, true);
     let pl = pipe.loops.get(var).ok_or_else(|| {
         let mut why = String::from("the pipeline analysis takes no copy of the pipelined loop (a global → shared copy whose origin depends on the loop variable, reading only tensors the kernel never writes)");
         for r in &pipe.refusals {
@@ -118,7 +122,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         NotApplicable::new(why)
     })?;
     for &i in &pl.copies {
-        let StmtKind::Copy { src, dst, fill } = &body[i].kind else {
+        let StmtKind::Copy { src, dst, fill, .. } = &body[i].kind else {
             return Err(no("internal: a pipelined statement is not a copy"));
         };
         if !tma_candidate(kernel, src, dst, fill.as_ref()) {
@@ -149,7 +153,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     // Copies before the loop the producer can issue too.
     let mut pre_copies = Vec::new();
     for (i, s) in kernel.body[..loop_index].iter().enumerate() {
-        let StmtKind::Copy { src, dst, fill } = &s.kind else { continue };
+        let StmtKind::Copy { src, dst, fill, .. } = &s.kind else { continue };
         if !tma_candidate(kernel, src, dst, fill.as_ref()) {
             continue;
         }

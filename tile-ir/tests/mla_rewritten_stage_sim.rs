@@ -1,0 +1,239 @@
+//! A pipelined copy whose destination the loop body writes afterwards: the
+//! MLA split kernel's shape (`examples/kernels/mla_decode.rs`: K as
+//! `kv_s` [64, d] and `kpe_s` [64, dp], V = `kv_s`, whose rows past the
+//! sequence the body zeroes in the stage before P·V), narrowed to d 128.
+//!
+//! The warp-specialized loop pipelines `kv_s` (its producer issues it as TMA
+//! into a ring, the consumers release the stage after P·V, the last
+//! statement touching it); the cp.async and TMA-copy pipelines, which refill
+//! a stage at the top of the next iteration, refuse it and say why. The KV
+//! copies carry `cache=evict_first` (TMA's L2 hint), and the two gemms into
+//! S are chained (the first left in flight). On the
+//! simulator (races, TMA, mbarriers, wgmma operands checked) against an f64
+//! reference, the keys past each batch's length NaN in the tensor (so a
+//! zeroing that missed the stage P·V reads, or came after it, leaks NaN),
+//! loops of 0, 1 (partial and full block), 2 and 3 key blocks (a stage
+//! reused, its parity flipped); the same run with a zeroing whose condition
+//! never holds shows that the NaN keys are read.
+
+mod gemm_sim;
+mod ptxas;
+mod sim;
+
+use gemm_sim::{decode, random, rel_l2, Rng};
+use sim::SimTensor;
+use tile_ir::passes::pipeline;
+use tile_ir::print::parse_kernel;
+use tile_ir::*;
+
+const D: usize = 128;
+const DP: usize = 64;
+const DK: usize = D + DP;
+
+/// The kernel; `zero_v`: the zeroing of V's rows past the sequence is
+/// right (else its condition never holds: the same code, a planted bug).
+fn kernel(zero_v: bool) -> String {
+    let past = if zero_v { "len" } else { "len + 1000000" };
+    format!(
+        "kernel mla_rewritten<%0 B, %1 H, %2 S>(@0 q: &f16[B, H, {DK}], @1 kv: &f16[B, S, {DK}], @2 seqlens: &i32[B], @3 out: &mut f32[B, H, {D}], %3 scale: f32) threads=256 grid=((H + 63) / 64, B, 1) {{
+  %4 hx = block_idx.x
+  %5 bz = block_idx.y
+  @4 q_s: shared f16[64, {D}]
+  @5 qpe_s: shared f16[64, {DP}]
+  @6 kv_s: shared f16[64, {D}]
+  @7 kpe_s: shared f16[64, {DP}]
+  @8 p_s: shared f16[64, 64]
+  @9 s: fragment f32[64, 64]
+  @10 acc: fragment f32[64, {D}]
+  @11 m: fragment f32[64]
+  @12 m_s: fragment f32[64]
+  @13 alpha: fragment f32[64]
+  @14 l: fragment f32[64]
+  @15 row_sum: fragment f32[64]
+  let %6 len: i32 = seqlens[bz]
+  copy q[bz, hx * 64.., 0..] -> q_s
+  copy q[bz, hx * 64.., {D}..] -> qpe_s
+  fill acc, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %7 kb in pipelined(2) 0..(len + 63) / 64 {{
+    copy kv[bz, kb * 64.., 0..] -> kv_s, cache=evict_first
+    copy kv[bz, kb * 64.., {D}..] -> kpe_s, cache=evict_first
+    gemm q_s, kv_s.t -> s, clear, policy=full_col
+    gemm qpe_s, kpe_s.t -> s, policy=full_col
+    if (kb + 1) * 64 > len {{
+      for %8 i in parallel 0..64 {{
+        for %9 j in parallel 0..64 {{
+          if kb * 64 + %9 >= len {{
+            s[%8, %9] = -inf
+          }}
+        }}
+      }}
+    }}
+    copy m -> alpha
+    reduce.max s -> m, dim=1, keep
+    for %10 i in parallel 0..64 {{
+      m_s[%10] = select(m[%10] == -inf, 0.0, m[%10] * scale)
+      alpha[%10] = exp2(alpha[%10] * scale - m_s[%10])
+    }}
+    for %11 i in parallel 0..64 {{
+      for %12 j in parallel 0..64 {{
+        s[%11, %12] = exp2(s[%11, %12] * scale - m_s[%11])
+      }}
+    }}
+    reduce.sum s -> row_sum, dim=1
+    for %13 i in parallel 0..64 {{
+      l[%13] = l[%13] * alpha[%13] + row_sum[%13]
+    }}
+    for %14 i in parallel 0..64 {{
+      for %15 j in parallel 0..{D} {{
+        acc[%14, %15] = acc[%14, %15] * alpha[%14]
+      }}
+    }}
+    if (kb + 1) * 64 > len {{
+      for %16 j in parallel 0..64 {{
+        for %17 c in parallel 0..{D} {{
+          if kb * 64 + %16 >= {past} {{
+            kv_s[%16, %17] = 0.0f16
+          }}
+        }}
+      }}
+    }}
+    copy s -> p_s
+    gemm p_s, kv_s -> acc, policy=full_col
+  }}
+  for %18 i in parallel 0..64 {{
+    alpha[%18] = select(l[%18] == 0.0, 0.0, 1.0 / l[%18])
+  }}
+  for %19 i in parallel 0..64 {{
+    for %20 j in parallel 0..{D} {{
+      acc[%19, %20] = acc[%19, %20] * alpha[%19]
+    }}
+  }}
+  copy acc -> out[bz, hx * 64.., 0..]
+}}"
+    )
+}
+
+/// Per (batch, head): the base-2 softmax of `q·k` over the batch's first
+/// `len` keys times V (the first `D` columns of kv); zeros without keys.
+fn reference(q: &[f64], kv: &[f64], lens: &[usize], h: usize, s: usize, scale: f64) -> Vec<f64> {
+    let mut out = vec![0.0; lens.len() * h * D];
+    for (bi, &len) in lens.iter().enumerate() {
+        for hi in 0..h {
+            if len == 0 {
+                continue;
+            }
+            let qr = &q[(bi * h + hi) * DK..][..DK];
+            let key = |j: usize| &kv[(bi * s + j) * DK..][..DK];
+            let sc: Vec<f64> = (0..len).map(|j| (0..DK).map(|c| qr[c] * key(j)[c]).sum()).collect();
+            let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = sc.iter().map(|x| ((x - mx) * scale).exp2()).collect();
+            let l: f64 = w.iter().sum();
+            for c in 0..D {
+                out[(bi * h + hi) * D + c] = (0..len).map(|j| w[j] * key(j)[c]).sum::<f64>() / l;
+            }
+        }
+    }
+    out
+}
+
+fn variant(k: &Kernel, schedule: &str) -> Compiled {
+    let v = compile_variants(k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    v.into_iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"))
+}
+
+#[test]
+fn only_the_warp_specialized_loop_pipelines_a_rewritten_stage() {
+    let k = parse_kernel(&kernel(true)).unwrap();
+    let kv_s = k.buffers.iter().position(|b| b.name == "kv_s").map(|i| BufferId(i as u32)).unwrap();
+    let kpe_s = k.buffers.iter().position(|b| b.name == "kpe_s").map(|i| BufferId(i as u32)).unwrap();
+    let serial = pipeline::plan(&k);
+    assert_eq!(serial.stages_of(kv_s), 1);
+    assert_eq!(serial.stages_of(kpe_s), 2);
+    assert!(serial.rewritten.is_empty());
+    assert!(serial.refusals.iter().any(|r| r.contains("`kv_s`") && r.contains("writes")), "{:?}", serial.refusals);
+    let ws = pipeline::plan_with(&k, true);
+    assert_eq!(ws.stages_of(kv_s), 2);
+    assert!(ws.rewritten.contains(&kv_s) && !ws.rewritten.contains(&kpe_s));
+    // The producer issues both copies (a ring each), the consumers load nothing themselves.
+    let c = variant(&k, "warp_specialized_loop");
+    assert!(!c.ptx.contains("cp.async.cg") && !c.ptx.contains("cp.async.ca"), "consumers load with cp.async");
+    assert_eq!(c.ptx.matches("mbarrier.init").count(), 2 * 2 * 2 + 1, "two rings of two stages and Q's barrier");
+    // Q·Kᵀ over the nope columns is left in flight into `S += Q_pe·K_peᵀ`:
+    // three gemms, three commits, two waits.
+    let count = |p: &str| c.ptx.matches(p).count();
+    assert_eq!((count("wgmma.commit_group"), count("wgmma.wait_group.sync.aligned 0")), (3, 2));
+    // `.evict_first()`: one L2 policy made before the producer's loop, on
+    // its three boxes per iteration (kv_s: two of 64 columns, kpe_s: one),
+    // not on Q's.
+    assert_eq!(c.ptx.matches("createpolicy.fractional.L2::evict_first.b64").count(), 1);
+    let hinted = c.ptx.lines().filter(|l| l.contains("cp.async.bulk.tensor") && l.contains(".L2::cache_hint")).count();
+    let boxes = c.ptx.lines().filter(|l| l.contains("cp.async.bulk.tensor")).count();
+    assert_eq!((hinted, boxes), (3, 3 + 3), "{}", c.ptx);
+    if let Some(report) = ptxas::assemble("mla_rewritten", &c.ptx, "sm_90a") {
+        assert!(!report.contains("spill stores") || report.contains(" 0 bytes spill stores"), "{report}");
+    }
+    // The TMA-copy variant issues the hinted kpe_s as TMA too (kv_s, not
+    // pipelined there, is a plain copy).
+    let t = variant(&k, "tma_copy");
+    assert!(t.ptx.contains("createpolicy.fractional.L2::evict_first.b64") && t.ptx.contains(".L2::cache_hint"));
+    // Printed and parsed back.
+    let text = tile_ir::print::print_kernel(&k);
+    assert!(text.contains("-> kv_s, cache=evict_first"), "{text}");
+    assert_eq!(parse_kernel(&text).unwrap().body, k.body);
+}
+
+#[test]
+fn rewritten_stage_on_the_simulator() {
+    let k = parse_kernel(&kernel(true)).unwrap();
+    let c = variant(&k, "warp_specialized_loop");
+    // Loops of 0, 1 (partial), 1 (full), 2 and 3 key blocks.
+    let lens = [0usize, 50, 64, 100, 190];
+    let (b, h, s) = (lens.len(), 64usize, 192usize);
+    let scale = (std::f64::consts::LOG2_E / (DK as f64).sqrt()) as f32;
+    let mut rng = Rng(0x6d6c61);
+    let (qb, q) = random(&mut rng, DType::F16, b * h * DK, -1.0, 1.0);
+    let (mut kb, mut kv) = random(&mut rng, DType::F16, b * s * DK, -1.0, 1.0);
+    // The keys past each length: NaN (f16 0x7e00).
+    for (bi, &len) in lens.iter().enumerate() {
+        for j in len..s {
+            for c in 0..DK {
+                let at = (bi * s + j) * DK + c;
+                kb[2 * at..2 * at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+                kv[at] = f64::NAN;
+            }
+        }
+    }
+    let seqlens: Vec<u8> = lens.iter().flat_map(|&l| (l as i32).to_le_bytes()).collect();
+    let want = reference(&q, &kv, &lens, h, s, scale as f64);
+    let tensors = |kb: &[u8]| {
+        vec![
+            SimTensor { bytes: qb.clone(), shape: vec![b, h, DK], elem: 2 },
+            SimTensor { bytes: kb.to_vec(), shape: vec![b, s, DK], elem: 2 },
+            SimTensor { bytes: seqlens.clone(), shape: vec![b], elem: 4 },
+            SimTensor { bytes: vec![0xFF; 4 * b * h * D], shape: vec![b, h, D], elem: 4 },
+        ]
+    };
+    let dims = [b as i64, h as i64, s as i64];
+    let run = |c: &Compiled, k: &Kernel| {
+        let out = sim::run_compiled(c, k, tensors(&kb), &dims, &[scale.to_bits() as u64], Default::default()).tensors;
+        decode(DType::F32, &out[3])
+    };
+    let got = run(&c, &k);
+    for (bi, &len) in lens.iter().enumerate() {
+        let rows = bi * h * D..(bi + 1) * h * D;
+        let (g, w) = (&got[rows.clone()], &want[rows]);
+        assert!(g.iter().all(|x| x.is_finite()), "len {len}: non-finite output");
+        if len == 0 {
+            assert!(g.iter().all(|&x| x == 0.0), "len 0: output not zero");
+        } else {
+            let err = rel_l2(g, w);
+            assert!(err <= 5e-3, "len {len}: relative L2 error {err:.3e}");
+        }
+    }
+    // Planted: with a zeroing that never happens the NaN keys reach the output.
+    let bare = parse_kernel(&kernel(false)).unwrap();
+    let got = run(&variant(&bare, "warp_specialized_loop"), &bare);
+    assert!(got.iter().any(|x| x.is_nan()), "the NaN keys past the lengths are never read");
+}
