@@ -36,6 +36,7 @@
 //! Modes (`TILE_TUNE`, [`Mode`]): `on` (the default), `quiet` (no progress
 //! bar), `off` (the first candidate that launches, no timing, no cache),
 //! `cache-only` (cached choices, else the first candidate: never tunes).
+//! `TILE_TUNE_TRACE=1` prints a line before each candidate is timed.
 //!
 //! Layer: after `launch/` (it launches through [`crate::launch::launch`]);
 //! nothing below imports it.
@@ -65,6 +66,10 @@ pub const TUNE_ENV: &str = "TILE_TUNE";
 /// The environment variable naming a shipped cache file to read choices
 /// from (before the user's cache; never written).
 pub const TUNE_CACHE_ENV: &str = "TILE_TUNE_CACHE";
+/// The environment variable that, set (not `0`), makes the tuner print a
+/// line to stderr before timing each candidate (which kernel, bucket and
+/// configuration): the last line names a candidate that hangs.
+pub const TUNE_TRACE_ENV: &str = "TILE_TUNE_TRACE";
 /// The environment variable naming the cache directory (before
 /// `$XDG_CACHE_HOME/tile` and `~/.cache/tile`).
 pub const CACHE_DIR_ENV: &str = "TILE_CACHE_DIR";
@@ -395,8 +400,20 @@ impl Tuner {
             bar.set_message(format!("{} at {}", key.kernel, key.bucket));
             bar
         });
+        // `TILE_TUNE_TRACE=1`: a line before each candidate runs, so that a
+        // candidate that hangs or crashes is named by the last line.
+        let trace = std::env::var(TUNE_TRACE_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
         let mut times = Vec::new();
         for (i, config) in configs.iter().enumerate() {
+            if trace {
+                eprintln!(
+                    "tile: tuning {} at {}: candidate {}/{} `{config}`",
+                    key.kernel,
+                    key.bucket,
+                    i + 1,
+                    configs.len()
+                );
+            }
             times.push(match time(i) {
                 Ok(ms) => CandidateTime { config: config.to_string(), ms: Some(ms), skipped: None },
                 Err(e) => CandidateTime { config: config.to_string(), ms: None, skipped: Some(e.to_string()) },
