@@ -7,35 +7,54 @@
 //! 8192 × 8192), plus rows that are not 16-byte multiples (N = 4097, K = 4095,
 //! both) at a few M; both layouts (`ab`: `c = a · b`, `b [K, N]`; `abt`:
 //! `y = x · wᵀ`, `w [N, K]`) and both element types. Ours is
-//! `kernels::ShapedGemm` (the configuration from the host rule
-//! `kernels::choose`, which the autotuner will replace).
+//! `kernels::ShapedGemm`: the configuration of the host rule
+//! `kernels::choose`, or with `--tune` the autotuner's pick among
+//! `kernels::candidates` where the rule is not sure (tuned once per shape
+//! bucket and cached: `TILE_CACHE_DIR`, `TILE_TUNE`).
 //!
-//! Per shape: ours against cuBLAS (relative L2 error over the whole output),
-//! and on two rows against an f64 CPU reference (when N·K ≤ 2^26); then both
-//! timed (median), TFLOPS and the ratio, and the floor: the time to move the
-//! operands and the output once at 4.8 TB/s or to do the FLOPs at 989
-//! dense TFLOPS, whichever is longer (the H200's figures). One `RESULT
-//! gemm_sweep ...` line per shape, then the geometric mean and the minimum
-//! of the ratios (`RESULT gemm_sweep_summary`).
+//! Per shape: ours against cuBLAS over the whole output (`err`, the
+//! relative L2 difference, and `identical`, the share of outputs bit for
+//! bit cuBLAS's: a product with one K range sums in cuBLAS's order, so
+//! `err=0` is common and real), and rows 0 and M − 1 against an f64 CPU
+//! reference (`ref_err`, never 0); then both
+//! timed with CUDA events (after one run to size the count: as many runs as
+//! fit in `--budget-ms`, 3 to 100, median), TFLOPS and the ratio, and the
+//! floor: the time to move the operands and the output once at 4.8 TB/s or
+//! to do the FLOPs at 989 dense TFLOPS, whichever is longer (the H200's
+//! figures). The host's work runs on every core (random operands, the
+//! comparison, the reference rows: each reference row is computed once per
+//! N × K and layout, for every M). One `RESULT gemm_sweep ...` line per
+//! shape as soon as it is measured (with the milliseconds spent preparing:
+//! allocation and the first launch, which loads the kernels; checking;
+//! timing), the CSV written row by row, then the geometric mean and the
+//! minimum of the ratios (`RESULT gemm_sweep_summary`).
 //!
 //! `cargo run --release --example gemm_sweep -- [options]`:
 //! - `--m 1,16,..`, `--nk 4096x4096,..` (N×K), `--odd` / `--no-odd` (the odd
 //!   shapes only / not), `--layout ab|abt[,..]`, `--dtype f16|bf16[,..]`;
 //! - `--config TILES:SPLIT` (`64x128`, `128x128` or `128x256`, e.g.
 //!   `64x128:4`): every shape with this configuration instead of the rule's;
+//! - `--tune`: the autotuner's configuration where the rule is not sure
+//!   (its choices are cached; a second run reads them); `--save-tuning
+//!   PATH`: the choices written as a file to ship (`TILE_TUNE_CACHE`);
 //! - `--csv PATH`, `--plot PATH` (an SVG of the ratio against M, one line per
 //!   N × K);
-//! - `--quick`: fewer timed runs;
-//! - `--plan`: print each shape's configuration, blocks, bytes, FLOPs and
-//!   floor without running anything (no GPU needed).
+//! - `--budget-ms MS`: the timing budget per shape and side (default 25;
+//!   `--quick`: 8);
+//! - `--deadline S`: start no shape after S seconds (the summary, CSV and
+//!   plot then cover the shapes measured, `partial=1`);
+//! - `--plan`: print each shape's configuration (the rule's), blocks, bytes,
+//!   FLOPs, floor and the candidates `--tune` times, without running
+//!   anything (no GPU needed).
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use tile::cublas;
 use tile::prelude::*;
 
 #[path = "kernels/common.rs"]
+#[allow(dead_code)]
 mod common;
 #[path = "kernels/gemm.rs"]
 mod kernels;
@@ -77,12 +96,16 @@ struct Options {
     config: Option<Config>,
     csv: Option<PathBuf>,
     plot: Option<PathBuf>,
-    quick: bool,
+    budget_ms: f64,
+    deadline: Option<f64>,
+    tune: bool,
+    save_tuning: Option<PathBuf>,
     plan: bool,
 }
 
 const USAGE: &str = "usage: gemm_sweep [--m M,..] [--nk NxK,..] [--odd|--no-odd] [--layout ab|abt,..] \
-                     [--dtype f16|bf16,..] [--config TILES:SPLIT] [--csv PATH] [--plot PATH] [--quick] [--plan]";
+                     [--dtype f16|bf16,..] [--config TILES:SPLIT] [--tune] [--save-tuning PATH] [--csv PATH] [--plot PATH] \
+                     [--budget-ms MS] [--quick] [--deadline S] [--plan]";
 
 fn parse_list<T>(v: &str, f: impl Fn(&str) -> Option<T>, what: &str) -> Result<Vec<T>, String> {
     v.split(',').map(|x| f(x.trim()).ok_or(format!("{what}: `{x}` is not valid"))).collect()
@@ -100,9 +123,13 @@ impl Options {
             config: None,
             csv: None,
             plot: None,
-            quick: false,
+            budget_ms: 25.0,
+            deadline: None,
+            tune: false,
+            save_tuning: None,
             plan: false,
         };
+        let mut budget_given = false;
         let mut ms_given = false;
         while let Some(arg) = args.next() {
             let (flag, inline) = match arg.split_once('=') {
@@ -155,7 +182,22 @@ impl Options {
                 }
                 "--csv" => o.csv = Some(value("--csv")?.into()),
                 "--plot" => o.plot = Some(value("--plot")?.into()),
-                "--quick" => o.quick = true,
+                "--quick" => {
+                    if !budget_given {
+                        o.budget_ms = 8.0;
+                    }
+                }
+                "--budget-ms" => {
+                    let v = value("--budget-ms")?;
+                    o.budget_ms = v.parse().ok().filter(|&b: &f64| b > 0.0).ok_or(format!("--budget-ms: `{v}`"))?;
+                    budget_given = true;
+                }
+                "--deadline" => {
+                    let v = value("--deadline")?;
+                    o.deadline = Some(v.parse().ok().filter(|&d: &f64| d > 0.0).ok_or(format!("--deadline: `{v}`"))?);
+                }
+                "--tune" => o.tune = true,
+                "--save-tuning" => o.save_tuning = Some(value("--save-tuning")?.into()),
                 "--plan" => o.plan = true,
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument `{other}`")),
@@ -200,7 +242,21 @@ struct Row {
     ours_us: f64,
     cublas_us: f64,
     floor_us: f64,
+    /// Relative L2 difference from cuBLAS over the whole output.
     err: f64,
+    /// The share of outputs bit-for-bit cuBLAS's.
+    identical: f64,
+    /// The larger relative L2 error of rows 0 and M − 1 against the f64
+    /// reference.
+    ref_err: f64,
+    /// Where the configuration came from: `rule`, `given`, or the tuner's
+    /// `Tuned`, `Cache`, `Shipped`, `Default`.
+    source: String,
+    /// Milliseconds preparing (allocation, the first launch: kernel loads,
+    /// tuning), checking and timing this shape.
+    setup_ms: f64,
+    check_ms: f64,
+    time_ms: f64,
 }
 
 impl Row {
@@ -224,73 +280,216 @@ impl Row {
     }
 }
 
+/// Threads for the host's work: every core.
+fn threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// `n` random values in [-1, 1) as `T`, generated in chunks of 2^20 on
+/// every core (chunk `i` from its own seed: the values do not depend on
+/// the number of threads).
+fn random_vec<T: Element>(seed: u64, n: usize) -> Vec<T> {
+    const CHUNK: usize = 1 << 20;
+    let mut out = vec![T::from_f64(0.0); n];
+    let chunks: Vec<(usize, &mut [T])> = out.chunks_mut(CHUNK).enumerate().collect();
+    let per = chunks.len().div_ceil(threads()).max(1);
+    let mut groups: Vec<Vec<(usize, &mut [T])>> = Vec::new();
+    for (i, c) in chunks {
+        if i % per == 0 {
+            groups.push(Vec::new());
+        }
+        groups.last_mut().expect("a group").push((i, c));
+    }
+    std::thread::scope(|scope| {
+        for group in groups {
+            scope.spawn(move || {
+                for (i, chunk) in group {
+                    let mut rng = common::Rng::new(seed ^ (i as u64).wrapping_mul(0x9E37_79B9));
+                    for x in chunk.iter_mut() {
+                        *x = T::from_f64(rng.uniform(-1.0, 1.0) as f64);
+                    }
+                }
+            });
+        }
+    });
+    out
+}
+
 /// Random values in [-1, 1) as `T`, on the device with shape `shape`.
 fn random<T: Element>(s: &Stream, seed: u64, shape: &[usize]) -> Res<(Vec<T>, DeviceTensor<T>)> {
-    let mut rng = common::Rng::new(seed);
-    let n: usize = shape.iter().product();
-    let host: Vec<T> = rng.vec(n, -1.0, 1.0).into_iter().map(|v| T::from_f64(v as f64)).collect();
+    let host = random_vec::<T>(seed, shape.iter().product());
     let dev = DeviceTensor::from_slice(s, &host, shape)?;
     Ok((host, dev))
 }
 
-/// Relative L2 difference of two outputs, in one pass.
+/// Relative L2 difference of two outputs and how many elements are
+/// bit-for-bit the same (the same K order in f32 gives the same sums: a
+/// split-1 product against cuBLAS is often identical), on every core.
+fn compare<T: Element>(x: &[T], y: &[T]) -> (f64, usize) {
+    let chunk = x.len().div_ceil(threads()).max(1);
+    let same: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = x
+            .chunks(chunk)
+            .zip(y.chunks(chunk))
+            .map(|(x, y)| scope.spawn(move || x.iter().zip(y).filter(|(a, b)| a.to_f64() == b.to_f64()).count()))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a comparison thread")).sum()
+    });
+    (rel_diff(x, y), same)
+}
+
+/// Relative L2 difference of two outputs, on every core.
 fn rel_diff<T: Element>(x: &[T], y: &[T]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (a, b) in x.iter().zip(y) {
-        let (a, b) = (a.to_f64(), b.to_f64());
-        num += (a - b) * (a - b);
-        den += b * b;
-    }
+    let chunk = x.len().div_ceil(threads()).max(1);
+    let sums: Vec<(f64, f64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = x
+            .chunks(chunk)
+            .zip(y.chunks(chunk))
+            .map(|(x, y)| {
+                scope.spawn(move || {
+                    let (mut num, mut den) = (0.0f64, 0.0f64);
+                    for (a, b) in x.iter().zip(y) {
+                        let (a, b) = (a.to_f64(), b.to_f64());
+                        num += (a - b) * (a - b);
+                        den += b * b;
+                    }
+                    (num, den)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a comparison thread")).collect()
+    });
+    let (num, den) = sums.iter().fold((0.0, 0.0), |(n, d), (a, b)| (n + a, d + b));
     if !num.is_finite() {
         return f64::INFINITY;
     }
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
 
+/// The f64 reference of rows `rows` of `a · b` (`a` `[·, k]` row-major,
+/// `b` `[k, n]`, or `[n, k]` when `trans_b`), one pass over `b` shared by
+/// every row, the columns split over every core. Row `r`'s values are
+/// `out[r_index][..n]`.
+fn reference_rows<T: Element>(n: usize, k: usize, a: &[T], b: &[T], trans_b: bool, rows: &[usize]) -> Vec<Vec<f64>> {
+    let a_rows: Vec<Vec<f64>> =
+        rows.iter().map(|&r| a[r * k..(r + 1) * k].iter().map(|x| x.to_f64()).collect()).collect();
+    let cols = n.div_ceil(threads()).max(1);
+    let parts: Vec<Vec<Vec<f64>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .step_by(cols)
+            .map(|j0| {
+                let a_rows = &a_rows;
+                scope.spawn(move || {
+                    let j1 = (j0 + cols).min(n);
+                    let mut out = vec![vec![0.0f64; j1 - j0]; a_rows.len()];
+                    let mut line = vec![0.0f64; if trans_b { k } else { j1 - j0 }];
+                    if trans_b {
+                        for j in j0..j1 {
+                            for (x, v) in line.iter_mut().zip(&b[j * k..(j + 1) * k]) {
+                                *x = v.to_f64();
+                            }
+                            for (o, ar) in out.iter_mut().zip(a_rows) {
+                                o[j - j0] = ar.iter().zip(&line).map(|(x, y)| x * y).sum();
+                            }
+                        }
+                    } else {
+                        for p in 0..k {
+                            for (x, v) in line.iter_mut().zip(&b[p * n + j0..p * n + j1]) {
+                                *x = v.to_f64();
+                            }
+                            for (o, ar) in out.iter_mut().zip(a_rows) {
+                                let ap = ar[p];
+                                for (acc, y) in o.iter_mut().zip(&line) {
+                                    *acc += ap * y;
+                                }
+                            }
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a reference thread")).collect()
+    });
+    (0..rows.len()).map(|r| parts.iter().flat_map(|p| p[r].iter().copied()).collect()).collect()
+}
+
+/// Times `f` with CUDA events: one run to size the count, then as many as
+/// fit in `budget_ms` (3 to 100) after one warm-up.
+fn timed(s: &Stream, budget_ms: f64, mut f: impl FnMut() -> tile::Result<()>) -> Res<BenchResult> {
+    let once = bench(s, 0, 1, &mut f)?.median_ms.max(1e-3);
+    let iters = ((budget_ms / once) as usize).clamp(3, 100);
+    Ok(bench(s, 1, iters, f)?)
+}
+
+/// What one (element type, N × K) needs for every M and layout: the
+/// operands on the host (`a` for the largest M) and NaNs to fill outputs
+/// with (a value the kernels never leave behind).
+struct Operands<T> {
+    n: usize,
+    k: usize,
+    a_host: Vec<T>,
+    w_host: Vec<T>,
+    nan: Vec<T>,
+}
+
 /// The sweep for one element type over every (N, K) and M.
-fn sweep<T: Dtype>(s: &Stream, blas: &cublas::Gemm, o: &Options, rows: &mut Vec<Row>) -> Res<()> {
+fn sweep<T: Dtype>(s: &Stream, blas: &cublas::Gemm, o: &Options, out: &mut Output) -> Res<()> {
     let shapes = o.shapes();
-    // One pair of operands per (N, K) (the largest M), reused for every M
-    // and layout: the time goes to the GEMMs, not to the host's RNG.
     let mut nks: Vec<(usize, usize)> = shapes.iter().map(|&(_, n, k)| (n, k)).collect();
     nks.dedup();
     for (n, k) in nks {
-        let m_max = shapes.iter().filter(|s| (s.1, s.2) == (n, k)).map(|s| s.0).max().unwrap_or(1);
-        let mut rng = common::Rng::new((n * 3 + k) as u64);
-        let a_host: Vec<T> = (0..m_max * k).map(|_| T::from_f64(rng.uniform(-1.0, 1.0) as f64)).collect();
-        let (w_host, w_flat) = random::<T>(s, (n + k * 5) as u64, &[n * k])?;
-        let mut w_flat = Some(w_flat);
+        if out.past_deadline(o) {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        // One pair of operands per (N, K) (the largest M), reused for every M
+        // and layout: the first m rows of `a` for M = m.
+        let ms: Vec<usize> = shapes.iter().filter(|s| (s.1, s.2) == (n, k)).map(|s| s.0).collect();
+        let m_max = ms.iter().copied().max().unwrap_or(1);
+        let ops = Operands {
+            n,
+            k,
+            a_host: random_vec::<T>((n * 3 + k) as u64, m_max * k),
+            w_host: random_vec::<T>((n + k * 5) as u64, n * k),
+            nan: vec![T::from_f64(f64::NAN); m_max * n],
+        };
+        let mut w = Some(DeviceTensor::from_slice(s, &ops.w_host, &[n * k])?);
+        // The rows checked against the f64 reference: 0 and m - 1 of every M.
+        let mut rows: Vec<usize> = ms.iter().flat_map(|&m| [0, m - 1]).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        println!(
+            "-- {} n={n} k={k}: operands ready in {:.0} ms ({} shapes, {} reference rows)",
+            T::NAME,
+            started.elapsed().as_secs_f64() * 1e3,
+            ms.len() * o.layouts.len(),
+            rows.len()
+        );
         for &layout in &o.layouts {
             let shape = match layout {
                 Layout::Ab => [k, n],
                 Layout::Abt => [n, k],
             };
-            let w = w_flat.take().expect("the weights").reshape(&shape)?;
-            for &(m, n2, k2) in &shapes {
-                if (n2, k2) != (n, k) {
-                    continue;
+            let wl = w.take().expect("the weights").reshape(&shape)?;
+            let t = std::time::Instant::now();
+            let refs = reference_rows(n, k, &ops.a_host, &ops.w_host, layout == Layout::Abt, &rows);
+            let reference: BTreeMap<usize, Vec<f64>> = rows.iter().copied().zip(refs).collect();
+            let ref_ms = t.elapsed().as_secs_f64() * 1e3;
+            let mut first = true;
+            for &m in &ms {
+                if out.past_deadline(o) {
+                    return Ok(());
                 }
-                // The first m rows of the random a (a contiguous prefix).
-                let a = DeviceTensor::from_slice(s, &a_host[..m * k], &[m, k])?;
-                let row = measure::<T>(s, blas, o, layout, m, n, k, &a, &a_host[..m * k], &w, &w_host)?;
-                println!(
-                    "RESULT gemm_sweep layout={} dtype={} m={m} n={n} k={k} config=\"{}\" blocks={} ours_us={:.1} cublas_us={:.1} \
-                     floor_us={:.1} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3} err={:.1e}",
-                    row.layout_name(),
-                    T::NAME,
-                    row.config,
-                    row.blocks(),
-                    row.ours_us,
-                    row.cublas_us,
-                    row.floor_us,
-                    row.flops() / row.ours_us / 1e6,
-                    row.flops() / row.cublas_us / 1e6,
-                    row.ratio(),
-                    row.err
-                );
-                rows.push(row);
+                let mut row = measure::<T>(s, blas, o, layout, m, &ops, &wl, &reference)?;
+                if first {
+                    // The reference rows of this layout count as the first shape's check.
+                    row.check_ms += ref_ms;
+                    first = false;
+                }
+                out.push(row)?;
             }
-            w_flat = Some(w.reshape(&[n * k])?);
+            w = Some(wl.reshape(&[n * k])?);
         }
     }
     Ok(())
@@ -304,43 +503,59 @@ fn measure<T: Dtype>(
     o: &Options,
     layout: Layout,
     m: usize,
-    n: usize,
-    k: usize,
-    a: &DeviceTensor<T>,
-    a_host: &[T],
+    ops: &Operands<T>,
     w: &DeviceTensor<T>,
-    w_host: &[T],
+    reference: &BTreeMap<usize, Vec<f64>>,
 ) -> Res<Row> {
+    let (n, k) = (ops.n, ops.k);
     let trans_b = layout == Layout::Abt;
-    let mut ours = ShapedGemm::<T>::new(s, m, n, k, layout, o.config)?;
-    let mut c = DeviceTensor::from_slice(s, &vec![T::from_f64(f64::NAN); m * n], &[m, n])?;
+    let t = std::time::Instant::now();
+    let a = DeviceTensor::from_slice(s, &ops.a_host[..m * k], &[m, k])?;
+    let mut c = DeviceTensor::from_slice(s, &ops.nan[..m * n], &[m, n])?;
     let mut c_blas = DeviceTensor::<T>::zeros(s, &[m, n])?;
-    ours.run(s, a, w, &mut c)?;
-    blas.gemm(m, n, k, a, w, &mut c_blas, false, trans_b)?;
+    let (mut ours, source) = if o.tune && o.config.is_none() {
+        let (g, record) = ShapedGemm::<T>::tuned(s, tile::tune::Tuner::global()?, layout, &a, w, &mut c)?;
+        // Tuning wrote `c`: NaNs again, so that the check sees only this run.
+        c = DeviceTensor::from_slice(s, &ops.nan[..m * n], &[m, n])?;
+        let source = if record.candidates.is_empty() && record.hash.is_empty() {
+            "rule".to_string()
+        } else {
+            format!("{:?}", record.source)
+        };
+        (g, source)
+    } else {
+        let source = if o.config.is_some() { "given" } else { "rule" };
+        (ShapedGemm::<T>::new(s, m, n, k, layout, o.config)?, source.to_string())
+    };
+    ours.run(s, &a, w, &mut c)?;
+    s.synchronize()?;
+    let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+
+    let t = std::time::Instant::now();
+    blas.gemm(m, n, k, &a, w, &mut c_blas, false, trans_b)?;
     let got = c.to_vec(s)?;
     let want = c_blas.to_vec(s)?;
-    let err = rel_diff(&got, &want);
+    let (err, same) = compare(&got, &want);
     let what = format!("{} {} {m}x{n}x{k} ({})", T::NAME, if trans_b { "abt" } else { "ab" }, ours.config);
     if err > T::TOL {
         return Err(format!("{what}: ours and cuBLAS differ by {err:.2e} (> {:.0e})", T::TOL).into());
     }
-    if n * k <= 1 << 26 {
-        let sample = [0, m - 1];
-        for &r in &sample[..if m > 1 { 2 } else { 1 }] {
-            let want = kernels::reference_rows(m, n, k, a_host, w_host, false, trans_b, r..r + 1);
-            assert_close(&got[r * n..(r + 1) * n], &want, T::TOL)
-                .map_err(|e| format!("{what}, row {r} against the f64 reference: {e}"))?;
-        }
+    let sample = [0, m - 1];
+    let mut ref_err = 0.0f64;
+    for &r in &sample[..if m > 1 { 2 } else { 1 }] {
+        let want = reference.get(&r).ok_or(format!("{what}: no reference for row {r}"))?;
+        let e = assert_close(&got[r * n..(r + 1) * n], want, T::TOL)
+            .map_err(|e| format!("{what}, row {r} against the f64 reference: {e}"))?;
+        ref_err = ref_err.max(e);
     }
+    drop((got, want));
+    let check_ms = t.elapsed().as_secs_f64() * 1e3;
+
+    let t = std::time::Instant::now();
+    let t_ours = timed(s, o.budget_ms, || ours.run(s, &a, w, &mut c))?;
+    let t_blas = timed(s, o.budget_ms, || blas.gemm(m, n, k, &a, w, &mut c_blas, false, trans_b))?;
+    let time_ms = t.elapsed().as_secs_f64() * 1e3;
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
-    let (warmup, iters) = match (flops > 1e12, o.quick) {
-        (true, true) => (2, 5),
-        (true, false) => (3, 10),
-        (false, true) => (5, 20),
-        (false, false) => (20, 100),
-    };
-    let t_ours = bench(s, warmup, iters, || ours.run(s, a, w, &mut c))?;
-    let t_blas = bench(s, warmup, iters, || blas.gemm(m, n, k, a, w, &mut c_blas, false, trans_b))?;
     let bytes = 2.0 * (m * k + n * k + m * n) as f64;
     let floor_us = (bytes / HBM).max(flops / PEAK) * 1e6;
     Ok(Row {
@@ -354,23 +569,64 @@ fn measure<T: Dtype>(
         cublas_us: t_blas.median_ms * 1e3,
         floor_us,
         err,
+        identical: same as f64 / (m * n) as f64,
+        ref_err,
+        source,
+        setup_ms,
+        check_ms,
+        time_ms,
     })
 }
 
-fn write_csv(rows: &[Row], path: &PathBuf) -> Res<()> {
-    let mut out = String::from(
-        "layout,dtype,m,n,k,config,blocks,ours_us,cublas_us,floor_us,ours_tflops,cublas_tflops,ratio,floor_over_ours,rel_diff\n",
-    );
-    for r in rows {
-        writeln!(
-            out,
-            "{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e}",
+/// Where the rows go as they are measured: stdout (a flushed `RESULT`
+/// line each) and the CSV file (a flushed row each).
+struct Output {
+    rows: Vec<Row>,
+    csv: Option<std::io::BufWriter<std::fs::File>>,
+    start: std::time::Instant,
+    partial: bool,
+}
+
+const CSV_HEADER: &str =
+    "layout,dtype,m,n,k,config,source,blocks,ours_us,cublas_us,floor_us,ours_tflops,cublas_tflops,\
+                          ratio,floor_over_ours,rel_diff,identical,ref_err,setup_ms,check_ms,time_ms";
+
+impl Output {
+    fn new(csv: Option<&PathBuf>) -> Res<Output> {
+        let csv = match csv {
+            Some(p) => {
+                let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
+                writeln!(f, "{CSV_HEADER}")?;
+                f.flush()?;
+                Some(f)
+            }
+            None => None,
+        };
+        Ok(Output { rows: Vec::new(), csv, start: std::time::Instant::now(), partial: false })
+    }
+
+    fn past_deadline(&mut self, o: &Options) -> bool {
+        if o.deadline.is_some_and(|d| self.start.elapsed().as_secs_f64() > d) {
+            if !self.partial {
+                println!("-- deadline of {:.0} s reached: no more shapes", o.deadline.unwrap_or(0.0));
+            }
+            self.partial = true;
+        }
+        self.partial
+    }
+
+    fn push(&mut self, r: Row) -> Res<()> {
+        println!(
+            "RESULT gemm_sweep layout={} dtype={} m={} n={} k={} config=\"{}\" source={} blocks={} ours_us={:.1} \
+             cublas_us={:.1} floor_us={:.1} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3} err={:.1e} \
+             identical={:.3} ref_err={:.1e} setup_ms={:.0} check_ms={:.0} time_ms={:.0} elapsed_s={:.1}",
             r.layout_name(),
             r.dtype,
             r.m,
             r.n,
             r.k,
             r.config,
+            r.source,
             r.blocks(),
             r.ours_us,
             r.cublas_us,
@@ -378,12 +634,46 @@ fn write_csv(rows: &[Row], path: &PathBuf) -> Res<()> {
             r.flops() / r.ours_us / 1e6,
             r.flops() / r.cublas_us / 1e6,
             r.ratio(),
-            r.floor_us / r.ours_us,
-            r.err
-        )?;
+            r.err,
+            r.identical,
+            r.ref_err,
+            r.setup_ms,
+            r.check_ms,
+            r.time_ms,
+            self.start.elapsed().as_secs_f64()
+        );
+        std::io::stdout().flush()?;
+        if let Some(f) = &mut self.csv {
+            writeln!(
+                f,
+                "{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e},{:.4},{:.2e},{:.1},{:.1},{:.1}",
+                r.layout_name(),
+                r.dtype,
+                r.m,
+                r.n,
+                r.k,
+                r.config,
+                r.source,
+                r.blocks(),
+                r.ours_us,
+                r.cublas_us,
+                r.floor_us,
+                r.flops() / r.ours_us / 1e6,
+                r.flops() / r.cublas_us / 1e6,
+                r.ratio(),
+                r.floor_us / r.ours_us,
+                r.err,
+                r.identical,
+                r.ref_err,
+                r.setup_ms,
+                r.check_ms,
+                r.time_ms
+            )?;
+            f.flush()?;
+        }
+        self.rows.push(r);
+        Ok(())
     }
-    std::fs::write(path, out)?;
-    Ok(())
 }
 
 /// The ratio to cuBLAS against M (log scale), one line per N × K (the
@@ -430,9 +720,30 @@ fn plot(rows: &[Row], path: &PathBuf) -> Res<()> {
     Ok(())
 }
 
-/// Without a GPU: the dispatch (every tile, split-K, padding) at small
-/// awkward sizes in the interpreter, against the f64 reference.
+/// Without a GPU: the sweep's host reference (rows of one pass, on every
+/// core) against the plain one, then the dispatch (every tile, split-K,
+/// padding) at small awkward sizes in the interpreter, against the f64
+/// reference.
 fn interpreter_check(s: &Stream) -> Res<()> {
+    for trans_b in [false, true] {
+        let (m, n, k) = (9, 37, 29);
+        let a = random_vec::<f16>(5, m * k);
+        let b = random_vec::<f16>(6, n * k);
+        let rows = [0, 4, 8];
+        let got = reference_rows(n, k, &a, &b, trans_b, &rows);
+        for (r, got) in rows.iter().zip(&got) {
+            let want = kernels::reference_rows(m, n, k, &a, &b, false, trans_b, *r..*r + 1);
+            let diff = got.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            if got.len() != n || diff > 1e-9 {
+                return Err(format!("the sweep's reference row {r} (trans_b {trans_b}) is off by {diff:e}").into());
+            }
+        }
+        let x = random_vec::<f16>(7, 1000);
+        if rel_diff(&x, &x) != 0.0 || (rel_diff(&x, &random_vec::<f16>(8, 1000)) - 1.4).abs() > 0.2 {
+            return Err("the sweep's rel_diff is wrong".into());
+        }
+    }
+    println!("the host reference rows and comparison match the plain ones");
     for (m, n, k, config) in [
         (3, 130, 77, Config { tiles: Tiles::Small, split: 3 }),
         (70, 17, 200, Config { tiles: Tiles::Mid, split: 2 }),
@@ -471,7 +782,7 @@ fn main() {
 
 /// `--plan`: the configuration, blocks and floor of every shape.
 fn print_plan(o: &Options) {
-    println!("m,n,k,config,blocks,mbytes,gflop,floor_us,bound");
+    println!("m,n,k,config,blocks,mbytes,gflop,floor_us,bound,tune_candidates");
     for (m, n, k) in o.shapes() {
         let config = o.config.unwrap_or_else(|| kernels::choose(m, n, k));
         let (bm, bn) = config.tiles.dims();
@@ -480,7 +791,13 @@ fn print_plan(o: &Options) {
         let flops = 2.0 * (m * n * k) as f64;
         let bound = if bytes / HBM > flops / PEAK { "memory" } else { "compute" };
         let floor_us = (bytes / HBM).max(flops / PEAK) * 1e6;
-        println!("{m},{n},{k},{config},{blocks},{:.1},{:.1},{floor_us:.1},{bound}", bytes / 1e6, flops / 1e9);
+        let tuned: Vec<String> = kernels::candidates(m, n, k).iter().map(|c| c.to_string()).collect();
+        println!(
+            "{m},{n},{k},{config},{blocks},{:.1},{:.1},{floor_us:.1},{bound},{}",
+            bytes / 1e6,
+            flops / 1e9,
+            tuned.join(" / ")
+        );
     }
 }
 
@@ -498,21 +815,43 @@ fn run(o: &Options) -> Res<()> {
     }
     let blas = cublas::Gemm::new(&s)?;
     println!("cuBLAS: {} (version {})", blas.library_name(), blas.version()?);
-    let start = std::time::Instant::now();
-    let mut rows = Vec::new();
+    // Without embedded cubins every kernel is JIT-compiled from PTX at its
+    // first launch (build with TILE_PTXAS: `scripts/dist.sh sweep` does).
+    let metas = kernels::matmul::INSTANCES.iter().chain(&kernels::matmul_bt::INSTANCES);
+    let (with, all) = metas.fold((0, 0), |(w, a), m| {
+        let t = m.targets.iter().filter(|t| t.arch == "sm_90a");
+        let n = t.clone().count();
+        (w + t.filter(|t| t.cubin.is_some()).count(), a + n)
+    });
+    println!(
+        "kernels: {with} of {all} sm_90a GEMM variants embed a cubin{}; shapes: {} per element type; timing budget {} ms \
+         per shape and side; configuration: {}",
+        if with < all { " (the others are JIT-compiled at their first launch)" } else { "" },
+        o.shapes().len() * o.layouts.len(),
+        o.budget_ms,
+        match (o.config, o.tune) {
+            (Some(c), _) => format!("{c} for every shape"),
+            (None, true) => "the autotuner's where the rule is not sure (TILE_TUNE, TILE_CACHE_DIR)".into(),
+            (None, false) => "the host rule's".into(),
+        }
+    );
+    let mut out = Output::new(o.csv.as_ref())?;
     for d in &o.dtypes {
         match d.as_str() {
-            "bf16" => sweep::<bf16>(&s, &blas, o, &mut rows)?,
-            _ => sweep::<f16>(&s, &blas, o, &mut rows)?,
+            "bf16" => sweep::<bf16>(&s, &blas, o, &mut out)?,
+            _ => sweep::<f16>(&s, &blas, o, &mut out)?,
         }
     }
+    let rows = &out.rows;
     if rows.is_empty() {
         return Err("no shapes to run".into());
     }
     let geo = (rows.iter().map(|r| r.ratio().ln()).sum::<f64>() / rows.len() as f64).exp();
     let worst = rows.iter().min_by(|x, y| x.ratio().total_cmp(&y.ratio())).expect("rows");
+    let secs = |f: fn(&Row) -> f64| rows.iter().map(f).sum::<f64>() / 1e3;
     println!(
-        "RESULT gemm_sweep_summary shapes={} geomean_ratio={geo:.3} min_ratio={:.3} min_shape=\"{} {} {}x{}x{} {}\" seconds={:.0}",
+        "RESULT gemm_sweep_summary shapes={} geomean_ratio={geo:.3} min_ratio={:.3} min_shape=\"{} {} {}x{}x{} {}\" \
+         seconds={:.0} setup_s={:.1} check_s={:.1} time_s={:.1} partial={}",
         rows.len(),
         worst.ratio(),
         worst.layout_name(),
@@ -521,15 +860,22 @@ fn run(o: &Options) -> Res<()> {
         worst.n,
         worst.k,
         worst.config,
-        start.elapsed().as_secs_f64()
+        out.start.elapsed().as_secs_f64(),
+        secs(|r| r.setup_ms),
+        secs(|r| r.check_ms),
+        secs(|r| r.time_ms),
+        u8::from(out.partial)
     );
     if let Some(p) = &o.csv {
-        write_csv(&rows, p)?;
         println!("wrote {}", p.display());
     }
     if let Some(p) = &o.plot {
-        plot(&rows, p)?;
+        plot(rows, p)?;
         println!("wrote {}", p.display());
+    }
+    if let Some(p) = &o.save_tuning {
+        tile::tune::Tuner::global()?.save(p)?;
+        println!("wrote the tuning choices to {} (ship it as TILE_TUNE_CACHE)", p.display());
     }
     Ok(())
 }

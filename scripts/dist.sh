@@ -17,7 +17,8 @@
 #         and the flash_attention and flash_attention_tune examples (plus, as for every mode, the
 #         scripts attention_peers.py and attention_check.py).
 #   sweep only what `run.sh sweep` uses: the test gpu_gemm and the gemm_sweep
-#         and gemm examples.
+#         and gemm examples, built with TILE_PTXAS (found as for gemm) so that
+#         they embed every kernel's cubin.
 #   mla   only what `run.sh mla` uses: the test gpu_mla_decode and the
 #         mla_decode example (plus the scripts mla_peers.py and mla_check.py).
 #   candle  only what `run.sh candle` uses: the candle_rmsnorm example
@@ -39,6 +40,27 @@ case "$what" in
   *) echo "usage: scripts/dist.sh [all|gemm|attention|sweep|mla|candle]" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist/bin
+
+# ptxas (TILE_PTXAS, else on PATH, else the nvidia-cuda-nvcc wheel's), or nothing.
+find_ptxas() {
+  local p="${TILE_PTXAS:-$(command -v ptxas || true)}"
+  if [[ -z $p ]]; then
+    p=$(python3 -c 'import os, nvidia.cuda_nvcc as m; print(os.path.join(list(m.__path__)[0], "bin", "ptxas"))' \
+      2>/dev/null || true)
+  fi
+  [[ -x $p ]] && echo "$p"
+}
+# The sweep's binaries embed every kernel's cubin (TILE_PTXAS at build
+# time): no JIT compile at a kernel's first launch on the GPU machine.
+if [[ $what == sweep ]]; then
+  if ptxas=$(find_ptxas); then
+    export TILE_PTXAS="$ptxas"
+    touch src/lib.rs examples/gemm_sweep.rs examples/gemm.rs tests/gpu_gemm.rs
+    echo "cubins  embedded (TILE_PTXAS=$ptxas)"
+  else
+    echo "cubins  none: no ptxas found (the kernels are JIT-compiled at their first launch)"
+  fi
+fi
 
 # Copies the test executables that cargo reports (JSON messages on stdin)
 # into dist/bin: test-<name> for integration tests, unit-<name> for lib tests.
@@ -125,11 +147,7 @@ strip --strip-debug dist/bin/* 2>/dev/null || true
 
 # sm_90a cubins of the dumped kernels (gemm only).
 if [[ $what == gemm ]]; then
-  ptxas="${TILE_PTXAS:-$(command -v ptxas || true)}"
-  if [[ -z $ptxas ]]; then
-    ptxas=$(python3 -c 'import os, nvidia.cuda_nvcc as m; print(os.path.join(list(m.__path__)[0], "bin", "ptxas"))' \
-      2>/dev/null || true)
-  fi
+  ptxas=$(find_ptxas || true)
   shopt -s nullglob
   ptx=("$dump"/*.sm_90a*.ptx)
   [[ ${#ptx[@]} -gt 0 ]] || { echo "dist.sh: no sm_90a PTX in $dump (TILE_ARCHS without sm_90a?)" >&2; exit 1; }

@@ -40,13 +40,23 @@
 #                       f16 and bf16, ours and cuBLAS in the same run, checked;
 #                       RESULT gemm_sweep lines, the geometric mean and minimum
 #                       ratio, gemm_sweep.csv and gemm_sweep.svg beside this
-#                       script and in $OUT if set (about 3-4 minutes);
+#                       script and in $OUT if set;
 #                    2. the shape-dispatch GPU test (test-gpu_gemm shaped_gemm);
 #                    3. compute-sanitizer memcheck and racecheck on it at
 #                       small sizes (TILE_TEST_SMALL=1);
 #                    4. the gemm example at 4096^3 and 8192^3 (the example's
-#                       kernel must not have changed).
-#                    Steps with `sweep:N[,N..]` only.
+#                       kernel must not have changed);
+#                    5. the sweep again with --tune: the autotuner's pick among
+#                       the shape rule's candidates where the rule is not sure
+#                       (tuned once per shape bucket, cached in tune-cache/
+#                       beside this script: a second run reads the choices),
+#                       gemm_sweep_tuned.csv/.svg and gemm_tune_cache.json (the
+#                       choices, to ship as TILE_TUNE_CACHE).
+#                    Steps 1 and 5 print a RESULT line per shape as it is
+#                    measured and write the CSV row by row; they start no
+#                    shape after SWEEP_DEADLINE seconds (default 400) and then
+#                    summarize what they measured (partial=1).
+#                    Steps with `sweep:N[,N..]` only (e.g. `run.sh sweep:5`).
 #   run.sh mla       MLA decode (issue 13), in order:
 #                    1. the benchmark: the peers (mla_peers.py: PyTorch's clone
 #                       as a copy bandwidth, FlashMLA if it imports) and ours on
@@ -217,7 +227,7 @@ fi
 
 # ---- sweep: the GEMM sweep against cuBLAS ------------------------------------
 if [[ $what == sweep || $what == sweep:* ]]; then
-  steps=",1,2,3,4,"
+  steps=",1,2,3,4,5,"
   [[ $what == sweep:* ]] && steps=",${what#sweep:},"
   step() { [[ $steps == *",$1,"* ]]; }
   : >"$results"
@@ -229,7 +239,7 @@ if [[ $what == sweep || $what == sweep:* ]]; then
   if step 1 && [[ -x $ex ]]; then
     echo "== [sweep 1] GEMM sweep vs cuBLAS"
     start=$SECONDS
-    example "$ex" --csv "$here/gemm_sweep.csv" --plot "$here/gemm_sweep.svg"
+    example "$ex" --deadline "${SWEEP_DEADLINE:-400}" --csv "$here/gemm_sweep.csv" --plot "$here/gemm_sweep.svg"
     if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then cp "$here/gemm_sweep.csv" "$here/gemm_sweep.svg" "$OUT/" 2>/dev/null; fi
     echo "   (sweep took $((SECONDS - start)) s)"
   fi
@@ -247,6 +257,17 @@ if [[ $what == sweep || $what == sweep:* ]]; then
   if step 4 && [[ -x $here/bin/example-gemm ]]; then
     echo "== [sweep 4] gemm example at 4096^3 and 8192^3"
     example "$here/bin/example-gemm" --size 4096,8192 --dtype f16,bf16 --no-check
+  fi
+  if step 5 && [[ -x $ex ]]; then
+    echo "== [sweep 5] GEMM sweep vs cuBLAS, tuned (cache: $here/tune-cache)"
+    start=$SECONDS
+    TILE_CACHE_DIR="$here/tune-cache" TILE_TUNE="${TILE_TUNE:-quiet}" example "$ex" --tune \
+      --deadline "${SWEEP_DEADLINE:-400}" --csv "$here/gemm_sweep_tuned.csv" --plot "$here/gemm_sweep_tuned.svg" \
+      --save-tuning "$here/gemm_tune_cache.json"
+    if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then
+      cp "$here/gemm_sweep_tuned.csv" "$here/gemm_sweep_tuned.svg" "$here/gemm_tune_cache.json" "$OUT/" 2>/dev/null
+    fi
+    echo "   (tuned sweep took $((SECONDS - start)) s)"
   fi
 fi
 

@@ -282,6 +282,45 @@ fn shaped_gemm_every_tile_and_split() {
     }
 }
 
+/// The autotuner picks among the shape rule's candidates where the rule is
+/// not sure (M < 2048): each candidate timed once on the real tensors (the
+/// interpreter's host clock), the choice right against the f64 reference,
+/// kept in memory and read back from the cache by another tuner; odd N and
+/// K (their own bucket); where the rule is sure, its choice untimed.
+#[test]
+fn shaped_gemm_tuned() {
+    use examples::gemm::{candidates, choose, Layout};
+    use tile::tune::{Mode, Settings, Source, Tuner};
+    let dir = std::env::temp_dir().join(format!("tile-shaped-tuned-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let settings =
+        || Settings { mode: Mode::Quiet, warmup: None, reps: None, cache_dir: Some(dir.clone()), shipped: None };
+    let tuner = Tuner::new(settings());
+    // K = 600: ten k-steps, so two ranges are a candidate.
+    let (m, n, k) = (3, 130, 600);
+    assert!(candidates(m, n, k).len() > 2, "{:?}", candidates(m, n, k));
+    assert_eq!(candidates(m, n, k)[0], choose(m, n, k));
+    let r = gemm::check_shaped_tuned::<f16>(&dev(), &tuner, m, n, k, Layout::Abt, gemm::TOL_F16, 41).unwrap();
+    assert_eq!(r.source, Source::Tuned);
+    assert!(r.candidates.len() > 2 && r.candidates.iter().all(|c| c.ms.is_some()), "{:?}", r.candidates);
+    assert_eq!(r.bucket, "3x256*x1024");
+    // The same bucket (M = 3, N odd in 129..=256, K in 513..=1024, the same
+    // candidates) again: the choice in memory.
+    let again = gemm::check_shaped_tuned::<f16>(&dev(), &tuner, m, 129, 616, Layout::Abt, gemm::TOL_F16, 42).unwrap();
+    assert_eq!((again.index, again.source), (r.index, Source::Tuned));
+    assert_eq!(tuner.records().len(), 1, "tuned once");
+    // Another tuner on the same cache directory reads it.
+    let other = Tuner::new(settings());
+    let cached = gemm::check_shaped_tuned::<f16>(&dev(), &other, m, n, k, Layout::Abt, gemm::TOL_F16, 43).unwrap();
+    assert_eq!((cached.index, cached.config.as_str(), cached.source), (r.index, r.config.as_str(), Source::Cache));
+    // Odd N in the other layout, bf16: its own key, right too.
+    let ab = gemm::check_shaped_tuned::<bf16>(&dev(), &tuner, 5, 17, 77, Layout::Ab, gemm::TOL_BF16, 44).unwrap();
+    assert_eq!((ab.bucket.as_str(), ab.source), ("5x32*x128*", Source::Tuned));
+    // Where the rule is sure: its choice, nothing timed.
+    assert_eq!(candidates(2048, 64, 64), [choose(2048, 64, 64)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The shape rule's own choice at decode-size and odd shapes, and its
 /// choices: 64-row tiles for M ≤ 64, K split when the output has too few
 /// tiles for the GPU, never a range under 4 k-steps.

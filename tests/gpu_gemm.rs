@@ -330,6 +330,42 @@ fn hopper_general_only() {
     }
 }
 
+/// `ShapedGemm::tuned` on the GPU: where the rule is not sure the tuner
+/// times every candidate on the real tensors (each one's product written
+/// to `c`, then the chosen one's checked against the f64 reference), a
+/// second tuner on the same cache directory reads the choice; odd rows too.
+#[test]
+fn shaped_gemm_tuned_on_the_gpu() {
+    use examples::gemm::Layout;
+    use tile::tune::{Mode, Settings, Source, Tuner};
+    let d = gpu();
+    let dir = std::env::temp_dir().join(format!("tile-gpu-shaped-tuned-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let settings =
+        || Settings { mode: Mode::Quiet, warmup: None, reps: None, cache_dir: Some(dir.clone()), shipped: None };
+    let tuner = Tuner::new(settings());
+    let shapes: &[(usize, usize, usize, Layout)] = if small() {
+        &[(16, 512, 1024, Layout::Abt), (3, 257, 333, Layout::Ab)]
+    } else {
+        &[(64, 4096, 4096, Layout::Abt), (1, 4097, 4095, Layout::Ab), (256, 1000, 2048, Layout::Ab)]
+    };
+    let mut seed = 2000;
+    for &(m, n, k, layout) in shapes {
+        seed += 1;
+        let r = gemm::check_shaped_tuned::<f16>(&d, &tuner, m, n, k, layout, gemm::TOL_F16, seed).unwrap();
+        assert_eq!(r.source, Source::Tuned, "{m}x{n}x{k}");
+        assert!(r.candidates.iter().filter(|c| c.ms.is_some()).count() >= 2, "{m}x{n}x{k}: {:?}", r.candidates);
+        let other = Tuner::new(settings());
+        let again = gemm::check_shaped_tuned::<bf16>(&d, &other, m, n, k, layout, gemm::TOL_BF16, seed).unwrap();
+        // bf16 is another kernel (its own key): tuned by `other` too.
+        assert_eq!(again.source, Source::Tuned, "{m}x{n}x{k} bf16");
+        let cached =
+            gemm::check_shaped_tuned::<f16>(&d, &Tuner::new(settings()), m, n, k, layout, gemm::TOL_F16, seed).unwrap();
+        assert_eq!((cached.source, cached.index), (Source::Cache, r.index), "{m}x{n}x{k}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The shape dispatch (`examples::gemm::ShapedGemm`, issue 10) against the
 /// f64 reference, both layouts, f16 and bf16: decode-size M with K split
 /// (the rule's choice and explicit ranges that do not divide the k-steps),

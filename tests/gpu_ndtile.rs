@@ -69,7 +69,9 @@ fn attention_4d() {
         agree(&g, &c, 5e-3);
     }
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
-        for meta in [&ndtile::attention_bhsd::META, &ndtile::attention_bshd::META] {
+        for meta in
+            [ndtile::attention_bhsd::meta::<64, 64, 64, 128>(), ndtile::attention_bshd::meta::<64, 64, 64, 128>()]
+        {
             let counts = d.launch_counts(meta);
             let sm90: Vec<(usize, &tile::KernelTarget)> =
                 meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();

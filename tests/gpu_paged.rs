@@ -36,7 +36,8 @@ fn check(two: bool) {
         }
     }
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
-        let meta = if two { &paged::paged_attention_2wg::META } else { &paged::paged_attention::META };
+        let meta =
+            if two { paged::paged_attention::meta::<128, 256>() } else { paged::paged_attention::meta::<64, 128>() };
         let want = if two { "warp_specialized_loop" } else { "tma_copy" };
         let counts = d.launch_counts(meta);
         let ran: Vec<&str> =

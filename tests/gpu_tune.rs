@@ -45,6 +45,8 @@ fn tune_gemm(tuner: &Tuner, stream: &Stream, m: usize, n: usize, k: usize) -> ti
     let mut c = DeviceTensor::from_slice(stream, &vec![f16::NAN; m * n], &[m, n]).unwrap();
     let mut c_ref = DeviceTensor::<f16>::zeros(stream, &[m, n]).unwrap();
     let since = tuner.records().len();
+    // Progress on stderr (not captured), so that a run that stalls says where.
+    eprintln!("gpu_tune: tuning matmul::<f16, f16> at {m}x{n}x{k}");
     let start = std::time::Instant::now();
     matmul::launch_tuned_with::<f16, f16>(tuner, stream, &a, &b, &mut c).unwrap();
     stream.synchronize().unwrap();

@@ -82,8 +82,8 @@ fn attention_d64() {
         }
     }
     // One consumer warpgroup: the plan declines, the TMA-copy variant (K and V maps) ran.
-    ran_first(&d, &ndtile::attention_bhsd::META, "tma_copy", 2);
-    ran_first(&d, &ndtile::attention_bshd::META, "tma_copy", 2);
+    ran_first(&d, ndtile::attention_bhsd::meta::<64, 64, 64, 128>(), "tma_copy", 2);
+    ran_first(&d, ndtile::attention_bshd::meta::<64, 64, 64, 128>(), "tma_copy", 2);
 }
 
 #[test]
@@ -95,8 +95,8 @@ fn attention_d128() {
                 .unwrap_or_else(|e| panic!("{layout:?} d128 b{b} h{h} sq{sq} sk{sk}: {e}"));
         }
     }
-    ran_wsloop(&d, &ndtile::attention_bhsd_d128::META, 3);
-    ran_wsloop(&d, &ndtile::attention_bshd_d128::META, 3);
+    ran_wsloop(&d, ndtile::attention_bhsd::meta::<128, 64, 128, 256>(), 3);
+    ran_wsloop(&d, ndtile::attention_bshd::meta::<128, 128, 128, 256>(), 3);
 }
 
 /// Loops of 0, 1, 2, 3, 4 and 9 iterations (the parities wrap several

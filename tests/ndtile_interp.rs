@@ -57,7 +57,10 @@ fn embedded_ir_is_the_shared_text() {
         let kernel: tile::ir::Kernel = serde_json::from_str(ir).expect("embedded Tile IR parses");
         tile::ir::print::print_kernel(&kernel).trim_end().to_string()
     };
-    let (bhsd, bshd) = (printed(ndtile::attention_bhsd::META.ir), printed(ndtile::attention_bshd::META.ir));
+    let (bhsd, bshd) = (
+        printed(ndtile::attention_bhsd::meta::<64, 64, 64, 128>().ir),
+        printed(ndtile::attention_bshd::meta::<64, 64, 64, 128>().ir),
+    );
     if let Ok(dir) = std::env::var("NDTILE_PRINT") {
         std::fs::write(format!("{dir}/bhsd.tile"), &bhsd).unwrap();
         std::fs::write(format!("{dir}/bshd.tile"), &bshd).unwrap();
@@ -65,8 +68,14 @@ fn embedded_ir_is_the_shared_text() {
     assert_eq!(bhsd, tile_testkit::attention_4d_text(tile_testkit::Layout4d::Bhsd));
     assert_eq!(bshd, tile_testkit::attention_4d_text(tile_testkit::Layout4d::Bshd));
     let sized = |l, bn| tile_testkit::attention_4d_sized(l, 128, 128, bn, 256);
-    assert_eq!(printed(ndtile::attention_bhsd_d128::META.ir), sized(tile_testkit::Layout4d::Bhsd, 64));
-    assert_eq!(printed(ndtile::attention_bshd_d128::META.ir), sized(tile_testkit::Layout4d::Bshd, 128));
+    assert_eq!(
+        printed(ndtile::attention_bhsd::meta::<128, 64, 128, 256>().ir),
+        sized(tile_testkit::Layout4d::Bhsd, 64)
+    );
+    assert_eq!(
+        printed(ndtile::attention_bshd::meta::<128, 128, 128, 256>().ir),
+        sized(tile_testkit::Layout4d::Bshd, 128)
+    );
 }
 
 #[test]

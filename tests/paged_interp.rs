@@ -29,7 +29,7 @@ fn embedded_ir_is_the_shared_text() {
         let kernel: tile::ir::Kernel = serde_json::from_str(ir).expect("embedded Tile IR parses");
         tile::ir::print::print_kernel(&kernel).trim_end().to_string()
     };
-    assert_eq!(printed(paged::paged_attention::META.ir), tile_testkit::PAGED_ATTENTION.trim_end());
-    let two = printed(paged::paged_attention_2wg::META.ir);
+    assert_eq!(printed(paged::paged_attention::meta::<64, 128>().ir), tile_testkit::PAGED_ATTENTION.trim_end());
+    let two = printed(paged::paged_attention::meta::<128, 256>().ir);
     assert_eq!(two, tile_testkit::paged_attention_text(128, 256).trim_end());
 }

@@ -447,6 +447,67 @@ pub fn choose(m: usize, n: usize, k: usize) -> Config {
     Config { tiles, split }
 }
 
+/// Whether the shape rule's choice stands without timing: M of 2048 and
+/// more, where the example's 128 × 256 tiles give every SM several tiles
+/// (the configuration `examples/gemm_tune.rs` measured fastest at 4096³
+/// and 8192³). Below (decode-size and mid M: the tile and the number of K
+/// ranges trade waves of blocks against work per block; rows that are not
+/// 16-byte multiples) [`ShapedGemm::tuned`] times [`candidates`].
+pub fn rule_is_sure(m: usize, _n: usize, _k: usize) -> bool {
+    m >= 2048
+}
+
+/// The configurations [`ShapedGemm::tuned`] times for `m × n × k`: the
+/// rule's ([`choose`]) first, then every tile with one K range and (but
+/// `Wide`, whose split-K kernel is `Mid`'s) with the numbers of K ranges
+/// [`wave_splits`] gives; only the rule's where it is sure
+/// ([`rule_is_sure`]). Configurations that [`ShapedGemm::new`] makes the
+/// same (odd N of `b [N, K]` runs the split-K kernel, whose tiles are
+/// `Mid`'s for `Wide`) may repeat here; `tuned` times each once.
+///
+/// Why these: on the H200 the rule's 0.65–0.9 of cuBLAS at decode-size M
+/// came from grids that leave SMs idle or end in a ragged wave (112, 128 or
+/// 224 blocks on 132 SMs) and from split-K reductions where a smaller tile
+/// fills the GPU without one (`/work/feedback/gemm.md`, this session).
+pub fn candidates(m: usize, n: usize, k: usize) -> Vec<Config> {
+    let rule = choose(m, n, k);
+    let mut v = vec![rule];
+    if rule_is_sure(m, n, k) {
+        return v;
+    }
+    let mut push = |c: Config| {
+        if !v.contains(&c) {
+            v.push(c);
+        }
+    };
+    for tiles in [Tiles::Small, Tiles::Mid, Tiles::Wide] {
+        push(Config { tiles, split: 1 });
+        if tiles == Tiles::Wide {
+            continue;
+        }
+        let (bm, bn) = tiles.dims();
+        for split in wave_splits(m.div_ceil(bm) * n.div_ceil(bn), k) {
+            push(Config { tiles, split });
+        }
+    }
+    v
+}
+
+/// Up to three numbers of K ranges (2 to 16, each range at least 4
+/// k-steps of 64), smallest first, that make `tiles` × ranges blocks fill
+/// the last of at most 8 waves over the SMs at least 85 %.
+pub fn wave_splits(tiles: usize, k: usize) -> Vec<usize> {
+    let most = (k.div_ceil(64) / 4).min(16);
+    (2..=most)
+        .filter(|&s| {
+            let blocks = tiles * s;
+            let waves = blocks.div_ceil(SMS);
+            waves <= 8 && blocks * 100 >= waves * SMS * 85
+        })
+        .take(3)
+        .collect()
+}
+
 /// Whether a row of `cols` 2-byte elements is a multiple of 16 bytes (what
 /// TMA and 16-byte copies need).
 fn aligned(cols: usize) -> bool {
@@ -599,6 +660,80 @@ impl<T: GemmElement> ShapedGemm<T> {
             config.tiles = config.tiles.split_tiles();
         }
         Ok(ShapedGemm { m, n, k, layout, config, a_pad, b_pad, out })
+    }
+
+    /// The fastest of [`candidates`] for the shape of `a [m, k]`, `b`
+    /// (`[k, n]` for `Layout::Ab`, `[n, k]` for `Layout::Abt`) and `c [m,
+    /// n]`, through `tuner` ([`tile::tune::Tuner::pick`]: timed on these
+    /// tensors the first time for the device and shape bucket, then kept
+    /// and cached; the rule's choice, untimed, where it is sure or with
+    /// `TILE_TUNE=off`). Tuning writes `c` (with some candidate's product);
+    /// `a` and `b` are only read. Returns the prepared GEMM and the tuner's
+    /// record of the choice.
+    pub fn tuned(
+        s: &Stream,
+        tuner: &tile::tune::Tuner,
+        layout: Layout,
+        a: &DeviceTensor<T>,
+        b: &DeviceTensor<T>,
+        c: &mut DeviceTensor<T>,
+    ) -> tile::Result<(ShapedGemm<T>, tile::tune::Record)> {
+        let (m, n, k) = match (a.shape(), c.shape()) {
+            (&[m, k], &[m2, n]) if m == m2 => (m, n, k),
+            _ => {
+                return Err(tile::Error::Shape {
+                    kernel: "ShapedGemm".into(),
+                    param: "a".into(),
+                    dim: None,
+                    message: format!("`a` {:?} and `c` {:?} are not [m, k] and [m, n] of one m", a.shape(), c.shape()),
+                })
+            }
+        };
+        // One prepared GEMM per distinct configuration (as `new` makes it).
+        let mut gemms: Vec<ShapedGemm<T>> = Vec::new();
+        for config in candidates(m, n, k) {
+            let g = ShapedGemm::new(s, m, n, k, layout, Some(config))?;
+            if !gemms.iter().any(|x| x.config == g.config) {
+                gemms.push(g);
+            }
+        }
+        let configs: Vec<String> = gemms.iter().map(|g| g.config.to_string()).collect();
+        let odd = |x: usize| if aligned(x) { "" } else { "*" };
+        let bucket = tile::tune::bucket_dim;
+        let name = format!("ShapedGemm<{:?}> {layout:?}", T::DTYPE);
+        let kernels: Vec<&'static tile::KernelMeta> = matmul::INSTANCES
+            .iter()
+            .chain(&matmul_bt::INSTANCES)
+            .chain(&matmul_splitk::INSTANCES)
+            .chain(&matmul_bt_splitk::INSTANCES)
+            .chain(&splitk_reduce::INSTANCES)
+            .chain(&pad::INSTANCES)
+            .copied()
+            .collect();
+        let space = tile::tune::HostCandidates {
+            name: &name,
+            configs: &configs,
+            kernels: &kernels,
+            bucket: format!("{}x{}{}x{}{}", bucket(m), bucket(n), odd(n), bucket(k), odd(k)),
+        };
+        let record = if gemms.len() == 1 {
+            // Nothing to choose: no timing, nothing cached.
+            tile::tune::Record {
+                device: tile::tune::DeviceId::of(s.device()),
+                kernel: name.clone(),
+                hash: String::new(),
+                bucket: space.bucket.clone(),
+                config: configs[0].clone(),
+                index: 0,
+                candidates: Vec::new(),
+                tuning_ms: 0.0,
+                source: tile::tune::Source::Default,
+            }
+        } else {
+            tuner.pick(s, &space, |i| gemms[i].run(s, a, b, c))?
+        };
+        let chosen = gemms.swap_remove(record.index.min(gemms.len() - 1));
+        Ok((chosen, record))
     }
 
     /// `c = a · b` (or `a · bᵀ`) for the prepared shape.

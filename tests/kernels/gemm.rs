@@ -930,3 +930,34 @@ pub fn check_shaped<T: examples::gemm::GemmElement>(
     })
     .map_err(|e| format!("{layout:?} {config:?}: {e}").into())
 }
+
+/// [`check_shaped`] through the autotuner: `ShapedGemm::tuned` with
+/// `tuner` (which times the candidates the first time for this shape
+/// bucket), then the chosen GEMM run again, against the f64 reference.
+/// Returns the tuner's record of the choice.
+#[allow(clippy::too_many_arguments)]
+pub fn check_shaped_tuned<T: examples::gemm::GemmElement>(
+    dev: &Device,
+    tuner: &tile::tune::Tuner,
+    m: usize,
+    n: usize,
+    k: usize,
+    layout: examples::gemm::Layout,
+    tol: f64,
+    seed: u64,
+) -> Res<tile::tune::Record> {
+    let trans = match layout {
+        examples::gemm::Layout::Ab => NN,
+        examples::gemm::Layout::Abt => NT,
+    };
+    let mut record = None;
+    check_gemm::<T, T>(dev, m, n, k, trans, tol, seed, |s, a, b, c| {
+        let (mut g, r) = examples::gemm::ShapedGemm::<T>::tuned(s, tuner, layout, a, b, c)?;
+        // NaNs again: the check sees the chosen GEMM's product, not a candidate's.
+        *c = DeviceTensor::from_slice(s, &vec![T::from_f64(f64::NAN); m * n], &[m, n])?;
+        record = Some(r);
+        g.run(s, a, b, c)
+    })
+    .map_err(|e| format!("{layout:?} tuned: {e}"))?;
+    Ok(record.expect("the launch ran"))
+}

@@ -110,11 +110,19 @@ pub fn row_sums_check(dev: &Device, b: usize, h: usize, s: usize, seed: u64) -> 
     Ok(out)
 }
 
-/// FlashAttention forward (MHA, non-causal, head dim 64) over `[b, h, s, d]`
-/// tensors; `lse[b, h, i]` = ln Σ_j exp(q_i·k_j / sqrt(d)). `scale` is
-/// log2(e)/sqrt(D).
-#[tile_kernel(threads = 128, consts(BM = 64, BN = 64, D = 64))]
-pub fn attention_bhsd(
+/// FlashAttention forward (MHA, non-causal) over `[b, h, s, d]` tensors:
+/// `BM` query rows and `BN` keys per block over `THREADS` threads, head
+/// dim `D`; `lse[b, h, i]` = ln Σ_j exp(q_i·k_j / sqrt(d)). `scale` is
+/// log2(e)/sqrt(D). Instances: `attention_bhsd` (head dim 64, 64 query
+/// rows, 128 threads) and `attention_bhsd_d128` (head dim 128: 128 query
+/// rows per block over two warpgroups, key blocks of 64: FA3's d128
+/// shape, the one the warp-specialized loop's consumers split into two
+/// 64-row halves).
+#[tile_kernel(
+    threads = THREADS,
+    instances(attention_bhsd = (64, 64, 64, 128), attention_bhsd_d128 = (128, 64, 128, 256))
+)]
+pub fn attention_bhsd<const BM: usize, const BN: usize, const D: usize, const THREADS: usize>(
     q: &Tensor<f16, B, H, SQ, D>,
     k: &Tensor<f16, B, H, SK, D>,
     v: &Tensor<f16, B, H, SK, D>,
@@ -172,130 +180,15 @@ pub fn attention_bhsd(
 }
 
 /// The same over `[b, s, h, d]` tensors: every tile squeezes `b` and `h`
-/// around the sequence range (rows `h·d` elements apart).
-#[tile_kernel(threads = 128, consts(BM = 64, BN = 64, D = 64))]
-pub fn attention_bshd(
-    q: &Tensor<f16, B, SQ, H, D>,
-    k: &Tensor<f16, B, SK, H, D>,
-    v: &Tensor<f16, B, SK, H, D>,
-    o: &mut Tensor<f16, B, SQ, H, D>,
-    lse: &mut Tensor<f32, B, H, SQ>,
-    scale: f32,
-) {
-    let (bx, hy, bz) = grid(cdiv(SQ, BM), H, B);
-    let mut q_s = shared::<f16, BM, D>();
-    let mut k_s = shared::<f16, BN, D>();
-    let mut v_s = shared::<f16, BN, D>();
-    let mut s = fragment::<f32, BM, BN>();
-    let mut p = fragment::<f16, BM, BN>();
-    let mut acc = fragment::<f32, BM, D>();
-    let mut m = fragment::<f32, BM>();
-    let mut m_prev = fragment::<f32, BM>();
-    let mut l = fragment::<f32, BM>();
-    let mut row_sum = fragment::<f32, BM>();
-    copy(q.tile([bz, bx * BM.., hy, ..]), &mut q_s);
-    clear(&mut acc);
-    clear(&mut l);
-    fill(&mut m, f32::NEG_INFINITY);
-    for kb in pipelined(cdiv(SK, BN), 2) {
-        copy(k.tile([bz, kb * BN.., hy, ..]), &mut k_s);
-        copy(v.tile([bz, kb * BN.., hy, ..]), &mut v_s);
-        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
-        for (i, j) in parallel((BM, BN)) {
-            if kb * BN + j >= SK {
-                s[(i, j)] = f32::NEG_INFINITY;
-            }
-        }
-        copy(&m, &mut m_prev);
-        reduce_max(&s, &mut m, 1).keep();
-        for (i, j) in parallel((BM, BN)) {
-            s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
-        }
-        reduce_sum(&s, &mut row_sum, 1);
-        for i in parallel(BM) {
-            l[i] = l[i] * exp2((m_prev[i] - m[i]) * scale) + row_sum[i];
-        }
-        for (i, j) in parallel((BM, D)) {
-            acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
-        }
-        copy(&s, &mut p);
-        gemm(&p, &v_s, &mut acc).policy(FullRow);
-    }
-    for (i, j) in parallel((BM, D)) {
-        acc[(i, j)] = acc[(i, j)] / l[i];
-    }
-    for i in parallel(BM) {
-        m_prev[i] = (m[i] * scale + log2(l[i])) * 0.6931472;
-    }
-    copy(&acc, o.tile([bz, bx * BM.., hy, ..]));
-    copy(&m_prev, lse.tile([bz, hy, bx * BM..]));
-}
-
-/// [`attention_bhsd`] at head dim 128: 128 query rows per block over two
-/// warpgroups (256 threads), key blocks of 64 (FA3's d128 shape, the one
-/// the warp-specialized loop's consumers split into two 64-row halves).
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 64, D = 128))]
-pub fn attention_bhsd_d128(
-    q: &Tensor<f16, B, H, SQ, D>,
-    k: &Tensor<f16, B, H, SK, D>,
-    v: &Tensor<f16, B, H, SK, D>,
-    o: &mut Tensor<f16, B, H, SQ, D>,
-    lse: &mut Tensor<f32, B, H, SQ>,
-    scale: f32,
-) {
-    let (bx, hy, bz) = grid(cdiv(SQ, BM), H, B);
-    let mut q_s = shared::<f16, BM, D>();
-    let mut k_s = shared::<f16, BN, D>();
-    let mut v_s = shared::<f16, BN, D>();
-    let mut s = fragment::<f32, BM, BN>();
-    let mut p = fragment::<f16, BM, BN>();
-    let mut acc = fragment::<f32, BM, D>();
-    let mut m = fragment::<f32, BM>();
-    let mut m_prev = fragment::<f32, BM>();
-    let mut l = fragment::<f32, BM>();
-    let mut row_sum = fragment::<f32, BM>();
-    copy(q.tile([bz, hy, bx * BM.., ..]), &mut q_s);
-    clear(&mut acc);
-    clear(&mut l);
-    fill(&mut m, f32::NEG_INFINITY);
-    for kb in pipelined(cdiv(SK, BN), 2) {
-        copy(k.tile([bz, hy, kb * BN.., ..]), &mut k_s);
-        copy(v.tile([bz, hy, kb * BN.., ..]), &mut v_s);
-        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
-        for (i, j) in parallel((BM, BN)) {
-            if kb * BN + j >= SK {
-                s[(i, j)] = f32::NEG_INFINITY;
-            }
-        }
-        copy(&m, &mut m_prev);
-        reduce_max(&s, &mut m, 1).keep();
-        for (i, j) in parallel((BM, BN)) {
-            s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
-        }
-        reduce_sum(&s, &mut row_sum, 1);
-        for i in parallel(BM) {
-            l[i] = l[i] * exp2((m_prev[i] - m[i]) * scale) + row_sum[i];
-        }
-        for (i, j) in parallel((BM, D)) {
-            acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
-        }
-        copy(&s, &mut p);
-        gemm(&p, &v_s, &mut acc).policy(FullRow);
-    }
-    for (i, j) in parallel((BM, D)) {
-        acc[(i, j)] = acc[(i, j)] / l[i];
-    }
-    for i in parallel(BM) {
-        m_prev[i] = (m[i] * scale + log2(l[i])) * 0.6931472;
-    }
-    copy(&acc, o.tile([bz, hy, bx * BM.., ..]));
-    copy(&m_prev, lse.tile([bz, hy, bx * BM..]));
-}
-
-/// [`attention_bshd`] at head dim 128: 128 query rows and 128 keys per
-/// block, 256 threads.
-#[tile_kernel(threads = 256, consts(BM = 128, BN = 128, D = 128))]
-pub fn attention_bshd_d128(
+/// around the sequence range (rows `h·d` elements apart). Instances:
+/// `attention_bshd` (head dim 64, as [`attention_bhsd`]'s) and
+/// `attention_bshd_d128` (head dim 128: 128 query rows and 128 keys per
+/// block, 256 threads).
+#[tile_kernel(
+    threads = THREADS,
+    instances(attention_bshd = (64, 64, 64, 128), attention_bshd_d128 = (128, 128, 128, 256))
+)]
+pub fn attention_bshd<const BM: usize, const BN: usize, const D: usize, const THREADS: usize>(
     q: &Tensor<f16, B, SQ, H, D>,
     k: &Tensor<f16, B, SK, H, D>,
     v: &Tensor<f16, B, SK, H, D>,
@@ -439,14 +332,14 @@ pub fn attention_check(
     seed: u64,
 ) -> Res<(Vec<f16>, Vec<f32>)> {
     let launch: Attention4d = match layout {
-        Layout::Bhsd => attention_bhsd::launch,
-        Layout::Bshd => attention_bshd::launch,
+        Layout::Bhsd => attention_bhsd::launch::<64, 64, 64, 128>,
+        Layout::Bshd => attention_bshd::launch::<64, 64, 64, 128>,
     };
     attention_check_with(dev, layout, launch, 64, b, h, sq, sk, seed)
 }
 
-/// The head-dim-128 kernel of `layout` ([`attention_bhsd_d128`],
-/// [`attention_bshd_d128`]) checked as [`attention_check`] does.
+/// The head-dim-128 instance of `layout` (`attention_bhsd_d128`,
+/// `attention_bshd_d128`) checked as [`attention_check`] does.
 pub fn attention_check_d128(
     dev: &Device,
     layout: Layout,
@@ -457,8 +350,8 @@ pub fn attention_check_d128(
     seed: u64,
 ) -> Res<(Vec<f16>, Vec<f32>)> {
     let launch: Attention4d = match layout {
-        Layout::Bhsd => attention_bhsd_d128::launch,
-        Layout::Bshd => attention_bshd_d128::launch,
+        Layout::Bhsd => attention_bhsd::launch::<128, 64, 128, 256>,
+        Layout::Bshd => attention_bshd::launch::<128, 128, 128, 256>,
     };
     attention_check_with(dev, layout, launch, 128, b, h, sq, sk, seed)
 }

@@ -7,7 +7,7 @@
 //! `tests/paged_interp.rs` (interpreter) and `tests/gpu_paged.rs` (GPU),
 //! each against an independent f64 CPU reference, outputs poisoned (NaN)
 //! first; the Tile IR of [`paged_attention`] is `tile_testkit::PAGED_ATTENTION`
-//! and that of [`paged_attention_2wg`] (two consumer warpgroups, 128 query
+//! and that of its instance `paged_attention_2wg` (two consumer warpgroups, 128 query
 //! rows per block: the warp-specialized loop's default case on sm_90a)
 //! `tile_testkit::paged_attention_text(128, 256)` (the compiler's simulator
 //! and ptxas tests).
@@ -18,77 +18,73 @@ use crate::common::Rng;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// One kernel source for both block shapes: `$name` under `$attr`
-/// (its `threads` and `consts(BM, BN, D)`).
-macro_rules! paged_attention {
-    ($name:ident, $($attr:tt)*) => {
-        /// Attention of `q [b, sq, 64]` over the first `seqlens[b]` keys of batch
-        /// `b`, key `t` at row `t % 64` of page `block_table[(b, t / 64)]` of
-        /// `k_cache`/`v_cache`; an empty sequence gives zeros. `scale` is
-        /// log2(e)/sqrt(D). K is read at the top of the body and V just before the
-        /// P·V gemm (each waited for where it is first used).
-        #[tile_kernel($($attr)*)]
-        pub fn $name(
-
-            q: &Tensor<f16, B, SQ, D>,
-            k_cache: &Tensor<f16, P, BN, D>,
-            v_cache: &Tensor<f16, P, BN, D>,
-            block_table: &Tensor<i32, B, MAXB>,
-            seqlens: &Tensor<i32, B>,
-            o: &mut Tensor<f16, B, SQ, D>,
-            scale: f32,
-        ) {
-            let (bx, bz) = grid(cdiv(SQ, BM), B);
-            let seqlen = seqlens[bz];
-            let mut q_s = shared::<f16, BM, D>();
-            let mut k_s = shared::<f16, BN, D>();
-            let mut v_s = shared::<f16, BN, D>();
-            let mut s = fragment::<f32, BM, BN>();
-            let mut p = fragment::<f16, BM, BN>();
-            let mut acc = fragment::<f32, BM, D>();
-            let mut m = fragment::<f32, BM>();
-            let mut m_prev = fragment::<f32, BM>();
-            let mut l = fragment::<f32, BM>();
-            let mut row_sum = fragment::<f32, BM>();
-            copy(q.tile([bz, bx * BM.., ..]), &mut q_s);
-            clear(&mut acc);
-            clear(&mut l);
-            fill(&mut m, f32::NEG_INFINITY);
-            for kb in pipelined(cdiv(seqlen, BN), 2) {
-                let page = block_table[(bz, kb)];
-                copy(k_cache.tile([page, .., ..]), &mut k_s);
-                gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
-                for (i, j) in parallel((BM, BN)) {
-                    if kb * BN + j >= seqlen {
-                        s[(i, j)] = f32::NEG_INFINITY;
-                    }
-                }
-                copy(&m, &mut m_prev);
-                reduce_max(&s, &mut m, 1).keep();
-                for (i, j) in parallel((BM, BN)) {
-                    s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
-                }
-                reduce_sum(&s, &mut row_sum, 1);
-                for i in parallel(BM) {
-                    l[i] = l[i] * exp2((m_prev[i] - m[i]) * scale) + row_sum[i];
-                }
-                for (i, j) in parallel((BM, D)) {
-                    acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
-                }
-                copy(&s, &mut p);
-                copy(v_cache.tile([page, .., ..]), &mut v_s);
-                gemm(&p, &v_s, &mut acc).policy(FullRow);
+/// Attention of `q [b, sq, 64]` over the first `seqlens[b]` keys of batch
+/// `b`, key `t` at row `t % 64` of page `block_table[(b, t / 64)]` of
+/// `k_cache`/`v_cache`; an empty sequence gives zeros. `scale` is
+/// log2(e)/sqrt(D). K is read at the top of the body and V just before the
+/// P·V gemm (each waited for where it is first used). `BM` query rows per
+/// block over `THREADS` threads; instances: `paged_attention` (64 rows, one
+/// warpgroup) and `paged_attention_2wg` (128 rows, two warpgroups).
+#[tile_kernel(
+    threads = THREADS,
+    consts(BN = 64, D = 64),
+    instances(paged_attention = (64, 128), paged_attention_2wg = (128, 256))
+)]
+pub fn paged_attention<const BM: usize, const THREADS: usize>(
+    q: &Tensor<f16, B, SQ, D>,
+    k_cache: &Tensor<f16, P, BN, D>,
+    v_cache: &Tensor<f16, P, BN, D>,
+    block_table: &Tensor<i32, B, MAXB>,
+    seqlens: &Tensor<i32, B>,
+    o: &mut Tensor<f16, B, SQ, D>,
+    scale: f32,
+) {
+    let (bx, bz) = grid(cdiv(SQ, BM), B);
+    let seqlen = seqlens[bz];
+    let mut q_s = shared::<f16, BM, D>();
+    let mut k_s = shared::<f16, BN, D>();
+    let mut v_s = shared::<f16, BN, D>();
+    let mut s = fragment::<f32, BM, BN>();
+    let mut p = fragment::<f16, BM, BN>();
+    let mut acc = fragment::<f32, BM, D>();
+    let mut m = fragment::<f32, BM>();
+    let mut m_prev = fragment::<f32, BM>();
+    let mut l = fragment::<f32, BM>();
+    let mut row_sum = fragment::<f32, BM>();
+    copy(q.tile([bz, bx * BM.., ..]), &mut q_s);
+    clear(&mut acc);
+    clear(&mut l);
+    fill(&mut m, f32::NEG_INFINITY);
+    for kb in pipelined(cdiv(seqlen, BN), 2) {
+        let page = block_table[(bz, kb)];
+        copy(k_cache.tile([page, .., ..]), &mut k_s);
+        gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
+        for (i, j) in parallel((BM, BN)) {
+            if kb * BN + j >= seqlen {
+                s[(i, j)] = f32::NEG_INFINITY;
             }
-            for (i, j) in parallel((BM, D)) {
-                acc[(i, j)] = if l[i] > 0.0 { acc[(i, j)] / l[i] } else { 0.0 };
-            }
-            copy(&acc, o.tile([bz, bx * BM.., ..]));
         }
-    };
+        copy(&m, &mut m_prev);
+        reduce_max(&s, &mut m, 1).keep();
+        for (i, j) in parallel((BM, BN)) {
+            s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
+        }
+        reduce_sum(&s, &mut row_sum, 1);
+        for i in parallel(BM) {
+            l[i] = l[i] * exp2((m_prev[i] - m[i]) * scale) + row_sum[i];
+        }
+        for (i, j) in parallel((BM, D)) {
+            acc[(i, j)] = acc[(i, j)] * exp2((m_prev[i] - m[i]) * scale);
+        }
+        copy(&s, &mut p);
+        copy(v_cache.tile([page, .., ..]), &mut v_s);
+        gemm(&p, &v_s, &mut acc).policy(FullRow);
+    }
+    for (i, j) in parallel((BM, D)) {
+        acc[(i, j)] = if l[i] > 0.0 { acc[(i, j)] / l[i] } else { 0.0 };
+    }
+    copy(&acc, o.tile([bz, bx * BM.., ..]));
 }
-
-paged_attention!(paged_attention, threads = 128, consts(BM = 64, BN = 64, D = 64));
-paged_attention!(paged_attention_2wg, threads = 256, consts(BM = 128, BN = 64, D = 64));
 
 /// A paged-attention problem: `b` batches of `sq` query rows, batch `i`
 /// with `seqlens[i]` keys spread over pages of a shared cache in a shuffled
@@ -170,7 +166,7 @@ impl Paged {
         out
     }
 
-    /// Runs [`paged_attention`] (`two_warpgroups`: [`paged_attention_2wg`],
+    /// Runs [`paged_attention`] (`two_warpgroups`: its instance `paged_attention_2wg`,
     /// 128 query rows per block) on `dev`; the output `[b, sq, 64]`.
     pub fn run(&self, dev: &Device, two_warpgroups: bool) -> Res<Vec<f16>> {
         let st = dev.stream()?;
@@ -183,15 +179,15 @@ impl Paged {
         let mut dout = DeviceTensor::from_slice(&st, &vec![f16::NAN; self.b * self.sq * D], &[self.b, self.sq, D])?;
         let scale = std::f32::consts::LOG2_E / (D as f32).sqrt();
         if two_warpgroups {
-            paged_attention_2wg::launch(&st, &dq, &dk, &dv, &dt, &dl, &mut dout, scale)?;
+            paged_attention::launch::<128, 256>(&st, &dq, &dk, &dv, &dt, &dl, &mut dout, scale)?;
         } else {
-            paged_attention::launch(&st, &dq, &dk, &dv, &dt, &dl, &mut dout, scale)?;
+            paged_attention::launch::<64, 128>(&st, &dq, &dk, &dv, &dt, &dl, &mut dout, scale)?;
         }
         Ok(dout.to_vec(&st)?)
     }
 }
 
-/// Runs [`paged_attention`] (or [`paged_attention_2wg`]) on `dev` for `sq`
+/// Runs [`paged_attention`] (either instance) on `dev` for `sq`
 /// query rows per batch and the batches' lengths `seqlens`, against
 /// [`Paged::reference`]; the output.
 pub fn paged_attention_check(

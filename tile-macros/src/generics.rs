@@ -116,11 +116,13 @@ pub(crate) enum InstanceArgDecl {
 }
 
 /// One instance as written: `(f16, 128, 256)` (or a bare `f16` for a
-/// kernel with one parameter).
+/// kernel with one parameter), optionally named: `mm_small = (f16, 64, 128)`.
 #[derive(Clone, Debug)]
 pub(crate) struct InstanceDecl {
     pub args: Vec<InstanceArgDecl>,
     pub tokens: TokenStream,
+    /// The kernel name given before `=`, if any.
+    pub name: Option<syn::Ident>,
 }
 
 /// One argument of a checked instance.
@@ -136,6 +138,8 @@ pub(crate) struct Instance {
     pub args: Vec<InstanceArg>,
     /// Where the attribute lists it (the generated `impl` points there).
     pub span: Span,
+    /// The kernel name the attribute gives it (`name = (..)`), if any.
+    pub name: Option<String>,
 }
 
 impl Instance {
@@ -182,9 +186,13 @@ impl Instance {
     }
 
     /// The instance's kernel name (its PTX entry, its `TILE_DUMP` files,
-    /// `KernelMeta::name`): `matmul__f16_128_256`, negative values as
-    /// `m5`, a PTX identifier.
+    /// `KernelMeta::name`): the one the attribute gives (`name = (..)`),
+    /// else `matmul__f16_128_256`, negative values as `m5`; a PTX
+    /// identifier either way.
     pub fn ir_name(&self, kernel: &str) -> String {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
         let mut name = format!("{kernel}_");
         for a in &self.args {
             name.push('_');
@@ -284,10 +292,18 @@ fn type_bound(t: &syn::TypeParam, errors: &mut Errors) -> TypeBound {
 const BOUNDS_HELP: &str = "a kernel's type parameter is an element type bounded by `Float16` (f16 | bf16), `Float` (f16 | bf16 | f32), `Integer` (i32 | u32) or `Element` (any of the five; the same as no bound)";
 
 /// `instances(..)`'s contents: a comma-separated list of `(a, b, ..)`
-/// tuples, or of bare arguments (one-parameter kernels).
+/// tuples, or of bare arguments (one-parameter kernels), each optionally
+/// preceded by `name =` (the instance's kernel name).
 pub(crate) fn parse_instance_list(input: syn::parse::ParseStream) -> syn::Result<Vec<InstanceDecl>> {
     let mut out = Vec::new();
     while !input.is_empty() {
+        let name = if input.peek(syn::Ident) && input.peek2(syn::Token![=]) && !input.peek2(syn::Token![==]) {
+            let name: syn::Ident = input.parse()?;
+            input.parse::<syn::Token![=]>()?;
+            Some(name)
+        } else {
+            None
+        };
         if input.peek(syn::token::Paren) {
             let group: proc_macro2::Group = input.parse()?;
             let tokens = group.to_token_stream();
@@ -305,14 +321,14 @@ pub(crate) fn parse_instance_list(input: syn::parse::ParseStream) -> syn::Result
                 },
                 group.stream(),
             )?;
-            out.push(InstanceDecl { args, tokens });
+            out.push(InstanceDecl { args, tokens, name });
         } else {
             let arg = parse_instance_arg(input)?;
             let tokens = match &arg {
                 InstanceArgDecl::Name(i) => i.to_token_stream(),
                 InstanceArgDecl::Int(_, t) | InstanceArgDecl::Other(t) => t.clone(),
             };
-            out.push(InstanceDecl { args: vec![arg], tokens });
+            out.push(InstanceDecl { args: vec![arg], tokens, name });
         }
         if input.is_empty() {
             break;
@@ -472,9 +488,22 @@ pub(crate) fn check_instances(
             }
         }
         let span = d.tokens.clone().into_iter().next().map_or(at, |t| t.span());
-        let instance = Instance { args, span };
+        let instance = Instance { args, span, name: d.name.as_ref().map(|n| n.to_string()) };
         if out.iter().any(|i| i.args == instance.args) {
             errors.spanned(&d.tokens, format!("the instance `{}` is listed twice", instance.display(kernel)));
+            continue;
+        }
+        let ir_name = instance.ir_name(kernel);
+        if let Some(other) = out.iter().find(|i| i.ir_name(kernel) == ir_name) {
+            let at = d.name.as_ref().map_or_else(|| d.tokens.clone(), |n| n.to_token_stream());
+            errors.spanned(
+                &at,
+                format!(
+                    "the instances `{}` and `{}` would both be the kernel `{ir_name}`; give them different names",
+                    other.display(kernel),
+                    instance.display(kernel)
+                ),
+            );
             continue;
         }
         out.push(instance);

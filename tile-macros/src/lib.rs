@@ -88,7 +88,11 @@ mod sig;
 ///   type parameter, an integer literal for a const parameter; a bare `f16`
 ///   for a one-parameter kernel). Each is checked against its parameter's
 ///   kind, bound and integer type, and listed once; a generic kernel needs
-///   at least one, a plain kernel none.
+///   at least one, a plain kernel none. `name = (..)` names an instance's
+///   kernel (below): `instances(attention = (64, 64, 128), attention_d128 =
+///   (128, 128, 256))`, so that kernels written apart before keep their
+///   names (and PTX) as instances of one source; two instances may not
+///   share a name.
 /// - **Errors.** Each instance is lowered, verified and compiled apart. A
 ///   mistake that every instance makes is reported once; one that only some
 ///   make (a tile that exceeds shared memory at `BM = 256` only) is reported
@@ -104,7 +108,9 @@ mod sig;
 ///   `matmul::<f32, 128, 256>`") whose note lists the instances. Host code
 ///   generic over instances carries the same bound. An instance's kernel
 ///   (its `KernelMeta::name`, PTX entry and `TILE_DUMP` files) is named
-///   `matmul__f16_128_256` (a negative value `m5`).
+///   `matmul__f16_128_256` (a negative value `m5`), or as the attribute
+///   names it; Rust code reaches it by its arguments either way
+///   (`matmul::launch::<f16, 128, 256>`).
 ///
 /// # Autotuning
 /// `tune(BM, BN, ..)` next to `instances(..)` names the const parameters

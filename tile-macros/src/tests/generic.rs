@@ -87,6 +87,19 @@ fn each_instance_lowers_with_its_types_and_constants() {
         "fn k<const C: i32>(x: &mut Tensor<i32, 32>) { for i in parallel(32) { x[i] = x[i] + C; } }",
     );
     assert_eq!(ks[0].name, "k__m3");
+    // Named instances (`name = (..)`, also bare) keep the name as their
+    // kernel's; the others are named from their arguments.
+    let ks = instances(
+        "threads = THREADS, instances(axpy_small = (f32, 256, 128), (bf16, 1024, 256), wide = (f16, 2048, 256))",
+        AXPY,
+    );
+    assert_eq!(ks.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["axpy_small", "axpy__bf16_1024_256", "wide"]);
+    assert_eq!((ks[0].threads, ks[2].threads), (128, 256));
+    let ks = instances(
+        "threads = 32, instances(twice = f16, bf16)",
+        "fn k<T: Float16>(x: &mut Tensor<T, 32>) { for i in parallel(32) { x[i] = x[i] * (2 as T); } }",
+    );
+    assert_eq!(ks.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["twice", "k__bf16"]);
 }
 
 #[test]
@@ -136,6 +149,17 @@ fn instance_errors() {
     expand_err("threads = 32, instances((f16, BM))", k, &["the const parameter `BM: usize` takes an integer literal"]);
     expand_err("threads = 32, instances((f16, -64))", k, &["`-64` is not a `usize`"]);
     expand_err("threads = 32, instances((f16, 64), (f16, 64))", k, &["the instance `k::<f16, 64>` is listed twice"]);
+    expand_err(
+        "threads = 32, instances(small = (f16, 64), small = (bf16, 64))",
+        k,
+        &["the instances `k::<f16, 64>` and `k::<bf16, 64>` would both be the kernel `small`; give them different names"],
+    );
+    expand_err(
+        "threads = 32, instances((f16, 64), k__f16_64 = (bf16, 64))",
+        k,
+        &["the instances `k::<f16, 64>` and `k::<bf16, 64>` would both be the kernel `k__f16_64`"],
+    );
+    expand_err("threads = 32, instances(small = (f16, 64), small = (f16, 64))", k, &["is listed twice"]);
     expand_err(
         "threads = 32, instances(f16)",
         "fn k(x: &mut Tensor<f16, 4>) { }",

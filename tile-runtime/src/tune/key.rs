@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::OnceMap;
 use crate::device::{Device, DeviceKind};
-use crate::launch::KernelArg;
+use crate::launch::{KernelArg, KernelMeta};
 
 use super::TunedKernel;
 
@@ -128,13 +128,18 @@ pub(crate) fn hash_candidates(tuned: &TunedKernel) -> String {
     h.write(tuned.name.as_bytes());
     for c in tuned.candidates {
         h.write(c.config.as_bytes());
-        h.write(c.meta.name.as_bytes());
-        h.write(c.meta.ir.as_bytes());
-        for t in c.meta.targets {
-            h.write(t.arch.as_bytes());
-            h.write(t.schedule.as_bytes());
-            h.write(t.ptx.as_bytes());
-        }
+        write_meta(&mut h, c.meta);
     }
     h.hex()
+}
+
+/// A kernel's name, IR and every variant's arch, schedule and PTX.
+pub(crate) fn write_meta(h: &mut Fnv, meta: &KernelMeta) {
+    h.write(meta.name.as_bytes());
+    h.write(meta.ir.as_bytes());
+    for t in meta.targets {
+        h.write(t.arch.as_bytes());
+        h.write(t.schedule.as_bytes());
+        h.write(t.ptx.as_bytes());
+    }
 }

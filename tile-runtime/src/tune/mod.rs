@@ -28,9 +28,16 @@
 //! tuned once per [`Tuner`] even with many threads launching (a
 //! `cache::OnceMap`); a failed tuning stores nothing.
 //!
+//! Configurations that are more than one kernel's instance (a split-K
+//! product and its reduction, a padding copy and a GEMM) are tuned the same
+//! way through [`Tuner::pick`]: the caller lists them ([`HostCandidates`],
+//! with every kernel they may launch for the hash) and runs configuration
+//! `i` in a closure; the tuner times, keeps and caches the choice.
+//!
 //! Modes (`TILE_TUNE`, [`Mode`]): `on` (the default), `quiet` (no progress
 //! bar), `off` (the first candidate that launches, no timing, no cache),
 //! `cache-only` (cached choices, else the first candidate: never tunes).
+//! `TILE_TUNE_TRACE=1` prints a line before each candidate is timed.
 //!
 //! Layer: after `launch/` (it launches through [`crate::launch::launch`]);
 //! nothing below imports it.
@@ -60,6 +67,10 @@ pub const TUNE_ENV: &str = "TILE_TUNE";
 /// The environment variable naming a shipped cache file to read choices
 /// from (before the user's cache; never written).
 pub const TUNE_CACHE_ENV: &str = "TILE_TUNE_CACHE";
+/// The environment variable that, set (not `0`), makes the tuner print a
+/// line to stderr before timing each candidate (which kernel, bucket and
+/// configuration): the last line names a candidate that hangs.
+pub const TUNE_TRACE_ENV: &str = "TILE_TUNE_TRACE";
 /// The environment variable naming the cache directory (before
 /// `$XDG_CACHE_HOME/tile` and `~/.cache/tile`).
 pub const CACHE_DIR_ENV: &str = "TILE_CACHE_DIR";
@@ -301,7 +312,15 @@ impl Tuner {
         key: &Key,
         args: &mut [KernelArg<'_>],
     ) -> Result<Record> {
-        let valid = |r: &Record| tuned.candidates.get(r.index).is_some_and(|c| c.config == r.config);
+        let configs: Vec<&str> = tuned.candidates.iter().map(|c| c.config).collect();
+        self.choose_among(key, &configs, || self.tune(stream, tuned, key, args))
+    }
+
+    /// The choice for `key` among `configs`: the shipped file's, the
+    /// cache's, the default (`cache-only`), or `tune()`'s (then written to
+    /// the cache). Recorded in [`Tuner::records`].
+    fn choose_among(&self, key: &Key, configs: &[&str], tune: impl FnOnce() -> Result<Record>) -> Result<Record> {
+        let valid = |r: &Record| configs.get(r.index).is_some_and(|c| *c == r.config);
         let shipped =
             self.shipped.get_or_init(|| self.settings.shipped.as_deref().map(CacheFile::load).unwrap_or_default());
         let cache_path = self.settings.cache_dir.as_deref().map(cache_file);
@@ -314,9 +333,9 @@ impl Tuner {
                 r.source = source;
                 r
             }
-            None if self.settings.mode == Mode::CacheOnly => default_record(tuned, key),
+            None if self.settings.mode == Mode::CacheOnly => default_record(configs[0], key),
             None => {
-                let record = self.tune(stream, tuned, key, args)?;
+                let record = tune()?;
                 if let Some(path) = cache_path.as_ref().filter(|_| record.source == Source::Tuned) {
                     if let Err(e) = CacheFile::save_record(path, &record) {
                         eprintln!("tile: cannot write the tuning cache `{}`: {e}", path.display());
@@ -339,9 +358,7 @@ impl Tuner {
         args: &mut [KernelArg<'_>],
     ) -> Result<Record> {
         let started = Instant::now();
-        let interp = stream.device().is_interpreter();
-        let warmup = self.settings.warmup.unwrap_or(if interp { 1 } else { 2 }).max(1);
-        let reps = self.settings.reps.unwrap_or(if interp { 1 } else { 10 }).max(1);
+        let (warmup, reps) = self.iterations(stream);
         let reads = reads_of(tuned);
         let saved = match saved::Saved::take(stream, args, &reads) {
             Ok(saved) => saved,
@@ -349,12 +366,31 @@ impl Tuner {
             // time (nothing written to the cache).
             Err(e) => {
                 eprintln!("tile: not tuning `{}` at {}: cannot save its outputs ({e})", tuned.name, key.bucket);
-                return Ok(default_record(tuned, key));
+                return Ok(default_record(tuned.candidates[0].config, key));
             }
         };
+        let configs: Vec<&str> = tuned.candidates.iter().map(|c| c.config).collect();
+        let times =
+            self.time_all(key, &configs, |i| time_candidate(stream, tuned.candidates[i].meta, args, warmup, reps));
+        saved.restore(stream, args)?;
+        fastest(key, &configs, times, started)
+    }
+
+    /// Untimed and timed launches per candidate: the settings', else 2 and
+    /// 10 on a GPU, 1 and 1 on the interpreter.
+    fn iterations(&self, stream: &Stream) -> (u32, u32) {
+        let interp = stream.device().is_interpreter();
+        let warmup = self.settings.warmup.unwrap_or(if interp { 1 } else { 2 }).max(1);
+        let reps = self.settings.reps.unwrap_or(if interp { 1 } else { 10 }).max(1);
+        (warmup, reps)
+    }
+
+    /// `time(i)` for every candidate, in order, under the progress bar (mode
+    /// `on` and stderr a terminal); an error is that candidate's skip reason.
+    fn time_all(&self, key: &Key, configs: &[&str], mut time: impl FnMut(usize) -> Result<f64>) -> Vec<CandidateTime> {
         let bar = (self.settings.mode == Mode::On && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(
-                Some(tuned.candidates.len() as u64),
+                Some(configs.len() as u64),
                 indicatif::ProgressDrawTarget::stderr(),
             );
             if let Ok(style) =
@@ -362,61 +398,162 @@ impl Tuner {
             {
                 bar.set_style(style.progress_chars("=> "));
             }
-            bar.set_message(format!("{} at {}", tuned.name, key.bucket));
+            bar.set_message(format!("{} at {}", key.kernel, key.bucket));
             bar
         });
+        // `TILE_TUNE_TRACE=1`: a line before each candidate runs, so that a
+        // candidate that hangs or crashes is named by the last line.
+        let trace = std::env::var(TUNE_TRACE_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
         let mut times = Vec::new();
-        for c in tuned.candidates {
-            let measured = time_candidate(stream, c.meta, args, warmup, reps);
-            times.push(match measured {
-                Ok(ms) => CandidateTime { config: c.config.to_string(), ms: Some(ms), skipped: None },
-                Err(e) => CandidateTime { config: c.config.to_string(), ms: None, skipped: Some(e.to_string()) },
+        for (i, config) in configs.iter().enumerate() {
+            if trace {
+                eprintln!(
+                    "tile: tuning {} at {}: candidate {}/{} `{config}`",
+                    key.kernel,
+                    key.bucket,
+                    i + 1,
+                    configs.len()
+                );
+            }
+            times.push(match time(i) {
+                Ok(ms) => CandidateTime { config: config.to_string(), ms: Some(ms), skipped: None },
+                Err(e) => CandidateTime { config: config.to_string(), ms: None, skipped: Some(e.to_string()) },
             });
             if let Some(bar) = &bar {
                 bar.inc(1);
             }
         }
-        let restored = saved.restore(stream, args);
         if let Some(bar) = &bar {
             bar.finish_and_clear();
         }
-        restored?;
-        let best = times
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.ms.map(|ms| (i, ms)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(i, _)| i);
-        let Some(index) = best else {
-            let why: Vec<String> =
-                times.iter().map(|t| format!("`{}`: {}", t.config, t.skipped.as_deref().unwrap_or("?"))).collect();
-            return Err(Error::Launch {
-                kernel: tuned.name.to_string(),
-                message: format!("no candidate configuration launches on these arguments ({})", why.join("; ")),
-            });
+        times
+    }
+
+    /// The best of configurations that the caller runs itself, for
+    /// `candidates.bucket`: the cached choice, or (the first time, unless
+    /// `TILE_TUNE` says otherwise) each configuration timed through
+    /// `run(i)`, which runs configuration `i` once with its work on `stream`.
+    /// The choice is kept and cached as a tuned kernel's
+    /// ([`Tuner::launch`]); with `TILE_TUNE=off` it is the first
+    /// configuration and `run` is never called.
+    ///
+    /// What `run` writes is the caller's: the tuner saves and restores
+    /// nothing, so the configurations must only write what the caller's
+    /// real run writes again (outputs, scratch), never read what another
+    /// run wrote. A configuration whose run fails is skipped (its error in
+    /// the record); an error when none runs.
+    pub fn pick(
+        &self,
+        stream: &Stream,
+        candidates: &HostCandidates<'_>,
+        mut run: impl FnMut(usize) -> Result<()>,
+    ) -> Result<Record> {
+        let configs: Vec<&str> = candidates.configs.iter().map(String::as_str).collect();
+        if configs.is_empty() {
+            return Err(Error::Usage(format!("`{}` has no configurations to tune", candidates.name)));
+        }
+        let key = Key {
+            device: DeviceId::of(stream.device()),
+            kernel: candidates.name.to_string(),
+            hash: host_hash(candidates),
+            bucket: candidates.bucket.clone(),
         };
-        Ok(Record {
-            device: key.device.clone(),
-            kernel: key.kernel.clone(),
-            hash: key.hash.clone(),
-            bucket: key.bucket.clone(),
-            config: tuned.candidates[index].config.to_string(),
-            index,
-            candidates: times,
-            tuning_ms: started.elapsed().as_secs_f64() * 1e3,
-            source: Source::Tuned,
-        })
+        if self.settings.mode == Mode::Off {
+            return Ok(default_record(configs[0], &key));
+        }
+        let (warmup, reps) = self.iterations(stream);
+        let choice = self.choices.get_or_try_init(&key, || {
+            self.choose_among(&key, &configs, || {
+                let started = Instant::now();
+                let times = self.time_all(&key, &configs, |i| {
+                    for _ in 0..warmup {
+                        run(i)?;
+                    }
+                    stream.synchronize()?;
+                    let start = stream.record_event()?;
+                    for _ in 0..reps {
+                        run(i)?;
+                    }
+                    let end = stream.record_event()?;
+                    end.synchronize()?;
+                    Ok(start.elapsed_ms(&end)? / reps as f64)
+                });
+                fastest(&key, &configs, times, started)
+            })
+        })?;
+        Ok((*choice).clone())
     }
 }
 
+/// Configurations that a caller runs itself, for [`Tuner::pick`]: each one
+/// more than one kernel's instance (a split-K product and its reduction, a
+/// padding copy before a GEMM), which no kernel's `tune(..)` describes.
+#[derive(Clone, Debug)]
+pub struct HostCandidates<'a> {
+    /// What is tuned, as the cache names it (`ShapedGemm<f16> abt`).
+    pub name: &'a str,
+    /// The configurations as text, the first the default.
+    pub configs: &'a [String],
+    /// Every kernel the configurations may launch: their names, IR and PTX
+    /// are hashed into the key with the configurations, so that a rebuilt
+    /// kernel never reuses an old choice.
+    pub kernels: &'a [&'static KernelMeta],
+    /// The shape bucket, the caller's (e.g. its dims through [`bucket_dim`]).
+    pub bucket: String,
+}
+
+/// The hash of host candidates: name, configurations, and every kernel's
+/// name, IR and variants.
+fn host_hash(c: &HostCandidates<'_>) -> String {
+    let mut h = key::Fnv::new();
+    h.write(c.name.as_bytes());
+    for config in c.configs {
+        h.write(config.as_bytes());
+    }
+    for meta in c.kernels {
+        key::write_meta(&mut h, meta);
+    }
+    h.hex()
+}
+
+/// The record of the fastest of `times` (an error naming every skip when
+/// none ran).
+fn fastest(key: &Key, configs: &[&str], times: Vec<CandidateTime>, started: Instant) -> Result<Record> {
+    let best = times
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.ms.map(|ms| (i, ms)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i);
+    let Some(index) = best else {
+        let why: Vec<String> =
+            times.iter().map(|t| format!("`{}`: {}", t.config, t.skipped.as_deref().unwrap_or("?"))).collect();
+        return Err(Error::Launch {
+            kernel: key.kernel.clone(),
+            message: format!("no candidate configuration launches on these arguments ({})", why.join("; ")),
+        });
+    };
+    Ok(Record {
+        device: key.device.clone(),
+        kernel: key.kernel.clone(),
+        hash: key.hash.clone(),
+        bucket: key.bucket.clone(),
+        config: configs[index].to_string(),
+        index,
+        candidates: times,
+        tuning_ms: started.elapsed().as_secs_f64() * 1e3,
+        source: Source::Tuned,
+    })
+}
+
 /// The first candidate, untimed ([`Source::Default`]).
-fn default_record(tuned: &TunedKernel, key: &Key) -> Record {
+fn default_record(config: &str, key: &Key) -> Record {
     Record {
         device: key.device.clone(),
         kernel: key.kernel.clone(),
         hash: key.hash.clone(),
         bucket: key.bucket.clone(),
-        config: tuned.candidates[0].config.to_string(),
+        config: config.to_string(),
         index: 0,
         candidates: Vec::new(),
         tuning_ms: 0.0,

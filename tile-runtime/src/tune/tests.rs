@@ -182,3 +182,70 @@ fn modes() {
     let err = Mode::parse("sometimes").unwrap_err().to_string();
     assert!(err.contains("TILE_TUNE=`sometimes`") && err.contains("cache-only"), "{err}");
 }
+
+/// `Tuner::pick` on the interpreter (whose events are host clocks): the
+/// configurations are closures that sleep.
+#[test]
+fn host_candidates_are_timed_kept_and_cached() {
+    let dir = temp_dir("pick");
+    let settings = |mode| Settings { mode, warmup: None, reps: Some(3), cache_dir: Some(dir.clone()), shipped: None };
+    let dev = Device::interpreter();
+    let s = dev.stream().unwrap();
+    let configs = ["slow".to_string(), "fast".to_string(), "fails".to_string()];
+    let cands = |kernels: &'static [&'static KernelMeta], bucket: &str| HostCandidates {
+        name: "shaped",
+        configs: &configs,
+        kernels,
+        bucket: bucket.into(),
+    };
+    static A: [&KernelMeta; 1] = [&META_A];
+    static B: [&KernelMeta; 1] = [&META_B];
+    let runs = std::cell::RefCell::new(Vec::new());
+    let run = |i: usize| -> Result<()> {
+        runs.borrow_mut().push(i);
+        match i {
+            0 => std::thread::sleep(std::time::Duration::from_millis(4)),
+            1 => {}
+            _ => return Err(Error::Usage("no such variant".into())),
+        }
+        Ok(())
+    };
+    let tuner = Tuner::new(settings(Mode::Quiet));
+    let r = tuner.pick(&s, &cands(&A, "16x4096"), run).unwrap();
+    assert_eq!((r.index, r.config.as_str(), r.source), (1, "fast", Source::Tuned));
+    assert_eq!(r.candidates.len(), 3);
+    assert!(r.candidates[0].ms.unwrap() > r.candidates[1].ms.unwrap(), "{:?}", r.candidates);
+    assert!(r.candidates[2].skipped.as_deref().unwrap().contains("no such variant"), "{:?}", r.candidates);
+    // One warm-up and three timed runs of each that runs; one of the failing one.
+    assert_eq!(*runs.borrow(), [0, 0, 0, 0, 1, 1, 1, 1, 2]);
+    // The same key again: the choice in memory, nothing run.
+    runs.borrow_mut().clear();
+    assert_eq!(tuner.pick(&s, &cands(&A, "16x4096"), run).unwrap().index, 1);
+    assert!(runs.borrow().is_empty());
+    // Another tuner on the same cache directory reads the choice.
+    let other = Tuner::new(settings(Mode::Quiet));
+    let r = other.pick(&s, &cands(&A, "16x4096"), run).unwrap();
+    assert_eq!((r.index, r.source), (1, Source::Cache));
+    assert!(runs.borrow().is_empty());
+    // Another bucket, or a rebuilt kernel (another hash), is tuned anew.
+    other.pick(&s, &cands(&A, "32x4096"), run).unwrap();
+    assert!(!runs.borrow().is_empty(), "another bucket");
+    runs.borrow_mut().clear();
+    other.pick(&s, &cands(&B, "16x4096"), run).unwrap();
+    assert!(!runs.borrow().is_empty(), "a rebuilt kernel");
+    // `off`: the first configuration, nothing run; `cache-only` without a
+    // cached choice: the first too.
+    runs.borrow_mut().clear();
+    let r = Tuner::new(settings(Mode::Off)).pick(&s, &cands(&A, "64x4096"), run).unwrap();
+    assert_eq!((r.index, r.source), (0, Source::Default));
+    let r = Tuner::new(settings(Mode::CacheOnly)).pick(&s, &cands(&A, "64x4096"), run).unwrap();
+    assert_eq!((r.index, r.source), (0, Source::Default));
+    assert!(runs.borrow().is_empty());
+    // None runs: an error naming each reason; no configurations: an error.
+    let err =
+        tuner.pick(&s, &cands(&A, "128x4096"), |_| Err(Error::Usage("out of memory".into()))).unwrap_err().to_string();
+    assert!(err.contains("`slow`: ") && err.contains("out of memory"), "{err}");
+    let none = HostCandidates { name: "shaped", configs: &[], kernels: &A, bucket: "1".into() };
+    assert!(tuner.pick(&s, &none, run).unwrap_err().to_string().contains("no configurations"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
