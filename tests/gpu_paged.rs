@@ -37,7 +37,7 @@ fn check(two: bool) {
     }
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
         let meta = if two { &paged::paged_attention_2wg::META } else { &paged::paged_attention::META };
-        let want = if two { "warp_specialized_loop" } else { "tma_copy" };
+        let want = if two { "warp_specialized_loop_persistent" } else { "tma_copy" };
         let counts = d.launch_counts(meta);
         let ran: Vec<&str> =
             meta.targets.iter().zip(&counts).filter(|(_, n)| **n > 0).map(|(t, _)| t.schedule).collect();
