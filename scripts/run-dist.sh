@@ -24,7 +24,9 @@
 #                       (`example-flash_attention --list-shapes`), merged into a
 #                       table with ratios, attention.csv and attention.svg
 #                       (TFLOPS against sequence length) beside this script
-#                       and in $OUT if set (RESULT attention lines);
+#                       and in $OUT if set (RESULT attention lines); then
+#                       ours again with TILE_SKIP_SCHEDULES=
+#                       warp_specialized_loop_persistent (attention-plain.csv);
 #                    2. large sizes against PyTorch SDPA in float32
 #                       (--dump, attention_check.py; RESULT attention_check);
 #                    3. the GPU tests (test-gpu_flash_attention);
@@ -289,7 +291,14 @@ if [[ $what == attention || $what == attention:* ]]; then
     run python3 "$here/attention_peers.py" --out "$here/peers.csv" "${shapes[@]}"
     example "$ex" --bench "${ATTENTION_SET:-all}" --peers "$here/peers.csv" --csv "$here/attention.csv" \
       --plot "$here/attention.svg"
-    if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then cp "$here/peers.csv" "$here/attention.csv" "$here/attention.svg" "$OUT/" 2>/dev/null; fi
+    # The same binary without the persistent variant (the plain
+    # warp-specialized loop then runs): its RESULT lines name the schedule.
+    echo "== [attention 1b] ours without warp_specialized_loop_persistent"
+    TILE_SKIP_SCHEDULES=warp_specialized_loop_persistent example "$ex" --bench "${ATTENTION_SET:-all}" \
+      --peers "$here/peers.csv" --csv "$here/attention-plain.csv"
+    if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then
+      cp "$here/peers.csv" "$here/attention.csv" "$here/attention-plain.csv" "$here/attention.svg" "$OUT/" 2>/dev/null
+    fi
     echo "   (benchmark took $((SECONDS - start)) s)"
   fi
   if step 2 && [[ -x $ex ]]; then

@@ -110,6 +110,52 @@ fn short_loops() {
     }
 }
 
+/// The persistent variant (`warp_specialized_loop_persistent`, the first
+/// sm_90a variant of the head-dim 128 and 256 instances, two consumer
+/// warpgroups over 128-row query blocks, launched with as many blocks as
+/// the SMs hold: one each) on grids of fewer tiles than SMs (one tile per
+/// block, most blocks idle), of twice the SMs (two per block) and more
+/// (three or four per block, uneven), causal with s_q > s_k (tiles whose
+/// key loop is empty: rows that see no key) and s_q < s_k, GQA, both
+/// layouts, against the f64 reference; on 9.x the persistent variant is the
+/// one that ran (unless `TILE_SKIP_SCHEDULES` skips it).
+#[test]
+fn persistent_tiles_per_block() {
+    let dev = gpu();
+    let sms = dev.multiprocessor_count().unwrap_or(132) as usize;
+    // `n` query blocks of 128 rows, the last ragged.
+    let rows = |n: usize| 128 * n - 5;
+    let mut shapes = vec![
+        (1, 3, 3, rows(2), 300, true),
+        (1, 2, 1, rows(sms), 200, false),
+        (1, 2, 2, rows(sms), rows(sms) + 40, true),
+    ];
+    if !small() {
+        shapes.push((2, 3, 1, rows(sms / 2 + 3), 333, true));
+    }
+    let skipped = std::env::var("TILE_SKIP_SCHEDULES").is_ok_and(|s| s.contains("warp_specialized_loop_persistent"));
+    let st = dev.stream().unwrap();
+    for d in [128, 256] {
+        for layout in [Layout::Bhsd, Layout::Bshd] {
+            for &(b, h, h_kv, s_q, s_k, causal) in &shapes {
+                let c = Case { layout, b, h, h_kv, s_q, s_k, d, causal };
+                let (_, meta) =
+                    <f16 as AttentionElement>::instance(layout, d, fa::hopper_tiles(&st, Tiles::Auto)).unwrap();
+                let before = dev.launch_counts(meta);
+                let mut x = Inputs::<f16>::new(&st, &c, 11).unwrap();
+                x.run(&st, &c).unwrap();
+                x.check(&st, &c, None, tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
+                let after = dev.launch_counts(meta);
+                let persistent = meta.targets.iter().position(|t| t.schedule == "warp_specialized_loop_persistent");
+                if dev.compute_capability().is_some_and(|cc| cc.0 == 9) && !skipped {
+                    let i = persistent.unwrap_or_else(|| panic!("{}: no persistent variant", meta.name));
+                    assert!(after[i] > before[i], "{c:?}: the persistent variant did not run ({after:?})");
+                }
+            }
+        }
+    }
+}
+
 /// Causal at full speed: the blocks above the diagonal are never computed,
 /// so causal takes well under the time of non-causal (the FLOPs are half).
 #[test]

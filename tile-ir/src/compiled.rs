@@ -38,11 +38,12 @@ pub struct Compiled {
     /// A persistent kernel: each block runs the grid's blocks
     /// `ctaid.x, ctaid.x + nctaid.x, ...` itself, so the launch may use any
     /// number of blocks from 1 to the grid's total, as a 1-D grid (the
-    /// runtime uses one per SM). Launched with the whole grid, it is the
+    /// runtime uses as many as the SMs hold at once). Launched with the whole grid, it is the
     /// ordinary kernel.
     pub persistent: bool,
     /// The schedule that made this variant ([`crate::schedule::Schedule::name`]):
-    /// `"warp_specialized_gemm"`, `"warp_specialized_loop"`, `"tma_copy"`,
+    /// `"warp_specialized_gemm"`, `"warp_specialized_loop_persistent"`,
+    /// `"warp_specialized_loop"`, `"tma_copy"`,
     /// `"cp_async_pipeline"` or `"general"`.
     pub schedule: &'static str,
 }
@@ -59,8 +60,10 @@ pub struct CompileOptions {
     /// after the main loop with TMA (through shared panels) instead of the
     /// threads' own (staged) stores.
     pub tma_store: bool,
-    /// Make a warp-specialized variant with a TMA store persistent when it
-    /// can be (see [`Compiled::persistent`]).
+    /// Make a warp-specialized GEMM variant with a TMA store persistent when
+    /// it can be, and add the warp-specialized loop's persistent variant
+    /// (`warp_specialized_loop_persistent`, before the plain one) where that
+    /// schedule applies (see [`Compiled::persistent`]).
     pub persistent: bool,
     /// On sm_90a, issue the pipelined copies that TMA can do as TMA boxes
     /// completing on per-stage mbarriers (`schedule/tma_copy.rs`). The

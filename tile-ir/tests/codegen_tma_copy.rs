@@ -221,10 +221,16 @@ fn check_squeezed_copy(rank: usize, dh: i64, outer: &[usize], s: usize, h: usize
     let text = squeezed_copy_text(rank, dh);
     let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
     let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
-    // The warp-specialized loop comes first (`codegen_wsloop.rs`), then this one.
+    // The warp-specialized loop comes first (`codegen_wsloop.rs`), persistent
+    // then not, then this one.
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
-    assert_eq!(names[..2], ["warp_specialized_loop", "tma_copy"], "{}: the TMA-copy variant comes second", k.name);
-    let c = v[1].clone();
+    assert_eq!(
+        names[..3],
+        ["warp_specialized_loop_persistent", "warp_specialized_loop", "tma_copy"],
+        "{}: the TMA-copy variant comes third",
+        k.name
+    );
+    let c = v[2].clone();
     assert_eq!(c.tensor_maps.len(), 1);
     let mut want_box = vec![1u32; rank];
     want_box[rank - 3] = 32;

@@ -58,7 +58,7 @@ fn reason(text: &str, target: Target) -> String {
 }
 
 /// The variant of the schedule, compiled through `compile_variants` (the
-/// first sm_90a one).
+/// sm_90a one after the persistent variant, `hopper_wsloop_persistent_sim.rs`'s).
 fn variant(text: &str) -> Compiled {
     variant_with(text, opts())
 }
@@ -68,8 +68,13 @@ fn variant_with(text: &str, options: CompileOptions) -> Compiled {
     let k = kernel(text);
     let v = compile_variants(&k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
-    assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
-    v.into_iter().next().unwrap()
+    let want: &[&str] = if options.persistent {
+        &["warp_specialized_loop_persistent", "warp_specialized_loop", "tma_copy", "cp_async_pipeline"]
+    } else {
+        &["warp_specialized_loop", "tma_copy", "cp_async_pipeline"]
+    };
+    assert_eq!(names, want, "{}", k.name);
+    v.into_iter().find(|c| c.schedule == "warp_specialized_loop").unwrap()
 }
 
 #[test]
@@ -175,7 +180,12 @@ fn declines_one_consumer_warpgroup_by_default() {
             assert_eq!(names, ["tma_copy", "cp_async_pipeline"], "{}", k.name);
         } else {
             assert!(planned.is_ok(), "{}", k.name);
-            assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
+            assert_eq!(
+                names,
+                ["warp_specialized_loop_persistent", "warp_specialized_loop", "tma_copy", "cp_async_pipeline"],
+                "{}",
+                k.name
+            );
         }
     }
     let sum = kernel(SUM);
@@ -671,8 +681,8 @@ fn ping_pong_turns_balance() {
         let k = kernel(&text);
         let off = CompileOptions { ping_pong: false, ..opts() };
         let v = compile_variants(&k, Target::Sm90a, off).unwrap();
-        assert_eq!(v[0].schedule, "warp_specialized_loop");
-        assert!(!v[0].ptx.contains("bar.arrive"), "{name}: ping_pong off");
+        assert_eq!(v[1].schedule, "warp_specialized_loop");
+        assert!(!v[0].ptx.contains("bar.arrive") && !v[1].ptx.contains("bar.arrive"), "{name}: ping_pong off");
         if t == 256 {
             // The barrier simulation can fail: a lost first grant deadlocks.
             let mut ev = [Events::new(), Events::new()];

@@ -137,7 +137,7 @@ fn prints_in_the_hopper_schedules() {
     );
     let inside = text.replacen("    gemm a_s, b_s -> acc\n", "    gemm a_s, b_s -> acc\n    print \"k = {}\", k\n", 1);
     assert!(after != text && inside != text);
-    for (text, first) in [(after, "warp_specialized_gemm"), (inside, "warp_specialized_loop")] {
+    for (text, first) in [(after, "warp_specialized_gemm"), (inside, "warp_specialized_loop_persistent")] {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(v[0].schedule, first, "{text}");

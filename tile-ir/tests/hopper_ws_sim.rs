@@ -376,7 +376,7 @@ fn every_sm90a_variant_of_attention_under_interleavings() {
     let v = compile_variants(&k, Target::Sm90a, options).unwrap();
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
     assert!(names.contains(&"tma_copy") && v.last().unwrap().tensor_maps.is_empty(), "{names:?}");
-    assert_eq!(names[0], "warp_specialized_loop", "{names:?}");
+    assert_eq!(names[..2], ["warp_specialized_loop_persistent", "warp_specialized_loop"], "{names:?}");
     let d = 64;
     for (sq, sk) in [(70, 129), (1, 64), (64, 100)] {
         let mut rng = Rng(0xA77E ^ (sq * 1000 + sk) as u64);
@@ -389,7 +389,9 @@ fn every_sm90a_variant_of_attention_under_interleavings() {
         let want = gemm_sim::attention_reference(&qv, &kv, &vv, sq, sk, d);
         for c in &v {
             let dims = [sq as i64, sk as i64];
-            let out = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims, &[scale.to_bits() as u64], None);
+            // The persistent variant on one block: every tile in turn.
+            let shape = c.persistent.then_some([1, 1, 1]);
+            let out = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims, &[scale.to_bits() as u64], shape);
             let err = gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want);
             assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", c.schedule);
         }

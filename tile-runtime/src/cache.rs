@@ -46,6 +46,11 @@ pub(crate) struct LoadedKernel {
     pub(crate) max_threads: u32,
     /// Registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`), for messages.
     pub(crate) registers: u32,
+    /// Blocks of this variant one SM runs at once
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor` at its threads and
+    /// shared memory; at least 1): a persistent variant's launch has this
+    /// many per SM.
+    pub(crate) blocks_per_sm: u32,
     /// Launches issued with this variant ([`crate::Device::launch_counts`]).
     pub(crate) launches: AtomicU64,
     /// What the module was loaded from ([`crate::Device::module_sources`]).

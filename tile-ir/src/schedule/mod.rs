@@ -4,6 +4,7 @@
 //! | schedule | file | needs | applies when |
 //! |---|---|---|---|
 //! | `warp_specialized_gemm` | `warp_specialized_gemm/` | sm_90a, TMA-addressable tensors | one pipelined GEMM main loop of TMA-able copies and gemms ([`warp_specialized_gemm::plan`]) |
+//! | `warp_specialized_loop_persistent` | `warp_specialized_loop/persistent.rs` | sm_90a, TMA-addressable tensors | what `warp_specialized_loop` takes, with block indices and no cluster ([`warp_specialized_loop::plan_persistent`]) |
 //! | `warp_specialized_loop` | `warp_specialized_loop/` | sm_90a, TMA-addressable tensors | one top-level pipelined loop of any body whose pipelined copies TMA can do ([`warp_specialized_loop::plan`]) |
 //! | `tma_copy` | `tma_copy.rs` | sm_90a, TMA-addressable tensors | a pipelined loop with copies TMA can do |
 //! | `cp_async_pipeline` | `cp_async_pipeline/` | any tensors | a loop the pipeline analysis takes |
@@ -46,6 +47,10 @@ pub enum Schedule {
     /// A producer warpgroup issuing TMA, consumers running wgmma
     /// ([`warp_specialized_gemm`]); with the TMA-store and persistent options.
     WarpSpecializedGemm,
+    /// [`Schedule::WarpSpecializedLoop`] over a persistent grid: each block
+    /// loops over the grid's blocks as tiles, loading the next tile while it
+    /// finishes this one ([`warp_specialized_loop::plan_persistent`]).
+    WarpSpecializedLoopPersistent,
     /// A producer warpgroup issuing a pipelined loop's TMA copies, consumers
     /// running the rest of the kernel ([`warp_specialized_loop`]).
     WarpSpecializedLoop,
@@ -60,8 +65,9 @@ pub enum Schedule {
 
 impl Schedule {
     /// Every schedule, preferred first: the order of a kernel's variants.
-    pub const PREFERENCE: [Schedule; 5] = [
+    pub const PREFERENCE: [Schedule; 6] = [
         Schedule::WarpSpecializedGemm,
+        Schedule::WarpSpecializedLoopPersistent,
         Schedule::WarpSpecializedLoop,
         Schedule::TmaCopy,
         Schedule::CpAsyncPipeline,
@@ -72,6 +78,7 @@ impl Schedule {
     pub fn name(self) -> &'static str {
         match self {
             Schedule::WarpSpecializedGemm => warp_specialized_gemm::NAME,
+            Schedule::WarpSpecializedLoopPersistent => warp_specialized_loop::PERSISTENT_NAME,
             Schedule::WarpSpecializedLoop => warp_specialized_loop::NAME,
             Schedule::TmaCopy => tma_copy::NAME,
             Schedule::CpAsyncPipeline => cp_async_pipeline::NAME,
@@ -88,7 +95,13 @@ impl Schedule {
     /// launch it only when the mapped tensors are TMA-addressable
     /// ([`crate::abi::tma_addressable`]); the others run on any tensors.
     pub fn needs_tma(self) -> bool {
-        matches!(self, Schedule::WarpSpecializedGemm | Schedule::WarpSpecializedLoop | Schedule::TmaCopy)
+        matches!(
+            self,
+            Schedule::WarpSpecializedGemm
+                | Schedule::WarpSpecializedLoopPersistent
+                | Schedule::WarpSpecializedLoop
+                | Schedule::TmaCopy
+        )
     }
 
     /// Whether (and how) this schedule takes `kernel` on `target`.
@@ -101,6 +114,8 @@ impl Schedule {
             Schedule::WarpSpecializedGemm => {
                 warp_specialized_gemm::plan(kernel, target).map(|p| Plan::WarpSpecializedGemm(Box::new(p)))
             }
+            Schedule::WarpSpecializedLoopPersistent => warp_specialized_loop::plan_persistent(kernel, target, options)
+                .map(|p| Plan::WarpSpecializedLoop(Box::new(p))),
             Schedule::WarpSpecializedLoop => {
                 warp_specialized_loop::plan(kernel, target, options).map(|p| Plan::WarpSpecializedLoop(Box::new(p)))
             }
@@ -116,7 +131,7 @@ impl Schedule {
 pub enum Plan {
     /// [`Schedule::WarpSpecializedGemm`]: the producer's TMA operands, the gemms and options.
     WarpSpecializedGemm(Box<WsPlan>),
-    /// [`Schedule::WarpSpecializedLoop`]: the loop, its producer's copies and what it computes.
+    /// [`Schedule::WarpSpecializedLoop`] or its persistent variant ([`WslPlan::persistent`]): the loop, its producer's copies and what it computes.
     WarpSpecializedLoop(Box<WslPlan>),
     /// The pipeline analysis (TMA or not is decided per copy while lowering).
     TmaCopy(PipelinePlan),
@@ -131,6 +146,7 @@ impl Plan {
     pub fn schedule(&self) -> Schedule {
         match self {
             Plan::WarpSpecializedGemm(_) => Schedule::WarpSpecializedGemm,
+            Plan::WarpSpecializedLoop(p) if p.persistent => Schedule::WarpSpecializedLoopPersistent,
             Plan::WarpSpecializedLoop(_) => Schedule::WarpSpecializedLoop,
             Plan::TmaCopy(_) => Schedule::TmaCopy,
             Plan::CpAsyncPipeline(_) => Schedule::CpAsyncPipeline,
@@ -257,7 +273,14 @@ mod tests {
         let names: Vec<&str> = Schedule::PREFERENCE.iter().map(|s| s.name()).collect();
         assert_eq!(
             names,
-            ["warp_specialized_gemm", "warp_specialized_loop", "tma_copy", "cp_async_pipeline", "general"]
+            [
+                "warp_specialized_gemm",
+                "warp_specialized_loop_persistent",
+                "warp_specialized_loop",
+                "tma_copy",
+                "cp_async_pipeline",
+                "general"
+            ]
         );
         for s in Schedule::PREFERENCE {
             assert_eq!(Schedule::from_name(s.name()), Some(s));
@@ -286,13 +309,13 @@ mod tests {
     fn every_schedule_takes_the_example_gemm_on_sm90a() {
         let k = kernel(MATMUL);
         for (s, d) in decisions(&k, Target::Sm90a, CompileOptions::default()) {
-            if s != Schedule::WarpSpecializedLoop {
+            if !matches!(s, Schedule::WarpSpecializedLoop | Schedule::WarpSpecializedLoopPersistent) {
                 assert_eq!(d, Ok(()), "{}", s.name());
             }
         }
         assert_eq!(
             describe_decisions(&k, Target::Sm90a, CompileOptions::default()),
-            "warp_specialized_gemm: applies\nwarp_specialized_loop: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\ntma_copy: applies\ncp_async_pipeline: applies\ngeneral: applies\n"
+            "warp_specialized_gemm: applies\nwarp_specialized_loop_persistent: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\nwarp_specialized_loop: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\ntma_copy: applies\ncp_async_pipeline: applies\ngeneral: applies\n"
         );
     }
 

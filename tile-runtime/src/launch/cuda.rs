@@ -13,8 +13,9 @@
 //! and the grid against the device (`limits.rs`); and launches on the
 //! given stream with the variant's threads and the parameters in the
 //! launch ABI order, with `cuLaunchKernelEx` and a cluster dimension when
-//! clustered. A persistent variant gets one block per SM (at most the
-//! grid's blocks) as a 1-D grid, unless clustered; any other launches the
+//! clustered. A persistent variant gets as many blocks as the SMs hold at
+//! once (SMs × its occupancy, `cuOccupancyMaxActiveBlocksPerMultiprocessor`
+//! once at load; at most the grid's blocks) as a 1-D grid, unless clustered; any other launches the
 //! user's grid, folded onto x when its y or z extent is past CUDA's 65,535
 //! (`tile_ir::abi::launch_shape`).
 //! Guarantees: every failure is an [`Error`] naming the kernel; a launch
@@ -197,6 +198,12 @@ fn usable_cubin(target: &KernelTarget, cc: (u32, u32), no_cubin: Option<&str>) -
 }
 
 /// Loads `cubin` (an ELF image) as a module; the driver's message on failure.
+/// The blocks of a persistent launch when the grid has at least as many:
+/// every SM full (`blocks_per_sm` each, at least 1).
+fn persistent_blocks(multiprocessors: u32, blocks_per_sm: u32) -> u64 {
+    multiprocessors.max(1) as u64 * blocks_per_sm.max(1) as u64
+}
+
 fn load_cubin(cubin: &[u8]) -> std::result::Result<sys::CUmodule, String> {
     // The driver reads the ELF image in place: give it 8-byte alignment,
     // which a byte string in the binary does not promise.
@@ -236,6 +243,7 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
         shared_bytes: target.shared_bytes,
         max_threads: 0,
         registers: 0,
+        blocks_per_sm: 1,
         launches: AtomicU64::new(0),
         source,
     };
@@ -263,6 +271,18 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
             )
         }
         .map_err(driver_err("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"))?;
+    }
+    if target.persistent {
+        // SAFETY: `function` belongs to the loaded module; the context is current.
+        let blocks = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(
+                loaded.function,
+                target.threads as std::ffi::c_int,
+                target.shared_bytes as usize,
+            )
+        }
+        .map_err(driver_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+        loaded.blocks_per_sm = blocks.max(1) as u32;
     }
     Ok(loaded)
 }
@@ -302,7 +322,16 @@ pub(super) fn launch_cuda(
     check_function(target, loaded.max_threads, loaded.registers).map_err(launch_err)?;
     let grid = if target.persistent && cluster.is_none() {
         let blocks = grid.iter().map(|&g| g as u64).product::<u64>();
-        [blocks.min(dev.multiprocessors as u64) as u32, 1, 1]
+        if blocks > i32::MAX as u64 {
+            // Its tiles are counted in 32 bits (`ctaid.x + i·nctaid.x`).
+            return Err(launch_err(format!(
+                "the grid {grid:?} has {blocks} blocks, more than the 2147483647 (2^31 - 1) tiles the persistent \
+                 variant `{}` counts; give each block more work (larger tiles), split the launch, or skip the \
+                 variant with TILE_SKIP_SCHEDULES={}",
+                target.schedule, target.schedule
+            )));
+        }
+        [blocks.min(persistent_blocks(dev.multiprocessors, loaded.blocks_per_sm)) as u32, 1, 1]
     } else {
         // The user's grid, or every block on x when an axis is past CUDA's
         // limit (the kernel unfolds it: `tile_ir::abi::folds_grid`).
@@ -442,6 +471,16 @@ mod tests {
         assert_eq!(spec.strides, vec![128, 256, 256 * 40, 256 * 80]);
         assert_eq!(spec.box_bytes(), 32 * 64 * 2);
         spec.validate().unwrap();
+    }
+
+    /// A persistent launch fills every SM with as many blocks as it holds
+    /// (an occupancy of 0 reported still launches one per SM).
+    #[test]
+    fn persistent_launches_fill_the_sms() {
+        assert_eq!(persistent_blocks(132, 1), 132);
+        assert_eq!(persistent_blocks(132, 2), 264);
+        assert_eq!(persistent_blocks(132, 0), 132);
+        assert_eq!(persistent_blocks(0, 3), 3);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! device was opened (`DeviceLimits`).
 //!
 //! Expects the variant that will launch and the grid it launches with (after
-//! the persistent variant's reduction to one block per SM). Guarantees: a
+//! the persistent variant's reduction to what the SMs hold at once). Guarantees: a
 //! request the device cannot run is a message naming the variant, the
 //! amount, the device's limit (and the attribute it comes from) and what to
 //! change, so the user never sees a bare `CUDA_ERROR_INVALID_VALUE` or

@@ -53,9 +53,10 @@ pub struct KernelTarget {
     /// runs only when every mapped tensor is TMA-addressable.
     pub tensor_maps: &'static [TensorMapMeta],
     /// A persistent variant (`tile_ir::Compiled::persistent`): its blocks
-    /// loop over the grid's blocks, so it is launched with one block per
-    /// SM (at most the grid's block count) as a 1-D grid, unless the kernel
-    /// asks for clusters (then with the whole grid: one tile per block).
+    /// loop over the grid's blocks, so it is launched with as many blocks
+    /// as the SMs hold at once (SMs × the loaded function's occupancy, at
+    /// most the grid's block count) as a 1-D grid, unless the kernel asks
+    /// for clusters (then with the whole grid: one tile per block).
     pub persistent: bool,
     /// The SASS of `ptx` (an ELF cubin from `ptxas -arch=<arch>`), embedded
     /// when the kernel was built with `TILE_PTXAS`. The runtime loads it

@@ -24,6 +24,30 @@ impl<'a> Lx<'a> {
         }
     }
 
+    /// [`Lx::lower_block`] into the current block as if it were the top
+    /// level: an epilogue scratch's copy gets its entry code right before
+    /// it (the persistent warp-specialized loop's tile body, where each
+    /// statement dominates the rest of the tile).
+    pub(crate) fn lower_block_in_place(&mut self, body: &[TStmt]) {
+        for s in body {
+            let top = self.blocks.len() - 1;
+            let local = self.local_prologue.is_none()
+                && matches!(&s.kind, StmtKind::Copy { src, dst, .. }
+                    if self.plan.scratch.contains(&src.buf) || self.plan.scratch.contains(&dst.buf));
+            let at = self.blocks[top].len();
+            if local {
+                self.local_prologue = Some(Vec::new());
+            }
+            if let Err(e) = self.stmt(s) {
+                self.errors.push(e);
+            }
+            if local {
+                let code = self.local_prologue.take().unwrap_or_default();
+                self.blocks[top].splice(at..at, code);
+            }
+        }
+    }
+
     pub(crate) fn stmt(&mut self, s: &TStmt) -> R<()> {
         self.span = s.span;
         if self.nest.is_none() {

@@ -186,9 +186,7 @@ impl Lx<'_> {
         let copies = wl.copies.borrow().clone();
         let (kbuf, vbuf) = (copies[d.first_ring].dst, copies[d.last_ring].dst);
         let (kring, vring) = (wl.ring(d.first_ring), wl.ring(d.last_ring));
-        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
-        self.mov(stage, Operand::Imm(0), crate::ir::DType::I32);
-        self.mov(phase, Operand::Imm(0), crate::ir::DType::I32);
+        let (stage, phase) = self.wsl_consumer_ring(wl);
         let vr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         // `g2` of iteration `k` (the loop variable bound to `k`) on V's

@@ -190,6 +190,13 @@ pub(crate) struct WslLowering {
     /// its first ([`crate::CompileOptions::defer_last_gemm`], `defer.rs`),
     /// where the loop allows it; preferred to issuing ahead.
     pub(super) defer_last_gemm: bool,
+    /// The persistent variant (`persistent.rs`): the consumers' tile
+    /// counter while they lower a tile (its low bit is the pre-loop
+    /// barrier's parity).
+    pub(super) tile: Cell<Option<Reg>>,
+    /// The persistent variant: the consumers' ring stage and phase,
+    /// carried across tiles (else each loop starts its own at 0).
+    pub(super) ring_regs: Cell<Option<(Reg, Reg)>>,
 }
 
 impl WslLowering {
@@ -204,6 +211,8 @@ impl WslLowering {
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
             defer_last_gemm: options.defer_last_gemm,
+            tile: Cell::new(None),
+            ring_regs: Cell::new(None),
         }
     }
 
@@ -219,8 +228,24 @@ impl WslLowering {
     }
 
     /// The pre-loop copies' barrier, after the rings.
-    fn pre_bar(&self) -> i64 {
+    pub(super) fn pre_bar(&self) -> i64 {
         self.ring(self.copies.borrow().len().max(1))
+    }
+
+    /// The persistent variant's barrier the consumers release the pre-loop
+    /// copies' buffers on (`T` arrivals), after [`WslLowering::pre_bar`].
+    pub(super) fn pre_empty_bar(&self) -> i64 {
+        self.pre_bar() + 8
+    }
+
+    /// Whether the producer issues copies before its loop.
+    pub(super) fn has_pre_copies(&self) -> bool {
+        !self.pre.borrow().is_empty()
+    }
+
+    /// The shared buffers the producer's pre-loop copies fill.
+    pub(super) fn pre_buffers(&self) -> Vec<BufferId> {
+        self.pre.borrow().iter().map(|c| c.dst).collect()
     }
 
     /// Whether `buf` is the destination of a pre-loop copy the producer
@@ -275,6 +300,7 @@ impl Lx<'_> {
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
         self.f.barrier_threads = Some(ws.consumer_threads);
+        self.f.persistent = ws.persistent;
         // One block per SM unless `Lx::wsl_occupancy` finds room for two.
         self.f.min_blocks_per_sm = Some(1);
     }
@@ -283,7 +309,8 @@ impl Lx<'_> {
     /// buffers, then the pre-loop copies'.
     pub(super) fn wsl_barriers(&mut self, wl: &WslLowering) {
         let rings = wl.copies.borrow().len().max(1) as i64;
-        let bars = self.alloc_smem(16 * wl.plan.stages as i64 * rings + 8);
+        let pre_empty = if wl.plan.persistent { 8 } else { 0 };
+        let bars = self.alloc_smem(16 * wl.plan.stages as i64 * rings + 8 + pre_empty);
         wl.bars.set(bars);
     }
 
@@ -297,12 +324,13 @@ impl Lx<'_> {
         }
         let bar = wl.pre_bar();
         let smem = self.smem;
+        // Its only phase, or the persistent variant's tile `i`'s: `i & 1`.
+        let parity = match wl.tile.get() {
+            Some(i) => self.op("and.b32", RegClass::B32, vec![i.into(), Operand::Imm(1)]).into(),
+            None => Operand::Imm(0),
+        };
         let p = self.new_reg(RegClass::Pred);
-        self.emit(Inst::MbarWait {
-            addr: Address { base: smem.into(), offset: bar },
-            parity: Operand::Imm(0),
-            pred: p,
-        });
+        self.emit(Inst::MbarWait { addr: Address { base: smem.into(), offset: bar }, parity, pred: p });
         Some(Ok(()))
     }
 
@@ -330,6 +358,10 @@ impl Lx<'_> {
             if !wl.pre.borrow().is_empty() {
                 let at = Address { base: smem.into(), offset: wl.pre_bar() };
                 x.emit(Inst::MbarInit { addr: at, count: Operand::Imm(1) });
+                if ws.persistent {
+                    let at = Address { base: smem.into(), offset: wl.pre_empty_bar() };
+                    x.emit(Inst::MbarInit { addr: at, count: Operand::Imm(t) });
+                }
             }
             x.emit(Inst::FenceMbarrierInit);
             Ok(())
@@ -358,6 +390,9 @@ impl Lx<'_> {
             otherwise: vec![],
         });
         self.emit(Inst::SetMaxNreg { inc: true, count: consumer_regs });
+        if ws.persistent {
+            return self.lower_wsl_consumer_tiles(wl, body);
+        }
         self.lower_block(body);
         Ok(())
     }
@@ -407,36 +442,73 @@ impl Lx<'_> {
         let saved_vars = self.vars.clone();
         let saved_mult = self.var_mult.clone();
         let result = (|| -> R<()> {
+            if ws.persistent {
+                return self.wsl_producer_tiles(wl);
+            }
             for &i in &ws.producer_lets {
                 self.stmt(&k.body[i])?;
             }
             self.wsl_producer_pre_copies(wl)?;
-            let lp = &k.body[ws.loop_index];
-            self.span = lp.span;
-            let StmtKind::For { start, end, body, .. } = &lp.kind else {
-                return Err(self.err("internal: the warp-specialized loop is not a loop"));
-            };
-            let (a, b) = self.loop_bounds(start, end)?;
-            let copies = wl.copies.borrow().clone();
-            let mut maps = Vec::new();
-            for c in &copies {
-                let r = self.new_reg(RegClass::B64);
-                self.emit(Inst::TensorMapAddr { dst: r, param: c.param.clone() });
-                maps.push(r);
-            }
-            // One L2 policy for the copies that ask for one, made before the loop.
-            let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
-            let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
+            let (a, b) = self.wsl_producer_bounds(wl)?;
+            let maps = self.wsl_tensor_map_addrs(wl);
             let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
             self.mov(stage, Operand::Imm(0), DType::I32);
             self.mov(phase, Operand::Imm(0), DType::I32);
+            self.wsl_producer_loop(wl, &maps, (stage, phase), (a, b))
+        })();
+        self.vars = saved_vars;
+        self.var_mult = saved_mult;
+        result
+    }
+
+    /// The producer's loop bounds (the loop's span current).
+    pub(super) fn wsl_producer_bounds(&mut self, wl: &WslLowering) -> R<(Reg, Reg)> {
+        let lp = &self.k.body[wl.plan.loop_index];
+        self.span = lp.span;
+        let StmtKind::For { start, end, .. } = &lp.kind else {
+            return Err(self.err("internal: the warp-specialized loop is not a loop"));
+        };
+        self.loop_bounds(start, end)
+    }
+
+    /// The generic addresses of the rings' tensor maps, one per ring.
+    pub(super) fn wsl_tensor_map_addrs(&mut self, wl: &WslLowering) -> Vec<Reg> {
+        let copies = wl.copies.borrow().clone();
+        let mut maps = Vec::new();
+        for c in &copies {
+            let r = self.new_reg(RegClass::B64);
+            self.emit(Inst::TensorMapAddr { dst: r, param: c.param.clone() });
+            maps.push(r);
+        }
+        maps
+    }
+
+    /// The producer's loop of TMA boxes over `a..b` (the rings' tensor maps
+    /// at `maps`), its stage and phase in `stage`, `phase`.
+    pub(super) fn wsl_producer_loop(
+        &mut self,
+        wl: &WslLowering,
+        maps: &[Reg],
+        (stage, phase): (Reg, Reg),
+        (a, b): (Reg, Reg),
+    ) -> R<()> {
+        let ws = &wl.plan;
+        let k = self.k;
+        let result = (|| -> R<()> {
+            let StmtKind::For { body, .. } = &k.body[ws.loop_index].kind else {
+                return Err(self.err("internal: the warp-specialized loop is not a loop"));
+            };
+            let copies = wl.copies.borrow().clone();
+            // One L2 policy for the copies that ask for one, made before the loop.
+            let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
+            let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
             let stages = ws.stages as i64;
             let kr = self.new_reg(RegClass::B32);
             let exit = self.new_reg(RegClass::Pred);
             self.vars.insert(ws.var, kr);
             let lowered = self.capture(|x| {
                 let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
-                for (ci, (c, map)) in copies.iter().zip(&maps).enumerate() {
+                for (ci, (c, map)) in copies.iter().zip(maps).enumerate() {
                     let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
                         return Err(x.err("internal: a warp-specialized copy is not a copy"));
                     };
@@ -485,14 +557,12 @@ impl Lx<'_> {
             self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: false, body: lowered });
             Ok(())
         })();
-        self.vars = saved_vars;
-        self.var_mult = saved_mult;
         result
     }
 
     /// The producer's pre-loop copies: the bytes of all on their barrier,
     /// then their boxes.
-    fn wsl_producer_pre_copies(&mut self, wl: &WslLowering) -> R<()> {
+    pub(super) fn wsl_producer_pre_copies(&mut self, wl: &WslLowering) -> R<()> {
         let pre = wl.pre.borrow().clone();
         if pre.is_empty() {
             return Ok(());
@@ -559,9 +629,7 @@ impl Lx<'_> {
         let last = |ci: usize| users[ci].last().copied();
         let fenced: Vec<bool> =
             (0..copies.len()).map(|ci| self.wsl_release_fence(wl, body, &users[ci], copies[ci].dst)).collect();
-        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
-        self.mov(stage, Operand::Imm(0), DType::I32);
-        self.mov(phase, Operand::Imm(0), DType::I32);
+        let (stage, phase) = self.wsl_consumer_ring(wl);
         let vr = self.new_reg(RegClass::B32);
         let exit = self.new_reg(RegClass::Pred);
         // The first gemm one iteration ahead (see the module doc): its
@@ -778,6 +846,18 @@ impl Lx<'_> {
         };
         let reads = touches_memory(self.k, &body[last], buf).0;
         !(reads && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some())
+    }
+
+    /// The consumers' ring stage and phase: the persistent variant's,
+    /// carried across tiles, else two fresh registers at 0.
+    pub(super) fn wsl_consumer_ring(&mut self, wl: &WslLowering) -> (Reg, Reg) {
+        if let Some(regs) = wl.ring_regs.get() {
+            return regs;
+        }
+        let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
+        self.mov(stage, Operand::Imm(0), DType::I32);
+        self.mov(phase, Operand::Imm(0), DType::I32);
+        (stage, phase)
     }
 
     /// The gemm the consumers issue one iteration ahead (see the module

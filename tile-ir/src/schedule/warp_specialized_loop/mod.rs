@@ -12,7 +12,11 @@
 //!   producer's loop of TMA boxes, the consumers' loop over the stages;
 //! - `defer.rs`: the consumers' loop with the body's last gemm issued one
 //!   iteration late, after the next iteration's first (FA3's
-//!   intra-warpgroup overlap).
+//!   intra-warpgroup overlap);
+//! - `persistent.rs`: the persistent variant (its own schedule name,
+//!   [`PERSISTENT_NAME`], preferred to the plain one): both sides loop over
+//!   the grid's blocks as tiles, the rings' phases carried across tiles and
+//!   the pre-loop copies (Q) reloaded per tile behind a full/empty pair.
 //!
 //! Expects a verified kernel; [`compile`] runs layout inference for the
 //! target (wgmma where the core takes it), epilogue staging, the lowering
@@ -25,10 +29,11 @@
 
 mod defer;
 mod lower;
+mod persistent;
 mod plan;
 
 use lower::WslLowering;
-pub use plan::{plan, WslPlan};
+pub use plan::{plan, plan_persistent, WslPlan};
 
 use crate::compiled::{finish, CompileOptions, Compiled};
 use crate::ir::{BufferId, Expr, Kernel, SpanId, Stmt as TStmt, VarId};
@@ -39,6 +44,10 @@ use std::rc::Rc;
 
 /// The schedule's name ([`Compiled::schedule`]).
 pub const NAME: &str = "warp_specialized_loop";
+
+/// The persistent variant's schedule name ([`Compiled::schedule`];
+/// `TILE_SKIP_SCHEDULES` names it to launch the plain variant instead).
+pub const PERSISTENT_NAME: &str = "warp_specialized_loop_persistent";
 
 /// The warp-specialized loop variant of `kernel` (see the module doc).
 /// Errors when the kernel has no plan or a pass fails.
@@ -59,25 +68,35 @@ pub fn compile_planned(
     options: CompileOptions,
     wsl: WslPlan,
 ) -> Result<Compiled, Vec<CompileError>> {
+    let persistent = wsl.persistent;
+    let name = if persistent { PERSISTENT_NAME } else { NAME };
     let layouts = layout_infer::infer_layouts_for(kernel, target)?;
     if options.stage_epilogues {
         let mut staged_layouts = layouts.clone();
         let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_layouts);
+        if persistent {
+            // A scratch over a dead buffer would be overwritten by the
+            // producer's loads of the next tile (stages, Q) while this
+            // tile's epilogue still reads it: its own memory instead.
+            staged_layouts.aliases.clear();
+        }
         if any {
             // As in the general schedule: staging is an optimization, the
             // direct stores below are the answer when it does not fit.
-            if let Ok(staged_wsl) = plan(&staged, target, options) {
+            let staged_plan =
+                if persistent { plan_persistent(&staged, target, options) } else { plan(&staged, target, options) };
+            if let Ok(staged_wsl) = staged_plan {
                 let lowering = Rc::new(WslLowering::new(staged_wsl, &options));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
                     if func.shared_bytes <= target.info().shared_limit {
-                        return finish(&staged, target, &staged_layouts, func, NAME);
+                        return finish(&staged, target, &staged_layouts, func, name);
                     }
                 }
             }
         }
     }
     let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)))?;
-    finish(kernel, target, &layouts, func, NAME)
+    finish(kernel, target, &layouts, func, name)
 }
 
 impl ScheduleLowering for WslLowering {
@@ -100,6 +119,11 @@ impl ScheduleLowering for WslLowering {
 
     fn after_buffers(&self, lx: &mut Lx<'_>) {
         lx.wsl_barriers(self);
+    }
+
+    /// The persistent variant binds them per tile.
+    fn binds_block_indices(&self) -> bool {
+        self.plan.persistent
     }
 
     /// A copy before the loop that the producer issues: the consumers wait.

@@ -77,6 +77,9 @@ pub struct WslPlan {
     pub producer_regs: u32,
     /// Registers per consumer thread after `setmaxnreg.inc`.
     pub consumer_regs: u32,
+    /// The persistent variant ([`plan_persistent`], `persistent.rs`): each
+    /// block runs the grid's blocks `ctaid.x + i·nctaid.x` as tiles.
+    pub persistent: bool,
 }
 
 /// Whether (and how) `kernel`'s pipelined loop is warp-specialized on
@@ -201,8 +204,45 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         consumer_threads: threads,
         producer_regs,
         consumer_regs,
+        persistent: false,
     })
 }
+
+/// The plan of the persistent variant (`persistent.rs`): [`plan`]'s, when
+/// [`CompileOptions::persistent`] is on, the kernel asks for no thread
+/// block cluster (the runtime launches a clustered kernel's whole grid) and
+/// reads a block index (else every block does the same work); the tiles
+/// are then the grid's blocks in launch order, each block running
+/// `ctaid.x, ctaid.x + nctaid.x, ...` below their count.
+pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<WslPlan, NotApplicable> {
+    if !options.persistent {
+        return Err(NotApplicable::new("`CompileOptions::persistent` is off"));
+    }
+    let mut p = plan(kernel, target, options)?;
+    // Its thread also keeps the tile loop (the count, the stride, the tile,
+    // the block indices unfolded from it) live across the ring's loop: 32
+    // registers (ptxas spills at 24 with d256's boxes), which leave two
+    // consumer warpgroups their 240 ((65536 − 128·32) / 256).
+    let info = target.info();
+    if let Some(split) = info.registers.split.as_ref() {
+        p.producer_regs = PERSISTENT_PRODUCER_REGS.min(split.producer);
+        let pool = info.registers.per_sm - crate::target::PRODUCER_THREADS * p.producer_regs;
+        p.consumer_regs = (pool / p.consumer_threads.max(1) / 8 * 8).min(split.consumer_max);
+    }
+    if kernel.cluster != [1, 1, 1] {
+        return Err(NotApplicable::new(
+            "the kernel asks for a thread block cluster: the runtime launches a clustered kernel's whole grid",
+        ));
+    }
+    if !kernel.vars.iter().any(|v| matches!(v.kind, VarKind::BlockIdx(_))) {
+        return Err(NotApplicable::new("the kernel reads no block index: there are no tiles to loop over"));
+    }
+    Ok(WslPlan { persistent: true, ..p })
+}
+
+/// Registers the persistent variant's producer warpgroup keeps (see
+/// [`plan_persistent`]).
+const PERSISTENT_PRODUCER_REGS: u32 = 32;
 
 /// Registers the producer warpgroup keeps (`setmaxnreg.dec`): its one
 /// issuing thread needs only the stage, the phase, the loop counter and the
