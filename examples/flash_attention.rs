@@ -27,11 +27,10 @@
 //! FLOPs are `4·b·h·s_q·s_k·d`, halved when causal. Every benchmark line is
 //! also printed as `RESULT attention ...`, with the schedule of the variant
 //! that ran. On an H200 the head-dim 128 and 256 instances run the
-//! persistent warp-specialized loop (`warp_specialized_loop_persistent`:
-//! one block per SM looping over the tiles); the same binary with
-//! `TILE_SKIP_SCHEDULES=warp_specialized_loop_persistent` runs the plain
-//! `warp_specialized_loop` (one block per tile), so the two compare in one
-//! session (`run.sh attention:1` does both).
+//! warp-specialized loop (`warp_specialized_loop`, one block per tile). Its
+//! persistent variant (`warp_specialized_loop_persistent`, one block per SM
+//! looping over the tiles) is off by default (`CompileOptions::wsloop_persistent`:
+//! it hangs on the H200 at head dim 128, see BENCHMARKS.md, session 10).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! (feature `gpu`) against f64 references and against the interpreter: on
 //! an H200 the sm_90a variants split both gemms' columns over the two
 //! warpgroups with wgmma (the warp-specialized loop when the tensors are
-//! TMA-addressable, as here, persistent first; `TILE_SKIP_SCHEDULES=warp_specialized_loop_persistent,warp_specialized_loop,tma_copy`
+//! TMA-addressable, as here; `TILE_SKIP_SCHEDULES=warp_specialized_loop,tma_copy`
 //! runs the cp.async variant instead).
 //!
 //! Also `gemm_tune`'s 128×256×32 tile over 512 threads, whose gemm now

@@ -155,6 +155,7 @@ fn problem(s: Shape, d: usize) -> (Vec<SimTensor>, Vec<f64>, Vec<f64>) {
 
 /// The persistent variant of `k` under `options`, checked to be first.
 fn persistent(k: &Kernel, options: CompileOptions) -> Compiled {
+    let options = CompileOptions { wsloop_persistent: true, ..options };
     let v = compile_variants(k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
     assert_eq!(names[..2], ["warp_specialized_loop_persistent", "warp_specialized_loop"], "{}", k.name);

@@ -209,14 +209,16 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
 }
 
 /// The plan of the persistent variant (`persistent.rs`): [`plan`]'s, when
-/// [`CompileOptions::persistent`] is on, the kernel asks for no thread
+/// [`CompileOptions::wsloop_persistent`] is on, the kernel asks for no thread
 /// block cluster (the runtime launches a clustered kernel's whole grid) and
 /// reads a block index (else every block does the same work); the tiles
 /// are then the grid's blocks in launch order, each block running
 /// `ctaid.x, ctaid.x + nctaid.x, ...` below their count.
 pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<WslPlan, NotApplicable> {
-    if !options.persistent {
-        return Err(NotApplicable::new("`CompileOptions::persistent` is off"));
+    if !options.wsloop_persistent {
+        return Err(NotApplicable::new(
+            "`CompileOptions::wsloop_persistent` is off (the default: the variant hangs on the H200 for some kernels)",
+        ));
     }
     let mut p = plan(kernel, target, options)?;
     // Its thread also keeps the tile loop (the count, the stride, the tile,
