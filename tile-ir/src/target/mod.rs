@@ -120,14 +120,44 @@ impl TargetInfo {
         self.features.contains(&feature)
     }
 
+    /// Registers per thread a block of `threads` threads holds from its
+    /// launch when `blocks` blocks share the SM: the file's equal share,
+    /// rounded down to a multiple of 8 (`setmaxnreg`'s granularity; what
+    /// ptxas allocates at entry to a kernel with `.maxntid threads` and
+    /// `.minnctapersm blocks`), at most the per-thread limit.
+    pub fn entry_regs(&self, threads: u32, blocks: u32) -> u32 {
+        (self.registers.per_sm / (threads * blocks).max(1)).min(self.registers.per_thread) / 8 * 8
+    }
+
     /// Registers per consumer thread of a warp-specialized kernel whose
-    /// `consumer_threads` share the SM's file with one producer warpgroup at
-    /// [`RegisterSplit::producer`]: an equal share of the rest, rounded down
-    /// to a multiple of 8 (`setmaxnreg`'s granularity), at most
-    /// [`RegisterSplit::consumer_max`]. `None` without `setmaxnreg`.
+    /// `consumer_threads` share the block with one producer warpgroup at
+    /// [`RegisterSplit::producer`] (one block per SM); see
+    /// [`TargetInfo::consumer_regs_after`].
     pub fn consumer_regs(&self, consumer_threads: u32) -> Option<u32> {
         let split = self.registers.split.as_ref()?;
-        let pool = self.registers.per_sm - PRODUCER_THREADS * split.producer;
+        self.consumer_regs_after(split.producer, consumer_threads, 1)
+    }
+
+    /// Registers per consumer thread when the producer warpgroup drops to
+    /// `producer` (`setmaxnreg.dec`) and `blocks` blocks share the SM: an
+    /// equal share of what the BLOCK holds from its launch
+    /// ([`TargetInfo::entry_regs`] per thread) less the producer's,
+    /// rounded down to a multiple of 8, at most
+    /// [`RegisterSplit::consumer_max`]. (ptxas 12.9 allocates exactly that
+    /// entry count at 384 threads (168), 640 (96) and two blocks of 256
+    /// (128); one block of 256 gets 240, the cap, below the 248 assumed here,
+    /// where the consumers then take nothing from the pool.)
+    /// `setmaxnreg.inc` takes registers only from the block's own pool
+    /// (what its warps released), and blocks until there are enough: a
+    /// share of the whole SM's file (the rule before) can exceed the pool
+    /// and hang the block (on the H200: a producer at 32 registers with two
+    /// consumer warpgroups at 240, 1,024 registers short). `None` without
+    /// `setmaxnreg`.
+    pub fn consumer_regs_after(&self, producer: u32, consumer_threads: u32, blocks: u32) -> Option<u32> {
+        let split = self.registers.split.as_ref()?;
+        let total = PRODUCER_THREADS + consumer_threads;
+        let entry = self.entry_regs(total, blocks);
+        let pool = entry * total - PRODUCER_THREADS * producer.min(entry);
         Some((pool / consumer_threads.max(1) / 8 * 8).min(split.consumer_max))
     }
 }

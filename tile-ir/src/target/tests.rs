@@ -3,7 +3,7 @@
 //! files against the instruction table.
 
 use super::isa::{requirement, BASE_PTX_VERSION, OP_ROWS};
-use super::{Feature, Target};
+use super::{Feature, Target, PRODUCER_THREADS};
 use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
@@ -335,6 +335,38 @@ fn shared_memory_and_registers_per_target() {
     assert_eq!(sm90a.consumer_regs(256), Some(232));
     assert_eq!(sm90a.consumer_regs(384), Some(152));
     assert_eq!(sm80.consumer_regs(128), None);
+    // 512 consumer threads (640 in all): 96 each at entry, so 104, not the
+    // 112 an equal share of the SM's whole file gives (1,024 short of the
+    // block's pool: the tuner's 128x256 candidate over 512 threads hung).
+    assert_eq!(sm90a.entry_regs(640, 1), 96);
+    assert_eq!(sm90a.consumer_regs(512), Some(104));
+    // The persistent loop's producer at 32 with two consumer warpgroups: 232.
+    assert_eq!(sm90a.consumer_regs_after(32, 256, 1), Some(232));
+    assert_eq!(sm90a.consumer_regs_after(24, 256, 1), Some(240));
+    assert_eq!(sm90a.consumer_regs_after(24, 128, 2), Some(232));
+}
+
+/// `setmaxnreg.inc` takes registers only from the block's own pool (what it
+/// holds from its launch, released by `setmaxnreg.dec`) and blocks until it
+/// has enough: for every split, what the consumers take must fit in what
+/// the producer releases.
+#[test]
+fn register_splits_fit_the_blocks_pool() {
+    let info = Target::Sm90a.info();
+    for blocks in [1, 2] {
+        for consumer_threads in [128, 256, 384, 512, 640, 768] {
+            let total = PRODUCER_THREADS + consumer_threads;
+            let entry = info.entry_regs(total, blocks);
+            for producer in (24..=entry.min(64)).step_by(8) {
+                let c = info.consumer_regs_after(producer, consumer_threads, blocks).unwrap();
+                assert!(c % 8 == 0, "{producer} {consumer_threads} {blocks}: {c}");
+                let released = PRODUCER_THREADS * (entry - producer);
+                let taken = consumer_threads * c.saturating_sub(entry);
+                assert!(taken <= released, "producer {producer}, {consumer_threads} consumers, {blocks} blocks: {c}");
+                assert!(entry * total * blocks <= info.registers.per_sm);
+            }
+        }
+    }
     assert!(Target::Sm90a.has(Feature::Wgmma) && Target::Sm90a.has(Feature::Tma));
     assert!(!Target::Sm80.has(Feature::Wgmma) && !Target::Sm80.has(Feature::Tma));
     assert!(!Target::Sm80.has(Feature::Clusters) && Target::Sm90a.has(Feature::Clusters));

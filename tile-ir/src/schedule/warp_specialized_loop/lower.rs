@@ -404,7 +404,8 @@ impl Lx<'_> {
     /// in the SM: four consumer warps alone per SM leave the SM idle while
     /// they wait (the TMA-copy variant runs three or four blocks of them);
     /// else one, with the plan's split. Two blocks share the file: each
-    /// gets `(per_sm / 2 - 128·producer) / T` registers per consumer thread
+    /// gets `(entry·(T + 128) - 128·producer) / T` registers per consumer thread
+    /// (`TargetInfo::consumer_regs_after`: the block's own pool, entry = per_sm / 2 / (T + 128))
     /// (232 for `T = 128`; ptxas then allocates at most 128 per thread at
     /// entry, which such fragments fit).
     fn wsl_occupancy(&mut self, wl: &WslLowering) -> u32 {
@@ -417,8 +418,8 @@ impl Lx<'_> {
         if blocks == 1 {
             return ws.consumer_regs;
         }
-        let pool = info.registers.per_sm / blocks - crate::target::PRODUCER_THREADS * ws.producer_regs;
-        (pool / ws.consumer_threads / 8 * 8).min(ws.consumer_regs)
+        info.consumer_regs_after(ws.producer_regs, ws.consumer_threads, blocks)
+            .map_or(ws.consumer_regs, |r| r.min(ws.consumer_regs))
     }
 
     /// The fragments' registers per thread, 16-bit ones at half (two to a

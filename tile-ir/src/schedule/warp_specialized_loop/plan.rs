@@ -191,8 +191,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     // The producer is one thread issuing TMA boxes: FA3's 24 registers
     // (`setmaxnreg`'s least) leave two consumer warpgroups 240 each.
     let producer_regs = PRODUCER_REGS.min(split.producer);
-    let pool = info.registers.per_sm - crate::target::PRODUCER_THREADS * producer_regs;
-    let consumer_regs = (pool / threads.max(1) / 8 * 8).min(split.consumer_max);
+    let consumer_regs = info.consumer_regs_after(producer_regs, threads, 1).unwrap_or(split.consumer_max);
     Ok(WslPlan {
         loop_index,
         var: *var,
@@ -224,12 +223,15 @@ pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions)
     // Its thread also keeps the tile loop (the count, the stride, the tile,
     // the block indices unfolded from it) live across the ring's loop: 32
     // registers (ptxas spills at 24 with d256's boxes), which leave two
-    // consumer warpgroups their 240 ((65536 − 128·32) / 256).
+    // consumer warpgroups 232 each: the block holds 168 · 384 from its
+    // launch, (64,512 − 128·32) / 256 = 236. (240, a share of the whole
+    // SM's file, was 1,024 registers more than the block's pool:
+    // `setmaxnreg.inc` waited forever on the H200.)
     let info = target.info();
     if let Some(split) = info.registers.split.as_ref() {
         p.producer_regs = PERSISTENT_PRODUCER_REGS.min(split.producer);
-        let pool = info.registers.per_sm - crate::target::PRODUCER_THREADS * p.producer_regs;
-        p.consumer_regs = (pool / p.consumer_threads.max(1) / 8 * 8).min(split.consumer_max);
+        p.consumer_regs =
+            info.consumer_regs_after(p.producer_regs, p.consumer_threads, 1).unwrap_or(split.consumer_max);
     }
     if kernel.cluster != [1, 1, 1] {
         return Err(NotApplicable::new(
