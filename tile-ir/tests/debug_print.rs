@@ -139,7 +139,13 @@ fn prints_in_the_hopper_schedules() {
     assert!(after != text && inside != text);
     for (text, first) in [(after, "warp_specialized_gemm"), (inside, "warp_specialized_loop_persistent")] {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+        // The persistent loop on (off by default), so that its consumers print too.
+        let v = compile_variants(
+            &k,
+            Target::Sm90a,
+            CompileOptions { wsloop_persistent: true, ..CompileOptions::default() },
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(v[0].schedule, first, "{text}");
         for c in &v {
             assert!(c.ptx.contains("call (tile_pr), vprintf"), "{}: {}", c.schedule, c.ptx);

@@ -372,7 +372,7 @@ fn every_sm90a_variant_of_the_gemm_under_interleavings() {
 #[test]
 fn every_sm90a_variant_of_attention_under_interleavings() {
     let k = parse_kernel(tile_testkit::ATTENTION).unwrap();
-    let options = CompileOptions { wsloop_one_warpgroup: true, ..CompileOptions::default() };
+    let options = CompileOptions { wsloop_one_warpgroup: true, wsloop_persistent: true, ..CompileOptions::default() };
     let v = compile_variants(&k, Target::Sm90a, options).unwrap();
     let names: Vec<&str> = v.iter().map(|c| c.schedule).collect();
     assert!(names.contains(&"tma_copy") && v.last().unwrap().tensor_maps.is_empty(), "{names:?}");

@@ -188,8 +188,19 @@ fn planted_bugs_are_caught() {
 #[test]
 fn ping_pong_with_lookahead_on_the_simulator() {
     // Issuing ahead applies where the last gemm is not deferred.
-    let on = CompileOptions { ping_pong_lookahead: true, defer_last_gemm: false, ..CompileOptions::default() };
-    let off = CompileOptions { ping_pong_lookahead: false, defer_last_gemm: false, ..CompileOptions::default() };
+    // The persistent loop on (off by default): its variant comes first, the plain one second.
+    let on = CompileOptions {
+        ping_pong_lookahead: true,
+        defer_last_gemm: false,
+        wsloop_persistent: true,
+        ..CompileOptions::default()
+    };
+    let off = CompileOptions {
+        ping_pong_lookahead: false,
+        defer_last_gemm: false,
+        wsloop_persistent: true,
+        ..CompileOptions::default()
+    };
     let first = |k: &Kernel, o: CompileOptions| {
         let v = compile_variants(k, Target::Sm90a, o).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(v[1].schedule, "warp_specialized_loop", "{}", k.name);
