@@ -47,26 +47,18 @@ pub(super) fn call_name(call: &syn::ExprCall) -> Option<&Ident> {
 /// `gemm(..)` and the modifiers chained on it (`.clear()`, `.policy(..)`),
 /// in source order, if `e` is such a statement.
 pub(super) fn gemm_chain(e: &SynExpr) -> Option<(&syn::ExprCall, Vec<&syn::ExprMethodCall>)> {
-    let mut modifiers = Vec::new();
-    let mut cur = e;
-    loop {
-        match cur {
-            SynExpr::MethodCall(m) => {
-                modifiers.push(m);
-                cur = &m.receiver;
-            }
-            SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "gemm") => {
-                modifiers.reverse();
-                return Some((c, modifiers));
-            }
-            _ => return None,
-        }
-    }
+    call_chain(e, "gemm")
 }
 
 /// `copy(..)` and the methods chained after it (`.fill(v)`,
 /// `.evict_first()`), in source order, if `e` is such a call.
 pub(super) fn copy_chain(e: &SynExpr) -> Option<(&syn::ExprCall, Vec<&syn::ExprMethodCall>)> {
+    call_chain(e, "copy")
+}
+
+/// The call of the intrinsic `name` at the root of `e` and the methods
+/// chained on it, in source order, if `e` is such a chain.
+fn call_chain<'a>(e: &'a SynExpr, name: &str) -> Option<(&'a syn::ExprCall, Vec<&'a syn::ExprMethodCall>)> {
     let mut modifiers = Vec::new();
     let mut cur = e;
     loop {
@@ -75,7 +67,7 @@ pub(super) fn copy_chain(e: &SynExpr) -> Option<(&syn::ExprCall, Vec<&syn::ExprM
                 modifiers.push(m);
                 cur = &m.receiver;
             }
-            SynExpr::Call(c) if call_name(c).is_some_and(|n| n == "copy") => {
+            SynExpr::Call(c) if call_name(c).is_some_and(|n| n == name) => {
                 modifiers.reverse();
                 return Some((c, modifiers));
             }
