@@ -249,6 +249,17 @@ fn rewritten_stage_on_the_simulator() {
     check(&run(&c, &k));
     let off = variant_with(&k, "warp_specialized_loop", CompileOptions { piece_barriers: false, ..Default::default() });
     check(&run(&off, &k));
+    // The persistent variant over 2 blocks (3 and 2 tiles of 0 to 3 key
+    // blocks: the rings' and the pieces' phases carried across tiles), with
+    // and without the pieces.
+    for pieces in [true, false] {
+        let options = CompileOptions { wsloop_persistent: true, piece_barriers: pieces, ..Default::default() };
+        let p = variant_with(&k, "warp_specialized_loop_persistent", options);
+        assert_eq!(p.ptx.matches("mbarrier.arrive.expect_tx").count() > 3, pieces);
+        let opts = sim::RunOptions { shape: Some([2, 1, 1]), ..Default::default() };
+        let out = sim::run_compiled(&p, &k, tensors(&kb), &dims, &[scale.to_bits() as u64], opts).tensors;
+        check(&decode(DType::F32, &out[3]));
+    }
     // Planted: Q·Kᵀ not waiting for kv_s's second box (the wait between
     // its wgmmas) reads columns TMA has not written yet.
     let mut f = c.function.clone();

@@ -44,6 +44,11 @@
 //! The loops that issue ahead or defer a gemm take no such ring (its buffer
 //! has more than the one gemm using it).
 //!
+//! A ring whose first reader is a wgmma gemm taking the stage as its
+//! K-major B may get one full barrier per TMA box instead
+//! ([`crate::CompileOptions::piece_barriers`], `pieces.rs`): the wait before
+//! its first user is then the gemm's own, box by box.
+//!
 //! Consecutive gemms on wgmma accumulating into one fragment (MLA's
 //! `S = Q·Kᵀ` over the 512 "nope" columns, then `S += Q_pe·K_peᵀ`): the
 //! first is left in flight, without its `wgmma.wait_group 0`, when no ring

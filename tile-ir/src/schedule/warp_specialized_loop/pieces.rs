@@ -8,7 +8,8 @@
 //!
 //! Expects the plain consumers' loop of [`super::lower`] (not one that
 //! issues ahead, defers its last gemm, or ping-pongs: those keep one
-//! barrier per stage) and a non-persistent variant.
+//! barrier per stage), in the plain or the persistent variant (whose rings
+//! carry their stages and phases across tiles: the pieces' with them).
 //!
 //! Guarantees (ring `c` of `n` boxes `B_j`, `piece_c[j][s]` one arrival +
 //! `B_j`'s bytes each; the ring's `full_c[s]` is left unused):
@@ -17,7 +18,7 @@
 //!                          for j: arrive.expect_tx piece_c[j][st], bytes(B_j); TMA B_j on piece_c[j][st]
 //! consumers, the first reader (the gemm):
 //!     wgmma.fence
-//!     for s in 0..K/16: if s is the first slice reading box j: wait piece_c[j][st] parity ph
+//!     for s in 0..K/16: if s is the first slice reading box j: wait piece_c[j][st] parity ph; wgmma.fence
 //!                       wgmma(s)
 //!     commit ...
 //! ```
@@ -29,7 +30,9 @@
 //! so the parities are the ring's (`ph`), and the release (`empty_c`) is
 //! unchanged: the counts and the proof of [`super::lower`] hold piece by
 //! piece. A wait between wgmmas of one group touches no register the
-//! wgmmas use (a predicate), so no `wgmma.fence` is needed after it.
+//! wgmmas use (a predicate); the `wgmma.fence` after it is the one ptxas
+//! would inject after the wait's loop (its info C7519), as CUTLASS's
+//! mainloop fences after each stage's wait with earlier wgmmas in flight.
 
 use super::lower::WslLowering;
 use crate::hopper::Major;
@@ -81,7 +84,7 @@ impl Lx<'_> {
         let ws = &wl.plan;
         let copies = wl.copies.borrow().clone();
         let none = vec![None; copies.len()];
-        if !wl.piece_barriers || ws.persistent || !self.target.has(crate::target::Feature::Wgmma) {
+        if !wl.piece_barriers || !self.target.has(crate::target::Feature::Wgmma) {
             return none;
         }
         let StmtKind::For { body, .. } = &self.k.body[ws.loop_index].kind else { return none };
@@ -172,6 +175,9 @@ impl Lx<'_> {
                             let bar = x.wsl_piece_bar(p, stages, stage, j);
                             let pred = x.new_reg(RegClass::Pred);
                             x.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
+                            // ptxas puts a `wgmma.fence` after a wait loop
+                            // between wgmmas anyway (C7519): said here.
+                            x.emit(Inst::WgmmaFence);
                             Ok(())
                         })?;
                         out.extend(wait);
