@@ -126,6 +126,15 @@ pub struct CompileOptions {
     /// default; off (every copy of an iteration in one group, waited for at
     /// the top of the body) for bisecting.
     pub per_copy_waits: bool,
+    /// In a warp-specialized loop, give each TMA box of a ring whose first
+    /// reader is a wgmma gemm taking the stage as its K-major B its own
+    /// full barrier, waited for right before the k16 slices that read that
+    /// box, so the gemm starts when its first box lands (FlashMLA's 64×64
+    /// pieces: MLA's Q·Kᵀ over 8 boxes of `kv_s`), where the loop neither
+    /// issues ahead, defers, nor ping-pongs
+    /// (`schedule/warp_specialized_loop/pieces.rs`). On by default; off
+    /// (one barrier per stage) for bisecting.
+    pub piece_barriers: bool,
 }
 
 impl Default for CompileOptions {
@@ -142,6 +151,7 @@ impl Default for CompileOptions {
             ping_pong_lookahead: true,
             defer_last_gemm: true,
             per_copy_waits: true,
+            piece_barriers: true,
         }
     }
 }

@@ -139,7 +139,11 @@ fn reference(q: &[f64], kv: &[f64], lens: &[usize], h: usize, s: usize, scale: f
 }
 
 fn variant(k: &Kernel, schedule: &str) -> Compiled {
-    let v = compile_variants(k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    variant_with(k, schedule, CompileOptions::default())
+}
+
+fn variant_with(k: &Kernel, schedule: &str, options: CompileOptions) -> Compiled {
+    let v = compile_variants(k, Target::Sm90a, options).unwrap_or_else(|e| panic!("{e:?}"));
     v.into_iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"))
 }
 
@@ -159,7 +163,14 @@ fn only_the_warp_specialized_loop_pipelines_a_rewritten_stage() {
     // The producer issues both copies (a ring each), the consumers load nothing themselves.
     let c = variant(&k, "warp_specialized_loop");
     assert!(!c.ptx.contains("cp.async.cg") && !c.ptx.contains("cp.async.ca"), "consumers load with cp.async");
-    assert_eq!(c.ptx.matches("mbarrier.init").count(), 2 * 2 * 2 + 1, "two rings of two stages and Q's barrier");
+    // Two rings of two stages and Q's barrier, and kv_s's two boxes of 64
+    // columns each on a barrier of its own per stage (its first reader is
+    // Q·Kᵀ, which waits for each box before the slices reading it).
+    assert_eq!(c.ptx.matches("mbarrier.init").count(), 2 * 2 * 2 + 1 + 2 * 2);
+    assert_eq!(c.ptx.matches("mbarrier.arrive.expect_tx").count(), 2 + 1 + 1, "kv_s's pieces, kpe_s, Q");
+    let off = variant_with(&k, "warp_specialized_loop", CompileOptions { piece_barriers: false, ..Default::default() });
+    assert_eq!(off.ptx.matches("mbarrier.init").count(), 2 * 2 * 2 + 1, "one full barrier per stage");
+    assert_eq!(off.ptx.matches("mbarrier.arrive.expect_tx").count(), 3);
     // Q·Kᵀ over the nope columns is left in flight into `S += Q_pe·K_peᵀ`:
     // three gemms, three commits, two waits.
     let count = |p: &str| c.ptx.matches(p).count();
@@ -220,20 +231,72 @@ fn rewritten_stage_on_the_simulator() {
         let out = sim::run_compiled(c, k, tensors(&kb), &dims, &[scale.to_bits() as u64], Default::default()).tensors;
         decode(DType::F32, &out[3])
     };
-    let got = run(&c, &k);
-    for (bi, &len) in lens.iter().enumerate() {
-        let rows = bi * h * D..(bi + 1) * h * D;
-        let (g, w) = (&got[rows.clone()], &want[rows]);
-        assert!(g.iter().all(|x| x.is_finite()), "len {len}: non-finite output");
-        if len == 0 {
-            assert!(g.iter().all(|&x| x == 0.0), "len 0: output not zero");
-        } else {
-            let err = rel_l2(g, w);
-            assert!(err <= 5e-3, "len {len}: relative L2 error {err:.3e}");
+    let check = |got: &[f64]| {
+        for (bi, &len) in lens.iter().enumerate() {
+            let rows = bi * h * D..(bi + 1) * h * D;
+            let (g, w) = (&got[rows.clone()], &want[rows]);
+            assert!(g.iter().all(|x| x.is_finite()), "len {len}: non-finite output");
+            if len == 0 {
+                assert!(g.iter().all(|&x| x == 0.0), "len 0: output not zero");
+            } else {
+                let err = rel_l2(g, w);
+                assert!(err <= 5e-3, "len {len}: relative L2 error {err:.3e}");
+            }
+        }
+    };
+    // With kv_s's boxes on barriers of their own (the default) and on one
+    // barrier per stage.
+    check(&run(&c, &k));
+    let off = variant_with(&k, "warp_specialized_loop", CompileOptions { piece_barriers: false, ..Default::default() });
+    check(&run(&off, &k));
+    // The persistent variant over 2 blocks (3 and 2 tiles of 0 to 3 key
+    // blocks: the rings' and the pieces' phases carried across tiles), with
+    // and without the pieces.
+    for pieces in [true, false] {
+        let options = CompileOptions { wsloop_persistent: true, piece_barriers: pieces, ..Default::default() };
+        let p = variant_with(&k, "warp_specialized_loop_persistent", options);
+        assert_eq!(p.ptx.matches("mbarrier.arrive.expect_tx").count() > 3, pieces);
+        let opts = sim::RunOptions { shape: Some([2, 1, 1]), ..Default::default() };
+        let out = sim::run_compiled(&p, &k, tensors(&kb), &dims, &[scale.to_bits() as u64], opts).tensors;
+        check(&decode(DType::F32, &out[3]));
+    }
+    // Planted: Q·Kᵀ not waiting for kv_s's second box (the wait between
+    // its wgmmas) reads columns TMA has not written yet.
+    let mut f = c.function.clone();
+    let mut dropped = 0;
+    for s in f.body.iter_mut() {
+        if let thread_ir::Stmt::For { uniform: true, body, .. } = s {
+            dropped += drop_wait_between_wgmmas(body);
         }
     }
+    assert_eq!(dropped, 1);
+    let planted = std::panic::catch_unwind(|| {
+        let out = sim::run_function(&f, &k, tensors(&kb), &dims, &[scale.to_bits() as u64], Default::default()).tensors;
+        decode(DType::F32, &out[3])
+    });
+    assert!(
+        planted.map_or(true, |got| std::panic::catch_unwind(|| check(&got)).is_err()),
+        "reading kv_s's second box before it lands went unnoticed"
+    );
     // Planted: with a zeroing that never happens the NaN keys reach the output.
     let bare = parse_kernel(&kernel(false)).unwrap();
     let got = run(&variant(&bare, "warp_specialized_loop"), &bare);
     assert!(got.iter().any(|x| x.is_nan()), "the NaN keys past the lengths are never read");
+}
+
+/// Removes the first `mbarrier` wait at the top level of `body` that sits
+/// between two wgmmas (a pieced gemm's wait for its second box); how many.
+fn drop_wait_between_wgmmas(body: &mut Vec<thread_ir::Stmt>) -> usize {
+    use thread_ir::{Inst, Stmt};
+    let is = |s: &Stmt, f: &dyn Fn(&Inst) -> bool| matches!(s, Stmt::Inst { inst, .. } if f(inst));
+    let wgmma = |i: &Inst| matches!(i, Inst::Wgmma { .. });
+    let Some(first) = body.iter().position(|s| is(s, &wgmma)) else { return 0 };
+    let Some(at) = (first..body.len()).find(|&i| is(&body[i], &|i| matches!(i, Inst::MbarWait { .. }))) else {
+        return 0;
+    };
+    if !body[at..].iter().any(|s| is(s, &wgmma)) {
+        return 0;
+    }
+    body.remove(at);
+    1
 }

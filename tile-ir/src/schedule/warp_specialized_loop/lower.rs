@@ -44,6 +44,11 @@
 //! The loops that issue ahead or defer a gemm take no such ring (its buffer
 //! has more than the one gemm using it).
 //!
+//! A ring whose first reader is a wgmma gemm taking the stage as its
+//! K-major B may get one full barrier per TMA box instead
+//! ([`crate::CompileOptions::piece_barriers`], `pieces.rs`): the wait before
+//! its first user is then the gemm's own, box by box.
+//!
 //! Consecutive gemms on wgmma accumulating into one fragment (MLA's
 //! `S = Q·Kᵀ` over the 512 "nope" columns, then `S += Q_pe·K_peᵀ`): the
 //! first is left in flight, without its `wgmma.wait_group 0`, when no ring
@@ -141,6 +146,7 @@
 //! The turns are taken once per iteration whether or not the `if` issues,
 //! so their counts are the plain ping-pong's.
 
+use super::pieces::Pieces;
 use super::plan::WslPlan;
 use crate::ir::{BufferId, CacheHint, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
@@ -157,11 +163,11 @@ pub(super) struct WslCopy {
     /// Its shared destination.
     pub(super) dst: BufferId,
     /// The tensor map parameter.
-    param: String,
+    pub(super) param: String,
     /// Boxes: (byte offset in the stage, row offset, column offset).
-    boxes: Vec<(i64, i64, i64)>,
+    pub(super) boxes: Vec<(i64, i64, i64)>,
     /// Bytes of all its boxes.
-    bytes: i64,
+    pub(super) bytes: i64,
     /// Its L2 policy.
     cache: CacheHint,
 }
@@ -190,6 +196,13 @@ pub(crate) struct WslLowering {
     /// its first ([`crate::CompileOptions::defer_last_gemm`], `defer.rs`),
     /// where the loop allows it; preferred to issuing ahead.
     pub(super) defer_last_gemm: bool,
+    /// Whether to give a ring's boxes their own barriers
+    /// ([`crate::CompileOptions::piece_barriers`], `pieces.rs`), where the
+    /// loop allows it.
+    pub(super) piece_barriers: bool,
+    /// Per ring, its per-piece barriers (`pieces.rs`), decided with the
+    /// barriers' placement.
+    pub(super) pieces: RefCell<Vec<Option<Pieces>>>,
     /// The persistent variant (`persistent.rs`): the consumers' tile
     /// counter while they lower a tile (its low bit is the pre-loop
     /// barrier's parity).
@@ -211,6 +224,8 @@ impl WslLowering {
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
             defer_last_gemm: options.defer_last_gemm,
+            piece_barriers: options.piece_barriers,
+            pieces: RefCell::new(Vec::new()),
             tile: Cell::new(None),
             ring_regs: Cell::new(None),
         }
@@ -312,6 +327,18 @@ impl Lx<'_> {
         let pre_empty = if wl.plan.persistent { 8 } else { 0 };
         let bars = self.alloc_smem(16 * wl.plan.stages as i64 * rings + 8 + pre_empty);
         wl.bars.set(bars);
+        // The per-piece barriers, in a region of their own after those (so
+        // that a kernel without them keeps its layout).
+        let mut pieces = self.wsl_piece_plan(wl);
+        let total: usize = pieces.iter().flatten().map(|p| p.boxes).sum();
+        if total > 0 {
+            let mut at = self.alloc_smem(8 * wl.plan.stages as i64 * total as i64);
+            for p in pieces.iter_mut().flatten() {
+                p.bars = at;
+                at += 8 * wl.plan.stages as i64 * p.boxes as i64;
+            }
+        }
+        *wl.pieces.borrow_mut() = pieces;
     }
 
     /// The consumers' side of a pre-loop copy the producer issues: the wait
@@ -353,6 +380,11 @@ impl Lx<'_> {
                         addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
                         count: Operand::Imm(t),
                     });
+                }
+            }
+            for p in wl.pieces.borrow().iter().flatten() {
+                for at in (0..stages * p.boxes as i64).map(|i| p.bars + 8 * i) {
+                    x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: at }, count: Operand::Imm(1) });
                 }
             }
             if !wl.pre.borrow().is_empty() {
@@ -500,6 +532,7 @@ impl Lx<'_> {
                 return Err(self.err("internal: the warp-specialized loop is not a loop"));
             };
             let copies = wl.copies.borrow().clone();
+            let pieces = wl.pieces.borrow().clone();
             // One L2 policy for the copies that ask for one, made before the loop.
             let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
             let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
@@ -537,7 +570,10 @@ impl Lx<'_> {
                     let p = x.new_reg(RegClass::Pred);
                     x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
                     let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
-                    x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(c.bytes) });
+                    let pieced = pieces.get(ci).cloned().flatten();
+                    if pieced.is_none() {
+                        x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(c.bytes) });
+                    }
                     if !loads {
                         eval(x, &mut origin)?;
                     }
@@ -550,7 +586,19 @@ impl Lx<'_> {
                     let at = x.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
                     let at = x.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), at.into()]);
                     let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
-                    x.tma_boxes(*map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &full, hint);
+                    let at = Address { base: at.into(), offset: 0 };
+                    match pieced {
+                        None => x.tma_boxes(*map, &at, &c.boxes, &origin, dims, &full, hint),
+                        // Each box on its own barrier (`pieces.rs`).
+                        Some(p) => {
+                            for (j, bx) in c.boxes.iter().enumerate() {
+                                let bar = x.wsl_piece_bar(&p, stages, stage, j);
+                                let tx = Operand::Imm(p.box_bytes);
+                                x.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: tx });
+                                x.tma_boxes(*map, &at, std::slice::from_ref(bx), &origin, dims, &bar, hint);
+                            }
+                        }
+                    }
                 }
                 x.ring_advance(stages, stage, phase);
                 Ok(())
@@ -612,17 +660,8 @@ impl Lx<'_> {
         // that touches its buffer and released right after the last one
         // (at the top and the end when none does).
         let copies = wl.copies.borrow().clone();
-        let users: Vec<Vec<usize>> = copies
-            .iter()
-            .map(|c| {
-                (0..body.len())
-                    .filter(|i| {
-                        let (r, w) = touches_memory(self.k, &body[*i], c.dst);
-                        !ws.copies.contains(i) && (r || w)
-                    })
-                    .collect()
-            })
-            .collect();
+        let users = self.wsl_ring_users(wl, body);
+        let pieces = wl.pieces.borrow().clone();
         if let Some(d) = self.wsl_deferred_gemms(wl, body, &users) {
             return self.lower_wsl_deferred_loop(wl, var, (a, b), body, d);
         }
@@ -674,6 +713,10 @@ impl Lx<'_> {
         let mut ahead_at = None;
         let lowered = self.capture(|x| {
             let wait = |x: &mut Self, ci: usize| {
+                if pieces.get(ci).is_some_and(|p| p.is_some()) {
+                    // Its first reader waits for each piece (`pieces.rs`).
+                    return;
+                }
                 let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
                 let p = x.new_reg(RegClass::Pred);
                 x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
@@ -735,11 +778,19 @@ impl Lx<'_> {
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
                 }
-                if chained.contains(&i) {
-                    // Left in flight: the next gemm accumulates into the
-                    // same registers, and its wait retires both groups.
-                    match x.capture(|y| y.stmt(s)) {
-                        Ok(code) => x.cur().extend(without_final_wait(code)),
+                let pieced = pieces.iter().flatten().find(|p| p.gemm == i).cloned();
+                if chained.contains(&i) || pieced.is_some() {
+                    // Pieced: each box waited for before its first slice.
+                    // Chained, left in flight: the next gemm accumulates
+                    // into the same registers, and its wait retires both
+                    // groups.
+                    let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
+                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code),
+                        None => Ok(code),
+                    });
+                    match code {
+                        Ok(code) if chained.contains(&i) => x.cur().extend(without_final_wait(code)),
+                        Ok(code) => x.cur().extend(code),
                         Err(e) => x.errors.push(e),
                     }
                 } else if let Err(e) = x.stmt(s) {
@@ -868,7 +919,12 @@ impl Lx<'_> {
     /// one ring's buffer that no other statement uses, its other operand
     /// written by nothing in the body; two consumer warpgroups that would
     /// ping-pong do that instead unless [`WslLowering::both`].
-    fn wsl_lookahead_gemm(&self, wl: &WslLowering, body: &[TStmt], users: &[Vec<usize>]) -> Option<(usize, usize)> {
+    pub(super) fn wsl_lookahead_gemm(
+        &self,
+        wl: &WslLowering,
+        body: &[TStmt],
+        users: &[Vec<usize>],
+    ) -> Option<(usize, usize)> {
         let ws = &wl.plan;
         if !wl.lookahead || (wl.wants_ping_pong() && !wl.both) {
             return None;

@@ -13,6 +13,8 @@
 //! - `defer.rs`: the consumers' loop with the body's last gemm issued one
 //!   iteration late, after the next iteration's first (FA3's
 //!   intra-warpgroup overlap);
+//! - `pieces.rs`: per-piece barriers, one per TMA box of a stage whose
+//!   first reader is a gemm, waited for right before the wgmmas reading it;
 //! - `persistent.rs`: the persistent variant (its own schedule name,
 //!   [`PERSISTENT_NAME`], preferred to the plain one): both sides loop over
 //!   the grid's blocks as tiles, the rings' phases carried across tiles and
@@ -30,6 +32,7 @@
 mod defer;
 mod lower;
 mod persistent;
+mod pieces;
 mod plan;
 
 use lower::WslLowering;

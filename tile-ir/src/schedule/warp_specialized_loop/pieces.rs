@@ -1,0 +1,195 @@
+//! Per-piece barriers ([`crate::CompileOptions::piece_barriers`],
+//! FlashMLA's 64×64 pieces): a ring whose stage arrives as several TMA
+//! boxes and whose first reader is a wgmma gemm taking the stage as its
+//! K-major B (MLA's `S = Q·Kᵀ` over the 8 boxes of 64 columns of `kv_s`)
+//! gets one full barrier per box and stage instead of one per stage, and
+//! the gemm waits for each box right before its first k16 slice reading it,
+//! so the first wgmmas run while the later boxes are still in flight.
+//!
+//! Expects the plain consumers' loop of [`super::lower`] (not one that
+//! issues ahead, defers its last gemm, or ping-pongs: those keep one
+//! barrier per stage), in the plain or the persistent variant (whose rings
+//! carry their stages and phases across tiles: the pieces' with them).
+//!
+//! Guarantees (ring `c` of `n` boxes `B_j`, `piece_c[j][s]` one arrival +
+//! `B_j`'s bytes each; the ring's `full_c[s]` is left unused):
+//! ```text
+//! producer, per iteration: wait empty_c[st]
+//!                          for j: arrive.expect_tx piece_c[j][st], bytes(B_j); TMA B_j on piece_c[j][st]
+//! consumers, the first reader (the gemm):
+//!     wgmma.fence
+//!     for s in 0..K/16: if s is the first slice reading box j: wait piece_c[j][st] parity ph; wgmma.fence
+//!                       wgmma(s)
+//!     commit ...
+//! ```
+//! Every box of the stage is read by some slice (the boxes tile the
+//! stage's columns, which are the gemm's K), so after the gemm every piece
+//! of the stage has been waited for once, and the statements after it
+//! (MLA's masking, P·V) read a landed stage with no further wait. Each
+//! piece barrier completes once per use of its stage, as `full_c[s]` did,
+//! so the parities are the ring's (`ph`), and the release (`empty_c`) is
+//! unchanged: the counts and the proof of [`super::lower`] hold piece by
+//! piece. A wait between wgmmas of one group touches no register the
+//! wgmmas use (a predicate); the `wgmma.fence` after it is the one ptxas
+//! would inject after the wait's loop (its info C7519), as CUTLASS's
+//! mainloop fences after each stage's wait with earlier wgmmas in flight.
+
+use super::lower::WslLowering;
+use crate::hopper::Major;
+use crate::ir::{Scope, StmtKind};
+use crate::passes::lower::{Lx, R};
+use crate::passes::pipeline::touches_memory;
+use crate::thread_ir::{Inst, Reg, RegClass, Stmt};
+
+/// The per-piece barriers of one ring (see the module doc).
+#[derive(Clone, Debug)]
+pub(super) struct Pieces {
+    /// The body's statement that first reads the ring's buffer (the gemm).
+    pub(super) gemm: usize,
+    /// Byte offset in `smem` of piece 0's barrier of stage 0; box `j`'s of
+    /// stage `s` is `8·(S·j + s)` bytes on.
+    pub(super) bars: i64,
+    /// The boxes (the ring's, in the producer's order).
+    pub(super) boxes: usize,
+    /// Bytes of each box.
+    pub(super) box_bytes: i64,
+    /// Per k16 slice of the gemm: the box it reads.
+    slices: Vec<usize>,
+    /// wgmma instructions per k16 slice (side by side, sharing A).
+    per_slice: usize,
+}
+
+impl Lx<'_> {
+    /// Per ring, the statements of the loop body `body` touching its
+    /// buffer (its pipelined copy aside), in order.
+    pub(super) fn wsl_ring_users(&self, wl: &WslLowering, body: &[crate::ir::Stmt]) -> Vec<Vec<usize>> {
+        let ws = &wl.plan;
+        wl.copies
+            .borrow()
+            .iter()
+            .map(|c| {
+                (0..body.len())
+                    .filter(|i| {
+                        let (r, w) = touches_memory(self.k, &body[*i], c.dst);
+                        !ws.copies.contains(i) && (r || w)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Per ring, its per-piece barriers when it gets them (see the module
+    /// doc), with `bars` still 0.
+    pub(super) fn wsl_piece_plan(&self, wl: &WslLowering) -> Vec<Option<Pieces>> {
+        let ws = &wl.plan;
+        let copies = wl.copies.borrow().clone();
+        let none = vec![None; copies.len()];
+        if !wl.piece_barriers || !self.target.has(crate::target::Feature::Wgmma) {
+            return none;
+        }
+        let StmtKind::For { body, .. } = &self.k.body[ws.loop_index].kind else { return none };
+        let users = self.wsl_ring_users(wl, body);
+        if self.wsl_deferred_gemms(wl, body, &users).is_some() || self.wsl_lookahead_gemm(wl, body, &users).is_some() {
+            return none;
+        }
+        // A loop that would ping-pong keeps its turns around one plain gemm
+        // (the ping-pong needs a body without shared-memory writes).
+        let writes_shared = body.iter().enumerate().any(|(i, s)| {
+            !ws.copies.contains(&i)
+                && (0..self.k.buffers.len()).any(|b| {
+                    let b = crate::ir::BufferId(b as u32);
+                    self.k.buffer(b).scope == Scope::Shared && touches_memory(self.k, s, b).1
+                })
+        });
+        if wl.wants_ping_pong() && !writes_shared {
+            return none;
+        }
+        copies
+            .iter()
+            .enumerate()
+            .map(|(ci, cp)| {
+                let &gi = users[ci].first()?;
+                let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &body[gi].kind else {
+                    return None;
+                };
+                let n = cp.boxes.len();
+                if *b != cp.dst || *a == cp.dst || n < 2 || cp.bytes % n as i64 != 0 {
+                    return None;
+                }
+                let g = self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy)?;
+                if g.b.1 != Major::K || g.insts.is_empty() {
+                    return None;
+                }
+                // The boxes span every row and tile the columns (the gemm's K).
+                let width = *self.f.tensor_maps.iter().find(|m| m.param == cp.param)?.box_shape.last()? as i64;
+                let cols = *self.k.buffer(cp.dst).const_shape()?.last()?;
+                if cp.boxes.iter().any(|bx| bx.1 != 0) || width % 16 != 0 || g.k != cols || width * n as i64 != cols {
+                    return None;
+                }
+                let slices: Vec<usize> = (0..g.k / 16)
+                    .map(|s| cp.boxes.iter().position(|bx| bx.2 <= 16 * s && 16 * s < bx.2 + width))
+                    .collect::<Option<_>>()?;
+                if (0..n).any(|j| !slices.contains(&j)) {
+                    return None;
+                }
+                Some(Pieces {
+                    gemm: gi,
+                    bars: 0,
+                    boxes: n,
+                    box_bytes: cp.bytes / n as i64,
+                    slices,
+                    per_slice: g.insts.len(),
+                })
+            })
+            .collect()
+    }
+
+    /// The barrier of box `j` of `p` at stage `stage` (of `stages`).
+    pub(super) fn wsl_piece_bar(&mut self, p: &Pieces, stages: i64, stage: Reg, j: usize) -> crate::thread_ir::Address {
+        self.ring_bar_addr(p.bars + 8 * stages * j as i64, stages, stage, 0)
+    }
+
+    /// The first reader's lowered code `code` (the gemm of `p`) with the
+    /// wait for each box before the first wgmma of the first slice reading
+    /// it (see the module doc).
+    pub(super) fn wsl_piece_waits(
+        &mut self,
+        p: &Pieces,
+        stages: i64,
+        (stage, phase): (Reg, Reg),
+        code: Vec<Stmt>,
+    ) -> R<Vec<Stmt>> {
+        let mut out = Vec::with_capacity(code.len() + 2 * p.boxes);
+        let mut waited = vec![false; p.boxes];
+        let mut n = 0;
+        for s in code {
+            if let Stmt::Inst { inst: Inst::Wgmma { .. }, .. } = &s {
+                if n % p.per_slice == 0 {
+                    let j = *p
+                        .slices
+                        .get(n / p.per_slice)
+                        .ok_or_else(|| self.err("internal: a pieced gemm has more k16 slices than planned"))?;
+                    if !waited[j] {
+                        waited[j] = true;
+                        let wait = self.capture(|x| {
+                            let bar = x.wsl_piece_bar(p, stages, stage, j);
+                            let pred = x.new_reg(RegClass::Pred);
+                            x.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
+                            // ptxas puts a `wgmma.fence` after a wait loop
+                            // between wgmmas anyway (C7519): said here.
+                            x.emit(Inst::WgmmaFence);
+                            Ok(())
+                        })?;
+                        out.extend(wait);
+                    }
+                }
+                n += 1;
+            }
+            out.push(s);
+        }
+        if n != p.slices.len() * p.per_slice || waited.contains(&false) {
+            return Err(self.err("internal: a pieced gemm's wgmmas do not read every box of its stage"));
+        }
+        Ok(out)
+    }
+}
