@@ -141,18 +141,26 @@ fn empty_splits() {
     }
 }
 
-/// The device scheduler is the host's on ragged batches of up to 128
-/// requests over the GPU's SM parts (h_q 128: 2 row blocks).
+/// The device scheduler is the host's on ragged batches of 1 to 2,100
+/// requests (more than one shared-memory segment of 1,024 batches), lengths
+/// at the key-block edges or random, over the GPU's SM parts (h_q 128: 2
+/// row blocks; b 3 at h_q 16: more parts than work).
 #[test]
 fn scheduler_matches_the_host() {
     let dev = gpu();
     let st = dev.stream().unwrap();
     let sms = dev.multiprocessor_count().unwrap() as usize;
     let mut rng = common::Rng::new(17);
-    for b in [1, 2, 6, 64, 128] {
-        let seqlens: Vec<i32> =
-            (0..b).map(|_| if rng.next_u64() % 7 == 0 { 0 } else { (rng.next_u64() % 20000) as i32 }).collect();
-        let parts = mla::num_sm_parts(sms, 1, 128);
+    let edges = [0, 1, 63, 64, 65, 8191];
+    for (i, b) in [1, 2, 3, 6, 64, 127, 128, 129, 300, 1500, 2100].into_iter().enumerate() {
+        let seqlens: Vec<i32> = (0..b)
+            .map(|_| match i % 2 {
+                0 => edges[(rng.next_u64() % 6) as usize],
+                _ if rng.next_u64() % 7 == 0 => 0,
+                _ => (rng.next_u64() % 20000) as i32,
+            })
+            .collect();
+        let parts = mla::num_sm_parts(sms, 1, if b == 3 { 16 } else { 128 });
         let d = DeviceTensor::from_slice(&st, &seqlens, &[b]).unwrap();
         let m = Metadata::compute(&st, &d, parts).unwrap();
         let (chunks, begin) = mla::schedule(&seqlens, parts);

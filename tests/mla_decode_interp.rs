@@ -146,6 +146,58 @@ fn scheduler() {
     assert!(chunks.iter().filter(|ch| ch[0] == 0).count() >= 3, "{chunks:?}");
 }
 
+/// The device scheduler against the host's `schedule` at awkward batch
+/// sizes (1, 3, 127, 128, 129, 300, and 1,500 and 2,100 over more than one
+/// shared-memory segment of 1,024 batches), lengths at the key-block edges
+/// (0, 1, 63, 64, 65, 8191) mixed at random or all alike, and SM parts from
+/// 1 to more than there is work.
+#[test]
+fn scheduler_on_awkward_batches() {
+    let st = st();
+    let edges = [0, 1, 63, 64, 65, 8191];
+    let mut rng = common::Rng::new(13);
+    let mut n = 0;
+    for b in [1usize, 3, 127, 128, 129, 300, 1500, 2100] {
+        for parts in [1usize, 2, 7, 66, 132, 3 * b + 40] {
+            for mix in 0..3 {
+                let seqlens: Vec<i32> = (0..b)
+                    .map(|i| match mix {
+                        0 => edges[(rng.next_u64() % edges.len() as u64) as usize],
+                        1 => edges[i % edges.len()],
+                        _ => (rng.next_u64() % 9000) as i32 - 100,
+                    })
+                    .collect();
+                if b > 300 && (parts > 132 || mix == 1) {
+                    continue;
+                }
+                let (chunks, begin) = mla::schedule(&seqlens, parts);
+                let d = DeviceTensor::from_slice(&st, &seqlens, &[b]).unwrap();
+                let m = Metadata::compute(&st, &d, parts).unwrap();
+                let got: Vec<i32> = m.chunks.to_vec(&st).unwrap();
+                let want: Vec<i32> = chunks.iter().flatten().copied().collect();
+                assert!(got == want, "b {b}, {parts} parts, mix {mix}: chunks differ from the host's");
+                assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "b {b}, {parts} parts, mix {mix}");
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 100, "{n} cases");
+    // All lengths alike, and all empty.
+    for s in edges {
+        for b in [1usize, 129] {
+            let seqlens = vec![s; b];
+            let (chunks, begin) = mla::schedule(&seqlens, 5);
+            let m = Metadata::compute(&st, &DeviceTensor::from_slice(&st, &seqlens, &[b]).unwrap(), 5).unwrap();
+            assert_eq!(
+                m.chunks.to_vec(&st).unwrap(),
+                chunks.iter().flatten().copied().collect::<Vec<_>>(),
+                "{s} × {b}"
+            );
+            assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "{s} × {b}");
+        }
+    }
+}
+
 /// No requests, or no query rows: nothing to do, no error.
 #[test]
 fn empty_batch() {

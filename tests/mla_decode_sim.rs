@@ -135,3 +135,34 @@ fn many_parts_warp_specialized_loop() {
 fn many_parts_tma_copy() {
     run(&many_parts(), 13, "tma_copy");
 }
+
+/// The device scheduler alone on the simulator (races, bounds, barriers of
+/// its shared-memory staging checked) against the host's `schedule`: b 1,
+/// 129 (a partial segment), 1,030 (two segments of 1,024 batches), lengths
+/// at the key-block edges, parts from 1 to more than there is work.
+#[test]
+fn metadata_at_awkward_sizes() {
+    let (k, v) = compiled(&mla::mla_metadata::META);
+    let edges = [0, 1, 63, 64, 65, 8191];
+    for (b, parts) in [(1, 1), (1, 40), (129, 66), (129, 1), (1030, 66), (3, 132)] {
+        let seqlens: Vec<i32> = (0..b).map(|i| edges[(i * 7 + b) % edges.len()]).collect();
+        let nc = b + parts;
+        let dim = |name: &str| match name {
+            "B" => b,
+            "B1" => b + 1,
+            "NC" => nc,
+            other => panic!("dim {other}"),
+        };
+        let t = vec![
+            tensor(i32_bytes(&seqlens), &[b], 4),
+            tensor(vec![0xAB; nc * 16], &[nc, 4], 4),
+            tensor(vec![0xAB; (b + 1) * 4], &[b + 1], 4),
+        ];
+        let opts = sim::RunOptions { seed: Some(b as u64), ..Default::default() };
+        let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[], opts).tensors;
+        let (host_chunks, host_begin) = mla::schedule(&seqlens, parts);
+        let chunks = from_bytes(&out[1], i32::from_le_bytes);
+        assert!(chunks == host_chunks.iter().flatten().copied().collect::<Vec<_>>(), "b {b}, {parts} parts: chunks");
+        assert_eq!(from_bytes(&out[2], i32::from_le_bytes), host_begin, "b {b}, {parts} parts: chunk_begin");
+    }
+}

@@ -254,61 +254,96 @@ pub fn mla_combine(
     copy(&m, lse.tile([bi, hb * CR.., t]));
 }
 
-/// The split-KV scheduler on the device (one thread's walk, the same as
-/// [`schedule`] on the host; see [`Metadata`] for the format): from
-/// `seqlens`, the chunks `[NC, 4]` (`NC − B` SM parts) and `chunk_begin [B + 1]`.
-#[tile_kernel(threads = 32)]
+/// The split-KV scheduler on the device (the same walk as [`schedule`] on
+/// the host; see [`Metadata`] for the format): from `seqlens`, the chunks
+/// `[NC, 4]` (`NC − B` SM parts) and `chunk_begin [B + 1]`. The block's
+/// threads stage each batch's key blocks in shared memory, 1,024 batches at
+/// a time (one coalesced read of `seqlens`), and sum the work with a
+/// reduction; only the walk over the batches is serial, on shared memory
+/// (it once read `seqlens` from global memory at every step: 65–85 µs at
+/// b128 on the H200); the rows after the last chunk are set in parallel.
+#[tile_kernel(threads = 128)]
 pub fn mla_metadata(seqlens: &Tensor<i32, B>, chunks: &mut Tensor<i32, NC, 4>, chunk_begin: &mut Tensor<i32, B1>) {
     let _x = grid(1);
     let parts = NC - B;
-    let mut total: i32 = 0;
-    for i in 0..B {
-        total += cdiv(max(seqlens[i], 0), 64) + 5;
+    let segments = cdiv(B, 1024);
+    let mut nb_s = shared::<i32, 1024>();
+    let mut total_s = shared::<i32, 1>();
+    let mut work = fragment::<i32, 1, 1024>();
+    let mut total_f = fragment::<i32, 1>();
+    clear(&mut total_f);
+    for seg in 0..segments {
+        barrier();
+        for (r, i) in parallel((1, 1024)) {
+            let nb = cdiv(max(seqlens[seg * 1024 + i], 0), 64);
+            nb_s[i] = nb;
+            work[(r, i)] = if seg * 1024 + i < B { nb + 5 } else { 0 };
+        }
+        reduce_sum(&work, &mut total_f, 1).keep();
     }
-    let payload = cdiv(total, parts) + 5;
-    for c in 0..NC {
-        chunks[(c, 0)] = -1;
-        chunks[(c, 1)] = 0;
-        chunks[(c, 2)] = 0;
-        chunks[(c, 3)] = -1;
+    for i in parallel(1) {
+        total_s[i] = total_f[i];
     }
+    barrier();
+    let payload = cdiv(total_s[0], parts) + 5;
     let mut part: i32 = 0;
     let mut remain: i32 = payload;
     let mut idx: i32 = 0;
     let mut blk: i32 = 0;
     let mut c: i32 = 0;
-    // Each step ends a batch or an SM part: B + parts steps end them all.
-    for _step in 0..B + parts {
-        if idx < B {
-            let nb = cdiv(max(seqlens[idx], 0), 64);
-            // The last part takes whatever is left.
-            let take = if part == parts - 1 || remain >= nb - blk + 5 { nb - blk } else { remain - 5 };
-            if take > 0 || take == nb - blk {
-                if blk == 0 {
-                    chunk_begin[idx] = c;
-                }
-                chunks[(c, 0)] = idx;
-                chunks[(c, 1)] = blk;
-                chunks[(c, 2)] = blk + take;
-                chunks[(c, 3)] = part;
-                c += 1;
+    for seg in 0..segments {
+        // One segment is still staged from the sum.
+        if segments > 1 {
+            barrier();
+            for i in parallel(1024) {
+                nb_s[i] = cdiv(max(seqlens[seg * 1024 + i], 0), 64);
             }
-            if take == nb - blk {
-                remain = remain - take - 5;
-                idx += 1;
-                blk = 0;
-                if remain <= 0 && part < parts - 1 {
+            barrier();
+        }
+        let end = min(B, seg * 1024 + 1024);
+        // Each step ends a batch or an SM part: the segment's batches plus
+        // `parts` steps end them all.
+        for _step in 0..end - seg * 1024 + parts {
+            if idx < end {
+                let nb = nb_s[idx - seg * 1024];
+                // The last part takes whatever is left.
+                let take = if part == parts - 1 || remain >= nb - blk + 5 { nb - blk } else { remain - 5 };
+                if take > 0 || take == nb - blk {
+                    if blk == 0 {
+                        chunk_begin[idx] = c;
+                    }
+                    chunks[(c, 0)] = idx;
+                    chunks[(c, 1)] = blk;
+                    chunks[(c, 2)] = blk + take;
+                    chunks[(c, 3)] = part;
+                    c += 1;
+                }
+                if take == nb - blk {
+                    remain = remain - take - 5;
+                    idx += 1;
+                    blk = 0;
+                    if remain <= 0 && part < parts - 1 {
+                        part += 1;
+                        remain = payload;
+                    }
+                } else {
+                    blk += max(take, 0);
                     part += 1;
                     remain = payload;
                 }
-            } else {
-                blk += max(take, 0);
-                part += 1;
-                remain = payload;
             }
         }
     }
     chunk_begin[B] = c;
+    // The unused rows, `(−1, 0, 0, −1)`: none the walk wrote.
+    for r0 in 0..cdiv(NC, 128) {
+        for (i, j) in parallel((128, 4)) {
+            let r = r0 * 128 + i;
+            if r >= c {
+                chunks[(r, j)] = if j == 0 || j == 3 { -1 } else { 0 };
+            }
+        }
+    }
 }
 
 /// Fills `x` (rows of 576) with pseudo-random values in [−1, 1) from a

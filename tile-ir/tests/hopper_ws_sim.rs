@@ -9,7 +9,9 @@
 //! interleavings (scheduling seeds, which must all give the same bytes).
 //! Planted bugs in the Thread IR of a correct variant must be caught: no
 //! empty arrive (deadlock), no full wait (read before the TMA lands, or a
-//! race with it), a named barrier's count changed (deadlock).
+//! race with it), a named barrier's count changed (deadlock), a register
+//! split that asks for more than the block's pool (deadlock at the
+//! `setmaxnreg.inc`).
 //!
 //! **Running another warp-specialized variant** (e.g. `warp_specialized_loop`
 //! for attention): take it from `compile_variants` by `Compiled::schedule`
@@ -301,6 +303,87 @@ fn changing_a_named_barriers_count_deadlocks() {
     assert_eq!(recount(&mut f.body), 1);
     let msg = failure(&f, &k, &p, None, Some(9));
     assert!(msg.contains("deadlock") && msg.contains("waits at barrier 0 for 288 threads"), "{msg}");
+}
+
+/// Sets the count of every `setmaxnreg.inc` in `body` to `count`; how many.
+fn set_consumer_regs(body: &mut [Stmt], count: u32) -> usize {
+    let mut n = 0;
+    for s in body {
+        match s {
+            Stmt::Inst { inst: Inst::SetMaxNreg { inc: true, count: c }, .. } => {
+                *c = count;
+                n += 1;
+            }
+            Stmt::If { then, otherwise, .. } => {
+                n += set_consumer_regs(then, count) + set_consumer_regs(otherwise, count)
+            }
+            Stmt::For { body, .. } => n += set_consumer_regs(body, count),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// `setmaxnreg.inc` takes registers only from the block's own pool
+/// (`sim/regs.rs`): four consumer warpgroups (640 threads, 96 registers
+/// each at entry) under a producer at 40 share 128 · 56 = 7,168 released
+/// registers. The split (104: 512 · 8 = 4,096 taken) runs; the old rule's
+/// 112 (an equal share of the SM's whole file: 512 · 16 = 8,192, 1,024
+/// short) and 120 (5,120 short) leave the last warpgroup at the inc
+/// forever, a deadlock naming the pool; an inc below the current count
+/// and a dec above it are undefined in PTX and fail.
+#[test]
+fn a_register_split_beyond_the_blocks_pool_deadlocks() {
+    let cfg = Matmul { bm: 256, bn: 128, threads: 512, swizzle: None, ..MATMUL_128X256 };
+    let k = parse_kernel(&cfg.text()).unwrap();
+    let c = variant(&k, "warp_specialized_gemm", plain());
+    assert_eq!((c.function.threads, sim::entry_regs(&c.function)), (640, 96));
+    let p = problem(&cfg, 256, 128, 192);
+    let mut f = c.function.clone();
+    assert_eq!(set_consumer_regs(&mut f.body, 104), 1);
+    assert!(f.body == c.function.body, "the shipped split is 104");
+    p.check(&sim::run_interleavings(&f, &k, p.tensors.clone(), &p.dims, &[], None), "640 threads at 104");
+    for count in [112, 120] {
+        let mut f = c.function.clone();
+        set_consumer_regs(&mut f.body, count);
+        for seed in [None, Some(3)] {
+            // The warpgroups that come first take what there is; the last waits.
+            let msg = failure(&f, &k, &p, None, seed);
+            let pool = "entry 96 per thread × 640 threads at launch, 7168 released by setmaxnreg.dec";
+            assert!(
+                msg.contains("deadlock") && msg.contains(&format!("waits at setmaxnreg.inc {count} for warpgroup")),
+                "{msg}"
+            );
+            assert!(msg.contains(&format!("it needs 128 × ({count} − 96) = {}", 128 * (count - 96))), "{msg}");
+            assert!(msg.contains(pool) && msg.contains("short;"), "{msg}");
+        }
+    }
+    // The producer's dec above its entry count, or turned into an inc
+    // below it (at 40: ptxas's entry count stays 96, the largest count
+    // being the consumers' 104): undefined.
+    fn set_dec(body: &mut [Stmt], to: Inst) -> usize {
+        let mut n = 0;
+        for s in body {
+            match s {
+                Stmt::Inst { inst: inst @ Inst::SetMaxNreg { inc: false, .. }, .. } => {
+                    *inst = to.clone();
+                    n += 1;
+                }
+                Stmt::If { then, otherwise, .. } => n += set_dec(then, to.clone()) + set_dec(otherwise, to.clone()),
+                Stmt::For { body, .. } => n += set_dec(body, to.clone()),
+                _ => {}
+            }
+        }
+        n
+    }
+    let mut f = c.function.clone();
+    assert_eq!(set_dec(&mut f.body, Inst::SetMaxNreg { inc: true, count: 40 }), 1);
+    let msg = failure(&f, &k, &p, None, None);
+    assert!(msg.contains("setmaxnreg.inc 40 in warpgroup 4, which holds 96 registers per thread"), "{msg}");
+    let mut f = c.function.clone();
+    assert_eq!(set_dec(&mut f.body, Inst::SetMaxNreg { inc: false, count: 104 }), 1);
+    let msg = failure(&f, &k, &p, None, None);
+    assert!(msg.contains("setmaxnreg.dec 104 in warpgroup 4, which holds 96 registers per thread"), "{msg}");
 }
 
 #[test]

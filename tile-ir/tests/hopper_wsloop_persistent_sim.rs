@@ -364,7 +364,8 @@ fn drop_in_consumer_tiles(f: &mut thread_ir::Function, pick: &dyn Fn(&thread_ir:
 /// before it lands, or the previous tile's), and the consumers' ring stage
 /// and phase starting again at 0 on each tile (after a tile of 3 key
 /// blocks over 2 stages they are 1 and 1: the next tile reads a stage
-/// before it lands).
+/// before it lands), and the consumers' `setmaxnreg.inc` at 240 (more than
+/// the block's register pool holds: a deadlock).
 #[test]
 fn planted_bugs_are_caught() {
     use thread_ir::{Address, Inst, Operand};
@@ -410,6 +411,23 @@ fn planted_bugs_are_caught() {
         tiles.insert(n, m);
     }
     assert!(!run(&f).is_ok_and(|e| e <= 5e-3), "a ring phase that does not carry across tiles went unnoticed");
+    // The consumers' registers at the old rule's 240 (an equal share of
+    // the SM's whole file) with the producer at 32: the block holds 168 per
+    // thread from its launch, the producer releases 128 · 136 = 17,408,
+    // two consumer warpgroups at 240 need 256 · 72 = 18,432: the second
+    // waits at its `setmaxnreg.inc` forever (the H200 hang), a deadlock.
+    assert_eq!((c.function.threads, sim::entry_regs(&c.function)), (384, 168));
+    let mut f = c.function.clone();
+    let inc = f.body.iter_mut().find_map(|s| match s {
+        thread_ir::Stmt::Inst { inst: Inst::SetMaxNreg { inc: true, count }, .. } => Some(count),
+        _ => None,
+    });
+    let inc = inc.expect("the consumers' setmaxnreg.inc");
+    assert_eq!(*inc, 232, "the shipped split");
+    *inc = 240;
+    let got = run(&f);
+    let pool = "it needs 128 × (240 − 168) = 9216 registers, the block's pool holds 8192 (1024 short; entry 168 per thread × 384 threads at launch, 17408 released by setmaxnreg.dec, 9216 taken by setmaxnreg.inc)";
+    assert!(got.as_ref().is_err_and(|e| e.contains("deadlock") && e.contains(pool)), "240 consumer registers: {got:?}");
 }
 
 /// The example's Hopper instances (head dim 128: 128×128 blocks; 256:

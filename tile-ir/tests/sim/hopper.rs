@@ -376,12 +376,7 @@ impl<'f> Sim<'f> {
     pub(super) fn warpgroup(&mut self, wg: usize, inst: &Inst) {
         match inst {
             Inst::WgmmaFence => {}
-            Inst::SetMaxNreg { count, .. } => {
-                assert!(
-                    (24..=256).contains(count) && count % 8 == 0,
-                    "setmaxnreg {count}: must be 24..=256, a multiple of 8"
-                );
-            }
+            Inst::SetMaxNreg { inc, count } => self.setmaxnreg(wg, *inc, *count),
             Inst::WgmmaCommit => {
                 let g = std::mem::take(&mut self.hopper.wg_open[wg]);
                 self.hopper.wg_groups[wg].push(g);

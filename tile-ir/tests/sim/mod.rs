@@ -15,7 +15,8 @@
 //! count, when every warp that has not exited has arrived), and the
 //! warpgroup-collective instructions (`wgmma.*`, `setmaxnreg`: the four
 //! warps of a warpgroup meet there and the instruction runs once for the
-//! 128 threads). `exit` ends lanes: exited warps no longer count for a
+//! 128 threads; a `setmaxnreg.inc` also waits until the block's register
+//! pool holds what it takes, see below). `exit` ends lanes: exited warps no longer count for a
 //! barrier without a thread count (PTX ISA, `exit`), a counted barrier that
 //! waits on them never completes. The order is deterministic: by default
 //! each warp runs until it blocks, lowest warp first; with
@@ -46,6 +47,19 @@
 //! warp deadlocks here (hardware with independent thread scheduling may
 //! run it); across warps there is no such limit.
 //!
+//! **Registers** (`regs.rs`). The block holds, from its launch, the entry
+//! count per thread that ptxas gives the function (`TargetInfo::entry_regs`
+//! of its `.maxntid` and `.minnctapersm`, at most its largest `setmaxnreg`
+//! count: [`entry_regs`]) for every thread, and nothing more:
+//! `setmaxnreg.dec` returns the difference to the block's pool,
+//! `setmaxnreg.inc` waits (its warpgroup blocked, the other warps running)
+//! until the pool holds the difference and takes it. A split that asks for
+//! more than the producer released leaves a warpgroup at the inc forever:
+//! a deadlock whose report names the `setmaxnreg.inc`, what it needs and
+//! the pool's numbers (the H200 hang of a persistent loop at 240 consumer
+//! registers, which the simulator did not see before). An inc below or a
+//! dec above the warpgroup's current count (undefined in PTX) fails.
+//!
 //! `cp.async` is asynchronous as on the hardware: the source is read at
 //! issue, but the data lands in shared memory only when a
 //! `cp.async.wait_group` of the issuing thread retires its group (a write by
@@ -58,7 +72,7 @@
 //! transaction bytes and phase parity; TMA loads that land only when a wait
 //! on their mbarrier needs them; TMA stores with bulk groups; wgmma with
 //! shared-memory descriptors or register A, asynchronous until
-//! `wgmma.wait_group`; elect.sync and setmaxnreg.
+//! `wgmma.wait_group`; elect.sync and setmaxnreg (the register pool).
 //!
 //! **Running a compiled variant.** [`run_compiled`] runs a
 //! `tile_ir::Compiled` (any schedule: `warp_specialized_gemm`,
@@ -83,10 +97,13 @@
 
 mod hopper;
 mod ops;
+mod regs;
 mod warps;
 #[allow(unused_imports)]
 pub use hopper::SimTensorMap;
 pub use ops::eval_op;
+#[allow(unused_imports)]
+pub use regs::entry_regs;
 
 use ops::ty_size;
 use std::collections::HashMap;
@@ -298,6 +315,8 @@ pub struct Sim<'f> {
     pub cp_async_count: u64,
     /// Hopper state (mbarriers, TMA, bulk groups, wgmma groups).
     pub hopper: hopper::HopperState,
+    /// The block's register pool (`setmaxnreg`, `regs.rs`).
+    pool: regs::RegPool,
 }
 
 fn f32b(x: u64) -> f32 {
@@ -341,6 +360,7 @@ impl<'f> Sim<'f> {
             async_owner: vec![],
             cp_async_count: 0,
             hopper: hopper::HopperState::default(),
+            pool: regs::RegPool::default(),
         }
     }
 
@@ -368,6 +388,7 @@ impl<'f> Sim<'f> {
         self.shadow = vec![Shadow::FRESH; bytes];
         self.reads = vec![0; bytes * self.nwarps];
         self.hopper_block_start();
+        self.regs_block_start();
         self.run_warps();
         self.hopper_block_end();
         for t in 0..self.threads {

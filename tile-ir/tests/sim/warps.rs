@@ -543,6 +543,11 @@ impl<'f> Sim<'f> {
             }
         }
         assert_eq!(on, 128, "warpgroup-collective {inst:?} with {on} of 128 threads of warpgroup {wg} active");
+        // `setmaxnreg.inc` waits, the whole warpgroup at it, until the
+        // block's pool holds what it takes (`regs.rs`).
+        if self.setmaxnreg_short(wg, inst) > 0 {
+            return if arrived { Step::Arrived } else { Step::Blocked };
+        }
         self.steps += 128;
         self.warpgroup(wg, inst);
         for &v in &members {
@@ -631,6 +636,11 @@ impl<'f> Sim<'f> {
                         inst.opcode(),
                         where_.join(", ")
                     );
+                    if let Inst::SetMaxNreg { inc: true, count } = inst {
+                        if self.setmaxnreg_short(wg, inst) > 0 {
+                            let _ = write!(out, "; {}", self.setmaxnreg_report(wg, *count));
+                        }
+                    }
                 }
             }
         }
