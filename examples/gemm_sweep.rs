@@ -175,7 +175,7 @@ impl Options {
                 "--config" => {
                     let v = value("--config")?;
                     let parsed = v.split_once(':').and_then(|(t, s)| {
-                        let tiles = [Tiles::Small, Tiles::Mid, Tiles::Wide].into_iter().find(|x| x.name() == t)?;
+                        let tiles = Tiles::ALL.into_iter().find(|x| x.name() == t)?;
                         Some(Config { tiles, split: s.parse().ok().filter(|&s: &usize| (1..=64).contains(&s))? })
                     });
                     o.config = Some(parsed.ok_or(format!("--config: `{v}` is not TILES:SPLIT (e.g. 64x128:4)"))?);
@@ -748,6 +748,8 @@ fn interpreter_check(s: &Stream) -> Res<()> {
         (3, 130, 77, Config { tiles: Tiles::Small, split: 3 }),
         (70, 17, 200, Config { tiles: Tiles::Mid, split: 2 }),
         (5, 64, 96, Config { tiles: Tiles::Small, split: 1 }),
+        (1, 200, 333, Config { tiles: Tiles::SmallTwo, split: 2 }),
+        (17, 77, 130, Config { tiles: Tiles::Narrow, split: 1 }),
     ] {
         for layout in [Layout::Ab, Layout::Abt] {
             let (a_host, a) = random::<f16>(s, 1, &[m, k])?;
