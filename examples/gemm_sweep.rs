@@ -750,6 +750,7 @@ fn interpreter_check(s: &Stream) -> Res<()> {
         (5, 64, 96, Config { tiles: Tiles::Small, split: 1 }),
         (1, 200, 333, Config { tiles: Tiles::SmallTwo, split: 2 }),
         (17, 77, 130, Config { tiles: Tiles::Narrow, split: 1 }),
+        (1, 300, 1001, Config { tiles: Tiles::Gemv, split: 3 }),
     ] {
         for layout in [Layout::Ab, Layout::Abt] {
             let (a_host, a) = random::<f16>(s, 1, &[m, k])?;

@@ -399,6 +399,9 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             (1, 4096, 4096, Some(Config { tiles: Tiles::SmallTwo, split: 8 })),
             (16, 4097, 4095, Some(Config { tiles: Tiles::SmallTwo, split: 1 })),
             (1, 14336, 4096, Some(Config { tiles: Tiles::Narrow, split: 3 })),
+            (1, 4096, 4096, Some(Config { tiles: Tiles::Gemv, split: 8 })),
+            (16, 28672, 4095, Some(Config { tiles: Tiles::Gemv, split: 1 })),
+            (3, 1000, 4097, Some(Config { tiles: Tiles::Gemv, split: 6 })),
             (17, 999, 1001, Some(Config { tiles: Tiles::Narrow, split: 5 })),
             (256, 4096, 4096, Some(Config { tiles: Tiles::SmallTwo, split: 2 })),
         ]
@@ -423,5 +426,10 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             let ws = ws.unwrap_or_else(|| panic!("{}: no warp-specialized variant", meta.name));
             assert!(counts[ws] > 0, "{}: the warp-specialized variant never ran ({counts:?})", meta.name);
         }
+        // The 16-row tile has no warp-specialized variant: the TMA-copy one.
+        let meta = examples::gemm::matmul_bt_splitk::meta::<f16, f32, 16, 128, 64, 4, 128, 2>();
+        let tma = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "tma_copy");
+        let tma = tma.unwrap_or_else(|| panic!("{}: no TMA-copy variant", meta.name));
+        assert!(d.launch_counts(meta)[tma] > 0, "{}: the TMA-copy variant never ran", meta.name);
     }
 }

@@ -166,7 +166,7 @@ pub fn matmul_bt<
 /// Instances: the shape rule's `Tiles::Small` and `Tiles::Mid` (128 × 256
 /// spills in the warp-specialized variant: 128 accumulators per thread and
 /// a store that is not TMA's), named as before `BLOCKS` (their PTX is
-/// unchanged), and `Tiles::Narrow` and `Tiles::SmallTwo`.
+/// unchanged), and `Tiles::Narrow`, `Tiles::SmallTwo` and `Tiles::Gemv`.
 #[tile_kernel(
     threads = THREADS,
     blocks_per_sm = BLOCKS,
@@ -191,6 +191,12 @@ pub fn matmul_bt<
         (bf16, f32, 64, 128, 64, 3, 128, 2),
         (f16, f16, 64, 128, 64, 3, 128, 2),
         (bf16, bf16, 64, 128, 64, 3, 128, 2),
+        // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
+        // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
+        (f16, f32, 16, 128, 64, 4, 128, 2),
+        (bf16, f32, 16, 128, 64, 4, 128, 2),
+        (f16, f16, 16, 128, 64, 4, 128, 2),
+        (bf16, bf16, 16, 128, 64, 4, 128, 2),
     )
 )]
 pub fn matmul_splitk<
@@ -249,6 +255,12 @@ pub fn matmul_splitk<
         (bf16, f32, 64, 128, 64, 3, 128, 2),
         (f16, f16, 64, 128, 64, 3, 128, 2),
         (bf16, bf16, 64, 128, 64, 3, 128, 2),
+        // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
+        // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
+        (f16, f32, 16, 128, 64, 4, 128, 2),
+        (bf16, f32, 16, 128, 64, 4, 128, 2),
+        (f16, f16, 16, 128, 64, 4, 128, 2),
+        (bf16, bf16, 16, 128, 64, 4, 128, 2),
     )
 )]
 pub fn matmul_bt_splitk<
@@ -446,6 +458,13 @@ pub enum Tiles {
     /// output tiles of `SmallTwo` (grids that fill 396 slots with fewer K
     /// ranges), 3 × 3 × 8 KiB = 72 KiB of `b` in flight per SM. Split-K only.
     Narrow,
+    /// 16 × 128 × 64, 4 stages, 128 threads, two blocks per SM: M ≤ 16
+    /// (a GEMV-shaped GEMM). 16 rows of `a` per stage (2 KiB, where the
+    /// 64-row tiles stage 8 KiB of mostly zero rows), so that 4 stages of
+    /// `b` fit twice per SM: 2 × 4 × 16 KiB = 128 KiB in flight, on mma.sync
+    /// (the TMA-copy pipeline on sm_90a; no warp-specialized variant, whose
+    /// warpgroups own 64 rows). Split-K only.
+    Gemv,
 }
 
 impl Tiles {
@@ -457,6 +476,7 @@ impl Tiles {
             Tiles::Wide => (128, 256),
             Tiles::SmallTwo => (64, 128),
             Tiles::Narrow => (64, 64),
+            Tiles::Gemv => (16, 128),
         }
     }
 
@@ -464,7 +484,7 @@ impl Tiles {
     pub fn blocks_per_sm(self) -> usize {
         match self {
             Tiles::Small | Tiles::Mid | Tiles::Wide => 1,
-            Tiles::SmallTwo => 2,
+            Tiles::SmallTwo | Tiles::Gemv => 2,
             Tiles::Narrow => 3,
         }
     }
@@ -476,7 +496,7 @@ impl Tiles {
     }
 
     /// Every tile, in the order [`candidates`] lists them.
-    pub const ALL: [Tiles; 5] = [Tiles::Small, Tiles::SmallTwo, Tiles::Narrow, Tiles::Mid, Tiles::Wide];
+    pub const ALL: [Tiles; 6] = [Tiles::Gemv, Tiles::Small, Tiles::SmallTwo, Tiles::Narrow, Tiles::Mid, Tiles::Wide];
 
     /// The tile of the split-K kernel for this one (`Wide` has no split-K
     /// instance: `Mid`).
@@ -494,6 +514,7 @@ impl Tiles {
             Tiles::Wide => "128x256",
             Tiles::SmallTwo => "64x128/2sm",
             Tiles::Narrow => "64x64/3sm",
+            Tiles::Gemv => "16x128/2sm",
         }
     }
 }
@@ -516,24 +537,28 @@ impl std::fmt::Display for Config {
 pub const SMS: usize = 132;
 
 /// The host rule that picks a configuration for `m × n × k` (until the
-/// autotuner replaces it): the tile by M (`SmallTwo`, 64 × 128 at two
-/// blocks per SM, up to M = 256; 128 × 128 up to 512, one block per SM;
-/// else the example's 128 × 256), then the number of K ranges. For
-/// `SmallTwo` the fewest ranges (1 included) whose blocks fill the last of
+/// autotuner replaces it): the tile by M (`Gemv`, 16 × 128 at two blocks
+/// per SM, up to M = 16; `SmallTwo`, 64 × 128 at two blocks per SM, up to
+/// M = 256; 128 × 128 up to 512, one block per SM; else the example's 128
+/// × 256), then the number of K ranges. For the tiles of several blocks
+/// per SM the fewest ranges (1 included) whose blocks fill the last of
 /// their waves over the 264 block slots at least 85 % ([`fill_split`]);
 /// for the others, when the output has at most half as many tiles as the
 /// GPU has SMs, ranges so that tiles × ranges fills the SMs once. Each
 /// range at least 4 k-steps of 64, at most 16 ranges.
 ///
-/// Why `SmallTwo` at M ≤ 256 (counts; the H200's 132 SMs, 4.8 TB/s): at
-/// M ≤ 64 the GEMM moves `b` (32 MiB at 4096 × 4096: 7 µs at HBM speed)
-/// and HBM needs ~40+ KiB in flight per SM; `Small` keeps 64 KiB with
-/// one block per SM on 128 or 112 blocks (SMs idle), `SmallTwo` 96 KiB on
-/// 256 of 264 slots (4096 × 4096: 32 tiles × 8 ranges). At M 128–256
+/// Why (counts; the H200's 132 SMs, 4.8 TB/s): at M ≤ 64 the GEMM moves
+/// `b` (32 MiB at 4096 × 4096: 7 µs at HBM speed) and HBM needs ~40+ KiB
+/// in flight per SM; `Small` keeps 64 KiB with one block per SM on 128 or
+/// 112 blocks (SMs idle), `SmallTwo` 96 KiB and `Gemv` 128 KiB (its `a`
+/// stages are 16 rows, not 64) on 256 of 264 slots (4096 × 4096: 32 tiles
+/// × 8 ranges). At M 128–256
 /// (0.70–0.79 of cuBLAS with 128 × 128 on 128 blocks, under one wave)
 /// two 64-row warpgroups per SM share the tensor cores over 256 blocks.
 pub fn choose(m: usize, n: usize, k: usize) -> Config {
-    let tiles = if m <= 256 {
+    let tiles = if m <= 16 {
+        Tiles::Gemv
+    } else if m <= 256 {
         Tiles::SmallTwo
     } else if m <= 512 {
         Tiles::Mid
@@ -597,7 +622,8 @@ pub fn rule_is_sure(m: usize, _n: usize, _k: usize) -> bool {
 /// `Wide`, whose split-K kernel is `Mid`'s) with the numbers of K ranges
 /// [`wave_splits`] gives over the tile's block slots (132 SMs × its blocks
 /// per SM); the several-blocks-per-SM tiles (`SmallTwo`, `Narrow`) only
-/// at M ≤ 256; only the rule's where it is sure ([`rule_is_sure`]).
+/// at M ≤ 256, `Gemv` only at M ≤ 32; only the rule's where it is sure
+/// ([`rule_is_sure`]).
 /// Configurations that [`ShapedGemm::new`] makes the same (odd N of `b [N,
 /// K]` runs the split-K kernel, whose tiles are `Mid`'s for `Wide`) may
 /// repeat here; `tuned` times each once.
@@ -621,7 +647,7 @@ pub fn candidates(m: usize, n: usize, k: usize) -> Vec<Config> {
     };
     for tiles in Tiles::ALL {
         let slots = SMS * tiles.blocks_per_sm();
-        if slots > SMS && m > 256 {
+        if (slots > SMS && m > 256) || (tiles == Tiles::Gemv && m > 32) {
             continue;
         }
         push(Config { tiles, split: 1 });
@@ -685,18 +711,22 @@ where
         + matmul_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1>
         + matmul_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2>
         + matmul_splitk::Instance<T, f32, 64, 64, 64, 3, 128, 3>
+        + matmul_splitk::Instance<T, f32, 16, 128, 64, 4, 128, 2>
         + matmul_splitk::Instance<T, T, 64, 128, 64, 4, 128, 1>
         + matmul_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1>
         + matmul_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2>
-        + matmul_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>,
+        + matmul_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>
+        + matmul_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>,
     matmul_bt_splitk::Instances: matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 4, 128, 1>
         + matmul_bt_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1>
         + matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2>
         + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 3, 128, 3>
+        + matmul_bt_splitk::Instance<T, f32, 16, 128, 64, 4, 128, 2>
         + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 4, 128, 1>
         + matmul_bt_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1>
         + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2>
-        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>,
+        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>
+        + matmul_bt_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>,
     splitk_reduce_pipelined::Instances: splitk_reduce_pipelined::Instance<T>,
     pad::Instances: pad::Instance<T>,
 {
@@ -708,7 +738,7 @@ where
             (Layout::Abt, Tiles::Small) => matmul_bt::launch::<T, T, 64, 128, 64, 4, 128>,
             (Layout::Abt, Tiles::Mid) => matmul_bt::launch::<T, T, 128, 128, 64, 4, 256>,
             (Layout::Abt, Tiles::Wide) => matmul_bt::launch::<T, T, 128, 256, 64, 3, 256>,
-            (_, Tiles::SmallTwo | Tiles::Narrow) => return None,
+            (_, Tiles::SmallTwo | Tiles::Narrow | Tiles::Gemv) => return None,
         })
     }
     fn split(layout: Layout, tiles: Tiles) -> Split<T, f32> {
@@ -716,10 +746,12 @@ where
             (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1>,
             (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2>,
             (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3>,
+            (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2>,
             (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1>,
             (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1>,
             (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2>,
             (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3>,
+            (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2>,
             (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1>,
         }
     }
@@ -728,10 +760,12 @@ where
             (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1>,
             (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2>,
             (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3>,
+            (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2>,
             (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1>,
             (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1>,
             (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2>,
             (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3>,
+            (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2>,
             (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1>,
         }
     }

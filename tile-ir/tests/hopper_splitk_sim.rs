@@ -92,7 +92,7 @@ fn check_blocks(cfg: Matmul, blocks: u32, schedule: &str, m: usize, n: usize, nb
         SimTensor { bytes: vec![0xFF; out_size * split * m * n], shape: vec![split, m, n], elem: out_size },
     ];
     let dims = [m as i64, kk as i64, nb as i64, split as i64, n as i64];
-    let out = if schedule == "warp_specialized_gemm" {
+    let out = if schedule == "warp_specialized_gemm" || schedule == "tma_copy" {
         sim::run_interleavings(&c.function, &k, tensors, &dims, &[], None)
     } else {
         sim::run_function(&c.function, &k, tensors, &dims, &[], sim::RunOptions::default()).tensors
@@ -158,7 +158,7 @@ fn the_general_variant_agrees() {
 }
 
 /// The decode-size tiles of two and three blocks per SM (`Tiles::SmallTwo`,
-/// `Tiles::Narrow`): the launch bound on every variant, the
+/// `Tiles::Narrow`, `Tiles::Gemv`): the launch bound on every variant, the
 /// warp-specialized register split of the block's share of the file (two
 /// blocks of 256 threads: 128 each at entry, the producer at 40, the
 /// consumers 216; three: 80 at entry, the consumers 120), the same results
@@ -197,6 +197,30 @@ fn several_blocks_per_sm() {
         check_blocks(Matmul { out: Some("f16"), ..cfg }, blocks, "warp_specialized_gemm", 17, 65, 72, 200, 1);
         let last = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap().pop().unwrap();
         check_blocks(Matmul { trans_b: true, ..cfg }, blocks, last.schedule, 5, 17, 17, 77, 3);
+    }
+    // The 16-row tile of M ≤ 16 (`Tiles::Gemv`, two blocks per SM): no
+    // warp-specialized variant (its warpgroups own 64 rows), the TMA-copy
+    // pipeline and the cp.async one (mma.sync) on sm_90a, cp.async on sm_80.
+    let gemv = Matmul { bm: 16, bn: 128, stages: 4, ..SMALL };
+    for trans_b in [false, true] {
+        let cfg = Matmul { trans_b, ..gemv };
+        let k = splitk_kernel(cfg, 2);
+        for (target, want) in
+            [(Target::Sm90a, vec!["tma_copy", "cp_async_pipeline"]), (Target::Sm80, vec!["cp_async_pipeline"])]
+        {
+            let variants = compile_variants(&k, target, CompileOptions::default()).unwrap();
+            let got: Vec<&str> = variants.iter().map(|c| c.schedule).collect();
+            assert_eq!(got, want, "{}", target.name());
+            for c in &variants {
+                assert!(c.ptx.contains(".minnctapersm 2\n"), "{} {}", target.name(), c.schedule);
+                assert!(c.ptx.contains("mma.sync"), "{} {}", target.name(), c.schedule);
+            }
+        }
+        for schedule in ["tma_copy", "cp_async_pipeline"] {
+            check_blocks(cfg, 2, schedule, 1, 129, 129, 77, 2);
+            check_blocks(cfg, 2, schedule, 17, 130, 130, 330, 3);
+            check_blocks(Matmul { out: Some("bf16"), dtype: "bf16", ..cfg }, 2, schedule, 16, 65, 72, 200, 1);
+        }
     }
     // Without the bound: no `.minnctapersm` on sm_80, one block's split on sm_90a.
     let one = compile_variants(&splitk_kernel(two, 1), Target::Sm80, CompileOptions::default()).unwrap();
