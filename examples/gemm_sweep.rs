@@ -32,7 +32,8 @@
 //! `cargo run --release --example gemm_sweep -- [options]`:
 //! - `--m 1,16,..`, `--nk 4096x4096,..` (N×K), `--odd` / `--no-odd` (the odd
 //!   shapes only / not), `--layout ab|abt[,..]`, `--dtype f16|bf16[,..]`;
-//! - `--config TILES:SPLIT` (`64x128`, `128x128` or `128x256`, e.g.
+//! - `--config TILES:SPLIT` (`64x128`, `128x128`, `128x256`, `16x128/2sm`,
+//!   `64x128/2sm` or `64x64/3sm`, e.g.
 //!   `64x128:4`): every shape with this configuration instead of the rule's;
 //! - `--tune`: the autotuner's configuration where the rule is not sure
 //!   (its choices are cached; a second run reads them); `--save-tuning

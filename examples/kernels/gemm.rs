@@ -542,7 +542,9 @@ pub const SMS: usize = 132;
 /// M = 256; 128 × 128 up to 512, one block per SM; else the example's 128
 /// × 256), then the number of K ranges. For the tiles of several blocks
 /// per SM the fewest ranges (1 included) whose blocks fill the last of
-/// their waves over the 264 block slots at least 85 % ([`fill_split`]);
+/// their waves over the 264 block slots at least 85 % ([`fill_split`]),
+/// at most as many as keep the partial sums' traffic under a quarter of
+/// `b`'s ([`split_cap`]);
 /// for the others, when the output has at most half as many tiles as the
 /// GPU has SMs, ranges so that tiles × ranges fills the SMs once. Each
 /// range at least 4 k-steps of 64, at most 16 ranges.
@@ -569,7 +571,7 @@ pub fn choose(m: usize, n: usize, k: usize) -> Config {
     let blocks = m.div_ceil(bm) * n.div_ceil(bn);
     let steps = k.div_ceil(64);
     let split = if tiles.blocks_per_sm() > 1 {
-        fill_split(blocks, k, SMS * tiles.blocks_per_sm())
+        fill_split(blocks, k, SMS * tiles.blocks_per_sm(), split_cap(m, k))
     } else if blocks * 2 <= SMS {
         (SMS / blocks.max(1)).min(steps / 4).clamp(1, 16)
     } else {
@@ -591,11 +593,21 @@ fn fills(blocks: usize, slots: usize) -> bool {
     waves <= 8 && blocks * 100 >= waves * slots * 85
 }
 
-/// The fewest K ranges (1 to [`most_splits`]) that make `tiles` × ranges
-/// blocks fill their last wave over `slots` at least 85 % ([`fills`]);
-/// where none does, the one that fills it most.
-pub fn fill_split(tiles: usize, k: usize, slots: usize) -> usize {
-    let most = most_splits(k);
+/// The most K ranges whose f32 partial sums cost at most a quarter of the
+/// bytes of `b`: each range writes `M × N` f32 that the reduction reads
+/// back (8 · M · N bytes a range, the reduction a second pass after the
+/// GEMM) against `2 · N · K` bytes of `b`, so at most `K / (16 · M)`
+/// ranges (any at M = 1; 16 at M = 16, K = 4096; 1 at M = 256, K = 4096).
+pub fn split_cap(m: usize, k: usize) -> usize {
+    (k / (16 * m.max(1))).max(1)
+}
+
+/// The fewest K ranges (1 to [`most_splits`], at most `cap`) that make
+/// `tiles` × ranges blocks fill their last wave over `slots` at least 85 %
+/// ([`fills`]); where none does, the one that fills it most (the fewest
+/// of those).
+pub fn fill_split(tiles: usize, k: usize, slots: usize, cap: usize) -> usize {
+    let most = most_splits(k).min(cap.max(1));
     if let Some(s) = (1..=most).find(|&s| fills(tiles * s, slots)) {
         return s;
     }
