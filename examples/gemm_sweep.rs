@@ -32,7 +32,8 @@
 //! `cargo run --release --example gemm_sweep -- [options]`:
 //! - `--m 1,16,..`, `--nk 4096x4096,..` (N×K), `--odd` / `--no-odd` (the odd
 //!   shapes only / not), `--layout ab|abt[,..]`, `--dtype f16|bf16[,..]`;
-//! - `--config TILES:SPLIT` (`64x128`, `128x128` or `128x256`, e.g.
+//! - `--config TILES:SPLIT` (`64x128`, `128x128`, `128x256`, `16x128/2sm`,
+//!   `64x128/2sm` or `64x64/3sm`, e.g.
 //!   `64x128:4`): every shape with this configuration instead of the rule's;
 //! - `--tune`: the autotuner's configuration where the rule is not sure
 //!   (its choices are cached; a second run reads them); `--save-tuning
@@ -175,7 +176,7 @@ impl Options {
                 "--config" => {
                     let v = value("--config")?;
                     let parsed = v.split_once(':').and_then(|(t, s)| {
-                        let tiles = [Tiles::Small, Tiles::Mid, Tiles::Wide].into_iter().find(|x| x.name() == t)?;
+                        let tiles = Tiles::ALL.into_iter().find(|x| x.name() == t)?;
                         Some(Config { tiles, split: s.parse().ok().filter(|&s: &usize| (1..=64).contains(&s))? })
                     });
                     o.config = Some(parsed.ok_or(format!("--config: `{v}` is not TILES:SPLIT (e.g. 64x128:4)"))?);
@@ -748,6 +749,9 @@ fn interpreter_check(s: &Stream) -> Res<()> {
         (3, 130, 77, Config { tiles: Tiles::Small, split: 3 }),
         (70, 17, 200, Config { tiles: Tiles::Mid, split: 2 }),
         (5, 64, 96, Config { tiles: Tiles::Small, split: 1 }),
+        (1, 200, 333, Config { tiles: Tiles::SmallTwo, split: 2 }),
+        (17, 77, 130, Config { tiles: Tiles::Narrow, split: 1 }),
+        (1, 300, 1001, Config { tiles: Tiles::Gemv, split: 3 }),
     ] {
         for layout in [Layout::Ab, Layout::Abt] {
             let (a_host, a) = random::<f16>(s, 1, &[m, k])?;

@@ -17,7 +17,8 @@
 //! so.
 //!
 //! Attribute options (`threads`, `consts`, `cluster`, `warp_specialize`,
-//! `archs`, `instances`, `tune`) are documented in [`attributes`].
+//! `blocks_per_sm`, `archs`, `instances`, `tune`) are documented in
+//! [`attributes`].
 //!
 //! ```
 //! use tile::prelude::*;
@@ -1331,6 +1332,33 @@ pub mod attributes {
     /// # Ok(()) }
     /// ```
     pub struct warp_specialize;
+
+    /// `blocks_per_sm = N` (an integer literal, or a const parameter's
+    /// name in a generic kernel): asks for `N` blocks side by side on each
+    /// SM, for kernels that wait on memory (a GEMM at decode-size M keeps
+    /// `N` times the bytes in flight). The launch bound `.minnctapersm N`
+    /// (registers per thread within an `N`-th of the SM's file); on sm_90a
+    /// the warp-specialized GEMM splits an `N`-th of the file between its
+    /// producer and consumers. Compiling fails where `N` blocks' shared
+    /// memory does not fit an SM, or `N` blocks' threads exceed 2,048.
+    /// Results never change. Default 1 (no bound asked).
+    ///
+    /// ```
+    /// use tile::prelude::*;
+    ///
+    /// #[tile_kernel(threads = 128, consts(B = 256), blocks_per_sm = 4)]
+    /// fn double(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+    ///     let bx = grid(cdiv(N, B));
+    ///     let mut t = fragment::<f32, B>();
+    ///     copy(x.tile([bx * B]), &mut t);
+    ///     for i in parallel(B) {
+    ///         t[i] = t[i] * 2.0;
+    ///     }
+    ///     copy(&t, y.tile([bx * B]));
+    /// }
+    /// assert!(double::META.targets.iter().all(|t| t.ptx.contains(".minnctapersm 4")));
+    /// ```
+    pub struct blocks_per_sm;
 
     /// `archs = "sm_90a"` (comma-separated): the targets to compile this
     /// kernel for, instead of `TILE_ARCHS`'s.

@@ -87,7 +87,7 @@ fn embedded_ir_is_the_shared_text() {
     // The split-K kernels (the simulator's `hopper_splitk_sim.rs` runs these texts).
     let small = tile_testkit::Matmul { bm: 64, bn: 128, threads: 128, stages: 4, ..example };
     let nn = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_4_128", ..small };
-    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128>().ir), nn.splitk_text());
+    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1>().ir), nn.splitk_text());
     let nt = tile_testkit::Matmul {
         name: "matmul_bt_splitk__bf16_bf16_128_128_64_4_256",
         dtype: "bf16",
@@ -100,9 +100,35 @@ fn embedded_ir_is_the_shared_text() {
         ..example
     };
     assert_eq!(
-        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 128, 64, 4, 256>().ir),
+        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 128, 64, 4, 256, 1>().ir),
         nt.splitk_text()
     );
+    // Decode-size tiles: the same kernel text, with two or three blocks per
+    // SM asked in its header (and nothing else changed).
+    let two = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_3_128_2", stages: 3, ..small };
+    let two_text = two.splitk_text().replacen(" {\n", " blocks_per_sm=2 {\n", 1);
+    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>().ir), two_text);
+    let narrow = tile_testkit::Matmul {
+        name: "matmul_bt_splitk__bf16_f32_64_64_64_3_128_3",
+        dtype: "bf16",
+        trans_b: true,
+        bn: 64,
+        stages: 3,
+        ..small
+    };
+    let narrow_text = narrow.splitk_text().replacen(" {\n", " blocks_per_sm=3 {\n", 1);
+    assert_eq!(printed(examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>().ir), narrow_text);
+    for meta in examples::gemm::matmul_splitk::INSTANCES.iter().chain(&examples::gemm::matmul_bt_splitk::INSTANCES) {
+        let k: tile::ir::Kernel = serde_json::from_str(meta.ir).expect("embedded Tile IR parses");
+        let want = if meta.name.ends_with("_3_128_3") {
+            3
+        } else if meta.name.ends_with("_3_128_2") || meta.name.ends_with("_4_128_2") {
+            2
+        } else {
+            1
+        };
+        assert_eq!(k.blocks_per_sm, want, "{}", meta.name);
+    }
 }
 
 #[test]
@@ -265,7 +291,7 @@ fn shaped_gemm_every_tile_and_split() {
     use examples::gemm::{Config, Layout, Tiles};
     let shapes = [(1, 130, 333), (67, 129, 200), (3, 17, 77), (130, 40, 64)];
     let mut seed = 300;
-    for tiles in [Tiles::Small, Tiles::Mid, Tiles::Wide] {
+    for tiles in Tiles::ALL {
         for split in [1, 2, 4, 5] {
             for layout in [Layout::Ab, Layout::Abt] {
                 for &(m, n, k) in &shapes {
@@ -322,11 +348,14 @@ fn shaped_gemm_tuned() {
 }
 
 /// The shape rule's own choice at decode-size and odd shapes, and its
-/// choices: 64-row tiles for M ≤ 64, K split when the output has too few
-/// tiles for the GPU, never a range under 4 k-steps.
+/// choices: 16 × 128 (M ≤ 16) and 64 × 128 tiles at two blocks per SM
+/// for M ≤ 256 with K split
+/// so that the blocks fill their last wave over the 264 slots, 128-row
+/// tiles above with K split when the output has too few tiles for the GPU,
+/// never a range under 4 k-steps; the candidates the tuner times.
 #[test]
 fn shaped_gemm_rule() {
-    use examples::gemm::{choose, Layout, Tiles, SMS};
+    use examples::gemm::{candidates, choose, split_cap, Config, Layout, Tiles, SMS};
     for &(m, n, k) in &[(1, 300, 1000), (16, 129, 4095), (100, 257, 515)] {
         for layout in [Layout::Ab, Layout::Abt] {
             gemm::check_shaped::<f16>(&dev(), m, n, k, layout, None, gemm::TOL_F16, 7).unwrap();
@@ -344,18 +373,76 @@ fn shaped_gemm_rule() {
     let err = g.run(&s, &short, &b, &mut c).unwrap_err().to_string();
     assert!(err.contains("`a` has shape [3, 76]"), "{err}");
     assert!(g.run(&s, &a, &a, &mut c).is_err());
-    assert_eq!(choose(1, 4096, 4096).tiles, Tiles::Small);
-    assert!(choose(1, 4096, 4096).split > 1);
+    // Decode-size M: 16 × 128 (M ≤ 16) or 64 × 128 at two blocks per SM, K split so that the
+    // blocks fill the last of their waves over 264 slots at least 85 %
+    // (4096 × 4096: 32 tiles × 8 ranges = 256 blocks; 14336 × 4096: 112
+    // tiles, whose multiples up to 6 fill 84.8 %, × 7 = 784 of 792); none
+    // where the tiles alone do (M = 256, N = 8192: 256 of 264).
+    assert_eq!(choose(1, 4096, 4096), Config { tiles: Tiles::Gemv, split: 8 });
+    assert_eq!(choose(1, 14336, 4096), Config { tiles: Tiles::Gemv, split: 7 });
+    assert_eq!(choose(17, 4096, 4096), Config { tiles: Tiles::SmallTwo, split: 8 });
+    assert_eq!(choose(256, 8192, 8192), Config { tiles: Tiles::SmallTwo, split: 1 });
+    // M = 256: a second range's partial sums would cost half of `b`'s
+    // bytes again ([`split_cap`]): 128 blocks, one range.
+    assert_eq!(choose(256, 4096, 4096), Config { tiles: Tiles::SmallTwo, split: 1 });
+    assert_eq!(choose(64, 4096, 4096), Config { tiles: Tiles::SmallTwo, split: 4 });
+    assert_eq!(choose(256, 14336, 4096), Config { tiles: Tiles::SmallTwo, split: 1 });
     assert_eq!(choose(8192, 8192, 8192).split, 1);
     assert_eq!(choose(8192, 8192, 8192).tiles, Tiles::Wide);
     for m in [1, 16, 64, 128, 256, 1024, 4096] {
-        for (n, k) in [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)] {
+        for (n, k) in [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (4097, 4095)] {
             let c = choose(m, n, k);
             let (bm, bn) = c.tiles.dims();
             assert!(c.split == 1 || k.div_ceil(64) / c.split >= 4, "{m}x{n}x{k}: {c}");
-            let blocks = m.div_ceil(bm) * n.div_ceil(bn);
-            assert!(c.split == 1 || blocks * c.split <= SMS, "{m}x{n}x{k}: {c}");
-            assert!(c.split > 1 || blocks * 2 > SMS || k < 512, "{m}x{n}x{k}: {c}");
+            let blocks = m.div_ceil(bm) * n.div_ceil(bn) * c.split;
+            let slots = SMS * c.tiles.blocks_per_sm();
+            if c.tiles.blocks_per_sm() > 1 {
+                // The last wave at least 85 % full, or no split fills it so.
+                let fill = |b: usize| b * 100 >= b.div_ceil(slots) * slots * 85;
+                let most = (k.div_ceil(64) / 4).clamp(1, 16).min(split_cap(m, k));
+                assert!(fill(blocks) || (1..=most).all(|s| !fill(blocks / c.split * s)), "{m}x{n}x{k}: {c}");
+            } else {
+                assert!(c.split == 1 || blocks <= SMS, "{m}x{n}x{k}: {c}");
+                assert!(c.split > 1 || blocks * 2 > SMS || k < 512, "{m}x{n}x{k}: {c}");
+            }
+        }
+    }
+    // The candidates: the rule's first, each tile once with one range, the
+    // several-blocks-per-SM tiles only at M ≤ 256.
+    let all = candidates(16, 4096, 4096);
+    assert_eq!(all[0], choose(16, 4096, 4096));
+    for tiles in Tiles::ALL {
+        assert!(all.contains(&Config { tiles, split: 1 }), "{tiles:?}: {all:?}");
+    }
+    assert!(all.contains(&Config { tiles: Tiles::Narrow, split: 6 }), "{all:?}");
+    assert!(!candidates(1024, 4096, 4096).iter().any(|c| c.tiles.blocks_per_sm() > 1));
+    assert!(!candidates(64, 4096, 4096).iter().any(|c| c.tiles == Tiles::Gemv));
+}
+
+/// The pipelined split-K reduction (what `ShapedGemm` runs) sums exactly as
+/// the plain one: the same bits for 0 to 9 ranges (fewer and more than its
+/// 4 stages), M and N off its 16 × 256 tile, f16 and bf16.
+#[test]
+fn pipelined_splitk_reduce_matches_the_plain_one() {
+    use examples::gemm::{splitk_reduce, splitk_reduce_pipelined};
+    let s = dev().stream().unwrap();
+    let mut rng = common::Rng::new(77);
+    for (split, m, n) in [(0, 3, 40), (1, 17, 300), (3, 1, 257), (4, 16, 256), (9, 33, 513)] {
+        let ws_host = rng.vec(split * m * n, -4.0, 4.0);
+        let ws = DeviceTensor::from_slice(&s, &ws_host, &[split, m, n]).unwrap();
+        let mut plain = DeviceTensor::<f16>::zeros(&s, &[m, n]).unwrap();
+        let mut piped = DeviceTensor::<f16>::from_slice(&s, &vec![f16::NAN; m * n], &[m, n]).unwrap();
+        splitk_reduce::launch::<f16>(&s, &ws, &mut plain).unwrap();
+        splitk_reduce_pipelined::launch::<f16>(&s, &ws, &mut piped).unwrap();
+        let (plain, piped) = (plain.to_vec(&s).unwrap(), piped.to_vec(&s).unwrap());
+        for (i, (x, y)) in plain.iter().zip(&piped).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "split {split}, {m}x{n}: element {i}");
+        }
+        let mut piped = DeviceTensor::<bf16>::zeros(&s, &[m, n]).unwrap();
+        splitk_reduce_pipelined::launch::<bf16>(&s, &ws, &mut piped).unwrap();
+        for (i, got) in piped.to_vec(&s).unwrap().iter().enumerate() {
+            let want = (0..split).fold(0.0f32, |a, z| a + ws_host[(z * m + i / n) * n + i % n]);
+            assert_eq!(got.to_bits(), bf16::from_f32(want).to_bits(), "bf16 split {split}, {m}x{n}: element {i}");
         }
     }
 }

@@ -370,15 +370,19 @@ fn shaped_gemm_tuned_on_the_gpu() {
 /// f64 reference, both layouts, f16 and bf16: decode-size M with K split
 /// (the rule's choice and explicit ranges that do not divide the k-steps),
 /// rows that are not 16-byte multiples (odd K, odd N, both: the padded
-/// operands and the workspace output), M, N, K all odd. On sm_90 the
-/// split-K kernels' warp-specialized variant must have run on the aligned
-/// shapes.
+/// operands and the workspace output), M, N, K all odd; the tiles of two
+/// and three blocks per SM. On sm_90 the split-K kernels' warp-specialized
+/// variant must have run on the aligned shapes.
 #[test]
 fn shaped_gemm_small_m_split_k_and_odd_rows() {
     use examples::gemm::{Config, Layout, Tiles};
     let d = gpu();
     let shapes: &[(usize, usize, usize, Option<Config>)] = if small() {
-        &[(1, 256, 512, None), (3, 257, 333, Some(Config { tiles: Tiles::Small, split: 3 }))]
+        &[
+            (1, 256, 512, None),
+            (3, 257, 333, Some(Config { tiles: Tiles::Small, split: 3 })),
+            (3, 257, 333, Some(Config { tiles: Tiles::Narrow, split: 2 })),
+        ]
     } else {
         &[
             (1, 4096, 4096, None),
@@ -389,6 +393,17 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             (77, 1999, 777, Some(Config { tiles: Tiles::Mid, split: 5 })),
             (1000, 300, 1000, None),
             (64, 1024, 4096, Some(Config { tiles: Tiles::Small, split: 16 })),
+            // The tiles of two and three blocks per SM: one range (the
+            // split-K kernel writing `c`), ranges that do not divide the
+            // k-steps, odd K and N.
+            (1, 4096, 4096, Some(Config { tiles: Tiles::SmallTwo, split: 8 })),
+            (16, 4097, 4095, Some(Config { tiles: Tiles::SmallTwo, split: 1 })),
+            (1, 14336, 4096, Some(Config { tiles: Tiles::Narrow, split: 3 })),
+            (1, 4096, 4096, Some(Config { tiles: Tiles::Gemv, split: 8 })),
+            (16, 28672, 4095, Some(Config { tiles: Tiles::Gemv, split: 1 })),
+            (3, 1000, 4097, Some(Config { tiles: Tiles::Gemv, split: 6 })),
+            (17, 999, 1001, Some(Config { tiles: Tiles::Narrow, split: 5 })),
+            (256, 4096, 4096, Some(Config { tiles: Tiles::SmallTwo, split: 2 })),
         ]
     };
     let mut seed = 1000;
@@ -401,13 +416,20 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
     }
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
         for meta in [
-            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128>(),
-            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128, 1>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>(),
         ] {
             let counts = d.launch_counts(meta);
             let ws = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "warp_specialized_gemm");
             let ws = ws.unwrap_or_else(|| panic!("{}: no warp-specialized variant", meta.name));
             assert!(counts[ws] > 0, "{}: the warp-specialized variant never ran ({counts:?})", meta.name);
         }
+        // The 16-row tile has no warp-specialized variant: the TMA-copy one.
+        let meta = examples::gemm::matmul_bt_splitk::meta::<f16, f32, 16, 128, 64, 4, 128, 2>();
+        let tma = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "tma_copy");
+        let tma = tma.unwrap_or_else(|| panic!("{}: no TMA-copy variant", meta.name));
+        assert!(d.launch_counts(meta)[tma] > 0, "{}: the TMA-copy variant never ran", meta.name);
     }
 }

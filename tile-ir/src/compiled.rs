@@ -179,6 +179,28 @@ pub(crate) fn finish(
             ),
         )]);
     }
+    // `blocks_per_sm = N`: N blocks' shared memory (each with the 1 KiB
+    // the SM reserves per block) on one SM, and the launch bound where the
+    // schedule set none (the warp-specialized ones set their own).
+    let blocks = kernel.blocks_per_sm;
+    if blocks > 1 {
+        let per_sm = limit as u64 + 1024;
+        let need = blocks as u64 * (func.shared_bytes as u64 + 1024);
+        if need > per_sm {
+            return Err(vec![CompileError::new(
+                SpanId::NONE,
+                format!(
+                    "kernel `{}`: `blocks_per_sm = {blocks}` needs {blocks} × ({} + 1024) bytes of shared memory on one SM, more than the {per_sm} bytes an SM has on {}; use fewer stages, a smaller tile or fewer blocks",
+                    kernel.name,
+                    func.shared_bytes,
+                    target.name()
+                ),
+            )]);
+        }
+        if func.min_blocks_per_sm.is_none() {
+            func.min_blocks_per_sm = Some(blocks);
+        }
+    }
     let ptx = crate::ptx::try_emit(&func, target).map_err(|e| vec![e])?;
     let mut layouts: Vec<(String, String)> =
         plan.frags.iter().map(|(b, l)| (kernel.buffer(*b).name.clone(), l.describe())).collect();

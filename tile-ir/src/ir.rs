@@ -852,6 +852,18 @@ pub struct Kernel {
     /// attribute turns it off. Default on.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
     pub warp_specialize: bool,
+    /// Blocks the kernel asks to run side by side on one SM
+    /// (`blocks_per_sm = N` in the attribute; default 1, which asks nothing).
+    /// Above 1 it is the launch bound `.minnctapersm N` (ptxas keeps each
+    /// thread's registers within an `N`-th of the SM's file), the
+    /// warp-specialized GEMM sizes its `setmaxnreg` split for `N` blocks
+    /// (the block's own pool at that bound), and compiling fails where `N`
+    /// blocks' shared memory does not fit one SM. A memory-bound kernel
+    /// (a GEMM at decode-size M) keeps `N` times the bytes in flight. It
+    /// never changes what the kernel computes. The warp-specialized loop
+    /// picks its own bound and ignores it.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub blocks_per_sm: u32,
     /// Where the statements are in the user's source, for the messages of
     /// the interpreter (its check mode): set by `#[tile_kernel]` in the IR it
     /// embeds; `None` in kernels built by hand or parsed from text.
@@ -882,10 +894,17 @@ fn yes() -> bool {
 fn is_yes(b: &bool) -> bool {
     *b
 }
+fn one() -> u32 {
+    1
+}
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
 
 impl Kernel {
     /// An empty kernel of `threads` threads per block: no parameters, a 1×1×1
-    /// grid, no rasterization or cluster, warp specialization allowed.
+    /// grid, no rasterization or cluster, warp specialization allowed, one block
+    /// per SM asked.
     pub fn new(name: impl Into<String>, threads: u32) -> Kernel {
         Kernel {
             name: name.into(),
@@ -899,6 +918,7 @@ impl Kernel {
             rasterize: None,
             cluster: [1, 1, 1],
             warp_specialize: true,
+            blocks_per_sm: 1,
             source: None,
         }
     }

@@ -57,7 +57,23 @@ fn check(cfg: Matmul, schedule: &str, m: usize, n: usize, kk: usize, split: usiz
 /// [`check`] with `b` `nb ≥ n` wide (a padded `b`: its extra columns must
 /// not be written anywhere).
 fn check_wide_b(cfg: Matmul, schedule: &str, m: usize, n: usize, nb: usize, kk: usize, split: usize) {
-    let k = parse_kernel(&cfg.splitk_text()).unwrap();
+    check_blocks(cfg, 1, schedule, m, n, nb, kk, split)
+}
+
+/// `cfg`'s split-K kernel as the example declares it with `blocks_per_sm =
+/// blocks` (1: the default, not printed).
+fn splitk_kernel(cfg: Matmul, blocks: u32) -> Kernel {
+    let text = cfg.splitk_text();
+    let text = if blocks == 1 { text } else { text.replacen(" {\n", &format!(" blocks_per_sm={blocks} {{\n"), 1) };
+    let k = parse_kernel(&text).unwrap();
+    assert_eq!(k.blocks_per_sm, blocks);
+    k
+}
+
+/// [`check_wide_b`] of the kernel with `blocks_per_sm = blocks`.
+#[allow(clippy::too_many_arguments)]
+fn check_blocks(cfg: Matmul, blocks: u32, schedule: &str, m: usize, n: usize, nb: usize, kk: usize, split: usize) {
+    let k = splitk_kernel(cfg, blocks);
     let variants = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
     let c = variants.iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
     let dt = if cfg.dtype == "bf16" { DType::BF16 } else { DType::F16 };
@@ -76,7 +92,7 @@ fn check_wide_b(cfg: Matmul, schedule: &str, m: usize, n: usize, nb: usize, kk: 
         SimTensor { bytes: vec![0xFF; out_size * split * m * n], shape: vec![split, m, n], elem: out_size },
     ];
     let dims = [m as i64, kk as i64, nb as i64, split as i64, n as i64];
-    let out = if schedule == "warp_specialized_gemm" {
+    let out = if schedule == "warp_specialized_gemm" || schedule == "tma_copy" {
         sim::run_interleavings(&c.function, &k, tensors, &dims, &[], None)
     } else {
         sim::run_function(&c.function, &k, tensors, &dims, &[], sim::RunOptions::default()).tensors
@@ -139,4 +155,88 @@ fn the_general_variant_agrees() {
     assert!(general(&last), "the last variant is {}", last.schedule);
     check(SMALL, last.schedule, 70, 130, 330, 4);
     check(Matmul { trans_b: true, ..SMALL }, last.schedule, 5, 17, 77, 3);
+}
+
+/// The decode-size tiles of two and three blocks per SM (`Tiles::SmallTwo`,
+/// `Tiles::Narrow`, `Tiles::Gemv`): the launch bound on every variant, the
+/// warp-specialized register split of the block's share of the file (two
+/// blocks of 256 threads: 128 each at entry, the producer at 40, the
+/// consumers 216; three: 80 at entry, the consumers 120), the same results
+/// as any tile (ranges that do not divide the k-steps, edges, both layouts,
+/// a range in the input type), and on sm_80 the shared memory of the blocks
+/// within the SM's.
+#[test]
+fn several_blocks_per_sm() {
+    let two = Matmul { stages: 3, ..SMALL };
+    let narrow = Matmul { bn: 64, stages: 3, ..SMALL };
+    for (cfg, blocks, consumer) in [(two, 2, 216), (narrow, 3, 120)] {
+        let k = splitk_kernel(cfg, blocks);
+        for target in [Target::Sm90a, Target::Sm80] {
+            let variants = compile_variants(&k, target, CompileOptions::default()).unwrap();
+            for c in &variants {
+                assert!(c.ptx.contains(&format!(".minnctapersm {blocks}\n")), "{} {}", target.name(), c.schedule);
+                assert!(blocks as u64 * (c.shared_bytes as u64 + 1024) <= target.info().shared_limit as u64 + 1024);
+            }
+            if target == Target::Sm90a {
+                let ws = variants.iter().find(|c| c.schedule == "warp_specialized_gemm").expect("a ws variant");
+                assert!(ws.ptx.contains(&format!("setmaxnreg.inc.sync.aligned.u32 {consumer};")), "{blocks}");
+                assert!(ws.ptx.contains("setmaxnreg.dec.sync.aligned.u32 40;"), "{blocks}");
+            }
+        }
+        check_blocks(cfg, blocks, "warp_specialized_gemm", 70, 130, 130, 330, 4);
+        check_blocks(
+            Matmul { trans_b: true, dtype: "bf16", ..cfg },
+            blocks,
+            "warp_specialized_gemm",
+            3,
+            129,
+            129,
+            330,
+            3,
+        );
+        check_blocks(Matmul { out: Some("f16"), ..cfg }, blocks, "warp_specialized_gemm", 17, 65, 72, 200, 1);
+        let last = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap().pop().unwrap();
+        check_blocks(Matmul { trans_b: true, ..cfg }, blocks, last.schedule, 5, 17, 17, 77, 3);
+    }
+    // The 16-row tile of M ≤ 16 (`Tiles::Gemv`, two blocks per SM): no
+    // warp-specialized variant (its warpgroups own 64 rows), the TMA-copy
+    // pipeline and the cp.async one (mma.sync) on sm_90a, cp.async on sm_80.
+    let gemv = Matmul { bm: 16, bn: 128, stages: 4, ..SMALL };
+    for trans_b in [false, true] {
+        let cfg = Matmul { trans_b, ..gemv };
+        let k = splitk_kernel(cfg, 2);
+        for (target, want) in
+            [(Target::Sm90a, vec!["tma_copy", "cp_async_pipeline"]), (Target::Sm80, vec!["cp_async_pipeline"])]
+        {
+            let variants = compile_variants(&k, target, CompileOptions::default()).unwrap();
+            let got: Vec<&str> = variants.iter().map(|c| c.schedule).collect();
+            assert_eq!(got, want, "{}", target.name());
+            for c in &variants {
+                assert!(c.ptx.contains(".minnctapersm 2\n"), "{} {}", target.name(), c.schedule);
+                assert!(c.ptx.contains("mma.sync"), "{} {}", target.name(), c.schedule);
+            }
+        }
+        for schedule in ["tma_copy", "cp_async_pipeline"] {
+            check_blocks(cfg, 2, schedule, 1, 129, 129, 77, 2);
+            check_blocks(cfg, 2, schedule, 17, 130, 130, 330, 3);
+            check_blocks(Matmul { out: Some("bf16"), dtype: "bf16", ..cfg }, 2, schedule, 16, 65, 72, 200, 1);
+        }
+    }
+    // Without the bound: no `.minnctapersm` on sm_80, one block's split on sm_90a.
+    let one = compile_variants(&splitk_kernel(two, 1), Target::Sm80, CompileOptions::default()).unwrap();
+    assert!(one.iter().all(|c| !c.ptx.contains(".minnctapersm")));
+}
+
+/// `blocks_per_sm` blocks whose shared memory exceeds the SM's: a compile
+/// error that says so (four blocks of 64 × 128 × 64 in 4 stages, 96 KiB each).
+#[test]
+fn blocks_whose_shared_memory_does_not_fit_are_an_error() {
+    let k = splitk_kernel(SMALL, 4);
+    let errs = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_err();
+    let text = format!("{errs:?}");
+    assert!(text.contains("`blocks_per_sm = 4` needs 4 ×"), "{text}");
+    // And the verifier refuses more threads than an SM holds.
+    let k = splitk_kernel(SMALL, 17);
+    let errs = tile_ir::verify::verify(&k).unwrap_err();
+    assert!(format!("{errs:?}").contains("`blocks_per_sm = 17` with 128 threads"), "{errs:?}");
 }

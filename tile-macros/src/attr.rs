@@ -1,6 +1,6 @@
 //! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...),
-//! cluster = (x, y, z), warp_specialize = true|false, archs = "sm_90a,..",
-//! instances((f16, 128), ..), tune(BM, BN, ..))]`.
+//! cluster = (x, y, z), warp_specialize = true|false, blocks_per_sm = N,
+//! archs = "sm_90a,..", instances((f16, 128), ..), tune(BM, BN, ..))]`.
 //!
 //! Expects the attribute's tokens (what is inside the parentheses).
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
@@ -38,9 +38,20 @@ pub(crate) struct KernelAttr {
     pub cluster: [u32; 3],
     /// `warp_specialize = true|false`; default `true`.
     pub warp_specialize: bool,
+    /// `blocks_per_sm = N` (a literal) or `= NAME` (a const parameter),
+    /// with the value's span; resolved and checked against the threads in
+    /// `lower_instance`.
+    pub blocks_per_sm: Option<(BlocksPerSm, Span)>,
     /// `archs = "sm_90a"`: the only targets to embed (of those `TILE_ARCHS`
     /// asks for); `None`: every target of `TILE_ARCHS`.
     pub archs: Option<Vec<tile_ir::Target>>,
+}
+
+/// What `blocks_per_sm = ..` says: a literal or a const parameter's name.
+#[derive(Clone)]
+pub(crate) enum BlocksPerSm {
+    Value(i128),
+    Param(Ident),
 }
 
 // The portable cluster size limit (blocks per cluster) of sm_90: larger
@@ -48,7 +59,8 @@ pub(crate) struct KernelAttr {
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 use tile_ir::Target;
 
-const OPTIONS: [&str; 7] = ["threads", "consts", "cluster", "warp_specialize", "archs", "instances", "tune"];
+const OPTIONS: [&str; 8] =
+    ["threads", "consts", "cluster", "warp_specialize", "blocks_per_sm", "archs", "instances", "tune"];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
     let mut attr = KernelAttr {
@@ -59,6 +71,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         consts: Vec::new(),
         cluster: [1, 1, 1],
         warp_specialize: true,
+        blocks_per_sm: None,
         archs: None,
     };
     let mut archs_seen = false;
@@ -154,6 +167,25 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         }
                     }
                 }
+                "blocks_per_sm" => {
+                    if attr.blocks_per_sm.is_some() {
+                        errors.at(key.span(), "`blocks_per_sm` is given twice");
+                    }
+                    input.parse::<Token![=]>()?;
+                    if input.peek(Ident) {
+                        let name: Ident = input.parse()?;
+                        let span = name.span();
+                        attr.blocks_per_sm = Some((BlocksPerSm::Param(name), span));
+                    } else {
+                        let lit: LitInt = input.parse()?;
+                        match lit.base10_parse::<u64>() {
+                            Ok(v) => attr.blocks_per_sm = Some((BlocksPerSm::Value(v as i128), lit.span())),
+                            Err(e) => {
+                                errors.push(e);
+                            }
+                        }
+                    }
+                }
                 "archs" => {
                     if archs_seen {
                         errors.at(key.span(), "`archs` is given twice");
@@ -187,7 +219,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     errors.at(
                         key.span(),
                         format!(
-                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `archs = \"sm_90a,..\"`, `instances((..), ..)` or `tune(NAME, ..)`",
+                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `blocks_per_sm = N`, `archs = \"sm_90a,..\"`, `instances((..), ..)` or `tune(NAME, ..)`",
                             did_you_mean(other, OPTIONS)
                         ),
                     );

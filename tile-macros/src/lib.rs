@@ -198,6 +198,19 @@ mod sig;
 ///   TMA-addressable (16-byte aligned, rows a multiple of 16 bytes), else the
 ///   general code. `false` turns it off, for bisecting
 ///   (`tile_ir::Kernel::warp_specialize`).
+/// - `blocks_per_sm = N` (an integer literal, or the name of a const
+///   parameter of a generic kernel; default 1): asks for `N` blocks side by
+///   side on each SM, for kernels that wait on memory (a GEMM at decode-size
+///   M keeps `N` times the bytes in flight). Above 1 every variant gets the
+///   launch bound `.minnctapersm N` (ptxas keeps each thread's registers
+///   within an `N`-th of the SM's file), and the sm_90a warp-specialized
+///   GEMM splits the block's `N`-th of the file between its producer and
+///   consumers (`setmaxnreg`); the warp-specialized loop keeps its own bound.
+///   `N` must be 1 to 32 with at most 2,048 threads in all (a compile error at
+///   `N`); a variant whose `N` blocks' shared memory (plus the 1 KiB the SM
+///   reserves for each) exceeds an SM's is a compile error (a tuned
+///   candidate is dropped from that target instead). Results never change
+///   (`tile_ir::Kernel::blocks_per_sm`).
 /// - `archs = "sm_90a"` (comma-separated): embed only these of the targets
 ///   `TILE_ARCHS` asks for, e.g. a Hopper-only configuration whose shared
 ///   memory exceeds sm_80's; a compile-time choice, not in the IR. On a GPU

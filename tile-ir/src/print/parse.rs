@@ -548,6 +548,11 @@ impl Parser {
                 other => return self.err(format!("warp_specialize={other}: expected `true` or `false`")),
             };
         }
+        if self.eat_ident("blocks_per_sm") {
+            self.expect_punct("=")?;
+            let n = self.int()?;
+            k.blocks_per_sm = u32::try_from(n).or_else(|_| self.err(format!("blocks_per_sm={n} is out of range")))?;
+        }
         self.expect_punct("{")?;
         // Declarations: block indices and buffers.
         loop {

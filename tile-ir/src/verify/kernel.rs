@@ -9,14 +9,15 @@
 //! parameter); shared/fragment/local shapes are constant and positive;
 //! global shapes are positive constants or `Dyn` dims; the grid uses only
 //! `Dim` vars, `Param` vars and integer constants, and has an integer type;
-//! `rasterize` (`use_swizzle`), when set, is at least 1; `cluster` extents
+//! `rasterize` (`use_swizzle`), when set, is at least 1; `blocks_per_sm`
+//! blocks of `threads` fit one SM ([`super::rules::blocks_per_sm_problem`]); `cluster` extents
 //! are at least 1, with a product of at most [`MAX_CLUSTER_BLOCKS`] (the
 //! portable cluster size), and divide every constant grid extent (dynamic
 //! extents are checked at launch); a shared buffer fits the largest target's
 //! shared memory and a fragment fits [`MAX_REGS_PER_THREAD`] registers per
 //! thread. Layout annotations: [`super::layout`].
 
-use super::rules::threads_ok;
+use super::rules::{blocks_per_sm_problem, threads_ok};
 use super::{buf_label, scope_name, shape_text, Verifier};
 use crate::ir::{BufferId, DType, Expr, Extent, Kernel, ParamKind, Scope, SpanId, Value, VarId, VarKind};
 use crate::target::Target;
@@ -80,6 +81,9 @@ impl Verifier<'_> {
                 SpanId::NONE,
                 format!("kernel `{}`: threads = {} must be a positive multiple of 32, at most 1024", k.name, k.threads),
             );
+        }
+        if let Some(problem) = blocks_per_sm_problem(k.blocks_per_sm.into(), k.threads.into()) {
+            self.err_at(SpanId::NONE, format!("kernel `{}`: {problem}", k.name));
         }
         // Variables: kinds and types that are fixed.
         for (i, var) in k.vars.iter().enumerate() {

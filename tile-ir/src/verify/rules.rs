@@ -17,6 +17,30 @@ pub fn threads_ok(threads: u64) -> bool {
     threads != 0 && whole_warps && threads <= 1024
 }
 
+/// The most blocks a kernel may ask to share an SM (`blocks_per_sm`): the
+/// H100/H200's and the A100's 32 resident blocks.
+pub const MAX_BLOCKS_PER_SM: u64 = 32;
+
+/// The most threads one SM holds at once (2,048 on sm_80 and sm_90).
+pub const MAX_THREADS_PER_SM: u64 = 2048;
+
+/// Whether `blocks` blocks of `threads` threads may share one SM
+/// (`blocks_per_sm`): 1 to [`MAX_BLOCKS_PER_SM`], at most
+/// [`MAX_THREADS_PER_SM`] threads in all. `None` when that holds, else why not.
+pub fn blocks_per_sm_problem(blocks: u64, threads: u64) -> Option<String> {
+    if blocks == 0 || blocks > MAX_BLOCKS_PER_SM {
+        Some(format!("`blocks_per_sm = {blocks}` must be between 1 and {MAX_BLOCKS_PER_SM}"))
+    } else if blocks * threads > MAX_THREADS_PER_SM {
+        Some(format!(
+            "`blocks_per_sm = {blocks}` with {threads} threads per block is {} threads, more than the {MAX_THREADS_PER_SM} an SM holds; ask for at most {} blocks",
+            blocks * threads,
+            (MAX_THREADS_PER_SM / threads.max(1)).max(1)
+        ))
+    } else {
+        None
+    }
+}
+
 /// Whether `as` between the two types is allowed: numeric ↔ numeric, same
 /// type, or `bool` → integer (as Rust).
 pub fn cast_allowed(from: DType, to: DType) -> bool {

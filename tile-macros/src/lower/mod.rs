@@ -139,9 +139,39 @@ pub(crate) fn lower_instance(
             }
         }
     }
+    // `blocks_per_sm = N | NAME`: checked against this instance's threads.
+    let mut blocks_per_sm = 1;
+    if let Some((spec, span)) = &attr.blocks_per_sm {
+        let value = match spec {
+            crate::attr::BlocksPerSm::Value(v) => Some(*v),
+            crate::attr::BlocksPerSm::Param(name) => match consts.get(&name.to_string()) {
+                Some(&v) => Some(v as i128),
+                None => {
+                    errors.at(
+                        *span,
+                        format!("`blocks_per_sm = {name}`: `{name}` is not a const parameter of the kernel; `blocks_per_sm` is an integer literal or the name of a const parameter (`fn k<const BLOCKS: usize>(..)`)"),
+                    );
+                    None
+                }
+            },
+        };
+        if let Some(v) = value {
+            let t = threads.unwrap_or(128) as u64;
+            match u64::try_from(v).ok().map(|b| (b, tile_ir::verify::rules::blocks_per_sm_problem(b, t))) {
+                Some((b, None)) => blocks_per_sm = b as u32,
+                Some((_, Some(problem))) => {
+                    errors.at(*span, problem);
+                }
+                None => {
+                    errors.at(*span, format!("`blocks_per_sm = {v}` must be between 1 and 32"));
+                }
+            }
+        }
+    }
     let mut kernel = Kernel::new(name, threads.unwrap_or(128));
     kernel.cluster = attr.cluster;
     kernel.warp_specialize = attr.warp_specialize;
+    kernel.blocks_per_sm = blocks_per_sm;
     let mut lowerer = Lowerer {
         k: kernel,
         spans: SpanTable::new(sig.ident.span()),

@@ -103,7 +103,8 @@ impl Lx<'_> {
         }
         self.f.threads = ws.consumer_threads + 128;
         self.f.barrier_threads = Some(ws.consumer_threads);
-        self.f.min_blocks_per_sm = Some(1);
+        // The register split (`WsPlan::consumer_regs`) assumes this bound.
+        self.f.min_blocks_per_sm = Some(self.k.blocks_per_sm.max(1));
         self.f.persistent = ws.persistent;
     }
 

@@ -33,7 +33,7 @@ use crate::hopper::Swizzle;
 use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind};
 use crate::passes::pipeline;
 use crate::schedule::not_applicable::NotApplicable;
-use crate::target::Feature;
+use crate::target::{Feature, PRODUCER_THREADS};
 use crate::Target;
 use std::collections::HashSet;
 
@@ -340,9 +340,16 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
         }
         ws_gemms.push(WsGemm { stmt, a: ai, b: bi, c, trans_a, trans_b, clear, m, n, k: ak, slices });
     }
-    // Registers: the producer keeps its share; the consumers split the rest.
+    // Registers: the producer keeps its share; the consumers split the rest
+    // of the block's pool (an `N`-th of the file with `blocks_per_sm = N`).
     let producer_regs = split.producer;
-    let Some(consumer_regs) = info.consumer_regs(threads) else {
+    let blocks = kernel.blocks_per_sm.max(1);
+    if let Some(problem) =
+        crate::verify::rules::blocks_per_sm_problem(blocks.into(), (threads + PRODUCER_THREADS).into())
+    {
+        return Err(NotApplicable::new(format!("with its producer warpgroup: {problem}")));
+    }
+    let Some(consumer_regs) = info.consumer_regs_after(producer_regs, threads, blocks) else {
         return Err(NotApplicable::new(format!("{} has no register split between warpgroups", target.name())));
     };
     let store = tma_store(kernel, loop_index + 1, &ws_gemms, &operands, *stages);
