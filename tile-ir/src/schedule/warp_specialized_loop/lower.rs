@@ -123,6 +123,14 @@
 //! instructions, a false positive (`tile-runtime/tests/gpu_racecheck.rs`,
 //! measured on the H200), which the balanced turns no longer trigger.)
 //!
+//! **Three consumer warpgroups** (`T = 384`, FA3's head-dim-64 schedule:
+//! 192 query rows, 64 a warpgroup, wgmma accumulators over 12 warps:
+//! [`crate::hopper::wgmma_accumulator`]): the same rings and counts (`T`
+//! arrivals at each `empty`, `bar.sync 1, 384`), no ping-pong (FA3 has
+//! none there), the body's last gemm deferred ([`super::defer`]) where P
+//! fits beside the next S in their 160 registers, else S issued ahead
+//! where its twins fit (as with the ping-pong), else neither.
+//!
 //! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
 //! schedule): two consumer warpgroups that would ping-pong issue ahead too
 //! when the twin scores fit beside the fragments (their registers, 16-bit
