@@ -27,7 +27,11 @@
 //! FLOPs are `4·b·h·s_q·s_k·d`, halved when causal. Every benchmark line is
 //! also printed as `RESULT attention ...`, with the schedule of the variant
 //! that ran. On an H200 the head-dim 128 and 256 instances run the
-//! warp-specialized loop (`warp_specialized_loop`, one block per tile). Its
+//! warp-specialized loop (`warp_specialized_loop`, one block per tile), and
+//! so does head dim 64 (three consumer warpgroups, 192 x 128 blocks); its
+//! shapes also time d64's other instances (`ours_64x64`: the TMA-copy one
+//! of 128 threads; `ours_192x64`: three warpgroups, P·V deferred) on lines
+//! of their own, not in the CSV. Its
 //! persistent variant (`warp_specialized_loop_persistent`, one block per SM
 //! looping over the tiles) is off by default (`CompileOptions::wsloop_persistent`:
 //! it hangs on the H200 at head dim 128, see BENCHMARKS.md, session 10).
@@ -194,8 +198,18 @@ fn check_one<T: AttentionElement>(stream: &Stream, c: &Case, seed: u64) -> Res<f
 /// `tile::bench` (median of 30 after 5 warm-ups); returns the median and
 /// the schedules of the variants that ran (`Device::launch_counts`).
 fn bench_ours<T: AttentionElement>(device: &Device, stream: &Stream, c: &Case) -> Res<(f64, String)> {
+    bench_tiles::<T>(device, stream, c, kernels::Tiles::Auto)
+}
+
+/// [`bench_ours`] with the instance `tiles` picks.
+fn bench_tiles<T: AttentionElement>(
+    device: &Device,
+    stream: &Stream,
+    c: &Case,
+    tiles: kernels::Tiles,
+) -> Res<(f64, String)> {
     let mut x = Inputs::<T>::new(stream, c, 7)?;
-    x.run(stream, c)?;
+    x.run_with(stream, c, tiles)?;
     let mut rng = common::Rng::new(3);
     let rows: Vec<(usize, usize, usize)> = (0..24)
         .map(|_| {
@@ -206,10 +220,9 @@ fn bench_ours<T: AttentionElement>(device: &Device, stream: &Stream, c: &Case) -
         .collect();
     let tol = if T::DTYPE == tile::ir::DType::BF16 { 2e-2 } else { 5e-3 };
     x.check(stream, c, Some(&rows), tol)?;
-    let (_, meta) =
-        T::instance(c.layout, c.d, kernels::hopper_tiles(stream, kernels::Tiles::Auto)).ok_or("no instance")?;
+    let (_, meta) = T::instance_for(stream, c.layout, c.d, tiles).ok_or("no instance")?;
     let before = device.launch_counts(meta);
-    let t = bench(stream, 5, 30, || x.run(stream, c))?;
+    let t = bench(stream, 5, 30, || x.run_with(stream, c, tiles))?;
     let after = device.launch_counts(meta);
     let schedule = meta
         .targets
@@ -311,6 +324,42 @@ fn bench_all(
         }
         println!("{line}  [{schedule}]");
         println!("{result}");
+        // The head dim's other instances beside it (d64: the TMA-copy 64 x
+        // 64 one and the three-warpgroup 192 x 64 one), for comparison;
+        // not in the CSV.
+        let default = match s.dtype {
+            "bf16" => <bf16 as AttentionElement>::instance_for(stream, c.layout, c.d, kernels::Tiles::Auto)
+                .map(|(_, m)| m.name),
+            _ => <f16 as AttentionElement>::instance_for(stream, c.layout, c.d, kernels::Tiles::Auto)
+                .map(|(_, m)| m.name),
+        };
+        let others: Vec<((usize, usize), &str)> = match s.dtype {
+            "bf16" => {
+                <bf16 as AttentionElement>::blocks(c.layout, c.d).into_iter().map(|(b, _, m)| (b, m.name)).collect()
+            }
+            _ => <f16 as AttentionElement>::blocks(c.layout, c.d).into_iter().map(|(b, _, m)| (b, m.name)).collect(),
+        };
+        for ((bm, bn), name) in others {
+            if c.d != 64 || Some(name) == default {
+                continue;
+            }
+            let tiles = kernels::Tiles::Blocks(bm, bn);
+            let r = match s.dtype {
+                "bf16" => bench_tiles::<bf16>(device, stream, c, tiles),
+                _ => bench_tiles::<f16>(device, stream, c, tiles),
+            };
+            match r {
+                Ok((ms, schedule)) => {
+                    let t = tflops(c, ms);
+                    println!("{:<34} {ms:>9.3} {t:>8.1}  [{schedule}, {bm} x {bn}]", format!("  {bm}x{bn}"));
+                    println!(
+                        "RESULT attention shape={} impl=ours_{bm}x{bn} ours_tflops={t:.1} schedule={schedule}",
+                        s.spec()
+                    );
+                }
+                Err(e) => println!("RESULT attention shape={} impl=ours_{bm}x{bn} status=failed ({e})", s.spec()),
+            }
+        }
     }
     if let Some(path) = csv {
         let mut text = String::from("impl,dtype,b,h,h_kv,s_q,s_k,d,causal,ms,tflops\n");

@@ -3,7 +3,9 @@
 //! layout × element type × head dim × masking, with MHA and GQA, s_q < s_k
 //! and s_q > s_k (causal: rows that see no key give o = 0, lse = −∞), and
 //! the host API's refusals. The interpreter runs Hopper's tiles (the
-//! default) and, at d256 where they differ, the portable ones.
+//! default: at d64 three consumer warpgroups over 192 x 128 blocks, and
+//! 192 x 64 beside them) and, at d64 and d256 where they differ, the
+//! portable ones.
 #[path = "../examples/kernels/common.rs"]
 mod common;
 #[path = "../examples/kernels/flash_attention.rs"]
@@ -32,9 +34,14 @@ fn combinations<T: AttentionElement>(tol: f64) {
                 for (h, h_kv, s_q, s_k) in [(2, 1, 70, 40), (2, 2, 17, 75)] {
                     let c = Case { layout, b: 1, h, h_kv, s_q, s_k, d, causal };
                     run::<T>(&c, tol);
-                    // d256's tiles differ between Hopper (the default here) and sm_80.
-                    if d == 256 && s_q > s_k {
+                    // d64's and d256's tiles differ between Hopper (the
+                    // default here) and sm_80; d64 has a second Hopper
+                    // instance (three warpgroups, 192 x 64).
+                    if d != 128 && s_q > s_k {
                         run_with::<T>(&c, tol, Tiles::Portable);
+                    }
+                    if d == 64 {
+                        run_with::<T>(&c, tol, Tiles::Blocks(192, 64));
                     }
                 }
             }
@@ -92,6 +99,11 @@ fn refusals() {
     let opts = fa::Options { lse: Some(&mut lse), ..Default::default() };
     let e = fa::forward(&st, &q, &k, &k, &mut o, opts).unwrap_err();
     assert!(e.to_string().contains("lse has shape"), "{e}");
+    // Blocks no instance of the head dim has.
+    let (q, k, mut o) = (t(&[1, 4, 8, 64]), t(&[1, 4, 8, 64]), t(&[1, 4, 8, 64]));
+    let opts = fa::Options { tiles: Tiles::Blocks(128, 128), ..Default::default() };
+    let e = fa::forward(&st, &q, &k, &k, &mut o, opts).unwrap_err();
+    assert!(e.to_string().contains("head dim 64 with 128 x 128 blocks"), "{e}");
 }
 
 /// Empty shapes: no query rows is nothing to do; no keys gives o = 0 and
@@ -101,11 +113,11 @@ fn empty_shapes() {
     fa::check_empty_shapes(&Device::interpreter().stream().unwrap());
 }
 
-/// Causal skips the key blocks above the diagonal: with the values of keys
-/// 128.. poisoned with NaN, the first 64 query rows (their block reaches
-/// key 127 at most, with query blocks of 64 or 128 rows) are still right,
-/// which they would not be if a block past their reach were loaded and
-/// masked (`0 · NaN`).
+/// Causal skips the key blocks above the diagonal, for every instance:
+/// with the values of the keys past the first query block's reach poisoned
+/// with NaN, its rows are still right, which they would not be if a block
+/// past their reach were loaded and masked (`0 · NaN`), and the next
+/// block's are not.
 #[test]
 fn causal_never_reads_blocks_above_the_diagonal() {
     fa::check_causal_never_reads_above_the_diagonal(&Device::interpreter().stream().unwrap());

@@ -39,7 +39,7 @@ fn tol<T: Element>() -> f64 {
 /// that ran uses TMA and names them all when none does).
 fn check_with<T: AttentionElement>(dev: &Device, c: &Case, seed: u64, tiles: Tiles) {
     let st = dev.stream().unwrap();
-    let (_, meta) = T::instance(c.layout, c.d, fa::hopper_tiles(&st, tiles)).unwrap();
+    let (_, meta) = T::instance_for(&st, c.layout, c.d, tiles).unwrap();
     let before = dev.launch_counts(meta);
     let mut x = Inputs::<T>::new(&st, c, seed).unwrap();
     x.run_with(&st, c, tiles).unwrap();
@@ -75,9 +75,14 @@ fn all_combinations<T: AttentionElement>(seed: u64) {
                 for &(b, h, h_kv, s_q, s_k) in shapes {
                     let c = Case { layout, b, h, h_kv, s_q, s_k, d, causal };
                     check::<T>(&dev, &c, seed);
-                    // d256's tiles differ between Hopper (the default here) and sm_80.
-                    if d == 256 {
+                    // d64's and d256's tiles differ between Hopper (the
+                    // default here) and sm_80; d64 has a second Hopper
+                    // instance (three warpgroups, P·V deferred).
+                    if d != 128 {
                         check_with::<T>(&dev, &c, seed, Tiles::Portable);
+                    }
+                    if d == 64 && dev.compute_capability().is_some_and(|cc| cc.0 == 9) {
+                        check_with::<T>(&dev, &c, seed, Tiles::Blocks(192, 64));
                     }
                 }
             }
@@ -105,6 +110,9 @@ fn short_loops() {
             for layout in [Layout::Bhsd, Layout::Bshd] {
                 let c = Case { layout, b: 2, h: 3, h_kv: 1, s_q, s_k, d, causal };
                 check::<f16>(&dev, &c, 5);
+                if d == 64 && dev.compute_capability().is_some_and(|cc| cc.0 == 9) {
+                    check_with::<f16>(&dev, &c, 5, Tiles::Blocks(192, 64));
+                }
             }
         }
     }
@@ -208,11 +216,10 @@ fn empty_shapes() {
     fa::check_empty_shapes(&gpu().stream().unwrap());
 }
 
-/// Causal skips the key blocks above the diagonal: with the values of keys
-/// 128.. poisoned with NaN, the first 64 query rows (their block reaches
-/// key 127 at most, with query blocks of 64 or 128 rows) are still right,
-/// which they would not be if a block past their reach were loaded and
-/// masked (`0 · NaN`).
+/// Causal skips the key blocks above the diagonal, for every instance:
+/// with the values of the keys past the first query block's reach poisoned
+/// with NaN, its rows are still right, which they would not be if a block
+/// past their reach were loaded and masked (`0 · NaN`).
 #[test]
 fn causal_never_reads_blocks_above_the_diagonal() {
     fa::check_causal_never_reads_above_the_diagonal(&gpu().stream().unwrap());

@@ -215,7 +215,11 @@ macro_rules! attention_bshd {
 // H200, BENCHMARKS.md): d64 128 threads, 64 x 64; d128 256 threads (two
 // warpgroups of 64 rows), 128 x 128; d256 256 threads, 128 x 64 on sm_90a
 // only (192 KiB of shared memory), and 128 threads, 64 x 32 where that does
-// not fit (sm_80).
+// not fit (sm_80). d64 on sm_90a: FA3's schedule, 384 threads (three
+// consumer warpgroups of 64 rows under the warp-specialized loop), 192 x
+// 128 (no overlap inside a warpgroup: the twin S or the deferred P·V
+// spill in 160 registers), and 192 x 64 (P·V deferred) beside it
+// (`Tiles::Blocks`); sm_80's mma.sync layouts take no 12 warps.
 attention_bhsd!(
     fa_bhsd,
     threads = THREADS,
@@ -232,7 +236,14 @@ attention_bhsd!(
     fa_bhsd_sm90,
     threads = THREADS,
     archs = "sm_90a",
-    instances((f16, 256, 256, 128, 64, 2), (bf16, 256, 256, 128, 64, 2))
+    instances(
+        (f16, 256, 256, 128, 64, 2),
+        (bf16, 256, 256, 128, 64, 2),
+        (f16, 64, 384, 192, 128, 2),
+        (bf16, 64, 384, 192, 128, 2),
+        (f16, 64, 384, 192, 64, 2),
+        (bf16, 64, 384, 192, 64, 2),
+    )
 );
 attention_bshd!(
     fa_bshd,
@@ -250,7 +261,14 @@ attention_bshd!(
     fa_bshd_sm90,
     threads = THREADS,
     archs = "sm_90a",
-    instances((f16, 256, 256, 128, 64, 2), (bf16, 256, 256, 128, 64, 2))
+    instances(
+        (f16, 256, 256, 128, 64, 2),
+        (bf16, 256, 256, 128, 64, 2),
+        (f16, 64, 384, 192, 128, 2),
+        (bf16, 64, 384, 192, 128, 2),
+        (f16, 64, 384, 192, 64, 2),
+        (bf16, 64, 384, 192, 64, 2),
+    )
 );
 
 /// The head dims there are instances for.
@@ -338,6 +356,10 @@ pub enum Tiles {
     Hopper,
     /// Tiles that fit every target's shared memory (sm_80's).
     Portable,
+    /// The instance of the head dim with query blocks of `.0` rows and key
+    /// blocks of `.1` (to compare instances: [`AttentionElement::blocks`]
+    /// lists them); an `Error::Shape` when there is none.
+    Blocks(usize, usize),
 }
 
 /// The element types there are instances for (f16, bf16).
@@ -345,6 +367,23 @@ pub trait AttentionElement: Element {
     /// The instance for `layout`, head dim `d` and Hopper's tiles (else the
     /// portable ones), with its kernel's metadata, or `None`.
     fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)>;
+    /// Every instance for `layout` and head dim `d`: its query and key
+    /// blocks, its launch and metadata.
+    fn blocks(layout: Layout, d: usize) -> Vec<((usize, usize), Launch<Self>, &'static tile::KernelMeta)>;
+    /// The instance for [`Options::tiles`] on `stream`.
+    fn instance_for(
+        stream: &Stream,
+        layout: Layout,
+        d: usize,
+        tiles: Tiles,
+    ) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
+        match tiles {
+            Tiles::Blocks(bm, bn) => {
+                Self::blocks(layout, d).into_iter().find(|x| x.0 == (bm, bn)).map(|(_, l, m)| (l, m))
+            }
+            _ => Self::instance(layout, d, hopper_tiles(stream, tiles)),
+        }
+    }
 }
 
 macro_rules! instances {
@@ -352,7 +391,11 @@ macro_rules! instances {
         impl AttentionElement for $t {
             fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
                 Some(match (layout, d, hopper) {
-                    (Layout::Bhsd, 64, _) => {
+                    (Layout::Bhsd, 64, true) => (
+                        fa_bhsd_sm90::launch::<$t, 64, 384, 192, 128, 2>,
+                        fa_bhsd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
+                    ),
+                    (Layout::Bhsd, 64, false) => {
                         (fa_bhsd::launch::<$t, 64, 128, 64, 64, 2>, fa_bhsd::meta::<$t, 64, 128, 64, 64, 2>())
                     }
                     (Layout::Bhsd, 128, _) => {
@@ -365,7 +408,11 @@ macro_rules! instances {
                     (Layout::Bhsd, 256, false) => {
                         (fa_bhsd::launch::<$t, 256, 128, 64, 32, 2>, fa_bhsd::meta::<$t, 256, 128, 64, 32, 2>())
                     }
-                    (Layout::Bshd, 64, _) => {
+                    (Layout::Bshd, 64, true) => (
+                        fa_bshd_sm90::launch::<$t, 64, 384, 192, 128, 2>,
+                        fa_bshd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
+                    ),
+                    (Layout::Bshd, 64, false) => {
                         (fa_bshd::launch::<$t, 64, 128, 64, 64, 2>, fa_bshd::meta::<$t, 64, 128, 64, 64, 2>())
                     }
                     (Layout::Bshd, 128, _) => {
@@ -381,6 +428,105 @@ macro_rules! instances {
                     _ => return None,
                 })
             }
+
+            fn blocks(layout: Layout, d: usize) -> Vec<((usize, usize), Launch<Self>, &'static tile::KernelMeta)> {
+                let all = match (layout, d) {
+                    (Layout::Bhsd, 64) => vec![
+                        (
+                            (64, 64),
+                            (
+                                fa_bhsd::launch::<$t, 64, 128, 64, 64, 2> as Launch<Self>,
+                                fa_bhsd::meta::<$t, 64, 128, 64, 64, 2>(),
+                            ),
+                        ),
+                        (
+                            (192, 128),
+                            (
+                                fa_bhsd_sm90::launch::<$t, 64, 384, 192, 128, 2> as Launch<Self>,
+                                fa_bhsd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
+                            ),
+                        ),
+                        (
+                            (192, 64),
+                            (
+                                fa_bhsd_sm90::launch::<$t, 64, 384, 192, 64, 2> as Launch<Self>,
+                                fa_bhsd_sm90::meta::<$t, 64, 384, 192, 64, 2>(),
+                            ),
+                        ),
+                    ],
+                    (Layout::Bshd, 64) => vec![
+                        (
+                            (64, 64),
+                            (
+                                fa_bshd::launch::<$t, 64, 128, 64, 64, 2> as Launch<Self>,
+                                fa_bshd::meta::<$t, 64, 128, 64, 64, 2>(),
+                            ),
+                        ),
+                        (
+                            (192, 128),
+                            (
+                                fa_bshd_sm90::launch::<$t, 64, 384, 192, 128, 2> as Launch<Self>,
+                                fa_bshd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
+                            ),
+                        ),
+                        (
+                            (192, 64),
+                            (
+                                fa_bshd_sm90::launch::<$t, 64, 384, 192, 64, 2> as Launch<Self>,
+                                fa_bshd_sm90::meta::<$t, 64, 384, 192, 64, 2>(),
+                            ),
+                        ),
+                    ],
+                    (Layout::Bhsd, 128) => vec![(
+                        (128, 128),
+                        (
+                            fa_bhsd::launch::<$t, 128, 256, 128, 128, 2> as Launch<Self>,
+                            fa_bhsd::meta::<$t, 128, 256, 128, 128, 2>(),
+                        ),
+                    )],
+                    (Layout::Bshd, 128) => vec![(
+                        (128, 128),
+                        (
+                            fa_bshd::launch::<$t, 128, 256, 128, 128, 2> as Launch<Self>,
+                            fa_bshd::meta::<$t, 128, 256, 128, 128, 2>(),
+                        ),
+                    )],
+                    (Layout::Bhsd, 256) => vec![
+                        (
+                            (64, 32),
+                            (
+                                fa_bhsd::launch::<$t, 256, 128, 64, 32, 2> as Launch<Self>,
+                                fa_bhsd::meta::<$t, 256, 128, 64, 32, 2>(),
+                            ),
+                        ),
+                        (
+                            (128, 64),
+                            (
+                                fa_bhsd_sm90::launch::<$t, 256, 256, 128, 64, 2> as Launch<Self>,
+                                fa_bhsd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                            ),
+                        ),
+                    ],
+                    (Layout::Bshd, 256) => vec![
+                        (
+                            (64, 32),
+                            (
+                                fa_bshd::launch::<$t, 256, 128, 64, 32, 2> as Launch<Self>,
+                                fa_bshd::meta::<$t, 256, 128, 64, 32, 2>(),
+                            ),
+                        ),
+                        (
+                            (128, 64),
+                            (
+                                fa_bshd_sm90::launch::<$t, 256, 256, 128, 64, 2> as Launch<Self>,
+                                fa_bshd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                            ),
+                        ),
+                    ],
+                    _ => vec![],
+                };
+                all.into_iter().map(|(b, (l, m))| (b, l, m)).collect()
+            }
         }
     };
 }
@@ -390,7 +536,7 @@ instances!(bf16);
 /// Whether [`forward`] on `stream` with `tiles` takes Hopper's tiles.
 pub fn hopper_tiles(stream: &Stream, tiles: Tiles) -> bool {
     match tiles {
-        Tiles::Auto => stream.device().compute_capability().is_none_or(|cc| cc.0 == 9),
+        Tiles::Auto | Tiles::Blocks(..) => stream.device().compute_capability().is_none_or(|cc| cc.0 == 9),
         Tiles::Hopper => true,
         Tiles::Portable => false,
     }
@@ -442,10 +588,14 @@ pub fn forward<T: AttentionElement>(
             format!("k and v have {hkv} heads, q has {h}: the key/value heads must divide the query heads"),
         ));
     }
-    let Some((launch, _)) = T::instance(layout, d, hopper_tiles(stream, options.tiles)) else {
+    let Some((launch, _)) = T::instance_for(stream, layout, d, options.tiles) else {
+        let blocks = match options.tiles {
+            Tiles::Blocks(bm, bn) => format!(" with {bm} x {bn} blocks"),
+            _ => String::new(),
+        };
         return Err(shape_error(
             "q",
-            format!("no {:?} instance for head dim {d}; there are head dims {HEAD_DIMS:?}", T::DTYPE),
+            format!("no {:?} instance for head dim {d}{blocks}; there are head dims {HEAD_DIMS:?}", T::DTYPE),
         ));
     };
     let scale = options.scale.unwrap_or(1.0 / (d as f32).sqrt()) * std::f32::consts::LOG2_E;
@@ -666,20 +816,41 @@ pub fn check_empty_shapes(st: &Stream) {
     assert!(lse.to_vec(st).unwrap().iter().all(|&v| v == f32::NEG_INFINITY));
 }
 
-/// Causal skips the key blocks above the diagonal, on `stream`'s device:
-/// with the values of keys 128.. poisoned with NaN, the first 64 query rows
-/// (their block reaches key 127 at most, with query blocks of 64 or 128
-/// rows) are still right, which they would not be if a block past their
-/// reach were loaded and masked (`0 · NaN`). Panics when not.
+/// Causal skips the key blocks above the diagonal, on `stream`'s device,
+/// for every instance of every head dim ([`AttentionElement::blocks`]):
+/// with the values of the keys past the first query block's reach (its
+/// last row's key block: `⌈BM / BN⌉ · BN`, `s_q = s_k`) poisoned with NaN,
+/// that block's rows are still right (against the reference of the values
+/// before the poison), which they would not be if a block past their reach
+/// were loaded and masked (`0 · NaN`); the rows of the next block see
+/// those keys and are not (the check can fail). Panics when not.
 pub fn check_causal_never_reads_above_the_diagonal(st: &Stream) {
+    let hopper = hopper_tiles(st, Tiles::Auto);
     for layout in [Layout::Bhsd, Layout::Bshd] {
         for d in HEAD_DIMS {
-            let c = Case { layout, b: 1, h: 2, h_kv: 1, s_q: 256, s_k: 256, d, causal: true };
-            let mut x = Inputs::<f16>::new(st, &c, 4).unwrap();
-            x.poison_v(st, &c, 128).unwrap();
-            x.run(st, &c).unwrap();
-            let rows: Vec<(usize, usize, usize)> = (0..2).flat_map(|h| (0..64).map(move |i| (0, h, i))).collect();
-            x.check(st, &c, Some(&rows), 5e-3).unwrap_or_else(|e| panic!("{e}"));
+            for ((bm, bn), _, meta) in <f16 as AttentionElement>::blocks(layout, d) {
+                // Only what runs here: sm_90a instances need Hopper (or the interpreter).
+                if !hopper && meta.targets.iter().all(|t| t.arch == "sm_90a") {
+                    continue;
+                }
+                let reach = bm.div_ceil(bn) * bn;
+                let s = 2 * reach.max(bm) + 8;
+                let c = Case { layout, b: 1, h: 2, h_kv: 1, s_q: s, s_k: s, d, causal: true };
+                let mut x = Inputs::<f16>::new(st, &c, 4).unwrap();
+                let clean = x.v.clone();
+                x.poison_v(st, &c, reach).unwrap();
+                x.run_with(st, &c, Tiles::Blocks(bm, bn)).unwrap();
+                // The reference of the values before the poison.
+                x.v = clean;
+                let rows = |r: std::ops::Range<usize>| -> Vec<(usize, usize, usize)> {
+                    (0..2).flat_map(|h| r.clone().map(move |i| (0, h, i))).collect()
+                };
+                // Query block 0 (rows 0..bm) and the next.
+                let ok = x.check(st, &c, Some(&rows(0..bm)), 5e-3);
+                ok.unwrap_or_else(|e| panic!("{bm} x {bn}: {e}"));
+                let next = x.check(st, &c, Some(&rows(bm..2 * bm)), 5e-3);
+                assert!(next.is_err(), "{bm} x {bn}: the poisoned keys reach no block");
+            }
         }
     }
 }

@@ -267,9 +267,12 @@ pub fn wgmma_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, Str
             "wgmma accumulator [{m}, {n}]: m must be a multiple of 64 and n in 8..=256, a multiple of 8"
         ));
     }
-    if (m / 64).count_ones() != 1 {
+    // Warpgroups that are not a power of two (three: FA3's head-dim-64
+    // schedule) take all the block's threads: their warps' run is the
+    // layout's highest ([`crate::layout::ThreadField`]).
+    if (m / 64).count_ones() != 1 && (m / 64) * 128 != threads as i64 {
         return Err(format!(
-            "wgmma accumulator [{m}, {n}]: {} warpgroups; a layout needs a power-of-two number of warpgroups",
+            "wgmma accumulator [{m}, {n}]: {} warpgroups; a layout needs a power-of-two number of warpgroups, or one per 64 rows over all the block's threads",
             m / 64
         ));
     }
@@ -301,7 +304,7 @@ pub fn wgmma_split_accumulator(m: i64, n: i64, threads: u32, col_groups: i64) ->
         || m % 64 != 0
         || col_groups < 1
         || threads % 128 != 0
-        || groups.count_ones() != 1
+        || (groups.count_ones() != 1 && col_groups != 1)
         || row_groups * col_groups != groups
         || n <= 0
         || n % (8 * col_groups) != 0
@@ -590,7 +593,8 @@ pub fn wgmma_shape(
 /// wgmma for it; anything else takes the mma.sync path.
 ///
 /// Eligible: target sm_90a; a block of `128·W` threads (`W` a power of
-/// two); `c` an `[M, N]` f32 fragment with `M = 64·r`, `r` dividing `W`;
+/// two, or any `W` when each warpgroup owns 64 whole rows, `r = W`: FA3's
+/// three at head dim 64); `c` an `[M, N]` f32 fragment with `M = 64·r`, `r` dividing `W`;
 /// `K` a multiple of 16; A and B both f16 or both bf16; B in shared memory;
 /// A in shared memory, or an untransposed fragment when each warpgroup owns
 /// whole rows (`r = W`); every shared operand's layout
@@ -635,12 +639,17 @@ pub fn wgmma_gemm(
 /// gets, when it gets one (see [`wgmma_gemm`]).
 pub fn wgmma_col_groups(m: i64, threads: u32, policy: WarpPolicy) -> Option<i64> {
     let warpgroups = threads as i64 / 128;
-    if threads % 128 != 0 || warpgroups == 0 || warpgroups.count_ones() != 1 || m <= 0 || m % 64 != 0 {
+    if threads % 128 != 0 || warpgroups == 0 || m <= 0 || m % 64 != 0 {
         return None;
     }
     let r = m / 64;
+    // Each warpgroup its 64 rows: any number of them (three: FA3's
+    // head-dim-64 schedule); a split of the columns needs a power of two.
     if r == warpgroups {
         return Some(1);
+    }
+    if warpgroups.count_ones() != 1 {
+        return None;
     }
     let ok = r < warpgroups
         && warpgroups % r == 0
@@ -801,8 +810,10 @@ mod tests {
 
     #[test]
     fn accumulator_layout_is_the_ptx_placement_and_a_bijection() {
+        // Three warpgroups too (192 rows over 384 threads: their warps'
+        // run, 12, the layout's highest, not a power of two).
         for n in [8, 24, 64, 136, 256] {
-            for m in [64, 128, 256] {
+            for m in [64, 128, 192, 256] {
                 let threads = (m / 64 * 128) as u32;
                 let l = wgmma_accumulator(m, n, threads).unwrap();
                 assert_eq!(l.active_threads(), threads as i64);
@@ -828,7 +839,12 @@ mod tests {
         assert!(wgmma_accumulator(64, 12, 128).is_err());
         assert!(wgmma_accumulator(128, 64, 128).is_err());
         assert!(wgmma_accumulator(32, 64, 128).is_err());
-        assert!(wgmma_accumulator(192, 64, 384).is_err());
+        // Three warpgroups in a block of four: the fourth's warps would
+        // wrap onto the first's rows.
+        assert!(wgmma_accumulator(192, 64, 512).is_err());
+        assert_eq!(wgmma_col_groups(192, 384, WarpPolicy::FullRow), Some(1));
+        assert_eq!(wgmma_col_groups(64, 384, WarpPolicy::FullCol), None);
+        assert!(wgmma_split_accumulator(64, 96, 384, 3).is_err());
     }
 
     /// Several 64-row slices per warpgroup: a bijection whose slice `s`,

@@ -41,12 +41,15 @@
 //! once; a shared layout is one-to-one from coordinates to element slots.
 
 /// A run of thread-index bits that moves one coordinate: it adds
-/// `((t >> shift) & (count - 1)) · mult`.
+/// `((t >> shift) % count) · mult` (`& (count - 1)` for a power of two).
+/// A count that is not a power of two is only ever the highest run of a
+/// layout (the warps of three warpgroups: `t >> 5` in `0..12`), whose
+/// `t >> shift` the block's threads keep below `count`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ThreadField {
     /// The lowest thread-index bit of the run.
     pub shift: u32,
-    /// Threads along this run (a power of two ≥ 2).
+    /// Threads along this run (≥ 2; a power of two, or the highest run).
     pub count: i64,
     /// The coordinate step per thread along the run.
     pub mult: i64,
@@ -75,7 +78,7 @@ impl DimDist {
     }
     /// The thread part of the coordinate.
     pub fn thread_part(&self, t: i64) -> i64 {
-        self.fields.iter().map(|f| ((t >> f.shift) & (f.count - 1)) * f.mult).sum()
+        self.fields.iter().map(|f| ((t >> f.shift) % f.count) * f.mult).sum()
     }
     /// The largest thread part any thread has.
     pub fn max_thread_part(&self) -> i64 {
@@ -85,9 +88,10 @@ impl DimDist {
     pub fn threads_along(&self) -> i64 {
         self.fields.iter().map(|f| f.count).product()
     }
-    /// The thread-index bits this dim uses.
+    /// The thread-index bits this dim uses (a run of a count that is not a
+    /// power of two: the bits of the next one).
     pub fn thread_mask(&self) -> u64 {
-        self.fields.iter().fold(0u64, |m, f| m | (((f.count - 1) as u64) << f.shift))
+        self.fields.iter().fold(0u64, |m, f| m | (((f.count as u64).next_power_of_two() - 1) << f.shift))
     }
 }
 
@@ -192,9 +196,12 @@ impl RootLayout {
         }
         let mut dims: Vec<DimDist> = fixed.to_vec();
         // Every thread bit below the block's (power-of-two) thread count that
-        // the fixed dims leave free goes to the innermost dim.
-        let bits = log2(prev_pow2(threads.max(1) as i64)) as u32;
+        // the fixed dims leave free goes to the innermost dim. A fixed run
+        // of a count that is not a power of two (the warps of three
+        // warpgroups) is the highest: the bits up to it are the layout's.
         let top = (64 - used.leading_zeros()).max(log2(active.max(1)) as u32);
+        let odd = fixed.iter().any(|d| d.fields.iter().any(|f| f.count.count_ones() != 1));
+        let bits = if odd { top } else { log2(prev_pow2(threads.max(1) as i64)) as u32 };
         if top > bits {
             return None;
         }

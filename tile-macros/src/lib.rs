@@ -191,7 +191,9 @@ mod sig;
 ///   mbarrier-guarded stages, `setmaxnreg` moves registers to the consumers,
 ///   and the block's own threads run everything else, before, in and after
 ///   the loop (gemms on wgmma, reductions, `parallel` loops, masks); two
-///   consumer warpgroups take turns at the tensor cores (ping-pong). A GEMM
+///   consumer warpgroups take turns at the tensor cores (ping-pong); three
+///   (384 threads, FA3's head-dim-64 schedule) issue each iteration's P·V
+///   after the next Q·Kᵀ where the registers allow it. A GEMM
 ///   main loop (only copies and gemms) gets its own variant, whose
 ///   accumulator may be stored with TMA and the kernel run persistently over
 ///   the grid's tiles. The runtime launches them only when the mapped tensors are
@@ -398,8 +400,9 @@ mod sig;
 ///   interpreter's): products of the stored f16/bf16 values in f32, summed in
 ///   f32 (k ascending); the GPU sums in another order. Lowered to
 ///   `mma.sync` with `ldmatrix` from swizzled shared tiles, or on sm_90a
-///   (`threads` = 128·W, W a power of two) to `wgmma` when each warpgroup
-///   owns 64 rows (M = 64·W, any policy) or when warpgroups share rows and
+///   (`threads` = 128·W) to `wgmma` when each warpgroup owns 64 rows
+///   (M = 64·W, any policy, any W: three warpgroups over 192 rows at 384
+///   threads included) or, W a power of two, when warpgroups share rows and
 ///   split the columns: `FullCol` with M = 64 (MLA decode's `[64, 512]`
 ///   output over 256 threads: two 64×256 halves), `Square` with M = 64·r,
 ///   r < W (M = 128 over 512 threads: 2×2); a warpgroup's N columns over

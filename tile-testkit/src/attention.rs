@@ -205,3 +205,107 @@ pub fn attention_4d_sized(layout: Layout4d, d: i64, bm: i64, bn: i64, threads: u
 }}"
     )
 }
+
+/// FlashAttention forward as `examples/kernels/flash_attention.rs` lowers
+/// it, in `layout` (f16, head dim `d`, `bm` query rows and `bn` keys per
+/// block over `threads` threads, `causal` a scalar): the last query blocks
+/// first, the key loop cut at the diagonal aligned to the bottom-right
+/// corner (`kv_blocks`), the mask only on the blocks that cross it or the
+/// end of the keys, rows that see no key giving o = 0 and lse = −∞. Its
+/// `[b, h, s, d]` text is the one `tile-ir/tests/hopper_wsloop_persistent_sim.rs`
+/// writes out.
+pub fn attention_causal_text(layout: Layout4d, d: i64, bm: i64, bn: i64, threads: u32) -> String {
+    let (bm1, bn1) = (bm - 1, bn - 1);
+    let (name, dims, q_shape, k_shape, q_tile, k_tile) = match layout {
+        Layout4d::Bhsd => (
+            "",
+            "%0 B, %1 H, %2 SQ, %3 SK",
+            format!("B, H, SQ, {d}"),
+            format!("B, H, SK, {d}"),
+            format!("bz, hy, bx * {bm}.., 0.."),
+            format!("bz, hy, kb * {bn}.., 0.."),
+        ),
+        Layout4d::Bshd => (
+            "bshd_",
+            "%0 B, %1 SQ, %2 H, %3 SK",
+            format!("B, SQ, H, {d}"),
+            format!("B, SK, H, {d}"),
+            format!("bz, bx * {bm}.., hy, 0.."),
+            format!("bz, kb * {bn}.., hy, 0.."),
+        ),
+    };
+    format!(
+        "kernel attention_causal_{name}d{d}_{bm}x{bn}_t{threads}<{dims}>(@0 q: &f16[{q_shape}], @1 k: &f16[{k_shape}], @2 v: &f16[{k_shape}], @3 o: &mut f16[{q_shape}], @4 lse: &mut f32[B, H, SQ], %4 scale: f32, %5 causal: i32) threads={threads} grid=((SQ + {bm1}) / {bm}, H, B) {{
+  %6 bxl = block_idx.x
+  %7 hy = block_idx.y
+  %8 bz = block_idx.z
+  @5 q_s: shared f16[{bm}, {d}]
+  @6 k_s: shared f16[{bn}, {d}]
+  @7 v_s: shared f16[{bn}, {d}]
+  @8 s: fragment f32[{bm}, {bn}]
+  @9 p: fragment f16[{bm}, {bn}]
+  @10 acc: fragment f32[{bm}, {d}]
+  @11 o_r: fragment f16[{bm}, {d}]
+  @12 m: fragment f32[{bm}]
+  @13 m_s: fragment f32[{bm}]
+  @14 alpha: fragment f32[{bm}]
+  @15 l: fragment f32[{bm}]
+  @16 row_sum: fragment f32[{bm}]
+  let %9 bx: i32 = (SQ + {bm1}) / {bm} - 1 - bxl
+  let %10 diag: i32 = SK - SQ
+  let %11 last: i32 = (bx + 1) * {bm} + diag
+  let %12 kv_blocks: i32 = select(causal != 0, max(0, min((SK + {bn1}) / {bn}, (last + {bn1}) / {bn})), (SK + {bn1}) / {bn})
+  copy q[{q_tile}] -> q_s
+  fill acc, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %13 kb in pipelined(2) 0..kv_blocks {{
+    copy k[{k_tile}] -> k_s
+    copy v[{k_tile}] -> v_s
+    gemm q_s, k_s.t -> s, clear, policy=full_row
+    if ((kb + 1) * {bn} > SK) | ((causal != 0) & ((kb + 1) * {bn} > bx * {bm} + diag + 1)) {{
+      for %14 i in parallel 0..{bm} {{
+        for %15 j in parallel 0..{bn} {{
+          if (kb * {bn} + %15 >= SK) | ((causal != 0) & (kb * {bn} + %15 > bx * {bm} + %14 + diag)) {{
+            s[%14, %15] = -inf
+          }}
+        }}
+      }}
+    }}
+    copy m -> alpha
+    reduce.max s -> m, dim=1, keep
+    for %16 i in parallel 0..{bm} {{
+      m_s[%16] = select(m[%16] == -inf, 0.0, m[%16] * scale)
+      alpha[%16] = exp2(alpha[%16] * scale - m_s[%16])
+    }}
+    for %17 i in parallel 0..{bm} {{
+      for %18 j in parallel 0..{bn} {{
+        s[%17, %18] = exp2(s[%17, %18] * scale - m_s[%17])
+      }}
+    }}
+    reduce.sum s -> row_sum, dim=1
+    for %19 i in parallel 0..{bm} {{
+      l[%19] = l[%19] * alpha[%19] + row_sum[%19]
+    }}
+    for %20 i in parallel 0..{bm} {{
+      for %21 j in parallel 0..{d} {{
+        acc[%20, %21] = acc[%20, %21] * alpha[%20]
+      }}
+    }}
+    copy s -> p
+    gemm p, v_s -> acc, policy=full_row
+  }}
+  for %22 i in parallel 0..{bm} {{
+    alpha[%22] = select(l[%22] == 0.0, 0.0, 1.0 / l[%22])
+    m_s[%22] = select(l[%22] == 0.0, -inf, (m[%22] * scale + log2(l[%22])) * 0.6931472)
+  }}
+  for %23 i in parallel 0..{bm} {{
+    for %24 j in parallel 0..{d} {{
+      o_r[%23, %24] = (acc[%23, %24] * alpha[%23]) as f16
+    }}
+  }}
+  copy o_r -> o[{q_tile}]
+  copy m_s -> lse[bz, hy, bx * {bm}..]
+}}"
+    )
+}

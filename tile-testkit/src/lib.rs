@@ -25,7 +25,9 @@ pub mod matmul;
 pub mod paged;
 pub mod rng;
 
-pub use attention::{attention_4d_sized, attention_4d_text, attention_text, Layout4d, ATTENTION};
+pub use attention::{
+    attention_4d_sized, attention_4d_text, attention_causal_text, attention_text, Layout4d, ATTENTION,
+};
 pub use matmul::{Matmul, GEMM_TN_BF16, MATMUL, MATMUL_128X256};
 pub use paged::{paged_attention_text, PAGED_ATTENTION};
 pub use rng::Rng;

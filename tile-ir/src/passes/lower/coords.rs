@@ -12,7 +12,9 @@ impl<'a> Lx<'a> {
         self.thread_bits_value(&fields)
     }
 
-    /// `Σ ((tid >> shift) & (count - 1)) · mult` over `fields`, in the prologue.
+    /// `Σ ((tid >> shift) & (count - 1)) · mult` over `fields`, in the
+    /// prologue (`% count` for a count that is not a power of two: the
+    /// highest run, [`ThreadField`]).
     pub(crate) fn thread_bits_value(&mut self, fields: &[ThreadField]) -> Operand {
         if fields.is_empty() {
             return Operand::Imm(0);
@@ -30,7 +32,8 @@ impl<'a> Lx<'a> {
                 args: vec![tid.into(), Operand::Imm(f.shift as i64)],
             });
             let b = self.new_reg(RegClass::B32);
-            self.emit_pro(Inst::Op { op: "and.b32".into(), dst: b, args: vec![a.into(), Operand::Imm(f.count - 1)] });
+            let (op, arg) = if f.count.count_ones() == 1 { ("and.b32", f.count - 1) } else { ("rem.u32", f.count) };
+            self.emit_pro(Inst::Op { op: op.into(), dst: b, args: vec![a.into(), Operand::Imm(arg)] });
             let c = self.new_reg(RegClass::B32);
             match acc {
                 None if f.mult.count_ones() == 1 => self.emit_pro(Inst::Op {

@@ -12,7 +12,9 @@
 //! with exactly these two rings, both gemms on wgmma, `g2`'s other operand
 //! a fragment (never a shared buffer the warpgroups rewrite), `g2` reading
 //! nothing `g1` writes, and `g2`'s accumulator wider than `g1`'s (where it was
-//! measured faster). The statements between them are `X`; `X[j]` is the first
+//! measured faster) unless the consumers are three warpgroups (FA3's
+//! head-dim-64 schedule defers at any width, where the fragments leave
+//! room for P beside the next S). The statements between them are `X`; `X[j]` is the first
 //! that touches `g2`'s accumulator or its other operand (the rescale of O,
 //! the conversion of S into P), `n` when none does.
 //!
@@ -49,7 +51,7 @@
 //! `wait_group 0`. The ping-pong takes one turn per iteration, as the plain
 //! loop's, so its counts and proof are those of [`super::lower`].
 
-use super::lower::{blocks_ping_pong, without_final_wait, WslLowering};
+use super::lower::{blocks_ping_pong, without_final_wait, WslLowering, THREE_WARPGROUPS};
 use crate::ir::{Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
@@ -69,6 +71,10 @@ pub(super) struct Deferred {
     /// its other operand (`last` when none does).
     split: usize,
 }
+
+/// Registers per consumer thread left beside the fragments when three
+/// consumer warpgroups defer the last gemm (see `wsl_deferred_gemms`).
+const THREE_DEFER_MARGIN: usize = 48;
 
 impl Lx<'_> {
     /// The gemms of `body` to lower with [`Lx::lower_wsl_deferred_loop`],
@@ -145,8 +151,18 @@ impl Lx<'_> {
         // the H200 (BENCHMARKS.md) 1–2 % faster there, and 2–6 % slower
         // with d128 and key blocks of 128, where the ping-pong alone already
         // hides the softmax and the longer live ranges cost more.
+        // Three consumer warpgroups (FA3's head-dim-64 schedule, no
+        // ping-pong) defer at any width: nothing else overlaps a
+        // warpgroup's softmax with its own wgmmas there.
         let cols = |b| self.k.buffer(b).const_shape().and_then(|s| s.last().copied());
-        if !matches!((cols(*c1), cols(*c2)), (Some(n1), Some(n2)) if n2 > n1) {
+        let three = ws.consumer_threads == THREE_WARPGROUPS;
+        if !three && !matches!((cols(*c1), cols(*c2)), (Some(n1), Some(n2)) if n2 > n1) {
+            return None;
+        }
+        // There, where P stays live beside the next S in 160 registers
+        // (ptxas -v: d64 with key blocks of 64, 106 fragment registers,
+        // assembles without spills; 96 and more, 130 and more, spill).
+        if three && self.fragment_regs() + THREE_DEFER_MARGIN > ws.consumer_regs as usize {
             return None;
         }
         let split = (first + 1..last)

@@ -128,6 +128,14 @@
 //! instructions, a false positive (`tile-runtime/tests/gpu_racecheck.rs`,
 //! measured on the H200), which the balanced turns no longer trigger.)
 //!
+//! **Three consumer warpgroups** (`T = 384`, FA3's head-dim-64 schedule:
+//! 192 query rows, 64 a warpgroup, wgmma accumulators over 12 warps:
+//! [`crate::hopper::wgmma_accumulator`]): the same rings and counts (`T`
+//! arrivals at each `empty`, `bar.sync 1, 384`), no ping-pong (FA3 has
+//! none there), the body's last gemm deferred ([`super::defer`]) where P
+//! fits beside the next S in their 160 registers, else S issued ahead
+//! where its twins fit (as with the ping-pong), else neither.
+//!
 //! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
 //! schedule): two consumer warpgroups that would ping-pong issue ahead too
 //! when the twin scores fit beside the fragments (their registers, 16-bit
@@ -456,7 +464,7 @@ impl Lx<'_> {
 
     /// The fragments' registers per thread, 16-bit ones at half (two to a
     /// 32-bit register).
-    fn fragment_regs(&self) -> usize {
+    pub(super) fn fragment_regs(&self) -> usize {
         self.frags
             .values()
             .map(|regs| {
@@ -942,8 +950,10 @@ impl Lx<'_> {
         // With the ping-pong the twins must fit beside the fragments
         // (ptxas -v: 152 fragment registers with the twins assemble without
         // spills under 232 consumer registers, 200 and more spill).
-        if wl.wants_ping_pong() && self.fragment_regs() + regs + PING_PONG_LOOKAHEAD_MARGIN > ws.consumer_regs as usize
-        {
+        // Three consumer warpgroups (160 registers each) likewise: d64 with
+        // key blocks of 128 spills with the twins (ptxas -v).
+        let crowded = wl.wants_ping_pong() || ws.consumer_threads == THREE_WARPGROUPS;
+        if crowded && self.fragment_regs() + regs + PING_PONG_LOOKAHEAD_MARGIN > ws.consumer_regs as usize {
             return None;
         }
         let written = body.iter().enumerate().any(|(i, s)| i != gi && touches_memory(self.k, s, other).1);
@@ -1033,6 +1043,10 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
 /// when two consumer warpgroups ping-pong and issue ahead (addresses,
 /// indices, the softmax's temporaries; see `wsl_lookahead_gemm`).
 const PING_PONG_LOOKAHEAD_MARGIN: usize = 64;
+
+/// Consumer threads of three warpgroups (FA3's head-dim-64 schedule: 192
+/// query rows, no ping-pong, the last gemm deferred at any width).
+pub(super) const THREE_WARPGROUPS: u32 = 384;
 
 /// The first of the two named barriers of the ping-pong: warpgroup `w`
 /// waits for its turn at `TURN + w` (over both warpgroups, 256 threads).
