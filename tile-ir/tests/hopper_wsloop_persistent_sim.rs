@@ -524,26 +524,32 @@ fn planted_scheduler_bugs_are_caught() {
 
 /// The example's Hopper instances (head dim 128: 128×128 blocks; 256:
 /// 128×64; two consumer warpgroups) assemble (`ptxas -v` with
-/// `TILE_PTXAS`; `--nocapture` prints the reports' register lines): the
-/// plain variants and the persistent one at head dim 128 without spills;
-/// at head dim 256, whose epilogue holds the 128 accumulator registers and
-/// the converted output, the persistent variant's tile loop costs one
-/// spilled register (4 bytes stored once at entry, reloaded in each tile's
-/// epilogue, none in the key loop: nvdisasm), so at most 8 bytes.
+/// `TILE_PTXAS`; `--nocapture` prints the reports' register lines) without
+/// spills: the plain variants, and the persistent one at head dim 128. At
+/// head dim 256 the plan declines the persistent variant: its fragments
+/// (245 registers per consumer thread) spilled 52 bytes in its 232
+/// registers (the plain variant's 240 hold them), and the plain variant was
+/// faster on the H200.
 #[test]
 fn example_instances_assemble_without_spills() {
     let mut spills = Vec::new();
     for (d, bn) in [(128, 128), (256, 64)] {
         let k = parse_kernel(&attention_text(d, 128, bn, 256)).unwrap();
         let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+        let has_persistent = v.iter().any(|c| c.schedule == "warp_specialized_loop_persistent");
+        assert_eq!(has_persistent, d == 128, "{}: the persistent variant", k.name);
+        if d == 256 {
+            let why = tile_ir::schedule::describe_decisions(&k, Target::Sm90a, CompileOptions::default());
+            assert!(
+                why.contains("warp_specialized_loop_persistent: not applicable: its fragments hold 245 registers"),
+                "{why}"
+            );
+        }
         for c in v.iter().filter(|c| c.schedule.starts_with("warp_specialized_loop")) {
             if let Some(r) = ptxas::assemble(&format!("{}_{}", c.schedule, k.name), &c.ptx, "sm_90a") {
                 let used: Vec<&str> = r.lines().filter(|l| l.contains("Used") || l.contains("spill")).collect();
                 eprintln!("{} {} ({} bytes of shared memory): {used:?}", k.name, c.schedule, c.shared_bytes);
-                let clean = r.contains("0 bytes spill stores, 0 bytes spill loads");
-                let small = ["4 bytes spill stores", "8 bytes spill stores"].iter().any(|x| r.contains(x));
-                let ok = clean || (d == 256 && c.schedule == "warp_specialized_loop_persistent" && small);
-                spills.push((k.name.clone(), c.schedule, ok));
+                spills.push((k.name.clone(), c.schedule, r.contains("0 bytes spill stores, 0 bytes spill loads")));
             }
         }
     }
