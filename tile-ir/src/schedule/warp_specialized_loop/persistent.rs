@@ -13,33 +13,47 @@
 //!
 //! Guarantees (`G = gx·gy·gz` the grid's blocks, in launch order: linear
 //! tile `t` is the block `abi::unfold(t)` of a launch of the whole grid,
-//! rasterization included, so each tile computes what that block computes;
-//! `n = ⌈(G − ctaid.x) / nctaid.x⌉` tiles per block, 0 when `ctaid.x ≥ G`):
+//! rasterization included, so each tile computes what that block computes),
+//! with the dynamic tile scheduler: a block's first tile is `ctaid.x`, each
+//! next one `nctaid.x + atomicAdd(counter, 1)` (the counter,
+//! `abi::TILE_COUNTER_PARAM`, reads 0 at the launch: each tile `≥ nctaid.x`
+//! is taken exactly once, in launch order, by the block that asks first;
+//! a null counter gives `t + nctaid.x`, the static stride):
 //! ```text
 //! thread 0: init the rings, pre (1 arrival), pre_empty (T arrivals)    // once
-//! producer thread T: st, ph = 0, 0                                     // carried across tiles
-//!     for i in 0..n: t = ctaid.x + i·nctaid.x; block indices of t; its `let`s
-//!         wait pre_empty parity (i & 1) ^ 1                             // tile i − 1's Q released
-//!         arrive.expect_tx pre; the pre-loop copies' boxes (Q of t)
+//! producer thread T: st, ph = 0, 0; t = ctaid.x                        // carried across tiles
+//!     for i in 0..: wait pre_empty parity (i & 1) ^ 1                    // tile i − 1's slot read, its Q released
+//!         slot = t < G ? t : −1
+//!         if t ≥ G: arrive pre; end                                    // the sentinel
+//!         block indices of t; its `let`s
+//!         arrive.expect_tx pre; the pre-loop copies' boxes (Q of t)    // (plain arrive without pre-loop copies)
+//!         next = fetch (atom.global.add, issued before the loads)
 //!         for k in a(t)..b(t): the ring's waits and boxes (st, ph advance)
+//!         t = next
 //! consumers: st, ph = 0, 0                                             // carried across tiles
-//!     for i in 0..n: t = ctaid.x + i·nctaid.x; block indices of t
-//!         the statements before the loop, a pre-loop copy replaced by: wait pre parity i & 1
+//!     take: wait pre parity i & 1; t = slot (no pre-loop copies: arrive pre_empty)
+//!     take (i = 0); for i in 0.. while t ≥ 0: block indices of t
+//!         the statements before the loop (a pre-loop copy: nothing, its phase of pre was waited for)
 //!         the consumers' loop over a(t)..b(t) (`lower.rs`/`defer.rs`), then its bar.sync 1, T
 //!         arrive pre_empty                                              // after the last statement reading Q
 //!         the statements after the loop (the epilogue)
+//!         take (i + 1)
 //! ```
-//! Every phase of `pre` and `pre_empty` completes once per tile, and the
-//! producer's tile `i` waits for the consumers' release of tile `i − 1`
-//! (parity `(i − 1) & 1`; tile 0's wait, parity 1, returns at once on the
-//! fresh barrier), so it is never more than one phase ahead of a waiter.
-//! Both sides run the same tiles and, per tile, the same iterations, so the
-//! rings' counts and parities are those of one long loop over all the
-//! tiles' iterations (`lower.rs`'s proof, for any trip counts, 0 included).
-//! The ping-pong (`lower.rs`) is balanced per tile and its barriers are idle
-//! after the loop's `bar.sync 1, T`, so each tile starts with warpgroup 0's
-//! turn. Shared memory the consumers alone use (an epilogue's scratch) is
-//! ordered across tiles by the barrier pass, which follows the tile loop's
+//! Every phase of `pre` completes once per tile and once for the sentinel,
+//! every phase of `pre_empty` once per tile (and, without pre-loop copies,
+//! for the sentinel, which nobody waits for: complete, not pending); the
+//! producer's write of the slot for tile `i` waits for the consumers'
+//! arrival of tile `i − 1` (parity `(i − 1) & 1`; tile 0's wait, parity 1,
+//! returns at once on the fresh barrier), which comes after their read of
+//! that slot, so it is never more than one phase ahead of a waiter and
+//! never overwrites an index not yet read. Both sides see the same tiles
+//! and, per tile, the same iterations, so the rings' counts and parities
+//! are those of one long loop over all the tiles' iterations (`lower.rs`'s
+//! proof, for any trip counts, 0 included). The ping-pong (`lower.rs`) is
+//! balanced per tile and its barriers are idle after the loop's
+//! `bar.sync 1, T`, so each tile starts with warpgroup 0's turn. Shared
+//! memory the consumers alone use (an epilogue's scratch) is ordered
+//! across tiles by the barrier pass, which follows the tile loop's
 //! back-edge.
 
 use super::lower::WslLowering;
