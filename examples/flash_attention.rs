@@ -26,15 +26,17 @@
 //!
 //! FLOPs are `4·b·h·s_q·s_k·d`, halved when causal. Every benchmark line is
 //! also printed as `RESULT attention ...`, with the schedule of the variant
-//! that ran. On an H200 the head-dim 128 and 256 instances run the
-//! warp-specialized loop (`warp_specialized_loop`, one block per tile), and
-//! so does head dim 64 (three consumer warpgroups, 192 x 128 blocks); its
-//! shapes also time d64's other instances (`ours_64x64`: the TMA-copy one
-//! of 128 threads; `ours_192x64`: three warpgroups, P·V deferred) on lines
-//! of their own, not in the CSV. Its
-//! persistent variant (`warp_specialized_loop_persistent`, one block per SM
-//! looping over the tiles) is off by default (`CompileOptions::wsloop_persistent`:
-//! it hangs on the H200 at head dim 128, see BENCHMARKS.md, session 10).
+//! that ran. On an H200 the head-dim 128 instances run the persistent
+//! warp-specialized loop (`warp_specialized_loop_persistent`, one block per
+//! SM taking tiles from a dynamic scheduler, heaviest causal rows first; on
+//! by default, `CompileOptions::wsloop_persistent`; `TILE_PERSISTENT_STATIC=1`
+//! takes them by a static stride, `TILE_SKIP_SCHEDULES=warp_specialized_loop_persistent`
+//! runs the plain variant), head dim 256 the plain warp-specialized loop
+//! (`warp_specialized_loop`, one block per tile: its fragments do not fit the
+//! persistent variant's registers), and head dim 64 three consumer
+//! warpgroups over 192 x 128 blocks; its shapes also time d64's other
+//! instances (`ours_64x64`: the TMA-copy one of 128 threads; `ours_192x64`:
+//! three warpgroups, P·V deferred) on lines of their own, not in the CSV.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;

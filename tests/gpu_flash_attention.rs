@@ -118,20 +118,43 @@ fn short_loops() {
     }
 }
 
-/// The grids a persistent variant meets (`warp_specialized_loop_persistent`:
-/// off by default, `CompileOptions::wsloop_persistent`, as it hangs on the
-/// H200 for some kernels; when on, the first sm_90a variant of the head-dim
-/// 128 and 256 instances, two consumer
-/// warpgroups over 128-row query blocks, launched with as many blocks as
-/// the SMs hold: one each) on grids of fewer tiles than SMs (one tile per
-/// block, most blocks idle), of twice the SMs (two per block) and more
+/// Rows to check of `c`: the first and last of every 128-row query block
+/// (a tile of the persistent variant; a tile lost or run twice by its
+/// scheduler shows in both) and of every 64-row half, for every (b, h).
+fn tile_rows(c: &Case) -> Vec<(usize, usize, usize)> {
+    let mut rows = Vec::new();
+    for b in 0..c.b {
+        for h in 0..c.h {
+            for start in (0..c.s_q).step_by(64) {
+                rows.push((b, h, start));
+                rows.push((b, h, (start + 63).min(c.s_q - 1)));
+            }
+        }
+    }
+    rows.dedup();
+    rows
+}
+
+/// Whether `TILE_SKIP_SCHEDULES` names the persistent warp-specialized loop.
+fn persistent_skipped() -> bool {
+    std::env::var("TILE_SKIP_SCHEDULES")
+        .is_ok_and(|s| s.split(',').any(|x| x.trim() == "warp_specialized_loop_persistent"))
+}
+
+/// The grids a persistent variant meets (`warp_specialized_loop_persistent`,
+/// on by default, `CompileOptions::wsloop_persistent`: the first sm_90a
+/// variant of the head-dim 128 instance, two consumer warpgroups over
+/// 128-row query blocks, launched with as many blocks as the SMs hold, its
+/// tiles taken from the dynamic scheduler's counter, or by the static
+/// stride under `TILE_PERSISTENT_STATIC=1`; head dim 256 keeps the plain
+/// variant, whose plan says why) on grids of fewer tiles than SMs (one tile
+/// per block, most blocks idle), of twice the SMs (two per block) and more
 /// (three or four per block, uneven), causal with s_q > s_k (tiles whose
 /// key loop is empty: rows that see no key) and s_q < s_k, GQA, both
-/// layouts, against the f64 reference; on 9.x, where the instance has a
-/// persistent variant, it is the one that ran (unless `TILE_SKIP_SCHEDULES`
-/// skips it).
+/// layouts, against the f64 reference on the first and last rows of every
+/// 64-row block (`tile_rows`); on 9.x, where the instance has a persistent
+/// variant, it is the one that ran (unless `TILE_SKIP_SCHEDULES` skips it).
 #[test]
-#[ignore = "minutes of f64 reference on the host (16k-row grids); meant for the persistent variant, off by default: run with --ignored when it is on"]
 fn persistent_tiles_per_block() {
     let dev = gpu();
     let sms = dev.multiprocessor_count().unwrap_or(132) as usize;
@@ -145,7 +168,7 @@ fn persistent_tiles_per_block() {
     if !small() {
         shapes.push((2, 3, 1, rows(sms / 2 + 3), 333, true));
     }
-    let skipped = std::env::var("TILE_SKIP_SCHEDULES").is_ok_and(|s| s.contains("warp_specialized_loop_persistent"));
+    let skipped = persistent_skipped();
     let st = dev.stream().unwrap();
     for d in [128, 256] {
         for layout in [Layout::Bhsd, Layout::Bshd] {
@@ -156,15 +179,53 @@ fn persistent_tiles_per_block() {
                 let before = dev.launch_counts(meta);
                 let mut x = Inputs::<f16>::new(&st, &c, 11).unwrap();
                 x.run(&st, &c).unwrap();
-                x.check(&st, &c, None, tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
+                x.check(&st, &c, Some(&tile_rows(&c)), tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
                 let after = dev.launch_counts(meta);
                 let persistent = meta.targets.iter().position(|t| t.schedule == "warp_specialized_loop_persistent");
+                assert_eq!(persistent.is_some(), d == 128, "{c:?}: the persistent variant (head dim 128 only)");
                 if let (Some(i), true) = (persistent, dev.compute_capability().is_some_and(|cc| cc.0 == 9) && !skipped)
                 {
                     assert!(after[i] > before[i], "{c:?}: the persistent variant did not run ({after:?})");
                 }
             }
         }
+    }
+}
+
+/// The dynamic tile scheduler's counter is the stream's, zeroed before each
+/// launch: two launches in a row on one stream (the second's zeroing waits
+/// for the first kernel) and two at once on two streams (a counter each)
+/// are all right, each with its own inputs, checked after all were issued.
+#[test]
+fn persistent_launches_in_a_row_and_on_two_streams() {
+    let dev = gpu();
+    let sms = dev.multiprocessor_count().unwrap_or(132) as usize;
+    let c =
+        Case { layout: Layout::Bhsd, b: 1, h: 2, h_kv: 2, s_q: 128 * (sms + 7) - 3, s_k: 500, d: 128, causal: true };
+    let st = dev.stream().unwrap();
+    let (_, meta) = <f16 as AttentionElement>::instance(c.layout, c.d, fa::hopper_tiles(&st, Tiles::Auto)).unwrap();
+    let before = dev.launch_counts(meta);
+    let rows = tile_rows(&c);
+    let mut a = Inputs::<f16>::new(&st, &c, 21).unwrap();
+    let mut b = Inputs::<f16>::new(&st, &c, 22).unwrap();
+    a.run(&st, &c).unwrap();
+    b.run(&st, &c).unwrap();
+    a.check(&st, &c, Some(&rows), tol::<f16>()).unwrap_or_else(|e| panic!("first of two on one stream: {e}"));
+    b.check(&st, &c, Some(&rows), tol::<f16>()).unwrap_or_else(|e| panic!("second of two on one stream: {e}"));
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    let mut x = Inputs::<f16>::new(&s1, &c, 23).unwrap();
+    let mut y = Inputs::<f16>::new(&s2, &c, 24).unwrap();
+    for _ in 0..3 {
+        x.run(&s1, &c).unwrap();
+        y.run(&s2, &c).unwrap();
+    }
+    x.check(&s1, &c, Some(&rows), tol::<f16>()).unwrap_or_else(|e| panic!("stream 1 of 2: {e}"));
+    y.check(&s2, &c, Some(&rows), tol::<f16>()).unwrap_or_else(|e| panic!("stream 2 of 2: {e}"));
+    let after = dev.launch_counts(meta);
+    let persistent = meta.targets.iter().position(|t| t.schedule == "warp_specialized_loop_persistent");
+    if let (Some(i), true) = (persistent, dev.compute_capability().is_some_and(|cc| cc.0 == 9) && !persistent_skipped())
+    {
+        assert!(after[i] >= before[i] + 8, "the persistent variant did not run every time ({before:?} -> {after:?})");
     }
 }
 

@@ -38,7 +38,15 @@ fn check(two: bool) {
     if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
         let meta =
             if two { paged::paged_attention::meta::<128, 256>() } else { paged::paged_attention::meta::<64, 128>() };
-        let want = if two { "warp_specialized_loop" } else { "tma_copy" };
+        // Two warpgroups: the persistent warp-specialized loop (on by
+        // default, `CompileOptions::wsloop_persistent`) unless
+        // `TILE_SKIP_SCHEDULES` skips it.
+        let persistent = "warp_specialized_loop_persistent";
+        let skip = std::env::var("TILE_SKIP_SCHEDULES").unwrap_or_default();
+        let has = meta.targets.iter().any(|t| t.schedule == persistent);
+        let plain =
+            if has && !skip.split(',').any(|s| s.trim() == persistent) { persistent } else { "warp_specialized_loop" };
+        let want = if two { plain } else { "tma_copy" };
         let counts = d.launch_counts(meta);
         let ran: Vec<&str> =
             meta.targets.iter().zip(&counts).filter(|(_, n)| **n > 0).map(|(t, _)| t.schedule).collect();

@@ -8,8 +8,9 @@
 //! more iterations with the tensors' sizes unchanged), each against its CPU
 //! reference on awkward sizes (one and two key blocks, lengths off the
 //! block, s_q ≠ s_k), outputs poisoned first. On compute capability 9.x the
-//! `warp_specialized_loop` variant (its persistent twin is off by default:
-//! `CompileOptions::wsloop_persistent`) is the first
+//! `warp_specialized_loop_persistent` variant (on by default:
+//! `CompileOptions::wsloop_persistent`; the plain `warp_specialized_loop`
+//! when `TILE_SKIP_SCHEDULES` names it) is the first
 //! sm_90a one and is the one that ran (`Device::launch_counts`) at head dim 128 (two consumer
 //! warpgroups, with their ping-pong; with key blocks of 64, `[b, h, s, d]`,
 //! Q·Kᵀ issued one iteration ahead too: `CompileOptions::ping_pong_lookahead`)
@@ -33,23 +34,43 @@ fn gpu() -> Device {
     Device::cuda(0).expect("the gpu tests need an NVIDIA GPU and driver")
 }
 
-/// On 9.x: the first sm_90a variant of `meta` is the warp-specialized loop
-/// (`T + 128` threads, `maps` tensor maps), and only it ran (its persistent
-/// variant is off by default: `CompileOptions::wsloop_persistent`).
-fn ran_wsloop(d: &Device, meta: &'static tile::KernelMeta, maps: usize) {
-    ran_first(d, meta, "warp_specialized_loop", maps);
+/// The schedules `TILE_SKIP_SCHEDULES` names (comma-separated).
+fn skipped() -> Vec<String> {
+    std::env::var("TILE_SKIP_SCHEDULES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
-/// On 9.x: the first sm_90a variant of `meta` is `schedule`'s (with `maps`
-/// tensor maps), and only it ran.
+/// On 9.x: the first sm_90a variant of `meta` that `TILE_SKIP_SCHEDULES`
+/// leaves is the warp-specialized loop's (`T + 128` threads, `maps` tensor
+/// maps): the persistent one where the kernel has it (on by default:
+/// `CompileOptions::wsloop_persistent`), and only it ran.
+fn ran_wsloop(d: &Device, meta: &'static tile::KernelMeta, maps: usize) {
+    let persistent = "warp_specialized_loop_persistent";
+    let has = meta.targets.iter().any(|t| t.schedule == persistent);
+    let skip = skipped();
+    let want = if has && !skip.iter().any(|s| s == persistent) { persistent } else { "warp_specialized_loop" };
+    ran_first(d, meta, want, maps);
+}
+
+/// On 9.x: the first sm_90a variant of `meta` that `TILE_SKIP_SCHEDULES`
+/// leaves is `schedule`'s (with `maps` tensor maps), and only it ran.
 fn ran_first(d: &Device, meta: &'static tile::KernelMeta, schedule: &str, maps: usize) {
     if d.compute_capability().is_none_or(|cc| cc.0 != 9) {
         eprintln!("{}: not a 9.x device, the sm_90a variants are not tried", meta.name);
         return;
     }
     let counts = d.launch_counts(meta);
-    let sm90: Vec<(usize, &tile::KernelTarget)> =
-        meta.targets.iter().enumerate().filter(|(_, t)| t.arch == "sm_90a").collect();
+    let skip = skipped();
+    let sm90: Vec<(usize, &tile::KernelTarget)> = meta
+        .targets
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.arch == "sm_90a" && !skip.iter().any(|s| s == t.schedule))
+        .collect();
     let first = sm90.first().map(|(_, t)| *t);
     assert!(
         first.is_some_and(|t| t.schedule == schedule && t.tensor_maps.len() == maps),

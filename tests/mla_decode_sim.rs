@@ -2,7 +2,8 @@
 //! on the Thread IR simulator (`tile-ir/tests/sim`), no GPU needed: the
 //! device scheduler `mla_metadata` (against the host `schedule`), the paged
 //! split kernel in each of its sm_90a schedules that ran on the H200
-//! (`warp_specialized_loop`, `tma_copy`; races and bounds checked) and the
+//! (`warp_specialized_loop`, `tma_copy`, and the persistent loop over fewer
+//! blocks than tiles; races and bounds checked) and the
 //! combine kernel, chained as `forward` chains them, on a schedule of many
 //! SM parts: a long sequence cut into one-block chunks merged by the
 //! combine, a one-key sequence, an empty one, and most chunks unused
@@ -58,6 +59,12 @@ fn tensor(bytes: Vec<u8>, shape: &[usize], elem: usize) -> SimTensor {
 /// Metadata, split (its `schedule` variant) and combine of `c` on the
 /// simulator, on the inputs of `seed`; checks every row.
 fn run(c: &Case, seed: u64, schedule: &str) {
+    run_on(c, seed, schedule, None)
+}
+
+/// [`run`] with the split kernel launched on `blocks` blocks (a persistent
+/// variant's; `None`: the grid).
+fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
     let st = Device::interpreter().stream().unwrap();
     let mut x = Inputs::<f16>::new(&st, c, seed).unwrap();
     let (b, s_q, h_q) = (c.b(), c.s_q, c.h_q);
@@ -104,7 +111,8 @@ fn run(c: &Case, seed: u64, schedule: &str) {
         tensor(vec![0xFF; prows * 4], &[prows], 4),
     ];
     let scale = (c.scale() * std::f32::consts::LOG2_E).to_bits() as u64;
-    let mut out = sim::run_compiled(split, &k, t, &dims(&k, &dim), &[scale], Default::default()).tensors;
+    let opts = sim::RunOptions { shape: blocks.map(|n| [n, 1, 1]), ..Default::default() };
+    let mut out = sim::run_compiled(split, &k, t, &dims(&k, &dim), &[scale], opts).tensors;
 
     let (k, v) = compiled(&mla::mla_combine::META);
     let t = vec![
@@ -129,6 +137,13 @@ fn many_parts() -> Case {
 #[test]
 fn many_parts_warp_specialized_loop() {
     run(&many_parts(), 13, "warp_specialized_loop");
+}
+
+/// The persistent variant (on by default) over 3 blocks: its dynamic tile
+/// scheduler hands the chunks' tiles out one at a time.
+#[test]
+fn many_parts_warp_specialized_loop_persistent() {
+    run_on(&many_parts(), 13, "warp_specialized_loop_persistent", Some(3));
 }
 
 #[test]

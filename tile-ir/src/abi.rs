@@ -13,6 +13,24 @@
 
 use crate::ir::{BinOp, BufferId, Expr, Extent, Kernel, ParamKind, Stmt, StmtKind, UnOp, Value};
 
+/// The PTX parameter of a variant with a dynamic tile scheduler
+/// ([`takes_tile_counter`]): a `.u64` pointer to a 32-bit global counter,
+/// after the launch ABI's other parameters and before the tensor maps. The
+/// counter must read 0 when the launch starts and belong to that launch
+/// alone while it runs (the runtime keeps one per stream and zeroes it on
+/// that stream before each launch); a null pointer makes the variant take
+/// its tiles by the static stride `ctaid.x + i·nctaid.x`.
+pub const TILE_COUNTER_PARAM: &str = "tile_counter";
+
+/// Whether variants of schedule `schedule` ([`crate::Compiled::schedule`])
+/// take the tile counter [`TILE_COUNTER_PARAM`]: the persistent
+/// warp-specialized loop's, whose producer takes each block's next tile
+/// from it (`nctaid.x + atomicAdd(counter, 1)`, after the block's first,
+/// `ctaid.x`).
+pub fn takes_tile_counter(schedule: &str) -> bool {
+    schedule == crate::schedule::warp_specialized_loop::PERSISTENT_NAME
+}
+
 /// A tensor whose shape disagrees with the kernel's signature.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

@@ -65,12 +65,23 @@ pub struct CompileOptions {
     pub persistent: bool,
     /// Add the warp-specialized loop's persistent variant
     /// (`warp_specialized_loop_persistent`, before the plain one) where that
-    /// schedule applies. **Off by default**: correct on the simulator, but
-    /// on the H200 (session 10, BENCHMARKS.md) the two-warpgroup attention
-    /// kernel at head dim 128 (P·V deferred), the paged two-warpgroup
-    /// kernel and the MLA split kernel hang in it; head dim 64 and the
-    /// pipelined sum pass. Until the cause is found, only the simulator
-    /// tests turn it on.
+    /// schedule applies. On by default. Its blocks take their tiles from a
+    /// dynamic scheduler (a global counter the runtime zeroes per launch,
+    /// `abi::TILE_COUNTER_PARAM`; `TILE_PERSISTENT_STATIC=1` gives the
+    /// static stride `ctaid.x + i·nctaid.x`). Measured on the H200 with the
+    /// static stride (main 331d5ae, TFLOPS, persistent vs plain): attention
+    /// f16 b32 h16 s512 d128 451.6 vs 399.6, b8 h16 s2048 d128 567.7 vs
+    /// 542.2, bf16 b2 h16 s8192 d128 589.7 vs 569.3, MLA f16 b64 h128
+    /// ctx8192 442.0 vs 406.5, b128 h128 s_q2 444.8 vs 396.0, h16 3704 vs
+    /// 3425 GB/s (short or few tiles: +5–13 %); behind where tiles are
+    /// uneven (causal b4 h32 s4096 d128 490.4 vs 521.5, d256 492.3 vs 520.2,
+    /// MLA bf16 b128 h128 s_q1 319.0 vs 334.0: the static stride does not
+    /// balance, which the dynamic scheduler is for) and at long uniform
+    /// d128/d256 (562.5 vs 580.5, 591.9 vs 625.5). Expected with the
+    /// dynamic scheduler: the causal and ragged MLA cases at least level
+    /// with the plain grid (heaviest tiles first, each to the block that
+    /// frees up). `TILE_SKIP_SCHEDULES=warp_specialized_loop_persistent`
+    /// launches the plain variant.
     pub wsloop_persistent: bool,
     /// On sm_90a, issue the pipelined copies that TMA can do as TMA boxes
     /// completing on per-stage mbarriers (`schedule/tma_copy.rs`). The
@@ -143,7 +154,7 @@ impl Default for CompileOptions {
             stage_epilogues: true,
             tma_store: true,
             persistent: true,
-            wsloop_persistent: false,
+            wsloop_persistent: true,
             tma_copies: false,
             ping_pong: true,
             lookahead: true,

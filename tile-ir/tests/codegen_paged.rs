@@ -123,6 +123,7 @@ fn every_schedule_pipelines_the_paged_copies() {
         names,
         [
             (Target::Sm80, "cp_async_pipeline"),
+            (Target::Sm90a, "warp_specialized_loop_persistent"),
             (Target::Sm90a, "warp_specialized_loop"),
             (Target::Sm90a, "tma_copy"),
             (Target::Sm90a, "cp_async_pipeline"),
@@ -134,13 +135,15 @@ fn every_schedule_pipelines_the_paged_copies() {
     // Both origins are the table read, inlined.
     assert_eq!(plan.read_origins.len(), 2);
     let k2 = kernel_2wg();
-    let v2 = compile_variants(&k2, Target::Sm90a, CompileOptions::default()).unwrap();
-    assert_eq!(v2[0].schedule, "warp_specialized_loop", "two warpgroups: the default plan takes it");
+    let o = CompileOptions { wsloop_persistent: false, ..CompileOptions::default() };
+    let v2 = compile_variants(&k2, Target::Sm90a, o).unwrap();
+    assert_eq!(v2[0].schedule, "warp_specialized_loop", "two warpgroups: the plan takes it");
     assert!(v2[0].ptx.contains("bar.arrive"), "the ping-pong");
-    // The persistent variant (off by default: `CompileOptions::wsloop_persistent`) pings and pongs too.
-    let o = CompileOptions { wsloop_persistent: true, ..CompileOptions::default() };
-    let v3 = compile_variants(&k2, Target::Sm90a, o).unwrap();
+    // The persistent variant (`CompileOptions::wsloop_persistent`, the
+    // default) comes first and pings and pongs too.
+    let v3 = compile_variants(&k2, Target::Sm90a, CompileOptions::default()).unwrap();
     assert_eq!(v3[0].schedule, "warp_specialized_loop_persistent");
+    assert_eq!(v3[1].schedule, "warp_specialized_loop");
     assert!(v3[0].ptx.contains("bar.arrive"), "the ping-pong");
     for (t, c) in variants(&k) {
         let what = format!("{} {}", t.name(), c.schedule);

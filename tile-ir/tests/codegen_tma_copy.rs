@@ -220,7 +220,7 @@ fn squeezed_copy_text(rank: usize, dh: i64) -> String {
 fn check_squeezed_copy(rank: usize, dh: i64, outer: &[usize], s: usize, h: usize) -> Compiled {
     let text = squeezed_copy_text(rank, dh);
     let k = parse_kernel(&text).unwrap_or_else(|e| panic!("parse: {e:?}\n{text}"));
-    // With the persistent loop on (off by default), as its variants are compiled here too.
+    // With the persistent loop on (the default), as its variants are compiled here too.
     let v =
         compile_variants(&k, Target::Sm90a, CompileOptions { wsloop_persistent: true, ..CompileOptions::default() })
             .unwrap_or_else(|e| panic!("{e:?}"));

@@ -158,7 +158,8 @@ fn takes_loops_without_gemms_and_producer_lets() {
 /// By default the plan declines one consumer warpgroup whose loop has a
 /// gemm (attention at 128 threads): `tma_copy` is then the first sm_90a
 /// variant; two consumer warpgroups, and one whose loop has no gemm (the
-/// pipelined sum), keep the warp-specialized loop first.
+/// pipelined sum), keep the warp-specialized loop first (its persistent
+/// variant, on by default, then the plain one).
 #[test]
 fn declines_one_consumer_warpgroup_by_default() {
     for (text, threads) in attentions() {
@@ -180,7 +181,12 @@ fn declines_one_consumer_warpgroup_by_default() {
             assert_eq!(names, ["tma_copy", "cp_async_pipeline"], "{}", k.name);
         } else {
             assert!(planned.is_ok(), "{}", k.name);
-            assert_eq!(names, ["warp_specialized_loop", "tma_copy", "cp_async_pipeline"], "{}", k.name);
+            assert_eq!(
+                names,
+                ["warp_specialized_loop_persistent", "warp_specialized_loop", "tma_copy", "cp_async_pipeline"],
+                "{}",
+                k.name
+            );
         }
     }
     let sum = kernel(SUM);
@@ -677,7 +683,9 @@ fn ping_pong_turns_balance() {
         let off = CompileOptions { ping_pong: false, ..opts() };
         let v = compile_variants(&k, Target::Sm90a, off).unwrap();
         let ws: Vec<&Compiled> = v.iter().filter(|c| c.schedule.starts_with("warp_specialized_loop")).collect();
-        assert_eq!(ws[0].schedule, "warp_specialized_loop", "{name}");
+        // The persistent variant (on by default) first, then the plain one.
+        assert_eq!(ws[0].schedule, "warp_specialized_loop_persistent", "{name}");
+        assert_eq!(ws[1].schedule, "warp_specialized_loop", "{name}");
         assert!(ws.iter().all(|c| !c.ptx.contains("bar.arrive")), "{name}: ping_pong off");
         if t == 256 {
             // The barrier simulation can fail: a lost first grant deadlocks.

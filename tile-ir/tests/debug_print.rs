@@ -139,7 +139,7 @@ fn prints_in_the_hopper_schedules() {
     assert!(after != text && inside != text);
     for (text, first) in [(after, "warp_specialized_gemm"), (inside, "warp_specialized_loop_persistent")] {
         let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        // The persistent loop on (off by default), so that its consumers print too.
+        // The persistent loop on (the default), so that its consumers print too.
         let v = compile_variants(
             &k,
             Target::Sm90a,

@@ -193,7 +193,14 @@ fn the_gpu_tests_configurations() {
         let c = variant(&k, "warp_specialized_gemm", CompileOptions::default());
         let p = problem(&cfg, m, n, kk);
         let shape = c.persistent.then_some([2, 1, 1]);
-        let out = sim::run_function(&c.function, &k, p.tensors.clone(), &p.dims, &[], RunOptions { shape, seed: None });
+        let out = sim::run_function(
+            &c.function,
+            &k,
+            p.tensors.clone(),
+            &p.dims,
+            &[],
+            RunOptions { shape, ..RunOptions::default() },
+        );
         p.check(&out.tensors, &format!("{cfg:?}"));
     }
 }
@@ -221,7 +228,7 @@ fn remove(body: &mut Vec<Stmt>, in_uniform_loop: bool, drop: &dyn Fn(&Inst, bool
 /// Runs `f` expecting a failure; its message.
 fn failure(f: &Function, k: &Kernel, p: &Problem, shape: Option<[u32; 3]>, seed: Option<u64>) -> String {
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        sim::run_function(f, k, p.tensors.clone(), &p.dims, &[], RunOptions { shape, seed });
+        sim::run_function(f, k, p.tensors.clone(), &p.dims, &[], RunOptions { shape, seed, ..RunOptions::default() });
     }));
     let e = run.expect_err("the planted bug ran without complaint");
     e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()

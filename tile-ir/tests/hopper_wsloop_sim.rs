@@ -188,7 +188,7 @@ fn planted_bugs_are_caught() {
 #[test]
 fn ping_pong_with_lookahead_on_the_simulator() {
     // Issuing ahead applies where the last gemm is not deferred.
-    // The persistent loop on (off by default): its variant comes first, the plain one second.
+    // The persistent loop on (the default): its variant comes first, the plain one second.
     let on = CompileOptions {
         ping_pong_lookahead: true,
         defer_last_gemm: false,

@@ -248,7 +248,7 @@ impl Device {
             DeviceKind::Interpreter => None,
             DeviceKind::Cuda(d) => Some(d.stream.clone()),
         };
-        Ok(Stream { device: self.clone(), cuda })
+        Ok(Stream { device: self.clone(), cuda, tile_counter: TileCounter::default() })
     }
 
     /// A new stream of its own on this device (`cuStreamCreate`,
@@ -263,7 +263,7 @@ impl Device {
                 Some(guarded("cuStreamCreate", || d.ctx.new_stream().map_err(driver_err("cuStreamCreate")))?)
             }
         };
-        Ok(Stream { device: self.clone(), cuda })
+        Ok(Stream { device: self.clone(), cuda, tile_counter: TileCounter::default() })
     }
 
     /// The cudarc context of a GPU device (for calling other CUDA libraries, e.g. cuBLAS).
@@ -295,7 +295,18 @@ pub struct Stream {
     pub(crate) device: Device,
     /// The CUDA stream (`None` on the interpreter).
     pub(crate) cuda: Option<Arc<CudaStream>>,
+    /// The tile counter of the dynamic tile scheduler
+    /// (`tile_ir::abi::TILE_COUNTER_PARAM`): a 4-byte device word, made at
+    /// the first launch that needs it and zeroed on this stream before each
+    /// such launch; held (locked) from that zeroing until the launch is
+    /// issued, so that launches on this stream never share one (stream order
+    /// runs them one after the other) and other streams have their own.
+    pub(crate) tile_counter: TileCounter,
 }
+
+/// A stream's tile counter ([`Stream::tile_counter`]): shared by the
+/// stream's clones, which are the same stream.
+pub(crate) type TileCounter = Arc<std::sync::Mutex<Option<cudarc::driver::CudaSlice<u32>>>>;
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -57,7 +57,11 @@ impl Stream {
     /// [`Error::DeviceMismatch`].
     pub fn from_cudarc(stream: Arc<CudaStream>) -> Result<Stream> {
         let dev = device_of(stream.context(), "the cudarc stream")?;
-        Ok(Stream { device: Device { kind: DeviceKind::Cuda(dev) }, cuda: Some(stream) })
+        Ok(Stream {
+            device: Device { kind: DeviceKind::Cuda(dev) },
+            cuda: Some(stream),
+            tile_counter: crate::device::TileCounter::default(),
+        })
     }
 }
 

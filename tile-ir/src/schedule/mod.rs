@@ -315,7 +315,7 @@ mod tests {
         }
         assert_eq!(
             describe_decisions(&k, Target::Sm90a, CompileOptions::default()),
-            "warp_specialized_gemm: applies\nwarp_specialized_loop_persistent: not applicable: `CompileOptions::wsloop_persistent` is off (the default: the variant hangs on the H200 for some kernels)\nwarp_specialized_loop: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\ntma_copy: applies\ncp_async_pipeline: applies\ngeneral: applies\n"
+            "warp_specialized_gemm: applies\nwarp_specialized_loop_persistent: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\nwarp_specialized_loop: not applicable: the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)\ntma_copy: applies\ncp_async_pipeline: applies\ngeneral: applies\n"
         );
     }
 

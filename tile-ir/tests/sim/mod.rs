@@ -135,16 +135,22 @@ pub fn launch_shaped<'f>(
     scalars: &[u64],
     shape: [u32; 3],
 ) -> Sim<'f> {
-    let mut sm = Sim::new(f, tensors, plain_params(f, 0, dims, scalars));
+    let mut sm = Sim::new(f, tensors, plain_params(f, 0, dims, scalars, 0));
     sm.run_grid(shape);
     sm
 }
 
 /// The parameter values of `f`'s non-tensor-map parameters: `nt` tensors
 /// (`GBASE + i * 2^32`; `nt` = 0: as many as there are parameters before
-/// the dims and scalars), then `dims`, then `scalars`.
-fn plain_params(f: &Function, nt: usize, dims: &[i64], scalars: &[u64]) -> HashMap<String, u64> {
-    let plain: Vec<&String> = f.params.iter().filter(|(_, ty)| *ty != TENSOR_MAP_PARAM).map(|(n, _)| n).collect();
+/// the dims and scalars), then `dims`, then `scalars`; a tile counter
+/// (`abi::TILE_COUNTER_PARAM`) gets `counter` (0: null, the static stride).
+fn plain_params(f: &Function, nt: usize, dims: &[i64], scalars: &[u64], counter: u64) -> HashMap<String, u64> {
+    let plain: Vec<&String> = f
+        .params
+        .iter()
+        .filter(|(n, ty)| *ty != TENSOR_MAP_PARAM && n != tile_ir::abi::TILE_COUNTER_PARAM)
+        .map(|(n, _)| n)
+        .collect();
     let nt = if nt == 0 { plain.len() - dims.len() - scalars.len() } else { nt };
     let mut params = HashMap::new();
     for (i, name) in plain.into_iter().enumerate() {
@@ -157,7 +163,15 @@ fn plain_params(f: &Function, nt: usize, dims: &[i64], scalars: &[u64]) -> HashM
         };
         params.insert(name.clone(), val);
     }
+    if f.params.iter().any(|(n, _)| n == tile_ir::abi::TILE_COUNTER_PARAM) {
+        params.insert(tile_ir::abi::TILE_COUNTER_PARAM.to_string(), counter);
+    }
     params
+}
+
+/// Whether `f` takes a tile counter (`abi::TILE_COUNTER_PARAM`).
+pub fn takes_tile_counter(f: &Function) -> bool {
+    f.params.iter().any(|(n, _)| n == tile_ir::abi::TILE_COUNTER_PARAM)
 }
 
 /// A tensor argument of [`run_compiled`]: its bytes (dense row-major), its
@@ -176,6 +190,13 @@ pub struct RunOptions {
     pub shape: Option<[u32; 3]>,
     /// The scheduling seed ([`Sim::seed`]; default: run each warp until it blocks).
     pub seed: Option<u64>,
+    /// A variant with a tile counter (`abi::TILE_COUNTER_PARAM`): pass a
+    /// null one (the static stride) rather than a counter in a global word
+    /// of its own after the tensors (`Sim::tensors`' last).
+    pub static_tiles: bool,
+    /// That counter's value at the launch (0 but for planted bugs: a
+    /// counter nobody reset).
+    pub counter_start: u32,
 }
 
 /// Runs the compiled variant `c` of `k` (see the module doc).
@@ -200,9 +221,15 @@ pub fn run_function<'f>(
     scalars: &[u64],
     opts: RunOptions,
 ) -> Sim<'f> {
-    let params = plain_params(f, tensors.len(), dims, scalars);
+    let dynamic = takes_tile_counter(f) && !opts.static_tiles;
+    let counter = if dynamic { GBASE + ((tensors.len() as u64) << 32) } else { 0 };
+    let params = plain_params(f, tensors.len(), dims, scalars, counter);
     let shapes: Vec<(Vec<usize>, usize)> = tensors.iter().map(|t| (t.shape.clone(), t.elem)).collect();
-    let mut sm = Sim::new(f, tensors.into_iter().map(|t| t.bytes).collect(), params);
+    let mut bytes: Vec<Vec<u8>> = tensors.into_iter().map(|t| t.bytes).collect();
+    if dynamic {
+        bytes.push(opts.counter_start.to_le_bytes().to_vec());
+    }
+    let mut sm = Sim::new(f, bytes, params);
     sm.seed = opts.seed;
     for tm in &f.tensor_maps {
         let (shape, elem) = &shapes[tm.tensor];
@@ -242,9 +269,21 @@ pub fn run_interleavings(
     scalars: &[u64],
     shape: Option<[u32; 3]>,
 ) -> Vec<Vec<u8>> {
-    let first = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { shape, seed: None }).tensors;
+    run_interleavings_with(f, k, tensors, dims, scalars, RunOptions { shape, ..RunOptions::default() })
+}
+
+/// [`run_interleavings`] with `opts` (its seed ignored).
+pub fn run_interleavings_with(
+    f: &Function,
+    k: &tile_ir::Kernel,
+    tensors: Vec<SimTensor>,
+    dims: &[i64],
+    scalars: &[u64],
+    opts: RunOptions,
+) -> Vec<Vec<u8>> {
+    let first = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { seed: None, ..opts }).tensors;
     for seed in [1, 0xC0FFEE, 77] {
-        let again = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { shape, seed: Some(seed) }).tensors;
+        let again = run_function(f, k, tensors.clone(), dims, scalars, RunOptions { seed: Some(seed), ..opts }).tensors;
         assert!(again == first, "seed {seed} gives other results than the default interleaving");
     }
     first

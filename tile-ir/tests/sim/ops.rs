@@ -55,6 +55,7 @@ pub fn eval_op(op: &str, a: &[u64]) -> u64 {
                 "s32" => cmp(c, s32(a[0]), s32(a[1])),
                 "u32" => cmp(c, u32v(a[0]), u32v(a[1])),
                 "s64" => cmp(c, a[0] as i64, a[1] as i64),
+                "u64" => cmp(c, a[0], a[1]),
                 _ => panic!("setp {op}"),
             }) as u64
         }

@@ -242,7 +242,7 @@ pub(super) fn bind_dims(k: &Kernel, args: &[KernelArg<'_>]) -> Result<Vec<i64>> 
 pub(super) struct ParamSlot([u8; 8]);
 
 impl ParamSlot {
-    fn new(bytes: &[u8]) -> ParamSlot {
+    pub(super) fn new(bytes: &[u8]) -> ParamSlot {
         let mut slot = [0u8; 8];
         slot[..bytes.len()].copy_from_slice(bytes);
         ParamSlot(slot)

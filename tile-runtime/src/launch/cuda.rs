@@ -25,7 +25,7 @@ use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cudarc::driver::safe::CudaStream;
+use cudarc::driver::safe::{CudaStream, DevicePtrMut};
 use cudarc::driver::{result, sys};
 use tile_ir::{DType, Kernel};
 
@@ -287,9 +287,18 @@ fn load_kernel(dev: &CudaDevice, meta: &'static KernelMeta, target: &KernelTarge
     Ok(loaded)
 }
 
+/// Whether `TILE_PERSISTENT_STATIC` asks for the static tile stride (a
+/// non-empty value other than `0`): the dynamic tile scheduler's variants
+/// get a null counter (to compare the two in one run).
+fn static_tiles_requested() -> bool {
+    std::env::var("TILE_PERSISTENT_STATIC").is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(super) fn launch_cuda(
     dev: &Arc<CudaDevice>,
     stream: &Arc<CudaStream>,
+    tile_counter: &crate::device::TileCounter,
     meta: &'static KernelMeta,
     k: &Kernel,
     args: &mut [KernelArg<'_>],
@@ -353,6 +362,32 @@ pub(super) fn launch_cuda(
         maps.push(map);
     }
     check_grid(grid, &dev.limits, &dev.name).map_err(launch_err)?;
+    // The dynamic tile scheduler's counter (`tile_ir::abi::TILE_COUNTER_PARAM`,
+    // after the other parameters): the stream's, zeroed on the stream right
+    // before the launch and locked until it is issued; null under
+    // TILE_PERSISTENT_STATIC.
+    let takes_counter = tile_ir::abi::takes_tile_counter(target.schedule);
+    let mut counter_lock =
+        (takes_counter && !static_tiles_requested()).then(|| tile_counter.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut _counter_use = None;
+    if takes_counter {
+        let mut address = 0u64;
+        if let Some(held) = counter_lock.as_mut() {
+            if held.is_none() {
+                let fresh = stream.alloc_zeros::<u32>(1).map_err(driver_err("cuMemAllocAsync (tile counter)"))?;
+                **held = Some(fresh);
+            }
+            if let Some(slice) = held.as_mut() {
+                stream.memset_zeros(slice).map_err(driver_err("cuMemsetD8Async (tile counter)"))?;
+                // The guard records the kernel's use of the counter when
+                // dropped, after the launch below.
+                let (ptr, used) = slice.device_ptr_mut(stream);
+                address = ptr;
+                _counter_use = Some(used);
+            }
+        }
+        slots.push(super::args::ParamSlot::new(&address.to_le_bytes()));
+    }
     let mut pointers = param_pointers(&mut slots, &maps);
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
     let launched = match cluster {
@@ -398,6 +433,8 @@ pub(super) fn launch_cuda(
                 .map_err(|e| launch_err(format!("cuLaunchKernelEx (cluster {cluster:?}) failed: {}", describe(e))))
         }),
     };
+    drop(_counter_use);
+    drop(counter_lock);
     if launched.is_ok() {
         loaded.launches.fetch_add(1, Ordering::Relaxed);
     }

@@ -66,7 +66,7 @@ pub fn launch(stream: &Stream, meta: &'static KernelMeta, args: &mut [KernelArg<
         DeviceKind::Interpreter => interp::launch_interpreter(k, args, &dims, grid),
         DeviceKind::Cuda(dev) => {
             let on = stream.cuda.as_ref().ok_or_else(|| Error::DeviceMismatch("the stream".into()))?;
-            cuda::launch_cuda(dev, on, meta, k, args, &dims, grid)
+            cuda::launch_cuda(dev, on, &stream.tile_counter, meta, k, args, &dims, grid)
         }
     }
 }

@@ -261,6 +261,14 @@ impl WslLowering {
         self.pre_bar() + 8
     }
 
+    /// The persistent variant's shared word the producer hands the next
+    /// tile's index over in (−1: no more tiles), after
+    /// [`WslLowering::pre_empty_bar`]; written after `pre_empty`'s wait,
+    /// published by the arrival on `pre`.
+    pub(super) fn tile_slot(&self) -> i64 {
+        self.pre_bar() + 16
+    }
+
     /// Whether the producer issues copies before its loop.
     pub(super) fn has_pre_copies(&self) -> bool {
         !self.pre.borrow().is_empty()
@@ -289,6 +297,11 @@ impl Lx<'_> {
             self.errors.push(self.err("internal: the warp-specialized loop is not a loop"));
             return;
         };
+        if ws.persistent {
+            // The tile counter (`abi::TILE_COUNTER_PARAM`), after the
+            // launch ABI's parameters, before the tensor maps.
+            self.f.params.push((crate::abi::TILE_COUNTER_PARAM.to_string(), ".u64"));
+        }
         for &i in &ws.copies {
             let StmtKind::Copy { src, dst, fill, cache } = &body[i].kind else { continue };
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
@@ -332,7 +345,8 @@ impl Lx<'_> {
     /// buffers, then the pre-loop copies'.
     pub(super) fn wsl_barriers(&mut self, wl: &WslLowering) {
         let rings = wl.copies.borrow().len().max(1) as i64;
-        let pre_empty = if wl.plan.persistent { 8 } else { 0 };
+        // The persistent variant: `pre_empty` and the tile slot.
+        let pre_empty = if wl.plan.persistent { 16 } else { 0 };
         let bars = self.alloc_smem(16 * wl.plan.stages as i64 * rings + 8 + pre_empty);
         wl.bars.set(bars);
         // The per-piece barriers, in a region of their own after those (so
@@ -357,13 +371,15 @@ impl Lx<'_> {
         if !wl.pre.borrow().iter().any(|c| std::ptr::eq(s, &k.body[c.index])) {
             return None;
         }
+        if wl.tile.get().is_some() {
+            // The persistent variant: the consumers waited for this phase
+            // of `pre` when they took the tile (`persistent.rs`).
+            return Some(Ok(()));
+        }
         let bar = wl.pre_bar();
         let smem = self.smem;
-        // Its only phase, or the persistent variant's tile `i`'s: `i & 1`.
-        let parity = match wl.tile.get() {
-            Some(i) => self.op("and.b32", RegClass::B32, vec![i.into(), Operand::Imm(1)]).into(),
-            None => Operand::Imm(0),
-        };
+        // Its only phase.
+        let parity = Operand::Imm(0);
         let p = self.new_reg(RegClass::Pred);
         self.emit(Inst::MbarWait { addr: Address { base: smem.into(), offset: bar }, parity, pred: p });
         Some(Ok(()))
@@ -395,7 +411,7 @@ impl Lx<'_> {
                     x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: at }, count: Operand::Imm(1) });
                 }
             }
-            if !wl.pre.borrow().is_empty() {
+            if !wl.pre.borrow().is_empty() || ws.persistent {
                 let at = Address { base: smem.into(), offset: wl.pre_bar() };
                 x.emit(Inst::MbarInit { addr: at, count: Operand::Imm(1) });
                 if ws.persistent {

@@ -215,9 +215,7 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
 /// `ctaid.x, ctaid.x + nctaid.x, ...` below their count.
 pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<WslPlan, NotApplicable> {
     if !options.wsloop_persistent {
-        return Err(NotApplicable::new(
-            "`CompileOptions::wsloop_persistent` is off (the default: the variant hangs on the H200 for some kernels)",
-        ));
+        return Err(NotApplicable::new("`CompileOptions::wsloop_persistent` is off"));
     }
     let mut p = plan(kernel, target, options)?;
     // Its thread also keeps the tile loop (the count, the stride, the tile,
@@ -241,8 +239,49 @@ pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions)
     if !kernel.vars.iter().any(|v| matches!(v.kind, VarKind::BlockIdx(_))) {
         return Err(NotApplicable::new("the kernel reads no block index: there are no tiles to loop over"));
     }
+    let words = fragment_words(kernel, p.consumer_threads);
+    if words > PERSISTENT_FRAGMENT_WORDS {
+        return Err(NotApplicable::new(format!(
+            "its fragments hold {words} registers per consumer thread, more than {PERSISTENT_FRAGMENT_WORDS}: in the \
+             persistent variant's {} (the plain variant's {}) they spill (attention at head dim 256: 52 bytes), and \
+             the plain variant was faster on the H200 (d256 b2 h16 s4096: 625.5 vs 591.9 TFLOPS, causal 520.2 vs 492.3)",
+            p.consumer_regs, split_consumer_regs(target, p.consumer_threads)
+        )));
+    }
     Ok(WslPlan { persistent: true, ..p })
 }
+
+/// The plain variant's consumer registers ([`plan`]'s split), for messages.
+fn split_consumer_regs(target: Target, threads: u32) -> u32 {
+    target.info().registers.split.as_ref().map_or(0, |s| {
+        target.info().consumer_regs_after(s.producer, threads, 1).unwrap_or(s.consumer_max).min(s.consumer_max)
+    })
+}
+
+/// The 32-bit registers per consumer thread that the kernel's fragments
+/// hold, each spread evenly over the `threads` consumers (16-bit elements
+/// two to a register, each buffer rounded up): attention at head dim 256
+/// (128-row query blocks, key blocks of 64, two consumer warpgroups) 245,
+/// head dim 128 with key blocks of 128 197, MLA's split kernel 149.
+fn fragment_words(kernel: &Kernel, threads: u32) -> u64 {
+    kernel
+        .buffers
+        .iter()
+        .filter(|b| b.scope == crate::ir::Scope::Fragment)
+        .map(|b| {
+            let elems: u64 =
+                b.shape.iter().map(|e| if let crate::ir::Extent::Const(n) = e { *n as u64 } else { 1 }).product();
+            (elems * b.dtype.size_bytes() as u64).div_ceil(4 * threads.max(1) as u64)
+        })
+        .sum()
+}
+
+/// The most fragment registers per consumer thread
+/// ([`fragment_words`]) of a kernel the persistent variant takes: its
+/// consumers get 232 registers (the tile loop's producer keeps 32), the
+/// plain variant's 240; above this the accumulators, the scores and the
+/// converted output no longer fit beside the addresses and the loop state.
+const PERSISTENT_FRAGMENT_WORDS: u64 = 224;
 
 /// Registers the persistent variant's producer warpgroup keeps (see
 /// [`plan_persistent`]).
