@@ -24,83 +24,9 @@ use tile_ir::print::parse_kernel;
 use tile_ir::*;
 
 /// FlashAttention forward as `examples/kernels/flash_attention.rs`'s
-/// `[b, h, s, d]` kernel lowers it (f16, `causal` a scalar).
+/// `[b, h, s, d]` kernel lowers it (f16, `causal` a scalar): the testkit's text.
 fn attention_text(d: i64, bm: i64, bn: i64, threads: u32) -> String {
-    let (bm1, bn1) = (bm - 1, bn - 1);
-    format!(
-        "kernel attention_causal_d{d}_{bm}x{bn}_t{threads}<%0 B, %1 H, %2 SQ, %3 SK>(@0 q: &f16[B, H, SQ, {d}], @1 k: &f16[B, H, SK, {d}], @2 v: &f16[B, H, SK, {d}], @3 o: &mut f16[B, H, SQ, {d}], @4 lse: &mut f32[B, H, SQ], %4 scale: f32, %5 causal: i32) threads={threads} grid=((SQ + {bm1}) / {bm}, H, B) {{
-  %6 bxl = block_idx.x
-  %7 hy = block_idx.y
-  %8 bz = block_idx.z
-  @5 q_s: shared f16[{bm}, {d}]
-  @6 k_s: shared f16[{bn}, {d}]
-  @7 v_s: shared f16[{bn}, {d}]
-  @8 s: fragment f32[{bm}, {bn}]
-  @9 p: fragment f16[{bm}, {bn}]
-  @10 acc: fragment f32[{bm}, {d}]
-  @11 o_r: fragment f16[{bm}, {d}]
-  @12 m: fragment f32[{bm}]
-  @13 m_s: fragment f32[{bm}]
-  @14 alpha: fragment f32[{bm}]
-  @15 l: fragment f32[{bm}]
-  @16 row_sum: fragment f32[{bm}]
-  let %9 bx: i32 = (SQ + {bm1}) / {bm} - 1 - bxl
-  let %10 diag: i32 = SK - SQ
-  let %11 last: i32 = (bx + 1) * {bm} + diag
-  let %12 kv_blocks: i32 = select(causal != 0, max(0, min((SK + {bn1}) / {bn}, (last + {bn1}) / {bn})), (SK + {bn1}) / {bn})
-  copy q[bz, hy, bx * {bm}.., 0..] -> q_s
-  fill acc, 0.0
-  fill l, 0.0
-  fill m, -inf
-  for %13 kb in pipelined(2) 0..kv_blocks {{
-    copy k[bz, hy, kb * {bn}.., 0..] -> k_s
-    copy v[bz, hy, kb * {bn}.., 0..] -> v_s
-    gemm q_s, k_s.t -> s, clear, policy=full_row
-    if ((kb + 1) * {bn} > SK) | ((causal != 0) & ((kb + 1) * {bn} > bx * {bm} + diag + 1)) {{
-      for %14 i in parallel 0..{bm} {{
-        for %15 j in parallel 0..{bn} {{
-          if (kb * {bn} + %15 >= SK) | ((causal != 0) & (kb * {bn} + %15 > bx * {bm} + %14 + diag)) {{
-            s[%14, %15] = -inf
-          }}
-        }}
-      }}
-    }}
-    copy m -> alpha
-    reduce.max s -> m, dim=1, keep
-    for %16 i in parallel 0..{bm} {{
-      m_s[%16] = select(m[%16] == -inf, 0.0, m[%16] * scale)
-      alpha[%16] = exp2(alpha[%16] * scale - m_s[%16])
-    }}
-    for %17 i in parallel 0..{bm} {{
-      for %18 j in parallel 0..{bn} {{
-        s[%17, %18] = exp2(s[%17, %18] * scale - m_s[%17])
-      }}
-    }}
-    reduce.sum s -> row_sum, dim=1
-    for %19 i in parallel 0..{bm} {{
-      l[%19] = l[%19] * alpha[%19] + row_sum[%19]
-    }}
-    for %20 i in parallel 0..{bm} {{
-      for %21 j in parallel 0..{d} {{
-        acc[%20, %21] = acc[%20, %21] * alpha[%20]
-      }}
-    }}
-    copy s -> p
-    gemm p, v_s -> acc, policy=full_row
-  }}
-  for %22 i in parallel 0..{bm} {{
-    alpha[%22] = select(l[%22] == 0.0, 0.0, 1.0 / l[%22])
-    m_s[%22] = select(l[%22] == 0.0, -inf, (m[%22] * scale + log2(l[%22])) * 0.6931472)
-  }}
-  for %23 i in parallel 0..{bm} {{
-    for %24 j in parallel 0..{d} {{
-      o_r[%23, %24] = (acc[%23, %24] * alpha[%23]) as f16
-    }}
-  }}
-  copy o_r -> o[bz, hy, bx * {bm}.., 0..]
-  copy m_s -> lse[bz, hy, bx * {bm}..]
-}}"
-    )
+    tile_testkit::attention_causal_text(tile_testkit::Layout4d::Bhsd, d, bm, bn, threads)
 }
 
 /// One shape: batches, heads, query and key lengths, causal.
