@@ -9,7 +9,8 @@
 //!                     ..) against the CPU f64 reference: moderate sizes on a
 //!                     GPU, small ones in the interpreter
 //!   --bench [SET]     time split + combine (and the scheduler apart) on the
-//!                     shapes of SET (acceptance, sweep or all: the default),
+//!                     shapes of SET (acceptance, sweep or all: the default;
+//!                     or specs dtype:b:h_q:s_q:ctx:lengths separated by commas),
 //!                     with a sampled check of each, beside the copy bandwidth
 //!                     of a DSL copy kernel measured in the same run;
 //!       --peers CSV   peer timings (scripts/mla_peers.py: FlashMLA if it is
@@ -17,6 +18,8 @@
 //!       --csv PATH    write the table (ours and the peers) as CSV
 //!       --plot PATH   plot TFLOPS against context (SVG), one line per
 //!                     batch and dtype (h_q 128, s_q 1, uniform lengths)
+//!       MLA_CHUNK_ORDER=batch  run the chunks in batch order instead of
+//!                     longest first (to compare the two)
 //!   --replot CSV SVG  plot a CSV written by --csv again (no GPU needed)
 //!   --list-shapes [SET]  print the shapes of SET, one spec a line
 //!                     (dtype:b:h_q:s_q:ctx:lengths, lengths uniform|ragged)
@@ -148,7 +151,10 @@ fn shapes(set: &str) -> Res<Vec<Shape>> {
         }
     }
     if !matches!(set, "acceptance" | "sweep" | "all") {
-        return Err(format!("unknown shape set `{set}`: acceptance, sweep or all").into());
+        // A list of specs: `f16:128:128:1:8192:uniform,bf16:..`.
+        return set.split(',').map(Shape::parse).collect::<Res<Vec<_>>>().map_err(|e| {
+            format!("unknown shape set `{set}` ({e}): acceptance, sweep, all, or specs separated by commas").into()
+        });
     }
     Ok(out)
 }
@@ -251,6 +257,9 @@ struct Measured {
 fn bench_ours<T: MlaElement>(device: &Device, stream: &Stream, s: &Shape, sms: usize) -> Res<Measured> {
     let c = s.case(sms);
     let mut x = Inputs::<T>::hashed(stream, &c, 7)?;
+    if std::env::var("MLA_CHUNK_ORDER").as_deref() == Ok("batch") {
+        x.metadata = kernels::Metadata::compute_in(stream, &x.seqlens, c.num_parts, kernels::ChunkOrder::Batch)?;
+    }
     x.run(stream, &c, Tiles::Auto)?;
     let rows = [(0, 0, 0), (c.b() / 2, c.s_q - 1, c.h_q / 3), (c.b() - 1, c.s_q - 1, c.h_q - 1)];
     x.check(stream, &c, Some(&rows), tol::<T>())?;

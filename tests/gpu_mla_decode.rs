@@ -130,6 +130,9 @@ fn empty_splits() {
         x.metadata = Metadata {
             chunks: DeviceTensor::from_slice(&st, chunks.as_flattened(), &[4, 4]).unwrap(),
             chunk_begin: DeviceTensor::from_slice(&st, &[0, 3, 4], &[3]).unwrap(),
+            // Any permutation of the chunks computes the same.
+            order: DeviceTensor::from_slice(&st, &[2, 0, 3, 1], &[4]).unwrap(),
+            chunk_order: mla::ChunkOrder::LongestFirst,
             batch: 2,
             num_parts: 2,
         };
@@ -166,6 +169,7 @@ fn scheduler_matches_the_host() {
         let (chunks, begin) = mla::schedule(&seqlens, parts);
         assert_eq!(m.chunks.to_vec(&st).unwrap(), chunks.iter().flatten().copied().collect::<Vec<_>>(), "b {b}");
         assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "b {b}");
+        assert!(m.order.to_vec(&st).unwrap() == mla::tile_order(&chunks), "b {b}: order");
     }
 }
 

@@ -86,6 +86,9 @@ fn empty_splits() {
     x.metadata = Metadata {
         chunks: DeviceTensor::from_slice(&st, chunks.as_flattened(), &[4, 4]).unwrap(),
         chunk_begin: DeviceTensor::from_slice(&st, &[0, 3, 4], &[3]).unwrap(),
+        // Any permutation of the chunks computes the same.
+        order: DeviceTensor::from_slice(&st, &[2, 0, 3, 1], &[4]).unwrap(),
+        chunk_order: mla::ChunkOrder::LongestFirst,
         batch: 2,
         num_parts: 2,
     };
@@ -139,11 +142,45 @@ fn scheduler() {
             let got: Vec<i32> = m.chunks.to_vec(&st).unwrap();
             assert_eq!(got, chunks.iter().flatten().copied().collect::<Vec<_>>(), "{c:?}");
             assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "{c:?}");
+            assert_eq!(m.order.to_vec(&st).unwrap(), mla::tile_order(&chunks), "{c:?}");
         }
     }
     // A long request among short ones is cut so that the parts balance.
     let (chunks, _) = mla::schedule(&[4096, 64, 64, 64], 4);
     assert!(chunks.iter().filter(|ch| ch[0] == 0).count() >= 3, "{chunks:?}");
+}
+
+/// The order the split kernel runs the chunks in: a permutation, the used
+/// chunks by key blocks longest first (ties in chunk order), the unused
+/// rows last; `ChunkOrder::Batch` on the device is the identity.
+#[test]
+fn tile_order_is_longest_first() {
+    let mut rng = common::Rng::new(23);
+    for case in 0..100 {
+        let b = 1 + (rng.next_u64() % 40) as usize;
+        let parts = 1 + (rng.next_u64() % 20) as usize;
+        let seqlens: Vec<i32> = (0..b).map(|_| (rng.next_u64() % 3000) as i32 - 100).collect();
+        let (chunks, begin) = mla::schedule(&seqlens, parts);
+        let order = mla::tile_order(&chunks);
+        let mut seen = order.clone();
+        seen.sort();
+        assert_eq!(seen, (0..chunks.len() as i32).collect::<Vec<_>>(), "case {case}: not a permutation");
+        let used = begin[b];
+        let key = |r: i32| {
+            let c = chunks[r as usize];
+            (if r < used { c[2] - c[1] } else { -1 }, -r)
+        };
+        for w in order.windows(2) {
+            assert!(key(w[0]) > key(w[1]), "case {case}: {order:?} of {chunks:?}");
+        }
+    }
+    let st = st();
+    let seqlens = [4096, 64, 0, 700];
+    let d = DeviceTensor::from_slice(&st, &seqlens, &[4]).unwrap();
+    let m = Metadata::compute_in(&st, &d, 3, mla::ChunkOrder::Batch).unwrap();
+    assert_eq!(m.order.to_vec(&st).unwrap(), (0..7).collect::<Vec<i32>>());
+    let m = Metadata::compute(&st, &d, 3).unwrap();
+    assert_eq!(m.order.to_vec(&st).unwrap(), mla::tile_order(&mla::schedule(&seqlens, 3).0));
 }
 
 /// The device scheduler against the host's `schedule` at awkward batch
@@ -177,6 +214,7 @@ fn scheduler_on_awkward_batches() {
                 let want: Vec<i32> = chunks.iter().flatten().copied().collect();
                 assert!(got == want, "b {b}, {parts} parts, mix {mix}: chunks differ from the host's");
                 assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "b {b}, {parts} parts, mix {mix}");
+                assert!(m.order.to_vec(&st).unwrap() == mla::tile_order(&chunks), "b {b}, {parts} parts, mix {mix}: order");
                 n += 1;
             }
         }
@@ -194,6 +232,7 @@ fn scheduler_on_awkward_batches() {
                 "{s} × {b}"
             );
             assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "{s} × {b}");
+            assert_eq!(m.order.to_vec(&st).unwrap(), mla::tile_order(&chunks), "{s} × {b}");
         }
     }
 }

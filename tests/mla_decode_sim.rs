@@ -90,12 +90,15 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
         tensor(seqlens.clone(), &[b], 4),
         tensor(vec![0xAB; nc * 16], &[nc, 4], 4),
         tensor(vec![0xAB; (b + 1) * 4], &[b + 1], 4),
+        tensor(vec![0xAB; nc * 4], &[nc], 4),
     ];
-    let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[], Default::default()).tensors;
+    let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[1], Default::default()).tensors;
     let (chunks, begin) = (from_bytes(&out[1], i32::from_le_bytes), from_bytes(&out[2], i32::from_le_bytes));
+    let order = from_bytes(&out[3], i32::from_le_bytes);
     let (host_chunks, host_begin) = mla::schedule(&c.seqlens, c.num_parts);
     assert_eq!(chunks, host_chunks.iter().flatten().copied().collect::<Vec<_>>(), "{c:?}: device chunks");
     assert_eq!(begin, host_begin, "{c:?}: device chunk_begin");
+    assert_eq!(order, mla::tile_order(&host_chunks), "{c:?}: device order");
 
     let (k, v) = compiled(mla::mla_split_paged_sm90::meta::<f16, 256, 2>());
     let split = v.iter().find(|v| v.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
@@ -107,6 +110,7 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
         tensor(i32_bytes(&table), &[b, maxb], 4),
         tensor(seqlens, &[b], 4),
         tensor(i32_bytes(&chunks), &[nc, 4], 4),
+        tensor(i32_bytes(&order), &[nc], 4),
         tensor(vec![0xFF; prows * 512 * 4], &[prows, 512], 4),
         tensor(vec![0xFF; prows * 4], &[prows], 4),
     ];
@@ -116,8 +120,8 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
 
     let (k, v) = compiled(&mla::mla_combine::META);
     let t = vec![
-        tensor(std::mem::take(&mut out[5]), &[prows, 512], 4),
-        tensor(std::mem::take(&mut out[6]), &[prows], 4),
+        tensor(std::mem::take(&mut out[6]), &[prows, 512], 4),
+        tensor(std::mem::take(&mut out[7]), &[prows], 4),
         tensor(i32_bytes(&begin), &[b + 1], 4),
         tensor(vec![0xFF; b * s_q * h_q * 512 * 4], &[b, s_q, h_q, 512], 4),
         tensor(vec![0xFF; b * h_q * s_q * 4], &[b, h_q, s_q], 4),
@@ -172,12 +176,14 @@ fn metadata_at_awkward_sizes() {
             tensor(i32_bytes(&seqlens), &[b], 4),
             tensor(vec![0xAB; nc * 16], &[nc, 4], 4),
             tensor(vec![0xAB; (b + 1) * 4], &[b + 1], 4),
+            tensor(vec![0xAB; nc * 4], &[nc], 4),
         ];
         let opts = sim::RunOptions { seed: Some(b as u64), ..Default::default() };
-        let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[], opts).tensors;
+        let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[1], opts).tensors;
         let (host_chunks, host_begin) = mla::schedule(&seqlens, parts);
         let chunks = from_bytes(&out[1], i32::from_le_bytes);
         assert!(chunks == host_chunks.iter().flatten().copied().collect::<Vec<_>>(), "b {b}, {parts} parts: chunks");
         assert_eq!(from_bytes(&out[2], i32::from_le_bytes), host_begin, "b {b}, {parts} parts: chunk_begin");
+        assert!(from_bytes(&out[3], i32::from_le_bytes) == mla::tile_order(&host_chunks), "b {b}, {parts} parts: order");
     }
 }

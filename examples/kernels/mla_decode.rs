@@ -48,7 +48,8 @@ pub const CHUNK_OVERHEAD: i32 = 5;
 /// sequence (in the stage, before P·V reads it).
 macro_rules! mla_split {
     ($name:ident, ($($kv:tt)*), ($($load:tt)*), $($attr:tt)*) => {
-        /// The MLA split kernel (see the module docs): for row block `rb`
+        /// The MLA split kernel (see the module docs): block `(rb, cy)` runs
+        /// chunk `c = order[cy]`: for row block `rb`
         /// of batch `chunks[c, 0]`, key blocks `chunks[c, 1] .. chunks[c, 2]`,
         /// writes the normalized partial O to rows `c·RP + r` of `o_part`
         /// and the partial LSE (natural log, −∞ for a row that saw no key)
@@ -60,11 +61,15 @@ macro_rules! mla_split {
             $($kv)*
             seqlens: &Tensor<i32, B>,
             chunks: &Tensor<i32, NC, 4>,
+            order: &Tensor<i32, NC>,
             o_part: &mut Tensor<f32, PROWS, 512>,
             lse_part: &mut Tensor<f32, PROWS>,
             scale: f32,
         ) {
-            let (rb, c) = grid(cdiv(SQ * H, 64), NC);
+            // Grid row `cy` runs chunk `order[cy]`: the longest first, so that the blocks that
+            // free up early take the short ones and all end together.
+            let (rb, cy) = grid(cdiv(SQ * H, 64), NC);
+            let c = order[cy];
             let bi = chunks[(c, 0)];
             let kb0 = chunks[(c, 1)];
             let seqlen = seqlens[bi];
@@ -255,15 +260,23 @@ pub fn mla_combine(
 }
 
 /// The split-KV scheduler on the device (the same walk as [`schedule`] on
-/// the host; see [`Metadata`] for the format): from `seqlens`, the chunks
-/// `[NC, 4]` (`NC − B` SM parts) and `chunk_begin [B + 1]`. The block's
+/// the host, and the same order as [`tile_order`]; see [`Metadata`] for the
+/// format): from `seqlens`, the chunks `[NC, 4]` (`NC − B` SM parts),
+/// `chunk_begin [B + 1]` and `order [NC]` (the chunks longest first when
+/// `longest_first ≠ 0`, else in their own order). The block's
 /// threads stage each batch's key blocks in shared memory, 1,024 batches at
 /// a time (one coalesced read of `seqlens`), and sum the work with a
 /// reduction; only the walk over the batches is serial, on shared memory
 /// (it once read `seqlens` from global memory at every step: 65–85 µs at
 /// b128 on the H200); the rows after the last chunk are set in parallel.
 #[tile_kernel(threads = 128)]
-pub fn mla_metadata(seqlens: &Tensor<i32, B>, chunks: &mut Tensor<i32, NC, 4>, chunk_begin: &mut Tensor<i32, B1>) {
+pub fn mla_metadata(
+    seqlens: &Tensor<i32, B>,
+    chunks: &mut Tensor<i32, NC, 4>,
+    chunk_begin: &mut Tensor<i32, B1>,
+    order: &mut Tensor<i32, NC>,
+    longest_first: i32,
+) {
     let _x = grid(1);
     let parts = NC - B;
     let segments = cdiv(B, 1024);
@@ -341,6 +354,42 @@ pub fn mla_metadata(seqlens: &Tensor<i32, B>, chunks: &mut Tensor<i32, NC, 4>, c
             let r = r0 * 128 + i;
             if r >= c {
                 chunks[(r, j)] = if j == 0 || j == 3 { -1 } else { 0 };
+            }
+        }
+    }
+    // The order: chunk r goes to row `rank(r)` of `order`, its rank among
+    // the used chunks by key blocks, longest first, ties in chunk order (the
+    // unused rows, of size −1, last). Each thread ranks its chunks against
+    // the sizes staged in shared memory, 2,048 at a time.
+    let mut size_s = shared::<i32, 2048>();
+    let mut rank = fragment::<i32, 128>();
+    for r0 in 0..cdiv(NC, 128) {
+        for i in parallel(128) {
+            rank[i] = 0;
+        }
+        if longest_first != 0 {
+            for seg in 0..cdiv(NC, 2048) {
+                barrier();
+                for j in parallel(2048) {
+                    let r = seg * 2048 + j;
+                    size_s[j] = if r < c { chunks[(r, 2)] - chunks[(r, 1)] } else { -1 };
+                }
+                barrier();
+                for i in parallel(128) {
+                    let r = r0 * 128 + i;
+                    let size = if r < c { chunks[(r, 2)] - chunks[(r, 1)] } else { -1 };
+                    for j in 0..min(2048, NC - seg * 2048) {
+                        if size_s[j] > size || (size_s[j] == size && seg * 2048 + j < r) {
+                            rank[i] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for i in parallel(128) {
+            let r = r0 * 128 + i;
+            if r < NC {
+                order[if longest_first != 0 { rank[i] } else { r }] = r;
             }
         }
     }
@@ -428,6 +477,32 @@ pub fn schedule(seqlens: &[i32], num_parts: usize) -> (Vec<[i32; 4]>, Vec<i32>) 
     (chunks, begin)
 }
 
+/// The order the split kernel runs `chunks` in (`order [NC]`, as
+/// `mla_metadata` computes it with `longest_first`): the used chunks by key
+/// blocks, longest first, ties in chunk order, then the unused rows.
+///
+/// Why: the persistent split kernel hands its tiles to the SMs as they free
+/// up, in this order; longest first (LPT) ends them all within about one
+/// short chunk of each other, where the batch order leaves a whole batch's
+/// chunk to run alone at the end (b128 h_q 128: 66 parts over 190 chunks of
+/// 2 to 128 key blocks; measured in BENCHMARKS.md, session 12).
+pub fn tile_order(chunks: &[[i32; 4]]) -> Vec<i32> {
+    let size = |c: &[i32; 4]| if c[0] >= 0 { c[2] - c[1] } else { -1 };
+    let mut order: Vec<i32> = (0..chunks.len() as i32).collect();
+    order.sort_by_key(|&r| std::cmp::Reverse(size(&chunks[r as usize])));
+    order
+}
+
+/// The order of the chunks the split kernel runs (see [`tile_order`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum ChunkOrder {
+    /// The longest chunks first (the default).
+    #[default]
+    LongestFirst,
+    /// The chunks in their own (batch) order: to compare.
+    Batch,
+}
+
 /// The split-KV schedule of one decode step, on the device (computed by
 /// [`Metadata::compute`] from the device `cache_seqlens`, no host
 /// synchronization; a serving engine computes it once per step and passes it
@@ -443,9 +518,14 @@ pub fn schedule(seqlens: &[i32], num_parts: usize) -> (Vec<[i32; 4]>, Vec<i32>) 
 ///   row block, row of `chunks`); an unused row does nothing anyone reads.
 /// - `chunk_begin [b + 1]`: batch `b`'s chunks are rows
 ///   `chunk_begin[b] .. chunk_begin[b + 1]` (`chunk_begin[b]` = the chunks used).
+/// - `order [b + num_parts]`: a permutation of the rows of `chunks`, the
+///   order the split kernel runs them in ([`tile_order`]: longest first).
 pub struct Metadata {
     pub chunks: DeviceTensor<i32>,
     pub chunk_begin: DeviceTensor<i32>,
+    pub order: DeviceTensor<i32>,
+    /// How `order` is computed.
+    pub chunk_order: ChunkOrder,
     /// The batch it was computed for.
     pub batch: usize,
     /// The SM parts ([`num_sm_parts`]).
@@ -456,11 +536,23 @@ impl Metadata {
     /// Allocates the metadata for `seqlens` (`[b]` i32, on the device) split
     /// over `num_parts` SM parts ([`num_sm_parts`]) and computes it.
     pub fn compute(stream: &Stream, seqlens: &DeviceTensor<i32>, num_parts: usize) -> tile::Result<Metadata> {
+        Metadata::compute_in(stream, seqlens, num_parts, ChunkOrder::LongestFirst)
+    }
+
+    /// [`Metadata::compute`] with the chunks run in `chunk_order`.
+    pub fn compute_in(
+        stream: &Stream,
+        seqlens: &DeviceTensor<i32>,
+        num_parts: usize,
+        chunk_order: ChunkOrder,
+    ) -> tile::Result<Metadata> {
         let b = seqlens_batch(seqlens)?;
         let num_parts = num_parts.max(1);
         let mut m = Metadata {
             chunks: DeviceTensor::zeros(stream, &[b + num_parts, 4])?,
             chunk_begin: DeviceTensor::zeros(stream, &[b + 1])?,
+            order: DeviceTensor::zeros(stream, &[b + num_parts])?,
+            chunk_order,
             batch: b,
             num_parts,
         };
@@ -478,7 +570,8 @@ impl Metadata {
                 format!("cache_seqlens has batch {b}, the metadata was made for {}: compute it anew", self.batch),
             ));
         }
-        mla_metadata::launch(stream, seqlens, &mut self.chunks, &mut self.chunk_begin)
+        let longest_first = (self.chunk_order == ChunkOrder::LongestFirst) as i32;
+        mla_metadata::launch(stream, seqlens, &mut self.chunks, &mut self.chunk_begin, &mut self.order, longest_first)
     }
 }
 
@@ -587,6 +680,7 @@ pub type PagedLaunch<T> = fn(
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
+    &DeviceTensor<i32>,
     &mut DeviceTensor<f32>,
     &mut DeviceTensor<f32>,
     f32,
@@ -596,6 +690,7 @@ pub type ContiguousLaunch<T> = fn(
     &Stream,
     &DeviceTensor<T>,
     &DeviceTensor<T>,
+    &DeviceTensor<i32>,
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
     &mut DeviceTensor<f32>,
@@ -691,7 +786,10 @@ pub fn forward<T: MlaElement>(
     if seqlens_batch(seqlens)? != b {
         return Err(shape_error("seqlens", format!("cache_seqlens has shape {:?}, expected [{b}]", seqlens.shape())));
     }
-    if metadata.batch != b || metadata.chunks.shape() != [b + metadata.num_parts, 4] {
+    if metadata.batch != b
+        || metadata.chunks.shape() != [b + metadata.num_parts, 4]
+        || metadata.order.shape() != [b + metadata.num_parts]
+    {
         return Err(shape_error(
             "metadata",
             format!(
@@ -722,11 +820,11 @@ pub fn forward<T: MlaElement>(
     match kv {
         Kv::Paged { cache, block_table } => {
             let (launch, _) = T::paged(hopper);
-            launch(stream, q, cache, block_table, seqlens, &metadata.chunks, o_part, lse_part, scale)?;
+            launch(stream, q, cache, block_table, seqlens, &metadata.chunks, &metadata.order, o_part, lse_part, scale)?;
         }
         Kv::Contiguous(kv) => {
             let (launch, _) = T::contiguous(hopper);
-            launch(stream, q, kv, seqlens, &metadata.chunks, o_part, lse_part, scale)?;
+            launch(stream, q, kv, seqlens, &metadata.chunks, &metadata.order, o_part, lse_part, scale)?;
         }
     }
     mla_combine::launch(stream, o_part, lse_part, &metadata.chunk_begin, out, lse)
@@ -949,14 +1047,22 @@ impl<T: MlaElement> Inputs<T> {
         )
     }
 
-    /// Checks the device metadata against [`schedule`] on the host.
+    /// Checks the device metadata against [`schedule`] and [`tile_order`]
+    /// on the host.
     pub fn check_metadata(&self, stream: &Stream, c: &Case) -> Result<(), String> {
         let (chunks, begin) = schedule(&c.seqlens, c.num_parts);
         let got = self.metadata.chunks.to_vec(stream).map_err(|e| e.to_string())?;
         let got_begin = self.metadata.chunk_begin.to_vec(stream).map_err(|e| e.to_string())?;
+        let got_order = self.metadata.order.to_vec(stream).map_err(|e| e.to_string())?;
         let want: Vec<i32> = chunks.iter().flatten().copied().collect();
-        if got != want || got_begin != begin {
-            return Err(format!("{c:?}: device metadata {got:?} / {got_begin:?}, host {want:?} / {begin:?}"));
+        let order = match self.metadata.chunk_order {
+            ChunkOrder::LongestFirst => tile_order(&chunks),
+            ChunkOrder::Batch => (0..chunks.len() as i32).collect(),
+        };
+        if got != want || got_begin != begin || got_order != order {
+            return Err(format!(
+                "{c:?}: device metadata {got:?} / {got_begin:?} / {got_order:?}, host {want:?} / {begin:?} / {order:?}"
+            ));
         }
         Ok(())
     }
