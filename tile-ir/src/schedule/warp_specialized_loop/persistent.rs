@@ -27,9 +27,8 @@
 //!         if t ≥ G: arrive pre; end                                    // the sentinel
 //!         block indices of t; its `let`s
 //!         arrive.expect_tx pre; the pre-loop copies' boxes (Q of t)    // (plain arrive without pre-loop copies)
-//!         next = fetch (atom.global.add, issued before the loads)
 //!         for k in a(t)..b(t): the ring's waits and boxes (st, ph advance)
-//!         t = next
+//!         t = fetch (atom.global.add, once t's loads are issued)
 //! consumers: st, ph = 0, 0                                             // carried across tiles
 //!     take: wait pre parity i & 1; t = slot (no pre-loop copies: arrive pre_empty)
 //!     take (i = 0); for i in 0.. while t ≥ 0: block indices of t
@@ -169,9 +168,18 @@ impl Lx<'_> {
                 } else {
                     y.emit(Inst::MbarArrive { addr: Address { base: smem.into(), offset: wl.pre_bar() } });
                 }
-                // The next tile, fetched before this one's loads are issued:
+                let bounds = y.wsl_producer_bounds(wl)?;
+                y.wsl_producer_loop(wl, &maps, (stage, phase), bounds)?;
+                // The next tile, claimed once this one's loads are issued:
                 // `nctaid.x + atomicAdd(counter, 1)` (launch order, each
                 // tile once), or `tile + nctaid.x` with a null counter.
+                // The producer is then at most `stages` iterations ahead of
+                // the consumers, so the claim reflects when this block will
+                // be free (claimed at the tile's start, the next tile went to
+                // blocks in the order they started: longest-first orders
+                // and the row blocks sharing KV in L2 fell apart, MLA b128
+                // read 10 % more from DRAM), and its latency still hides
+                // behind the consumers' last iterations.
                 let ncta = y.op("mov.u32", RegClass::B32, vec![Operand::Special(Special::NctaId(0))]);
                 let taken = y.new_reg(RegClass::B32);
                 y.mov(taken, Operand::Imm(0), DType::I32);
@@ -188,8 +196,6 @@ impl Lx<'_> {
                 let dynamic = y.op("add.s32", RegClass::B32, vec![taken.into(), ncta.into()]);
                 let strided = y.op("add.s32", RegClass::B32, vec![tile.into(), ncta.into()]);
                 let next = y.op("selp.b32", RegClass::B32, vec![strided.into(), dynamic.into(), is_static.into()]);
-                let bounds = y.wsl_producer_bounds(wl)?;
-                y.wsl_producer_loop(wl, &maps, (stage, phase), bounds)?;
                 y.mov(tile, next.into(), DType::I32);
                 Ok(())
             })?;
