@@ -222,7 +222,7 @@ fn bench_tiles<T: AttentionElement>(
         .collect();
     let tol = if T::DTYPE == tile::ir::DType::BF16 { 2e-2 } else { 5e-3 };
     x.check(stream, c, Some(&rows), tol)?;
-    let (_, meta) = T::instance_for(stream, c.layout, c.d, tiles).ok_or("no instance")?;
+    let (_, meta) = T::instance_for(stream, c.layout, c.d, tiles, c.causal).ok_or("no instance")?;
     let before = device.launch_counts(meta);
     let t = bench(stream, 5, 30, || x.run_with(stream, c, tiles))?;
     let after = device.launch_counts(meta);
@@ -330,9 +330,9 @@ fn bench_all(
         // 64 one and the three-warpgroup 192 x 64 one), for comparison;
         // not in the CSV.
         let default = match s.dtype {
-            "bf16" => <bf16 as AttentionElement>::instance_for(stream, c.layout, c.d, kernels::Tiles::Auto)
+            "bf16" => <bf16 as AttentionElement>::instance_for(stream, c.layout, c.d, kernels::Tiles::Auto, c.causal)
                 .map(|(_, m)| m.name),
-            _ => <f16 as AttentionElement>::instance_for(stream, c.layout, c.d, kernels::Tiles::Auto)
+            _ => <f16 as AttentionElement>::instance_for(stream, c.layout, c.d, kernels::Tiles::Auto, c.causal)
                 .map(|(_, m)| m.name),
         };
         let others: Vec<((usize, usize), &str)> = match s.dtype {

@@ -39,7 +39,7 @@ fn tol<T: Element>() -> f64 {
 /// that ran uses TMA and names them all when none does).
 fn check_with<T: AttentionElement>(dev: &Device, c: &Case, seed: u64, tiles: Tiles) {
     let st = dev.stream().unwrap();
-    let (_, meta) = T::instance_for(&st, c.layout, c.d, tiles).unwrap();
+    let (_, meta) = T::instance_for(&st, c.layout, c.d, tiles, c.causal).unwrap();
     let before = dev.launch_counts(meta);
     let mut x = Inputs::<T>::new(&st, c, seed).unwrap();
     x.run_with(&st, c, tiles).unwrap();

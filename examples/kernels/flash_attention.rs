@@ -370,17 +370,23 @@ pub trait AttentionElement: Element {
     /// Every instance for `layout` and head dim `d`: its query and key
     /// blocks, its launch and metadata.
     fn blocks(layout: Layout, d: usize) -> Vec<((usize, usize), Launch<Self>, &'static tile::KernelMeta)>;
-    /// The instance for [`Options::tiles`] on `stream`.
+    /// The instance for [`Options::tiles`] on `stream`, for causal
+    /// attention or not.
     fn instance_for(
         stream: &Stream,
         layout: Layout,
         d: usize,
         tiles: Tiles,
+        causal: bool,
     ) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
+        let blocks = |bm, bn| Self::blocks(layout, d).into_iter().find(|x| x.0 == (bm, bn)).map(|(_, l, m)| (l, m));
         match tiles {
-            Tiles::Blocks(bm, bn) => {
-                Self::blocks(layout, d).into_iter().find(|x| x.0 == (bm, bn)).map(|(_, l, m)| (l, m))
-            }
+            Tiles::Blocks(bm, bn) => blocks(bm, bn),
+            // Causal d64 on Hopper: the 64 x 64 blocks (the TMA-copy pipeline,
+            // several blocks per SM) beat FA3's 192 x 128 (329 against 305
+            // TFLOPS on the H200, BENCHMARKS.md session 11): a 192-row block
+            // masks more of its keys on the diagonal and ends the tail later.
+            _ if d == 64 && causal && hopper_tiles(stream, tiles) && tiles != Tiles::Portable => blocks(64, 64),
             _ => Self::instance(layout, d, hopper_tiles(stream, tiles)),
         }
     }
@@ -588,7 +594,7 @@ pub fn forward<T: AttentionElement>(
             format!("k and v have {hkv} heads, q has {h}: the key/value heads must divide the query heads"),
         ));
     }
-    let Some((launch, _)) = T::instance_for(stream, layout, d, options.tiles) else {
+    let Some((launch, _)) = T::instance_for(stream, layout, d, options.tiles, options.causal) else {
         let blocks = match options.tiles {
             Tiles::Blocks(bm, bn) => format!(" with {bm} x {bn} blocks"),
             _ => String::new(),
