@@ -214,7 +214,10 @@ fn scheduler_on_awkward_batches() {
                 let want: Vec<i32> = chunks.iter().flatten().copied().collect();
                 assert!(got == want, "b {b}, {parts} parts, mix {mix}: chunks differ from the host's");
                 assert_eq!(m.chunk_begin.to_vec(&st).unwrap(), begin, "b {b}, {parts} parts, mix {mix}");
-                assert!(m.order.to_vec(&st).unwrap() == mla::tile_order(&chunks), "b {b}, {parts} parts, mix {mix}: order");
+                assert!(
+                    m.order.to_vec(&st).unwrap() == mla::tile_order(&chunks),
+                    "b {b}, {parts} parts, mix {mix}: order"
+                );
                 n += 1;
             }
         }

@@ -184,6 +184,9 @@ fn metadata_at_awkward_sizes() {
         let chunks = from_bytes(&out[1], i32::from_le_bytes);
         assert!(chunks == host_chunks.iter().flatten().copied().collect::<Vec<_>>(), "b {b}, {parts} parts: chunks");
         assert_eq!(from_bytes(&out[2], i32::from_le_bytes), host_begin, "b {b}, {parts} parts: chunk_begin");
-        assert!(from_bytes(&out[3], i32::from_le_bytes) == mla::tile_order(&host_chunks), "b {b}, {parts} parts: order");
+        assert!(
+            from_bytes(&out[3], i32::from_le_bytes) == mla::tile_order(&host_chunks),
+            "b {b}, {parts} parts: order"
+        );
     }
 }
