@@ -9,8 +9,10 @@
 //!   every target at build time and a failure is a compile error.
 //! - `TILE_DUMP`: a folder; each kernel's Tile IR, Thread IR and PTX (and the
 //!   `ptxas -v` report when `TILE_PTXAS` is set) are written there.
+//! - `TILE_OPTIONS_OFF`: comma-separated compiler switches to turn off
+//!   (`tile_ir::CompileOptions::SWITCHES`), to bisect or compare.
 fn main() {
-    for var in ["TILE_ARCHS", "TILE_PTXAS", "TILE_DUMP", "TILE_PTX_SNAPSHOT"] {
+    for var in ["TILE_ARCHS", "TILE_PTXAS", "TILE_DUMP", "TILE_PTX_SNAPSHOT", "TILE_OPTIONS_OFF"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -146,6 +146,66 @@ pub struct CompileOptions {
     /// (`schedule/warp_specialized_loop/pieces.rs`). On by default; off
     /// (one barrier per stage) for bisecting.
     pub piece_barriers: bool,
+    /// In a warp-specialized loop that neither issues ahead nor defers a
+    /// gemm, whose body starts with a gemm (or a chain of them into one
+    /// fragment) and ends with another gemm (attention's Q·Kᵀ … P·V), and
+    /// whose two warpgroups ping-pong, leave
+    /// the last gemm in flight across the back-edge: its
+    /// `wgmma.wait_group` and the release of the rings it is the last
+    /// user of come right after the next iteration's first gemm is issued,
+    /// so the two run back to back on the tensor cores, both under the
+    /// other warpgroup's softmax, and no registers are
+    /// added (`schedule/warp_specialized_loop/lower.rs`, "The last gemm's
+    /// wait"). On by default; off for bisecting.
+    pub late_last_wait: bool,
+}
+
+impl CompileOptions {
+    /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
+    /// the transformations on by default.
+    pub const SWITCHES: [&'static str; 11] = [
+        "stage_epilogues",
+        "tma_store",
+        "persistent",
+        "wsloop_persistent",
+        "ping_pong",
+        "lookahead",
+        "ping_pong_lookahead",
+        "defer_last_gemm",
+        "per_copy_waits",
+        "piece_barriers",
+        "late_last_wait",
+    ];
+
+    /// These options with the switches named in `spec` (comma-separated,
+    /// from [`CompileOptions::SWITCHES`]) off: `TILE_OPTIONS_OFF`, to
+    /// bisect a wrong answer or compare a transformation's speed with the
+    /// same source. Errors name the first unknown switch.
+    pub fn with_off(mut self, spec: &str) -> Result<CompileOptions, String> {
+        for name in spec.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let field = match name {
+                "stage_epilogues" => &mut self.stage_epilogues,
+                "tma_store" => &mut self.tma_store,
+                "persistent" => &mut self.persistent,
+                "wsloop_persistent" => &mut self.wsloop_persistent,
+                "ping_pong" => &mut self.ping_pong,
+                "lookahead" => &mut self.lookahead,
+                "ping_pong_lookahead" => &mut self.ping_pong_lookahead,
+                "defer_last_gemm" => &mut self.defer_last_gemm,
+                "per_copy_waits" => &mut self.per_copy_waits,
+                "piece_barriers" => &mut self.piece_barriers,
+                "late_last_wait" => &mut self.late_last_wait,
+                other => {
+                    return Err(format!(
+                        "TILE_OPTIONS_OFF names an unknown switch `{other}`; the switches are {}",
+                        Self::SWITCHES.join(", ")
+                    ))
+                }
+            };
+            *field = false;
+        }
+        Ok(self)
+    }
 }
 
 impl Default for CompileOptions {
@@ -163,6 +223,7 @@ impl Default for CompileOptions {
             defer_last_gemm: true,
             per_copy_waits: true,
             piece_barriers: true,
+            late_last_wait: true,
         }
     }
 }
@@ -234,4 +295,26 @@ pub(crate) fn finish(
         persistent,
         schedule,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CompileOptions;
+
+    #[test]
+    fn switches_turn_off_by_name() {
+        let d = CompileOptions::default();
+        assert_eq!(d.with_off("").unwrap(), d);
+        let o = d.with_off(" late_last_wait, ping_pong ,").unwrap();
+        assert!(!o.late_last_wait && !o.ping_pong);
+        assert_eq!(CompileOptions { late_last_wait: true, ping_pong: true, ..o }, d);
+        // Every switch names an option that is on by default and turns it off.
+        for name in CompileOptions::SWITCHES {
+            let o = d.with_off(name).unwrap();
+            assert_ne!(o, d, "{name}");
+            assert_eq!(o.with_off(name).unwrap(), o, "{name}");
+        }
+        let e = d.with_off("ping_pong,pingpong").unwrap_err();
+        assert!(e.contains("`pingpong`") && e.contains("late_last_wait"), "{e}");
+    }
 }

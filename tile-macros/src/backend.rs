@@ -104,6 +104,9 @@ pub(crate) struct BuildEnv {
     pub targets: Result<Vec<Target>, String>,
     pub dump: Option<PathBuf>,
     pub ptxas: Option<String>,
+    /// The compiler's options: the defaults less the switches
+    /// `TILE_OPTIONS_OFF` names (or why it names one that does not exist).
+    pub options: Result<CompileOptions, String>,
 }
 
 impl BuildEnv {
@@ -112,7 +115,14 @@ impl BuildEnv {
             targets: targets_from_env(),
             dump: non_empty_env("TILE_DUMP").map(PathBuf::from),
             ptxas: non_empty_env("TILE_PTXAS"),
+            options: CompileOptions::default().with_off(&non_empty_env("TILE_OPTIONS_OFF").unwrap_or_default()),
         }
+    }
+
+    /// The targets of `TILE_ARCHS` and nothing else set (tests).
+    #[cfg(test)]
+    pub(crate) fn plain(targets: Vec<Target>) -> BuildEnv {
+        BuildEnv { targets: Ok(targets), dump: None, ptxas: None, options: Ok(CompileOptions::default()) }
     }
 }
 
@@ -140,6 +150,13 @@ pub(crate) fn compile_targets(
             return (Vec::new(), Vec::new());
         }
     };
+    let options = match &env.options {
+        Ok(o) => *o,
+        Err(msg) => {
+            errors.at(name_span, msg);
+            return (Vec::new(), Vec::new());
+        }
+    };
     // `archs = ".."` in the attribute: only those (a Hopper-only kernel need
     // not fit sm_80's shared memory); the runtime says so on other GPUs.
     if let Some(archs) = archs {
@@ -159,7 +176,7 @@ pub(crate) fn compile_targets(
     let mut failures: Vec<(CompileError, Option<&'static str>)> = Vec::new();
     for target in targets {
         let arch = target.name();
-        let variants = match tile_ir::compile_variants(kernel, target, CompileOptions::default()) {
+        let variants = match tile_ir::compile_variants(kernel, target, options) {
             Ok(variants) => variants,
             Err(errs) => {
                 failures.extend(errs.into_iter().map(|e| (e, Some(arch))));
@@ -168,7 +185,7 @@ pub(crate) fn compile_targets(
         };
         if let Some(dir) = dump {
             // Which schedules took the kernel, and why the others did not.
-            let mut text = tile_ir::schedule::describe_decisions(kernel, target, CompileOptions::default());
+            let mut text = tile_ir::schedule::describe_decisions(kernel, target, options);
             let names: Vec<&str> = variants.iter().map(|v| v.schedule).collect();
             text.push_str(&format!("variants, preferred first: {}\n", names.join(", ")));
             write_dump(dir, &format!("{name}.{arch}.schedules.txt"), &text, name_span, errors);

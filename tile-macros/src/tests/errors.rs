@@ -436,7 +436,7 @@ pub fn g(a: &Tensor<f16, M, K>, b: &Tensor<f16, N, K>, c: &mut Tensor<f16, M, N>
 
 /// The compile errors of the whole expansion (every target, no ptxas).
 fn expansion_errors(attr: &str, item: &str) -> Vec<String> {
-    let env = crate::backend::BuildEnv { targets: Ok(tile_ir::Target::ALL.to_vec()), dump: None, ptxas: None };
+    let env = crate::backend::BuildEnv::plain(tile_ir::Target::ALL.to_vec());
     let out = crate::expand::expand_with(attr.parse().expect("attr"), item.parse().expect("item"), &env).to_string();
     out.split("compile_error ! {").skip(1).map(|m| m.split(" }").next().unwrap_or("").to_string()).collect()
 }

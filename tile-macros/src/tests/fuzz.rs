@@ -399,7 +399,7 @@ fn expand_case(attr: &str, item: &str) -> Outcome {
     // `TILE_FUZZ_PTXAS=<ptxas>`: also assemble every variant of the cases
     // that compile; a rejection is a code-generation bug.
     let ptxas = std::env::var("TILE_FUZZ_PTXAS").ok().filter(|p| !p.trim().is_empty());
-    let env = BuildEnv { targets: Ok(Target::ALL.to_vec()), dump: None, ptxas };
+    let env = BuildEnv { ptxas, ..BuildEnv::plain(Target::ALL.to_vec()) };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::expand::expand_with(attr, item, &env))) {
         Ok(out) => {
             let out = out.to_string();

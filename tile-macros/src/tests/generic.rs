@@ -26,7 +26,7 @@ const AXPY_ATTR: &str = "threads = THREADS, instances((f32, 256, 128), (bf16, 10
 
 /// Expands with no targets (the interpreter only) and returns the text.
 fn expand(attr_src: &str, item_src: &str) -> String {
-    let env = BuildEnv { targets: Ok(Vec::new()), dump: None, ptxas: None };
+    let env = BuildEnv::plain(Vec::new());
     crate::expand::expand_with(attr_src.parse().unwrap(), item_src.parse().unwrap(), &env).to_string()
 }
 
@@ -296,7 +296,7 @@ fn errors_name_the_instances_that_have_them() {
 fn dump_files_name_the_instance() {
     let dir = std::env::temp_dir().join(format!("tile-generic-dump-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let env = BuildEnv { targets: Ok(vec![Target::Sm80]), dump: Some(dir.clone()), ptxas: None };
+    let env = BuildEnv { dump: Some(dir.clone()), ..BuildEnv::plain(vec![Target::Sm80]) };
     let out = crate::expand::expand_with(AXPY_ATTR.parse().unwrap(), AXPY.parse().unwrap(), &env).to_string();
     assert!(!out.contains("compile_error"), "{out}");
     for stem in ["axpy__f32_256_128", "axpy__bf16_1024_256"] {
@@ -370,7 +370,7 @@ fn tuned_kernel_groups_by_the_untuned_parameters() {
 fn a_candidate_that_does_not_fit_a_target_is_dropped_there() {
     let dir = std::env::temp_dir().join(format!("tile-tune-drop-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let env = BuildEnv { targets: Ok(vec![Target::Sm80, Target::Sm90a]), dump: Some(dir.clone()), ptxas: None };
+    let env = BuildEnv { dump: Some(dir.clone()), ..BuildEnv::plain(vec![Target::Sm80, Target::Sm90a]) };
     let run =
         |attr: &str| crate::expand::expand_with(attr.parse().unwrap(), BIG_SHARED.parse().unwrap(), &env).to_string();
     // Tuned, with a smaller candidate that fits sm_80: no error; the big
