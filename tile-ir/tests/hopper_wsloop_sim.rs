@@ -340,6 +340,104 @@ fn deferred_last_gemm_on_the_simulator() {
     }
 }
 
+/// `CompileOptions::late_last_wait` (on by default): the ping-pong's P·V
+/// left in flight across the back-edge, waited for after the next Q·Kᵀ is
+/// issued, V's stage released then (or after the loop). At head dim 128
+/// with key blocks of 128 (the acceptance schedule), both layouts,
+/// against the f64 reference for loops of 1 to 4 key blocks (partial last
+/// ones) under interleavings, and of none against the loop without it;
+/// planted bugs are caught: the wait that retires P·V and S dropped (S or
+/// O read pending), and V's stage released in the first iteration too (an
+/// extra arrival: the producer refills a stage a P·V still reads).
+#[test]
+fn late_last_wait_on_the_simulator() {
+    use thread_ir::{Inst, Stmt};
+    let off = CompileOptions { late_last_wait: false, ..CompileOptions::default() };
+    let wsl = |k: &Kernel, o: CompileOptions| {
+        let v = compile_variants(k, Target::Sm90a, o).unwrap_or_else(|e| panic!("{e:?}"));
+        v.into_iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant")
+    };
+    // The consumers' loop: the uniform one.
+    fn consumer_loop(body: &mut [Stmt]) -> Option<&mut Vec<Stmt>> {
+        body.iter_mut().find_map(|s| match s {
+            Stmt::For { uniform: true, body, .. } => Some(body),
+            _ => None,
+        })
+    }
+    let is_wait = |s: &Stmt| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. });
+    let is_commit = |s: &Stmt| matches!(s, Stmt::Inst { inst: Inst::WgmmaCommit, .. });
+    // (With key blocks of 64 the ping-pong issues Q·Kᵀ ahead instead.)
+    for (l, bn) in [(Layout4d::Bhsd, 128usize), (Layout4d::Bshd, 128)] {
+        let text = attention_4d_sized(l, 128, 128, bn as i64, 256);
+        let k = parse_kernel(&text).unwrap();
+        let (c, plain) = (wsl(&k, CompileOptions::default()), wsl(&k, off));
+        // The loop ends with P·V's commit, not its wait; without the option, with its wait.
+        let ends = |f: &thread_ir::Function| {
+            let mut f = f.clone();
+            let body = consumer_loop(&mut f.body).expect("a consumers' loop").clone();
+            let last = body.iter().rposition(|s| is_commit(s) || is_wait(s)).expect("a wgmma in the loop");
+            is_commit(&body[last])
+        };
+        assert!(ends(&c.function) && !ends(&plain.function), "{}: P·V not left in flight", k.name);
+        let bshd = text.contains("attention_bshd");
+        let d = 128;
+        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+        let dims =
+            |sq: usize, sk: usize| if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
+        let run = |f: &thread_ir::Function, sq: usize, sk: usize| {
+            let (tensors, want) = problem(sq, sk, d, bshd);
+            let (f, k) = (f.clone(), k.clone());
+            let dims = dims(sq, sk);
+            std::panic::catch_unwind(move || {
+                let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+                gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
+            })
+        };
+        for (sq, sk) in [(77, bn / 2 + 3), (128, 2 * bn), (40, 3 * bn - 1), (130, 4 * bn)] {
+            let err = run(&c.function, sq, sk).unwrap_or_else(|_| panic!("{} sq={sq} sk={sk}", k.name));
+            assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
+        }
+        // No key block: the bytes of the loop without the option.
+        let sq = 50;
+        let (mut tensors, _) = problem(sq, 0, d, bshd);
+        for t in tensors.iter_mut().skip(1).take(2) {
+            t.bytes.clear();
+            t.shape[if bshd { 1 } else { 2 }] = 0;
+        }
+        let s = [scale.to_bits() as u64];
+        let a = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims(sq, 0), &s, None);
+        let b = sim::run_interleavings(&plain.function, &k, tensors, &dims(sq, 0), &s, None);
+        assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the loop without the option", k.name);
+        if bshd {
+            continue;
+        }
+        // Planted: the waits of the loop dropped.
+        let mut f = c.function.clone();
+        let n = remove(consumer_loop(&mut f.body).unwrap(), &|i| matches!(i, Inst::WgmmaWait { pending: 0 }));
+        assert!(n >= 1, "{}: no wait to drop", k.name);
+        assert!(!run(&f, 100, 3 * bn - 5).is_ok_and(|e| e <= 5e-3), "{}: the dropped wait went unnoticed", k.name);
+        // Planted: V released in the first iteration too (the guard of the
+        // release after the wait dropped).
+        let mut f = c.function.clone();
+        let body = consumer_loop(&mut f.body).unwrap();
+        let at = (1..body.len())
+            .find(|&j| {
+                is_wait(&body[j - 1])
+                    && matches!(&body[j], Stmt::If { then, .. } if then.iter().any(|s| matches!(s, Stmt::Inst { inst: Inst::MbarArrive { .. }, .. })))
+            })
+            .unwrap_or_else(|| panic!("{}: no guarded release after a wait", k.name));
+        let Stmt::If { then, .. } = body.remove(at) else { unreachable!() };
+        body.splice(at..at, then);
+        // (Five key blocks: the early phase lets the fill of block 3 into
+        // block 1's stage start while block 1's P·V may still read it.)
+        assert!(
+            !run(&f, 100, 5 * bn - 5).is_ok_and(|e| e <= 5e-3),
+            "{}: V released in the first iteration went unnoticed",
+            k.name
+        );
+    }
+}
+
 /// Replaces in `body` (recursively) each statement `pick` maps to
 /// statements; how many it replaced.
 fn replace(body: &mut Vec<thread_ir::Stmt>, pick: &dyn Fn(&thread_ir::Stmt) -> Option<Vec<thread_ir::Stmt>>) -> usize {

@@ -93,6 +93,36 @@
 //! released one iteration later; every stage is still waited for and
 //! released once per iteration, so the counts and parities are those above.
 //!
+//! **The last gemm's wait** ([`crate::CompileOptions::late_last_wait`]),
+//! when the loop neither issues ahead nor defers a gemm and its two
+//! warpgroups ping-pong (the other's softmax runs under both gemms; three
+//! warpgroups, d64, lost 2.4 % on the H200, MLA's two in lockstep gained
+//! nothing beyond the noise): a body that starts
+//! with a gemm on wgmma (or a chain of them into one fragment: MLA's two
+//! Q·Kᵀ) and ends with another (P·V), where nothing up to the end of that
+//! chain writes the last gemm's operands or accumulator or reads its
+//! accumulator, leaves the last gemm in flight across the back-edge:
+//! ```text
+//! for k: the first gemm(s) of k issued (turn, commit, hand-over)
+//!        wgmma.wait_group 0                  // retires them and gemm_last(k − 1)
+//!        if k > a: arrive empty_V[st − 1]   // the rings gemm_last is the last user of
+//!        the rest of the body; gemm_last(k) issued, committed, not waited for
+//! wgmma.wait_group 0; if a < b: arrive empty_V[st − 1]
+//! ```
+//! so P·V(k) and Q·Kᵀ(k + 1) run back to back on the tensor cores, both
+//! under the other warpgroup's softmax, instead of the
+//! warpgroup waiting for P·V before it takes its next turn; it costs no
+//! registers (S is free once P is made, P and O are not touched before the
+//! wait). Each stage is still released once, one iteration later for the
+//! delayed rings: the producer's fill of V's stage `k + S` waits for the
+//! release in iteration `k + 1`, which needs only stages filled before it
+//! (K's stage `k + 1`, whose fill follows V's stage `k`'s, which waited
+//! for the release in iteration `k − S + 1 ≤ k`), so nothing deadlocks for
+//! any trip count. A generic write of a shared operand of the last gemm
+//! (MLA's P) comes after the wait in the next iteration, and the barriers
+//! that order it after the other warpgroup's reads (the barrier pass sees
+//! the wgmma's read at its issue) come after each warpgroup's own wait.
+//!
 //! **Ping-pong** ([`crate::CompileOptions::ping_pong`], FA3's schedule of two
 //! consumer warpgroups): with `T = 256` and a loop body of at least two gemm
 //! groups at its top level and nothing a barrier could be needed for (no
@@ -208,6 +238,10 @@ pub(crate) struct WslLowering {
     /// ([`crate::CompileOptions::piece_barriers`], `pieces.rs`), where the
     /// loop allows it.
     pub(super) piece_barriers: bool,
+    /// Whether to leave the body's last gemm in flight across the
+    /// back-edge ([`crate::CompileOptions::late_last_wait`]), where the
+    /// loop allows it.
+    late_last_wait: bool,
     /// Per ring, its per-piece barriers (`pieces.rs`), decided with the
     /// barriers' placement.
     pub(super) pieces: RefCell<Vec<Option<Pieces>>>,
@@ -233,6 +267,7 @@ impl WslLowering {
             both: options.ping_pong_lookahead,
             defer_last_gemm: options.defer_last_gemm,
             piece_barriers: options.piece_barriers,
+            late_last_wait: options.late_last_wait,
             pieces: RefCell::new(Vec::new()),
             tile: Cell::new(None),
             ring_regs: Cell::new(None),
@@ -730,6 +765,7 @@ impl Lx<'_> {
             }
         }
         let chained = self.wsl_chained_gemms(wl, body, &users, look.as_ref().map(|l| l.0));
+        let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -751,6 +787,27 @@ impl Lx<'_> {
                 }
                 let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
                 x.emit(Inst::MbarArrive { addr: empty });
+            };
+            // The previous iteration's last gemm, left in flight: waited
+            // for with this iteration's first (its chain's wait, or this
+            // one), then its rings' stages released (none in the first
+            // iteration).
+            let retire_late = |x: &mut Self, late: &LateWait| -> R<()> {
+                x.emit(Inst::WgmmaWait { pending: 0 });
+                let not_first = x.op("setp.gt.s32", RegClass::Pred, vec![vr.into(), a.into()]);
+                let code = x.capture(|y| {
+                    let pst = y.ring_previous(stages, stage);
+                    for &ci in &late.rings {
+                        if fenced[ci] {
+                            y.emit(Inst::FenceProxyAsync);
+                        }
+                        let empty = y.ring_bar_addr(wl.ring(ci), stages, pst, 1);
+                        y.emit(Inst::MbarArrive { addr: empty });
+                    }
+                    Ok(())
+                })?;
+                x.emit_if(Some(not_first), true, code, vec![]);
+                Ok(())
             };
             for ci in (0..copies.len()).filter(|&ci| first(ci).is_none()) {
                 wait(x, ci);
@@ -803,7 +860,14 @@ impl Lx<'_> {
                     wait(x, ci);
                 }
                 let pieced = pieces.iter().flatten().find(|p| p.gemm == i).cloned();
-                if chained.contains(&i) || pieced.is_some() {
+                let left_in_flight = late.as_ref().is_some_and(|l| l.last == i);
+                if left_in_flight {
+                    // Waited for in the next iteration, or after the loop.
+                    match x.capture(|y| y.stmt(s)) {
+                        Ok(code) => x.cur().extend(without_final_wait(code)),
+                        Err(e) => x.errors.push(e),
+                    }
+                } else if chained.contains(&i) || pieced.is_some() {
                     // Pieced: each box waited for before its first slice.
                     // Chained, left in flight: the next gemm accumulates
                     // into the same registers, and its wait retires both
@@ -821,7 +885,12 @@ impl Lx<'_> {
                     x.errors.push(e);
                 }
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
-                    release(x, ci);
+                    if !left_in_flight {
+                        release(x, ci);
+                    }
+                }
+                if let Some(l) = late.as_ref().filter(|l| l.after == i) {
+                    retire_late(x, l)?;
                 }
             }
             for st in saved {
@@ -867,6 +936,25 @@ impl Lx<'_> {
             self.wsl_ping_pong(&mut lowered, p, vr, a, b)?;
         }
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        if let Some(late) = &late {
+            // The last iteration's last gemm: waited for (unconditionally:
+            // a conditional wait makes ptxas serialize the wgmmas), its
+            // stages released when the loop ran.
+            self.emit(Inst::WgmmaWait { pending: 0 });
+            let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
+            let code = self.capture(|x| {
+                let pst = x.ring_previous(stages, stage);
+                for &ci in &late.rings {
+                    if fenced[ci] {
+                        x.emit(Inst::FenceProxyAsync);
+                    }
+                    let empty = x.ring_bar_addr(wl.ring(ci), stages, pst, 1);
+                    x.emit(Inst::MbarArrive { addr: empty });
+                }
+                Ok(())
+            })?;
+            self.emit_if(Some(ran), true, code, vec![]);
+        }
         // What follows may reuse the stage memory (an epilogue's scratch)
         // that other consumer warps' last reads still use.
         self.emit(Inst::BarSync);
@@ -903,6 +991,81 @@ impl Lx<'_> {
             }
         }
         out
+    }
+
+    /// The body's last gemm to leave in flight across the back-edge (see
+    /// the module doc, "The last gemm's wait"), when the loop allows it:
+    /// its first statement (copies and scalar `let`s aside) is a gemm on wgmma, possibly the
+    /// head of a chain into one fragment (`chained`), its last another gemm
+    /// on wgmma, not pieced, after that chain, and nothing up to the
+    /// chain's end writes the last gemm's operands or accumulator or reads
+    /// its accumulator (so it may still run while they execute).
+    fn wsl_late_wait(
+        &self,
+        wl: &WslLowering,
+        body: &[TStmt],
+        users: &[Vec<usize>],
+        chained: &[usize],
+    ) -> Option<LateWait> {
+        let ws = &wl.plan;
+        if !wl.late_last_wait || !self.target.has(crate::target::Feature::Wgmma) {
+            return None;
+        }
+        let stmts: Vec<usize> = (0..body.len()).filter(|i| !ws.copies.contains(i)).collect();
+        // Where the warpgroups ping-pong (two consumer warpgroups, a body
+        // writing no shared memory): the other's softmax runs under both
+        // gemms. Measured on the H200 (BENCHMARKS.md, session 12), same
+        // runs: attention d128 +3 to +10 % (causal +7 to +10 %); three
+        // warpgroups (d64, 192 x 128) −2.4 %; MLA (two warpgroups in
+        // lockstep, P written to shared memory) within the noise (±3 %).
+        let writes_shared = stmts.iter().any(|&i| {
+            (0..self.k.buffers.len()).any(|b| {
+                let buf = BufferId(b as u32);
+                self.k.buffer(buf).scope == crate::ir::Scope::Shared && touches_memory(self.k, &body[i], buf).1
+            })
+        });
+        if !wl.wants_ping_pong() || writes_shared {
+            return None;
+        }
+        let on_wgmma = |i: usize| match &body[i].kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
+                self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some().then_some([*a, *b, *c])
+            }
+            _ => None,
+        };
+        // The first statement but scalar `let`s (a paged copy's page index).
+        let mut at = stmts.iter().position(|&i| !matches!(body[i].kind, StmtKind::Let { .. }))?;
+        let last = *stmts.last()?;
+        on_wgmma(stmts[at])?;
+        let operands = on_wgmma(last)?;
+        // The chain's end: its wait is the one the last gemm's joins.
+        while chained.contains(&stmts[at]) {
+            at += 1;
+        }
+        let after = stmts[at];
+        if after >= last || on_wgmma(after).is_none() {
+            return None;
+        }
+        if wl.pieces.borrow().iter().flatten().any(|p| p.gemm == last) {
+            return None;
+        }
+        let acc = operands[2];
+        let clash = stmts[..=at].iter().any(|&i| {
+            operands.iter().any(|&buf| touches_memory(self.k, &body[i], buf).1)
+                || touches_memory(self.k, &body[i], acc).0
+        });
+        if clash {
+            return None;
+        }
+        let rings = (0..users.len()).filter(|&c| users[c].last() == Some(&last)).collect();
+        Some(LateWait { after, last, rings })
+    }
+
+    /// `stage − 1`, wrapping to `stages − 1` at 0.
+    fn ring_previous(&mut self, stages: i64, stage: Reg) -> Reg {
+        let back = self.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(-1)]);
+        let wrap = self.op("setp.eq.s32", RegClass::Pred, vec![stage.into(), Operand::Imm(0)]);
+        self.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), back.into(), wrap.into()])
     }
 
     /// Whether the release of the ring whose stage buffer is `buf` (touched
@@ -1027,6 +1190,18 @@ impl Lx<'_> {
         body.insert(fence, turn(wg1));
         Ok(())
     }
+}
+
+/// The body's last gemm left in flight across the back-edge
+/// (`Lx::wsl_late_wait`).
+struct LateWait {
+    /// The statement (the end of the body's first gemm chain) after which
+    /// the previous iteration's last gemm is waited for.
+    after: usize,
+    /// The last gemm.
+    last: usize,
+    /// The rings whose last user it is: released once it is waited for.
+    rings: Vec<usize>,
 }
 
 /// The instructions of `body`, recursively.
