@@ -386,7 +386,7 @@ pub trait AttentionElement: Element {
             // several blocks per SM) beat FA3's 192 x 128 (329 against 305
             // TFLOPS on the H200, BENCHMARKS.md session 11): a 192-row block
             // masks more of its keys on the diagonal and ends the tail later.
-            _ if d == 64 && causal && hopper_tiles(stream, tiles) && tiles != Tiles::Portable => blocks(64, 64),
+            _ if d == 64 && causal && hopper_tiles(stream, tiles) => blocks(64, 64),
             _ => Self::instance(layout, d, hopper_tiles(stream, tiles)),
         }
     }

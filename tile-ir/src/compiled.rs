@@ -160,21 +160,24 @@ pub struct CompileOptions {
     pub late_last_wait: bool,
 }
 
+/// The option a switch of [`CompileOptions::SWITCHES`] turns off.
+pub type Switch = fn(&mut CompileOptions) -> &mut bool;
+
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
-    /// the transformations on by default.
-    pub const SWITCHES: [&'static str; 11] = [
-        "stage_epilogues",
-        "tma_store",
-        "persistent",
-        "wsloop_persistent",
-        "ping_pong",
-        "lookahead",
-        "ping_pong_lookahead",
-        "defer_last_gemm",
-        "per_copy_waits",
-        "piece_barriers",
-        "late_last_wait",
+    /// the transformations on by default, each with its option.
+    pub const SWITCHES: [(&'static str, Switch); 11] = [
+        ("stage_epilogues", |o| &mut o.stage_epilogues),
+        ("tma_store", |o| &mut o.tma_store),
+        ("persistent", |o| &mut o.persistent),
+        ("wsloop_persistent", |o| &mut o.wsloop_persistent),
+        ("ping_pong", |o| &mut o.ping_pong),
+        ("lookahead", |o| &mut o.lookahead),
+        ("ping_pong_lookahead", |o| &mut o.ping_pong_lookahead),
+        ("defer_last_gemm", |o| &mut o.defer_last_gemm),
+        ("per_copy_waits", |o| &mut o.per_copy_waits),
+        ("piece_barriers", |o| &mut o.piece_barriers),
+        ("late_last_wait", |o| &mut o.late_last_wait),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -183,26 +186,14 @@ impl CompileOptions {
     /// same source. Errors name the first unknown switch.
     pub fn with_off(mut self, spec: &str) -> Result<CompileOptions, String> {
         for name in spec.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let field = match name {
-                "stage_epilogues" => &mut self.stage_epilogues,
-                "tma_store" => &mut self.tma_store,
-                "persistent" => &mut self.persistent,
-                "wsloop_persistent" => &mut self.wsloop_persistent,
-                "ping_pong" => &mut self.ping_pong,
-                "lookahead" => &mut self.lookahead,
-                "ping_pong_lookahead" => &mut self.ping_pong_lookahead,
-                "defer_last_gemm" => &mut self.defer_last_gemm,
-                "per_copy_waits" => &mut self.per_copy_waits,
-                "piece_barriers" => &mut self.piece_barriers,
-                "late_last_wait" => &mut self.late_last_wait,
-                other => {
-                    return Err(format!(
-                        "TILE_OPTIONS_OFF names an unknown switch `{other}`; the switches are {}",
-                        Self::SWITCHES.join(", ")
-                    ))
-                }
+            let Some((_, field)) = Self::SWITCHES.iter().find(|(n, _)| *n == name) else {
+                let names: Vec<&str> = Self::SWITCHES.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "TILE_OPTIONS_OFF names an unknown switch `{name}`; the switches are {}",
+                    names.join(", ")
+                ));
             };
-            *field = false;
+            *field(&mut self) = false;
         }
         Ok(self)
     }
@@ -309,7 +300,7 @@ mod tests {
         assert!(!o.late_last_wait && !o.ping_pong);
         assert_eq!(CompileOptions { late_last_wait: true, ping_pong: true, ..o }, d);
         // Every switch names an option that is on by default and turns it off.
-        for name in CompileOptions::SWITCHES {
+        for (name, _) in CompileOptions::SWITCHES {
             let o = d.with_off(name).unwrap();
             assert_ne!(o, d, "{name}");
             assert_eq!(o.with_off(name).unwrap(), o, "{name}");

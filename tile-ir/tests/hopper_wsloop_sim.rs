@@ -294,33 +294,17 @@ fn deferred_last_gemm_on_the_simulator() {
         let (c, plain) = (wsl(&k, on), wsl(&k, off));
         assert!(waits(&c.function, 1) == 1 && waits(&plain.function, 1) == 0, "{} (T = {t}): not deferred", k.name);
         let bshd = text.contains("attention_bshd");
-        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-        let dims =
-            |sq: usize, sk: usize| if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
-        let run = |f: &thread_ir::Function, sq: usize, sk: usize| {
-            let (tensors, want) = problem(sq, sk, d, bshd);
-            let (f, k) = (f.clone(), k.clone());
-            let dims = dims(sq, sk);
-            std::panic::catch_unwind(move || {
-                let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
-                gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
-            })
-        };
+        let run = |f: &thread_ir::Function, sq: usize, sk: usize| attention_error(f, &k, sq, sk, d, bshd);
         for (sq, sk) in [(77, bn / 2 + 3), (128, 2 * bn), (40, 3 * bn - 1)] {
             let err = run(&c.function, sq, sk).unwrap_or_else(|_| panic!("{} sq={sq} sk={sk}", k.name));
             assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
         }
         // No key block: the bytes of the loop without the deferral.
-        let sq = 50;
-        let (mut tensors, _) = problem(sq, 0, d, bshd);
-        for t in tensors.iter_mut().skip(1).take(2) {
-            t.bytes.clear();
-            t.shape[if bshd { 1 } else { 2 }] = 0;
-        }
-        let s = [scale.to_bits() as u64];
-        let a = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims(sq, 0), &s, None);
-        let b = sim::run_interleavings(&plain.function, &k, tensors, &dims(sq, 0), &s, None);
-        assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the loop without the deferral", k.name);
+        assert!(
+            same_without_keys(&c.function, &plain.function, &k, d, bshd),
+            "{}: SK = 0 differs from the loop without the deferral",
+            k.name
+        );
         // Planted bugs, in the consumers' loop (the uniform one).
         for pending in [1, 0] {
             let mut f = c.function.clone();
@@ -380,34 +364,17 @@ fn late_last_wait_on_the_simulator() {
         };
         assert!(ends(&c.function) && !ends(&plain.function), "{}: P·V not left in flight", k.name);
         let bshd = text.contains("attention_bshd");
-        let d = 128;
-        let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
-        let dims =
-            |sq: usize, sk: usize| if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
-        let run = |f: &thread_ir::Function, sq: usize, sk: usize| {
-            let (tensors, want) = problem(sq, sk, d, bshd);
-            let (f, k) = (f.clone(), k.clone());
-            let dims = dims(sq, sk);
-            std::panic::catch_unwind(move || {
-                let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
-                gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
-            })
-        };
+        let run = |f: &thread_ir::Function, sq: usize, sk: usize| attention_error(f, &k, sq, sk, 128, bshd);
         for (sq, sk) in [(77, bn / 2 + 3), (128, 2 * bn), (40, 3 * bn - 1), (130, 4 * bn)] {
             let err = run(&c.function, sq, sk).unwrap_or_else(|_| panic!("{} sq={sq} sk={sk}", k.name));
             assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
         }
         // No key block: the bytes of the loop without the option.
-        let sq = 50;
-        let (mut tensors, _) = problem(sq, 0, d, bshd);
-        for t in tensors.iter_mut().skip(1).take(2) {
-            t.bytes.clear();
-            t.shape[if bshd { 1 } else { 2 }] = 0;
-        }
-        let s = [scale.to_bits() as u64];
-        let a = sim::run_interleavings(&c.function, &k, tensors.clone(), &dims(sq, 0), &s, None);
-        let b = sim::run_interleavings(&plain.function, &k, tensors, &dims(sq, 0), &s, None);
-        assert!(a[3] == b[3] && a[4] == b[4], "{}: SK = 0 differs from the loop without the option", k.name);
+        assert!(
+            same_without_keys(&c.function, &plain.function, &k, 128, bshd),
+            "{}: SK = 0 differs from the loop without the option",
+            k.name
+        );
         if bshd {
             continue;
         }
@@ -436,6 +403,45 @@ fn late_last_wait_on_the_simulator() {
             k.name
         );
     }
+}
+
+/// `f` (a variant of attention kernel `k`, head dim `d`) on `problem(sq,
+/// sk, ..)` under interleavings: the relative L2 error of o against the
+/// f64 reference, or the simulator's panic (a race, a deadlock, a pending
+/// register read).
+fn attention_error(
+    f: &thread_ir::Function,
+    k: &Kernel,
+    sq: usize,
+    sk: usize,
+    d: usize,
+    bshd: bool,
+) -> std::thread::Result<f64> {
+    let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+    let dims = if bshd { [1, sq as i64, 1, sk as i64] } else { [1, 1, sq as i64, sk as i64] };
+    let (tensors, want) = problem(sq, sk, d, bshd);
+    let (f, k) = (f.clone(), k.clone());
+    std::panic::catch_unwind(move || {
+        let out = sim::run_interleavings(&f, &k, tensors, &dims, &[scale.to_bits() as u64], None);
+        gemm_sim::rel_l2(&decode(DType::F16, &out[3]), &want)
+    })
+}
+
+/// Whether variants `f` and `g` of attention kernel `k` write the same o
+/// and lse bytes for 50 query rows and no key (both divide 0 by 0).
+fn same_without_keys(f: &thread_ir::Function, g: &thread_ir::Function, k: &Kernel, d: usize, bshd: bool) -> bool {
+    let sq = 50;
+    let scale = (std::f64::consts::LOG2_E / (d as f64).sqrt()) as f32;
+    let dims = if bshd { [1, sq as i64, 1, 0] } else { [1, 1, sq as i64, 0] };
+    let (mut tensors, _) = problem(sq, 0, d, bshd);
+    for t in tensors.iter_mut().skip(1).take(2) {
+        t.bytes.clear();
+        t.shape[if bshd { 1 } else { 2 }] = 0;
+    }
+    let s = [scale.to_bits() as u64];
+    let a = sim::run_interleavings(f, k, tensors.clone(), &dims, &s, None);
+    let b = sim::run_interleavings(g, k, tensors, &dims, &s, None);
+    a[3] == b[3] && a[4] == b[4]
 }
 
 /// Replaces in `body` (recursively) each statement `pick` maps to

@@ -781,13 +781,7 @@ impl Lx<'_> {
                 let p = x.new_reg(RegClass::Pred);
                 x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
             };
-            let release = |x: &mut Self, ci: usize| {
-                if fenced[ci] {
-                    x.emit(Inst::FenceProxyAsync);
-                }
-                let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
-                x.emit(Inst::MbarArrive { addr: empty });
-            };
+            let release = |x: &mut Self, ci: usize| x.wsl_release(wl, ci, stage, fenced[ci]);
             // The previous iteration's last gemm, left in flight: waited
             // for with this iteration's first (its chain's wait, or this
             // one), then its rings' stages released (none in the first
@@ -795,17 +789,7 @@ impl Lx<'_> {
             let retire_late = |x: &mut Self, late: &LateWait| -> R<()> {
                 x.emit(Inst::WgmmaWait { pending: 0 });
                 let not_first = x.op("setp.gt.s32", RegClass::Pred, vec![vr.into(), a.into()]);
-                let code = x.capture(|y| {
-                    let pst = y.ring_previous(stages, stage);
-                    for &ci in &late.rings {
-                        if fenced[ci] {
-                            y.emit(Inst::FenceProxyAsync);
-                        }
-                        let empty = y.ring_bar_addr(wl.ring(ci), stages, pst, 1);
-                        y.emit(Inst::MbarArrive { addr: empty });
-                    }
-                    Ok(())
-                })?;
+                let code = x.wsl_release_previous(wl, &late.rings, stage, &fenced)?;
                 x.emit_if(Some(not_first), true, code, vec![]);
                 Ok(())
             };
@@ -942,17 +926,7 @@ impl Lx<'_> {
             // stages released when the loop ran.
             self.emit(Inst::WgmmaWait { pending: 0 });
             let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
-            let code = self.capture(|x| {
-                let pst = x.ring_previous(stages, stage);
-                for &ci in &late.rings {
-                    if fenced[ci] {
-                        x.emit(Inst::FenceProxyAsync);
-                    }
-                    let empty = x.ring_bar_addr(wl.ring(ci), stages, pst, 1);
-                    x.emit(Inst::MbarArrive { addr: empty });
-                }
-                Ok(())
-            })?;
+            let code = self.wsl_release_previous(wl, &late.rings, stage, &fenced)?;
             self.emit_if(Some(ran), true, code, vec![]);
         }
         // What follows may reuse the stage memory (an epilogue's scratch)
@@ -1011,20 +985,21 @@ impl Lx<'_> {
         if !wl.late_last_wait || !self.target.has(crate::target::Feature::Wgmma) {
             return None;
         }
-        let stmts: Vec<usize> = (0..body.len()).filter(|i| !ws.copies.contains(i)).collect();
         // Where the warpgroups ping-pong (two consumer warpgroups, a body
         // writing no shared memory): the other's softmax runs under both
         // gemms. Measured on the H200 (BENCHMARKS.md, session 12), same
         // runs: attention d128 +3 to +10 % (causal +7 to +10 %); three
         // warpgroups (d64, 192 x 128) −2.4 %; MLA (two warpgroups in
         // lockstep, P written to shared memory) within the noise (±3 %).
-        let writes_shared = stmts.iter().any(|&i| {
-            (0..self.k.buffers.len()).any(|b| {
-                let buf = BufferId(b as u32);
-                self.k.buffer(buf).scope == crate::ir::Scope::Shared && touches_memory(self.k, &body[i], buf).1
-            })
-        });
-        if !wl.wants_ping_pong() || writes_shared {
+        if !wl.wants_ping_pong() {
+            return None;
+        }
+        let stmts: Vec<usize> = (0..body.len()).filter(|i| !ws.copies.contains(i)).collect();
+        let shared: Vec<BufferId> = (0..self.k.buffers.len() as u32)
+            .map(BufferId)
+            .filter(|&b| self.k.buffer(b).scope == crate::ir::Scope::Shared)
+            .collect();
+        if stmts.iter().any(|&i| shared.iter().any(|&b| touches_memory(self.k, &body[i], b).1)) {
             return None;
         }
         let on_wgmma = |i: usize| match &body[i].kind {
@@ -1038,12 +1013,13 @@ impl Lx<'_> {
         let last = *stmts.last()?;
         on_wgmma(stmts[at])?;
         let operands = on_wgmma(last)?;
-        // The chain's end: its wait is the one the last gemm's joins.
+        // The chain's end (a gemm on wgmma, as every chain member's
+        // successor is): its wait is the one the last gemm's joins.
         while chained.contains(&stmts[at]) {
             at += 1;
         }
         let after = stmts[at];
-        if after >= last || on_wgmma(after).is_none() {
+        if after >= last {
             return None;
         }
         if wl.pieces.borrow().iter().flatten().any(|p| p.gemm == last) {
@@ -1061,11 +1037,35 @@ impl Lx<'_> {
         Some(LateWait { after, last, rings })
     }
 
-    /// `stage − 1`, wrapping to `stages − 1` at 0.
+    /// The consumers' release of ring `ci`'s stage `stage` (`fenced`: its
+    /// generic writes ordered before the producer's refill first).
+    fn wsl_release(&mut self, wl: &WslLowering, ci: usize, stage: Reg, fenced: bool) {
+        if fenced {
+            self.emit(Inst::FenceProxyAsync);
+        }
+        let empty = self.ring_bar_addr(wl.ring(ci), wl.plan.stages as i64, stage, 1);
+        self.emit(Inst::MbarArrive { addr: empty });
+    }
+
+    /// `stage − 1`, wrapping to `stages − 1` at 0. (`defer.rs` computes it
+    /// inline with the other instruction order; one helper for both
+    /// reorders two instructions in 46 modules and changes their SASS.)
     fn ring_previous(&mut self, stages: i64, stage: Reg) -> Reg {
         let back = self.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(-1)]);
         let wrap = self.op("setp.eq.s32", RegClass::Pred, vec![stage.into(), Operand::Imm(0)]);
         self.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), back.into(), wrap.into()])
+    }
+
+    /// The releases of `rings` at the stage before `stage` (the late last
+    /// gemm's), as code for the caller's `if`.
+    fn wsl_release_previous(&mut self, wl: &WslLowering, rings: &[usize], stage: Reg, fenced: &[bool]) -> R<Vec<Stmt>> {
+        self.capture(|x| {
+            let pst = x.ring_previous(wl.plan.stages as i64, stage);
+            for &ci in rings {
+                x.wsl_release(wl, ci, pst, fenced[ci]);
+            }
+            Ok(())
+        })
     }
 
     /// Whether the release of the ring whose stage buffer is `buf` (touched
