@@ -81,6 +81,7 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
         "NBLK" => nblk,
         "MAXB" => maxb,
         "PROWS" => prows,
+        "RQ" => s_q * h_q,
         other => panic!("dim {other}"),
     };
     let seqlens = i32_bytes(&c.seqlens);
@@ -111,20 +112,25 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
         tensor(seqlens, &[b], 4),
         tensor(i32_bytes(&chunks), &[nc, 4], 4),
         tensor(i32_bytes(&order), &[nc], 4),
+        tensor(i32_bytes(&begin), &[b + 1], 4),
         tensor(vec![0xFF; prows * 512 * 4], &[prows, 512], 4),
         tensor(vec![0xFF; prows * 4], &[prows], 4),
+        tensor(vec![0xFF; b * s_q * h_q * 512 * 4], &[b, s_q * h_q, 512], 4),
+        tensor(vec![0xFF; b * h_q * s_q * 4], &[b, h_q, s_q], 4),
     ];
     let scale = (c.scale() * std::f32::consts::LOG2_E).to_bits() as u64;
     let opts = sim::RunOptions { shape: blocks.map(|n| [n, 1, 1]), ..Default::default() };
     let mut out = sim::run_compiled(split, &k, t, &dims(&k, &dim), &[scale], opts).tensors;
 
     let (k, v) = compiled(&mla::mla_combine::META);
+    // The split kernel wrote the batches in one chunk to out and lse; the
+    // combine the others.
     let t = vec![
-        tensor(std::mem::take(&mut out[6]), &[prows, 512], 4),
-        tensor(std::mem::take(&mut out[7]), &[prows], 4),
+        tensor(std::mem::take(&mut out[7]), &[prows, 512], 4),
+        tensor(std::mem::take(&mut out[8]), &[prows], 4),
         tensor(i32_bytes(&begin), &[b + 1], 4),
-        tensor(vec![0xFF; b * s_q * h_q * 512 * 4], &[b, s_q, h_q, 512], 4),
-        tensor(vec![0xFF; b * h_q * s_q * 4], &[b, h_q, s_q], 4),
+        tensor(std::mem::take(&mut out[9]), &[b, s_q, h_q, 512], 4),
+        tensor(std::mem::take(&mut out[10]), &[b, h_q, s_q], 4),
     ];
     let out = sim::run_compiled(&v[0], &k, t, &dims(&k, &dim), &[], Default::default()).tensors;
     x.out = DeviceTensor::from_slice(&st, &from_bytes(&out[3], f32::from_le_bytes), &[b, s_q, h_q, 512]).unwrap();

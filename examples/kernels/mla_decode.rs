@@ -26,7 +26,10 @@
 //! split kernel runs one thread block per (row block, chunk) and writes each
 //! chunk's normalized partial O and its LSE into the [`Workspace`]; the
 //! combine kernel merges the chunks of each batch by their LSE into `out` and
-//! `lse`. Three launches on one stream, no host synchronization.
+//! `lse`. A batch in one chunk (no split) gets `out` and `lse` from the split
+//! kernel directly (as FlashMLA's), which the combine then leaves alone: no
+//! partial written and read back. Three launches on one stream, no host
+//! synchronization.
 #![allow(dead_code)]
 use tile::prelude::*;
 
@@ -53,7 +56,11 @@ macro_rules! mla_split {
         /// of batch `chunks[c, 0]`, key blocks `chunks[c, 1] .. chunks[c, 2]`,
         /// writes the normalized partial O to rows `c·RP + r` of `o_part`
         /// and the partial LSE (natural log, −∞ for a row that saw no key)
-        /// to `lse_part`, `RP` the rows of a batch rounded up to 64.
+        /// to `lse_part`, `RP` the rows of a batch rounded up to 64; or,
+        /// when `c` is its batch's only chunk (`chunk_begin`), the batch's
+        /// rows of `out` (`[b, s_q·h_q, 512]`: the caller's `out` with its
+        /// (token, head) dims merged, row `r` = `t·H + h`) and `lse`
+        /// themselves (the combine leaves them).
         /// `scale` is the softmax scale times log2(e).
         #[tile_kernel($($attr)*)]
         pub fn $name<T: Float16, const THREADS: usize, const STAGES: usize>(
@@ -62,8 +69,11 @@ macro_rules! mla_split {
             seqlens: &Tensor<i32, B>,
             chunks: &Tensor<i32, NC, 4>,
             order: &Tensor<i32, NC>,
+            chunk_begin: &Tensor<i32, B1>,
             o_part: &mut Tensor<f32, PROWS, 512>,
             lse_part: &mut Tensor<f32, PROWS>,
+            out: &mut Tensor<f32, B, RQ, 512>,
+            lse: &mut Tensor<f32, B, H, SQ>,
             scale: f32,
         ) {
             // Grid row `cy` runs chunk `order[cy]`: the longest first, so that the blocks that
@@ -146,8 +156,17 @@ macro_rules! mla_split {
             for (i, j) in parallel((64, 512)) {
                 acc[(i, j)] = acc[(i, j)] * alpha[i];
             }
-            copy(&acc, o_part.tile([row0.., ..]));
-            copy(&m_s, lse_part.tile([row0..]));
+            // A batch in one chunk is final here: no partial to write and read back.
+            let whole = bi >= 0 && chunk_begin[bi.max(0) + 1] - chunk_begin[bi.max(0)] == 1;
+            if whole {
+                copy(&acc, out.tile([bi, rb * 64.., ..]));
+                for i in parallel(64) {
+                    lse[(bi, (rb * 64 + i) % H, (rb * 64 + i) / H)] = m_s[i];
+                }
+            } else {
+                copy(&acc, o_part.tile([row0.., ..]));
+                copy(&m_s, lse_part.tile([row0..]));
+            }
         }
     };
 }
@@ -202,7 +221,8 @@ mla_split!(
 /// `chunk_begin[bi] .. chunk_begin[bi + 1]` of rows `c·RP + t·H + h` of
 /// `o_part` and `lse_part` give `out[bi, t, h]` and `lse[bi, h, t]`. A chunk
 /// whose LSE is −∞ (it saw no key of the row, or had no work) weighs 0; a
-/// row no chunk saw gets 0 and −∞.
+/// row no chunk saw gets 0 and −∞. A batch in one chunk is left as the
+/// split kernel wrote it.
 #[tile_kernel(threads = 128, consts(CR = 16))]
 pub fn mla_combine(
     o_part: &Tensor<f32, PROWS, 512>,
@@ -215,7 +235,8 @@ pub fn mla_combine(
     let rp = cdiv(SQ * H, 64) * 64;
     let row = t * H + hb * CR;
     let c0 = chunk_begin[bi];
-    let c1 = chunk_begin[bi + 1];
+    // A batch in one chunk was written by the split kernel: nothing to merge.
+    let c1 = if chunk_begin[bi + 1] - c0 == 1 { c0 } else { chunk_begin[bi + 1] };
     let mut m = fragment::<f32, CR>();
     let mut sum = fragment::<f32, CR>();
     let mut w = fragment::<f32, CR>();
@@ -255,8 +276,10 @@ pub fn mla_combine(
             acc[(i, j)] += w[i] * o_c[(i, j)];
         }
     }
-    copy(&acc, out.tile([bi, t, hb * CR.., ..]));
-    copy(&m, lse.tile([bi, hb * CR.., t]));
+    if c1 > c0 {
+        copy(&acc, out.tile([bi, t, hb * CR.., ..]));
+        copy(&m, lse.tile([bi, hb * CR.., t]));
+    }
 }
 
 /// The split-KV scheduler on the device (the same walk as [`schedule`] on
@@ -681,6 +704,9 @@ pub type PagedLaunch<T> = fn(
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
+    &DeviceTensor<i32>,
+    &mut DeviceTensor<f32>,
+    &mut DeviceTensor<f32>,
     &mut DeviceTensor<f32>,
     &mut DeviceTensor<f32>,
     f32,
@@ -693,6 +719,9 @@ pub type ContiguousLaunch<T> = fn(
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
+    &DeviceTensor<i32>,
+    &mut DeviceTensor<f32>,
+    &mut DeviceTensor<f32>,
     &mut DeviceTensor<f32>,
     &mut DeviceTensor<f32>,
     f32,
@@ -817,17 +846,41 @@ pub fn forward<T: MlaElement>(
     let (o_part, lse_part) = workspace.ensure(stream, rows)?;
     let hopper = hopper_tiles(stream, options.tiles);
     let scale = options.scale * std::f32::consts::LOG2_E;
+    // The split kernel sees out's (token, head) dims merged: its rows.
+    out.reshape_in_place(&[b, s_q * h_q, DV])?;
+    let split = split_launch(stream, q, kv, seqlens, metadata, o_part, lse_part, out, lse, hopper, scale);
+    out.reshape_in_place(&[b, s_q, h_q, DV])?;
+    split?;
+    mla_combine::launch(stream, o_part, lse_part, &metadata.chunk_begin, out, lse)
+}
+
+/// The split kernel's launch of [`forward`] (`out` as `[b, s_q·h_q, 512]`).
+#[allow(clippy::too_many_arguments)]
+fn split_launch<T: MlaElement>(
+    stream: &Stream,
+    q: &DeviceTensor<T>,
+    kv: Kv<'_, T>,
+    seqlens: &DeviceTensor<i32>,
+    metadata: &Metadata,
+    o_part: &mut DeviceTensor<f32>,
+    lse_part: &mut DeviceTensor<f32>,
+    out: &mut DeviceTensor<f32>,
+    lse: &mut DeviceTensor<f32>,
+    hopper: bool,
+    scale: f32,
+) -> tile::Result<()> {
     match kv {
         Kv::Paged { cache, block_table } => {
             let (launch, _) = T::paged(hopper);
-            launch(stream, q, cache, block_table, seqlens, &metadata.chunks, &metadata.order, o_part, lse_part, scale)?;
+            let (chunks, order, begin) = (&metadata.chunks, &metadata.order, &metadata.chunk_begin);
+            launch(stream, q, cache, block_table, seqlens, chunks, order, begin, o_part, lse_part, out, lse, scale)
         }
         Kv::Contiguous(kv) => {
             let (launch, _) = T::contiguous(hopper);
-            launch(stream, q, kv, seqlens, &metadata.chunks, &metadata.order, o_part, lse_part, scale)?;
+            let (chunks, order, begin) = (&metadata.chunks, &metadata.order, &metadata.chunk_begin);
+            launch(stream, q, kv, seqlens, chunks, order, begin, o_part, lse_part, out, lse, scale)
         }
     }
-    mla_combine::launch(stream, o_part, lse_part, &metadata.chunk_begin, out, lse)
 }
 
 /// MLA decode in f64 on the host: the reference of the tests and the

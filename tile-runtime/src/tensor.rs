@@ -342,6 +342,23 @@ impl<T: Element> DeviceTensor<T> {
         Ok(Self::from_raw(raw))
     }
 
+    /// [`DeviceTensor::reshape`] in place: the same data, from now on seen
+    /// with `shape` (of the same number of elements). For a kernel that
+    /// takes a tensor in another shape than its caller's (merged dims), the
+    /// caller's shape restored after the launch.
+    pub fn reshape_in_place(&mut self, shape: &[usize]) -> Result<()> {
+        let n = element_count(shape)?;
+        if n != self.len() {
+            return Err(shape_error(format!(
+                "reshape: cannot view shape {:?} ({} elements) as {shape:?} ({n} elements)",
+                self.shape(),
+                self.len()
+            )));
+        }
+        self.raw.shape = shape.to_vec();
+        Ok(())
+    }
+
     /// The tensor's shape (row-major, outermost first).
     pub fn shape(&self) -> &[usize] {
         &self.raw.shape
