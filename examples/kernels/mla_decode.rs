@@ -98,7 +98,9 @@ macro_rules! mla_split {
             let mut m_s = fragment::<f32, 64>();
             let mut alpha = fragment::<f32, 64>();
             let mut l = fragment::<f32, 64>();
-            let mut row_sum = fragment::<f32, 64>();
+            // Running sums per element of the scores, summed over the row once after the loop:
+            // no cross-warpgroup reduction per key block.
+            let mut l_acc = fragment::<f32, 64, 64>();
             // Row i is (token, head) = ((rb·64 + i) / H, (rb·64 + i) % H); rows past SQ·H read zeros.
             for (i, j) in parallel((64, 512)) {
                 q_s[(i, j)] = q[(bi, (rb * 64 + i) / H, (rb * 64 + i) % H, j)];
@@ -107,7 +109,7 @@ macro_rules! mla_split {
                 qpe_s[(i, j)] = q[(bi, (rb * 64 + i) / H, (rb * 64 + i) % H, 512 + j)];
             }
             clear(&mut acc);
-            clear(&mut l);
+            clear(&mut l_acc);
             fill(&mut m, f32::NEG_INFINITY);
             for kb in pipelined(chunks[(c, 2)] - kb0, STAGES) {
                 let blk = kb0 + kb;
@@ -130,10 +132,7 @@ macro_rules! mla_split {
                 }
                 for (i, j) in parallel((64, 64)) {
                     s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
-                }
-                reduce_sum(&s, &mut row_sum, 1);
-                for i in parallel(64) {
-                    l[i] = l[i] * alpha[i] + row_sum[i];
+                    l_acc[(i, j)] = l_acc[(i, j)] * alpha[i] + s[(i, j)];
                 }
                 for (i, j) in parallel((64, 512)) {
                     acc[(i, j)] = acc[(i, j)] * alpha[i];
@@ -149,6 +148,11 @@ macro_rules! mla_split {
                 copy(&s, &mut p_s);
                 gemm(&p_s, &kv_s, &mut acc).policy(FullCol);
             }
+            // (Through `s`, whose layout the scores' gemm fixes: `l_acc` takes it in the loop.)
+            for (i, j) in parallel((64, 64)) {
+                s[(i, j)] = l_acc[(i, j)];
+            }
+            reduce_sum(&s, &mut l, 1);
             for i in parallel(64) {
                 alpha[i] = if l[i] == 0.0 { 0.0 } else { 1.0 / l[i] };
                 m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
