@@ -25,8 +25,8 @@
 pub use tile_macros::tile_kernel;
 pub use tile_runtime::{
     assert_close, bench, bf16, cudarc, f16, rel_error, BenchResult, Device, DeviceTensor, Element, Error, Event,
-    KernelMeta, KernelTarget, ModuleSource, Result, Stream, TensorArg, TensorArgMut, TensorMapMeta, TensorView,
-    TensorViewMut, INTERPRET_CHECK_ENV, INTERPRET_ENV,
+    KernelMeta, KernelTarget, ModuleSource, Reshaped, Result, Stream, TensorArg, TensorArgMut, TensorMapMeta,
+    TensorView, TensorViewMut, INTERPRET_CHECK_ENV, INTERPRET_ENV,
 };
 
 /// Runs `f` with the lines that kernels' `print(..)`s write in the

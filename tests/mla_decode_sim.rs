@@ -106,7 +106,7 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
     let cache: Vec<f16> = x.cache.to_vec(&st).unwrap();
     let table: Vec<i32> = x.block_table.to_vec(&st).unwrap();
     let t = vec![
-        tensor(f16_bytes(&x.q), &[b, s_q, h_q, 576], 2),
+        tensor(f16_bytes(&x.q), &[b, s_q * h_q, 576], 2),
         tensor(f16_bytes(&cache), &[nblk, 64, 1, 576], 2),
         tensor(i32_bytes(&table), &[b, maxb], 4),
         tensor(seqlens, &[b], 4),

@@ -32,6 +32,7 @@
 //! synchronization.
 #![allow(dead_code)]
 use tile::prelude::*;
+use tile::Reshaped;
 
 /// Query rows per block, keys per block (= the page size), the row width
 /// of q and the KV rows, and V's width.
@@ -64,7 +65,7 @@ macro_rules! mla_split {
         /// `scale` is the softmax scale times log2(e).
         #[tile_kernel($($attr)*)]
         pub fn $name<T: Float16, const THREADS: usize, const STAGES: usize>(
-            q: &Tensor<T, B, SQ, H, 576>,
+            q: &Tensor<T, B, RQ, 576>,
             $($kv)*
             seqlens: &Tensor<i32, B>,
             chunks: &Tensor<i32, NC, 4>,
@@ -101,13 +102,10 @@ macro_rules! mla_split {
             // Running sums per element of the scores, summed over the row once after the loop:
             // no cross-warpgroup reduction per key block.
             let mut l_acc = fragment::<f32, 64, 64>();
-            // Row i is (token, head) = ((rb·64 + i) / H, (rb·64 + i) % H); rows past SQ·H read zeros.
-            for (i, j) in parallel((64, 512)) {
-                q_s[(i, j)] = q[(bi, (rb * 64 + i) / H, (rb * 64 + i) % H, j)];
-            }
-            for (i, j) in parallel((64, 64)) {
-                qpe_s[(i, j)] = q[(bi, (rb * 64 + i) / H, (rb * 64 + i) % H, 512 + j)];
-            }
+            // Row i is q's row rb·64 + i, (token, head) = ((rb·64 + i) / H, (rb·64 + i) % H);
+            // rows past SQ·H read zeros.
+            copy(q.tile([bi, rb * 64.., 0..]), &mut q_s);
+            copy(q.tile([bi, rb * 64.., 512..]), &mut qpe_s);
             clear(&mut acc);
             clear(&mut l_acc);
             fill(&mut m, f32::NEG_INFINITY);
@@ -699,10 +697,10 @@ pub fn hopper_tiles(stream: &Stream, tiles: Tiles) -> bool {
     }
 }
 
-/// The launch of a paged split instance.
-pub type PagedLaunch<T> = fn(
+/// The launch of a paged split instance (`q` seen as `[b, s_q·h_q, 576]`).
+pub type PagedLaunch<'q, T> = fn(
     &Stream,
-    &DeviceTensor<T>,
+    &Reshaped<'q, T>,
     &DeviceTensor<T>,
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
@@ -715,10 +713,10 @@ pub type PagedLaunch<T> = fn(
     &mut DeviceTensor<f32>,
     f32,
 ) -> tile::Result<()>;
-/// The launch of a contiguous split instance.
-pub type ContiguousLaunch<T> = fn(
+/// The launch of a contiguous split instance (`q` seen as `[b, s_q·h_q, 576]`).
+pub type ContiguousLaunch<'q, T> = fn(
     &Stream,
-    &DeviceTensor<T>,
+    &Reshaped<'q, T>,
     &DeviceTensor<T>,
     &DeviceTensor<i32>,
     &DeviceTensor<i32>,
@@ -734,9 +732,9 @@ pub type ContiguousLaunch<T> = fn(
 /// The element types there are split instances for (f16, bf16).
 pub trait MlaElement: Element {
     /// The paged instance (Hopper's or the portable one) and its metadata.
-    fn paged(hopper: bool) -> (PagedLaunch<Self>, &'static tile::KernelMeta);
+    fn paged<'q>(hopper: bool) -> (PagedLaunch<'q, Self>, &'static tile::KernelMeta);
     /// The contiguous instance and its metadata.
-    fn contiguous(hopper: bool) -> (ContiguousLaunch<Self>, &'static tile::KernelMeta);
+    fn contiguous<'q>(hopper: bool) -> (ContiguousLaunch<'q, Self>, &'static tile::KernelMeta);
     /// `mla_fill` of `x` (`[rows, 576]`).
     fn fill(stream: &Stream, x: &mut DeviceTensor<Self>, seed: u32) -> tile::Result<()>;
 }
@@ -744,14 +742,14 @@ pub trait MlaElement: Element {
 macro_rules! mla_instances {
     ($t:ty) => {
         impl MlaElement for $t {
-            fn paged(hopper: bool) -> (PagedLaunch<Self>, &'static tile::KernelMeta) {
+            fn paged<'q>(hopper: bool) -> (PagedLaunch<'q, Self>, &'static tile::KernelMeta) {
                 if hopper {
                     (mla_split_paged_sm90::launch::<$t, 256, 2>, mla_split_paged_sm90::meta::<$t, 256, 2>())
                 } else {
                     (mla_split_paged::launch::<$t, 256, 1>, mla_split_paged::meta::<$t, 256, 1>())
                 }
             }
-            fn contiguous(hopper: bool) -> (ContiguousLaunch<Self>, &'static tile::KernelMeta) {
+            fn contiguous<'q>(hopper: bool) -> (ContiguousLaunch<'q, Self>, &'static tile::KernelMeta) {
                 if hopper {
                     (mla_split_contiguous_sm90::launch::<$t, 256, 2>, mla_split_contiguous_sm90::meta::<$t, 256, 2>())
                 } else {
@@ -873,6 +871,9 @@ fn split_launch<T: MlaElement>(
     hopper: bool,
     scale: f32,
 ) -> tile::Result<()> {
+    // Its rows are q's (token, head) rows too.
+    let q = q.view_as(&[q.shape()[0], q.shape()[1] * q.shape()[2], D])?;
+    let q = &q;
     match kv {
         Kv::Paged { cache, block_table } => {
             let (launch, _) = T::paged(hopper);

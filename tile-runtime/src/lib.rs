@@ -50,7 +50,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use interop::{TensorView, TensorViewMut};
 pub use launch::{KernelMeta, KernelTarget, TensorArg, TensorArgMut, TensorMapMeta};
-pub use tensor::DeviceTensor;
+pub use tensor::{DeviceTensor, Reshaped};
 pub use tensor_map::{L2Promotion, TensorMap, TensorMapSpec, TmaSwizzle};
 
 /// The cudarc version the runtime uses, for calling other CUDA libraries

@@ -26,6 +26,23 @@ pub struct DeviceTensor<T: Element> {
     marker: PhantomData<T>,
 }
 
+/// A [`DeviceTensor`] seen with another shape ([`DeviceTensor::view_as`]):
+/// read-only, no copy.
+pub struct Reshaped<'a, T: Element> {
+    /// The view's shape, dtype and device (no bytes).
+    pub(crate) facts: RawTensor,
+    /// The tensor whose bytes it reads.
+    pub(crate) data: &'a RawTensor,
+    marker: PhantomData<&'a T>,
+}
+
+impl<T: Element> Reshaped<'_, T> {
+    /// The view's shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.facts.shape
+    }
+}
+
 /// A tensor without its static element type (what a launch sees).
 #[doc(hidden)]
 pub struct RawTensor {
@@ -340,6 +357,29 @@ impl<T: Element> DeviceTensor<T> {
         let mut raw = self.raw;
         raw.shape = shape.to_vec();
         Ok(Self::from_raw(raw))
+    }
+
+    /// The same data seen with `shape` (of the same number of elements),
+    /// read-only and without a copy, for as long as `self` is borrowed: for
+    /// a kernel that takes the tensor with dims merged or split (MLA's
+    /// `q [b, s_q, h_q, 576]` as `[b, s_q·h_q, 576]`). Pass `&view` wherever
+    /// a `&DeviceTensor<T>` goes.
+    pub fn view_as(&self, shape: &[usize]) -> Result<Reshaped<'_, T>> {
+        let n = element_count(shape)?;
+        if n != self.len() {
+            return Err(shape_error(format!(
+                "view_as: cannot view shape {:?} ({} elements) as {shape:?} ({n} elements)",
+                self.shape(),
+                self.len()
+            )));
+        }
+        // The view's facts (shape, dtype, device); the bytes stay `self`'s.
+        let storage = match &self.raw.storage {
+            Storage::Host(_) => Storage::Host(Vec::new()),
+            Storage::Cuda { device, .. } => Storage::Cuda { device: device.clone(), slice: None },
+        };
+        let facts = RawTensor { shape: shape.to_vec(), dtype: T::DTYPE, storage };
+        Ok(Reshaped { facts, data: &self.raw, marker: PhantomData })
     }
 
     /// [`DeviceTensor::reshape`] in place: the same data, from now on seen

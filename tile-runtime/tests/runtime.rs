@@ -93,6 +93,39 @@ fn zeros_copy_clone_and_reshape() {
     }
 }
 
+/// A tensor launched with another shape: read through `view_as` (no
+/// copy; the view's shape binds the kernel's dims), written after
+/// `reshape_in_place`; both refuse a shape of another element count.
+#[test]
+fn views_of_another_shape() {
+    use tile_runtime::TensorArg;
+    let stream = interp_stream();
+    let meta = leak_meta(&scale_kernel(), vec![]);
+    let data: Vec<f32> = (0..300).map(|i| i as f32 * 0.5 - 20.0).collect();
+    let a = DeviceTensor::from_slice(&stream, &data, &[3, 4, 25]).unwrap();
+    let mut c = DeviceTensor::<f32>::zeros(&stream, &[12, 25]).unwrap();
+    let view = a.view_as(&[300]).unwrap();
+    assert_eq!(view.shape(), &[300]);
+    c.reshape_in_place(&[300]).unwrap();
+    launch(&stream, meta, &mut [view.kernel_arg(), KernelArg::tensor_mut(&mut c), KernelArg::F32(3.0)]).unwrap();
+    c.reshape_in_place(&[12, 25]).unwrap();
+    assert_eq!(c.shape(), &[12, 25]);
+    let want: Vec<f32> = data.iter().map(|x| x * 3.0).collect();
+    assert_eq!(c.to_vec(&stream).unwrap(), want);
+    assert_eq!(a.shape(), &[3, 4, 25], "the viewed tensor keeps its shape");
+
+    // The view's shape, not the tensor's, binds `N`.
+    let short = a.view_as(&[2, 150]).unwrap();
+    let r = launch(&stream, meta, &mut [short.kernel_arg(), KernelArg::tensor_mut(&mut c), KernelArg::F32(1.0)]);
+    assert!(r.is_err(), "a 2-D view passed for a 1-D parameter launched");
+
+    for err in [a.view_as(&[301]).map(|_| ()).unwrap_err(), c.reshape_in_place(&[7, 7]).unwrap_err()] {
+        let text = err.to_string();
+        assert!(matches!(err, Error::Shape { .. }) && text.contains("300 elements"), "{text}");
+    }
+    assert_eq!(c.shape(), &[12, 25], "a refused reshape leaves the shape");
+}
+
 #[test]
 fn shape_errors_from_constructors_and_reshape() {
     let stream = interp_stream();

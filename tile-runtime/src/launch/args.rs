@@ -20,7 +20,7 @@ use crate::device::Stream;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::interop::{SliceRead, SliceWrite, TensorView, TensorViewMut};
-use crate::tensor::{DeviceTensor, RawTensor, Storage};
+use crate::tensor::{DeviceTensor, RawTensor, Reshaped, Storage};
 use crate::tensor_map::TensorMap;
 
 /// One argument of a kernel launch, in the kernel's parameter order.
@@ -34,6 +34,9 @@ pub enum KernelArg<'a> {
     View(&'a RawTensor, &'a dyn SliceRead, u64),
     /// A writable view ([`TensorViewMut`]).
     ViewMut(&'a RawTensor, &'a mut dyn SliceWrite, u64),
+    /// A tensor seen with another shape ([`Reshaped`]): the view's facts,
+    /// and the tensor whose bytes it reads.
+    Reshaped(&'a RawTensor, &'a RawTensor),
     /// An `f32` scalar.
     F32(f32),
     /// An `i32` scalar.
@@ -72,7 +75,9 @@ impl<'a> KernelArg<'a> {
 
     fn describe(&self) -> String {
         match self {
-            KernelArg::Tensor(t) | KernelArg::View(t, ..) => format!("a read-only {} tensor", t.dtype),
+            KernelArg::Tensor(t) | KernelArg::View(t, ..) | KernelArg::Reshaped(t, _) => {
+                format!("a read-only {} tensor", t.dtype)
+            }
             KernelArg::TensorMut(t) => format!("a writable {} tensor", t.dtype),
             KernelArg::ViewMut(t, ..) => format!("a writable {} tensor", t.dtype),
             KernelArg::F32(_) => "an f32 scalar".into(),
@@ -90,15 +95,19 @@ impl<'a> KernelArg<'a> {
             KernelArg::U32(v) => Value::U32(v),
             KernelArg::F16(v) => Value::F16(v),
             KernelArg::BF16(v) => Value::BF16(v),
-            KernelArg::Tensor(_) | KernelArg::TensorMut(_) | KernelArg::View(..) | KernelArg::ViewMut(..) => {
-                return None
-            }
+            KernelArg::Tensor(_)
+            | KernelArg::TensorMut(_)
+            | KernelArg::View(..)
+            | KernelArg::ViewMut(..)
+            | KernelArg::Reshaped(..) => return None,
         })
     }
 
     pub(crate) fn raw(&self) -> Option<&RawTensor> {
         match self {
-            KernelArg::Tensor(t) | KernelArg::View(t, ..) | KernelArg::ViewMut(t, ..) => Some(t),
+            KernelArg::Tensor(t) | KernelArg::View(t, ..) | KernelArg::ViewMut(t, ..) | KernelArg::Reshaped(t, _) => {
+                Some(t)
+            }
             KernelArg::TensorMut(t) => Some(t),
             _ => None,
         }
@@ -148,6 +157,13 @@ impl<T: Element> TensorArg for DeviceTensor<T> {
 impl<T: Element> TensorArgMut for DeviceTensor<T> {
     fn kernel_arg_mut(&mut self) -> KernelArg<'_> {
         KernelArg::TensorMut(&mut self.raw)
+    }
+}
+
+impl<T: Element> TensorArg for Reshaped<'_, T> {
+    type Elem = T;
+    fn kernel_arg(&self) -> KernelArg<'_> {
+        KernelArg::Reshaped(&self.facts, self.data)
     }
 }
 
@@ -273,7 +289,11 @@ pub(super) fn abi_params<'a>(
             KernelArg::U32(v) => Some(ParamSlot::new(&v.to_le_bytes())),
             KernelArg::F16(v) => Some(ParamSlot::new(&v.to_bits().to_le_bytes())),
             KernelArg::BF16(v) => Some(ParamSlot::new(&v.to_bits().to_le_bytes())),
-            KernelArg::Tensor(_) | KernelArg::TensorMut(_) | KernelArg::View(..) | KernelArg::ViewMut(..) => None,
+            KernelArg::Tensor(_)
+            | KernelArg::TensorMut(_)
+            | KernelArg::View(..)
+            | KernelArg::ViewMut(..)
+            | KernelArg::Reshaped(..) => None,
         })
         .collect();
     let mut slots = Vec::with_capacity(k.params.len() + k.dims.len());
@@ -281,7 +301,7 @@ pub(super) fn abi_params<'a>(
     let mut addresses = Vec::with_capacity(args.len());
     for arg in args.iter_mut() {
         let (ptr, guard) = match (arg, stream) {
-            (KernelArg::Tensor(t), Some(stream)) => match &t.storage {
+            (KernelArg::Tensor(t) | KernelArg::Reshaped(_, t), Some(stream)) => match &t.storage {
                 Storage::Cuda { slice: Some(slice), .. } => {
                     let (ptr, guard) = slice.device_ptr(stream);
                     (ptr, Some(guard))
@@ -306,9 +326,14 @@ pub(super) fn abi_params<'a>(
                 let (ptr, guard) = slice.write_ptr(stream);
                 (ptr + offset, Some(guard))
             }
-            (KernelArg::Tensor(_) | KernelArg::TensorMut(_) | KernelArg::View(..) | KernelArg::ViewMut(..), None) => {
-                (0, None)
-            }
+            (
+                KernelArg::Tensor(_)
+                | KernelArg::TensorMut(_)
+                | KernelArg::View(..)
+                | KernelArg::ViewMut(..)
+                | KernelArg::Reshaped(..),
+                None,
+            ) => (0, None),
             _ => {
                 addresses.push(None);
                 continue;

@@ -26,6 +26,10 @@ pub(super) fn launch_interpreter(k: &Kernel, args: &mut [KernelArg<'_>], dims: &
                 Storage::Host(bytes) => InterpArg::Tensor { data: TensorData::Ro(bytes), shape: t.shape.clone() },
                 Storage::Cuda { .. } => return Err(Error::DeviceMismatch(format!("a tensor of kernel `{}`", k.name))),
             },
+            KernelArg::Reshaped(facts, t) => match &t.storage {
+                Storage::Host(bytes) => InterpArg::Tensor { data: TensorData::Ro(bytes), shape: facts.shape.clone() },
+                Storage::Cuda { .. } => return Err(Error::DeviceMismatch(format!("a tensor of kernel `{}`", k.name))),
+            },
             KernelArg::TensorMut(t) => {
                 let shape = t.shape.clone();
                 match &mut t.storage {
