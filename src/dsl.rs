@@ -17,8 +17,8 @@
 //! so.
 //!
 //! Attribute options (`threads`, `consts`, `cluster`, `warp_specialize`,
-//! `blocks_per_sm`, `archs`, `instances`, `tune`) are documented in
-//! [`attributes`].
+//! `blocks_per_sm`, `dependent_launch`, `archs`, `instances`, `tune`) are
+//! documented in [`attributes`].
 //!
 //! ```
 //! use tile::prelude::*;
@@ -1359,6 +1359,35 @@ pub mod attributes {
     /// assert!(double::META.targets.iter().all(|t| t.ptx.contains(".minnctapersm 4")));
     /// ```
     pub struct blocks_per_sm;
+
+    /// `dependent_launch = true`: launched as a programmatic dependent of
+    /// the kernel before it on the stream (sm_90 and later), its launch
+    /// overlapping that kernel's tail; every thread first waits
+    /// (`griddepcontrol.wait`) until that kernel has completed and its
+    /// writes are visible, so it reads exactly what an ordinary launch
+    /// would. On sm_80 an ordinary launch. Default `false`.
+    ///
+    /// ```
+    /// use tile::prelude::*;
+    ///
+    /// #[tile_kernel(threads = 128, consts(B = 256), dependent_launch = true)]
+    /// fn double(x: &Tensor<f32, N>, y: &mut Tensor<f32, N>) {
+    ///     let bx = grid(cdiv(N, B));
+    ///     let mut t = fragment::<f32, B>();
+    ///     copy(x.tile([bx * B]), &mut t);
+    ///     for i in parallel(B) {
+    ///         t[i] = t[i] * 2.0;
+    ///     }
+    ///     copy(&t, y.tile([bx * B]));
+    /// }
+    /// for t in double::META.targets.iter() {
+    ///     assert_eq!(t.ptx.contains("griddepcontrol.wait"), t.arch == "sm_90a");
+    /// }
+    /// let y = tile::dsl::doc_run(double::launch, &[1.0, 2.0, 3.0])?;
+    /// assert_eq!(y, [2.0, 4.0, 6.0]);
+    /// # Ok::<(), tile::Error>(())
+    /// ```
+    pub struct dependent_launch;
 
     /// `archs = "sm_90a"` (comma-separated): the targets to compile this
     /// kernel for, instead of `TILE_ARCHS`'s.

@@ -224,8 +224,10 @@ mla_split!(
 /// `o_part` and `lse_part` give `out[bi, t, h]` and `lse[bi, h, t]`. A chunk
 /// whose LSE is −∞ (it saw no key of the row, or had no work) weighs 0; a
 /// row no chunk saw gets 0 and −∞. A batch in one chunk is left as the
-/// split kernel wrote it.
-#[tile_kernel(threads = 128, consts(CR = 16))]
+/// split kernel wrote it. Launched as a programmatic dependent of the split
+/// kernel (sm_90): its launch overlaps the split kernel's last blocks, and
+/// it waits for the split kernel's writes before anything else.
+#[tile_kernel(threads = 128, consts(CR = 16), dependent_launch = true)]
 pub fn mla_combine(
     o_part: &Tensor<f32, PROWS, 512>,
     lse_part: &Tensor<f32, PROWS>,

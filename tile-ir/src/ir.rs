@@ -864,6 +864,16 @@ pub struct Kernel {
     /// picks its own bound and ignores it.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub blocks_per_sm: u32,
+    /// Launched as a programmatic dependent of the kernel before it on the
+    /// stream (`dependent_launch = true` in the attribute; sm_90 and later):
+    /// the launch may begin while that kernel finishes, and every thread
+    /// first waits (`griddepcontrol.wait`) until it has completed and its
+    /// writes are visible, so the kernel reads exactly what it would after
+    /// an ordinary launch. What it gains is the launch's latency, hidden
+    /// under the previous kernel's tail. Devices without it (sm_80) launch
+    /// it as usual. Default off.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dependent_launch: bool,
     /// Where the statements are in the user's source, for the messages of
     /// the interpreter (its check mode): set by `#[tile_kernel]` in the IR it
     /// embeds; `None` in kernels built by hand or parsed from text.
@@ -894,6 +904,10 @@ fn yes() -> bool {
 fn is_yes(b: &bool) -> bool {
     *b
 }
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn one() -> u32 {
     1
 }
@@ -919,6 +933,7 @@ impl Kernel {
             cluster: [1, 1, 1],
             warp_specialize: true,
             blocks_per_sm: 1,
+            dependent_launch: false,
             source: None,
         }
     }

@@ -21,8 +21,8 @@
 //! Syntax:
 //! - Header: `kernel NAME<DIMS>(PARAMS) threads=T grid=(X, Y, Z) {`, with
 //!   before the `{`, when not the default, `swizzle=P` (`rasterize`),
-//!   `cluster=(X, Y, Z)`, `warp_specialize=false` and `blocks_per_sm=N`, in
-//!   that order. Dims are declared `%id name`; tensor params `@id name: &T[shape]` (`&mut` if
+//!   `cluster=(X, Y, Z)`, `warp_specialize=false`, `blocks_per_sm=N` and
+//!   `dependent_launch=true`, in that order. Dims are declared `%id name`; tensor params `@id name: &T[shape]` (`&mut` if
 //!   mutable); scalar params `%id name: T`.
 //! - Then block indices `%id name = block_idx.x|y|z`, then every non-parameter
 //!   buffer `@id name: shared|fragment|local|global T[shape]` (a shared buffer
@@ -324,6 +324,9 @@ impl<'k> Printer<'k> {
         }
         if k.blocks_per_sm != 1 {
             let _ = write!(out, " blocks_per_sm={}", k.blocks_per_sm);
+        }
+        if k.dependent_launch {
+            out.push_str(" dependent_launch=true");
         }
         out.push_str(" {\n");
         for (i, v) in k.vars.iter().enumerate() {

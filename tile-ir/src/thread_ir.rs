@@ -476,6 +476,11 @@ pub enum Inst {
         /// The longest sleep, in nanoseconds.
         ns: u32,
     },
+    /// `griddepcontrol.wait;`: the thread waits until the grids this launch
+    /// depends on programmatically (the kernel before it on the stream,
+    /// `Kernel::dependent_launch`) have completed and their memory
+    /// operations are visible; returns at once when there are none.
+    GridDepWait,
     /// A call of CUDA's `vprintf(format, args)`: `format` (a C format with
     /// its newline) becomes the global string `tile_fmt{id}`, `args` are
     /// stored into the local buffer `tile_pbuf{id}` (each at an offset
@@ -737,6 +742,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::NamedBarArrive { id, threads } => format!("bar.arrive {id}, {threads}"),
         Inst::Exit => "exit".into(),
         Inst::Nanosleep { ns } => format!("nanosleep.u32 {ns}"),
+        Inst::GridDepWait => "griddepcontrol.wait".into(),
         Inst::CpAsync { bytes, dst, src, src_bytes, .. } => {
             // `.cg` (L2 only) exists for 16-byte copies; narrower ones use `.ca`.
             let cache = if *bytes == 16 { "cg" } else { "ca" };

@@ -38,6 +38,26 @@ fn no_spills(b: &Built) {
     }
 }
 
+/// A programmatic dependent (`Kernel::dependent_launch`) waits for the
+/// kernel before it ahead of everything else on sm_90a (before reading its
+/// parameters) and assembles; sm_80, without the feature, gets no wait;
+/// an ordinary kernel gets none anywhere.
+#[test]
+fn a_dependent_launch_waits_first() {
+    let mut k = vector_add(256, 1024);
+    let plain = build(&k);
+    assert!(!plain.sm80.ptx.contains("griddepcontrol") && !plain.sm90.ptx.contains("griddepcontrol"));
+    k.dependent_launch = true;
+    let b = build(&k);
+    assert!(!b.sm80.ptx.contains("griddepcontrol"), "{}", b.sm80.ptx);
+    let body = b.sm90.ptx.split_once('{').expect("an entry body").1;
+    let first = body.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with(".reg")).unwrap_or_default();
+    assert_eq!(first, "griddepcontrol.wait;", "{}", b.sm90.ptx);
+    assert_eq!(b.sm90.ptx.matches("griddepcontrol.wait").count(), 1);
+    // The rest is the ordinary kernel's.
+    assert_eq!(b.sm90.ptx.replacen("    griddepcontrol.wait;\n", "", 1), plain.sm90.ptx);
+}
+
 #[test]
 fn vector_add_compiles_vectorized() {
     let k = vector_add(256, 1024);

@@ -139,6 +139,22 @@ fn text_form_round_trips() {
 
 /// `cluster` and `warp_specialize` print only when not the default, after
 /// `swizzle`, and parse back.
+/// `dependent_launch=true` prints last in the header and parses back.
+#[test]
+fn dependent_launch_round_trips() {
+    let mut k = vector_add(256);
+    assert!(!print_kernel(&k).contains("dependent_launch"));
+    k.dependent_launch = true;
+    k.warp_specialize = false;
+    let text = print_kernel(&k);
+    assert!(text.lines().next().unwrap().ends_with(" warp_specialize=false dependent_launch=true {"), "{text}");
+    let back = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(back.dependent_launch);
+    assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&k).unwrap());
+    let bad = parse_kernel("kernel k() threads=32 grid=(1, 1, 1) dependent_launch=soon {\n}\n").unwrap_err().message;
+    assert!(bad.contains("expected `true` or `false`"), "{bad}");
+}
+
 #[test]
 fn cluster_and_warp_specialize_round_trip() {
     let plain = print_kernel(&vector_add(256));

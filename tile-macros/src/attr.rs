@@ -1,6 +1,7 @@
 //! The attribute: `#[tile_kernel(threads = N, consts(NAME = int, ...),
 //! cluster = (x, y, z), warp_specialize = true|false, blocks_per_sm = N,
-//! archs = "sm_90a,..", instances((f16, 128), ..), tune(BM, BN, ..))]`.
+//! dependent_launch = true|false, archs = "sm_90a,..", instances((f16, 128), ..),
+//! tune(BM, BN, ..))]`.
 //!
 //! Expects the attribute's tokens (what is inside the parentheses).
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
@@ -42,6 +43,8 @@ pub(crate) struct KernelAttr {
     /// with the value's span; resolved and checked against the threads in
     /// `lower_instance`.
     pub blocks_per_sm: Option<(BlocksPerSm, Span)>,
+    /// `dependent_launch = true|false`; default `false`.
+    pub dependent_launch: bool,
     /// `archs = "sm_90a"`: the only targets to embed (of those `TILE_ARCHS`
     /// asks for); `None`: every target of `TILE_ARCHS`.
     pub archs: Option<Vec<tile_ir::Target>>,
@@ -59,8 +62,17 @@ pub(crate) enum BlocksPerSm {
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 use tile_ir::Target;
 
-const OPTIONS: [&str; 8] =
-    ["threads", "consts", "cluster", "warp_specialize", "blocks_per_sm", "archs", "instances", "tune"];
+const OPTIONS: [&str; 9] = [
+    "threads",
+    "consts",
+    "cluster",
+    "warp_specialize",
+    "blocks_per_sm",
+    "dependent_launch",
+    "archs",
+    "instances",
+    "tune",
+];
 
 pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
     let mut attr = KernelAttr {
@@ -72,12 +84,14 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         cluster: [1, 1, 1],
         warp_specialize: true,
         blocks_per_sm: None,
+        dependent_launch: false,
         archs: None,
     };
     let mut archs_seen = false;
     let mut threads_seen = false;
     let mut cluster_seen = false;
     let mut warp_specialize_seen = false;
+    let mut dependent_launch_seen = false;
     let parser = |input: ParseStream| -> syn::Result<()> {
         while !input.is_empty() {
             let key: Ident = input.parse()?;
@@ -167,6 +181,23 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         }
                     }
                 }
+                "dependent_launch" => {
+                    if dependent_launch_seen {
+                        errors.at(key.span(), "`dependent_launch` is given twice");
+                    }
+                    dependent_launch_seen = true;
+                    input.parse::<Token![=]>()?;
+                    let value: syn::Expr = input.parse()?;
+                    match &value {
+                        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(b), .. }) => attr.dependent_launch = b.value,
+                        _ => {
+                            errors.spanned(
+                                &value,
+                                "`dependent_launch` takes `true` (launched as a programmatic dependent of the kernel before it on the stream, waiting for it at its start) or `false` (the default)",
+                            );
+                        }
+                    }
+                }
                 "blocks_per_sm" => {
                     if attr.blocks_per_sm.is_some() {
                         errors.at(key.span(), "`blocks_per_sm` is given twice");
@@ -219,7 +250,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     errors.at(
                         key.span(),
                         format!(
-                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `blocks_per_sm = N`, `archs = \"sm_90a,..\"`, `instances((..), ..)` or `tune(NAME, ..)`",
+                            "unknown option `{other}` in `#[tile_kernel(..)]`{}; expected `threads = N`, `consts(NAME = value, ..)`, `cluster = (x, y, z)`, `warp_specialize = true|false`, `blocks_per_sm = N`, `dependent_launch = true|false`, `archs = \"sm_90a,..\"`, `instances((..), ..)` or `tune(NAME, ..)`",
                             did_you_mean(other, OPTIONS)
                         ),
                     );

@@ -59,8 +59,17 @@ const METHODS: &[(&str, &str)] =
     &[("keep", "ReduceStmt"), ("clear", "GemmStmt"), ("policy", "GemmStmt"), ("evict_first", "CopyStmt")];
 
 /// The attribute's options (`tile::dsl::attributes`).
-const OPTIONS: &[&str] =
-    &["threads", "consts", "cluster", "warp_specialize", "blocks_per_sm", "archs", "instances", "tune"];
+const OPTIONS: &[&str] = &[
+    "threads",
+    "consts",
+    "cluster",
+    "warp_specialize",
+    "blocks_per_sm",
+    "dependent_launch",
+    "archs",
+    "instances",
+    "tune",
+];
 
 pub(crate) fn editor_uses(attr: &TokenStream, item: &TokenStream) -> TokenStream {
     let mut uses = Vec::new();

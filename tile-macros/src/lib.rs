@@ -213,6 +213,15 @@ mod sig;
 ///   reserves for each) exceeds an SM's is a compile error (a tuned
 ///   candidate is dropped from that target instead). Results never change
 ///   (`tile_ir::Kernel::blocks_per_sm`).
+/// - `dependent_launch = true` (default `false`): the kernel is launched as
+///   a programmatic dependent of the kernel before it on the stream (sm_90
+///   and later: the launch attribute programmatic stream serialization), so
+///   its launch overlaps that kernel's last blocks; every thread first
+///   executes `griddepcontrol.wait`, which returns once that kernel has
+///   completed and its writes are visible. It reads exactly what it would
+///   after an ordinary launch: for a kernel that consumes the previous
+///   one's output (a split-KV combine after its split kernel). On sm_80 it
+///   is an ordinary launch (`tile_ir::Kernel::dependent_launch`).
 /// - `archs = "sm_90a"` (comma-separated): embed only these of the targets
 ///   `TILE_ARCHS` asks for, e.g. a Hopper-only configuration whose shared
 ///   memory exceeds sm_80's; a compile-time choice, not in the IR. On a GPU

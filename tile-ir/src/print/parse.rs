@@ -553,6 +553,14 @@ impl Parser {
             let n = self.int()?;
             k.blocks_per_sm = u32::try_from(n).or_else(|_| self.err(format!("blocks_per_sm={n} is out of range")))?;
         }
+        if self.eat_ident("dependent_launch") {
+            self.expect_punct("=")?;
+            k.dependent_launch = match self.ident()?.as_str() {
+                "true" => true,
+                "false" => false,
+                other => return self.err(format!("dependent_launch={other}: expected `true` or `false`")),
+            };
+        }
         self.expect_punct("{")?;
         // Declarations: block indices and buffers.
         loop {

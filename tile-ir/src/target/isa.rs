@@ -61,6 +61,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         Inst::MbarWait { .. } => needs(78, Some(MbarrierTx)),
         Inst::MbarArriveExpectTx { .. } => needs(80, Some(MbarrierTx)),
         Inst::FenceMbarrierInit => needs(80, Some(Clusters)),
+        Inst::GridDepWait => needs(78, Some(GridDependency)),
         Inst::FenceProxyAsync => needs(80, Some(FenceProxyAsync)),
         Inst::TensorMapAddr { .. } => needs(77, None),
         // The `.shared::cta` destination form is PTX 8.6.

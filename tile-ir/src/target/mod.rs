@@ -58,6 +58,9 @@ pub enum Feature {
     Setmaxnreg,
     /// `elect.sync`.
     ElectSync,
+    /// Programmatic dependent launch: `griddepcontrol.wait` (and the launch
+    /// attribute the runtime sets).
+    GridDependency,
     /// bf16 beyond storage, mma and conversion from f32: `cvt.f32.bf16`,
     /// `atom.add.noftz.bf16`.
     Bf16Native,

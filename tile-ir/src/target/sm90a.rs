@@ -34,6 +34,7 @@ pub const SM90A: TargetInfo = TargetInfo {
         Feature::Wgmma,
         Feature::Setmaxnreg,
         Feature::ElectSync,
+        Feature::GridDependency,
         Feature::Bf16Native,
     ],
 };

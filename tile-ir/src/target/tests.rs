@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 36;
+const VARIANTS: usize = 37;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -50,6 +50,7 @@ fn variant(inst: &Inst) -> usize {
         Inst::NamedBarArrive { .. } => 33,
         Inst::Printf { .. } => 34,
         Inst::Nanosleep { .. } => 35,
+        Inst::GridDepWait => 36,
     }
 }
 
@@ -140,6 +141,7 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
         (Inst::SetMaxNreg { inc: false, count: 40 }, 80, Some(Setmaxnreg)),
         (Inst::ElectSync { pred: r(7) }, 80, Some(ElectSync)),
         (Inst::Nanosleep { ns: 0 }, 70, None),
+        (Inst::GridDepWait, 78, Some(GridDependency)),
         (Inst::NamedBarSync { id: 1, threads: 128 }, 70, None),
         (Inst::Exit, 70, None),
         (Inst::NamedBarArrive { id: 2, threads: 256 }, 70, None),

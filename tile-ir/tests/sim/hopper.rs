@@ -619,7 +619,8 @@ impl<'f> Sim<'f> {
                 let b = self.val(t, tx_bytes) as u32 as i64;
                 self.mbar_arrive(a, b, 1, Some(t));
             }
-            Inst::FenceMbarrierInit | Inst::Nanosleep { .. } => {}
+            // No grid runs before another in the simulator: nothing to wait for.
+            Inst::FenceMbarrierInit | Inst::Nanosleep { .. } | Inst::GridDepWait => {}
             Inst::FenceProxyAsync => self.hopper.proxy_fences[t] += 1,
             Inst::TensorMapAddr { dst, param } => {
                 let i = self

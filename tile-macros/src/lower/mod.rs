@@ -172,6 +172,7 @@ pub(crate) fn lower_instance(
     kernel.cluster = attr.cluster;
     kernel.warp_specialize = attr.warp_specialize;
     kernel.blocks_per_sm = blocks_per_sm;
+    kernel.dependent_launch = attr.dependent_launch;
     let mut lowerer = Lowerer {
         k: kernel,
         spans: SpanTable::new(sig.ident.span()),

@@ -13,7 +13,8 @@
 //! and the grid against the device (`limits.rs`); and launches on the
 //! given stream with the variant's threads and the parameters in the
 //! launch ABI order, with `cuLaunchKernelEx` and a cluster dimension when
-//! clustered. A persistent variant gets as many blocks as the SMs hold at
+//! clustered, and programmatic stream serialization for a dependent launch
+//! (`tile_ir::Kernel::dependent_launch`) whose variant waits for it. A persistent variant gets as many blocks as the SMs hold at
 //! once (SMs × its occupancy, `cuOccupancyMaxActiveBlocksPerMultiprocessor`
 //! once at load; at most the grid's blocks) as a 1-D grid, unless clustered; any other launches the
 //! user's grid, folded onto x when its y or z extent is past CUDA's 65,535
@@ -390,13 +391,19 @@ pub(super) fn launch_cuda(
     }
     let mut pointers = param_pointers(&mut slots, &maps);
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
-    let launched = match cluster {
+    // A programmatic dependent (`Kernel::dependent_launch`) gets the launch
+    // attribute only where its variant begins with `griddepcontrol.wait`
+    // (a target with the feature): without the wait it could read what the
+    // kernel before it is still writing.
+    let dependent = k.dependent_launch
+        && tile_ir::Target::from_name(target.arch).is_some_and(|t| t.has(tile_ir::target::Feature::GridDependency));
+    let launched = if cluster.is_none() && !dependent {
         // SAFETY: `function` is live (held by `loaded`); `pointers` has one
         // entry per PTX parameter, each pointing at a slot or a tensor map
         // that outlives the call (the driver copies parameters at launch);
         // the tensors are borrowed by `args` for the duration, and writable
         // ones exclusively.
-        None => unsafe {
+        unsafe {
             result::launch_kernel(
                 loaded.function,
                 (grid[0], grid[1], grid[2]),
@@ -406,14 +413,26 @@ pub(super) fn launch_cuda(
                 &mut pointers,
             )
         }
-        .map_err(|e| launch_err(format!("cuLaunchKernel failed: {}", describe(e)))),
-        Some(cluster) => guarded("cuLaunchKernelEx", || {
-            // SAFETY: an all-zero launch attribute is a valid value of this
-            // plain C struct; the cluster fields are set next.
-            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attribute.value.clusterDim =
-                sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster[0], y: cluster[1], z: cluster[2] };
+        .map_err(|e| launch_err(format!("cuLaunchKernel failed: {}", describe(e))))
+    } else {
+        guarded("cuLaunchKernelEx", || {
+            let mut attributes = Vec::new();
+            if let Some(cluster) = cluster {
+                // SAFETY: an all-zero launch attribute is a valid value of
+                // this plain C struct; the cluster fields are set next.
+                let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+                attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+                attribute.value.clusterDim =
+                    sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster[0], y: cluster[1], z: cluster[2] };
+                attributes.push(attribute);
+            }
+            if dependent {
+                // SAFETY: as above; the one field of this attribute is set next.
+                let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+                attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+                attribute.value.programmaticStreamSerializationAllowed = 1;
+                attributes.push(attribute);
+            }
             let config = sys::CUlaunchConfig {
                 gridDimX: grid[0],
                 gridDimY: grid[1],
@@ -423,15 +442,20 @@ pub(super) fn launch_cuda(
                 blockDimZ: 1,
                 sharedMemBytes: loaded.shared_bytes,
                 hStream: stream.cu_stream(),
-                attrs: &mut attribute,
-                numAttrs: 1,
+                attrs: attributes.as_mut_ptr(),
+                numAttrs: attributes.len() as u32,
             };
-            // SAFETY: as for cuLaunchKernel above; `config` and `attribute`
+            // SAFETY: as for cuLaunchKernel above; `config` and `attributes`
             // outlive the call.
             unsafe { sys::cuLaunchKernelEx(&config, loaded.function, pointers.as_mut_ptr(), std::ptr::null_mut()) }
                 .result()
-                .map_err(|e| launch_err(format!("cuLaunchKernelEx (cluster {cluster:?}) failed: {}", describe(e))))
-        }),
+                .map_err(|e| {
+                    launch_err(format!(
+                        "cuLaunchKernelEx (cluster {cluster:?}, dependent launch {dependent}) failed: {}",
+                        describe(e)
+                    ))
+                })
+        })
     };
     drop(_counter_use);
     drop(counter_lock);

@@ -318,7 +318,13 @@ pub(crate) fn lower(
     }
     let mut f = lx.f;
     f.shared_bytes = ((lx.smem_top + 15) / 16 * 16) as u32;
-    let mut all = lx.prologue;
+    let mut all = Vec::new();
+    // A programmatic dependent waits for the kernel before it first, so
+    // that nothing it does reads memory that kernel is still writing.
+    if kernel.dependent_launch && target.has(crate::target::Feature::GridDependency) {
+        all.push(Stmt::Inst { inst: Inst::GridDepWait, guard: None });
+    }
+    all.append(&mut lx.prologue);
     all.append(&mut lx.blocks[0]);
     f.body = all;
     Ok(f)
