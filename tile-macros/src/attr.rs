@@ -62,7 +62,8 @@ pub(crate) enum BlocksPerSm {
 use tile_ir::verify::MAX_CLUSTER_BLOCKS;
 use tile_ir::Target;
 
-const OPTIONS: [&str; 9] = [
+/// The option names (also the editor's: `editor.rs`).
+pub(crate) const OPTIONS: [&str; 9] = [
     "threads",
     "consts",
     "cluster",
@@ -169,16 +170,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         errors.at(key.span(), "`warp_specialize` is given twice");
                     }
                     warp_specialize_seen = true;
-                    input.parse::<Token![=]>()?;
-                    let value: syn::Expr = input.parse()?;
-                    match &value {
-                        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(b), .. }) => attr.warp_specialize = b.value,
-                        _ => {
-                            errors.spanned(
-                                &value,
-                                "`warp_specialize` takes `true` (the default: on sm_90a, pipelined loops may get a TMA producer warpgroup) or `false`",
-                            );
-                        }
+                    let usage = "`warp_specialize` takes `true` (the default: on sm_90a, pipelined loops may get a TMA producer warpgroup) or `false`";
+                    if let Some(b) = parse_bool(input, errors, usage)? {
+                        attr.warp_specialize = b;
                     }
                 }
                 "dependent_launch" => {
@@ -186,16 +180,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                         errors.at(key.span(), "`dependent_launch` is given twice");
                     }
                     dependent_launch_seen = true;
-                    input.parse::<Token![=]>()?;
-                    let value: syn::Expr = input.parse()?;
-                    match &value {
-                        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(b), .. }) => attr.dependent_launch = b.value,
-                        _ => {
-                            errors.spanned(
-                                &value,
-                                "`dependent_launch` takes `true` (launched as a programmatic dependent of the kernel before it on the stream, waiting for it at its start) or `false` (the default)",
-                            );
-                        }
+                    let usage = "`dependent_launch` takes `true` (launched as a programmatic dependent of the kernel before it on the stream, waiting for it at its start) or `false` (the default)";
+                    if let Some(b) = parse_bool(input, errors, usage)? {
+                        attr.dependent_launch = b;
                     }
                 }
                 "blocks_per_sm" => {
@@ -284,6 +271,19 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
 /// literals whose product is at most [`MAX_CLUSTER_BLOCKS`]; missing extents
 /// are 1. `Ok(None)` when the value was wrong (reported); `Err` only when the
 /// tokens cannot be skipped.
+/// `= true|false`: the literal, or `None` with `usage` reported at the value.
+fn parse_bool(input: ParseStream, errors: &mut Errors, usage: &str) -> syn::Result<Option<bool>> {
+    input.parse::<Token![=]>()?;
+    let value: syn::Expr = input.parse()?;
+    match &value {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(b), .. }) => Ok(Some(b.value)),
+        _ => {
+            errors.spanned(&value, usage);
+            Ok(None)
+        }
+    }
+}
+
 fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<[u32; 3]>> {
     const USAGE: &str = "`cluster = (x, y, z)`: 1 to 3 positive integers, the blocks of a thread block cluster along each grid axis, e.g. `cluster = (2, 1, 1)`";
     let group = if input.peek(syn::token::Paren) {

@@ -58,18 +58,8 @@ const NAMES: &[&str] = &["Tensor", "WarpPolicy", "FullRow", "FullCol", "Square"]
 const METHODS: &[(&str, &str)] =
     &[("keep", "ReduceStmt"), ("clear", "GemmStmt"), ("policy", "GemmStmt"), ("evict_first", "CopyStmt")];
 
-/// The attribute's options (`tile::dsl::attributes`).
-const OPTIONS: &[&str] = &[
-    "threads",
-    "consts",
-    "cluster",
-    "warp_specialize",
-    "blocks_per_sm",
-    "dependent_launch",
-    "archs",
-    "instances",
-    "tune",
-];
+// The attribute's options (`tile::dsl::attributes`).
+use crate::attr::OPTIONS;
 
 pub(crate) fn editor_uses(attr: &TokenStream, item: &TokenStream) -> TokenStream {
     let mut uses = Vec::new();

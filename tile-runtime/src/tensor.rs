@@ -346,14 +346,7 @@ impl<T: Element> DeviceTensor<T> {
 
     /// The same data with a new shape of the same number of elements.
     pub fn reshape(self, shape: &[usize]) -> Result<Self> {
-        let n = element_count(shape)?;
-        if n != self.len() {
-            return Err(shape_error(format!(
-                "reshape: cannot view shape {:?} ({} elements) as {shape:?} ({n} elements)",
-                self.shape(),
-                self.len()
-            )));
-        }
+        self.check_reshape("reshape", shape)?;
         let mut raw = self.raw;
         raw.shape = shape.to_vec();
         Ok(Self::from_raw(raw))
@@ -365,14 +358,7 @@ impl<T: Element> DeviceTensor<T> {
     /// `q [b, s_q, h_q, 576]` as `[b, s_q·h_q, 576]`). Pass `&view` wherever
     /// a `&DeviceTensor<T>` goes.
     pub fn view_as(&self, shape: &[usize]) -> Result<Reshaped<'_, T>> {
-        let n = element_count(shape)?;
-        if n != self.len() {
-            return Err(shape_error(format!(
-                "view_as: cannot view shape {:?} ({} elements) as {shape:?} ({n} elements)",
-                self.shape(),
-                self.len()
-            )));
-        }
+        self.check_reshape("view_as", shape)?;
         // The view's facts (shape, dtype, device); the bytes stay `self`'s.
         let storage = match &self.raw.storage {
             Storage::Host(_) => Storage::Host(Vec::new()),
@@ -387,15 +373,22 @@ impl<T: Element> DeviceTensor<T> {
     /// takes a tensor in another shape than its caller's (merged dims), the
     /// caller's shape restored after the launch.
     pub fn reshape_in_place(&mut self, shape: &[usize]) -> Result<()> {
+        self.check_reshape("reshape", shape)?;
+        self.raw.shape = shape.to_vec();
+        Ok(())
+    }
+
+    /// That `shape` has this tensor's number of elements (`what`: the
+    /// method, for the message).
+    fn check_reshape(&self, what: &str, shape: &[usize]) -> Result<()> {
         let n = element_count(shape)?;
         if n != self.len() {
             return Err(shape_error(format!(
-                "reshape: cannot view shape {:?} ({} elements) as {shape:?} ({n} elements)",
+                "{what}: cannot view shape {:?} ({} elements) as {shape:?} ({n} elements)",
                 self.shape(),
                 self.len()
             )));
         }
-        self.raw.shape = shape.to_vec();
         Ok(())
     }
 

@@ -267,6 +267,15 @@ impl Parser {
         }
     }
 
+    /// `true` or `false`, the value of header option `name`.
+    fn bool_value(&mut self, name: &str) -> PResult<bool> {
+        match self.ident()?.as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => self.err(format!("{name}={other}: expected `true` or `false`")),
+        }
+    }
+
     fn eat_ident(&mut self, s: &str) -> bool {
         if self.is_ident(s) {
             self.pos += 1;
@@ -542,11 +551,7 @@ impl Parser {
         }
         if self.eat_ident("warp_specialize") {
             self.expect_punct("=")?;
-            k.warp_specialize = match self.ident()?.as_str() {
-                "true" => true,
-                "false" => false,
-                other => return self.err(format!("warp_specialize={other}: expected `true` or `false`")),
-            };
+            k.warp_specialize = self.bool_value("warp_specialize")?;
         }
         if self.eat_ident("blocks_per_sm") {
             self.expect_punct("=")?;
@@ -555,11 +560,7 @@ impl Parser {
         }
         if self.eat_ident("dependent_launch") {
             self.expect_punct("=")?;
-            k.dependent_launch = match self.ident()?.as_str() {
-                "true" => true,
-                "false" => false,
-                other => return self.err(format!("dependent_launch={other}: expected `true` or `false`")),
-            };
+            k.dependent_launch = self.bool_value("dependent_launch")?;
         }
         self.expect_punct("{")?;
         // Declarations: block indices and buffers.
