@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, wgmma_wait};
+use crate::passes::{barriers, pack_cvt, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -158,6 +158,11 @@ pub struct CompileOptions {
     /// added (`schedule/warp_specialized_loop/lower.rs`, "The last gemm's
     /// wait"). On by default; off for bisecting.
     pub late_last_wait: bool,
+    /// Pair f32 → f16/bf16 conversions into one `cvt.rn.{f16,bf16}x2.f32`
+    /// (an F2FP on the ALU instead of two F2Fs on the XU pipe that `ex2`
+    /// shares, and no PRMT to pack the halves; `passes/pack_cvt.rs`). On
+    /// by default; off for bisecting.
+    pub pack_conversions: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -166,7 +171,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 11] = [
+    pub const SWITCHES: [(&'static str, Switch); 12] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -178,6 +183,7 @@ impl CompileOptions {
         ("per_copy_waits", |o| &mut o.per_copy_waits),
         ("piece_barriers", |o| &mut o.piece_barriers),
         ("late_last_wait", |o| &mut o.late_last_wait),
+        ("pack_conversions", |o| &mut o.pack_conversions),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -215,6 +221,7 @@ impl Default for CompileOptions {
             per_copy_waits: true,
             piece_barriers: true,
             late_last_wait: true,
+            pack_conversions: true,
         }
     }
 }
@@ -226,7 +233,13 @@ pub(crate) fn finish(
     plan: &LayoutPlan,
     mut func: thread_ir::Function,
     schedule: &'static str,
+    options: &CompileOptions,
 ) -> Result<Compiled, Vec<CompileError>> {
+    if options.pack_conversions {
+        let mut body = std::mem::take(&mut func.body);
+        pack_cvt::pack_conversions(&mut body, &mut |class| func.new_reg(class));
+        func.body = body;
+    }
     wgmma_wait::defer_wgmma_waits(&mut func.body);
     barriers::insert_barriers(&mut func.body);
     let limit = target.info().shared_limit;

@@ -235,6 +235,17 @@ pub enum Inst {
         /// The XOR applied to the lane index (1..=31).
         lane_mask: u32,
     },
+    /// `shfl.sync.idx.b32 dst, src, 0, 31, 0xffffffff;`: lane 0's `src`
+    /// in every lane. Emitted where a value is warp-uniform by construction
+    /// (the warpgroup index `tid >> 7`) so that ptxas can prove it and keep
+    /// what derives from it in uniform registers (wgmma descriptors: no
+    /// per-instruction vector arithmetic and `R2UR`).
+    WarpBroadcast {
+        /// Receives lane 0's `src`.
+        dst: Reg,
+        /// This lane's value.
+        src: Reg,
+    },
     /// `bar.sync 0;`
     BarSync,
     /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes[, src_bytes];`:
@@ -730,6 +741,9 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
                 fmt_address(f, addr),
                 fmt_operand(f, src)
             )
+        }
+        Inst::WarpBroadcast { dst, src } => {
+            format!("shfl.sync.idx.b32 {}, {}, 0, 31, -1", f.reg_name(*dst), f.reg_name(*src))
         }
         Inst::ShflBfly { dst, src, lane_mask } => {
             format!("shfl.sync.bfly.b32 {}, {}, {lane_mask}, 31, -1", f.reg_name(*dst), f.reg_name(*src))

@@ -470,6 +470,33 @@ fn attention_variants_assemble_without_spills() {
     }
 }
 
+/// Two code-quality properties ptxas cannot recover by itself (ncu on the
+/// H200, d256: the XU pipe at 37 % against cuDNN's 21 %, six vector
+/// instructions and two `R2UR` per wgmma): the probabilities' conversions
+/// to f16 are paired (`cvt.rn.f16x2.f32`, `passes/pack_cvt.rs`), and the
+/// warpgroup index the wgmma descriptors start from is broadcast from lane
+/// 0 (`shfl.sync.idx`), which ptxas needs to keep the descriptors in
+/// uniform registers. With `pack_conversions` off every conversion is single.
+#[test]
+fn conversions_pair_and_warpgroup_index_is_uniform() {
+    let count = |ptx: &str, pat: &str| ptx.lines().filter(|l| l.trim_start().starts_with(pat)).count();
+    for (text, threads) in attentions() {
+        let name = kernel(&text).name;
+        let c = variant(&text);
+        let (pairs, singles) = (count(&c.ptx, "cvt.rn.f16x2.f32"), count(&c.ptx, "cvt.rn.f16.f32"));
+        assert!(pairs > 0 && singles < pairs, "{name}: {pairs} paired, {singles} single conversions");
+        let off = variant_with(&text, CompileOptions { pack_conversions: false, ..opts() });
+        assert_eq!(count(&off.ptx, "cvt.rn.f16x2.f32"), 0, "{name} with pack_conversions off");
+        assert_eq!(count(&off.ptx, "cvt.rn.f16.f32"), singles + 2 * pairs, "{name}: every conversion kept");
+        if threads > 128 {
+            // Two consumer warpgroups: Q's descriptor depends on the warpgroup.
+            let i = c.ptx.find("shfl.sync.idx.b32").unwrap_or_else(|| panic!("{name}: no broadcast"));
+            let wgmma = c.ptx.find("wgmma.mma_async").unwrap();
+            assert!(i < wgmma, "{name}: the warpgroup index is broadcast before the first wgmma");
+        }
+    }
+}
+
 /// A warpgroup's barrier events in consumer code, in order: (`true` for a
 /// wait (`bar.sync`), `false` for an arrival (`bar.arrive`), barrier id).
 type Events = Vec<(bool, u32)>;

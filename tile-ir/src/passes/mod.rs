@@ -25,17 +25,20 @@
 //!    memory, thread-0 side effects, gemm on mma.sync or wgmma), with the
 //!    schedule's hooks: the cp.async pipeline's loops, TMA stage copies, the
 //!    warp-specialized loop (`crate::schedule::*`).
-//! 6. [`wgmma_wait`]: each gemm's `wgmma.wait_group 0` moves down to the
+//! 6. [`pack_cvt`]: f32 → f16/bf16 conversions paired into one
+//!    `cvt.rn.{f16,bf16}x2.f32` (one ALU instruction instead of two on the
+//!    XU pipe `ex2` shares, and no repacking of the halves).
+//! 7. [`wgmma_wait`]: each gemm's `wgmma.wait_group 0` moves down to the
 //!    first statement that depends on its wgmmas (around a loop's back-edge
 //!    to before the next iteration's barrier).
-//! 7. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
+//! 8. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
 //!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
 //!    where the writer was a cp.async; in functions whose wgmmas read shared
 //!    memory, `fence.proxy.async` before each barrier that follows generic
 //!    shared writes.
-//! 8. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 9. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 8 and the shared-memory limit (the target's,
+//! Steps 6 to 9 and the shared-memory limit (the target's,
 //! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
@@ -43,5 +46,6 @@ pub mod barriers;
 pub mod epilogue;
 pub mod layout_infer;
 pub mod lower;
+pub mod pack_cvt;
 pub mod pipeline;
 pub mod wgmma_wait;

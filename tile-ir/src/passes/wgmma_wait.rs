@@ -127,7 +127,7 @@ fn passable(s: &Stmt, fp: &Footprint) -> bool {
             regs.extend(addr(a));
             ops.push(src);
         }
-        Inst::ShflBfly { dst, src, .. } => regs.extend([*dst, *src]),
+        Inst::ShflBfly { dst, src, .. } | Inst::WarpBroadcast { dst, src } => regs.extend([*dst, *src]),
         Inst::CpAsync { dst, src, src_bytes, region, .. } => {
             if !region_ok(region) {
                 return false;

@@ -58,7 +58,7 @@ pub(crate) fn compile_with_stages(
             if let Ok(func) = lower::lower(&staged, target, &staged_plan, lowering) {
                 if func.shared_bytes <= target.info().shared_limit {
                     let name = name_of(&staged);
-                    return finish(&staged, target, &staged_plan, func, name);
+                    return finish(&staged, target, &staged_plan, func, name, &options);
                 }
             }
         }
@@ -66,7 +66,7 @@ pub(crate) fn compile_with_stages(
     let lowering = Rc::new(PipelineLowering::new(kernel, stages(), &options));
     let func = lower::lower(kernel, target, &plan, lowering)?;
     let name = name_of(kernel);
-    finish(kernel, target, &plan, func, name)
+    finish(kernel, target, &plan, func, name, &options)
 }
 
 /// The schedule a general lowering of `kernel` amounts to:

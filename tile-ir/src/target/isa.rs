@@ -46,6 +46,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::LdParam { .. }
         | Inst::St { .. }
         | Inst::ShflBfly { .. }
+        | Inst::WarpBroadcast { .. }
         | Inst::BarSync
         | Inst::NamedBarSync { .. }
         | Inst::NamedBarArrive { .. }

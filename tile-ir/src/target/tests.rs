@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 37;
+const VARIANTS: usize = 38;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -51,6 +51,7 @@ fn variant(inst: &Inst) -> usize {
         Inst::Printf { .. } => 34,
         Inst::Nanosleep { .. } => 35,
         Inst::GridDepWait => 36,
+        Inst::WarpBroadcast { .. } => 37,
     }
 }
 
@@ -106,6 +107,7 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
         (atom("f16"), 70, None),
         (atom("bf16"), 78, Some(Bf16Native)),
         (Inst::ShflBfly { dst: r(0), src: r(1), lane_mask: 16 }, 70, None),
+        (Inst::WarpBroadcast { dst: r(0), src: r(1) }, 70, None),
         (Inst::BarSync, 70, None),
         (
             Inst::CpAsync { bytes: 16, dst: smem(0), src: smem(0), src_bytes: Operand::Imm(16), region: None },

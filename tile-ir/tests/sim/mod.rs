@@ -829,6 +829,7 @@ impl<'f> Sim<'f> {
                 }
             }
             Inst::ShflBfly { .. }
+            | Inst::WarpBroadcast { .. }
             | Inst::BarSync
             | Inst::NamedBarSync { .. }
             | Inst::Exit

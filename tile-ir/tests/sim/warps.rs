@@ -358,6 +358,16 @@ impl<'f> Sim<'f> {
                 self.steps += 32;
                 Step::Done
             }
+            Inst::WarpBroadcast { dst, src } => {
+                assert!(guard.is_none());
+                assert_eq!(mask, u32::MAX, "shfl.sync with inactive lanes in warp {w}");
+                let v = self.regs[32 * w][src.0 as usize];
+                for l in 0..32 {
+                    self.regs[32 * w + l][dst.0 as usize] = v;
+                }
+                self.steps += 32;
+                Step::Done
+            }
             Inst::ElectSync { pred } => {
                 assert!(guard.is_none(), "guarded elect.sync");
                 for (i, l) in lanes(mask).enumerate() {

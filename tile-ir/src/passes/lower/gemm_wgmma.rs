@@ -141,6 +141,12 @@ impl Lx<'_> {
             if let Some((shift, groups, step)) = wg.filter(|w| w.2 != 0) {
                 let tid = x.tid;
                 let mut wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(shift)]);
+                if shift >= 5 {
+                    // Warp-uniform: said so, the descriptors stay in uniform registers.
+                    let uniform = x.new_reg(RegClass::B32);
+                    x.emit(Inst::WarpBroadcast { dst: uniform, src: wg });
+                    wg = uniform;
+                }
                 if groups > 0 {
                     wg = x.op("and.b32", RegClass::B32, vec![wg.into(), Operand::Imm(groups - 1)]);
                 }

@@ -328,7 +328,11 @@ impl Lx<'_> {
             dregs.push(slices);
         }
         let tid = self.tid;
-        let wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+        let lane_wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+        // Warp-uniform: said so, the descriptors derived from it stay in
+        // uniform registers.
+        let wg = self.new_reg(RegClass::B32);
+        self.emit(Inst::WarpBroadcast { dst: wg, src: lane_wg });
         let (stage, phase, prev) =
             (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         for r in [stage, phase, prev] {

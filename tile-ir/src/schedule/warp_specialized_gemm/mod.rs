@@ -73,14 +73,14 @@ pub fn compile_planned(
                 let lowering = Rc::new(WsLowering::new(staged_ws));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
                     if func.shared_bytes <= target.info().shared_limit {
-                        return finish(&staged, target, &staged_layouts, func, NAME);
+                        return finish(&staged, target, &staged_layouts, func, NAME, &options);
                     }
                 }
             }
         }
     }
     let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WsLowering::new(ws)))?;
-    finish(kernel, target, &layouts, func, NAME)
+    finish(kernel, target, &layouts, func, NAME, &options)
 }
 
 impl ScheduleLowering for WsLowering {

@@ -92,14 +92,14 @@ pub fn compile_planned(
                 let lowering = Rc::new(WslLowering::new(staged_wsl, &options));
                 if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
                     if func.shared_bytes <= target.info().shared_limit {
-                        return finish(&staged, target, &staged_layouts, func, name);
+                        return finish(&staged, target, &staged_layouts, func, name, &options);
                     }
                 }
             }
         }
     }
     let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)))?;
-    finish(kernel, target, &layouts, func, name)
+    finish(kernel, target, &layouts, func, name, &options)
 }
 
 impl ScheduleLowering for WslLowering {
