@@ -15,7 +15,7 @@
 //! Guarantees: the same values in the same registers at every point where
 //! the original program could read them. A conversion `a ← cvt(x)` is paired
 //! with the next unguarded conversion of the same type `b ← cvt(y)` in the
-//! same statement list, within [`WINDOW`] statements, when every statement
+//! same statement list, within `WINDOW` (8) statements, when every statement
 //! between them is plain register arithmetic ([`Inst::Op`], [`Inst::Pack`],
 //! [`Inst::Unpack`]) or a comment that neither reads nor writes `a` nor
 //! writes `x`; the pair becomes, at the second one's place,
