@@ -88,20 +88,21 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         dependent_launch: false,
         archs: None,
     };
-    let mut archs_seen = false;
-    let mut threads_seen = false;
-    let mut cluster_seen = false;
-    let mut warp_specialize_seen = false;
-    let mut dependent_launch_seen = false;
+    // The options whose second appearance is an error saying only that.
+    const ONCE: [&str; 5] = ["threads", "cluster", "warp_specialize", "dependent_launch", "archs"];
+    let mut seen: Vec<String> = Vec::new();
     let parser = |input: ParseStream| -> syn::Result<()> {
         while !input.is_empty() {
             let key: Ident = input.parse()?;
-            match key.to_string().as_str() {
+            let name = key.to_string();
+            if ONCE.contains(&name.as_str()) {
+                if seen.contains(&name) {
+                    errors.at(key.span(), format!("`{name}` is given twice"));
+                }
+                seen.push(name.clone());
+            }
+            match name.as_str() {
                 "threads" => {
-                    if threads_seen {
-                        errors.at(key.span(), "`threads` is given twice");
-                    }
-                    threads_seen = true;
                     input.parse::<Token![=]>()?;
                     if input.peek(Ident) {
                         // A const parameter's name (a generic kernel).
@@ -156,30 +157,18 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     }
                 }
                 "cluster" => {
-                    if cluster_seen {
-                        errors.at(key.span(), "`cluster` is given twice");
-                    }
-                    cluster_seen = true;
                     input.parse::<Token![=]>()?;
                     if let Some(cluster) = parse_cluster(input, errors)? {
                         attr.cluster = cluster;
                     }
                 }
                 "warp_specialize" => {
-                    if warp_specialize_seen {
-                        errors.at(key.span(), "`warp_specialize` is given twice");
-                    }
-                    warp_specialize_seen = true;
                     let usage = "`warp_specialize` takes `true` (the default: on sm_90a, pipelined loops may get a TMA producer warpgroup) or `false`";
                     if let Some(b) = parse_bool(input, errors, usage)? {
                         attr.warp_specialize = b;
                     }
                 }
                 "dependent_launch" => {
-                    if dependent_launch_seen {
-                        errors.at(key.span(), "`dependent_launch` is given twice");
-                    }
-                    dependent_launch_seen = true;
                     let usage = "`dependent_launch` takes `true` (launched as a programmatic dependent of the kernel before it on the stream, waiting for it at its start) or `false` (the default)";
                     if let Some(b) = parse_bool(input, errors, usage)? {
                         attr.dependent_launch = b;
@@ -205,10 +194,6 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                     }
                 }
                 "archs" => {
-                    if archs_seen {
-                        errors.at(key.span(), "`archs` is given twice");
-                    }
-                    archs_seen = true;
                     input.parse::<Token![=]>()?;
                     let lit: syn::LitStr = input.parse()?;
                     match crate::backend::parse_target_list(&lit.value()) {
@@ -258,7 +243,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         errors.push(e);
         return attr;
     }
-    if !threads_seen {
+    if !seen.iter().any(|n| n == "threads") {
         errors.at(
             Span::call_site(),
             "missing `threads = N` in `#[tile_kernel(..)]`: the number of threads per block (a multiple of 32, at most 1024), e.g. `#[tile_kernel(threads = 128)]`",

@@ -28,15 +28,6 @@ use crate::thread_ir::{Inst, Operand, Reg, RegClass, Stmt};
 /// How many statements after a conversion its partner may be.
 const WINDOW: usize = 8;
 
-/// The paired form of each single conversion.
-fn paired(op: &str) -> Option<&'static str> {
-    match op {
-        "cvt.rn.f16.f32" => Some("cvt.rn.f16x2.f32"),
-        "cvt.rn.bf16.f32" => Some("cvt.rn.bf16x2.f32"),
-        _ => None,
-    }
-}
-
 /// Pairs the conversions of `body` and of every nested statement list.
 /// `new_reg` makes the 32-bit register each pair writes.
 pub fn pack_conversions(body: &mut Vec<Stmt>, new_reg: &mut dyn FnMut(RegClass) -> Reg) {
@@ -52,17 +43,15 @@ pub fn pack_conversions(body: &mut Vec<Stmt>, new_reg: &mut dyn FnMut(RegClass) 
     }
     let mut i = 0;
     while i < body.len() {
-        let Some((op, a, x)) = single_cvt(&body[i]) else {
+        let Some((x2, a, x)) = single_cvt(&body[i]) else {
             i += 1;
             continue;
         };
-        let Some(j) = partner(body, i, op, a, &x) else {
+        let Some((j, b, y)) = partner(body, i, x2, a, &x) else {
             i += 1;
             continue;
         };
-        let (_, b, y) = single_cvt(&body[j]).expect("partner is a conversion");
         let t = new_reg(RegClass::B32);
-        let x2 = paired(op).expect("single_cvt only matches pairable ops");
         body[j] = Stmt::Inst { inst: Inst::Op { op: x2.into(), dst: t, args: vec![y, x] }, guard: None };
         body.insert(j + 1, Stmt::Inst { inst: Inst::Unpack { lo: a, hi: b, src: t }, guard: None });
         body.remove(i);
@@ -70,31 +59,33 @@ pub fn pack_conversions(body: &mut Vec<Stmt>, new_reg: &mut dyn FnMut(RegClass) 
     }
 }
 
-/// `(op, dst, src)` of an unguarded pairable conversion.
+/// `(paired op, dst, src)` of an unguarded pairable conversion: the x2
+/// form it takes when paired, its result and its source.
 fn single_cvt(s: &Stmt) -> Option<(&'static str, Reg, Operand)> {
     match s {
         Stmt::Inst { inst: Inst::Op { op, dst, args }, guard: None } if args.len() == 1 => {
-            let op: &'static str = match op.as_str() {
-                "cvt.rn.f16.f32" => "cvt.rn.f16.f32",
-                "cvt.rn.bf16.f32" => "cvt.rn.bf16.f32",
+            let x2 = match op.as_str() {
+                "cvt.rn.f16.f32" => "cvt.rn.f16x2.f32",
+                "cvt.rn.bf16.f32" => "cvt.rn.bf16x2.f32",
                 _ => return None,
             };
-            Some((op, *dst, args[0].clone()))
+            Some((x2, *dst, args[0].clone()))
         }
         _ => None,
     }
 }
 
-/// The index of the conversion that `body[i]` (`a ← op(x)`) pairs with, if any.
-fn partner(body: &[Stmt], i: usize, op: &str, a: Reg, x: &Operand) -> Option<usize> {
+/// The conversion that `body[i]` (`a ← cvt(x)`, paired as `x2`) pairs
+/// with, if any: its index, result and source.
+fn partner(body: &[Stmt], i: usize, x2: &str, a: Reg, x: &Operand) -> Option<(usize, Reg, Operand)> {
     let x_reg = match x {
         Operand::Reg(r) => Some(*r),
         _ => None,
     };
     for (j, s) in body.iter().enumerate().skip(i + 1).take(WINDOW) {
-        if let Some((op2, b, y)) = single_cvt(s) {
-            if op2 == op && b != a && y != Operand::Reg(a) {
-                return Some(j);
+        if let Some((x2b, b, y)) = single_cvt(s) {
+            if x2b == x2 && b != a && y != Operand::Reg(a) {
+                return Some((j, b, y));
             }
         }
         // Whether `s` may stay between the two: it neither touches `a` nor writes `x`.

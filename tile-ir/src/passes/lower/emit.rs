@@ -63,6 +63,15 @@ impl<'a> Lx<'a> {
         let r = self.op("mov.u32", RegClass::B32, vec![Operand::Imm(b as i64)]);
         self.op("setp.ne.u32", RegClass::Pred, vec![r.into(), Operand::Imm(0)])
     }
+    /// Lane 0's `src` in every lane (`shfl.sync.idx`), for a value that is
+    /// warp-uniform by construction (the warpgroup index `tid >> 7`): said
+    /// so, ptxas keeps what derives from it (wgmma descriptors) in uniform
+    /// registers.
+    pub(crate) fn warp_uniform(&mut self, src: Reg) -> Reg {
+        let dst = self.new_reg(RegClass::B32);
+        self.emit(Inst::WarpBroadcast { dst, src });
+        dst
+    }
     /// Runs `f` with a fresh current block and returns what it emitted.
     pub(crate) fn capture(&mut self, f: impl FnOnce(&mut Self) -> R<()>) -> R<Vec<Stmt>> {
         self.blocks.push(Vec::new());

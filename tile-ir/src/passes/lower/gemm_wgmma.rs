@@ -142,10 +142,7 @@ impl Lx<'_> {
                 let tid = x.tid;
                 let mut wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(shift)]);
                 if shift >= 5 {
-                    // Warp-uniform: said so, the descriptors stay in uniform registers.
-                    let uniform = x.new_reg(RegClass::B32);
-                    x.emit(Inst::WarpBroadcast { dst: uniform, src: wg });
-                    wg = uniform;
+                    wg = x.warp_uniform(wg);
                 }
                 if groups > 0 {
                     wg = x.op("and.b32", RegClass::B32, vec![wg.into(), Operand::Imm(groups - 1)]);

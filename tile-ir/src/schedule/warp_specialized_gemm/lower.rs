@@ -329,10 +329,7 @@ impl Lx<'_> {
         }
         let tid = self.tid;
         let lane_wg = self.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
-        // Warp-uniform: said so, the descriptors derived from it stay in
-        // uniform registers.
-        let wg = self.new_reg(RegClass::B32);
-        self.emit(Inst::WarpBroadcast { dst: wg, src: lane_wg });
+        let wg = self.warp_uniform(lane_wg);
         let (stage, phase, prev) =
             (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         for r in [stage, phase, prev] {
