@@ -33,8 +33,9 @@
 //! - `--m 1,16,..`, `--nk 4096x4096,..` (N×K), `--odd` / `--no-odd` (the odd
 //!   shapes only / not), `--layout ab|abt[,..]`, `--dtype f16|bf16[,..]`;
 //! - `--config TILES:SPLIT` (`64x128`, `128x128`, `128x256`, `16x128/2sm`,
-//!   `64x128/2sm` or `64x64/3sm`, e.g.
-//!   `64x128:4`): every shape with this configuration instead of the rule's;
+//!   `64x128/2sm`, `64x64/3sm`, or on sm_90a `64x32/16st`, `64x64/12st`,
+//!   `128x64/8st`; e.g. `64x128:4`): every shape with this configuration
+//!   instead of the rule's;
 //! - `--tune`: the autotuner's configuration where the rule is not sure
 //!   (its choices are cached; a second run reads them); `--save-tuning
 //!   PATH`: the choices written as a file to ship (`TILE_TUNE_CACHE`);
@@ -752,6 +753,8 @@ fn interpreter_check(s: &Stream) -> Res<()> {
         (1, 200, 333, Config { tiles: Tiles::SmallTwo, split: 2 }),
         (17, 77, 130, Config { tiles: Tiles::Narrow, split: 1 }),
         (1, 300, 1001, Config { tiles: Tiles::Gemv, split: 3 }),
+        (9, 100, 203, Config { tiles: Tiles::Thin, split: 2 }),
+        (130, 70, 129, Config { tiles: Tiles::Tall, split: 1 }),
     ] {
         for layout in [Layout::Ab, Layout::Abt] {
             let (a_host, a) = random::<f16>(s, 1, &[m, k])?;

@@ -347,7 +347,8 @@ fn shaped_gemm_tuned() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The shape rule's own choice at decode-size and odd shapes, and its
+/// The shape rule's own choice at decode-size and odd shapes (never a tile
+/// only sm_90a has), and its
 /// choices: 16 × 128 (M ≤ 16) and 64 × 128 tiles at two blocks per SM
 /// for M ≤ 256 with K split
 /// so that the blocks fill their last wave over the 264 slots, 128-row
@@ -417,6 +418,18 @@ fn shaped_gemm_rule() {
     assert!(all.contains(&Config { tiles: Tiles::Narrow, split: 6 }), "{all:?}");
     assert!(!candidates(1024, 4096, 4096).iter().any(|c| c.tiles.blocks_per_sm() > 1));
     assert!(!candidates(64, 4096, 4096).iter().any(|c| c.tiles == Tiles::Gemv));
+    // The deep tiles (sm_90a only) up to the M each suits; never the rule's.
+    assert!(candidates(64, 4096, 4096).contains(&Config { tiles: Tiles::Thin, split: 1 }));
+    assert!(!candidates(65, 4096, 4096).iter().any(|c| c.tiles == Tiles::Thin));
+    assert!(candidates(128, 4096, 4096).contains(&Config { tiles: Tiles::Deep, split: 1 }));
+    assert!(!candidates(129, 4096, 4096).iter().any(|c| c.tiles == Tiles::Deep));
+    assert!(candidates(256, 4096, 4096).contains(&Config { tiles: Tiles::Tall, split: 1 }));
+    assert!(!candidates(257, 4096, 4096).iter().any(|c| c.tiles == Tiles::Tall));
+    for m in [1, 16, 64, 128, 256, 1024, 4096] {
+        for (n, k) in [(4096, 4096), (4097, 4095), (28672, 8192)] {
+            assert!(!choose(m, n, k).tiles.sm90_only(), "{m}x{n}x{k}");
+        }
+    }
 }
 
 /// The pipelined split-K reduction (what `ShapedGemm` runs) sums exactly as

@@ -382,6 +382,13 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             (1, 256, 512, None),
             (3, 257, 333, Some(Config { tiles: Tiles::Small, split: 3 })),
             (3, 257, 333, Some(Config { tiles: Tiles::Narrow, split: 2 })),
+            // Each instance whose warp-specialized variant is checked below,
+            // with 16-byte output rows (else the variant without a TMA
+            // store runs).
+            (3, 256, 333, Some(Config { tiles: Tiles::SmallTwo, split: 2 })),
+            (3, 256, 333, Some(Config { tiles: Tiles::Thin, split: 1 })),
+            (70, 128, 333, Some(Config { tiles: Tiles::Deep, split: 2 })),
+            (130, 192, 301, Some(Config { tiles: Tiles::Tall, split: 1 })),
         ]
     } else {
         &[
@@ -404,22 +411,47 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             (3, 1000, 4097, Some(Config { tiles: Tiles::Gemv, split: 6 })),
             (17, 999, 1001, Some(Config { tiles: Tiles::Narrow, split: 5 })),
             (256, 4096, 4096, Some(Config { tiles: Tiles::SmallTwo, split: 2 })),
+            // The deep tiles (sm_90a only: elsewhere their launch must be
+            // an error, checked below): one range, ranges, odd K and N
+            // (odd K alone of `a · b` reads `b` unpadded).
+            (64, 4096, 2048, Some(Config { tiles: Tiles::Thin, split: 1 })),
+            (16, 4096, 4095, Some(Config { tiles: Tiles::Thin, split: 1 })),
+            (5, 4097, 4095, Some(Config { tiles: Tiles::Thin, split: 3 })),
+            (128, 2048, 2048, Some(Config { tiles: Tiles::Deep, split: 1 })),
+            (100, 1000, 3001, Some(Config { tiles: Tiles::Deep, split: 2 })),
+            (256, 2048, 4096, Some(Config { tiles: Tiles::Tall, split: 1 })),
+            (200, 4097, 4095, Some(Config { tiles: Tiles::Tall, split: 1 })),
+            (160, 2048, 2048, Some(Config { tiles: Tiles::Tall, split: 4 })),
         ]
     };
+    let hopper = d.compute_capability().is_some_and(|cc| cc.0 == 9);
     let mut seed = 1000;
     for &(m, n, k, config) in shapes {
         for layout in [Layout::Ab, Layout::Abt] {
             seed += 1;
+            if !hopper && config.is_some_and(|c| c.tiles.sm90_only()) {
+                let s = d.stream().unwrap();
+                let a = DeviceTensor::<f16>::zeros(&s, &[m, k]).unwrap();
+                let b_shape = if layout == Layout::Ab { [k, n] } else { [n, k] };
+                let b = DeviceTensor::<f16>::zeros(&s, &b_shape).unwrap();
+                let mut c = DeviceTensor::<f16>::zeros(&s, &[m, n]).unwrap();
+                let mut g = examples::gemm::ShapedGemm::<f16>::new(&s, m, n, k, layout, config).unwrap();
+                assert!(g.run(&s, &a, &b, &mut c).is_err(), "{m}x{n}x{k}: an sm_90a-only tile launched");
+                continue;
+            }
             gemm::check_shaped::<f16>(&d, m, n, k, layout, config, gemm::TOL_F16, seed).unwrap();
             gemm::check_shaped::<bf16>(&d, m, n, k, layout, config, gemm::TOL_BF16, seed).unwrap();
         }
     }
-    if d.compute_capability().is_some_and(|cc| cc.0 == 9) {
+    if hopper {
         for meta in [
             examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1>(),
             examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128, 1>(),
             examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>(),
             examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>(),
+            examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 64, 64, 8, 256, 1>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 64, 64, 12, 128, 1>(),
         ] {
             let counts = d.launch_counts(meta);
             let ws = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "warp_specialized_gemm");

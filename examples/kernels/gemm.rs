@@ -30,7 +30,8 @@
 //! of the host rule [`choose`] (64-row tiles at two blocks per SM at
 //! decode-size M, split-K so that the blocks fill the GPU) or the tuner's
 //! pick among [`candidates`] (the decode-size tiles of two and three blocks
-//! per SM, `blocks_per_sm`, among them).
+//! per SM, `blocks_per_sm`, and on sm_90a narrow tiles 8 to 16 stages deep
+//! that fill the GPU without a split, among them).
 #![allow(dead_code)]
 use tile::prelude::*;
 
@@ -74,7 +75,11 @@ use tile::prelude::*;
     ),
     // `launch_tuned::<T, O>` times the instances of the caller's `T, O` and
     // keeps the fastest per device and shape bucket.
-    tune(BM, BN, BK, STAGES, THREADS, PANEL)
+    tune(BM, BN, BK, STAGES, THREADS, PANEL),
+    // Launched as a programmatic dependent of the kernel before it on the
+    // stream (its launch overlaps that kernel's tail): +2-6 % on the
+    // sweep's shapes of several launches (padding, split-K), H200.
+    dependent_launch = true
 )]
 pub fn matmul<
     T: Float16,
@@ -119,7 +124,8 @@ pub fn matmul<
         (f16, f16, 128, 128, 64, 4, 256),
         (bf16, bf16, 128, 128, 64, 4, 256),
     ),
-    tune(BM, BN, BK, STAGES, THREADS)
+    tune(BM, BN, BK, STAGES, THREADS),
+    dependent_launch = true
 )]
 pub fn matmul_bt<
     T: Float16,
@@ -158,7 +164,9 @@ pub fn matmul_bt<
 /// [`splitk_reduce`] sums in a fixed order (the result does not depend on
 /// how blocks were scheduled); with `SPLIT = 1` and `O = T` it is the
 /// product itself. `b` may be wider than `c` (`NB ≥ N`: a `b` padded to
-/// 16-byte rows); its extra columns are not written.
+/// 16-byte rows; its extra columns are not written) and shorter than `a`
+/// is wide (`KB ≤ K`: `a` padded in K, `b`'s rows whole; rows past `KB`
+/// read zeros, which `a`'s zero padding multiplies anyway).
 ///
 /// `BLOCKS` blocks run side by side on an SM (`blocks_per_sm`): the
 /// decode-size tiles' way to keep more of `b` in flight.
@@ -197,7 +205,28 @@ pub fn matmul_bt<
         (bf16, f32, 16, 128, 64, 4, 128, 2),
         (f16, f16, 16, 128, 64, 4, 128, 2),
         (bf16, bf16, 16, 128, 64, 4, 128, 2),
-    )
+        // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
+        // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
+        // blocks without splitting K (no reduction). More shared memory
+        // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
+        // candidates, with a note in `TILE_DUMP`).
+        (f16, f32, 64, 32, 64, 16, 128, 1),
+        (bf16, f32, 64, 32, 64, 16, 128, 1),
+        (f16, f16, 64, 32, 64, 16, 128, 1),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1),
+        (f16, f32, 64, 64, 64, 12, 128, 1),
+        (bf16, f32, 64, 64, 64, 12, 128, 1),
+        (f16, f16, 64, 64, 64, 12, 128, 1),
+        (bf16, bf16, 64, 64, 64, 12, 128, 1),
+        (f16, f32, 128, 64, 64, 8, 256, 1),
+        (bf16, f32, 128, 64, 64, 8, 256, 1),
+        (f16, f16, 128, 64, 64, 8, 256, 1),
+        (bf16, bf16, 128, 64, 64, 8, 256, 1),
+    ),
+    // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
+    // instance that does not fit a target be dropped there).
+    tune(BM, BN, BK, STAGES, THREADS, BLOCKS),
+    dependent_launch = true
 )]
 pub fn matmul_splitk<
     T: Float16,
@@ -210,7 +239,7 @@ pub fn matmul_splitk<
     const BLOCKS: usize,
 >(
     a: &Tensor<T, M, K>,
-    b: &Tensor<T, K, NB>,
+    b: &Tensor<T, KB, NB>,
     c: &mut Tensor<O, SPLIT, M, N>,
 ) {
     let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
@@ -261,7 +290,28 @@ pub fn matmul_splitk<
         (bf16, f32, 16, 128, 64, 4, 128, 2),
         (f16, f16, 16, 128, 64, 4, 128, 2),
         (bf16, bf16, 16, 128, 64, 4, 128, 2),
-    )
+        // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
+        // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
+        // blocks without splitting K (no reduction). More shared memory
+        // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
+        // candidates, with a note in `TILE_DUMP`).
+        (f16, f32, 64, 32, 64, 16, 128, 1),
+        (bf16, f32, 64, 32, 64, 16, 128, 1),
+        (f16, f16, 64, 32, 64, 16, 128, 1),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1),
+        (f16, f32, 64, 64, 64, 12, 128, 1),
+        (bf16, f32, 64, 64, 64, 12, 128, 1),
+        (f16, f16, 64, 64, 64, 12, 128, 1),
+        (bf16, bf16, 64, 64, 64, 12, 128, 1),
+        (f16, f32, 128, 64, 64, 8, 256, 1),
+        (bf16, f32, 128, 64, 64, 8, 256, 1),
+        (f16, f16, 128, 64, 64, 8, 256, 1),
+        (bf16, bf16, 128, 64, 64, 8, 256, 1),
+    ),
+    // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
+    // instance that does not fit a target be dropped there).
+    tune(BM, BN, BK, STAGES, THREADS, BLOCKS),
+    dependent_launch = true
 )]
 pub fn matmul_bt_splitk<
     T: Float16,
@@ -318,7 +368,13 @@ pub fn splitk_reduce<O: Float>(ws: &Tensor<f32, SPLIT, M, N>, c: &mut Tensor<O, 
 /// latencies per block, ~4 µs at 8 ranges, of a 10 µs GEMV). The same sums
 /// in the same order (z ascending, f32), rounded once to `O`.
 /// [`ShapedGemm`] runs this one.
-#[tile_kernel(threads = 256, consts(RM = 16, RN = 256, STAGES = 4), warp_specialize = false, instances(f16, bf16))]
+#[tile_kernel(
+    threads = 256,
+    consts(RM = 16, RN = 256, STAGES = 4),
+    warp_specialize = false,
+    dependent_launch = true,
+    instances(f16, bf16)
+)]
 pub fn splitk_reduce_pipelined<O: Float>(ws: &Tensor<f32, SPLIT, M, N>, c: &mut Tensor<O, M, N>) {
     let (bx, by) = grid(cdiv(N, RN), cdiv(M, RM));
     let mut part_s = shared::<f32, RM, RN>();
@@ -340,7 +396,7 @@ pub fn splitk_reduce_pipelined<O: Float>(ws: &Tensor<f32, SPLIT, M, N>, c: &mut 
 /// of 16 bytes becomes one that TMA and 16-byte copies can read (the zeros
 /// add nothing to a product over K); smaller, it crops (a product computed
 /// into a padded output, copied out).
-#[tile_kernel(threads = 256, consts(PR = 32, PC = 256), instances(f16, bf16))]
+#[tile_kernel(threads = 256, consts(PR = 32, PC = 256), dependent_launch = true, instances(f16, bf16))]
 pub fn pad<T: Float16>(x: &Tensor<T, R, C>, y: &mut Tensor<T, RP, CP>) {
     let (bx, by) = grid(cdiv(CP, PC), cdiv(RP, PR));
     let mut t = fragment::<T, PR, PC>();
@@ -465,6 +521,21 @@ pub enum Tiles {
     /// (the TMA-copy pipeline on sm_90a; no warp-specialized variant, whose
     /// warpgroups own 64 rows). Split-K only.
     Gemv,
+    /// 64 × 32 × 64, 16 stages, 128 threads, one block per SM: M ≤ 64.
+    /// 192 KiB of stages (`b`'s 64 KiB of them), and N / 32 blocks without
+    /// a split (128 at N = 4096: no reduction to launch). cuBLAS's choice on
+    /// the H200 at M = 64 × 4096 × 4096 (`64x32_64x16`, 12.5-12.9 µs under
+    /// ncu, where 64 × 128 split 4 took 12.9 µs and its reduction 4.3
+    /// more). sm_90a only ([`Tiles::sm90_only`]). Split-K only.
+    Thin,
+    /// 64 × 64 × 64, 12 stages, 128 threads, one block per SM: M ≤ 128
+    /// (at M = 128 × N = 4096, 128 blocks without a split; cuBLAS's
+    /// `64x64_64x13`). sm_90a only. Split-K only.
+    Deep,
+    /// 128 × 64 × 64, 8 stages, 256 threads, one block per SM: M 128–256
+    /// (128 blocks at M = 256 × N = 4096 or M = 128 × N = 8192, no split;
+    /// cuBLAS's `128x64_64x8`). sm_90a only. Split-K only.
+    Tall,
 }
 
 impl Tiles {
@@ -477,13 +548,16 @@ impl Tiles {
             Tiles::SmallTwo => (64, 128),
             Tiles::Narrow => (64, 64),
             Tiles::Gemv => (16, 128),
+            Tiles::Thin => (64, 32),
+            Tiles::Deep => (64, 64),
+            Tiles::Tall => (128, 64),
         }
     }
 
     /// The blocks its kernels ask to share an SM (`blocks_per_sm`).
     pub fn blocks_per_sm(self) -> usize {
         match self {
-            Tiles::Small | Tiles::Mid | Tiles::Wide => 1,
+            Tiles::Small | Tiles::Mid | Tiles::Wide | Tiles::Thin | Tiles::Deep | Tiles::Tall => 1,
             Tiles::SmallTwo | Tiles::Gemv => 2,
             Tiles::Narrow => 3,
         }
@@ -495,8 +569,38 @@ impl Tiles {
         matches!(self, Tiles::Small | Tiles::Mid | Tiles::Wide)
     }
 
+    /// Whether its kernels exist only on sm_90a (their stages take more
+    /// shared memory than sm_80's SM has): the rule ([`choose`]) never
+    /// picks them; as [`candidates`] they fail to launch elsewhere, and
+    /// the tuner skips them there.
+    pub fn sm90_only(self) -> bool {
+        matches!(self, Tiles::Thin | Tiles::Deep | Tiles::Tall)
+    }
+
+    /// The largest M it is a candidate for (its rows against the rows it
+    /// would compute for nothing, and whether its blocks are enough).
+    fn most_rows(self) -> usize {
+        match self {
+            Tiles::Gemv => 32,
+            Tiles::Thin => 64,
+            Tiles::Deep => 128,
+            Tiles::SmallTwo | Tiles::Narrow | Tiles::Tall => 256,
+            Tiles::Small | Tiles::Mid | Tiles::Wide => usize::MAX,
+        }
+    }
+
     /// Every tile, in the order [`candidates`] lists them.
-    pub const ALL: [Tiles; 6] = [Tiles::Gemv, Tiles::Small, Tiles::SmallTwo, Tiles::Narrow, Tiles::Mid, Tiles::Wide];
+    pub const ALL: [Tiles; 9] = [
+        Tiles::Gemv,
+        Tiles::Small,
+        Tiles::SmallTwo,
+        Tiles::Narrow,
+        Tiles::Mid,
+        Tiles::Wide,
+        Tiles::Thin,
+        Tiles::Deep,
+        Tiles::Tall,
+    ];
 
     /// The tile of the split-K kernel for this one (`Wide` has no split-K
     /// instance: `Mid`).
@@ -515,6 +619,9 @@ impl Tiles {
             Tiles::SmallTwo => "64x128/2sm",
             Tiles::Narrow => "64x64/3sm",
             Tiles::Gemv => "16x128/2sm",
+            Tiles::Thin => "64x32/16st",
+            Tiles::Deep => "64x64/12st",
+            Tiles::Tall => "128x64/8st",
         }
     }
 }
@@ -633,9 +740,10 @@ pub fn rule_is_sure(m: usize, _n: usize, _k: usize) -> bool {
 /// split-K-only tiles too: their kernel writes `c` directly) and (but
 /// `Wide`, whose split-K kernel is `Mid`'s) with the numbers of K ranges
 /// [`wave_splits`] gives over the tile's block slots (132 SMs × its blocks
-/// per SM); the several-blocks-per-SM tiles (`SmallTwo`, `Narrow`) only
-/// at M ≤ 256, `Gemv` only at M ≤ 32; only the rule's where it is sure
-/// ([`rule_is_sure`]).
+/// per SM); each tile only up to the M it suits (`Gemv` 32, `Thin` 64,
+/// `Deep` 128, the several-blocks-per-SM tiles and `Tall` 256; the deep
+/// tiles, sm_90a only, fail to launch elsewhere and the tuner skips them);
+/// only the rule's where it is sure ([`rule_is_sure`]).
 /// Configurations that [`ShapedGemm::new`] makes the same (odd N of `b [N,
 /// K]` runs the split-K kernel, whose tiles are `Mid`'s for `Wide`) may
 /// repeat here; `tuned` times each once.
@@ -645,7 +753,10 @@ pub fn rule_is_sure(m: usize, _n: usize, _k: usize) -> bool {
 /// 224 blocks on 132 SMs), from split-K reductions where a smaller tile
 /// fills the GPU without one (`/work/feedback/gemm.md`), and from one
 /// block per SM keeping too little of `b` in flight (the tiles of two and
-/// three blocks per SM).
+/// three blocks per SM). Under ncu (session 15) cuBLAS ran M = 64–256 on
+/// narrow tiles 8 to 16 stages deep, 128 blocks and no split, where our
+/// split-K kernel matched its time and the reduction added 4–6 µs: the
+/// deep tiles.
 pub fn candidates(m: usize, n: usize, k: usize) -> Vec<Config> {
     let rule = choose(m, n, k);
     let mut v = vec![rule];
@@ -659,7 +770,7 @@ pub fn candidates(m: usize, n: usize, k: usize) -> Vec<Config> {
     };
     for tiles in Tiles::ALL {
         let slots = SMS * tiles.blocks_per_sm();
-        if (slots > SMS && m > 256) || (tiles == Tiles::Gemv && m > 32) {
+        if m > tiles.most_rows() {
             continue;
         }
         push(Config { tiles, split: 1 });
@@ -728,7 +839,13 @@ where
         + matmul_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1>
         + matmul_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2>
         + matmul_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>
-        + matmul_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>,
+        + matmul_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>
+        + matmul_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1>
+        + matmul_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1>
+        + matmul_splitk::Instance<T, f32, 128, 64, 64, 8, 256, 1>
+        + matmul_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1>
+        + matmul_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1>
+        + matmul_splitk::Instance<T, T, 128, 64, 64, 8, 256, 1>,
     matmul_bt_splitk::Instances: matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 4, 128, 1>
         + matmul_bt_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1>
         + matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2>
@@ -738,7 +855,13 @@ where
         + matmul_bt_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1>
         + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2>
         + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>
-        + matmul_bt_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>,
+        + matmul_bt_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>
+        + matmul_bt_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1>
+        + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1>
+        + matmul_bt_splitk::Instance<T, f32, 128, 64, 64, 8, 256, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1>
+        + matmul_bt_splitk::Instance<T, T, 128, 64, 64, 8, 256, 1>,
     splitk_reduce_pipelined::Instances: splitk_reduce_pipelined::Instance<T>,
     pad::Instances: pad::Instance<T>,
 {
@@ -750,7 +873,9 @@ where
             (Layout::Abt, Tiles::Small) => matmul_bt::launch::<T, T, 64, 128, 64, 4, 128>,
             (Layout::Abt, Tiles::Mid) => matmul_bt::launch::<T, T, 128, 128, 64, 4, 256>,
             (Layout::Abt, Tiles::Wide) => matmul_bt::launch::<T, T, 128, 256, 64, 3, 256>,
-            (_, Tiles::SmallTwo | Tiles::Narrow | Tiles::Gemv) => return None,
+            (_, Tiles::SmallTwo | Tiles::Narrow | Tiles::Gemv | Tiles::Thin | Tiles::Deep | Tiles::Tall) => {
+                return None
+            }
         })
     }
     fn split(layout: Layout, tiles: Tiles) -> Split<T, f32> {
@@ -759,11 +884,17 @@ where
             (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2>,
             (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3>,
             (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2>,
+            (Layout::Ab, Tiles::Thin) => matmul_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1>,
+            (Layout::Ab, Tiles::Deep) => matmul_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1>,
+            (Layout::Ab, Tiles::Tall) => matmul_splitk::launch::<T, f32, 128, 64, 64, 8, 256, 1>,
             (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1>,
             (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1>,
             (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2>,
             (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3>,
             (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2>,
+            (Layout::Abt, Tiles::Thin) => matmul_bt_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1>,
+            (Layout::Abt, Tiles::Deep) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1>,
+            (Layout::Abt, Tiles::Tall) => matmul_bt_splitk::launch::<T, f32, 128, 64, 64, 8, 256, 1>,
             (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1>,
         }
     }
@@ -773,11 +904,17 @@ where
             (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2>,
             (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3>,
             (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2>,
+            (Layout::Ab, Tiles::Thin) => matmul_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1>,
+            (Layout::Ab, Tiles::Deep) => matmul_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1>,
+            (Layout::Ab, Tiles::Tall) => matmul_splitk::launch::<T, T, 128, 64, 64, 8, 256, 1>,
             (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1>,
             (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1>,
             (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2>,
             (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3>,
             (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2>,
+            (Layout::Abt, Tiles::Thin) => matmul_bt_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1>,
+            (Layout::Abt, Tiles::Deep) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1>,
+            (Layout::Abt, Tiles::Tall) => matmul_bt_splitk::launch::<T, T, 128, 64, 64, 8, 256, 1>,
             (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1>,
         }
     }
@@ -797,7 +934,8 @@ enum Output<T: Element> {
     /// crops it into `c` (odd N, `b [K, N]` padded too).
     Cropped(DeviceTensor<T>),
     /// The split-K kernel with one range writes `c` (seen as `[1, M, N]`)
-    /// directly (odd N of `b [N, K]`, whose rows are whole).
+    /// directly (odd N of `b [N, K]`, whose rows are whole; odd K of `b
+    /// [K, N]`, read unpadded; the split-K-only tiles).
     Direct,
     /// The split-K kernel writes the f32 workspace `[split, M, N]`,
     /// [`splitk_reduce_pipelined`] sums it into `c`.
@@ -809,12 +947,14 @@ enum Output<T: Element> {
 /// once so that [`ShapedGemm::run`] allocates nothing.
 ///
 /// What runs: operands whose rows are not a multiple of 16 bytes (odd K:
-/// both, padded in K to a multiple of 8; odd N: `b [K, N]`) are first
-/// copied by [`pad`] into zero-padded tensors; then one of [`Output`]'s
-/// ways: the plain kernel, the plain kernel into a padded `c` and a crop
-/// (odd N, `Layout::Ab`), the split-K kernel writing `c` (odd N,
-/// `Layout::Abt`), or split-K into the workspace and the reduction (more
-/// than one K range).
+/// `a` and `b [N, K]`, padded in K to a multiple of 8; odd N: `b [K, N]`,
+/// padded in both) are first copied by [`pad`] into zero-padded tensors
+/// (`b [K, N]` with odd K alone is read as it is); then one of
+/// [`Output`]'s ways: the plain kernel, the plain kernel into a padded `c`
+/// and a crop (odd N, `Layout::Ab`), the split-K kernel writing `c` (odd
+/// N of `Layout::Abt`, odd K alone of `Layout::Ab`, the split-K-only
+/// tiles), or split-K into the workspace and the reduction (more than one
+/// K range).
 pub struct ShapedGemm<T: GemmElement> {
     pub m: usize,
     pub n: usize,
@@ -841,16 +981,19 @@ impl<T: GemmElement> ShapedGemm<T> {
         config.split = config.split.max(1);
         let kp = round8(k);
         let a_pad = if aligned(k) { None } else { Some(DeviceTensor::zeros(s, &[m, kp])?) };
-        // `b` as the kernels read it: K padded wherever `a` is; N padded
-        // only where it is `b`'s row (`[K, N]`).
+        // `b` as the kernels read it: padded only where K or N is its row
+        // (`[N, K]`, `[K, N]`): K padded as `a`'s, and N. An odd K of `b
+        // [K, N]` leaves its rows whole: the split-K kernels read its K
+        // rows (`KB`) against `a`'s padded K, zeros past the end.
         let b_pad = match layout {
-            Layout::Ab if !aligned(k) || !aligned(n) => Some(DeviceTensor::zeros(s, &[kp, round8(n)])?),
+            Layout::Ab if !aligned(n) => Some(DeviceTensor::zeros(s, &[kp, round8(n)])?),
             Layout::Abt if !aligned(k) => Some(DeviceTensor::zeros(s, &[n, kp])?),
             _ => None,
         };
+        let short_b = layout == Layout::Ab && !aligned(k) && aligned(n);
         let out = if config.split > 1 {
             Output::Split(DeviceTensor::zeros(s, &[config.split, m, n])?)
-        } else if !config.tiles.has_plain() {
+        } else if !config.tiles.has_plain() || short_b {
             // The split-K kernel with one range writes `c` (a `b [K, N]`
             // padded in N is read as `[K, NB]`, its extra columns unwritten).
             Output::Direct

@@ -75,6 +75,13 @@ pub const TUNE_TRACE_ENV: &str = "TILE_TUNE_TRACE";
 /// `$XDG_CACHE_HOME/tile` and `~/.cache/tile`).
 pub const CACHE_DIR_ENV: &str = "TILE_CACHE_DIR";
 
+/// Rounds of timing on a GPU: every candidate is timed once per round, in
+/// turn, and keeps its least time. With one round, two runs of the GEMM
+/// sweep on the H200 (session 15) chose configurations 12 % apart for the
+/// same shape (abt bf16 16 × 28672 × 8192: `16x128/2sm split 1` at 0.98
+/// of cuBLAS in one, `split 8` at 0.87 in the next).
+pub const GPU_ROUNDS: u32 = 3;
+
 /// One candidate configuration of a tuned kernel.
 #[derive(Debug)]
 pub struct Candidate {
@@ -135,8 +142,11 @@ pub struct Settings {
     /// Untimed launches per candidate (at least 1: the first tells whether
     /// the candidate launches); `None`: 2 on a GPU, 1 on the interpreter.
     pub warmup: Option<u32>,
-    /// Timed launches per candidate; `None`: 10 on a GPU, 1 on the
-    /// interpreter.
+    /// Timed launches per candidate and round; `None`: 10 on a GPU, 1 on
+    /// the interpreter. On a GPU the candidates are timed in turn,
+    /// [`GPU_ROUNDS`] times over, each keeping its fastest round (so
+    /// that a clock still ramping up for the first candidate, or one
+    /// noisy moment, does not decide); once on the interpreter.
     pub reps: Option<u32>,
     /// Where the cache file is read and written; `None`: memory only.
     pub cache_dir: Option<PathBuf>,
@@ -176,7 +186,8 @@ pub enum Source {
 pub struct CandidateTime {
     /// [`Candidate::config`].
     pub config: String,
-    /// Mean milliseconds per launch; `None` when it was skipped.
+    /// Mean milliseconds per launch over its fastest round; `None` when it
+    /// was skipped.
     pub ms: Option<f64>,
     /// Why it was skipped (its launch error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -358,7 +369,7 @@ impl Tuner {
         args: &mut [KernelArg<'_>],
     ) -> Result<Record> {
         let started = Instant::now();
-        let (warmup, reps) = self.iterations(stream);
+        let (warmup, reps, rounds) = self.iterations(stream);
         let reads = reads_of(tuned);
         let saved = match saved::Saved::take(stream, args, &reads) {
             Ok(saved) => saved,
@@ -370,27 +381,36 @@ impl Tuner {
             }
         };
         let configs: Vec<&str> = tuned.candidates.iter().map(|c| c.config).collect();
-        let times =
-            self.time_all(key, &configs, |i| time_candidate(stream, tuned.candidates[i].meta, args, warmup, reps));
+        let times = self
+            .time_all(key, &configs, rounds, |i| time_candidate(stream, tuned.candidates[i].meta, args, warmup, reps));
         saved.restore(stream, args)?;
         fastest(key, &configs, times, started)
     }
 
-    /// Untimed and timed launches per candidate: the settings', else 2 and
-    /// 10 on a GPU, 1 and 1 on the interpreter.
-    fn iterations(&self, stream: &Stream) -> (u32, u32) {
+    /// Untimed and timed launches per candidate and round, and the rounds:
+    /// the settings', else 2 and 10 on a GPU, 1 and 1 on the interpreter;
+    /// [`GPU_ROUNDS`] rounds on a GPU, one on the interpreter.
+    fn iterations(&self, stream: &Stream) -> (u32, u32, u32) {
         let interp = stream.device().is_interpreter();
         let warmup = self.settings.warmup.unwrap_or(if interp { 1 } else { 2 }).max(1);
         let reps = self.settings.reps.unwrap_or(if interp { 1 } else { 10 }).max(1);
-        (warmup, reps)
+        (warmup, reps, if interp { 1 } else { GPU_ROUNDS })
     }
 
-    /// `time(i)` for every candidate, in order, under the progress bar (mode
-    /// `on` and stderr a terminal); an error is that candidate's skip reason.
-    fn time_all(&self, key: &Key, configs: &[&str], mut time: impl FnMut(usize) -> Result<f64>) -> Vec<CandidateTime> {
+    /// `time(i)` for every candidate, in order, `rounds` times over (each
+    /// keeping its least time), under the progress bar (mode `on` and
+    /// stderr a terminal); an error is that candidate's skip reason (it is
+    /// not run again).
+    fn time_all(
+        &self,
+        key: &Key,
+        configs: &[&str],
+        rounds: u32,
+        mut time: impl FnMut(usize) -> Result<f64>,
+    ) -> Vec<CandidateTime> {
         let bar = (self.settings.mode == Mode::On && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(
-                Some(configs.len() as u64),
+                Some(configs.len() as u64 * u64::from(rounds.max(1))),
                 indicatif::ProgressDrawTarget::stderr(),
             );
             if let Ok(style) =
@@ -404,23 +424,34 @@ impl Tuner {
         // `TILE_TUNE_TRACE=1`: a line before each candidate runs, so that a
         // candidate that hangs or crashes is named by the last line.
         let trace = std::env::var(TUNE_TRACE_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
-        let mut times = Vec::new();
-        for (i, config) in configs.iter().enumerate() {
-            if trace {
-                eprintln!(
-                    "tile: tuning {} at {}: candidate {}/{} `{config}`",
-                    key.kernel,
-                    key.bucket,
-                    i + 1,
-                    configs.len()
-                );
-            }
-            times.push(match time(i) {
-                Ok(ms) => CandidateTime { config: config.to_string(), ms: Some(ms), skipped: None },
-                Err(e) => CandidateTime { config: config.to_string(), ms: None, skipped: Some(e.to_string()) },
-            });
-            if let Some(bar) = &bar {
-                bar.inc(1);
+        let mut times: Vec<CandidateTime> =
+            configs.iter().map(|c| CandidateTime { config: c.to_string(), ms: None, skipped: None }).collect();
+        for round in 0..rounds.max(1) {
+            for (i, t) in times.iter_mut().enumerate() {
+                if t.skipped.is_some() {
+                    continue;
+                }
+                if trace {
+                    eprintln!(
+                        "tile: tuning {} at {}: candidate {}/{} `{}` (round {})",
+                        key.kernel,
+                        key.bucket,
+                        i + 1,
+                        configs.len(),
+                        t.config,
+                        round + 1
+                    );
+                }
+                match time(i) {
+                    Ok(ms) => t.ms = Some(t.ms.map_or(ms, |best| best.min(ms))),
+                    Err(e) => {
+                        t.ms = None;
+                        t.skipped = Some(e.to_string());
+                    }
+                }
+                if let Some(bar) = &bar {
+                    bar.inc(1);
+                }
             }
         }
         if let Some(bar) = &bar {
@@ -461,11 +492,11 @@ impl Tuner {
         if self.settings.mode == Mode::Off {
             return Ok(default_record(configs[0], &key));
         }
-        let (warmup, reps) = self.iterations(stream);
+        let (warmup, reps, rounds) = self.iterations(stream);
         let choice = self.choices.get_or_try_init(&key, || {
             self.choose_among(&key, &configs, || {
                 let started = Instant::now();
-                let times = self.time_all(&key, &configs, |i| {
+                let times = self.time_all(&key, &configs, rounds, |i| {
                     for _ in 0..warmup {
                         run(i)?;
                     }
