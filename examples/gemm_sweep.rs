@@ -17,8 +17,10 @@
 //! bit cuBLAS's: a product with one K range sums in cuBLAS's order, so
 //! `err=0` is common and real), and rows 0 and M − 1 against an f64 CPU
 //! reference (`ref_err`, never 0); then both
-//! timed with CUDA events (after one run to size the count: as many runs as
-//! fit in `--budget-ms`, 3 to 100, median), TFLOPS and the ratio, and the
+//! timed with CUDA events in three interleaved rounds (ours, cuBLAS, ours,
+//! ...; each round as many runs as fit in a third of `--budget-ms`, 3 to
+//! 100, after one run of each to size the count; the median of the rounds'
+//! medians), TFLOPS and the ratio, and the
 //! floor: the time to move the operands and the output once at 4.8 TB/s or
 //! to do the FLOPs at 989 dense TFLOPS, whichever is longer (the H200's
 //! figures). The host's work runs on every core (random operands, the
@@ -416,13 +418,37 @@ fn reference_rows<T: Element>(n: usize, k: usize, a: &[T], b: &[T], trans_b: boo
     (0..rows.len()).map(|r| parts.iter().flat_map(|p| p[r].iter().copied()).collect()).collect()
 }
 
-/// Times `f` with CUDA events: one run to size the count, then as many as
-/// fit in `budget_ms` (3 to 100) after one warm-up.
-fn timed(s: &Stream, budget_ms: f64, mut f: impl FnMut() -> tile::Result<()>) -> Res<BenchResult> {
-    let once = bench(s, 0, 1, &mut f)?.median_ms.max(1e-3);
-    let iters = ((budget_ms / once) as usize).clamp(3, 100);
-    Ok(bench(s, 1, iters, f)?)
+/// Times `ours` and `peer` with CUDA events in [`ROUNDS`] interleaved
+/// rounds (ours, the peer, ours, ...), each round one warm-up and as many
+/// runs as fit in `budget_ms / ROUNDS` (3 to 100; sized by one run of
+/// each), and returns each side's median milliseconds per run: the median
+/// of its rounds' medians. Both sides see the same moments of the GPU (a
+/// clock change, another process) and one bad round decides nothing: with
+/// one round per side, two sweeps of the same kernels gave one ~12 µs
+/// shape 0.80 and 0.97 of cuBLAS (session 15).
+fn timed_pair(
+    s: &Stream,
+    budget_ms: f64,
+    mut ours: impl FnMut() -> tile::Result<()>,
+    mut peer: impl FnMut() -> tile::Result<()>,
+) -> Res<(f64, f64)> {
+    let per_round = budget_ms / ROUNDS as f64;
+    let iters = |once: BenchResult| ((per_round / once.median_ms.max(1e-3)) as usize).clamp(3, 100);
+    let (n_ours, n_peer) = (iters(bench(s, 0, 1, &mut ours)?), iters(bench(s, 0, 1, &mut peer)?));
+    let (mut t_ours, mut t_peer) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        t_ours.push(bench(s, 1, n_ours, &mut ours)?.median_ms);
+        t_peer.push(bench(s, 1, n_peer, &mut peer)?.median_ms);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(t_ours), median(t_peer)))
 }
+
+/// Interleaved timing rounds per shape ([`timed_pair`]).
+const ROUNDS: usize = 3;
 
 /// What one (element type, N × K) needs for every M and layout: the
 /// operands on the host (`a` for the largest M) and NaNs to fill outputs
@@ -554,8 +580,12 @@ fn measure<T: Dtype>(
     let check_ms = t.elapsed().as_secs_f64() * 1e3;
 
     let t = std::time::Instant::now();
-    let t_ours = timed(s, o.budget_ms, || ours.run(s, &a, w, &mut c))?;
-    let t_blas = timed(s, o.budget_ms, || blas.gemm(m, n, k, &a, w, &mut c_blas, false, trans_b))?;
+    let (t_ours, t_blas) = timed_pair(
+        s,
+        o.budget_ms,
+        || ours.run(s, &a, w, &mut c),
+        || blas.gemm(m, n, k, &a, w, &mut c_blas, false, trans_b),
+    )?;
     let time_ms = t.elapsed().as_secs_f64() * 1e3;
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let bytes = 2.0 * (m * k + n * k + m * n) as f64;
@@ -567,8 +597,8 @@ fn measure<T: Dtype>(
         n,
         k,
         config: ours.config,
-        ours_us: t_ours.median_ms * 1e3,
-        cublas_us: t_blas.median_ms * 1e3,
+        ours_us: t_ours * 1e3,
+        cublas_us: t_blas * 1e3,
         floor_us,
         err,
         identical: same as f64 / (m * n) as f64,

@@ -249,3 +249,33 @@ fn host_candidates_are_timed_kept_and_cached() {
     assert!(tuner.pick(&s, &none, run).unwrap_err().to_string().contains("no configurations"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Timing in rounds: every candidate once per round, in turn (the rounds
+/// interleaved, not one candidate's back to back), each keeping its least
+/// time; a candidate whose run fails is skipped with its error and not run
+/// again.
+#[test]
+fn candidates_are_timed_in_interleaved_rounds() {
+    let tuner = Tuner::new(Settings { mode: Mode::Quiet, warmup: None, reps: None, cache_dir: None, shipped: None });
+    let key = Key {
+        device: record("H200", "", "", 0).device,
+        kernel: "k".into(),
+        hash: "h".into(),
+        bucket: "b".into(),
+    };
+    let mut calls = Vec::new();
+    let times = tuner.time_all(&key, &["a", "b", "c"], 3, |i| {
+        calls.push(i);
+        let round = calls.iter().filter(|&&c| c == i).count();
+        match (i, round) {
+            (1, _) => Err(Error::Launch { kernel: "k".into(), message: "no variant".into() }),
+            (0, r) => Ok([3.0, 1.0, 2.0][r - 1]),
+            (_, r) => Ok(0.5 + r as f64),
+        }
+    });
+    assert_eq!(calls, [0, 1, 2, 0, 2, 0, 2]);
+    assert_eq!(times[0].ms, Some(1.0));
+    assert_eq!((times[1].ms, times[1].skipped.as_deref().map(|s| s.contains("no variant"))), (None, Some(true)));
+    assert_eq!(times[2].ms, Some(1.5));
+    assert_eq!(times.iter().map(|t| t.config.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+}
