@@ -257,12 +257,8 @@ fn host_candidates_are_timed_kept_and_cached() {
 #[test]
 fn candidates_are_timed_in_interleaved_rounds() {
     let tuner = Tuner::new(Settings { mode: Mode::Quiet, warmup: None, reps: None, cache_dir: None, shipped: None });
-    let key = Key {
-        device: record("H200", "", "", 0).device,
-        kernel: "k".into(),
-        hash: "h".into(),
-        bucket: "b".into(),
-    };
+    let key =
+        Key { device: record("H200", "", "", 0).device, kernel: "k".into(), hash: "h".into(), bucket: "b".into() };
     let mut calls = Vec::new();
     let times = tuner.time_all(&key, &["a", "b", "c"], 3, |i| {
         calls.push(i);
