@@ -526,7 +526,10 @@ pub enum Tiles {
     /// a split (128 at N = 4096: no reduction to launch). cuBLAS's choice on
     /// the H200 at M = 64 × 4096 × 4096 (`64x32_64x16`, 12.5-12.9 µs under
     /// ncu, where 64 × 128 split 4 took 12.9 µs and its reduction 4.3
-    /// more). sm_90a only ([`Tiles::sm90_only`]). Split-K only.
+    /// more; ours 13.1 against its 12.6 in session 15). Poor where K is
+    /// long: at 1 × 4096 × 14336 a block streams 32 rows of `w` 28 KiB
+    /// apart, 68.8 µs at 36 % of the DRAM peak (16 × 128 split 8: 32.7 µs).
+    /// sm_90a only ([`Tiles::sm90_only`]). Split-K only.
     Thin,
     /// 64 × 64 × 64, 12 stages, 128 threads, one block per SM: M ≤ 128
     /// (at M = 128 × N = 4096, 128 blocks without a split; cuBLAS's
