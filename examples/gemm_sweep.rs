@@ -36,8 +36,9 @@
 //!   shapes only / not), `--layout ab|abt[,..]`, `--dtype f16|bf16[,..]`;
 //! - `--config TILES:SPLIT` (`64x128`, `128x128`, `128x256`, `16x128/2sm`,
 //!   `64x128/2sm`, `64x64/3sm`, or on sm_90a `64x32/16st`, `64x64/12st`,
-//!   `128x64/8st`; e.g. `64x128:4`): every shape with this configuration
-//!   instead of the rule's;
+//!   `128x64/8st`; e.g. `64x128:4`; a suffix `:unpadded` reads rows that
+//!   are not 16-byte multiples as they are, `ShapedGemm::unpadded`): every
+//!   shape with this configuration instead of the rule's;
 //! - `--tune`: the autotuner's configuration where the rule is not sure
 //!   (its choices are cached; a second run reads them); `--save-tuning
 //!   PATH`: the choices written as a file to ship (`TILE_TUNE_CACHE`);
@@ -98,6 +99,8 @@ struct Options {
     layouts: Vec<Layout>,
     dtypes: Vec<String>,
     config: Option<Config>,
+    /// `--config …:unpadded`: `ShapedGemm::unpadded` with that configuration.
+    unpadded: bool,
     csv: Option<PathBuf>,
     plot: Option<PathBuf>,
     budget_ms: f64,
@@ -108,7 +111,7 @@ struct Options {
 }
 
 const USAGE: &str = "usage: gemm_sweep [--m M,..] [--nk NxK,..] [--odd|--no-odd] [--layout ab|abt,..] \
-                     [--dtype f16|bf16,..] [--config TILES:SPLIT] [--tune] [--save-tuning PATH] [--csv PATH] [--plot PATH] \
+                     [--dtype f16|bf16,..] [--config TILES:SPLIT[:unpadded]] [--tune] [--save-tuning PATH] [--csv PATH] [--plot PATH] \
                      [--budget-ms MS] [--quick] [--deadline S] [--plan]";
 
 fn parse_list<T>(v: &str, f: impl Fn(&str) -> Option<T>, what: &str) -> Result<Vec<T>, String> {
@@ -125,6 +128,7 @@ impl Options {
             layouts: vec![Layout::Ab, Layout::Abt],
             dtypes: vec!["f16".into(), "bf16".into()],
             config: None,
+            unpadded: false,
             csv: None,
             plot: None,
             budget_ms: 25.0,
@@ -178,11 +182,17 @@ impl Options {
                 }
                 "--config" => {
                     let v = value("--config")?;
-                    let parsed = v.split_once(':').and_then(|(t, s)| {
+                    let (spec, unpadded) = match v.strip_suffix(":unpadded") {
+                        Some(spec) => (spec, true),
+                        None => (v.as_str(), false),
+                    };
+                    let parsed = spec.split_once(':').and_then(|(t, s)| {
                         let tiles = Tiles::ALL.into_iter().find(|x| x.name() == t)?;
                         Some(Config { tiles, split: s.parse().ok().filter(|&s: &usize| (1..=64).contains(&s))? })
                     });
-                    o.config = Some(parsed.ok_or(format!("--config: `{v}` is not TILES:SPLIT (e.g. 64x128:4)"))?);
+                    o.config =
+                        Some(parsed.ok_or(format!("--config: `{v}` is not TILES:SPLIT[:unpadded] (e.g. 64x128:4)"))?);
+                    o.unpadded = unpadded;
                 }
                 "--csv" => o.csv = Some(value("--csv")?.into()),
                 "--plot" => o.plot = Some(value("--plot")?.into()),
@@ -243,6 +253,9 @@ struct Row {
     n: usize,
     k: usize,
     config: Config,
+    /// The configuration as `ShapedGemm::describe` names it (`… unpadded`
+    /// where odd rows are read as they are).
+    described: String,
     ours_us: f64,
     cublas_us: f64,
     floor_us: f64,
@@ -553,7 +566,11 @@ fn measure<T: Dtype>(
         (g, source)
     } else {
         let source = if o.config.is_some() { "given" } else { "rule" };
-        (ShapedGemm::<T>::new(s, m, n, k, layout, o.config)?, source.to_string())
+        let g = match o.config {
+            Some(config) if o.unpadded => ShapedGemm::<T>::unpadded(s, m, n, k, layout, config)?,
+            config => ShapedGemm::<T>::new(s, m, n, k, layout, config)?,
+        };
+        (g, source.to_string())
     };
     ours.run(s, &a, w, &mut c)?;
     s.synchronize()?;
@@ -564,7 +581,7 @@ fn measure<T: Dtype>(
     let got = c.to_vec(s)?;
     let want = c_blas.to_vec(s)?;
     let (err, same) = compare(&got, &want);
-    let what = format!("{} {} {m}x{n}x{k} ({})", T::NAME, if trans_b { "abt" } else { "ab" }, ours.config);
+    let what = format!("{} {} {m}x{n}x{k} ({})", T::NAME, if trans_b { "abt" } else { "ab" }, ours.describe());
     if err > T::TOL {
         return Err(format!("{what}: ours and cuBLAS differ by {err:.2e} (> {:.0e})", T::TOL).into());
     }
@@ -597,6 +614,7 @@ fn measure<T: Dtype>(
         n,
         k,
         config: ours.config,
+        described: ours.describe(),
         ours_us: t_ours * 1e3,
         cublas_us: t_blas * 1e3,
         floor_us,
@@ -657,7 +675,7 @@ impl Output {
             r.m,
             r.n,
             r.k,
-            r.config,
+            r.described,
             r.source,
             r.blocks(),
             r.ours_us,
@@ -684,7 +702,7 @@ impl Output {
                 r.m,
                 r.n,
                 r.k,
-                r.config,
+                r.described,
                 r.source,
                 r.blocks(),
                 r.ours_us,
@@ -790,11 +808,15 @@ fn interpreter_check(s: &Stream) -> Res<()> {
             let (a_host, a) = random::<f16>(s, 1, &[m, k])?;
             let shape = if layout == Layout::Ab { [k, n] } else { [n, k] };
             let (b_host, b) = random::<f16>(s, 2, &shape)?;
-            let mut c = DeviceTensor::<f16>::zeros(s, &[m, n])?;
-            ShapedGemm::new(s, m, n, k, layout, Some(config))?.run(s, &a, &b, &mut c)?;
             let want = kernels::reference_rows(m, n, k, &a_host, &b_host, false, layout == Layout::Abt, 0..m);
-            let err = assert_close(&c.to_vec(s)?, &want, f16::TOL)?;
-            println!("f16 {layout:?} {m} x {n} x {k} ({config}): matches the CPU reference ({err:.1e})");
+            for mut g in
+                [ShapedGemm::new(s, m, n, k, layout, Some(config))?, ShapedGemm::unpadded(s, m, n, k, layout, config)?]
+            {
+                let mut c = DeviceTensor::<f16>::zeros(s, &[m, n])?;
+                g.run(s, &a, &b, &mut c)?;
+                let err = assert_close(&c.to_vec(s)?, &want, f16::TOL)?;
+                println!("f16 {layout:?} {m} x {n} x {k} ({}): matches the CPU reference ({err:.1e})", g.describe());
+            }
         }
     }
     Ok(())
@@ -896,7 +918,7 @@ fn run(o: &Options) -> Res<()> {
         worst.m,
         worst.n,
         worst.k,
-        worst.config,
+        worst.described,
         out.start.elapsed().as_secs_f64(),
         secs(|r| r.setup_ms),
         secs(|r| r.check_ms),

@@ -76,7 +76,8 @@ fn embedded_ir_is_the_shared_text() {
         tile::ir::print::print_kernel(&kernel).trim_end().to_string()
     };
     assert_eq!(printed(gemm::attention::META.ir), tile_testkit::ATTENTION);
-    let example = tile_testkit::MATMUL_128X256;
+    // The example's kernels are launched as programmatic dependents.
+    let example = tile_testkit::Matmul { dependent_launch: true, ..tile_testkit::MATMUL_128X256 };
     // The generic kernels' instances: the kernel named after the instance.
     let f16 = tile_testkit::Matmul { name: "matmul__f16_f16_128_256_64_3_256_8", ..example };
     assert_eq!(printed(examples::gemm::matmul::meta::<f16, f16, 128, 256, 64, 3, 256, 8>().ir), f16.text());
@@ -105,19 +106,37 @@ fn embedded_ir_is_the_shared_text() {
     );
     // Decode-size tiles: the same kernel text, with two or three blocks per
     // SM asked in its header (and nothing else changed).
-    let two = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_3_128_2", stages: 3, ..small };
-    let two_text = two.splitk_text().replacen(" {\n", " blocks_per_sm=2 {\n", 1);
-    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>().ir), two_text);
+    let two =
+        tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_3_128_2", stages: 3, blocks_per_sm: 2, ..small };
+    assert_eq!(
+        printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>().ir),
+        two.splitk_text()
+    );
     let narrow = tile_testkit::Matmul {
         name: "matmul_bt_splitk__bf16_f32_64_64_64_3_128_3",
         dtype: "bf16",
         trans_b: true,
         bn: 64,
         stages: 3,
+        blocks_per_sm: 3,
         ..small
     };
-    let narrow_text = narrow.splitk_text().replacen(" {\n", " blocks_per_sm=3 {\n", 1);
-    assert_eq!(printed(examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>().ir), narrow_text);
+    assert_eq!(
+        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>().ir),
+        narrow.splitk_text()
+    );
+    // A deep tile (sm_90a only): the same text, 16 stages.
+    let thin = tile_testkit::Matmul {
+        name: "matmul_splitk__f16_f16_64_32_64_16_128_1",
+        out: Some("f16"),
+        bn: 32,
+        stages: 16,
+        ..small
+    };
+    assert_eq!(
+        printed(examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1>().ir),
+        thin.splitk_text()
+    );
     for meta in examples::gemm::matmul_splitk::INSTANCES.iter().chain(&examples::gemm::matmul_bt_splitk::INSTANCES) {
         let k: tile::ir::Kernel = serde_json::from_str(meta.ir).expect("embedded Tile IR parses");
         let want = if meta.name.ends_with("_3_128_3") {
@@ -284,8 +303,8 @@ fn reference_rejects_a_wrong_product() {
 /// Every tile of the shape rule, K split into 1 to 5 ranges (K = 333: six
 /// k-steps of 64, which 4 and 5 do not divide, so that the last range is
 /// short or empty; K = 77: more ranges than k-steps), M, N and K odd (rows
-/// of `a` and `b` not 16-byte multiples: the padded operands), M = 1, both
-/// layouts, f16 and bf16.
+/// of `a` and `b` not 16-byte multiples: the padded operands, and the same
+/// read unpadded), M = 1, both layouts, f16 and bf16.
 #[test]
 fn shaped_gemm_every_tile_and_split() {
     use examples::gemm::{Config, Layout, Tiles};
@@ -302,6 +321,9 @@ fn shaped_gemm_every_tile_and_split() {
                     } else {
                         gemm::check_shaped::<bf16>(&dev(), m, n, k, layout, config, gemm::TOL_BF16, seed).unwrap();
                     }
+                    // The same configuration reading the odd rows as they are.
+                    let config = Config { tiles, split };
+                    gemm::check_unpadded::<f16>(&dev(), m, n, k, layout, config, gemm::TOL_F16, seed).unwrap();
                 }
             }
         }
@@ -339,9 +361,17 @@ fn shaped_gemm_tuned() {
     let other = Tuner::new(settings());
     let cached = gemm::check_shaped_tuned::<f16>(&dev(), &other, m, n, k, Layout::Abt, gemm::TOL_F16, 43).unwrap();
     assert_eq!((cached.index, cached.config.as_str(), cached.source), (r.index, r.config.as_str(), Source::Cache));
-    // Odd N in the other layout, bf16: its own key, right too.
+    // Odd N in the other layout, bf16: its own key, right too; each
+    // candidate also timed reading the odd rows unpadded.
     let ab = gemm::check_shaped_tuned::<bf16>(&dev(), &tuner, 5, 17, 77, Layout::Ab, gemm::TOL_BF16, 44).unwrap();
     assert_eq!((ab.bucket.as_str(), ab.source), ("5x32*x128*", Source::Tuned));
+    let unpadded = ab.candidates.iter().filter(|c| c.config.ends_with(" unpadded")).count();
+    assert!(unpadded > 0 && unpadded < ab.candidates.len(), "{:?}", ab.candidates);
+    assert!(r.candidates.iter().any(|c| c.config.ends_with(" unpadded")), "N = 130: {:?}", r.candidates);
+    // Whole rows: nothing to read unpadded.
+    let whole = gemm::check_shaped_tuned::<f16>(&dev(), &tuner, 3, 128, 640, Layout::Abt, gemm::TOL_F16, 45).unwrap();
+    assert!(whole.candidates.len() > 2, "{:?}", whole.candidates);
+    assert!(whole.candidates.iter().all(|c| !c.config.ends_with(" unpadded")), "{:?}", whole.candidates);
     // Where the rule is sure: its choice, nothing timed.
     assert_eq!(candidates(2048, 64, 64), [choose(2048, 64, 64)]);
     let _ = std::fs::remove_dir_all(&dir);

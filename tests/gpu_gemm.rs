@@ -370,9 +370,10 @@ fn shaped_gemm_tuned_on_the_gpu() {
 /// f64 reference, both layouts, f16 and bf16: decode-size M with K split
 /// (the rule's choice and explicit ranges that do not divide the k-steps),
 /// rows that are not 16-byte multiples (odd K, odd N, both: the padded
-/// operands and the workspace output), M, N, K all odd; the tiles of two
-/// and three blocks per SM. On sm_90 the split-K kernels' warp-specialized
-/// variant must have run on the aligned shapes.
+/// operands and the workspace output; the same rows read unpadded), M, N,
+/// K all odd; the tiles of two and three blocks per SM and the deep tiles.
+/// On sm_90 the split-K kernels' warp-specialized variant must have run on
+/// the aligned shapes.
 #[test]
 fn shaped_gemm_small_m_split_k_and_odd_rows() {
     use examples::gemm::{Config, Layout, Tiles};
@@ -441,6 +442,32 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             }
             gemm::check_shaped::<f16>(&d, m, n, k, layout, config, gemm::TOL_F16, seed).unwrap();
             gemm::check_shaped::<bf16>(&d, m, n, k, layout, config, gemm::TOL_BF16, seed).unwrap();
+        }
+    }
+    // Odd rows read as they are (`ShapedGemm::unpadded`: the kernels'
+    // variants without tensor maps, element-wise copies and stores).
+    let unpadded: &[(usize, usize, usize, Config)] = if small() {
+        &[
+            (3, 257, 333, Config { tiles: Tiles::Small, split: 2 }),
+            (3, 257, 333, Config { tiles: Tiles::Thin, split: 1 }),
+        ]
+    } else {
+        &[
+            (16, 4097, 4095, Config { tiles: Tiles::Gemv, split: 8 }),
+            (16, 4097, 4095, Config { tiles: Tiles::Deep, split: 1 }),
+            (5, 4096, 4095, Config { tiles: Tiles::Thin, split: 3 }),
+            (77, 1999, 777, Config { tiles: Tiles::Mid, split: 5 }),
+            (200, 4097, 4096, Config { tiles: Tiles::Tall, split: 1 }),
+        ]
+    };
+    for &(m, n, k, config) in unpadded {
+        if !hopper && config.tiles.sm90_only() {
+            continue;
+        }
+        for layout in [Layout::Ab, Layout::Abt] {
+            seed += 1;
+            gemm::check_unpadded::<f16>(&d, m, n, k, layout, config, gemm::TOL_F16, seed).unwrap();
+            gemm::check_unpadded::<bf16>(&d, m, n, k, layout, config, gemm::TOL_BF16, seed).unwrap();
         }
     }
     if hopper {

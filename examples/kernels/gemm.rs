@@ -964,6 +964,10 @@ pub struct ShapedGemm<T: GemmElement> {
     pub k: usize,
     pub layout: Layout,
     pub config: Config,
+    /// Whether operands whose rows are not 16-byte multiples are copied
+    /// into padded ones first ([`ShapedGemm::new`]) or read as they are
+    /// ([`ShapedGemm::unpadded`]).
+    pub padded: bool,
     a_pad: Option<DeviceTensor<T>>,
     b_pad: Option<DeviceTensor<T>>,
     out: Output<T>,
@@ -1010,7 +1014,43 @@ impl<T: GemmElement> ShapedGemm<T> {
         if matches!(out, Output::Split(_) | Output::Direct) {
             config.tiles = config.tiles.split_tiles();
         }
-        Ok(ShapedGemm { m, n, k, layout, config, a_pad, b_pad, out })
+        Ok(ShapedGemm { m, n, k, layout, config, padded: true, a_pad, b_pad, out })
+    }
+
+    /// [`ShapedGemm::new`] without padding: the split-K kernel (and the
+    /// reduction, for more than one K range) reads `a` and `b` and writes
+    /// `c` as they are, rows that are not 16-byte multiples included. Such
+    /// rows are not TMA-addressable, so the runtime launches the kernels'
+    /// variant without tensor maps, whose copies load them element by
+    /// element: one GEMM in place of the copies of `a` and `b` before it
+    /// (at 16 × 4097 × 4095 on the H200 the copy of `b` alone took 17.6 µs
+    /// of ~39). A tuning candidate ([`ShapedGemm::tuned`]) where a row is
+    /// odd; where every row is whole it runs as `new` with the split-K
+    /// kernel would.
+    pub fn unpadded(
+        s: &Stream,
+        m: usize,
+        n: usize,
+        k: usize,
+        layout: Layout,
+        config: Config,
+    ) -> tile::Result<ShapedGemm<T>> {
+        let split = config.split.max(1);
+        let config = Config { tiles: config.tiles.split_tiles(), split };
+        let out = if split > 1 { Output::Split(DeviceTensor::zeros(s, &[split, m, n])?) } else { Output::Direct };
+        Ok(ShapedGemm { m, n, k, layout, config, padded: false, a_pad: None, b_pad: None, out })
+    }
+
+    /// The configuration as the tuner and the sweep name it: [`Config`]'s
+    /// text, with ` unpadded` for [`ShapedGemm::unpadded`] where a row
+    /// is odd.
+    pub fn describe(&self) -> String {
+        let odd = !aligned(self.k) || !aligned(self.n);
+        if !self.padded && odd {
+            format!("{} unpadded", self.config)
+        } else {
+            self.config.to_string()
+        }
     }
 
     /// The fastest of [`candidates`] for the shape of `a [m, k]`, `b`
@@ -1018,9 +1058,11 @@ impl<T: GemmElement> ShapedGemm<T> {
     /// n]`, through `tuner` ([`tile::tune::Tuner::pick`]: timed on these
     /// tensors the first time for the device and shape bucket, then kept
     /// and cached; the rule's choice, untimed, where it is sure or with
-    /// `TILE_TUNE=off`). Tuning writes `c` (with some candidate's product);
-    /// `a` and `b` are only read. Returns the prepared GEMM and the tuner's
-    /// record of the choice.
+    /// `TILE_TUNE=off`). Where a row is not a 16-byte multiple (and the
+    /// rule is not sure) each candidate is also timed unpadded
+    /// ([`ShapedGemm::unpadded`]). Tuning writes `c` (with some candidate's
+    /// product); `a` and `b` are only read. Returns the prepared GEMM and
+    /// the tuner's record of the choice.
     pub fn tuned(
         s: &Stream,
         tuner: &tile::tune::Tuner,
@@ -1040,15 +1082,22 @@ impl<T: GemmElement> ShapedGemm<T> {
                 })
             }
         };
-        // One prepared GEMM per distinct configuration (as `new` makes it).
+        // One prepared GEMM per distinct configuration (as `new` makes it),
+        // and where a row is odd each also unpadded.
+        let odd_rows = (!aligned(k) || !aligned(n)) && !rule_is_sure(m, n, k);
         let mut gemms: Vec<ShapedGemm<T>> = Vec::new();
         for config in candidates(m, n, k) {
-            let g = ShapedGemm::new(s, m, n, k, layout, Some(config))?;
-            if !gemms.iter().any(|x| x.config == g.config) {
-                gemms.push(g);
+            let mut both = vec![ShapedGemm::new(s, m, n, k, layout, Some(config))?];
+            if odd_rows {
+                both.push(ShapedGemm::unpadded(s, m, n, k, layout, config)?);
+            }
+            for g in both {
+                if !gemms.iter().any(|x| x.describe() == g.describe()) {
+                    gemms.push(g);
+                }
             }
         }
-        let configs: Vec<String> = gemms.iter().map(|g| g.config.to_string()).collect();
+        let configs: Vec<String> = gemms.iter().map(ShapedGemm::describe).collect();
         let odd = |x: usize| if aligned(x) { "" } else { "*" };
         let bucket = tile::tune::bucket_dim;
         let name = format!("ShapedGemm<{:?}> {layout:?}", T::DTYPE);

@@ -931,6 +931,29 @@ pub fn check_shaped<T: examples::gemm::GemmElement>(
     .map_err(|e| format!("{layout:?} {config:?}: {e}").into())
 }
 
+/// [`check_shaped`] with `examples::gemm::ShapedGemm::unpadded`: rows that
+/// are not 16-byte multiples read and written as they are.
+#[allow(clippy::too_many_arguments)]
+pub fn check_unpadded<T: examples::gemm::GemmElement>(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    k: usize,
+    layout: examples::gemm::Layout,
+    config: examples::gemm::Config,
+    tol: f64,
+    seed: u64,
+) -> Res<Vec<T>> {
+    let trans = match layout {
+        examples::gemm::Layout::Ab => NN,
+        examples::gemm::Layout::Abt => NT,
+    };
+    check_gemm::<T, T>(dev, m, n, k, trans, tol, seed, |s, a, b, c| {
+        examples::gemm::ShapedGemm::<T>::unpadded(s, m, n, k, layout, config)?.run(s, a, b, c)
+    })
+    .map_err(|e| format!("{layout:?} {config:?} unpadded: {e}").into())
+}
+
 /// [`check_shaped`] through the autotuner: `ShapedGemm::tuned` with
 /// `tuner` (which times the candidates the first time for this shape
 /// bucket), then the chosen GEMM run again, against the f64 reference.

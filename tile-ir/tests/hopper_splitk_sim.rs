@@ -20,13 +20,15 @@ use tile_ir::*;
 use tile_testkit::{Matmul, MATMUL_128X256};
 
 /// The f64 partial sums of `a · op(b)` over k in `[z·steps·bk, (z+1)·steps·bk)`,
-/// `[split, m, n]`; `b` is `[kk, nb]` (`[nb, kk]` if `trans_b`), `nb ≥ n`.
+/// `[split, m, n]`; `b` is `[kb, nb]` (`[nb, kk]` if `trans_b`), `nb ≥ n`,
+/// `kb ≤ kk` (its rows past `kb` count as zeros).
 #[allow(clippy::too_many_arguments)]
 fn partials(
     m: usize,
     n: usize,
     nb: usize,
     kk: usize,
+    kb: usize,
     a: &[f64],
     b: &[f64],
     trans_b: bool,
@@ -39,8 +41,18 @@ fn partials(
         let (lo, hi) = ((z * steps * bk).min(kk), ((z + 1) * steps * bk).min(kk));
         for i in 0..m {
             for j in 0..n {
-                out[(z * m + i) * n + j] =
-                    (lo..hi).map(|p| a[i * kk + p] * if trans_b { b[j * kk + p] } else { b[p * nb + j] }).sum();
+                out[(z * m + i) * n + j] = (lo..hi)
+                    .map(|p| {
+                        let bv = if trans_b {
+                            b[j * kk + p]
+                        } else if p < kb {
+                            b[p * nb + j]
+                        } else {
+                            0.0
+                        };
+                        a[i * kk + p] * bv
+                    })
+                    .sum();
             }
         }
     }
@@ -63,9 +75,7 @@ fn check_wide_b(cfg: Matmul, schedule: &str, m: usize, n: usize, nb: usize, kk: 
 /// `cfg`'s split-K kernel as the example declares it with `blocks_per_sm =
 /// blocks` (1: the default, not printed).
 fn splitk_kernel(cfg: Matmul, blocks: u32) -> Kernel {
-    let text = cfg.splitk_text();
-    let text = if blocks == 1 { text } else { text.replacen(" {\n", &format!(" blocks_per_sm={blocks} {{\n"), 1) };
-    let k = parse_kernel(&text).unwrap();
+    let k = parse_kernel(&Matmul { blocks_per_sm: blocks, ..cfg }.splitk_text()).unwrap();
     assert_eq!(k.blocks_per_sm, blocks);
     k
 }
@@ -73,14 +83,32 @@ fn splitk_kernel(cfg: Matmul, blocks: u32) -> Kernel {
 /// [`check_wide_b`] of the kernel with `blocks_per_sm = blocks`.
 #[allow(clippy::too_many_arguments)]
 fn check_blocks(cfg: Matmul, blocks: u32, schedule: &str, m: usize, n: usize, nb: usize, kk: usize, split: usize) {
+    check_short_b(cfg, blocks, schedule, m, n, nb, kk, kk, split)
+}
+
+/// [`check_blocks`] with `b` (not transposed) `kb ≤ kk` rows long: the
+/// example's `a · b` with odd K, `a` padded in K and `b` read as it is.
+#[allow(clippy::too_many_arguments)]
+fn check_short_b(
+    cfg: Matmul,
+    blocks: u32,
+    schedule: &str,
+    m: usize,
+    n: usize,
+    nb: usize,
+    kk: usize,
+    kb: usize,
+    split: usize,
+) {
+    let kb = if cfg.trans_b { kk } else { kb };
     let k = splitk_kernel(cfg, blocks);
     let variants = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
     let c = variants.iter().find(|c| c.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
     let dt = if cfg.dtype == "bf16" { DType::BF16 } else { DType::F16 };
     let mut rng = Rng(0x5917 ^ (m * 7919 + n * 131 + kk * 7 + split) as u64);
     let (ab, av) = random(&mut rng, dt, m * kk, -1.0, 1.0);
-    let (bb, bv) = random(&mut rng, dt, kk * nb, -1.0, 1.0);
-    let b_shape = if cfg.trans_b { vec![nb, kk] } else { vec![kk, nb] };
+    let (bb, bv) = random(&mut rng, dt, kb * nb, -1.0, 1.0);
+    let b_shape = if cfg.trans_b { vec![nb, kk] } else { vec![kb, nb] };
     let (out_dt, out_size, tol) = match cfg.out {
         Some("f16") => (DType::F16, 2, 2e-3),
         Some("bf16") => (DType::BF16, 2, 8e-3),
@@ -91,14 +119,19 @@ fn check_blocks(cfg: Matmul, blocks: u32, schedule: &str, m: usize, n: usize, nb
         SimTensor { bytes: bb, shape: b_shape, elem: 2 },
         SimTensor { bytes: vec![0xFF; out_size * split * m * n], shape: vec![split, m, n], elem: out_size },
     ];
-    let dims = [m as i64, kk as i64, nb as i64, split as i64, n as i64];
+    // The kernel's dims in order (`Matmul::splitk_text`).
+    let dims: Vec<i64> = if cfg.trans_b {
+        vec![m as i64, kk as i64, nb as i64, split as i64, n as i64]
+    } else {
+        vec![m as i64, kk as i64, kb as i64, nb as i64, split as i64, n as i64]
+    };
     let out = if schedule == "warp_specialized_gemm" || schedule == "tma_copy" {
         sim::run_interleavings(&c.function, &k, tensors, &dims, &[], None)
     } else {
         sim::run_function(&c.function, &k, tensors, &dims, &[], sim::RunOptions::default()).tensors
     };
     let got = decode(out_dt, &out[2]);
-    let want = partials(m, n, nb, kk, &av, &bv, cfg.trans_b, split, cfg.bk as usize);
+    let want = partials(m, n, nb, kk, kb, &av, &bv, cfg.trans_b, split, cfg.bk as usize);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
             (g - w).abs() <= tol * (1.0 + w.abs()),
@@ -145,6 +178,22 @@ fn one_range_in_the_input_type_and_a_wider_b() {
     let bt = Matmul { out: Some("bf16"), dtype: "bf16", trans_b: true, ..SMALL };
     check_wide_b(bt, "warp_specialized_gemm", 65, 131, 131, 130, 1);
     check_wide_b(Matmul { out: Some("f16"), ..SMALL }, "warp_specialized_gemm", 3, 17, 24, 64, 2);
+}
+
+/// `b [KB, N]` shorter than `a [M, K]` is wide (`a · b` with odd K: `a`
+/// padded in K to a multiple of 8, `b`'s 16-byte rows read as they are):
+/// its rows past `KB` read zeros (the TMA box's out-of-bounds fill in the
+/// warp-specialized variant, the masks in the others), in every range, the
+/// last k-step partly past `KB` and past `K`; one range and several, the
+/// deep 64 × 32 × 16-stage tile too.
+#[test]
+fn a_b_shorter_than_k_reads_zeros_past_its_rows() {
+    let thin = Matmul { bn: 32, stages: 16, ..SMALL };
+    for schedule in ["warp_specialized_gemm", "tma_copy", "cp_async_pipeline"] {
+        check_short_b(Matmul { out: Some("f16"), ..SMALL }, 1, schedule, 17, 130, 136, 200, 197, 1);
+        check_short_b(SMALL, 1, schedule, 5, 64, 64, 336, 333, 3);
+        check_short_b(Matmul { dtype: "bf16", ..thin }, 1, schedule, 3, 40, 40, 136, 129, 2);
+    }
 }
 
 #[test]

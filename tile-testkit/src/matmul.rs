@@ -38,6 +38,10 @@ pub struct Matmul {
     /// The dims are numbered `K, M, N` (as the macro numbers them when `a`
     /// is `[K, M]`, the first parameter naming K first) instead of `M, K, N`.
     pub k_first: bool,
+    /// Blocks asked to share an SM (`blocks_per_sm=`; 1: not printed).
+    pub blocks_per_sm: u32,
+    /// Launched as a programmatic dependent (`dependent_launch=true`).
+    pub dependent_launch: bool,
 }
 
 /// The example GEMM at 128×128×32, 3 stages, 256 threads, f16 (its shape
@@ -55,6 +59,8 @@ pub const MATMUL: Matmul = Matmul {
     threads: 256,
     swizzle: Some(8),
     k_first: false,
+    blocks_per_sm: 1,
+    dependent_launch: false,
 };
 
 /// The example GEMM configuration: 128×256×64, 3 stages, 256 threads, f16;
@@ -78,6 +84,19 @@ pub const GEMM_TN_BF16: Matmul = Matmul {
 };
 
 impl Matmul {
+    /// The header's options after the grid: `swizzle=`, `blocks_per_sm=`,
+    /// `dependent_launch=true`, in the printer's order.
+    fn options(&self) -> String {
+        let mut out = self.swizzle.map(|s| format!(" swizzle={s}")).unwrap_or_default();
+        if self.blocks_per_sm != 1 {
+            out.push_str(&format!(" blocks_per_sm={}", self.blocks_per_sm));
+        }
+        if self.dependent_launch {
+            out.push_str(" dependent_launch=true");
+        }
+        out
+    }
+
     /// The kernel in Tile IR text form.
     pub fn text(&self) -> String {
         self.text_with_layouts("", "")
@@ -103,11 +122,11 @@ impl Matmul {
         let ta = if self.trans_a { ".t" } else { "" };
         let tb = if self.trans_b { ".t" } else { "" };
         let dims = if self.k_first { "%0 K, %1 M, %2 N" } else { "%0 M, %1 K, %2 N" };
-        let swizzle = self.swizzle.map(|s| format!(" swizzle={s}")).unwrap_or_default();
+        let options = self.options();
         let annotation = |l: &str| if l.is_empty() { String::new() } else { format!("({l})") };
         let (la, lb) = (annotation(a_layout), annotation(b_layout));
         format!(
-            "kernel {name}<{dims}>(@0 a: &{t}{a_ty}, @1 b: &{t}{b_ty}, @2 c: &mut {out}[M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, 1){swizzle} {{
+            "kernel {name}<{dims}>(@0 a: &{t}{a_ty}, @1 b: &{t}{b_ty}, @2 c: &mut {out}[M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, 1){options} {{
   %3 bx = block_idx.x
   %4 by = block_idx.y
   @3 a_s: shared{la} {t}{a_s}
@@ -134,9 +153,11 @@ impl Matmul {
     /// `matmul_splitk` / `matmul_bt_splitk`, as the macro lowers them): a
     /// third grid axis over `SPLIT` K ranges of `steps` k-steps each, the
     /// partial product of range `bz` written to `c[bz, .., ..]` (`out`'s
-    /// type, default f32); `b` is `[K, NB]` (`[NB, K]` with `trans_b`), `NB`
-    /// its own dim. Uses `name`, `dtype`, `out`, `trans_b`, the tile,
-    /// `stages`, `threads` and `swizzle` (not `trans_a` or `k_first`).
+    /// type, default f32); `b` is `[KB, NB]` (`[NB, K]` with `trans_b`),
+    /// `KB` and `NB` its own dims. Uses `name`, `dtype`, `out`, `trans_b`,
+    /// the tile, `stages`, `threads`, `swizzle`, `blocks_per_sm` and
+    /// `dependent_launch` (not `trans_a` or `k_first`). The dims, in order:
+    /// `M, K, KB, NB, SPLIT, N` (`M, K, NB, SPLIT, N` with `trans_b`).
     pub fn splitk_text(&self) -> String {
         let t = self.dtype;
         let out = self.out.unwrap_or("f32");
@@ -144,21 +165,25 @@ impl Matmul {
         let (b_ty, b_s, b_org, tb) = if self.trans_b {
             ("[NB, K]", format!("[{bn}, {bk}]"), format!("[bx * {bn}, (k0 + k) * {bk}]"), ".t")
         } else {
-            ("[K, NB]", format!("[{bk}, {bn}]"), format!("[(k0 + k) * {bk}, bx * {bn}]"), "")
+            ("[KB, NB]", format!("[{bk}, {bn}]"), format!("[(k0 + k) * {bk}, bx * {bn}]"), "")
         };
-        let swizzle = self.swizzle.map(|s| format!(" swizzle={s}")).unwrap_or_default();
+        let names: &[&str] =
+            if self.trans_b { &["M", "K", "NB", "SPLIT", "N"] } else { &["M", "K", "KB", "NB", "SPLIT", "N"] };
+        let dims: Vec<String> = names.iter().enumerate().map(|(i, d)| format!("%{i} {d}")).collect();
+        let id = |i: usize| names.len() + i;
+        let options = self.options();
         format!(
-            "kernel {name}<%0 M, %1 K, %2 NB, %3 SPLIT, %4 N>(@0 a: &{t}[M, K], @1 b: &{t}{b_ty}, @2 c: &mut {out}[SPLIT, M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, SPLIT){swizzle} {{
-  %5 bx = block_idx.x
-  %6 by = block_idx.y
-  %7 bz = block_idx.z
+            "kernel {name}<{dims}>(@0 a: &{t}[M, K], @1 b: &{t}{b_ty}, @2 c: &mut {out}[SPLIT, M, N]) threads={th} grid=((N + {bn1}) / {bn}, (M + {bm1}) / {bm}, SPLIT){options} {{
+  %{bx} bx = block_idx.x
+  %{by} by = block_idx.y
+  %{bz} bz = block_idx.z
   @3 a_s: shared {t}[{bm}, {bk}]
   @4 b_s: shared {t}{b_s}
   @5 acc: fragment f32[{bm}, {bn}]
-  let %8 steps: i32 = ((K + {bk1}) / {bk} + (SPLIT - 1)) / SPLIT
-  let %9 k0: i32 = bz * steps
+  let %{steps} steps: i32 = ((K + {bk1}) / {bk} + (SPLIT - 1)) / SPLIT
+  let %{k0} k0: i32 = bz * steps
   fill acc, 0.0
-  for %10 k in pipelined({st}) 0..steps {{
+  for %{k} k in pipelined({st}) 0..steps {{
     copy a[by * {bm}, (k0 + k) * {bk}] -> a_s
     copy b{b_org} -> b_s
     gemm a_s, b_s{tb} -> acc
@@ -166,11 +191,18 @@ impl Matmul {
   copy acc -> c[bz, by * {bm}.., bx * {bn}..]
 }}",
             name = self.name,
+            dims = dims.join(", "),
             th = self.threads,
             bn1 = bn - 1,
             bm1 = bm - 1,
             bk1 = bk - 1,
             st = self.stages,
+            bx = id(0),
+            by = id(1),
+            bz = id(2),
+            steps = id(3),
+            k0 = id(4),
+            k = id(5),
         )
     }
 }
