@@ -1092,7 +1092,7 @@ impl<T: GemmElement> ShapedGemm<T> {
                 both.push(ShapedGemm::unpadded(s, m, n, k, layout, config)?);
             }
             for g in both {
-                if !gemms.iter().any(|x| x.describe() == g.describe()) {
+                if !gemms.iter().any(|x| (x.config, x.padded) == (g.config, g.padded)) {
                     gemms.push(g);
                 }
             }

@@ -906,6 +906,14 @@ pub fn check_stage_independence<T: Element, O: Element>(
     Ok(())
 }
 
+/// The orientation [`check_gemm`] checks for a `ShapedGemm` layout.
+fn trans_of(layout: examples::gemm::Layout) -> Trans {
+    match layout {
+        examples::gemm::Layout::Ab => NN,
+        examples::gemm::Layout::Abt => NT,
+    }
+}
+
 /// The shape dispatch (`examples::gemm::ShapedGemm`: small-M tiles,
 /// split-K over an f32 workspace, padding of rows that are not 16-byte
 /// multiples) at `m × n × k` in `layout` with `config` (the shape rule's
@@ -921,10 +929,7 @@ pub fn check_shaped<T: examples::gemm::GemmElement>(
     tol: f64,
     seed: u64,
 ) -> Res<Vec<T>> {
-    let trans = match layout {
-        examples::gemm::Layout::Ab => NN,
-        examples::gemm::Layout::Abt => NT,
-    };
+    let trans = trans_of(layout);
     check_gemm::<T, T>(dev, m, n, k, trans, tol, seed, |s, a, b, c| {
         examples::gemm::ShapedGemm::<T>::new(s, m, n, k, layout, config)?.run(s, a, b, c)
     })
@@ -944,10 +949,7 @@ pub fn check_unpadded<T: examples::gemm::GemmElement>(
     tol: f64,
     seed: u64,
 ) -> Res<Vec<T>> {
-    let trans = match layout {
-        examples::gemm::Layout::Ab => NN,
-        examples::gemm::Layout::Abt => NT,
-    };
+    let trans = trans_of(layout);
     check_gemm::<T, T>(dev, m, n, k, trans, tol, seed, |s, a, b, c| {
         examples::gemm::ShapedGemm::<T>::unpadded(s, m, n, k, layout, config)?.run(s, a, b, c)
     })
@@ -969,10 +971,7 @@ pub fn check_shaped_tuned<T: examples::gemm::GemmElement>(
     tol: f64,
     seed: u64,
 ) -> Res<tile::tune::Record> {
-    let trans = match layout {
-        examples::gemm::Layout::Ab => NN,
-        examples::gemm::Layout::Abt => NT,
-    };
+    let trans = trans_of(layout);
     let mut record = None;
     check_gemm::<T, T>(dev, m, n, k, trans, tol, seed, |s, a, b, c| {
         let (mut g, r) = examples::gemm::ShapedGemm::<T>::tuned(s, tuner, layout, a, b, c)?;
