@@ -43,7 +43,7 @@ attention_bhsd!(
     tune_sm90,
     threads = THREADS,
     archs = "sm_90a",
-    instances((f16, 256, 256, 128, 64, 2), (f16, 128, 256, 128, 128, 3))
+    instances((f16, 256, 256, 128, 64, 2), (f16, 256, 256, 128, 80, 2), (f16, 128, 256, 128, 128, 3))
 );
 
 type Variant = (&'static str, usize, Launch<f16>, &'static tile::KernelMeta);
@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let want: Vec<String> =
         std::env::args().skip(1).flat_map(|a| a.split(',').map(String::from).collect::<Vec<_>>()).collect();
     let stream = device.stream()?;
-    let variants: [Variant; 18] = [
+    let variants: [Variant; 19] = [
         ("d64 t128 64x64 s2", 64, tune::launch::<f16, 64, 128, 64, 64, 2>, tune::meta::<f16, 64, 128, 64, 64, 2>()),
         ("d64 t128 64x64 s3", 64, tune::launch::<f16, 64, 128, 64, 64, 3>, tune::meta::<f16, 64, 128, 64, 64, 3>()),
         ("d64 t128 64x128 s2", 64, tune::launch::<f16, 64, 128, 64, 128, 2>, tune::meta::<f16, 64, 128, 64, 128, 2>()),
@@ -109,6 +109,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             256,
             tune_sm90::launch::<f16, 256, 256, 128, 64, 2>,
             tune_sm90::meta::<f16, 256, 256, 128, 64, 2>(),
+        ),
+        (
+            "d256 t256 128x80 s2",
+            256,
+            tune_sm90::launch::<f16, 256, 256, 128, 80, 2>,
+            tune_sm90::meta::<f16, 256, 256, 128, 80, 2>(),
         ),
         (
             "d128 t256 128x128 s3",

@@ -258,6 +258,9 @@ struct Row {
     described: String,
     ours_us: f64,
     cublas_us: f64,
+    /// Host microseconds per call ([`Timed`]).
+    ours_host_us: f64,
+    cublas_host_us: f64,
     floor_us: f64,
     /// Relative L2 difference from cuBLAS over the whole output.
     err: f64,
@@ -444,7 +447,7 @@ fn timed_pair(
     budget_ms: f64,
     mut ours: impl FnMut() -> tile::Result<()>,
     mut peer: impl FnMut() -> tile::Result<()>,
-) -> Res<(f64, f64)> {
+) -> Res<Timed> {
     let per_round = budget_ms / ROUNDS as f64;
     let iters = |once: BenchResult| ((per_round / once.median_ms.max(1e-3)) as usize).clamp(3, 100);
     let (n_ours, n_peer) = (iters(bench(s, 0, 1, &mut ours)?), iters(bench(s, 0, 1, &mut peer)?));
@@ -457,7 +460,38 @@ fn timed_pair(
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    Ok((median(t_ours), median(t_peer)))
+    Ok(Timed {
+        ours_ms: median(t_ours),
+        peer_ms: median(t_peer),
+        ours_host_us: host_us(s, &mut ours)?,
+        peer_host_us: host_us(s, &mut peer)?,
+    })
+}
+
+/// What [`timed_pair`] measured.
+struct Timed {
+    /// Each side's median milliseconds per run (GPU time between events).
+    ours_ms: f64,
+    peer_ms: f64,
+    /// Each side's host time per call (the launch path: argument checks,
+    /// tensor maps, the driver's launch), microseconds: where it is near
+    /// the GPU time, the timing measures the host, not the kernel.
+    ours_host_us: f64,
+    peer_host_us: f64,
+}
+
+/// The host's microseconds per call of `f`, over 20 calls queued without
+/// waiting (the stream is synchronized before and after).
+fn host_us(s: &Stream, f: &mut impl FnMut() -> tile::Result<()>) -> Res<f64> {
+    const CALLS: usize = 20;
+    s.synchronize()?;
+    let t = std::time::Instant::now();
+    for _ in 0..CALLS {
+        f()?;
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
+    s.synchronize()?;
+    Ok(us)
 }
 
 /// Interleaved timing rounds per shape ([`timed_pair`]).
@@ -597,7 +631,7 @@ fn measure<T: Dtype>(
     let check_ms = t.elapsed().as_secs_f64() * 1e3;
 
     let t = std::time::Instant::now();
-    let (t_ours, t_blas) = timed_pair(
+    let timed = timed_pair(
         s,
         o.budget_ms,
         || ours.run(s, &a, w, &mut c),
@@ -615,8 +649,10 @@ fn measure<T: Dtype>(
         k,
         config: ours.config,
         described: ours.describe(),
-        ours_us: t_ours * 1e3,
-        cublas_us: t_blas * 1e3,
+        ours_us: timed.ours_ms * 1e3,
+        cublas_us: timed.peer_ms * 1e3,
+        ours_host_us: timed.ours_host_us,
+        cublas_host_us: timed.peer_host_us,
         floor_us,
         err,
         identical: same as f64 / (m * n) as f64,
@@ -639,7 +675,7 @@ struct Output {
 
 const CSV_HEADER: &str =
     "layout,dtype,m,n,k,config,source,blocks,ours_us,cublas_us,floor_us,ours_tflops,cublas_tflops,\
-                          ratio,floor_over_ours,rel_diff,identical,ref_err,setup_ms,check_ms,time_ms";
+                          ratio,floor_over_ours,rel_diff,identical,ref_err,setup_ms,check_ms,time_ms,ours_host_us,cublas_host_us";
 
 impl Output {
     fn new(csv: Option<&PathBuf>) -> Res<Output> {
@@ -696,7 +732,7 @@ impl Output {
         if let Some(f) = &mut self.csv {
             writeln!(
                 f,
-                "{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e},{:.4},{:.2e},{:.1},{:.1},{:.1}",
+                "{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e},{:.4},{:.2e},{:.1},{:.1},{:.1},{:.2},{:.2}",
                 r.layout_name(),
                 r.dtype,
                 r.m,
@@ -717,7 +753,9 @@ impl Output {
                 r.ref_err,
                 r.setup_ms,
                 r.check_ms,
-                r.time_ms
+                r.time_ms,
+                r.ours_host_us,
+                r.cublas_host_us
             )?;
             f.flush()?;
         }

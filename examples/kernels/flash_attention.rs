@@ -212,10 +212,11 @@ macro_rules! attention_bshd {
 
 // The instances, `<T, D, THREADS, BM, BN, STAGES>` per head dim, the same
 // for both layouts (the fastest of `examples/flash_attention_tune.rs` on the
-// H200, BENCHMARKS.md): d64 128 threads, 64 x 64; d128 256 threads (two
-// warpgroups of 64 rows), 128 x 128; d256 256 threads, 128 x 64 on sm_90a
-// only (192 KiB of shared memory), and 128 threads, 64 x 32 where that does
-// not fit (sm_80). d64 on sm_90a: FA3's schedule, 384 threads (three
+// H200, BENCHMARKS.md): d64 128 threads, 64 x 64, and 64 x 128 (causal d64
+// on sm_90a); d128 256 threads (two warpgroups of 64 rows), 128 x 128; d256
+// 256 threads, 128 x 80 on sm_90a only (FA3's: 224 KiB of shared memory; 5 %
+// faster than 128 x 64 on the H200, session 16), and 128 threads, 64 x 32
+// where that does not fit (sm_80). d64 on sm_90a: FA3's schedule, 384 threads (three
 // consumer warpgroups of 64 rows under the warp-specialized loop), 192 x
 // 128 (no overlap inside a warpgroup: the twin S or the deferred P·V
 // spill in 160 registers), and 192 x 64 (P·V deferred) beside it
@@ -225,7 +226,9 @@ attention_bhsd!(
     threads = THREADS,
     instances(
         (f16, 64, 128, 64, 64, 2),
+        (f16, 64, 128, 64, 128, 2),
         (bf16, 64, 128, 64, 64, 2),
+        (bf16, 64, 128, 64, 128, 2),
         (f16, 128, 256, 128, 128, 2),
         (bf16, 128, 256, 128, 128, 2),
         (f16, 256, 128, 64, 32, 2),
@@ -237,8 +240,8 @@ attention_bhsd!(
     threads = THREADS,
     archs = "sm_90a",
     instances(
-        (f16, 256, 256, 128, 64, 2),
-        (bf16, 256, 256, 128, 64, 2),
+        (f16, 256, 256, 128, 80, 2),
+        (bf16, 256, 256, 128, 80, 2),
         (f16, 64, 384, 192, 128, 2),
         (bf16, 64, 384, 192, 128, 2),
         (f16, 64, 384, 192, 64, 2),
@@ -250,7 +253,9 @@ attention_bshd!(
     threads = THREADS,
     instances(
         (f16, 64, 128, 64, 64, 2),
+        (f16, 64, 128, 64, 128, 2),
         (bf16, 64, 128, 64, 64, 2),
+        (bf16, 64, 128, 64, 128, 2),
         (f16, 128, 256, 128, 128, 2),
         (bf16, 128, 256, 128, 128, 2),
         (f16, 256, 128, 64, 32, 2),
@@ -262,8 +267,8 @@ attention_bshd!(
     threads = THREADS,
     archs = "sm_90a",
     instances(
-        (f16, 256, 256, 128, 64, 2),
-        (bf16, 256, 256, 128, 64, 2),
+        (f16, 256, 256, 128, 80, 2),
+        (bf16, 256, 256, 128, 80, 2),
         (f16, 64, 384, 192, 128, 2),
         (bf16, 64, 384, 192, 128, 2),
         (f16, 64, 384, 192, 64, 2),
@@ -382,11 +387,12 @@ pub trait AttentionElement: Element {
         let blocks = |bm, bn| Self::blocks(layout, d).into_iter().find(|x| x.0 == (bm, bn)).map(|(_, l, m)| (l, m));
         match tiles {
             Tiles::Blocks(bm, bn) => blocks(bm, bn),
-            // Causal d64 on Hopper: the 64 x 64 blocks (the TMA-copy pipeline,
+            // Causal d64 on Hopper: the 64 x 128 blocks (the TMA-copy pipeline,
             // several blocks per SM) beat FA3's 192 x 128 (329 against 305
-            // TFLOPS on the H200, BENCHMARKS.md session 11): a 192-row block
-            // masks more of its keys on the diagonal and ends the tail later.
-            _ if d == 64 && causal && hopper_tiles(stream, tiles) => blocks(64, 64),
+            // TFLOPS on the H200, BENCHMARKS.md session 11: a 192-row block
+            // masks more of its keys on the diagonal and ends the tail later)
+            // and 64 x 64 (356 against 340, session 16).
+            _ if d == 64 && causal && hopper_tiles(stream, tiles) => blocks(64, 128),
             _ => Self::instance(layout, d, hopper_tiles(stream, tiles)),
         }
     }
@@ -408,8 +414,8 @@ macro_rules! instances {
                         (fa_bhsd::launch::<$t, 128, 256, 128, 128, 2>, fa_bhsd::meta::<$t, 128, 256, 128, 128, 2>())
                     }
                     (Layout::Bhsd, 256, true) => (
-                        fa_bhsd_sm90::launch::<$t, 256, 256, 128, 64, 2>,
-                        fa_bhsd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                        fa_bhsd_sm90::launch::<$t, 256, 256, 128, 80, 2>,
+                        fa_bhsd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
                     ),
                     (Layout::Bhsd, 256, false) => {
                         (fa_bhsd::launch::<$t, 256, 128, 64, 32, 2>, fa_bhsd::meta::<$t, 256, 128, 64, 32, 2>())
@@ -425,8 +431,8 @@ macro_rules! instances {
                         (fa_bshd::launch::<$t, 128, 256, 128, 128, 2>, fa_bshd::meta::<$t, 128, 256, 128, 128, 2>())
                     }
                     (Layout::Bshd, 256, true) => (
-                        fa_bshd_sm90::launch::<$t, 256, 256, 128, 64, 2>,
-                        fa_bshd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                        fa_bshd_sm90::launch::<$t, 256, 256, 128, 80, 2>,
+                        fa_bshd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
                     ),
                     (Layout::Bshd, 256, false) => {
                         (fa_bshd::launch::<$t, 256, 128, 64, 32, 2>, fa_bshd::meta::<$t, 256, 128, 64, 32, 2>())
@@ -443,6 +449,13 @@ macro_rules! instances {
                             (
                                 fa_bhsd::launch::<$t, 64, 128, 64, 64, 2> as Launch<Self>,
                                 fa_bhsd::meta::<$t, 64, 128, 64, 64, 2>(),
+                            ),
+                        ),
+                        (
+                            (64, 128),
+                            (
+                                fa_bhsd::launch::<$t, 64, 128, 64, 128, 2> as Launch<Self>,
+                                fa_bhsd::meta::<$t, 64, 128, 64, 128, 2>(),
                             ),
                         ),
                         (
@@ -466,6 +479,13 @@ macro_rules! instances {
                             (
                                 fa_bshd::launch::<$t, 64, 128, 64, 64, 2> as Launch<Self>,
                                 fa_bshd::meta::<$t, 64, 128, 64, 64, 2>(),
+                            ),
+                        ),
+                        (
+                            (64, 128),
+                            (
+                                fa_bshd::launch::<$t, 64, 128, 64, 128, 2> as Launch<Self>,
+                                fa_bshd::meta::<$t, 64, 128, 64, 128, 2>(),
                             ),
                         ),
                         (
@@ -506,10 +526,10 @@ macro_rules! instances {
                             ),
                         ),
                         (
-                            (128, 64),
+                            (128, 80),
                             (
-                                fa_bhsd_sm90::launch::<$t, 256, 256, 128, 64, 2> as Launch<Self>,
-                                fa_bhsd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                                fa_bhsd_sm90::launch::<$t, 256, 256, 128, 80, 2> as Launch<Self>,
+                                fa_bhsd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
                             ),
                         ),
                     ],
@@ -522,10 +542,10 @@ macro_rules! instances {
                             ),
                         ),
                         (
-                            (128, 64),
+                            (128, 80),
                             (
-                                fa_bshd_sm90::launch::<$t, 256, 256, 128, 64, 2> as Launch<Self>,
-                                fa_bshd_sm90::meta::<$t, 256, 256, 128, 64, 2>(),
+                                fa_bshd_sm90::launch::<$t, 256, 256, 128, 80, 2> as Launch<Self>,
+                                fa_bshd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
                             ),
                         ),
                     ],
@@ -828,7 +848,7 @@ pub fn check_empty_shapes(st: &Stream) {
 /// last row's key block: `⌈BM / BN⌉ · BN`, `s_q = s_k`) poisoned with NaN,
 /// that block's rows are still right (against the reference of the values
 /// before the poison), which they would not be if a block past their reach
-/// were loaded and masked (`0 · NaN`); the rows of the next block see
+/// were loaded and masked (`0 · NaN`); the rows from `reach` on see
 /// those keys and are not (the check can fail). Panics when not.
 pub fn check_causal_never_reads_above_the_diagonal(st: &Stream) {
     let hopper = hopper_tiles(st, Tiles::Auto);
@@ -851,10 +871,11 @@ pub fn check_causal_never_reads_above_the_diagonal(st: &Stream) {
                 let rows = |r: std::ops::Range<usize>| -> Vec<(usize, usize, usize)> {
                     (0..2).flat_map(|h| r.clone().map(move |i| (0, h, i))).collect()
                 };
-                // Query block 0 (rows 0..bm) and the next.
+                // Query block 0 (rows 0..bm), and rows that see the poisoned
+                // keys (from `reach` on: the next block's, where BN ≤ BM).
                 let ok = x.check(st, &c, Some(&rows(0..bm)), 5e-3);
                 ok.unwrap_or_else(|e| panic!("{bm} x {bn}: {e}"));
-                let next = x.check(st, &c, Some(&rows(bm..2 * bm)), 5e-3);
+                let next = x.check(st, &c, Some(&rows(reach..reach + bm)), 5e-3);
                 assert!(next.is_err(), "{bm} x {bn}: the poisoned keys reach no block");
             }
         }

@@ -129,6 +129,16 @@ pub struct CompileOptions {
     /// key blocks of 128). Preferred to [`CompileOptions::lookahead`] where
     /// both apply. On by default; off for bisecting.
     pub defer_last_gemm: bool,
+    /// Where the last gemm is deferred ([`CompileOptions::defer_last_gemm`])
+    /// and the body's first statement touching its accumulator only scales
+    /// it (attention's `acc *= alpha`, a parallel nest of stores into the
+    /// accumulator reading row factors nothing later in the body writes),
+    /// run that nest in the next iteration, right after the first gemm's
+    /// issue and before the deferred gemm's (FA3's order: the rescale of O
+    /// under Q·Kᵀ, off the path from the softmax to the next issue;
+    /// `schedule/warp_specialized_loop/defer.rs`). On by default; off for
+    /// bisecting.
+    pub hoist_rescale: bool,
     /// In the cp.async pipeline (and the TMA copies built on it), wait for
     /// each pipelined copy just before its first reader, one cp.async group
     /// (and TMA barrier) per wait batch, so that one copy's wait never
@@ -171,7 +181,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 12] = [
+    pub const SWITCHES: [(&'static str, Switch); 13] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -180,6 +190,7 @@ impl CompileOptions {
         ("lookahead", |o| &mut o.lookahead),
         ("ping_pong_lookahead", |o| &mut o.ping_pong_lookahead),
         ("defer_last_gemm", |o| &mut o.defer_last_gemm),
+        ("hoist_rescale", |o| &mut o.hoist_rescale),
         ("per_copy_waits", |o| &mut o.per_copy_waits),
         ("piece_barriers", |o| &mut o.piece_barriers),
         ("late_last_wait", |o| &mut o.late_last_wait),
@@ -218,6 +229,7 @@ impl Default for CompileOptions {
             wsloop_one_warpgroup: false,
             ping_pong_lookahead: true,
             defer_last_gemm: true,
+            hoist_rescale: true,
             per_copy_waits: true,
             piece_barriers: true,
             late_last_wait: true,

@@ -251,7 +251,8 @@ fn ping_pong_with_lookahead_on_the_simulator() {
 
 /// `CompileOptions::defer_last_gemm` (on by default where P·V is the wider
 /// gemm, so some variants of `attention_variants_on_the_simulator` are
-/// its): P·V of iteration `k` issued after Q·Kᵀ of `k + 1`. Against the loop without it, under
+/// its): P·V of iteration `k` issued after Q·Kᵀ of `k + 1` (with O's
+/// rescale before it, `CompileOptions::hoist_rescale`, or without). Against the loop without it, under
 /// interleavings, for one and two consumer warpgroups, and planted bugs:
 /// the wait that lets the softmax read S (`wait_group 1`) or the one before
 /// O's rescale and P's conversion (`wait_group 0`) dropped is caught (S read
@@ -295,9 +296,15 @@ fn deferred_last_gemm_on_the_simulator() {
         assert!(waits(&c.function, 1) == 1 && waits(&plain.function, 1) == 0, "{} (T = {t}): not deferred", k.name);
         let bshd = text.contains("attention_bshd");
         let run = |f: &thread_ir::Function, sq: usize, sk: usize| attention_error(f, &k, sq, sk, d, bshd);
+        // `CompileOptions::hoist_rescale` (on): O's rescale runs with the
+        // deferred P·V, after the next Q·Kᵀ's issue; both orders are checked.
+        let unhoisted = wsl(&k, CompileOptions { hoist_rescale: false, ..on });
+        assert_ne!(unhoisted.ptx, c.ptx, "{}: O's rescale not hoisted", k.name);
         for (sq, sk) in [(77, bn / 2 + 3), (128, 2 * bn), (40, 3 * bn - 1)] {
-            let err = run(&c.function, sq, sk).unwrap_or_else(|_| panic!("{} sq={sq} sk={sk}", k.name));
-            assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
+            for f in [&c.function, &unhoisted.function] {
+                let err = run(f, sq, sk).unwrap_or_else(|_| panic!("{} sq={sq} sk={sk}", k.name));
+                assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", k.name);
+            }
         }
         // No key block: the bytes of the loop without the deferral.
         assert!(

@@ -16,7 +16,14 @@
 //! head-dim-64 schedule defers at any width, where the fragments leave
 //! room for P beside the next S). The statements between them are `X`; `X[j]` is the first
 //! that touches `g2`'s accumulator or its other operand (the rescale of O,
-//! the conversion of S into P), `n` when none does.
+//! the conversion of S into P), `n` when none does. Where `X[j]` only
+//! rescales `g2`'s accumulator (`R`: a parallel nest of stores into it,
+//! reading fragments that neither `g1` nor anything after `R` writes, and
+//! variables the body never binds; nothing between `R` and `g2` touching the
+//! accumulator) and [`crate::CompileOptions::hoist_rescale`] is on, `R` of
+//! iteration `k − 1` runs right before `g2(k − 1)`'s issue instead (FA3's
+//! order: the rescale under `g1(k)`, not between the softmax and the next
+//! issue), and `X[j..]` below means `X[j..]` without `R`.
 //!
 //! Guarantees (`st`/`ph` iteration `k`'s stage and parity; `pst`/`pph`
 //! those of `k − 1`):
@@ -25,7 +32,7 @@
 //!     wait full_K[st]
 //!     (ping-pong: bar.sync 2 + w)           // my turn at the tensor cores
 //!     g1(k) issued; commit                  // S in flight
-//!     if k > a: wait full_V[pst]; g2(k − 1) issued; commit
+//!     if k > a: wait full_V[pst]; (R(k − 1)); g2(k − 1) issued; commit
 //!     else: commit                          // an empty group
 //!     (ping-pong: bar.arrive 2 + (1 − w), but warpgroup 1's in the last iteration)
 //!     wgmma.wait_group 1                    // S landed
@@ -36,7 +43,7 @@
 //!     if k > a: arrive empty_V[pst]
 //!     X[j..]
 //!     advance st, ph
-//! if a < b: wait full_V[pst]; g2(b − 1); wgmma.wait_group 0; arrive empty_V[pst]
+//! if a < b: wait full_V[pst]; (R(b − 1)); g2(b − 1); wgmma.wait_group 0; arrive empty_V[pst]
 //! bar.sync 1, T
 //! ```
 //! Every stage of both rings is waited for and released exactly once, K's
@@ -52,9 +59,11 @@
 //! loop's, so its counts and proof are those of [`super::lower`].
 
 use super::lower::{blocks_ping_pong, without_final_wait, WslLowering, THREE_WARPGROUPS};
-use crate::ir::{Stmt as TStmt, StmtKind, VarId};
+use std::collections::HashSet;
+
+use crate::ir::{BufferId, Expr, LoopKind, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::touches_memory;
+use crate::passes::pipeline::{expr_vars, touches_memory};
 use crate::thread_ir::{Inst, Operand, Reg, RegClass, Stmt};
 
 /// The two gemms of a body whose last gemm is deferred, and where its
@@ -70,6 +79,69 @@ pub(super) struct Deferred {
     /// The first statement after `g1` that touches `g2`'s accumulator or
     /// its other operand (`last` when none does).
     split: usize,
+    /// `X[j]` when it only rescales `g2`'s accumulator (see
+    /// [`rescale_nest`]): run with `g2`, before its issue, instead of in
+    /// the body ([`crate::CompileOptions::hoist_rescale`]).
+    hoisted: Option<usize>,
+}
+
+/// Whether `s` is a nest of parallel loops whose only statements are
+/// stores into `acc` (attention's `acc[(i, j)] = acc[(i, j)] * alpha[i]`);
+/// collects the buffers it reads (`acc` among them) and the variables
+/// its expressions read that are not its own loops'.
+fn rescale_nest(
+    s: &TStmt,
+    acc: BufferId,
+    loops: &mut Vec<VarId>,
+    reads: &mut Vec<BufferId>,
+    outer: &mut HashSet<VarId>,
+) -> bool {
+    let mut note = |e: &Expr, loops: &Vec<VarId>| {
+        let mut vars = HashSet::new();
+        expr_vars(e, &mut vars, &mut false);
+        outer.extend(vars.into_iter().filter(|v| !loops.contains(v)));
+        expr_loads(e, reads);
+    };
+    match &s.kind {
+        StmtKind::For { var, start, end, kind: LoopKind::Parallel, body } => {
+            note(start, loops);
+            note(end, loops);
+            loops.push(*var);
+            body.iter().all(|x| rescale_nest(x, acc, loops, reads, outer))
+        }
+        StmtKind::Store { buf, index, value } if *buf == acc => {
+            for e in index.iter().chain([value]) {
+                note(e, loops);
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Whether `s` (recursively) binds or assigns variable `v`.
+fn binds(s: &TStmt, v: VarId) -> bool {
+    match &s.kind {
+        StmtKind::Let { var, .. } | StmtKind::Assign { var, .. } => *var == v,
+        StmtKind::For { var, body, .. } => *var == v || body.iter().any(|x| binds(x, v)),
+        StmtKind::If { then, otherwise, .. } => then.iter().chain(otherwise).any(|x| binds(x, v)),
+        _ => false,
+    }
+}
+
+/// The buffers `e` loads from.
+fn expr_loads(e: &Expr, out: &mut Vec<BufferId>) {
+    match e {
+        Expr::Const(_) | Expr::Var(_) => {}
+        Expr::Load { buf, index } => {
+            out.push(*buf);
+            index.iter().for_each(|x| expr_loads(x, out));
+        }
+        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr_loads(arg, out),
+        Expr::Binary { lhs, rhs, .. } => [lhs, rhs].iter().for_each(|x| expr_loads(x, out)),
+        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|x| expr_loads(x, out)),
+        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|x| expr_loads(x, out)),
+    }
 }
 
 /// Registers per consumer thread left beside the fragments when three
@@ -172,7 +244,25 @@ impl Lx<'_> {
                 r1 || w1 || r2 || w2
             })
             .unwrap_or(last);
-        Some(Deferred { first, first_ring, last, last_ring, split })
+        let hoisted = (wl.hoist_rescale && split < last).then_some(split).filter(|&j| {
+            // X[j] only scales g2's accumulator, from fragments that g1 and
+            // nothing after X[j] writes and variables the body never binds
+            // (the loop's own, bound outside it, is bound to k − 1 with g2): run in the next
+            // iteration after g1's issue, it reads what it read here; nothing
+            // after it in the body touches the accumulator, so moving it past
+            // them changes nothing they see.
+            let (mut reads, mut outer) = (Vec::new(), HashSet::new());
+            rescale_nest(&body[j], *c2, &mut Vec::new(), &mut reads, &mut outer)
+                && outer.iter().all(|&v| !body.iter().any(|x| binds(x, v)))
+                && reads.iter().filter(|&&r| r != *c2).all(|&r| {
+                    fragment(r)
+                        && r != *c1
+                        && r != other2
+                        && body[j + 1..=last].iter().all(|x| !touches_memory(self.k, x, r).1)
+                })
+                && body[j + 1..last].iter().all(|x| touches_memory(self.k, x, *c2) == (false, false))
+        });
+        Some(Deferred { first, first_ring, last, last_ring, split, hoisted })
     }
 
     /// A basic-block boundary that ptxas's scheduler keeps: a uniform
@@ -215,7 +305,12 @@ impl Lx<'_> {
                 y.emit(Inst::MbarWait { addr: full, parity: ph.into(), pred: p });
                 let saved_k = y.vars.insert(var, k);
                 let saved_st = y.select_stage(vbuf, &Operand::Reg(st));
-                let code = y.capture(|z| z.stmt(&body[d.last]));
+                let code = y.capture(|z| {
+                    if let Some(j) = d.hoisted {
+                        z.stmt(&body[j])?;
+                    }
+                    z.stmt(&body[d.last])
+                });
                 y.restore_stage(saved_st);
                 match saved_k {
                     Some(r) => y.vars.insert(var, r),
@@ -286,7 +381,7 @@ impl Lx<'_> {
                 if i == d.split {
                     retire_g2(x)?;
                 }
-                if wl.plan.copies.contains(&i) {
+                if wl.plan.copies.contains(&i) || d.hoisted == Some(i) {
                     continue;
                 }
                 if let Err(e) = x.stmt(s) {

@@ -234,6 +234,9 @@ pub(crate) struct WslLowering {
     /// its first ([`crate::CompileOptions::defer_last_gemm`], `defer.rs`),
     /// where the loop allows it; preferred to issuing ahead.
     pub(super) defer_last_gemm: bool,
+    /// Whether to run the deferred gemm's rescale nest with it
+    /// ([`crate::CompileOptions::hoist_rescale`], `defer.rs`).
+    pub(super) hoist_rescale: bool,
     /// Whether to give a ring's boxes their own barriers
     /// ([`crate::CompileOptions::piece_barriers`], `pieces.rs`), where the
     /// loop allows it.
@@ -266,6 +269,7 @@ impl WslLowering {
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
             defer_last_gemm: options.defer_last_gemm,
+            hoist_rescale: options.hoist_rescale,
             piece_barriers: options.piece_barriers,
             late_last_wait: options.late_last_wait,
             pieces: RefCell::new(Vec::new()),
