@@ -32,11 +32,14 @@
 //! by default, `CompileOptions::wsloop_persistent`; `TILE_PERSISTENT_STATIC=1`
 //! takes them by a static stride, `TILE_SKIP_SCHEDULES=warp_specialized_loop_persistent`
 //! runs the plain variant), head dim 256 the plain warp-specialized loop
-//! (`warp_specialized_loop`, one block per tile: its fragments do not fit the
-//! persistent variant's registers), and head dim 64 three consumer
-//! warpgroups over 192 x 128 blocks; its shapes also time d64's other
-//! instances (`ours_64x64`: the TMA-copy one of 128 threads; `ours_192x64`:
-//! three warpgroups, P·V deferred) on lines of their own, not in the CSV.
+//! over 128 x 80 blocks (`warp_specialized_loop`, one block per tile: its
+//! fragments do not fit the persistent variant's registers; P·V deferred,
+//! O's rescale under the next Q·Kᵀ), and head dim 64 three consumer
+//! warpgroups over 192 x 128 blocks (causal: the TMA-copy instance of 128
+//! threads over 64 x 128 blocks); its shapes also time d64's other
+//! instances (`ours_64x64`, `ours_64x128`: TMA copy, 128 threads;
+//! `ours_192x128`; `ours_192x64`: three warpgroups, P·V deferred) on lines
+//! of their own, not in the CSV.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
