@@ -626,53 +626,36 @@ pub fn reads_tensor(kernel: &Kernel) -> Vec<bool> {
 fn stmts_read(body: &[Stmt], out: &mut Vec<BufferId>) {
     for s in body {
         match &s.kind {
-            StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => expr_read(value, out),
+            StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => value.collect_loads(out),
             StmtKind::Store { index, value, .. } => {
-                index.iter().for_each(|e| expr_read(e, out));
-                expr_read(value, out);
+                index.iter().for_each(|e| e.collect_loads(out));
+                value.collect_loads(out);
             }
             StmtKind::For { start, end, body, .. } => {
-                expr_read(start, out);
-                expr_read(end, out);
+                start.collect_loads(out);
+                end.collect_loads(out);
                 stmts_read(body, out);
             }
             StmtKind::If { cond, then, otherwise } => {
-                expr_read(cond, out);
+                cond.collect_loads(out);
                 stmts_read(then, out);
                 stmts_read(otherwise, out);
             }
             StmtKind::Copy { src, dst, fill, .. } => {
                 out.push(src.buf);
-                src.origin.iter().chain(&dst.origin).chain(fill).for_each(|e| expr_read(e, out));
+                src.origin.iter().chain(&dst.origin).chain(fill).for_each(|e| e.collect_loads(out));
             }
-            StmtKind::Fill { value, .. } => expr_read(value, out),
+            StmtKind::Fill { value, .. } => value.collect_loads(out),
             StmtKind::Reduce { src, .. } => out.push(*src),
             StmtKind::Gemm { a, b, .. } => out.extend([*a, *b]),
             StmtKind::AtomicAdd { buf, index, value } => {
                 out.push(*buf);
-                index.iter().for_each(|e| expr_read(e, out));
-                expr_read(value, out);
+                index.iter().for_each(|e| e.collect_loads(out));
+                value.collect_loads(out);
             }
-            StmtKind::Print { args, .. } => args.iter().for_each(|e| expr_read(e, out)),
+            StmtKind::Print { args, .. } => args.iter().for_each(|e| e.collect_loads(out)),
             StmtKind::Barrier => {}
         }
-    }
-}
-
-fn expr_read(e: &Expr, out: &mut Vec<BufferId>) {
-    match e {
-        Expr::Const(_) | Expr::Var(_) => {}
-        Expr::Load { buf, index } => {
-            out.push(*buf);
-            index.iter().for_each(|e| expr_read(e, out));
-        }
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr_read(arg, out),
-        Expr::Binary { lhs, rhs, .. } => {
-            expr_read(lhs, out);
-            expr_read(rhs, out);
-        }
-        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|e| expr_read(e, out)),
-        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|e| expr_read(e, out)),
     }
 }
 

@@ -515,6 +515,21 @@ impl Expr {
     pub fn load(buf: BufferId, index: Vec<Expr>) -> Expr {
         Expr::Load { buf, index }
     }
+    /// Adds every buffer this expression loads from to `out` (a load
+    /// before the loads in its index), repeats included.
+    pub fn collect_loads(&self, out: &mut impl Extend<BufferId>) {
+        match self {
+            Expr::Const(_) | Expr::Var(_) => {}
+            Expr::Load { buf, index } => {
+                out.extend([*buf]);
+                index.iter().for_each(|x| x.collect_loads(out));
+            }
+            Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => arg.collect_loads(out),
+            Expr::Binary { lhs, rhs, .. } => [lhs, rhs].iter().for_each(|x| x.collect_loads(out)),
+            Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|x| x.collect_loads(out)),
+            Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|x| x.collect_loads(out)),
+        }
+    }
     /// Whether this is a constant whose bits are all zero (possibly cast):
     /// what a zero-filling copy (cp.async `src_bytes`, TMA out of bounds) gives.
     pub fn is_zero_constant(&self) -> bool {

@@ -145,54 +145,37 @@ fn largest_dead_shared(kernel: &Kernel, plan: &LayoutPlan, rest: &[Stmt]) -> Opt
 /// Every buffer `s` mentions (reads, writes, copies, gemm operands).
 fn stmt_buffers(s: &Stmt, out: &mut Vec<BufferId>) {
     match &s.kind {
-        StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => expr_buffers(value, out),
+        StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => value.collect_loads(out),
         StmtKind::Store { buf, index, value } | StmtKind::AtomicAdd { buf, index, value } => {
             out.push(*buf);
-            index.iter().for_each(|e| expr_buffers(e, out));
-            expr_buffers(value, out);
+            index.iter().for_each(|e| e.collect_loads(out));
+            value.collect_loads(out);
         }
         StmtKind::For { start, end, body, .. } => {
-            expr_buffers(start, out);
-            expr_buffers(end, out);
+            start.collect_loads(out);
+            end.collect_loads(out);
             body.iter().for_each(|s| stmt_buffers(s, out));
         }
         StmtKind::If { cond, then, otherwise } => {
-            expr_buffers(cond, out);
+            cond.collect_loads(out);
             then.iter().chain(otherwise).for_each(|s| stmt_buffers(s, out));
         }
         StmtKind::Copy { src, dst, fill, .. } => {
             for t in [src, dst] {
                 out.push(t.buf);
-                t.origin.iter().for_each(|e| expr_buffers(e, out));
+                t.origin.iter().for_each(|e| e.collect_loads(out));
             }
             if let Some(f) = fill {
-                expr_buffers(f, out);
+                f.collect_loads(out);
             }
         }
         StmtKind::Fill { buf, value } => {
             out.push(*buf);
-            expr_buffers(value, out);
+            value.collect_loads(out);
         }
         StmtKind::Reduce { src, dst, .. } => out.extend([*src, *dst]),
         StmtKind::Gemm { a, b, c, .. } => out.extend([*a, *b, *c]),
         StmtKind::Barrier => {}
-        StmtKind::Print { args, .. } => args.iter().for_each(|e| expr_buffers(e, out)),
-    }
-}
-
-fn expr_buffers(e: &Expr, out: &mut Vec<BufferId>) {
-    match e {
-        Expr::Const(_) | Expr::Var(_) => {}
-        Expr::Load { buf, index } => {
-            out.push(*buf);
-            index.iter().for_each(|e| expr_buffers(e, out));
-        }
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr_buffers(arg, out),
-        Expr::Binary { lhs, rhs, .. } => {
-            expr_buffers(lhs, out);
-            expr_buffers(rhs, out);
-        }
-        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|e| expr_buffers(e, out)),
-        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|e| expr_buffers(e, out)),
+        StmtKind::Print { args, .. } => args.iter().for_each(|e| e.collect_loads(out)),
     }
 }

@@ -401,7 +401,7 @@ fn collect_pipelined<'k>(body: &'k [Stmt], in_parallel: bool, out: &mut Vec<&'k 
 }
 
 /// Variables the statements bind or assign (including loop variables).
-fn bound_vars(body: &[Stmt], out: &mut HashSet<VarId>) {
+pub(crate) fn bound_vars(body: &[Stmt], out: &mut HashSet<VarId>) {
     for s in body {
         match &s.kind {
             StmtKind::Let { var, .. } | StmtKind::Assign { var, .. } => {
@@ -533,32 +533,32 @@ fn uses_except(body: &[Stmt], skip: &Stmt, out: &mut HashSet<BufferId>) {
         }
         match &s.kind {
             StmtKind::For { body, start, end, .. } => {
-                mark_expr(start, out);
-                mark_expr(end, out);
+                start.collect_loads(out);
+                end.collect_loads(out);
                 uses_except(body, skip, out);
             }
             StmtKind::If { cond, then, otherwise } => {
-                mark_expr(cond, out);
+                cond.collect_loads(out);
                 uses_except(then, skip, out);
                 uses_except(otherwise, skip, out);
             }
-            StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => mark_expr(value, out),
+            StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } => value.collect_loads(out),
             StmtKind::Store { buf, index, value } | StmtKind::AtomicAdd { buf, index, value } => {
                 out.insert(*buf);
-                index.iter().for_each(|e| mark_expr(e, out));
-                mark_expr(value, out);
+                index.iter().for_each(|e| e.collect_loads(out));
+                value.collect_loads(out);
             }
             StmtKind::Copy { src, dst, fill, .. } => {
                 out.insert(src.buf);
                 out.insert(dst.buf);
-                src.origin.iter().chain(&dst.origin).for_each(|e| mark_expr(e, out));
+                src.origin.iter().chain(&dst.origin).for_each(|e| e.collect_loads(out));
                 if let Some(f) = fill {
-                    mark_expr(f, out);
+                    f.collect_loads(out);
                 }
             }
             StmtKind::Fill { buf, value } => {
                 out.insert(*buf);
-                mark_expr(value, out);
+                value.collect_loads(out);
             }
             StmtKind::Reduce { src, dst, .. } => {
                 out.insert(*src);
@@ -568,24 +568,7 @@ fn uses_except(body: &[Stmt], skip: &Stmt, out: &mut HashSet<BufferId>) {
                 out.extend([*a, *b, *c]);
             }
             StmtKind::Barrier => {}
-            StmtKind::Print { args, .. } => args.iter().for_each(|e| mark_expr(e, out)),
+            StmtKind::Print { args, .. } => args.iter().for_each(|e| e.collect_loads(out)),
         }
-    }
-}
-
-fn mark_expr(e: &Expr, out: &mut HashSet<BufferId>) {
-    match e {
-        Expr::Const(_) | Expr::Var(_) => {}
-        Expr::Load { buf, index } => {
-            out.insert(*buf);
-            index.iter().for_each(|x| mark_expr(x, out));
-        }
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => mark_expr(arg, out),
-        Expr::Binary { lhs, rhs, .. } => {
-            mark_expr(lhs, out);
-            mark_expr(rhs, out);
-        }
-        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|x| mark_expr(x, out)),
-        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|x| mark_expr(x, out)),
     }
 }

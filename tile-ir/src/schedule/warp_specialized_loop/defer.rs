@@ -63,7 +63,7 @@ use std::collections::HashSet;
 
 use crate::ir::{BufferId, Expr, LoopKind, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::{expr_vars, touches_memory};
+use crate::passes::pipeline::{bound_vars, expr_vars, touches_memory};
 use crate::thread_ir::{Inst, Operand, Reg, RegClass, Stmt};
 
 /// The two gemms of a body whose last gemm is deferred, and where its
@@ -100,7 +100,7 @@ fn rescale_nest(
         let mut vars = HashSet::new();
         expr_vars(e, &mut vars, &mut false);
         outer.extend(vars.into_iter().filter(|v| !loops.contains(v)));
-        expr_loads(e, reads);
+        e.collect_loads(reads);
     };
     match &s.kind {
         StmtKind::For { var, start, end, kind: LoopKind::Parallel, body } => {
@@ -116,31 +116,6 @@ fn rescale_nest(
             true
         }
         _ => false,
-    }
-}
-
-/// Whether `s` (recursively) binds or assigns variable `v`.
-fn binds(s: &TStmt, v: VarId) -> bool {
-    match &s.kind {
-        StmtKind::Let { var, .. } | StmtKind::Assign { var, .. } => *var == v,
-        StmtKind::For { var, body, .. } => *var == v || body.iter().any(|x| binds(x, v)),
-        StmtKind::If { then, otherwise, .. } => then.iter().chain(otherwise).any(|x| binds(x, v)),
-        _ => false,
-    }
-}
-
-/// The buffers `e` loads from.
-fn expr_loads(e: &Expr, out: &mut Vec<BufferId>) {
-    match e {
-        Expr::Const(_) | Expr::Var(_) => {}
-        Expr::Load { buf, index } => {
-            out.push(*buf);
-            index.iter().for_each(|x| expr_loads(x, out));
-        }
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr_loads(arg, out),
-        Expr::Binary { lhs, rhs, .. } => [lhs, rhs].iter().for_each(|x| expr_loads(x, out)),
-        Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|x| expr_loads(x, out)),
-        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().for_each(|x| expr_loads(x, out)),
     }
 }
 
@@ -253,7 +228,11 @@ impl Lx<'_> {
             // them changes nothing they see.
             let (mut reads, mut outer) = (Vec::new(), HashSet::new());
             rescale_nest(&body[j], *c2, &mut Vec::new(), &mut reads, &mut outer)
-                && outer.iter().all(|&v| !body.iter().any(|x| binds(x, v)))
+                && {
+                    let mut bound = HashSet::new();
+                    bound_vars(body, &mut bound);
+                    outer.is_disjoint(&bound)
+                }
                 && reads.iter().filter(|&&r| r != *c2).all(|&r| {
                     fragment(r)
                         && r != *c1
