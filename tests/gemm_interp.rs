@@ -88,7 +88,10 @@ fn embedded_ir_is_the_shared_text() {
     // The split-K kernels (the simulator's `hopper_splitk_sim.rs` runs these texts).
     let small = tile_testkit::Matmul { bm: 64, bn: 128, threads: 128, stages: 4, ..example };
     let nn = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_4_128", ..small };
-    assert_eq!(printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1>().ir), nn.splitk_text());
+    assert_eq!(
+        printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1, 1>().ir),
+        nn.splitk_text()
+    );
     let nt = tile_testkit::Matmul {
         name: "matmul_bt_splitk__bf16_bf16_128_128_64_4_256",
         dtype: "bf16",
@@ -101,19 +104,23 @@ fn embedded_ir_is_the_shared_text() {
         ..example
     };
     assert_eq!(
-        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 128, 64, 4, 256, 1>().ir),
+        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 128, 64, 4, 256, 1, 1>().ir),
         nt.splitk_text()
     );
     // Decode-size tiles: the same kernel text, with two or three blocks per
     // SM asked in its header (and nothing else changed).
-    let two =
-        tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_3_128_2", stages: 3, blocks_per_sm: 2, ..small };
+    let two = tile_testkit::Matmul {
+        name: "matmul_splitk__f16_f32_64_128_64_3_128_2_1",
+        stages: 3,
+        blocks_per_sm: 2,
+        ..small
+    };
     assert_eq!(
-        printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>().ir),
+        printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2, 1>().ir),
         two.splitk_text()
     );
     let narrow = tile_testkit::Matmul {
-        name: "matmul_bt_splitk__bf16_f32_64_64_64_3_128_3",
+        name: "matmul_bt_splitk__bf16_f32_64_64_64_3_128_3_1",
         dtype: "bf16",
         trans_b: true,
         bn: 64,
@@ -122,31 +129,32 @@ fn embedded_ir_is_the_shared_text() {
         ..small
     };
     assert_eq!(
-        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>().ir),
+        printed(examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3, 1>().ir),
         narrow.splitk_text()
     );
     // A deep tile (sm_90a only): the same text, 16 stages.
     let thin = tile_testkit::Matmul {
-        name: "matmul_splitk__f16_f16_64_32_64_16_128_1",
+        name: "matmul_splitk__f16_f16_64_32_64_16_128_1_1",
         out: Some("f16"),
         bn: 32,
         stages: 16,
         ..small
     };
     assert_eq!(
-        printed(examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1>().ir),
+        printed(examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1, 1>().ir),
         thin.splitk_text()
     );
     for meta in examples::gemm::matmul_splitk::INSTANCES.iter().chain(&examples::gemm::matmul_bt_splitk::INSTANCES) {
         let k: tile::ir::Kernel = serde_json::from_str(meta.ir).expect("embedded Tile IR parses");
-        let want = if meta.name.ends_with("_3_128_3") {
-            3
-        } else if meta.name.ends_with("_3_128_2") || meta.name.ends_with("_4_128_2") {
-            2
-        } else {
-            1
+        // `name__T_O_BM_BN_BK_STAGES_THREADS_BLOCKS_CL`, or the first
+        // instances' names of before `BLOCKS` (one block per SM, no cluster).
+        let fields: Vec<u32> =
+            meta.name.split("__").nth(1).unwrap_or("").split('_').skip(2).filter_map(|f| f.parse().ok()).collect();
+        let (blocks, cluster) = match fields[..] {
+            [.., blocks, cluster] if fields.len() == 7 => (blocks, cluster),
+            _ => (1, 1),
         };
-        assert_eq!(k.blocks_per_sm, want, "{}", meta.name);
+        assert_eq!((k.blocks_per_sm, k.cluster), (blocks, [cluster, 1, 1]), "{}", meta.name);
     }
 }
 

@@ -390,6 +390,12 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             (3, 256, 333, Some(Config { tiles: Tiles::Thin, split: 1 })),
             (70, 128, 333, Some(Config { tiles: Tiles::Deep, split: 2 })),
             (130, 192, 301, Some(Config { tiles: Tiles::Tall, split: 1 })),
+            // The clusters (TMA multicast of `a`'s tile): a range of 0, 1
+            // and 2 k-steps (K = 128 in 3 ranges), odd K, edges in M.
+            (3, 256, 333, Some(Config { tiles: Tiles::ThinPair, split: 1 })),
+            (70, 128, 128, Some(Config { tiles: Tiles::ThinPair, split: 3 })),
+            (17, 256, 301, Some(Config { tiles: Tiles::ThinQuad, split: 2 })),
+            (70, 256, 333, Some(Config { tiles: Tiles::DeepPair, split: 1 })),
         ]
     } else {
         &[
@@ -423,6 +429,13 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             (256, 2048, 4096, Some(Config { tiles: Tiles::Tall, split: 1 })),
             (200, 4097, 4095, Some(Config { tiles: Tiles::Tall, split: 1 })),
             (160, 2048, 2048, Some(Config { tiles: Tiles::Tall, split: 4 })),
+            // The clusters of 2 and 4 (TMA multicast of `a`'s tile).
+            (64, 4096, 4096, Some(Config { tiles: Tiles::ThinPair, split: 1 })),
+            (64, 4096, 4096, Some(Config { tiles: Tiles::ThinQuad, split: 1 })),
+            (16, 4096, 4095, Some(Config { tiles: Tiles::ThinQuad, split: 1 })),
+            (5, 4096, 4095, Some(Config { tiles: Tiles::ThinPair, split: 3 })),
+            (128, 4096, 4096, Some(Config { tiles: Tiles::DeepPair, split: 1 })),
+            (100, 1024, 3001, Some(Config { tiles: Tiles::DeepPair, split: 2 })),
         ]
     };
     let hopper = d.compute_capability().is_some_and(|cc| cc.0 == 9);
@@ -472,13 +485,17 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
     }
     if hopper {
         for meta in [
-            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1>(),
-            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128, 1>(),
-            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2>(),
-            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3>(),
-            examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1>(),
-            examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 64, 64, 8, 256, 1>(),
-            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 64, 64, 12, 128, 1>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1, 1>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 128, 64, 4, 128, 1, 1>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 3, 128, 2, 1>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 64, 64, 3, 128, 3, 1>(),
+            examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1, 1>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, bf16, 128, 64, 64, 8, 256, 1, 1>(),
+            examples::gemm::matmul_splitk::meta::<f16, f32, 64, 64, 64, 12, 128, 1, 1>(),
+            // The clusters' multicast variants.
+            examples::gemm::matmul_splitk::meta::<f16, f16, 64, 32, 64, 16, 128, 1, 2>(),
+            examples::gemm::matmul_bt_splitk::meta::<bf16, f32, 64, 32, 64, 16, 128, 1, 2>(),
+            examples::gemm::matmul_splitk::meta::<f16, f16, 64, 64, 64, 12, 128, 1, 2>(),
         ] {
             let counts = d.launch_counts(meta);
             let ws = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "warp_specialized_gemm");
@@ -486,7 +503,7 @@ fn shaped_gemm_small_m_split_k_and_odd_rows() {
             assert!(counts[ws] > 0, "{}: the warp-specialized variant never ran ({counts:?})", meta.name);
         }
         // The 16-row tile has no warp-specialized variant: the TMA-copy one.
-        let meta = examples::gemm::matmul_bt_splitk::meta::<f16, f32, 16, 128, 64, 4, 128, 2>();
+        let meta = examples::gemm::matmul_bt_splitk::meta::<f16, f32, 16, 128, 64, 4, 128, 2, 1>();
         let tma = meta.targets.iter().position(|t| t.arch == "sm_90a" && t.schedule == "tma_copy");
         let tma = tma.unwrap_or_else(|| panic!("{}: no TMA-copy variant", meta.name));
         assert!(d.launch_counts(meta)[tma] > 0, "{}: the TMA-copy variant never ran", meta.name);

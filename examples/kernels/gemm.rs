@@ -169,7 +169,11 @@ pub fn matmul_bt<
 /// read zeros, which `a`'s zero padding multiplies anyway).
 ///
 /// `BLOCKS` blocks run side by side on an SM (`blocks_per_sm`): the
-/// decode-size tiles' way to keep more of `b` in flight.
+/// decode-size tiles' way to keep more of `b` in flight. `CL` blocks along
+/// N form a thread block cluster (`cluster = (CL, 1, 1)`): they share the
+/// tile of `a`, which the compiler then loads once per cluster (TMA
+/// multicast) in the warp-specialized variant; the grid's N extent must be
+/// a multiple of `CL` (else the launch is an error).
 ///
 /// Instances: the shape rule's `Tiles::Small` and `Tiles::Mid` (128 × 256
 /// spills in the warp-specialized variant: 128 accumulators per thread and
@@ -178,54 +182,72 @@ pub fn matmul_bt<
 #[tile_kernel(
     threads = THREADS,
     blocks_per_sm = BLOCKS,
+    cluster = (CL, 1, 1),
     instances(
-        matmul_splitk__f16_f32_64_128_64_4_128 = (f16, f32, 64, 128, 64, 4, 128, 1),
-        matmul_splitk__bf16_f32_64_128_64_4_128 = (bf16, f32, 64, 128, 64, 4, 128, 1),
-        matmul_splitk__f16_f32_128_128_64_4_256 = (f16, f32, 128, 128, 64, 4, 256, 1),
-        matmul_splitk__bf16_f32_128_128_64_4_256 = (bf16, f32, 128, 128, 64, 4, 256, 1),
-        matmul_splitk__f16_f16_64_128_64_4_128 = (f16, f16, 64, 128, 64, 4, 128, 1),
-        matmul_splitk__bf16_bf16_64_128_64_4_128 = (bf16, bf16, 64, 128, 64, 4, 128, 1),
-        matmul_splitk__f16_f16_128_128_64_4_256 = (f16, f16, 128, 128, 64, 4, 256, 1),
-        matmul_splitk__bf16_bf16_128_128_64_4_256 = (bf16, bf16, 128, 128, 64, 4, 256, 1),
+        matmul_splitk__f16_f32_64_128_64_4_128 = (f16, f32, 64, 128, 64, 4, 128, 1, 1),
+        matmul_splitk__bf16_f32_64_128_64_4_128 = (bf16, f32, 64, 128, 64, 4, 128, 1, 1),
+        matmul_splitk__f16_f32_128_128_64_4_256 = (f16, f32, 128, 128, 64, 4, 256, 1, 1),
+        matmul_splitk__bf16_f32_128_128_64_4_256 = (bf16, f32, 128, 128, 64, 4, 256, 1, 1),
+        matmul_splitk__f16_f16_64_128_64_4_128 = (f16, f16, 64, 128, 64, 4, 128, 1, 1),
+        matmul_splitk__bf16_bf16_64_128_64_4_128 = (bf16, bf16, 64, 128, 64, 4, 128, 1, 1),
+        matmul_splitk__f16_f16_128_128_64_4_256 = (f16, f16, 128, 128, 64, 4, 256, 1, 1),
+        matmul_splitk__bf16_bf16_128_128_64_4_256 = (bf16, bf16, 128, 128, 64, 4, 256, 1, 1),
         // Decode-size M (`Tiles::Narrow`, `Tiles::SmallTwo`): several blocks
         // per SM (`blocks_per_sm = BLOCKS`), so that each SM keeps 72-96 KB
         // of `b` in flight; 3 stages so that the blocks' shared memory fits
         // sm_80's SM too.
-        (f16, f32, 64, 64, 64, 3, 128, 3),
-        (bf16, f32, 64, 64, 64, 3, 128, 3),
-        (f16, f16, 64, 64, 64, 3, 128, 3),
-        (bf16, bf16, 64, 64, 64, 3, 128, 3),
-        (f16, f32, 64, 128, 64, 3, 128, 2),
-        (bf16, f32, 64, 128, 64, 3, 128, 2),
-        (f16, f16, 64, 128, 64, 3, 128, 2),
-        (bf16, bf16, 64, 128, 64, 3, 128, 2),
+        (f16, f32, 64, 64, 64, 3, 128, 3, 1),
+        (bf16, f32, 64, 64, 64, 3, 128, 3, 1),
+        (f16, f16, 64, 64, 64, 3, 128, 3, 1),
+        (bf16, bf16, 64, 64, 64, 3, 128, 3, 1),
+        (f16, f32, 64, 128, 64, 3, 128, 2, 1),
+        (bf16, f32, 64, 128, 64, 3, 128, 2, 1),
+        (f16, f16, 64, 128, 64, 3, 128, 2, 1),
+        (bf16, bf16, 64, 128, 64, 3, 128, 2, 1),
         // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
         // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
-        (f16, f32, 16, 128, 64, 4, 128, 2),
-        (bf16, f32, 16, 128, 64, 4, 128, 2),
-        (f16, f16, 16, 128, 64, 4, 128, 2),
-        (bf16, bf16, 16, 128, 64, 4, 128, 2),
+        (f16, f32, 16, 128, 64, 4, 128, 2, 1),
+        (bf16, f32, 16, 128, 64, 4, 128, 2, 1),
+        (f16, f16, 16, 128, 64, 4, 128, 2, 1),
+        (bf16, bf16, 16, 128, 64, 4, 128, 2, 1),
         // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
         // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
         // blocks without splitting K (no reduction). More shared memory
         // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
         // candidates, with a note in `TILE_DUMP`).
-        (f16, f32, 64, 32, 64, 16, 128, 1),
-        (bf16, f32, 64, 32, 64, 16, 128, 1),
-        (f16, f16, 64, 32, 64, 16, 128, 1),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1),
-        (f16, f32, 64, 64, 64, 12, 128, 1),
-        (bf16, f32, 64, 64, 64, 12, 128, 1),
-        (f16, f16, 64, 64, 64, 12, 128, 1),
-        (bf16, bf16, 64, 64, 64, 12, 128, 1),
-        (f16, f32, 128, 64, 64, 8, 256, 1),
-        (bf16, f32, 128, 64, 64, 8, 256, 1),
-        (f16, f16, 128, 64, 64, 8, 256, 1),
-        (bf16, bf16, 128, 64, 64, 8, 256, 1),
+        (f16, f32, 64, 32, 64, 16, 128, 1, 1),
+        (bf16, f32, 64, 32, 64, 16, 128, 1, 1),
+        (f16, f16, 64, 32, 64, 16, 128, 1, 1),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1, 1),
+        (f16, f32, 64, 64, 64, 12, 128, 1, 1),
+        (bf16, f32, 64, 64, 64, 12, 128, 1, 1),
+        (f16, f16, 64, 64, 64, 12, 128, 1, 1),
+        (bf16, bf16, 64, 64, 64, 12, 128, 1, 1),
+        (f16, f32, 128, 64, 64, 8, 256, 1, 1),
+        (bf16, f32, 128, 64, 64, 8, 256, 1, 1),
+        (f16, f16, 128, 64, 64, 8, 256, 1, 1),
+        (bf16, bf16, 128, 64, 64, 8, 256, 1, 1),
+        // The narrow deep tiles in thread block clusters along x
+        // (`Tiles::ThinPair`, `Tiles::ThinQuad`, `Tiles::DeepPair`): the
+        // blocks of a cluster share `a`'s tile, which the warp-specialized
+        // variant loads once per cluster (TMA multicast, each block a
+        // share of its rows) instead of once per block.
+        (f16, f32, 64, 32, 64, 16, 128, 1, 2),
+        (bf16, f32, 64, 32, 64, 16, 128, 1, 2),
+        (f16, f16, 64, 32, 64, 16, 128, 1, 2),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1, 2),
+        (f16, f32, 64, 32, 64, 16, 128, 1, 4),
+        (bf16, f32, 64, 32, 64, 16, 128, 1, 4),
+        (f16, f16, 64, 32, 64, 16, 128, 1, 4),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1, 4),
+        (f16, f32, 64, 64, 64, 12, 128, 1, 2),
+        (bf16, f32, 64, 64, 64, 12, 128, 1, 2),
+        (f16, f16, 64, 64, 64, 12, 128, 1, 2),
+        (bf16, bf16, 64, 64, 64, 12, 128, 1, 2),
     ),
     // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
     // instance that does not fit a target be dropped there).
-    tune(BM, BN, BK, STAGES, THREADS, BLOCKS),
+    tune(BM, BN, BK, STAGES, THREADS, BLOCKS, CL),
     dependent_launch = true
 )]
 pub fn matmul_splitk<
@@ -237,6 +259,7 @@ pub fn matmul_splitk<
     const STAGES: usize,
     const THREADS: usize,
     const BLOCKS: usize,
+    const CL: usize,
 >(
     a: &Tensor<T, M, K>,
     b: &Tensor<T, KB, NB>,
@@ -263,54 +286,72 @@ pub fn matmul_splitk<
 #[tile_kernel(
     threads = THREADS,
     blocks_per_sm = BLOCKS,
+    cluster = (CL, 1, 1),
     instances(
-        matmul_bt_splitk__f16_f32_64_128_64_4_128 = (f16, f32, 64, 128, 64, 4, 128, 1),
-        matmul_bt_splitk__bf16_f32_64_128_64_4_128 = (bf16, f32, 64, 128, 64, 4, 128, 1),
-        matmul_bt_splitk__f16_f32_128_128_64_4_256 = (f16, f32, 128, 128, 64, 4, 256, 1),
-        matmul_bt_splitk__bf16_f32_128_128_64_4_256 = (bf16, f32, 128, 128, 64, 4, 256, 1),
-        matmul_bt_splitk__f16_f16_64_128_64_4_128 = (f16, f16, 64, 128, 64, 4, 128, 1),
-        matmul_bt_splitk__bf16_bf16_64_128_64_4_128 = (bf16, bf16, 64, 128, 64, 4, 128, 1),
-        matmul_bt_splitk__f16_f16_128_128_64_4_256 = (f16, f16, 128, 128, 64, 4, 256, 1),
-        matmul_bt_splitk__bf16_bf16_128_128_64_4_256 = (bf16, bf16, 128, 128, 64, 4, 256, 1),
+        matmul_bt_splitk__f16_f32_64_128_64_4_128 = (f16, f32, 64, 128, 64, 4, 128, 1, 1),
+        matmul_bt_splitk__bf16_f32_64_128_64_4_128 = (bf16, f32, 64, 128, 64, 4, 128, 1, 1),
+        matmul_bt_splitk__f16_f32_128_128_64_4_256 = (f16, f32, 128, 128, 64, 4, 256, 1, 1),
+        matmul_bt_splitk__bf16_f32_128_128_64_4_256 = (bf16, f32, 128, 128, 64, 4, 256, 1, 1),
+        matmul_bt_splitk__f16_f16_64_128_64_4_128 = (f16, f16, 64, 128, 64, 4, 128, 1, 1),
+        matmul_bt_splitk__bf16_bf16_64_128_64_4_128 = (bf16, bf16, 64, 128, 64, 4, 128, 1, 1),
+        matmul_bt_splitk__f16_f16_128_128_64_4_256 = (f16, f16, 128, 128, 64, 4, 256, 1, 1),
+        matmul_bt_splitk__bf16_bf16_128_128_64_4_256 = (bf16, bf16, 128, 128, 64, 4, 256, 1, 1),
         // Decode-size M (`Tiles::Narrow`, `Tiles::SmallTwo`): several blocks
         // per SM (`blocks_per_sm = BLOCKS`), so that each SM keeps 72-96 KB
         // of `b` in flight; 3 stages so that the blocks' shared memory fits
         // sm_80's SM too.
-        (f16, f32, 64, 64, 64, 3, 128, 3),
-        (bf16, f32, 64, 64, 64, 3, 128, 3),
-        (f16, f16, 64, 64, 64, 3, 128, 3),
-        (bf16, bf16, 64, 64, 64, 3, 128, 3),
-        (f16, f32, 64, 128, 64, 3, 128, 2),
-        (bf16, f32, 64, 128, 64, 3, 128, 2),
-        (f16, f16, 64, 128, 64, 3, 128, 2),
-        (bf16, bf16, 64, 128, 64, 3, 128, 2),
+        (f16, f32, 64, 64, 64, 3, 128, 3, 1),
+        (bf16, f32, 64, 64, 64, 3, 128, 3, 1),
+        (f16, f16, 64, 64, 64, 3, 128, 3, 1),
+        (bf16, bf16, 64, 64, 64, 3, 128, 3, 1),
+        (f16, f32, 64, 128, 64, 3, 128, 2, 1),
+        (bf16, f32, 64, 128, 64, 3, 128, 2, 1),
+        (f16, f16, 64, 128, 64, 3, 128, 2, 1),
+        (bf16, bf16, 64, 128, 64, 3, 128, 2, 1),
         // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
         // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
-        (f16, f32, 16, 128, 64, 4, 128, 2),
-        (bf16, f32, 16, 128, 64, 4, 128, 2),
-        (f16, f16, 16, 128, 64, 4, 128, 2),
-        (bf16, bf16, 16, 128, 64, 4, 128, 2),
+        (f16, f32, 16, 128, 64, 4, 128, 2, 1),
+        (bf16, f32, 16, 128, 64, 4, 128, 2, 1),
+        (f16, f16, 16, 128, 64, 4, 128, 2, 1),
+        (bf16, bf16, 16, 128, 64, 4, 128, 2, 1),
         // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
         // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
         // blocks without splitting K (no reduction). More shared memory
         // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
         // candidates, with a note in `TILE_DUMP`).
-        (f16, f32, 64, 32, 64, 16, 128, 1),
-        (bf16, f32, 64, 32, 64, 16, 128, 1),
-        (f16, f16, 64, 32, 64, 16, 128, 1),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1),
-        (f16, f32, 64, 64, 64, 12, 128, 1),
-        (bf16, f32, 64, 64, 64, 12, 128, 1),
-        (f16, f16, 64, 64, 64, 12, 128, 1),
-        (bf16, bf16, 64, 64, 64, 12, 128, 1),
-        (f16, f32, 128, 64, 64, 8, 256, 1),
-        (bf16, f32, 128, 64, 64, 8, 256, 1),
-        (f16, f16, 128, 64, 64, 8, 256, 1),
-        (bf16, bf16, 128, 64, 64, 8, 256, 1),
+        (f16, f32, 64, 32, 64, 16, 128, 1, 1),
+        (bf16, f32, 64, 32, 64, 16, 128, 1, 1),
+        (f16, f16, 64, 32, 64, 16, 128, 1, 1),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1, 1),
+        (f16, f32, 64, 64, 64, 12, 128, 1, 1),
+        (bf16, f32, 64, 64, 64, 12, 128, 1, 1),
+        (f16, f16, 64, 64, 64, 12, 128, 1, 1),
+        (bf16, bf16, 64, 64, 64, 12, 128, 1, 1),
+        (f16, f32, 128, 64, 64, 8, 256, 1, 1),
+        (bf16, f32, 128, 64, 64, 8, 256, 1, 1),
+        (f16, f16, 128, 64, 64, 8, 256, 1, 1),
+        (bf16, bf16, 128, 64, 64, 8, 256, 1, 1),
+        // The narrow deep tiles in thread block clusters along x
+        // (`Tiles::ThinPair`, `Tiles::ThinQuad`, `Tiles::DeepPair`): the
+        // blocks of a cluster share `a`'s tile, which the warp-specialized
+        // variant loads once per cluster (TMA multicast, each block a
+        // share of its rows) instead of once per block.
+        (f16, f32, 64, 32, 64, 16, 128, 1, 2),
+        (bf16, f32, 64, 32, 64, 16, 128, 1, 2),
+        (f16, f16, 64, 32, 64, 16, 128, 1, 2),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1, 2),
+        (f16, f32, 64, 32, 64, 16, 128, 1, 4),
+        (bf16, f32, 64, 32, 64, 16, 128, 1, 4),
+        (f16, f16, 64, 32, 64, 16, 128, 1, 4),
+        (bf16, bf16, 64, 32, 64, 16, 128, 1, 4),
+        (f16, f32, 64, 64, 64, 12, 128, 1, 2),
+        (bf16, f32, 64, 64, 64, 12, 128, 1, 2),
+        (f16, f16, 64, 64, 64, 12, 128, 1, 2),
+        (bf16, bf16, 64, 64, 64, 12, 128, 1, 2),
     ),
     // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
     // instance that does not fit a target be dropped there).
-    tune(BM, BN, BK, STAGES, THREADS, BLOCKS),
+    tune(BM, BN, BK, STAGES, THREADS, BLOCKS, CL),
     dependent_launch = true
 )]
 pub fn matmul_bt_splitk<
@@ -322,6 +363,7 @@ pub fn matmul_bt_splitk<
     const STAGES: usize,
     const THREADS: usize,
     const BLOCKS: usize,
+    const CL: usize,
 >(
     a: &Tensor<T, M, K>,
     b: &Tensor<T, NB, K>,
@@ -539,6 +581,17 @@ pub enum Tiles {
     /// (128 blocks at M = 256 × N = 4096 or M = 128 × N = 8192, no split;
     /// cuBLAS's `128x64_64x8`). sm_90a only. Split-K only.
     Tall,
+    /// `Thin` in clusters of 2 blocks along N: the pair loads each stage
+    /// of `a` once (TMA multicast, 32 rows each) where `Thin` loads it per
+    /// block. At M = 64 × 4096 × 4096 every one of `Thin`'s 128 blocks reads
+    /// all of `a` (512 KiB) beside its 256 KiB of `b`: 96 MiB from L2 for
+    /// 32 MiB of `b`; in pairs 64 MiB. Needs N / 32 even. sm_90a only.
+    ThinPair,
+    /// `Thin` in clusters of 4 (48 MiB from L2 at that shape). Needs N / 32
+    /// a multiple of 4. sm_90a only.
+    ThinQuad,
+    /// `Deep` in clusters of 2. Needs N / 64 even. sm_90a only.
+    DeepPair,
 }
 
 impl Tiles {
@@ -554,13 +607,32 @@ impl Tiles {
             Tiles::Thin => (64, 32),
             Tiles::Deep => (64, 64),
             Tiles::Tall => (128, 64),
+            Tiles::ThinPair | Tiles::ThinQuad => (64, 32),
+            Tiles::DeepPair => (64, 64),
+        }
+    }
+
+    /// The blocks of its thread block cluster along N (1: none).
+    pub fn cluster(self) -> usize {
+        match self {
+            Tiles::ThinPair | Tiles::DeepPair => 2,
+            Tiles::ThinQuad => 4,
+            _ => 1,
         }
     }
 
     /// The blocks its kernels ask to share an SM (`blocks_per_sm`).
     pub fn blocks_per_sm(self) -> usize {
         match self {
-            Tiles::Small | Tiles::Mid | Tiles::Wide | Tiles::Thin | Tiles::Deep | Tiles::Tall => 1,
+            Tiles::Small
+            | Tiles::Mid
+            | Tiles::Wide
+            | Tiles::Thin
+            | Tiles::Deep
+            | Tiles::Tall
+            | Tiles::ThinPair
+            | Tiles::ThinQuad
+            | Tiles::DeepPair => 1,
             Tiles::SmallTwo | Tiles::Gemv => 2,
             Tiles::Narrow => 3,
         }
@@ -577,7 +649,7 @@ impl Tiles {
     /// picks them; as [`candidates`] they fail to launch elsewhere, and
     /// the tuner skips them there.
     pub fn sm90_only(self) -> bool {
-        matches!(self, Tiles::Thin | Tiles::Deep | Tiles::Tall)
+        matches!(self, Tiles::Thin | Tiles::Deep | Tiles::Tall | Tiles::ThinPair | Tiles::ThinQuad | Tiles::DeepPair)
     }
 
     /// The largest M it is a candidate for (its rows against the rows it
@@ -585,15 +657,15 @@ impl Tiles {
     fn most_rows(self) -> usize {
         match self {
             Tiles::Gemv => 32,
-            Tiles::Thin => 64,
-            Tiles::Deep => 128,
+            Tiles::Thin | Tiles::ThinPair | Tiles::ThinQuad => 64,
+            Tiles::Deep | Tiles::DeepPair => 128,
             Tiles::SmallTwo | Tiles::Narrow | Tiles::Tall => 256,
             Tiles::Small | Tiles::Mid | Tiles::Wide => usize::MAX,
         }
     }
 
     /// Every tile, in the order [`candidates`] lists them.
-    pub const ALL: [Tiles; 9] = [
+    pub const ALL: [Tiles; 12] = [
         Tiles::Gemv,
         Tiles::Small,
         Tiles::SmallTwo,
@@ -603,6 +675,9 @@ impl Tiles {
         Tiles::Thin,
         Tiles::Deep,
         Tiles::Tall,
+        Tiles::ThinPair,
+        Tiles::ThinQuad,
+        Tiles::DeepPair,
     ];
 
     /// The tile of the split-K kernel for this one (`Wide` has no split-K
@@ -625,6 +700,9 @@ impl Tiles {
             Tiles::Thin => "64x32/16st",
             Tiles::Deep => "64x64/12st",
             Tiles::Tall => "128x64/8st",
+            Tiles::ThinPair => "64x32/16st/x2",
+            Tiles::ThinQuad => "64x32/16st/x4",
+            Tiles::DeepPair => "64x64/12st/x2",
         }
     }
 }
@@ -773,7 +851,8 @@ pub fn candidates(m: usize, n: usize, k: usize) -> Vec<Config> {
     };
     for tiles in Tiles::ALL {
         let slots = SMS * tiles.blocks_per_sm();
-        if m > tiles.most_rows() {
+        // A cluster's grid must be a multiple of it (else the launch fails).
+        if m > tiles.most_rows() || n.div_ceil(tiles.dims().1) % tiles.cluster() != 0 {
             continue;
         }
         push(Config { tiles, split: 1 });
@@ -833,38 +912,50 @@ where
     matmul_bt::Instances: matmul_bt::Instance<T, T, 64, 128, 64, 4, 128>
         + matmul_bt::Instance<T, T, 128, 128, 64, 4, 256>
         + matmul_bt::Instance<T, T, 128, 256, 64, 3, 256>,
-    matmul_splitk::Instances: matmul_splitk::Instance<T, f32, 64, 128, 64, 4, 128, 1>
-        + matmul_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1>
-        + matmul_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2>
-        + matmul_splitk::Instance<T, f32, 64, 64, 64, 3, 128, 3>
-        + matmul_splitk::Instance<T, f32, 16, 128, 64, 4, 128, 2>
-        + matmul_splitk::Instance<T, T, 64, 128, 64, 4, 128, 1>
-        + matmul_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1>
-        + matmul_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2>
-        + matmul_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>
-        + matmul_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>
-        + matmul_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1>
-        + matmul_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1>
-        + matmul_splitk::Instance<T, f32, 128, 64, 64, 8, 256, 1>
-        + matmul_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1>
-        + matmul_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1>
-        + matmul_splitk::Instance<T, T, 128, 64, 64, 8, 256, 1>,
-    matmul_bt_splitk::Instances: matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 4, 128, 1>
-        + matmul_bt_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1>
-        + matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2>
-        + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 3, 128, 3>
-        + matmul_bt_splitk::Instance<T, f32, 16, 128, 64, 4, 128, 2>
-        + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 4, 128, 1>
-        + matmul_bt_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1>
-        + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2>
-        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3>
-        + matmul_bt_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2>
-        + matmul_bt_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1>
-        + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1>
-        + matmul_bt_splitk::Instance<T, f32, 128, 64, 64, 8, 256, 1>
-        + matmul_bt_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1>
-        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1>
-        + matmul_bt_splitk::Instance<T, T, 128, 64, 64, 8, 256, 1>,
+    matmul_splitk::Instances: matmul_splitk::Instance<T, f32, 64, 128, 64, 4, 128, 1, 1>
+        + matmul_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1, 1>
+        + matmul_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2, 1>
+        + matmul_splitk::Instance<T, f32, 64, 64, 64, 3, 128, 3, 1>
+        + matmul_splitk::Instance<T, f32, 16, 128, 64, 4, 128, 2, 1>
+        + matmul_splitk::Instance<T, T, 64, 128, 64, 4, 128, 1, 1>
+        + matmul_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1, 1>
+        + matmul_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2, 1>
+        + matmul_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3, 1>
+        + matmul_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2, 1>
+        + matmul_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1, 1>
+        + matmul_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1, 1>
+        + matmul_splitk::Instance<T, f32, 128, 64, 64, 8, 256, 1, 1>
+        + matmul_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1, 1>
+        + matmul_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1, 1>
+        + matmul_splitk::Instance<T, T, 128, 64, 64, 8, 256, 1, 1>
+        + matmul_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1, 2>
+        + matmul_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1, 4>
+        + matmul_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1, 2>
+        + matmul_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1, 2>
+        + matmul_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1, 4>
+        + matmul_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1, 2>,
+    matmul_bt_splitk::Instances: matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 4, 128, 1, 1>
+        + matmul_bt_splitk::Instance<T, f32, 128, 128, 64, 4, 256, 1, 1>
+        + matmul_bt_splitk::Instance<T, f32, 64, 128, 64, 3, 128, 2, 1>
+        + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 3, 128, 3, 1>
+        + matmul_bt_splitk::Instance<T, f32, 16, 128, 64, 4, 128, 2, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 4, 128, 1, 1>
+        + matmul_bt_splitk::Instance<T, T, 128, 128, 64, 4, 256, 1, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 128, 64, 3, 128, 2, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 3, 128, 3, 1>
+        + matmul_bt_splitk::Instance<T, T, 16, 128, 64, 4, 128, 2, 1>
+        + matmul_bt_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1, 1>
+        + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1, 1>
+        + matmul_bt_splitk::Instance<T, f32, 128, 64, 64, 8, 256, 1, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1, 1>
+        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1, 1>
+        + matmul_bt_splitk::Instance<T, T, 128, 64, 64, 8, 256, 1, 1>
+        + matmul_bt_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1, 2>
+        + matmul_bt_splitk::Instance<T, f32, 64, 32, 64, 16, 128, 1, 4>
+        + matmul_bt_splitk::Instance<T, f32, 64, 64, 64, 12, 128, 1, 2>
+        + matmul_bt_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1, 2>
+        + matmul_bt_splitk::Instance<T, T, 64, 32, 64, 16, 128, 1, 4>
+        + matmul_bt_splitk::Instance<T, T, 64, 64, 64, 12, 128, 1, 2>,
     splitk_reduce_pipelined::Instances: splitk_reduce_pipelined::Instance<T>,
     pad::Instances: pad::Instance<T>,
 {
@@ -876,49 +967,70 @@ where
             (Layout::Abt, Tiles::Small) => matmul_bt::launch::<T, T, 64, 128, 64, 4, 128>,
             (Layout::Abt, Tiles::Mid) => matmul_bt::launch::<T, T, 128, 128, 64, 4, 256>,
             (Layout::Abt, Tiles::Wide) => matmul_bt::launch::<T, T, 128, 256, 64, 3, 256>,
-            (_, Tiles::SmallTwo | Tiles::Narrow | Tiles::Gemv | Tiles::Thin | Tiles::Deep | Tiles::Tall) => {
-                return None
-            }
+            (
+                _,
+                Tiles::SmallTwo
+                | Tiles::Narrow
+                | Tiles::Gemv
+                | Tiles::Thin
+                | Tiles::Deep
+                | Tiles::Tall
+                | Tiles::ThinPair
+                | Tiles::ThinQuad
+                | Tiles::DeepPair,
+            ) => return None,
         })
     }
     fn split(layout: Layout, tiles: Tiles) -> Split<T, f32> {
         match (layout, tiles.split_tiles()) {
-            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1>,
-            (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2>,
-            (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3>,
-            (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2>,
-            (Layout::Ab, Tiles::Thin) => matmul_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1>,
-            (Layout::Ab, Tiles::Deep) => matmul_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1>,
-            (Layout::Ab, Tiles::Tall) => matmul_splitk::launch::<T, f32, 128, 64, 64, 8, 256, 1>,
-            (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1>,
-            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1>,
-            (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2>,
-            (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3>,
-            (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2>,
-            (Layout::Abt, Tiles::Thin) => matmul_bt_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1>,
-            (Layout::Abt, Tiles::Deep) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1>,
-            (Layout::Abt, Tiles::Tall) => matmul_bt_splitk::launch::<T, f32, 128, 64, 64, 8, 256, 1>,
-            (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1>,
+            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1, 1>,
+            (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2, 1>,
+            (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3, 1>,
+            (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2, 1>,
+            (Layout::Ab, Tiles::Thin) => matmul_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1, 1>,
+            (Layout::Ab, Tiles::Deep) => matmul_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1, 1>,
+            (Layout::Ab, Tiles::Tall) => matmul_splitk::launch::<T, f32, 128, 64, 64, 8, 256, 1, 1>,
+            (Layout::Ab, Tiles::ThinPair) => matmul_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1, 2>,
+            (Layout::Ab, Tiles::ThinQuad) => matmul_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1, 4>,
+            (Layout::Ab, Tiles::DeepPair) => matmul_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1, 2>,
+            (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1, 1>,
+            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 4, 128, 1, 1>,
+            (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, f32, 64, 128, 64, 3, 128, 2, 1>,
+            (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 3, 128, 3, 1>,
+            (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, f32, 16, 128, 64, 4, 128, 2, 1>,
+            (Layout::Abt, Tiles::Thin) => matmul_bt_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1, 1>,
+            (Layout::Abt, Tiles::Deep) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1, 1>,
+            (Layout::Abt, Tiles::Tall) => matmul_bt_splitk::launch::<T, f32, 128, 64, 64, 8, 256, 1, 1>,
+            (Layout::Abt, Tiles::ThinPair) => matmul_bt_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1, 2>,
+            (Layout::Abt, Tiles::ThinQuad) => matmul_bt_splitk::launch::<T, f32, 64, 32, 64, 16, 128, 1, 4>,
+            (Layout::Abt, Tiles::DeepPair) => matmul_bt_splitk::launch::<T, f32, 64, 64, 64, 12, 128, 1, 2>,
+            (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, f32, 128, 128, 64, 4, 256, 1, 1>,
         }
     }
     fn direct(layout: Layout, tiles: Tiles) -> Split<T, T> {
         match (layout, tiles.split_tiles()) {
-            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1>,
-            (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2>,
-            (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3>,
-            (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2>,
-            (Layout::Ab, Tiles::Thin) => matmul_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1>,
-            (Layout::Ab, Tiles::Deep) => matmul_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1>,
-            (Layout::Ab, Tiles::Tall) => matmul_splitk::launch::<T, T, 128, 64, 64, 8, 256, 1>,
-            (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1>,
-            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1>,
-            (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2>,
-            (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3>,
-            (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2>,
-            (Layout::Abt, Tiles::Thin) => matmul_bt_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1>,
-            (Layout::Abt, Tiles::Deep) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1>,
-            (Layout::Abt, Tiles::Tall) => matmul_bt_splitk::launch::<T, T, 128, 64, 64, 8, 256, 1>,
-            (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1>,
+            (Layout::Ab, Tiles::Small) => matmul_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1, 1>,
+            (Layout::Ab, Tiles::SmallTwo) => matmul_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2, 1>,
+            (Layout::Ab, Tiles::Narrow) => matmul_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3, 1>,
+            (Layout::Ab, Tiles::Gemv) => matmul_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2, 1>,
+            (Layout::Ab, Tiles::Thin) => matmul_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1, 1>,
+            (Layout::Ab, Tiles::Deep) => matmul_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1, 1>,
+            (Layout::Ab, Tiles::Tall) => matmul_splitk::launch::<T, T, 128, 64, 64, 8, 256, 1, 1>,
+            (Layout::Ab, Tiles::ThinPair) => matmul_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1, 2>,
+            (Layout::Ab, Tiles::ThinQuad) => matmul_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1, 4>,
+            (Layout::Ab, Tiles::DeepPair) => matmul_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1, 2>,
+            (Layout::Ab, Tiles::Mid | Tiles::Wide) => matmul_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1, 1>,
+            (Layout::Abt, Tiles::Small) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 4, 128, 1, 1>,
+            (Layout::Abt, Tiles::SmallTwo) => matmul_bt_splitk::launch::<T, T, 64, 128, 64, 3, 128, 2, 1>,
+            (Layout::Abt, Tiles::Narrow) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 3, 128, 3, 1>,
+            (Layout::Abt, Tiles::Gemv) => matmul_bt_splitk::launch::<T, T, 16, 128, 64, 4, 128, 2, 1>,
+            (Layout::Abt, Tiles::Thin) => matmul_bt_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1, 1>,
+            (Layout::Abt, Tiles::Deep) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1, 1>,
+            (Layout::Abt, Tiles::Tall) => matmul_bt_splitk::launch::<T, T, 128, 64, 64, 8, 256, 1, 1>,
+            (Layout::Abt, Tiles::ThinPair) => matmul_bt_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1, 2>,
+            (Layout::Abt, Tiles::ThinQuad) => matmul_bt_splitk::launch::<T, T, 64, 32, 64, 16, 128, 1, 4>,
+            (Layout::Abt, Tiles::DeepPair) => matmul_bt_splitk::launch::<T, T, 64, 64, 64, 12, 128, 1, 2>,
+            (Layout::Abt, Tiles::Mid | Tiles::Wide) => matmul_bt_splitk::launch::<T, T, 128, 128, 64, 4, 256, 1, 1>,
         }
     }
     fn reduce(s: &Stream, ws: &DeviceTensor<f32>, c: &mut DeviceTensor<T>) -> tile::Result<()> {

@@ -11,9 +11,10 @@ pub fn tiles<T: Float16, const BM: usize>(x: &Tensor<T, M, N>, y: &mut Tensor<T,
     copy(&s, y.tile([bx * BM, 0]));
 }
 
-// `threads` may be a const parameter; `cluster` takes literals only.
-#[tile_kernel(threads = THREADS, cluster = (C, 1, 1), instances((2, 128)))]
-pub fn clustered<const C: usize, const THREADS: usize>(y: &mut Tensor<f32, N>) {
+// `threads` and a `cluster` extent may be a const parameter, not a type
+// parameter.
+#[tile_kernel(threads = THREADS, cluster = (T, 1, 1), instances((f32, 128)))]
+pub fn clustered<T: Float, const THREADS: usize>(y: &mut Tensor<T, N>) {
     let bx = grid(cdiv(N, 128));
     y[bx] = 1.0;
 }

@@ -67,6 +67,9 @@ pub enum Special {
     CtaId(u8),
     /// `%nctaid.{x,y,z}`: the launched grid's extent.
     NctaId(u8),
+    /// `%cluster_ctarank`: the block's rank in its thread block cluster
+    /// (sm_90; 0 without a cluster).
+    ClusterCtaRank,
 }
 
 /// An instruction operand: a register, an immediate, a special register or
@@ -332,6 +335,20 @@ pub enum Inst {
         /// The barrier's shared address.
         addr: Address,
     },
+    /// `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr];`: an
+    /// arrival on the barrier of any block of the cluster, `addr` being its
+    /// 32-bit `.shared::cluster` address (`mapa.shared::cluster.u32` of the
+    /// local address and the block's rank).
+    MbarArriveCluster {
+        /// The barrier's `.shared::cluster` address (a `.b32` register).
+        addr: Operand,
+    },
+    /// `barrier.cluster.arrive.release.aligned;`: this thread arrives at the
+    /// cluster-wide barrier (every thread of every block of the cluster).
+    ClusterArrive,
+    /// `barrier.cluster.wait.acquire.aligned;`: waits until every thread of
+    /// the cluster has arrived ([`Inst::ClusterArrive`]).
+    ClusterWait,
     /// A wait loop on `mbarrier.try_wait.parity.shared::cta.b64 pred, [addr], parity;`
     /// that returns once the phase with parity `parity` (0 or 1) has
     /// completed; `pred` is a scratch predicate register. PTX: a label,
@@ -377,6 +394,11 @@ pub enum Inst {
         cache_hint: Option<Operand>,
         /// Use the `.shared::cta` destination form (PTX 8.6) instead of `.shared::cluster`.
         cta_dst: bool,
+        /// `.multicast::cluster` with this 16-bit `ctaMask` (a `.b16`
+        /// register): the box lands at `dst`'s offset in the shared memory
+        /// of every block of the cluster whose rank's bit is set, and
+        /// completes its bytes on the mbarrier at `mbar`'s offset in each.
+        multicast: Option<Operand>,
         /// The shared region touched, for barrier insertion (`None` off shared
         /// memory).
         region: Option<Region>,
@@ -548,11 +570,18 @@ impl Inst {
             Inst::MbarInit { .. } => "mbarrier.init.shared::cta.b64".into(),
             Inst::MbarArriveExpectTx { .. } => "mbarrier.arrive.expect_tx.shared::cta.b64".into(),
             Inst::MbarArrive { .. } => "mbarrier.arrive.shared::cta.b64".into(),
+            Inst::MbarArriveCluster { .. } => "mbarrier.arrive.release.cluster.shared::cluster.b64".into(),
+            Inst::ClusterArrive => "barrier.cluster.arrive.release.aligned".into(),
+            Inst::ClusterWait => "barrier.cluster.wait.acquire.aligned".into(),
             Inst::MbarWait { .. } => "mbarrier.try_wait.parity.shared::cta.b64".into(),
             Inst::FenceMbarrierInit => "fence.mbarrier_init.release.cluster".into(),
             Inst::FenceProxyAsync => "fence.proxy.async.shared::cta".into(),
             Inst::TensorMapAddr { .. } => "cvta.param.u64".into(),
-            Inst::TmaLoad { coords, .. } => format!("cp.async.bulk.tensor.{}d.shared::cluster.global", coords.len()),
+            Inst::TmaLoad { coords, multicast, .. } => format!(
+                "cp.async.bulk.tensor.{}d.shared::cluster.global{}",
+                coords.len(),
+                if multicast.is_some() { ".multicast::cluster" } else { "" }
+            ),
             Inst::TmaStore { coords, .. } => format!("cp.async.bulk.tensor.{}d.global.shared::cta", coords.len()),
             Inst::BulkCommit => "cp.async.bulk.commit_group".into(),
             Inst::BulkWaitRead { .. } => "cp.async.bulk.wait_group.read".into(),
@@ -668,6 +697,7 @@ pub(crate) fn fmt_operand(f: &Function, o: &Operand) -> String {
         Operand::Special(Special::TidX) => "%tid.x".into(),
         Operand::Special(Special::CtaId(a)) => format!("%ctaid.{}", ["x", "y", "z"][*a as usize % 3]),
         Operand::Special(Special::NctaId(a)) => format!("%nctaid.{}", ["x", "y", "z"][*a as usize % 3]),
+        Operand::Special(Special::ClusterCtaRank) => "%cluster_ctarank".into(),
         Operand::Symbol(s) => s.clone(),
     }
 }
@@ -799,6 +829,11 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             fmt_operand(f, tx_bytes)
         ),
         Inst::MbarArrive { addr } => format!("mbarrier.arrive.shared::cta.b64 _, {}", fmt_address(f, addr)),
+        Inst::MbarArriveCluster { addr } => {
+            format!("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{}]", fmt_operand(f, addr))
+        }
+        Inst::ClusterArrive => "barrier.cluster.arrive.release.aligned".into(),
+        Inst::ClusterWait => "barrier.cluster.wait.acquire.aligned".into(),
         // The text form; the PTX printer expands it into a loop.
         Inst::MbarWait { addr, parity, pred } => format!(
             "mbarrier.try_wait.parity.shared::cta.b64 {}, {}, {} (loop)",
@@ -809,14 +844,18 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::FenceMbarrierInit => "fence.mbarrier_init.release.cluster".into(),
         Inst::FenceProxyAsync => "fence.proxy.async.shared::cta".into(),
         Inst::TensorMapAddr { dst, param } => format!("cvta.param.u64 {}, {param}", f.reg_name(*dst)),
-        Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, cta_dst, .. } => {
+        Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, cta_dst, multicast, .. } => {
             let space = if *cta_dst { "cta" } else { "cluster" };
             let (hint_mod, hint) = match cache_hint {
                 Some(h) => (".L2::cache_hint", format!(", {}", fmt_operand(f, h))),
                 None => ("", String::new()),
             };
+            let (cast_mod, mask) = match multicast {
+                Some(m) => (".multicast::cluster", format!(", {}", fmt_operand(f, m))),
+                None => ("", String::new()),
+            };
             format!(
-                "cp.async.bulk.tensor.{}d.shared::{space}.global.tile.mbarrier::complete_tx::bytes{hint_mod} {}, [{}, {{{}}}], {}{hint}",
+                "cp.async.bulk.tensor.{}d.shared::{space}.global.tile.mbarrier::complete_tx::bytes{cast_mod}{hint_mod} {}, [{}, {{{}}}], {}{mask}{hint}",
                 coords.len(),
                 fmt_address(f, dst),
                 fmt_operand(f, tmap),

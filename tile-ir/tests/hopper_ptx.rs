@@ -71,6 +71,7 @@ fn all_forms(n: u32, cta_dst: bool) -> Function {
                 mbar: bar_addr.clone(),
                 cache_hint: None,
                 cta_dst,
+                multicast: None,
                 region: Some(Region { id: 0, op: 1 }),
             },
             guard: None,
@@ -85,6 +86,35 @@ fn all_forms(n: u32, cta_dst: bool) -> Function {
             mbar: bar_addr.clone(),
             cache_hint: Some(Operand::Reg(hint)),
             cta_dst: false,
+            multicast: None,
+            region: None,
+        });
+    }
+    // Thread block cluster forms: the rank, a remote barrier address, a
+    // remote arrival, the cluster barrier, a multicast box (with and
+    // without a cache hint).
+    let rank = b.reg(RegClass::B32);
+    b.push(Inst::Op { op: "mov.u32".into(), dst: rank, args: vec![Operand::Special(Special::ClusterCtaRank)] });
+    let remote = b.reg(RegClass::B32);
+    b.push(Inst::Op {
+        op: "mapa.shared::cluster.u32".into(),
+        dst: remote,
+        args: vec![Operand::Reg(bar), Operand::Reg(rank)],
+    });
+    b.push(Inst::MbarArriveCluster { addr: Operand::Reg(remote) });
+    b.push(Inst::ClusterArrive);
+    b.push(Inst::ClusterWait);
+    let mask = b.reg(RegClass::B16);
+    b.push(Inst::Op { op: "mov.b16".into(), dst: mask, args: vec![Operand::Imm(3)] });
+    for cache_hint in [None, Some(Operand::Reg(hint))] {
+        b.push(Inst::TmaLoad {
+            dst: smem(1024),
+            tmap: Operand::Reg(tmap),
+            coords: vec![Operand::Reg(c0), Operand::Imm(32)],
+            mbar: bar_addr.clone(),
+            cache_hint,
+            cta_dst: false,
+            multicast: Some(Operand::Reg(mask)),
             region: None,
         });
     }

@@ -234,6 +234,7 @@ fn tma_load_kernel(coords: [[i64; 2]; 2], expect: i64) -> Function {
             mbar: smem(0),
             cache_hint: None,
             cta_dst: false,
+            multicast: None,
             region: None,
         });
     }
@@ -323,6 +324,7 @@ fn tma_store_writes_only_in_bounds_elements() {
         mbar: smem(0),
         cache_hint: None,
         cta_dst: false,
+        multicast: None,
         region: None,
     };
     k.if_leader(vec![Inst::MbarArriveExpectTx { addr: smem(0), tx_bytes: Operand::Imm(2048) }, load([40, 10], k.tmap)]);
@@ -421,6 +423,7 @@ fn wgmma_case(n: usize, ab: &'static str, b_major: Major, a_in_regs: bool, seed:
         mbar: smem(bar),
         cache_hint: None,
         cta_dst: false,
+        multicast: None,
         region: None,
     };
     k.if_leader(vec![
@@ -633,6 +636,7 @@ fn tma_handoff(arrive_first: bool) -> Function {
             mbar: smem(0),
             cache_hint: None,
             cta_dst: false,
+            multicast: None,
             region: None,
         },
     ]);

@@ -289,3 +289,67 @@ fn blocks_whose_shared_memory_does_not_fit_are_an_error() {
     let errs = tile_ir::verify::verify(&k).unwrap_err();
     assert!(format!("{errs:?}").contains("`blocks_per_sm = 17` with 128 threads"), "{errs:?}");
 }
+
+/// The deep narrow tiles in thread block clusters (`Tiles::ThinPair`,
+/// `Tiles::ThinQuad`): `a`'s tile is the same for the cluster's blocks (its
+/// origin has no `bx`), so the warp-specialized variant splits its box over
+/// them and multicasts it (32 or 16 rows each), every consumer of the
+/// cluster releases each block's stage, and each producer waits for the
+/// last releases before its block may exit. The cluster's blocks run
+/// together on the simulator (remote arrivals, multicast landing in each
+/// block): ranges of 0, 1 and 2 k-steps, K = 0, edges in M, both layouts,
+/// under several interleavings, against the same reference.
+#[test]
+fn clusters_multicast_the_shared_operand() {
+    let pair = Matmul { bn: 32, stages: 3, cluster: 2, ..SMALL };
+    let quad = Matmul { cluster: 4, ..pair };
+    for (cfg, rows) in [(pair, 32), (quad, 16)] {
+        let k = splitk_kernel(cfg, 1);
+        let variants = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+        let ws = variants.iter().find(|c| c.schedule == "warp_specialized_gemm").expect("a ws variant");
+        assert_eq!(ws.tensor_maps[0].box_shape, vec![rows, 64], "a's box: its rows shared over the cluster");
+        assert_eq!(ws.tensor_maps[1].box_shape, vec![64, 32], "b's box ([BK, BN]): each block its own");
+        let c = cfg.cluster;
+        for needle in [
+            ".multicast::cluster".to_string(),
+            "mapa.shared::cluster.u32".into(),
+            "mbarrier.arrive.release.cluster.shared::cluster.b64".into(),
+            "barrier.cluster.wait.acquire.aligned".into(),
+            format!(", {};", 128 * c),
+        ] {
+            assert!(ws.ptx.contains(&needle), "cluster {c}: no `{needle}`");
+        }
+        // The general variants do not multicast (the cluster is only a launch shape there).
+        assert!(variants
+            .iter()
+            .filter(|v| v.schedule != "warp_specialized_gemm")
+            .all(|v| !v.ptx.contains("multicast")));
+    }
+    for split in [1, 2, 3] {
+        check(pair, "warp_specialized_gemm", 70, 64, 128, split);
+    }
+    check(pair, "warp_specialized_gemm", 64, 64, 0, 2);
+    check(Matmul { trans_b: true, dtype: "bf16", ..pair }, "warp_specialized_gemm", 3, 128, 330, 2);
+    check(Matmul { out: Some("f16"), ..quad }, "warp_specialized_gemm", 65, 128, 200, 1);
+    check(Matmul { trans_b: true, ..quad }, "warp_specialized_gemm", 17, 256, 64, 1);
+}
+
+/// No multicast where the cluster's blocks might not share `a`'s tile: a
+/// rasterization panel that is not a multiple of the cluster (its blocks
+/// may sit in two rows of a panel), or a cluster along y (the blocks differ
+/// in `by`). The variant is then the plain warp-specialized one, still
+/// correct on the simulator.
+#[test]
+fn no_multicast_where_the_cluster_may_not_share_a_tile() {
+    let odd_panel = Matmul { bn: 32, stages: 3, cluster: 2, swizzle: Some(3), ..SMALL };
+    let k = splitk_kernel(odd_panel, 1);
+    let variants = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap();
+    let ws = variants.iter().find(|c| c.schedule == "warp_specialized_gemm").expect("a ws variant");
+    assert!(!ws.ptx.contains("multicast") && !ws.ptx.contains("mapa"), "panel 3, cluster 2");
+    assert_eq!(ws.tensor_maps[0].box_shape, vec![64, 64]);
+    check(odd_panel, "warp_specialized_gemm", 70, 128, 200, 2);
+    let mut along_y = splitk_kernel(Matmul { bn: 32, stages: 3, ..SMALL }, 1);
+    along_y.cluster = [1, 2, 1];
+    let variants = compile_variants(&along_y, Target::Sm90a, CompileOptions::default()).unwrap();
+    assert!(variants.iter().all(|v| !v.ptx.contains("multicast")));
+}

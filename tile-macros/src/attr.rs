@@ -7,9 +7,10 @@
 //! Guarantees a [`KernelAttr`] even when there are errors (they are pushed
 //! to [`Errors`]; `threads` then defaults so that lowering can go on and find
 //! more mistakes), and that `threads`, when accepted, is a multiple of 32 in
-//! 32..=1024, every const name is unique, and `cluster` has extents ≥ 1
-//! whose product is at most [`MAX_CLUSTER_BLOCKS`] (invalid clusters are
-//! reported and left at `[1, 1, 1]`).
+//! 32..=1024, every const name is unique, and `cluster`'s literal extents
+//! are ≥ 1 with a product of at most [`MAX_CLUSTER_BLOCKS`] (invalid
+//! clusters are reported and left at `[1, 1, 1]`). Extents given by a const
+//! parameter's name are checked per instance ([`resolve_cluster`]).
 
 use crate::diag::{did_you_mean, Errors};
 use proc_macro2::{Span, TokenStream};
@@ -35,8 +36,13 @@ pub(crate) struct KernelAttr {
     /// `consts(NAME = value)`, in the order written.
     pub consts: Vec<(Ident, i64)>,
     /// `cluster = (x, y, z)`: thread block cluster shape; `[1, 1, 1]` when
-    /// absent or invalid (already reported).
+    /// absent or invalid (already reported). An extent given by a name
+    /// ([`KernelAttr::cluster_params`]) is 1 here.
     pub cluster: [u32; 3],
+    /// The extents of `cluster = (..)` written as a const parameter's name
+    /// (`cluster = (CL, 1, 1)`): the axis and the name, resolved and checked
+    /// per instance by [`resolve_cluster`].
+    pub cluster_params: Vec<ClusterParam>,
     /// `warp_specialize = true|false`; default `true`.
     pub warp_specialize: bool,
     /// `blocks_per_sm = N` (a literal) or `= NAME` (a const parameter),
@@ -49,6 +55,9 @@ pub(crate) struct KernelAttr {
     /// asks for); `None`: every target of `TILE_ARCHS`.
     pub archs: Option<Vec<tile_ir::Target>>,
 }
+
+/// A cluster extent written as a name: its axis (0 to 2) and the name.
+pub(crate) type ClusterParam = (usize, Ident);
 
 /// What `blocks_per_sm = ..` says: a literal or a const parameter's name.
 #[derive(Clone)]
@@ -83,6 +92,7 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
         tune: None,
         consts: Vec::new(),
         cluster: [1, 1, 1],
+        cluster_params: Vec::new(),
         warp_specialize: true,
         blocks_per_sm: None,
         dependent_launch: false,
@@ -158,8 +168,9 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
                 }
                 "cluster" => {
                     input.parse::<Token![=]>()?;
-                    if let Some(cluster) = parse_cluster(input, errors)? {
+                    if let Some((cluster, params)) = parse_cluster(input, errors)? {
                         attr.cluster = cluster;
+                        attr.cluster_params = params;
                     }
                 }
                 "warp_specialize" => {
@@ -252,10 +263,6 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> KernelAttr {
     attr
 }
 
-/// `(x)`, `(x, y)` or `(x, y, z)` (or a bare `x`), positive integer
-/// literals whose product is at most [`MAX_CLUSTER_BLOCKS`]; missing extents
-/// are 1. `Ok(None)` when the value was wrong (reported); `Err` only when the
-/// tokens cannot be skipped.
 /// `= true|false`: the literal, or `None` with `usage` reported at the value.
 fn parse_bool(input: ParseStream, errors: &mut Errors, usage: &str) -> syn::Result<Option<bool>> {
     input.parse::<Token![=]>()?;
@@ -269,7 +276,13 @@ fn parse_bool(input: ParseStream, errors: &mut Errors, usage: &str) -> syn::Resu
     }
 }
 
-fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<[u32; 3]>> {
+/// `(x)`, `(x, y)` or `(x, y, z)` (or a bare `x`); missing extents are 1.
+/// Each extent is a positive integer literal or a name (a const parameter,
+/// resolved per instance: [`resolve_cluster`]; returned with its axis, its
+/// extent 1 in the array). The literals' product is checked here when there
+/// is no name, else per instance. `Ok(None)` when the value was wrong
+/// (reported); `Err` only when the tokens cannot be skipped.
+fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<([u32; 3], Vec<ClusterParam>)>> {
     const USAGE: &str = "`cluster = (x, y, z)`: 1 to 3 positive integers, the blocks of a thread block cluster along each grid axis, e.g. `cluster = (2, 1, 1)`";
     let group = if input.peek(syn::token::Paren) {
         let group: proc_macro2::Group = input.parse()?;
@@ -278,6 +291,9 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         let value: syn::Expr = input.parse()?;
         match &value {
             syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(_), .. }) => {
+                proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, value.to_token_stream())
+            }
+            syn::Expr::Path(path) if path.path.get_ident().is_some() => {
                 proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, value.to_token_stream())
             }
             _ => {
@@ -298,6 +314,7 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         return Ok(None);
     }
     let mut cluster = [1u32; 3];
+    let mut params: Vec<ClusterParam> = Vec::new();
     let mut ok = true;
     for (axis, item) in items.iter().enumerate() {
         if axis == 3 {
@@ -308,14 +325,10 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         let lit = match item {
             syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(lit), .. }) => lit,
             syn::Expr::Path(path) if path.path.get_ident().is_some() => {
-                errors.spanned(
-                    item,
-                    format!(
-                        "a cluster extent must be a positive integer literal; `{}` is a name (constants are not accepted here: write the number)",
-                        path.path.get_ident().map(|i| i.to_string()).unwrap_or_default()
-                    ),
-                );
-                ok = false;
+                // A const parameter's name (checked per instance).
+                if let Some(name) = path.path.get_ident() {
+                    params.push((axis, name.clone()));
+                }
                 continue;
             }
             _ => {
@@ -343,7 +356,7 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         return Ok(None);
     }
     let blocks: u128 = cluster.iter().map(|&c| c as u128).product();
-    if blocks > MAX_CLUSTER_BLOCKS as u128 {
+    if params.is_empty() && blocks > MAX_CLUSTER_BLOCKS as u128 {
         errors.spanned(
             &group,
             format!(
@@ -353,7 +366,81 @@ fn parse_cluster(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<
         );
         return Ok(None);
     }
-    Ok(Some(cluster))
+    Ok(Some((cluster, params)))
+}
+
+/// One instance's cluster: [`KernelAttr::cluster`] with the extents that
+/// name a const parameter ([`KernelAttr::cluster_params`]) set to its value
+/// in `params` (the instance's const parameters, by name; empty for a plain
+/// kernel), each checked as a literal is (at least 1, a `u32`, a product of
+/// at most [`MAX_CLUSTER_BLOCKS`]). A mistake is reported at the name, with
+/// the value, and gives `[1, 1, 1]`.
+pub(crate) fn resolve_cluster(
+    attr: &KernelAttr,
+    params: &std::collections::HashMap<String, i64>,
+    errors: &mut Errors,
+) -> [u32; 3] {
+    if attr.cluster_params.is_empty() {
+        return attr.cluster;
+    }
+    // The cluster as written: `(CL, 1, 1)`.
+    let written: Vec<String> = (0..3)
+        .map(|axis| match attr.cluster_params.iter().find(|(a, _)| *a == axis) {
+            Some((_, name)) => name.to_string(),
+            None => attr.cluster[axis].to_string(),
+        })
+        .collect();
+    let written = format!("({})", written.join(", "));
+    let mut cluster = attr.cluster;
+    let mut ok = true;
+    for (axis, name) in &attr.cluster_params {
+        let Some(&v) = params.get(&name.to_string()) else {
+            errors.at(
+                name.span(),
+                format!("`cluster = {written}`: `{name}` is not a const parameter of the kernel; a cluster extent is an integer literal or the name of a const parameter (`fn k<const CLUSTER: usize>(..)`)"),
+            );
+            ok = false;
+            continue;
+        };
+        match u32::try_from(v) {
+            Ok(0) => {
+                errors.at(
+                    name.span(),
+                    format!("`cluster = {written}` with `{name} = 0`: every cluster extent is at least 1 (1 leaves that axis unclustered)"),
+                );
+                ok = false;
+            }
+            Ok(v) => cluster[*axis] = v,
+            Err(_) => {
+                errors.at(
+                    name.span(),
+                    format!("`cluster = {written}` with `{name} = {v}`: a cluster extent is a small positive integer"),
+                );
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return [1, 1, 1];
+    }
+    let blocks: u128 = cluster.iter().map(|&c| c as u128).product();
+    if blocks > MAX_CLUSTER_BLOCKS as u128 {
+        let values: Vec<String> =
+            attr.cluster_params.iter().map(|(axis, name)| format!("`{name} = {}`", cluster[*axis])).collect();
+        let at = attr.cluster_params[0].1.span();
+        errors.at(
+            at,
+            format!(
+                "`cluster = {written}` with {} is `({}, {}, {})`, {blocks} blocks; the portable limit is {MAX_CLUSTER_BLOCKS} blocks per cluster",
+                values.join(", "),
+                cluster[0],
+                cluster[1],
+                cluster[2]
+            ),
+        );
+        return [1, 1, 1];
+    }
+    cluster
 }
 
 fn check_threads(lit: &LitInt, errors: &mut Errors) -> Option<u32> {

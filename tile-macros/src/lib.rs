@@ -78,8 +78,9 @@ mod sig;
 ///   (`shared::<T, BM, BK>()`), `let x: T`, casts (`x as T`); it is not a
 ///   value. A const parameter is a compile-time constant like a
 ///   `consts(..)` name (dims, buffer shapes, `{ BM * 2 }`, loop extents,
-///   `pipelined(.., STAGES)`, `use_swizzle(P)`), and `threads = NAME` may
-///   name one; it is not a type, and `cluster` takes literals. Dimensions
+///   `pipelined(.., STAGES)`, `use_swizzle(P)`), and `threads = NAME`,
+///   `blocks_per_sm = NAME` and the extents of `cluster = (NAME, ..)` may
+///   name one; it is not a type. Dimensions
 ///   that are neither stay dynamic, bound at launch as in any kernel.
 ///   `consts(..)` holds the constants every instance shares; its names and
 ///   the parameters' must differ.
@@ -114,8 +115,9 @@ mod sig;
 ///
 /// # Autotuning
 /// `tune(BM, BN, ..)` next to `instances(..)` names the const parameters
-/// the autotuner picks (tile sizes, stages, threads, split-K, a warp policy
-/// written as a const parameter: any const parameter); the others (every
+/// the autotuner picks (tile sizes, stages, threads, blocks per SM, cluster
+/// extents, split-K, a warp policy written as a const parameter: any const
+/// parameter); the others (every
 /// type parameter, and the consts it does not name) are the caller's. The
 /// instances that agree on the caller's parameters are one choice's
 /// candidates, in the attribute's order (the first is the default).
@@ -176,13 +178,18 @@ mod sig;
 /// `tune(..)`: which of its const parameters the autotuner picks (above).
 /// Optional:
 /// - `cluster = (x, y, z)`: thread block clusters (sm_90 and later): 1 to 3
-///   positive integer literals (missing ones are 1), at most 8 blocks in all
-///   (the portable limit). A cluster never changes results: on a GPU with
-///   clusters the blocks of a cluster are co-scheduled on one GPC, and the
-///   grid must be a multiple of the cluster on every axis (a compile error
-///   for a constant grid extent, a launch error for a dynamic one); GPUs
-///   without clusters (sm_8x) and the interpreter ignore it
-///   (`tile_ir::Kernel::cluster`).
+///   extents (missing ones are 1; a bare `cluster = x` is `(x)`), each a
+///   positive integer literal or the name of a const parameter of a generic
+///   kernel (`cluster = (CL, 1, 1)` with `fn k<.., const CL: usize>`: each
+///   instance's value, so that instances, and tuned candidates, may differ
+///   in cluster), at most 8 blocks in all (the portable limit). An extent
+///   that is neither, or an instance whose value is 0 or makes more than 8
+///   blocks, is a compile error at the extent. A cluster never changes
+///   results: on a GPU with clusters the blocks of a cluster are
+///   co-scheduled on one GPC, and the grid must be a multiple of the cluster
+///   on every axis (a compile error for a constant grid extent, a launch
+///   error for a dynamic one); GPUs without clusters (sm_8x) and the
+///   interpreter ignore it (`tile_ir::Kernel::cluster`).
 /// - `warp_specialize = true | false` (default `true`): whether the sm_90a
 ///   compiler may add warp-specialized variants of a kernel whose one
 ///   top-level `pipelined` loop has copies TMA can do (`threads` a multiple

@@ -95,6 +95,7 @@ pub fn kernel(b_n_major: bool) -> Function {
             mbar: smem(16384),
             cache_hint: None,
             cta_dst: false,
+            multicast: None,
             region: None,
         })
     };

@@ -40,6 +40,9 @@ pub struct Matmul {
     pub k_first: bool,
     /// Blocks asked to share an SM (`blocks_per_sm=`; 1: not printed).
     pub blocks_per_sm: u32,
+    /// Blocks of a thread block cluster along x (`cluster=(C, 1, 1)`; 1:
+    /// not printed).
+    pub cluster: u32,
     /// Launched as a programmatic dependent (`dependent_launch=true`).
     pub dependent_launch: bool,
 }
@@ -60,6 +63,7 @@ pub const MATMUL: Matmul = Matmul {
     swizzle: Some(8),
     k_first: false,
     blocks_per_sm: 1,
+    cluster: 1,
     dependent_launch: false,
 };
 
@@ -84,10 +88,13 @@ pub const GEMM_TN_BF16: Matmul = Matmul {
 };
 
 impl Matmul {
-    /// The header's options after the grid: `swizzle=`, `blocks_per_sm=`,
-    /// `dependent_launch=true`, in the printer's order.
+    /// The header's options after the grid: `swizzle=`, `cluster=`,
+    /// `blocks_per_sm=`, `dependent_launch=true`, in the printer's order.
     fn options(&self) -> String {
         let mut out = self.swizzle.map(|s| format!(" swizzle={s}")).unwrap_or_default();
+        if self.cluster != 1 {
+            out.push_str(&format!(" cluster=({}, 1, 1)", self.cluster));
+        }
         if self.blocks_per_sm != 1 {
             out.push_str(&format!(" blocks_per_sm={}", self.blocks_per_sm));
         }

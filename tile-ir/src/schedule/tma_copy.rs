@@ -428,6 +428,7 @@ impl Lx<'_> {
                 mbar: mbar.clone(),
                 cache_hint: hint.map(Operand::Reg),
                 cta_dst: false,
+                multicast: None,
                 region: None,
             });
         }

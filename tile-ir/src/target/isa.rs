@@ -9,7 +9,7 @@
 //! feature the target lacks ([`crate::ptx::try_emit`]).
 
 use super::Feature;
-use crate::thread_ir::Inst;
+use crate::thread_ir::{Inst, Operand, Special};
 
 /// What one instruction needs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -32,13 +32,18 @@ const BASE: Requirement = needs(BASE_PTX_VERSION, None);
 
 /// The [`Inst::Op`] opcode families beyond the base ISA: an opcode matches a
 /// row when it starts with the row's prefix.
-pub const OP_ROWS: &[(&str, Requirement)] =
-    &[("cvt.f32.bf16", needs(78, Some(Feature::Bf16Native))), ("createpolicy.", needs(74, None))];
+pub const OP_ROWS: &[(&str, Requirement)] = &[
+    ("cvt.f32.bf16", needs(78, Some(Feature::Bf16Native))),
+    ("createpolicy.", needs(74, None)),
+    ("mapa.", needs(78, Some(Feature::Clusters))),
+];
 
 /// What `inst` needs.
 pub fn requirement(inst: &Inst) -> Requirement {
     use Feature::*;
     match inst {
+        // `%cluster_ctarank` is PTX 7.8, sm_90 (any opcode reading it).
+        Inst::Op { args, .. } if args.contains(&Operand::Special(Special::ClusterCtaRank)) => needs(78, Some(Clusters)),
         Inst::Op { op, .. } => OP_ROWS.iter().find(|(prefix, _)| op.starts_with(prefix)).map_or(BASE, |(_, r)| *r),
         Inst::Pack { .. }
         | Inst::Unpack { .. }
@@ -62,11 +67,15 @@ pub fn requirement(inst: &Inst) -> Requirement {
         Inst::MbarWait { .. } => needs(78, Some(MbarrierTx)),
         Inst::MbarArriveExpectTx { .. } => needs(80, Some(MbarrierTx)),
         Inst::FenceMbarrierInit => needs(80, Some(Clusters)),
+        Inst::MbarArriveCluster { .. } => needs(80, Some(Clusters)),
+        // `.release` / `.acquire` on `barrier.cluster` are PTX 8.0.
+        Inst::ClusterArrive | Inst::ClusterWait => needs(80, Some(Clusters)),
         Inst::GridDepWait => needs(78, Some(GridDependency)),
         Inst::FenceProxyAsync => needs(80, Some(FenceProxyAsync)),
         Inst::TensorMapAddr { .. } => needs(77, None),
         // The `.shared::cta` destination form is PTX 8.6.
         Inst::TmaLoad { cta_dst: true, .. } => needs(86, Some(Tma)),
+        Inst::TmaLoad { multicast: Some(_), .. } => needs(80, Some(Clusters)),
         Inst::TmaLoad { .. } | Inst::TmaStore { .. } | Inst::BulkCommit | Inst::BulkWaitRead { .. } => {
             needs(80, Some(Tma))
         }

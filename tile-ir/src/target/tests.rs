@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 38;
+const VARIANTS: usize = 41;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -52,6 +52,9 @@ fn variant(inst: &Inst) -> usize {
         Inst::Nanosleep { .. } => 35,
         Inst::GridDepWait => 36,
         Inst::WarpBroadcast { .. } => 37,
+        Inst::MbarArriveCluster { .. } => 38,
+        Inst::ClusterArrive => 39,
+        Inst::ClusterWait => 40,
     }
 }
 
@@ -71,13 +74,14 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
     let ld = Inst::Ld { space: Space::Global, ty: "f32", dsts: vec![r(0)], addr: smem(0), region: None };
     let st = Inst::St { space: Space::Shared, ty: "b32", srcs: vec![r(0).into()], addr: smem(0), region: None };
     let atom = |ty| Inst::AtomAdd { space: Space::Global, ty, dst: r(0), addr: smem(0), src: r(1).into() };
-    let tma_load = |cta_dst| Inst::TmaLoad {
+    let tma_load = |cta_dst, multicast| Inst::TmaLoad {
         dst: smem(1024),
         tmap: r(2).into(),
         coords: vec![r(0).into(), Operand::Imm(64)],
         mbar: smem(8),
         cache_hint: None,
         cta_dst,
+        multicast,
         region: None,
     };
     let wgmma = |a| Inst::Wgmma {
@@ -129,8 +133,18 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
         (Inst::FenceMbarrierInit, 80, Some(Clusters)),
         (Inst::FenceProxyAsync, 80, Some(FenceProxyAsync)),
         (Inst::TensorMapAddr { dst: r(2), param: "tmap".into() }, 77, None),
-        (tma_load(false), 80, Some(Tma)),
-        (tma_load(true), 86, Some(Tma)),
+        (tma_load(false, None), 80, Some(Tma)),
+        (tma_load(true, None), 86, Some(Tma)),
+        (tma_load(false, Some(r(8).into())), 80, Some(Clusters)),
+        (Inst::MbarArriveCluster { addr: r(1).into() }, 80, Some(Clusters)),
+        (Inst::ClusterArrive, 80, Some(Clusters)),
+        (Inst::ClusterWait, 80, Some(Clusters)),
+        (op("mapa.shared::cluster.u32"), 78, Some(Clusters)),
+        (
+            Inst::Op { op: "mov.u32".into(), dst: r(0), args: vec![Operand::Special(Special::ClusterCtaRank)] },
+            78,
+            Some(Clusters),
+        ),
         (Inst::TmaStore { tmap: r(2).into(), coords: vec![r(0).into()], src: smem(0), region: None }, 80, Some(Tma)),
         (Inst::BulkCommit, 80, Some(Tma)),
         (Inst::BulkWaitRead { pending: 0 }, 80, Some(Tma)),
@@ -165,6 +179,7 @@ fn function_of(inst: Inst) -> Function {
     }
     f.new_reg(RegClass::F32);
     f.new_reg(RegClass::Pred);
+    f.new_reg(RegClass::B16);
     f.body.push(Stmt::Inst { inst, guard: None });
     f
 }

@@ -9,10 +9,20 @@
 //!   `try_wait.parity(P)` succeeds when the current phase's parity differs
 //!   from `P` (the phase with parity `P` is the completed one). Use of a
 //!   barrier by another thread than its initializer, not ordered after the
-//!   init (a `bar.sync`), fails the test. Memory ordering (PTX memory
+//!   init (a `bar.sync`; from another block of a cluster, the cluster
+//!   barrier), fails the test. Memory ordering (PTX memory
 //!   model): `arrive` releases (the barrier accumulates the arriving warp's
 //!   clock), a successful `try_wait` acquires every arrival up to the phase
-//!   it saw complete (arrivals are read-modify-writes of the barrier).
+//!   it saw complete (arrivals are read-modify-writes of the barrier). The
+//!   tx count may go negative (bytes completing before the `expect_tx`);
+//!   the phase still completes only at 0 arrivals and 0 bytes pending.
+//! - Clusters (see `mod.rs`): `mapa.shared::cluster.u32 d, a, r` is
+//!   `(r + 1) · CLUSTER_WINDOW + a` (a rank outside the cluster fails);
+//!   `mbarrier.arrive.release.cluster.shared::cluster` on such an address
+//!   (or a `.shared::cta` one: the own block) is an arrival with release
+//!   semantics on that block's barrier. Unmodeled: `fence.mbarrier_init`
+//!   (the cluster barrier's release/acquire orders the init here), the
+//!   `.relaxed` cluster arrive.
 //! - TMA load: the box at the coordinates (innermost first, signed) is read
 //!   from the tensor at issue, elements outside the tensor are zero; it is
 //!   laid out densely (innermost fastest) from the 128-byte aligned
@@ -24,7 +34,17 @@
 //!   directly or through other synchronization (the landed bytes are
 //!   written by the mbarrier's clock slot). At issue the destination must
 //!   be ordered after every earlier access of it and no in-flight wgmma may
-//!   read it.
+//!   read it. With `.multicast::cluster` and a `ctaMask` (bits of ranks of
+//!   the cluster, at least one) the box is one such load per block of the
+//!   mask: an async-proxy write at `dst`'s offset in that block, completing
+//!   its box bytes on the mbarrier at `mbar`'s offset there, ordered by a
+//!   wait on that block's phase; each destination is checked at issue as
+//!   above, against the issuing thread's clock. Failing the test: a
+//!   remote arrival or a multicast to a block all of whose threads have
+//!   exited, and a block exiting while a TMA load to it is in flight (the
+//!   hardware faults: "remote access to an exited CTA"); a remote arrival
+//!   or multicast on a peer's barrier not initialized, or whose init is not
+//!   ordered before it (a `barrier.cluster` arrive and wait after the init).
 //! - TMA store: the box is read from shared memory (same layout) at issue
 //!   and written to the in-bounds elements; writing the shared source before
 //!   `cp.async.bulk.wait_group.read` retires its group fails the test, and
@@ -61,6 +81,10 @@ use super::*;
 pub const TMA_OWNER: usize = usize::MAX - 2;
 /// Generic addresses of tensor maps: `TMAP_BASE + index`.
 const TMAP_BASE: u64 = 0xF000_0000_0000_0000;
+/// The simulator's `.shared::cluster` window: `mapa` of shared byte `a` in
+/// the block of rank `r` is `(r + 1) · CLUSTER_WINDOW + a`; an address
+/// below it is the `.shared::cta` address of the thread's own block.
+pub const CLUSTER_WINDOW: u64 = 1 << 24;
 
 /// A tensor map as `cuTensorMapEncodeTiled` describes it.
 #[derive(Clone, Debug)]
@@ -94,16 +118,21 @@ pub struct MbarState {
     pub(super) done_vc: Vec<u32>,
 }
 
+/// A TMA load in flight to one block (a multicast has one per destination):
+/// its mbarrier and bytes as indices into `Sim::shared`.
 struct TmaInFlight {
     mbar: usize,
     dst: usize,
     bytes: Vec<(usize, u8)>,
     box_bytes: i64,
+    /// The destination block (its rank).
+    block: usize,
 }
 
 #[derive(Default)]
 pub struct HopperState {
     pub tensor_maps: Vec<(String, SimTensorMap)>,
+    /// By index into `Sim::shared` (block `r`'s at `r · sstride +` its address).
     pub mbarriers: HashMap<usize, MbarState>,
     /// Per mbarrier clock slot (from the first after the warps'): the
     /// mbarrier's address, and the slot's clock (one tick per landed load).
@@ -171,16 +200,23 @@ impl<'f> Sim<'f> {
         self.hopper.tensor_maps.push((param.to_string(), map));
     }
 
-    /// The state of the mbarrier at shared byte `addr` (after a run).
+    /// The state of the mbarrier at shared byte `addr` (after a run; of
+    /// block 0 of the last cluster in a cluster).
     pub fn mbarrier(&self, addr: usize) -> Option<&MbarState> {
-        self.hopper.mbarriers.get(&addr)
+        self.mbarrier_in(0, addr)
+    }
+
+    /// The state of the mbarrier at shared byte `addr` of the last
+    /// cluster's block of rank `block` (after a run).
+    pub fn mbarrier_in(&self, block: usize, addr: usize) -> Option<&MbarState> {
+        self.hopper.mbarriers.get(&(self.sbase(block) + addr))
     }
 
     pub(super) fn hopper_block_start(&mut self) {
         let h = &mut self.hopper;
         h.mbarriers.clear();
         h.slot_mbar.clear();
-        h.slot_clock = vec![0; warps::MAX_MBARRIERS];
+        h.slot_clock = vec![0; warps::MAX_MBARRIERS * self.nblocks];
         h.tma.clear();
         h.bulk_open = vec![vec![]; self.threads];
         h.bulk_groups = vec![vec![]; self.threads];
@@ -230,6 +266,20 @@ impl<'f> Sim<'f> {
         // matters for the shared source, which no one writes any more.
     }
 
+    /// Every thread of block `r` of a cluster has exited: no TMA load may
+    /// still be landing in its shared memory (the hardware faults).
+    pub(super) fn hopper_block_exit(&mut self, r: usize) {
+        let n = self.hopper.tma.iter().filter(|x| x.block == r).count();
+        if n > 0 {
+            let x = self.hopper.tma.iter().find(|x| x.block == r).unwrap();
+            panic!(
+                "block {r} exits (all its threads) while {n} TMA loads to its shared memory are in flight (the first to shared byte {}, completing on the mbarrier at {}; no wait of the block completed them): remote access to an exited CTA",
+                self.byte_name(x.dst),
+                self.byte_name(x.mbar)
+            );
+        }
+    }
+
     /// Fails when a thread writes shared bytes a pending bulk store reads.
     pub(super) fn check_bulk_source(&self, t: usize, addr: u64, len: usize) {
         let (a, e) = (addr as usize, addr as usize + len);
@@ -245,21 +295,87 @@ impl<'f> Sim<'f> {
         }
     }
 
+    /// Thread `t`'s use (`what`) of the mbarrier at its `.shared::cta`
+    /// address `a`: its index into `shared` (see [`Sim::mbar_in`]).
     pub(super) fn mbar_at(&mut self, t: usize, a: &Address, what: &str) -> usize {
         let addr = self.addr(t, a) as u32 as usize;
-        assert_eq!(addr % 8, 0, "mbarrier at misaligned shared byte {addr}");
-        assert!(addr + 8 <= self.shared.len(), "mbarrier at {addr} outside shared memory");
-        let m = self
-            .hopper
-            .mbarriers
-            .get(&addr)
-            .unwrap_or_else(|| panic!("thread {t} {what} an uninitialized mbarrier at {addr}"));
+        self.mbar_in(t, self.block_of(t), addr, what)
+    }
+
+    /// Thread `t`'s use (`what`) of the mbarrier at shared byte `addr` of
+    /// the block of rank `r` (its own, or a peer's through a
+    /// `.shared::cluster` address): a peer must not have exited, the
+    /// barrier must be initialized and its init ordered before the use (a
+    /// `bar.sync` in the block, the cluster barrier across blocks). Returns
+    /// its index into `shared`.
+    pub(super) fn mbar_in(&mut self, t: usize, r: usize, addr: usize, what: &str) -> usize {
+        let remote = r != self.block_of(t);
         assert!(
-            m.init_thread == t || self.ordered(t / 32, m.init_thread as u32, m.init_clock),
-            "thread {t} {what} the mbarrier at {addr} initialized by thread {} with no bar.sync in between",
-            m.init_thread
+            !remote || !self.block_done[r],
+            "{} {what} the mbarrier at {addr} of block {r}, all of whose threads have exited: remote access to an exited CTA (the hardware faults)",
+            self.thread_name(t)
         );
-        addr
+        assert_eq!(addr % 8, 0, "mbarrier at misaligned shared byte {addr}");
+        assert!(addr + 8 <= self.smem, "mbarrier at {addr} outside shared memory");
+        let g = self.sbase(r) + addr;
+        let Some(m) = self.hopper.mbarriers.get(&g) else {
+            panic!(
+                "{} {what} an uninitialized mbarrier at {}{}",
+                self.thread_name(t),
+                self.byte_name(g),
+                if remote {
+                    " (a use in another block before its mbarrier.init, or not ordered after it: no cluster barrier after the init)"
+                } else {
+                    ""
+                }
+            )
+        };
+        if !(m.init_thread == t || self.ordered(t / 32, m.init_thread as u32, m.init_clock)) {
+            let between = if self.block_of(m.init_thread) == self.block_of(t) {
+                "no bar.sync in between"
+            } else {
+                "no cluster barrier in between (barrier.cluster.arrive.release and barrier.cluster.wait.acquire after the init)"
+            };
+            panic!(
+                "{} {what} the mbarrier at {} initialized by {} with {between}",
+                self.thread_name(t),
+                self.byte_name(g),
+                self.thread_name(m.init_thread)
+            );
+        }
+        g
+    }
+
+    /// A `.shared::cluster` address used by thread `t`: (the block's rank,
+    /// the shared byte in it); a `.shared::cta` one is of `t`'s block.
+    pub(super) fn cluster_addr(&self, t: usize, v: u64) -> (usize, usize) {
+        let v = v as u32 as u64;
+        if v < CLUSTER_WINDOW {
+            return (self.block_of(t), v as usize);
+        }
+        let r = (v / CLUSTER_WINDOW - 1) as usize;
+        assert!(
+            r < self.nblocks,
+            "{} uses the .shared::cluster address {v:#x}, in the block of rank {r}, outside its cluster of {} blocks",
+            self.thread_name(t),
+            self.nblocks
+        );
+        (r, (v % CLUSTER_WINDOW) as usize)
+    }
+
+    /// `mapa.shared::cluster.u32 dst, addr, rank`: the `.shared::cluster`
+    /// address of `addr`'s byte in the block of rank `rank`.
+    pub(super) fn mapa(&mut self, t: usize, dst: Reg, args: &[Operand]) {
+        assert_eq!(args.len(), 2, "mapa takes an address and a rank");
+        let (v, r) = (self.val(t, &args[0]), self.val(t, &args[1]) as u32 as usize);
+        assert!(
+            r < self.nblocks,
+            "{} maps a shared address to the block of rank {r}, outside its cluster of {} blocks (mapa)",
+            self.thread_name(t),
+            self.nblocks
+        );
+        let (_, a) = self.cluster_addr(t, v);
+        self.regs[t][dst.0 as usize] = (r as u64 + 1) * CLUSTER_WINDOW + a as u64;
     }
 
     /// Arrives (`arrivals`, by thread `by`: a release of its warp's clock)
@@ -273,11 +389,11 @@ impl<'f> Sim<'f> {
             self.released = true;
         }
         m.tx += tx;
-        assert!(
-            m.pending >= arrivals,
-            "arrive on the mbarrier at {addr} with no pending arrivals in phase {}",
-            m.phase
-        );
+        if m.pending < arrivals {
+            let phase = m.phase;
+            panic!("arrive on the mbarrier at {} with no pending arrivals in phase {phase}", self.byte_name(addr));
+        }
+        let m = self.hopper.mbarriers.get_mut(&addr).unwrap();
         m.pending -= arrivals;
         if m.pending == 0 && m.tx == 0 {
             m.phase += 1;
@@ -309,7 +425,8 @@ impl<'f> Sim<'f> {
                 self.async_owner[b] = usize::MAX;
                 assert!(
                     self.hopper.async_reads[b] == 0,
-                    "TMA lands on shared byte {b} while a wgmma that reads it is in flight"
+                    "TMA lands on shared byte {} while a wgmma that reads it is in flight",
+                    self.byte_name(b)
                 );
                 self.record_write(b, AGENT | slot as u32, clock);
                 self.hopper.generic_writes[b] = (usize::MAX, 0);
@@ -459,13 +576,13 @@ impl<'f> Sim<'f> {
         cvt: &dyn Fn(u64) -> f64,
     ) -> Vec<Vec<f64>> {
         let mut m = vec![vec![0f64; 16]; rows];
+        // The warpgroup's block's shared memory.
+        let base = self.sbase(self.block_of(128 * wg));
         for (mn, row) in m.iter_mut().enumerate() {
             for (k, x) in row.iter_mut().enumerate() {
                 let a = self.desc_element(desc, mn, k, mn_major);
-                assert!(
-                    a + 2 <= self.shared.len(),
-                    "wgmma (warpgroup {wg}) reads shared byte {a} outside shared memory"
-                );
+                assert!(a + 2 <= self.smem, "wgmma (warpgroup {wg}) reads shared byte {a} outside shared memory");
+                let a = base + a;
                 for b in a..a + 2 {
                     assert!(
                         self.async_owner[b] == usize::MAX,
@@ -584,7 +701,8 @@ impl<'f> Sim<'f> {
             Inst::MbarInit { addr, count } => {
                 let a = self.addr(t, addr) as u32 as usize;
                 assert_eq!(a % 8, 0, "mbarrier.init at misaligned shared byte {a}");
-                assert!(a + 8 <= self.shared.len(), "mbarrier.init at {a} outside shared memory");
+                assert!(a + 8 <= self.smem, "mbarrier.init at {a} outside shared memory");
+                let a = self.sbase(self.block_of(t)) + a;
                 self.race_check(t, a as u64, 8, true);
                 let count = self.val(t, count) as u32;
                 assert!(count > 0, "mbarrier.init with count 0");
@@ -595,7 +713,8 @@ impl<'f> Sim<'f> {
                         self.hopper.slot_mbar.len() - 1
                     }
                 };
-                assert!(k < warps::MAX_MBARRIERS, "the simulator models at most {} mbarriers", warps::MAX_MBARRIERS);
+                let most = warps::MAX_MBARRIERS * self.nblocks;
+                assert!(k < most, "the simulator models at most {most} mbarriers");
                 let slots = self.vc[0].len();
                 let m = MbarState {
                     expected: count,
@@ -612,6 +731,13 @@ impl<'f> Sim<'f> {
             }
             Inst::MbarArrive { addr } => {
                 let a = self.mbar_at(t, addr, "arrives on");
+                self.mbar_arrive(a, 0, 1, Some(t));
+            }
+            // A release as a local arrival; the barrier may be a peer's.
+            Inst::MbarArriveCluster { addr } => {
+                let v = self.val(t, addr);
+                let (r, a) = self.cluster_addr(t, v);
+                let a = self.mbar_in(t, r, a, "arrives on");
                 self.mbar_arrive(a, 0, 1, Some(t));
             }
             Inst::MbarArriveExpectTx { addr, tx_bytes } => {
@@ -631,19 +757,48 @@ impl<'f> Sim<'f> {
                     .unwrap_or_else(|| panic!("no tensor map for parameter {param}"));
                 self.regs[t][dst.0 as usize] = TMAP_BASE + i as u64;
             }
-            Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, .. } => {
+            Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, multicast, .. } => {
                 let map = self.tensor_map(t, tmap);
                 if let Some(h) = cache_hint {
                     let _ = self.val(t, h);
                 }
-                let d = self.addr(t, dst) as u32 as usize;
+                let (dr, d) = self.cluster_addr(t, self.addr(t, dst));
+                let (mr, ma) = self.cluster_addr(t, self.addr(t, mbar));
                 Self::check_box_dst(&map, d);
                 let c: Vec<i64> = coords.iter().map(|o| self.val(t, o) as u32 as i32 as i64).collect();
-                let m = self.mbar_at(t, mbar, "issues a TMA load completing on");
+                // The destination blocks: the mask's (at the same offsets in
+                // each), or the block of the destination address.
+                let dests: Vec<usize> = match multicast {
+                    Some(mask) => {
+                        let mask = self.val(t, mask) & 0xFFFF;
+                        assert!(
+                            mask != 0 && mask >> self.nblocks == 0,
+                            "{} issues a TMA multicast with ctaMask {mask:#06x}: its bits must name ranks of its cluster of {} blocks",
+                            self.thread_name(t),
+                            self.nblocks
+                        );
+                        (0..self.nblocks).filter(|r| mask >> r & 1 != 0).collect()
+                    }
+                    None => {
+                        assert_eq!(
+                            dr,
+                            mr,
+                            "{} issues a TMA load to block {dr} completing on an mbarrier of block {mr}",
+                            self.thread_name(t)
+                        );
+                        vec![dr]
+                    }
+                };
+                let what = if multicast.is_some() {
+                    "issues a TMA multicast completing on"
+                } else {
+                    "issues a TMA load completing on"
+                };
                 let elems = Self::box_elements(&map, &c);
                 let box_bytes = (elems.len() * map.elem_bytes) as i64;
-                assert!(d + box_bytes as usize <= self.shared.len(), "TMA box {d}+{box_bytes} outside shared memory");
-                let mut bytes = Vec::with_capacity(box_bytes as usize);
+                assert!(d + box_bytes as usize <= self.smem, "TMA box {d}+{box_bytes} outside shared memory");
+                // Read at issue; the shared bytes from the block's base.
+                let mut local = Vec::with_capacity(box_bytes as usize);
                 for (soff, g) in elems {
                     for e in 0..map.elem_bytes {
                         let v = match g {
@@ -651,28 +806,48 @@ impl<'f> Sim<'f> {
                             None => 0,
                         };
                         let b = swizzle_addr(d + soff + e, map.swizzle);
-                        bytes.push((b, v));
+                        local.push((b, v));
                     }
                 }
-                for &(b, _) in &bytes {
-                    let o = self.async_owner[b];
-                    assert!(o == usize::MAX, "TMA load to shared byte {b} overlaps another copy in flight");
-                    assert!(
-                        self.hopper.async_reads[b] == 0,
-                        "thread {t} issues a TMA load to shared byte {b} that an in-flight wgmma reads (before its wgmma.wait_group)"
-                    );
-                    if let Some(other) = self.unordered_access(t, b, true) {
-                        panic!("thread {t} issues a TMA load to shared byte {b} after {other} with no synchronization between");
+                for r in dests {
+                    let m = self.mbar_in(t, r, ma, what);
+                    let base = self.sbase(r);
+                    let bytes: Vec<(usize, u8)> = local.iter().map(|&(b, v)| (base + b, v)).collect();
+                    // An async-proxy write into block r: ordered after every
+                    // earlier access of its bytes there.
+                    for &(b, _) in &bytes {
+                        let o = self.async_owner[b];
+                        assert!(
+                            o == usize::MAX,
+                            "shared-memory race at byte {}: {} issues a TMA load to it that overlaps another copy to it still in flight (no wait has completed that copy's mbarrier phase)",
+                            self.byte_name(b),
+                            self.thread_name(t)
+                        );
+                        assert!(
+                            self.hopper.async_reads[b] == 0,
+                            "{} issues a TMA load to shared byte {} that an in-flight wgmma reads (before its wgmma.wait_group)",
+                            self.thread_name(t),
+                            self.byte_name(b)
+                        );
+                        if let Some(other) = self.unordered_access(t, b, true) {
+                            panic!(
+                                "shared-memory race at byte {}: {} issues a TMA load to it after {other} with no synchronization between",
+                                self.byte_name(b),
+                                self.thread_name(t)
+                            );
+                        }
+                        self.async_owner[b] = TMA_OWNER;
                     }
-                    self.async_owner[b] = TMA_OWNER;
+                    self.hopper.tma.push(TmaInFlight { mbar: m, dst: base + d, bytes, box_bytes, block: r });
                 }
-                self.hopper.tma.push(TmaInFlight { mbar: m, dst: d, bytes, box_bytes });
                 self.hopper.tma_loads += 1;
             }
             Inst::TmaStore { tmap, coords, src, .. } => {
                 let map = self.tensor_map(t, tmap);
                 let s = self.addr(t, src) as u32 as usize;
                 Self::check_box_dst(&map, s);
+                assert!(s <= self.smem, "TMA store source {s} outside shared memory");
+                let s = self.sbase(self.block_of(t)) + s;
                 let c: Vec<i64> = coords.iter().map(|o| self.val(t, o) as u32 as i32 as i64).collect();
                 let elems = Self::box_elements(&map, &c);
                 let len = elems.len() * map.elem_bytes;
@@ -681,12 +856,19 @@ impl<'f> Sim<'f> {
                     for e in 0..map.elem_bytes {
                         let b = swizzle_addr(s + soff + e, map.swizzle);
                         if let Some(other) = self.unordered_access(t, b, false) {
-                            panic!("TMA store by thread {t} reads shared byte {b} after {other} with no synchronization between");
+                            panic!(
+                                "TMA store by {} reads shared byte {} after {other} with no synchronization between",
+                                self.thread_name(t),
+                                self.byte_name(b)
+                            );
                         }
                         let (gw, fences) = self.hopper.generic_writes[b];
                         assert!(
                             gw == usize::MAX || self.hopper.proxy_fences[gw] > fences,
-                            "TMA store by thread {t} reads shared byte {b} written through the generic proxy by thread {gw}, which has not executed fence.proxy.async since"
+                            "TMA store by {} reads shared byte {} written through the generic proxy by {}, which has not executed fence.proxy.async since",
+                            self.thread_name(t),
+                            self.byte_name(b),
+                            self.thread_name(gw)
                         );
                         self.record_read(b, t / 32, (t % 32) as u32);
                         if let Some(g) = g {

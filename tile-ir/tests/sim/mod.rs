@@ -1,5 +1,6 @@
 //! A block-level simulator of the Thread IR, for tests: runs a block's warps
-//! over the structured control flow, with bounds-checked global and shared
+//! (a thread block cluster's blocks' warps together, see **Clusters**) over
+//! the structured control flow, with bounds-checked global and shared
 //! memory (an access outside a tensor or outside the dynamic shared memory
 //! fails the test, so masking bugs show up even when the results happen to
 //! be right) and happens-before race detection on shared memory.
@@ -26,7 +27,7 @@
 //! per warp, where it is (its statement path and instruction) and what it
 //! waits for (the mbarrier's phase, pending arrivals and transaction bytes,
 //! in-flight TMA loads; the barrier's count and who arrived; the warpgroup's
-//! other warps).
+//! other warps; the cluster barrier's warps that have not arrived).
 //!
 //! **Races.** Each warp has a vector clock (one slot per warp, plus one per
 //! mbarrier for the TMA bytes its phases complete). A barrier joins its
@@ -47,6 +48,29 @@
 //! warp deadlocks here (hardware with independent thread scheduling may
 //! run it); across warps there is no such limit.
 //!
+//! **Clusters.** A kernel with `cluster = [C, 1, 1]` ([`Sim::cluster`], from
+//! `Kernel::cluster` in [`launch`] and [`run_function`]) runs cluster by
+//! cluster: blocks `ctaid.x = C·i .. C·i+C` (the grid's x a multiple of C)
+//! in one run, their warps interleaved as one block's are (the seeded
+//! schedules too), numbered across the cluster for the vector clocks, so
+//! happens-before spans the blocks. Each block has its own shared memory
+//! (block `r`'s at `r · sstride` in `Sim::shared`, 1024-aligned; every
+//! `.shared::cta` address is the executing thread's block's), mbarriers,
+//! 16 named barriers (`bar.sync` is per block), register pool, exits and
+//! `%tid.x`; `%cluster_ctarank` is `r` and `%ctaid.x` the cluster's first
+//! plus `r`. Threads are padded per block to whole warpgroups (the padding
+//! warps have no lanes). `mapa` gives a `.shared::cluster` address
+//! (`hopper::CLUSTER_WINDOW`); `mbarrier.arrive.release.cluster` on one
+//! arrives (releasing, as a local arrive) on that block's barrier;
+//! `barrier.cluster.arrive.release` / `wait.acquire` is a cluster-wide
+//! barrier joining every warp's clock (exited threads do not hold it up, a
+//! live thread that never arrives is a deadlock); a TMA multicast lands in
+//! every block of its mask (`hopper.rs`). Messages name threads, warps and
+//! bytes by block in a cluster (`thread 32 of block 1`, `block 1 warp 0`,
+//! `shared byte 1024 of block 1`: block r is rank r), the deadlock report
+//! the cluster's `ctaid`. Without a cluster the instructions see a cluster
+//! of one: rank 0, `mapa` to rank 0 only, multicast masks of bit 0 only.
+//!
 //! **Registers** (`regs.rs`). The block holds, from its launch, the entry
 //! count per thread that ptxas gives the function (`TargetInfo::entry_regs`
 //! of its `.maxntid` and `.minnctapersm`, at most its largest `setmaxnreg`
@@ -58,7 +82,8 @@
 //! a deadlock whose report names the `setmaxnreg.inc`, what it needs and
 //! the pool's numbers (the H200 hang of a persistent loop at 240 consumer
 //! registers, which the simulator did not see before). An inc below or a
-//! dec above the warpgroup's current count (undefined in PTX) fails.
+//! dec above the warpgroup's current count (undefined in PTX) fails. Each
+//! block of a cluster has its own pool.
 //!
 //! `cp.async` is asynchronous as on the hardware: the source is read at
 //! issue, but the data lands in shared memory only when a
@@ -72,7 +97,8 @@
 //! transaction bytes and phase parity; TMA loads that land only when a wait
 //! on their mbarrier needs them; TMA stores with bulk groups; wgmma with
 //! shared-memory descriptors or register A, asynchronous until
-//! `wgmma.wait_group`; elect.sync and setmaxnreg (the register pool).
+//! `wgmma.wait_group`; elect.sync and setmaxnreg (the register pool); the
+//! cluster instructions (remote arrivals, TMA multicast, their faults).
 //!
 //! **Running a compiled variant.** [`run_compiled`] runs a
 //! `tile_ir::Compiled` (any schedule: `warp_specialized_gemm`,
@@ -80,9 +106,9 @@
 //! [`SimTensor`]s (bytes, shape outermost first, element size) in parameter
 //! order, each tensor map the variant declares encoded from its tensor's
 //! shape as the runtime does (dense row-major, the meta's box and swizzle),
-//! then `dims` and scalar bits; [`RunOptions`] picks the launch shape (a
-//! persistent variant may be launched with fewer blocks, on x) and the
-//! scheduling seed. [`run_function`] does the same for a `Function` the
+//! then `dims` and scalar bits, in clusters of the kernel's `cluster`;
+//! [`RunOptions`] picks the launch shape (a persistent variant may be
+//! launched with fewer blocks, on x) and the scheduling seed. [`run_function`] does the same for a `Function` the
 //! test changed (planted bugs); [`run_interleavings`] runs one under the
 //! default schedule and three seeds and checks they agree, e.g.
 //! ```ignore
@@ -123,11 +149,15 @@ pub fn launch<'f>(
     scalars: &[u64],
 ) -> Sim<'f> {
     let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
-    launch_shaped(f, tensors, dims, scalars, grid)
+    let mut sm = Sim::new(f, tensors, plain_params(f, 0, dims, scalars, 0));
+    sm.cluster = k.cluster;
+    sm.run_grid(grid);
+    sm
 }
 
 /// [`launch`] with the launch shape `shape` (`nctaid`) rather than the
-/// kernel's grid: e.g. a grid folded onto x (`tile_ir::abi::launch_shape`).
+/// kernel's grid: e.g. a grid folded onto x (`tile_ir::abi::launch_shape`);
+/// no cluster.
 pub fn launch_shaped<'f>(
     f: &'f Function,
     tensors: Vec<Vec<u8>>,
@@ -231,6 +261,7 @@ pub fn run_function<'f>(
     }
     let mut sm = Sim::new(f, bytes, params);
     sm.seed = opts.seed;
+    sm.cluster = k.cluster;
     for tm in &f.tensor_maps {
         let (shape, elem) = &shapes[tm.tensor];
         assert_eq!(tm.box_shape.len(), shape.len(), "{}: one box extent per tensor dim", tm.param);
@@ -318,18 +349,43 @@ pub struct Sim<'f> {
     /// Global memory: each tensor at `GBASE + i * 2^32`.
     pub tensors: Vec<Vec<u8>>,
     pub params: HashMap<String, u64>,
+    /// The first block of the cluster being run (the block, without a
+    /// cluster); a thread's `%ctaid.x` adds its block's rank.
     pub ctaid: [u32; 3],
     pub nctaid: [u32; 3],
+    /// The thread block cluster (`Kernel::cluster`, `[C, 1, 1]`; set by
+    /// [`launch`] and [`run_function`]): [`Sim::run_grid`] runs the grid
+    /// cluster by cluster, the `C` blocks of one together.
+    pub cluster: [u32; 3],
     /// Scheduling: `None` runs each warp until it blocks, lowest warp
     /// first; `Some(seed)` shuffles the warps every round and runs each for
     /// a pseudo-random number of statements (the same seed, the same order).
     pub seed: Option<u64>,
     rng: u64,
     regs: Vec<Vec<u64>>,
+    /// The cluster's shared memory: block `r`'s at `r * sstride`.
     shared: Vec<u8>,
+    /// Thread indices of the cluster being run: block `r`'s threads are
+    /// `r * stride ..` (`stride`: the block's threads, rounded up to whole
+    /// warpgroups in a cluster), `threads` in all.
     threads: usize,
+    stride: usize,
+    /// The run's blocks (the cluster's, 1 without a cluster), threads per
+    /// block (`Function::threads`), shared bytes per block and the stride
+    /// of the blocks in `shared` (1024-aligned in a cluster: swizzles and
+    /// alignments stay those of the block's own addresses).
+    nblocks: usize,
+    block_threads: usize,
+    smem: usize,
+    sstride: usize,
+    /// Per block of the cluster: every thread of it has exited.
+    block_done: Vec<bool>,
+    /// The cluster barrier (`barrier.cluster`).
+    cbar: warps::ClusterBar,
     pub steps: u64,
-    /// The block's warps, their synchronization state, the 16 barriers.
+    /// The cluster's warps (block `r`'s from `r * stride / 32`), their
+    /// synchronization state, each block's 16 barriers (block `r`'s from
+    /// `16 * r`).
     warps: Vec<warps::Warp<'f>>,
     sync: Vec<warps::WarpSync<'f>>,
     bars: Vec<warps::NamedBar>,
@@ -354,8 +410,8 @@ pub struct Sim<'f> {
     pub cp_async_count: u64,
     /// Hopper state (mbarriers, TMA, bulk groups, wgmma groups).
     pub hopper: hopper::HopperState,
-    /// The block's register pool (`setmaxnreg`, `regs.rs`).
-    pool: regs::RegPool,
+    /// Per block: its register pool (`setmaxnreg`, `regs.rs`).
+    pools: Vec<regs::RegPool>,
 }
 
 fn f32b(x: u64) -> f32 {
@@ -380,11 +436,19 @@ impl<'f> Sim<'f> {
             params,
             ctaid: [0; 3],
             nctaid: [1; 3],
+            cluster: [1, 1, 1],
             seed: None,
             rng: 0,
             regs: vec![],
             shared: vec![],
             threads,
+            stride: threads,
+            nblocks: 1,
+            block_threads: threads,
+            smem: f.shared_bytes as usize,
+            sstride: f.shared_bytes as usize,
+            block_done: vec![],
+            cbar: warps::ClusterBar::default(),
             steps: 0,
             warps: vec![],
             sync: vec![],
@@ -399,15 +463,19 @@ impl<'f> Sim<'f> {
             async_owner: vec![],
             cp_async_count: 0,
             hopper: hopper::HopperState::default(),
-            pool: regs::RegPool::default(),
+            pools: vec![],
         }
     }
 
+    /// Runs the grid `grid` (`nctaid`), cluster by cluster (block by block
+    /// without a cluster).
     pub fn run_grid(&mut self, grid: [u32; 3]) {
         self.nctaid = grid;
+        let c = self.cluster_size() as u32;
+        assert!(grid[0] % c == 0, "a grid of {} blocks along x is not a whole number of clusters of {c}", grid[0]);
         for z in 0..grid[2] {
             for y in 0..grid[1] {
-                for x in 0..grid[0] {
+                for x in (0..grid[0]).step_by(c as usize) {
                     self.ctaid = [x, y, z];
                     self.run_block();
                 }
@@ -415,10 +483,32 @@ impl<'f> Sim<'f> {
         }
     }
 
+    /// Blocks per cluster: `C` of `cluster = [C, 1, 1]`, 1 without a cluster.
+    pub fn cluster_size(&self) -> usize {
+        let [x, y, z] = self.cluster;
+        assert!(
+            y == 1 && z == 1 && (1..=16).contains(&x),
+            "the simulator models clusters [C, 1, 1] with C in 1..=16, not {:?}",
+            self.cluster
+        );
+        x as usize
+    }
+
+    /// Runs one cluster, its first block at `ctaid` (one block, without a
+    /// cluster): its blocks' warps interleaved until every one has finished.
     pub fn run_block(&mut self) {
+        let c = self.cluster_size();
+        let (t, s) = (self.f.threads as usize, self.f.shared_bytes as usize);
+        self.nblocks = c;
+        self.block_threads = t;
+        self.stride = if c == 1 { t } else { t.div_ceil(128) * 128 };
+        self.threads = c * self.stride;
+        self.smem = s;
+        self.sstride = if c == 1 { s } else { s.div_ceil(1024) * 1024 };
+        self.block_done = vec![false; c];
         self.regs = vec![vec![0xDEAD_BEEF_DEAD_BEEF; self.f.regs.len()]; self.threads];
         // Garbage in shared memory: reads of unwritten data poison results.
-        let bytes = self.f.shared_bytes as usize;
+        let bytes = c * self.sstride;
         self.shared = vec![0x7F; bytes];
         self.async_open = vec![vec![]; self.threads];
         self.async_groups = vec![vec![]; self.threads];
@@ -433,9 +523,69 @@ impl<'f> Sim<'f> {
         for t in 0..self.threads {
             assert!(
                 self.async_open[t].is_empty() && self.async_groups[t].is_empty(),
-                "thread {t} exits with cp.async copies in flight"
+                "{} exits with cp.async copies in flight",
+                self.thread_name(t)
             );
         }
+    }
+
+    /// The block (cluster rank) of thread `t`.
+    fn block_of(&self, t: usize) -> usize {
+        t / self.stride
+    }
+
+    /// The block of warp `w`.
+    fn warp_block(&self, w: usize) -> usize {
+        32 * w / self.stride
+    }
+
+    /// Block `r`'s first byte in `shared`.
+    fn sbase(&self, r: usize) -> usize {
+        r * self.sstride
+    }
+
+    /// Thread `t` in words: `thread 5`, in a cluster `thread 5 of block 1`
+    /// (its `%tid.x`, its block's rank).
+    fn thread_name(&self, t: usize) -> String {
+        if self.nblocks == 1 {
+            format!("thread {t}")
+        } else {
+            format!("thread {} of block {}", t % self.stride, t / self.stride)
+        }
+    }
+
+    /// Warp `w` in words: `warp 4`, in a cluster `block 1 warp 0`.
+    fn warp_name(&self, w: usize) -> String {
+        if self.nblocks == 1 {
+            format!("warp {w}")
+        } else {
+            let r = self.warp_block(w);
+            format!("block {r} warp {}", w - r * self.stride / 32)
+        }
+    }
+
+    /// Warps `ws` (of one block) by their numbers in the block.
+    fn warp_list(&self, ws: &[usize]) -> String {
+        let local: Vec<usize> = ws.iter().map(|&w| w - self.warp_block(w) * self.stride / 32).collect();
+        format!("{local:?}")
+    }
+
+    /// Shared byte `g` (an index into `shared`) in words: `520`, in a
+    /// cluster `520 of block 1`.
+    fn byte_name(&self, g: usize) -> String {
+        if self.nblocks == 1 || self.sstride == 0 {
+            format!("{g}")
+        } else {
+            format!("{} of block {}", g % self.sstride, g / self.sstride)
+        }
+    }
+
+    /// The index into `shared` of thread `t`'s shared address `a` (its
+    /// block's `len` bytes there, which must lie in its shared memory).
+    fn shared_index(&self, t: usize, a: u64, len: usize) -> u64 {
+        let a = a as u32 as usize;
+        assert!(a + len <= self.smem, "shared access out of bounds: {a}+{len} > {}", self.smem);
+        (self.sbase(self.block_of(t)) + a) as u64
     }
 
     /// Fails when a byte of `[addr, addr+len)` has a cp.async in flight.
@@ -445,10 +595,18 @@ impl<'f> Sim<'f> {
         }
         for b in addr as usize..(addr as usize + len).min(self.async_owner.len()) {
             let o = self.async_owner[b];
-            assert!(o != hopper::TMA_OWNER, "thread {t} {what} shared byte {b} while a TMA load to it is in flight (no mbarrier wait has completed its phase)");
+            assert!(
+                o != hopper::TMA_OWNER,
+                "{} {what} shared byte {} while a TMA load to it is in flight (no mbarrier wait has completed its phase)",
+                self.thread_name(t),
+                self.byte_name(b)
+            );
             assert!(
                 o == usize::MAX,
-                "thread {t} {what} shared byte {b} while thread {o}'s cp.async to it is in flight (no cp.async.wait_group retired it)"
+                "{} {what} shared byte {} while {}'s cp.async to it is in flight (no cp.async.wait_group retired it)",
+                self.thread_name(t),
+                self.byte_name(b),
+                self.thread_name(o)
             );
         }
     }
@@ -459,8 +617,11 @@ impl<'f> Sim<'f> {
             Operand::Imm(v) => *v as u64,
             Operand::F32(x) => bf(*x),
             Operand::B16(b) => *b as u64,
-            Operand::Special(Special::TidX) => t as u64,
+            Operand::Special(Special::TidX) => (t % self.stride) as u64,
+            // Cluster blocks are consecutive along x: rank r is ctaid.x + r.
+            Operand::Special(Special::CtaId(0)) => (self.ctaid[0] as usize + self.block_of(t)) as u64,
             Operand::Special(Special::CtaId(a)) => self.ctaid[*a as usize] as u64,
+            Operand::Special(Special::ClusterCtaRank) => self.block_of(t) as u64,
             Operand::Special(Special::NctaId(a)) => self.nctaid[*a as usize] as u64,
             Operand::Symbol(s) if s == SMEM => 0,
             Operand::Symbol(s) => panic!("unknown symbol {s}"),
@@ -493,10 +654,12 @@ impl<'f> Sim<'f> {
     fn writer_name(&self, writer: u32) -> String {
         if writer & AGENT != 0 {
             let slot = (writer & !AGENT) as usize;
-            let mbar = self.hopper.slot_mbar.get(slot - self.nwarps).copied().unwrap_or(usize::MAX);
-            format!("a TMA load completing on the mbarrier at {mbar}")
+            match self.hopper.slot_mbar.get(slot - self.nwarps) {
+                Some(&mbar) => format!("a TMA load completing on the mbarrier at {}", self.byte_name(mbar)),
+                None => format!("a TMA load completing on the mbarrier at {}", usize::MAX),
+            }
         } else {
-            format!("thread {writer}")
+            self.thread_name(writer as usize)
         }
     }
 
@@ -520,9 +683,9 @@ impl<'f> Sim<'f> {
                 let ok = if u == w { rl == lane || now > rc } else { self.vc[w][u] >= rc };
                 if !ok {
                     let who = if rl == MANY {
-                        format!("lanes of warp {u}")
+                        format!("lanes of {}", self.warp_name(u))
                     } else {
-                        format!("thread {}", 32 * u + rl as usize)
+                        self.thread_name(32 * u + rl as usize)
                     };
                     return Some(format!("a read by {who}"));
                 }
@@ -565,7 +728,9 @@ impl<'f> Sim<'f> {
         for b in addr as usize..addr as usize + len {
             if let Some(other) = self.unordered_access(t, b, write) {
                 panic!(
-                    "shared-memory race at byte {b}: thread {t} {} after {other} with no synchronization between (bar.sync, or an mbarrier arrive and a wait on its phase)",
+                    "shared-memory race at byte {}: {} {} after {other} with no synchronization between (bar.sync, or an mbarrier arrive and a wait on its phase)",
+                    self.byte_name(b),
+                    self.thread_name(t),
                     if write { "writes" } else { "reads" }
                 );
             }
@@ -602,6 +767,7 @@ impl<'f> Sim<'f> {
                         for (i, row) in mat.iter_mut().enumerate() {
                             let t = lanes[8 * j + i];
                             let a = self.addr(t, addr);
+                            let a = self.shared_index(t, a, 16);
                             self.race_check(t, a, 16, false);
                             let bytes = self.mem(Space::Shared, a, 16).to_vec();
                             for (e, x) in row.iter_mut().enumerate() {
@@ -670,8 +836,9 @@ impl<'f> Sim<'f> {
 
     fn mem(&mut self, space: Space, addr: u64, len: usize) -> &mut [u8] {
         match space {
+            // `addr`: an index into `shared` (`Sim::shared_index`).
             Space::Shared => {
-                let a = addr as u32 as usize;
+                let a = addr as usize;
                 assert!(a + len <= self.shared.len(), "shared access out of bounds: {a}+{len} > {}", self.shared.len());
                 assert_eq!(a % len.min(16), 0, "misaligned shared access");
                 &mut self.shared[a..a + len]
@@ -696,6 +863,7 @@ impl<'f> Sim<'f> {
 
     fn inst(&mut self, t: usize, inst: &Inst) {
         match inst {
+            Inst::Op { op, dst, args } if op.starts_with("mapa.") => self.mapa(t, *dst, args),
             Inst::Op { op, dst, args } => {
                 let a: Vec<u64> = args.iter().map(|x| self.val(t, x)).collect();
                 let r = eval_op(op, &a);
@@ -715,9 +883,10 @@ impl<'f> Sim<'f> {
             }
             Inst::Ld { space, ty, dsts, addr, .. } => {
                 let size = ty_size(ty);
-                let base = self.addr(t, addr);
+                let mut base = self.addr(t, addr);
                 let n = dsts.len();
                 if *space == Space::Shared {
+                    base = self.shared_index(t, base, size * n);
                     self.check_landed(t, base, size * n, "reads");
                     self.race_check(t, base, size * n, false);
                 }
@@ -735,8 +904,11 @@ impl<'f> Sim<'f> {
             }
             Inst::St { space, ty, srcs, addr, .. } => {
                 let size = ty_size(ty);
-                let base = self.addr(t, addr);
+                let mut base = self.addr(t, addr);
                 let vals: Vec<u64> = srcs.iter().map(|s| self.val(t, s)).collect();
+                if *space == Space::Shared {
+                    base = self.shared_index(t, base, size * vals.len());
+                }
                 let m = self.mem(*space, base, size * vals.len());
                 let _ = m;
                 if *space == Space::Shared {
@@ -753,7 +925,10 @@ impl<'f> Sim<'f> {
             }
             Inst::AtomAdd { space, ty, dst, addr, src } => {
                 let size = ty_size(ty);
-                let base = self.addr(t, addr);
+                let mut base = self.addr(t, addr);
+                if *space == Space::Shared {
+                    base = self.shared_index(t, base, size);
+                }
                 let x = self.val(t, src);
                 let m = self.mem(*space, base, size);
                 let mut old = 0u64;
@@ -779,12 +954,9 @@ impl<'f> Sim<'f> {
                 let n = self.val(t, src_bytes) as u32 as usize;
                 assert!(n <= bytes, "cp.async src_bytes {n} > {bytes}");
                 let d = self.addr(t, dst) as u32 as usize;
-                assert!(
-                    d + bytes <= self.shared.len(),
-                    "cp.async to shared out of bounds: {d}+{bytes} > {}",
-                    self.shared.len()
-                );
+                assert!(d + bytes <= self.smem, "cp.async to shared out of bounds: {d}+{bytes} > {}", self.smem);
                 assert_eq!(d % bytes, 0, "misaligned cp.async destination {d}");
+                let d = self.sbase(self.block_of(t)) + d;
                 let g = self.addr(t, src);
                 let mut data = vec![0u8; bytes];
                 if n > 0 {
@@ -833,6 +1005,8 @@ impl<'f> Sim<'f> {
             | Inst::BarSync
             | Inst::NamedBarSync { .. }
             | Inst::Exit
+            | Inst::ClusterArrive
+            | Inst::ClusterWait
             | Inst::MbarWait { .. }
             | Inst::Ldmatrix { .. }
             | Inst::Mma { .. } => unreachable!("{inst:?} is run per warp"),

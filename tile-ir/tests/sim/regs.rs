@@ -20,18 +20,21 @@
 //! PTX and fails the test, as does a count outside 24..=256 or not a
 //! multiple of 8.
 //!
+//! In a cluster each block has its own pool (registers never move between
+//! blocks).
+//!
 //! Expects `Sim::start_warps` to have set the warps up. Guarantees: the
 //! pool never goes negative; a warpgroup's count changes only at its
 //! `setmaxnreg`.
 
 use super::*;
 
-/// The register pool of the block being run.
+/// The register pool of a block being run.
 #[derive(Clone, Debug, Default)]
 pub(super) struct RegPool {
     /// Registers per thread at launch.
     pub(super) entry: u32,
-    /// Per warpgroup: its registers per thread now.
+    /// Per warpgroup of the block: its registers per thread now.
     pub(super) per_thread: Vec<u32>,
     /// Registers released to the pool and not yet taken.
     pub(super) free: u64,
@@ -64,26 +67,36 @@ pub fn entry_regs(f: &Function) -> u32 {
 }
 
 impl<'f> Sim<'f> {
-    /// The pool of a block that has just launched.
+    /// The pools of the blocks that have just launched.
     pub(super) fn regs_block_start(&mut self) {
         let entry = entry_regs(self.f);
-        self.pool = RegPool { entry, per_thread: vec![entry; self.threads.div_ceil(128)], ..RegPool::default() };
+        let pool = RegPool { entry, per_thread: vec![entry; self.block_threads.div_ceil(128)], ..RegPool::default() };
+        self.pools = vec![pool; self.nblocks];
+    }
+
+    /// Warpgroup `wg`'s block and its number in the block.
+    fn wg_in_block(&self, wg: usize) -> (usize, usize) {
+        let r = self.block_of(128 * wg);
+        (r, wg - r * self.stride / 128)
     }
 
     /// Registers `setmaxnreg.inc` of warpgroup `wg` still lacks in the pool
     /// (0: it can run now; always 0 for any other instruction).
     pub(super) fn setmaxnreg_short(&self, wg: usize, inst: &Inst) -> u64 {
         let Inst::SetMaxNreg { inc: true, count } = inst else { return 0 };
-        let want = 128 * (*count as u64).saturating_sub(self.pool.per_thread[wg] as u64);
-        want.saturating_sub(self.pool.free)
+        let (r, lw) = self.wg_in_block(wg);
+        let pool = &self.pools[r];
+        let want = 128 * (*count as u64).saturating_sub(pool.per_thread[lw] as u64);
+        want.saturating_sub(pool.free)
     }
 
     /// Runs `setmaxnreg` for warpgroup `wg` (the pool holds enough for an
     /// `inc`: [`Sim::setmaxnreg_short`] is 0).
     pub(super) fn setmaxnreg(&mut self, wg: usize, inc: bool, count: u32) {
         assert!((24..=256).contains(&count) && count % 8 == 0, "setmaxnreg {count}: must be 24..=256, a multiple of 8");
-        let now = self.pool.per_thread[wg];
-        let p = &mut self.pool;
+        let (r, lw) = self.wg_in_block(wg);
+        let now = self.pools[r].per_thread[lw];
+        let p = &mut self.pools[r];
         if inc {
             assert!(
                 count >= now,
@@ -102,20 +115,21 @@ impl<'f> Sim<'f> {
             p.free += n;
             p.released += n;
         }
-        p.per_thread[wg] = count;
+        p.per_thread[lw] = count;
     }
 
     /// What warpgroup `wg` waiting at `setmaxnreg.inc count` lacks, in words.
     pub(super) fn setmaxnreg_report(&self, wg: usize, count: u32) -> String {
-        let p = &self.pool;
-        let now = p.per_thread[wg];
+        let (r, lw) = self.wg_in_block(wg);
+        let p = &self.pools[r];
+        let now = p.per_thread[lw];
         let want = 128 * (count.saturating_sub(now)) as u64;
         format!(
             "waits at setmaxnreg.inc {count} for warpgroup {wg} (at {now} registers per thread): it needs 128 × ({count} − {now}) = {want} registers, the block's pool holds {} ({} short; entry {} per thread × {} threads at launch, {} released by setmaxnreg.dec, {} taken by setmaxnreg.inc)",
             p.free,
             want.saturating_sub(p.free),
             p.entry,
-            self.threads,
+            self.block_threads,
             p.released,
             p.taken
         )

@@ -1,14 +1,20 @@
 //! Warps that run independently (see the module doc of `mod.rs`): each warp
 //! a stack of frames over the structured Thread IR, a scheduler that runs
 //! them until every warp has finished (or reports a deadlock), barriers
-//! counted per warp, warpgroup rendezvous, `exit`, and the vector clocks
-//! that order shared-memory accesses across warps.
+//! counted per warp, warpgroup rendezvous, `exit`, the cluster barrier, and
+//! the vector clocks that order shared-memory accesses across warps.
+//!
+//! The warps are the cluster's (one block's without a cluster): block `r`'s
+//! are `r * stride / 32 ..`, numbered across the cluster (the clocks' slots
+//! too), a block's last ones empty (no lanes, finished from the start) when
+//! its threads are not a whole number of warpgroups. Named barriers and
+//! `bar.sync` are per block; the cluster barrier spans the cluster.
 //!
 //! Expects a `Sim` whose registers and shared memory are set up for the
-//! block. Guarantees: a blocking statement is attempted again (without
+//! cluster. Guarantees: a blocking statement is attempted again (without
 //! side effects beyond landing TMA bytes) until it can complete; a barrier
 //! arrival happens once per warp and barrier instance; the warps'
-//! interleaving depends only on `Sim::seed`.
+//! interleaving depends only on `Sim::seed` (and the cluster's `ctaid`).
 
 use super::*;
 
@@ -59,6 +65,9 @@ pub(super) struct WarpSync<'f> {
     /// The barrier it arrived at and waits on; set free by its completion.
     at_bar: Option<u32>,
     bar_released: bool,
+    /// The cluster-barrier instance it arrived at (`barrier.cluster.arrive`)
+    /// and has not waited on yet.
+    cluster: Option<u64>,
     /// The warpgroup-collective statement it waits at, with its lanes; set
     /// free once the warpgroup has run it.
     collective: Option<(&'f Stmt, u32)>,
@@ -80,6 +89,21 @@ pub(super) struct NamedBar {
     completed: u64,
 }
 
+/// The cluster barrier (`barrier.cluster.arrive.release` /
+/// `barrier.cluster.wait.acquire`, `.aligned`): the warps arrived at the
+/// current instance and the join of their clocks; the instances completed
+/// so far and the join of the last one (what a wait acquires). An instance
+/// completes when every warp of the cluster that has not finished has
+/// arrived: exited threads do not hold it up (PTX ISA, `exit`), a live
+/// thread that never arrives does (a deadlock).
+#[derive(Clone, Default)]
+pub(super) struct ClusterBar {
+    arrived: Vec<usize>,
+    joined: Vec<u32>,
+    completed: u64,
+    done_vc: Vec<u32>,
+}
+
 /// What an attempt at a blocking statement did.
 enum Step {
     Done,
@@ -95,8 +119,12 @@ fn lanes(mask: u32) -> impl Iterator<Item = usize> {
 impl<'f> Sim<'f> {
     pub(super) fn start_warps(&mut self) {
         let nw = self.threads.div_ceil(32);
+        assert!(
+            self.nblocks == 1 || nw <= 64,
+            "the simulator models clusters of at most 64 warps (warpgroups whole in each block), not {nw}"
+        );
         self.nwarps = nw;
-        let slots = nw + MAX_MBARRIERS;
+        let slots = nw + MAX_MBARRIERS * self.nblocks;
         self.vc = (0..nw)
             .map(|w| {
                 let mut v = vec![0; slots];
@@ -107,18 +135,25 @@ impl<'f> Sim<'f> {
         let f: &'f Function = self.f;
         self.warps = (0..nw)
             .map(|w| {
-                let n = (self.threads - 32 * w).min(32);
+                // Its first thread's index in its block.
+                let first = 32 * w % self.stride;
+                let n = self.block_threads.saturating_sub(first).min(32);
                 let lanes = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
                 Warp {
-                    frames: vec![Frame { body: &f.body, pc: 0, mask: lanes, kind: Kind::Body }],
-                    done: false,
+                    frames: if n == 0 {
+                        vec![]
+                    } else {
+                        vec![Frame { body: &f.body, pc: 0, mask: lanes, kind: Kind::Body }]
+                    },
+                    done: n == 0,
                     lanes,
                     exited: 0,
                 }
             })
             .collect();
         self.sync = vec![WarpSync::default(); nw];
-        self.bars = vec![NamedBar::default(); 16];
+        self.bars = vec![NamedBar::default(); 16 * self.nblocks];
+        self.cbar = ClusterBar::default();
         self.rng =
             self.seed.unwrap_or(0) ^ 0x9E37_79B9_7F4A_7C15 ^ ((self.ctaid[0] as u64) << 32 | self.ctaid[1] as u64);
     }
@@ -158,11 +193,13 @@ impl<'f> Sim<'f> {
                 // Arrivals no barrier instruction consumed: a protocol that
                 // does not balance (the next use of that barrier in the
                 // block would complete early, without its waiters).
-                for (id, b) in self.bars.iter().enumerate() {
+                for (i, b) in self.bars.iter().enumerate() {
                     assert!(
                         b.arrived.is_empty(),
-                        "barrier {id} has arrivals of warps {:?} left pending when the block ends ({:?} threads expected)",
-                        b.arrived,
+                        "barrier {}{} has arrivals of warps {} left pending when the block ends ({:?} threads expected)",
+                        i % 16,
+                        if self.nblocks == 1 { String::new() } else { format!(" of block {}", i / 16) },
+                        self.warp_list(&b.arrived),
                         b.count
                     );
                 }
@@ -317,13 +354,24 @@ impl<'f> Sim<'f> {
     }
 
     /// Warp `w` has finished (every lane exited or ran off the end): it no
-    /// longer counts for barriers without a thread count.
+    /// longer counts for barriers without a thread count (nor for the
+    /// cluster barrier). When its block's last warp finishes, the block has exited (in a
+    /// cluster: checked for TMA loads still landing in it, `hopper.rs`).
     fn finish_warp(&mut self, w: usize) {
         self.warps[w].done = true;
         self.warps[w].frames.clear();
-        for id in 0..self.bars.len() {
+        let r = self.warp_block(w);
+        for id in 16 * r..16 * r + 16 {
             self.bar_try_complete(id);
         }
+        let per = self.stride.div_ceil(32);
+        if !self.block_done[r] && self.warps[per * r..(per * r + per).min(self.nwarps)].iter().all(|x| x.done) {
+            self.block_done[r] = true;
+            if self.nblocks > 1 {
+                self.hopper_block_exit(r);
+            }
+        }
+        self.cluster_try_complete();
     }
 
     /// One attempt at instruction `inst` (statement `s`) by the `mask`
@@ -336,6 +384,8 @@ impl<'f> Sim<'f> {
             }
             Inst::NamedBarSync { id, threads } => self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard)),
             Inst::NamedBarArrive { id, threads } => self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard)),
+            Inst::ClusterArrive => self.cluster_arrive(w, self.guarded(w, mask, guard)),
+            Inst::ClusterWait => self.cluster_wait(w, self.guarded(w, mask, guard)),
             Inst::MbarWait { addr, parity, pred } => {
                 self.mbar_wait_warp(w, addr, parity, *pred, self.guarded(w, mask, guard))
             }
@@ -431,23 +481,27 @@ impl<'f> Sim<'f> {
     fn bar_arrival(&mut self, w: usize, id: u32, count: Option<u32>, on: u32, waits: bool) {
         let live = self.warps[w].lanes & !self.warps[w].exited;
         assert_eq!(
-            on, live,
-            "bar.sync in divergent code: warp {w} reaches barrier {id} with lanes {on:#x} of {live:#x}"
+            on,
+            live,
+            "bar.sync in divergent code: {} reaches barrier {id} with lanes {on:#x} of {live:#x}",
+            self.warp_name(w)
         );
         assert!(id < 16, "barrier id {id}: a block has barriers 0..15");
         if let Some(n) = count {
             assert!(n > 0 && n % 32 == 0, "bar.sync {id}, {n}: the thread count must be a multiple of 32");
         }
         let slots = self.vc[w].len();
-        let b = &mut self.bars[id as usize];
-        if b.arrived.is_empty() {
-            b.count = count;
-            b.joined = vec![0; slots];
-        } else {
+        // The block's barrier `id`.
+        let bi = 16 * self.warp_block(w) + id as usize;
+        let b = &self.bars[bi];
+        if !b.arrived.is_empty() {
             assert_eq!(
-                b.count, count,
-                "warp {w} arrives at barrier {id} with thread count {count:?}, warps {:?} with {:?}",
-                b.arrived, b.count
+                b.count,
+                count,
+                "{} arrives at barrier {id} with thread count {count:?}, warps {} with {:?}",
+                self.warp_name(w),
+                self.warp_list(&b.arrived),
+                b.count
             );
         }
         // PTX ISA (barrier{.cta}): a warp must not execute more barrier
@@ -455,9 +509,15 @@ impl<'f> Sim<'f> {
         // other on the same barrier) before its reset: unpredictable.
         assert!(
             !b.arrived.contains(&w),
-            "warp {w} arrives at barrier {id} again before it completes (arrived: warps {:?}): a bar.arrive followed by another barrier instruction on the same barrier before its reset is unpredictable",
-            b.arrived
+            "{} arrives at barrier {id} again before it completes (arrived: warps {}): a bar.arrive followed by another barrier instruction on the same barrier before its reset is unpredictable",
+            self.warp_name(w),
+            self.warp_list(&b.arrived)
         );
+        let b = &mut self.bars[bi];
+        if b.arrived.is_empty() {
+            b.count = count;
+            b.joined = vec![0; slots];
+        }
         b.arrived.push(w);
         for (j, x) in b.joined.iter_mut().zip(&self.vc[w]) {
             *j = (*j).max(*x);
@@ -466,19 +526,23 @@ impl<'f> Sim<'f> {
             b.waiting.push(w);
             self.sync[w].at_bar = Some(id);
         }
-        self.bar_try_complete(id as usize);
+        self.bar_try_complete(bi);
     }
 
-    /// Completes barrier `id` when its count (or every live warp) has
-    /// arrived: the arrivals' clocks are joined and each warp goes on.
+    /// Completes barrier `id` (`16 * block + id` in the block) when its count
+    /// (or every live warp of its block) has arrived: the arrivals' clocks are
+    /// joined and each warp goes on.
     fn bar_try_complete(&mut self, id: usize) {
         let b = &self.bars[id];
         if b.arrived.is_empty() {
             return;
         }
+        let r = id / 16;
         let complete = match b.count {
             Some(n) => 32 * b.arrived.len() >= n as usize,
-            None => b.arrived.len() >= self.warps.iter().filter(|w| !w.done).count(),
+            None => {
+                b.arrived.len() >= (0..self.nwarps).filter(|&v| self.warp_block(v) == r && !self.warps[v].done).count()
+            }
         };
         if !complete {
             return;
@@ -495,6 +559,86 @@ impl<'f> Sim<'f> {
             self.sync[a].at_bar = None;
             self.sync[a].bar_released = true;
         }
+    }
+
+    /// `barrier.cluster.arrive.release.aligned` by the `on` lanes of warp `w`
+    /// (all of its lanes that have not exited): the warp's clock is
+    /// released into the barrier; it goes on at once.
+    fn cluster_arrive(&mut self, w: usize, on: u32) -> Step {
+        if on == 0 {
+            return Step::Done;
+        }
+        self.cluster_aligned(w, on, "barrier.cluster.arrive");
+        assert!(
+            self.sync[w].cluster.is_none(),
+            "{} arrives at the cluster barrier again before its barrier.cluster.wait",
+            self.warp_name(w)
+        );
+        let slots = self.vc[w].len();
+        let cb = &mut self.cbar;
+        if cb.arrived.is_empty() {
+            cb.joined = vec![0; slots];
+        }
+        cb.arrived.push(w);
+        for (j, x) in cb.joined.iter_mut().zip(&self.vc[w]) {
+            *j = (*j).max(*x);
+        }
+        self.sync[w].cluster = Some(cb.completed);
+        self.vc[w][w] += 1;
+        self.steps += on.count_ones() as u64;
+        self.cluster_try_complete();
+        Step::Done
+    }
+
+    /// `barrier.cluster.wait.acquire.aligned` by the `on` lanes of warp `w`:
+    /// done (acquiring every arrival of the instance) once the instance it
+    /// arrived at has completed.
+    fn cluster_wait(&mut self, w: usize, on: u32) -> Step {
+        if on == 0 {
+            return Step::Done;
+        }
+        self.cluster_aligned(w, on, "barrier.cluster.wait");
+        let Some(n) = self.sync[w].cluster else {
+            panic!(
+                "{} waits on the cluster barrier without arriving first (barrier.cluster.arrive before barrier.cluster.wait)",
+                self.warp_name(w)
+            )
+        };
+        if self.cbar.completed <= n {
+            return Step::Blocked;
+        }
+        // Instance n + 1 needs this warp's arrival: the last one is n.
+        for (x, d) in self.vc[w].iter_mut().zip(&self.cbar.done_vc) {
+            *x = (*x).max(*d);
+        }
+        self.vc[w][w] += 1;
+        self.sync[w].cluster = None;
+        self.steps += on.count_ones() as u64;
+        Step::Done
+    }
+
+    /// `.aligned`: every lane of warp `w` that has not exited executes it.
+    fn cluster_aligned(&self, w: usize, on: u32, what: &str) {
+        let live = self.warps[w].lanes & !self.warps[w].exited;
+        assert_eq!(
+            on,
+            live,
+            "{what}.aligned in divergent code: {} executes it with lanes {on:#x} of {live:#x}",
+            self.warp_name(w)
+        );
+    }
+
+    /// Completes the cluster barrier's instance once every warp that has
+    /// not finished has arrived.
+    fn cluster_try_complete(&mut self) {
+        let cb = &self.cbar;
+        if cb.arrived.is_empty() || (0..self.nwarps).any(|v| !self.warps[v].done && !cb.arrived.contains(&v)) {
+            return;
+        }
+        let cb = &mut self.cbar;
+        cb.arrived.clear();
+        cb.completed += 1;
+        cb.done_vc = std::mem::take(&mut cb.joined);
     }
 
     /// The `mbarrier.try_wait.parity` loop of the `on` lanes of warp `w`:
@@ -570,9 +714,20 @@ impl<'f> Sim<'f> {
     /// Where every warp is and what it waits for.
     fn deadlock_report(&self) -> String {
         let mut out = String::from("deadlock: every live warp is blocked");
+        if self.nblocks > 1 {
+            let [x, y, z] = self.ctaid;
+            let _ = write!(
+                out,
+                " in the cluster of blocks ctaid.x {x}..{} (ctaid.y {y}, ctaid.z {z}; block r: rank r, ctaid.x {x} + r)",
+                x as usize + self.nblocks
+            );
+        }
         for (w, wp) in self.warps.iter().enumerate() {
+            if wp.lanes == 0 {
+                continue;
+            }
             if wp.done {
-                let _ = write!(out, "\n  warp {w}: exited");
+                let _ = write!(out, "\n  {}: exited", self.warp_name(w));
                 continue;
             }
             let Some(fr) = wp.frames.last() else { continue };
@@ -589,7 +744,7 @@ impl<'f> Sim<'f> {
                 path.push(format!("{kind}[{}]", if i == top { f.pc } else { f.pc - 1 }));
             }
             let (s, mask) = (&fr.body[fr.pc], fr.mask);
-            let _ = write!(out, "\n  warp {w} (lanes {mask:#010x}) at {}: ", path.join(" > "));
+            let _ = write!(out, "\n  {} (lanes {mask:#010x}) at {}: ", self.warp_name(w), path.join(" > "));
             let Stmt::Inst { inst, .. } = s else {
                 let _ = write!(out, "{s:?}");
                 continue;
@@ -599,7 +754,7 @@ impl<'f> Sim<'f> {
                     let mut seen = Vec::new();
                     for l in lanes(mask) {
                         let t = 32 * w + l;
-                        let a = self.addr(t, addr) as u32 as usize;
+                        let a = self.sbase(self.block_of(t)) + self.addr(t, addr) as u32 as usize;
                         let p = self.val(t, parity) & 1;
                         if seen.contains(&(a, p)) {
                             continue;
@@ -609,8 +764,13 @@ impl<'f> Sim<'f> {
                         let tma = self.hopper.tma_in_flight(a);
                         let _ = write!(
                             out,
-                            "thread {t} waits forever on the mbarrier at {a} for parity {p} (phase {}, {} of {} arrivals and {} tx bytes pending, {tma} TMA loads in flight on it); ",
-                            m.phase, m.pending, m.expected, m.tx
+                            "{} waits forever on the mbarrier at {} for parity {p} (phase {}, {} of {} arrivals and {} tx bytes pending, {tma} TMA loads in flight on it); ",
+                            self.thread_name(t),
+                            self.byte_name(a),
+                            m.phase,
+                            m.pending,
+                            m.expected,
+                            m.tx
                         );
                     }
                 }
@@ -619,25 +779,37 @@ impl<'f> Sim<'f> {
                         Inst::NamedBarSync { id, .. } => *id,
                         _ => self.f.barrier_threads.is_some() as u32,
                     };
-                    let b = &self.bars[id as usize];
+                    let b = &self.bars[16 * self.warp_block(w) + id as usize];
                     let want = match b.count {
                         Some(n) => format!("{n} threads"),
                         None => "every thread that has not exited".to_string(),
                     };
                     let _ = write!(
                         out,
-                        "waits at barrier {id} for {want}; arrived: warps {:?} ({} threads)",
-                        b.arrived,
+                        "waits at barrier {id} for {want}; arrived: warps {} ({} threads)",
+                        self.warp_list(&b.arrived),
                         32 * b.arrived.len()
+                    );
+                }
+                Inst::ClusterWait => {
+                    let missing: Vec<String> = (0..self.nwarps)
+                        .filter(|&v| !self.warps[v].done && !self.cbar.arrived.contains(&v))
+                        .map(|v| self.warp_name(v))
+                        .collect();
+                    let _ = write!(
+                        out,
+                        "waits at the cluster barrier (barrier.cluster.wait) for every thread of the cluster's {} blocks that has not exited; not arrived: {}",
+                        self.nblocks,
+                        missing.join(", ")
                     );
                 }
                 _ => {
                     let wg = w / 4;
                     let where_: Vec<String> = (4 * wg..(4 * wg + 4).min(self.nwarps))
                         .map(|v| match (&self.sync[v].collective, self.warps[v].done) {
-                            (_, true) => format!("warp {v} exited"),
-                            (Some(_), _) => format!("warp {v} here"),
-                            (None, _) => format!("warp {v} elsewhere"),
+                            (_, true) => format!("{} exited", self.warp_name(v)),
+                            (Some(_), _) => format!("{} here", self.warp_name(v)),
+                            (None, _) => format!("{} elsewhere", self.warp_name(v)),
                         })
                         .collect();
                     let _ = write!(

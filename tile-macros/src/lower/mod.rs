@@ -112,6 +112,9 @@ pub(crate) fn lower_instance(
     let name = instance.map_or_else(|| base.clone(), |i| i.ir_name(&base));
     let mut consts: HashMap<String, i64> = attr.consts.iter().map(|(n, v)| (n.to_string(), *v)).collect();
     let mut type_params = Vec::new();
+    // The instance's const parameters alone (`cluster = (NAME, ..)` takes
+    // only those).
+    let mut param_values: HashMap<String, i64> = HashMap::new();
     if let Some(instance) = instance {
         for (n, v) in instance.consts(&sig.generics) {
             if attr.consts.iter().any(|(c, _)| *c == n) {
@@ -121,6 +124,7 @@ pub(crate) fn lower_instance(
                 );
             }
             consts.insert(n.to_string(), v);
+            param_values.insert(n.to_string(), v);
         }
         type_params = instance.types(&sig.generics);
     }
@@ -169,7 +173,7 @@ pub(crate) fn lower_instance(
         }
     }
     let mut kernel = Kernel::new(name, threads.unwrap_or(128));
-    kernel.cluster = attr.cluster;
+    kernel.cluster = crate::attr::resolve_cluster(attr, &param_values, errors);
     kernel.warp_specialize = attr.warp_specialize;
     kernel.blocks_per_sm = blocks_per_sm;
     kernel.dependent_launch = attr.dependent_launch;

@@ -73,14 +73,27 @@ fn cluster_and_warp_specialize_options() {
         &["`cluster = (4, 4, 1)` has 16 blocks; the portable limit is 8 blocks per cluster"],
     );
     lower_err("threads = 64, cluster = (2, 2, 2, 1)", body, &["at most 3 extents"]);
+    // A name is a const parameter's (`generic.rs`); a plain kernel has none,
+    // and a `consts(..)` name is not one.
     lower_err(
         "threads = 64, cluster = (2, x)",
         body,
-        &["a cluster extent must be a positive integer literal; `x` is a name"],
+        &["`cluster = (2, x, 1)`: `x` is not a const parameter of the kernel; a cluster extent is an integer literal or the name of a const parameter (`fn k<const CLUSTER: usize>(..)`)"],
     );
+    let errs = lower_err(
+        "threads = 64, consts(C = 2), cluster = (C, Y)",
+        body,
+        &["`cluster = (C, Y, 1)`: `C` is not a const parameter", "`cluster = (C, Y, 1)`: `Y` is not a const parameter"],
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
     lower_err("threads = 64, cluster = (2.0, 1)", body, &["a cluster extent must be a positive integer literal"]);
     lower_err("threads = 64, cluster = ()", body, &["empty cluster"]);
-    lower_err("threads = 64, cluster = CLUSTER", body, &["expected `cluster = (x, y, z)`"]);
+    lower_err(
+        "threads = 64, cluster = CLUSTER",
+        body,
+        &["`cluster = (CLUSTER, 1, 1)`: `CLUSTER` is not a const parameter"],
+    );
+    lower_err("threads = 64, cluster = 2 + 1", body, &["expected `cluster = (x, y, z)`"]);
     lower_err("threads = 64, cluster = (2, 1, 1), cluster = (2, 1, 1)", body, &["`cluster` is given twice"]);
     lower_err("threads = 64, cluster = (99999999999, 1, 1)", body, &["not a small positive integer"]);
     lower_err("threads = 64, warp_specialize = 1", body, &["`warp_specialize` takes `true`"]);

@@ -392,3 +392,96 @@ fn a_candidate_that_does_not_fit_a_target_is_dropped_there() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A copy whose cluster's x extent is the const parameter `CL`.
+const CLUSTERED: &str = r#"
+pub fn k<T: Float16, const CL: usize>(x: &Tensor<T, N>, y: &mut Tensor<T, N>) {
+    let bx = grid(cdiv(N, 256));
+    let mut t = fragment::<T, 256>();
+    copy(x.tile([bx * 256]), &mut t);
+    copy(&t, y.tile([bx * 256]));
+}
+"#;
+
+#[test]
+fn cluster_extents_may_name_const_parameters() {
+    let attr = "threads = 128, cluster = (CL, 1, 1), instances((f16, 2), (f16, 1))";
+    let ks = instances(attr, CLUSTERED);
+    assert_eq!((ks[0].cluster, ks[1].cluster), ([2, 1, 1], [1, 1, 1]));
+    let text = tile_ir::print::print_kernel(&ks[0]);
+    assert!(text.contains("cluster=(2, 1, 1)"), "{text}");
+    let text = tile_ir::print::print_kernel(&ks[1]);
+    assert!(!text.contains("cluster="), "{text}");
+    // The instances' META carry their own cluster.
+    let out = expand(attr, CLUSTERED);
+    assert!(!out.contains("compile_error"), "{}", messages(&out).join("\n"));
+    let meta = |i: usize| {
+        out.split(&format!("pub static __META_{i}")).nth(1).unwrap().split("pub static").next().unwrap().to_string()
+    };
+    assert!(meta(0).contains(r#"\"cluster\":[2,1,1]"#), "{}", meta(0));
+    assert!(!meta(1).contains("cluster"), "{}", meta(1));
+    // Literals and names mix, on any axis; a bare name is the x extent.
+    let ks = instances("threads = 128, cluster = (2, CL), instances((f16, 4), (bf16, 1))", CLUSTERED);
+    assert_eq!((ks[0].cluster, ks[1].cluster), ([2, 4, 1], [2, 1, 1]));
+    let ks = instances("threads = 128, cluster = CL, instances((f16, 8))", CLUSTERED);
+    assert_eq!(ks[0].cluster, [8, 1, 1]);
+    // A tuned kernel whose candidates differ in cluster.
+    let out = expand("threads = 128, cluster = (CL, 1, 1), instances((f16, 2), (f16, 1)), tune(CL)", CLUSTERED);
+    assert!(!out.contains("compile_error"), "{}", messages(&out).join("\n"));
+    assert!(out.contains(r#"candidates : & [:: tile :: tune :: Candidate { config : "CL = 2" , meta : & __META_0 } , :: tile :: tune :: Candidate { config : "CL = 1" , meta : & __META_1 }]"#), "{out}");
+}
+
+#[test]
+fn cluster_names_are_checked_per_instance() {
+    // Not a const parameter: once for every instance, at the name.
+    let errs = expand_err(
+        "threads = 128, cluster = (NOPE, 1, 1), instances((f16, 2), (f16, 1))",
+        CLUSTERED,
+        &["`cluster = (NOPE, 1, 1)`: `NOPE` is not a const parameter of the kernel; a cluster extent is an integer literal or the name of a const parameter (`fn k<const CLUSTER: usize>(..)`)"],
+    );
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(!errs[0].contains("in instance"), "{errs:#?}");
+    // A type parameter is not one either.
+    expand_err("threads = 128, cluster = (T, 1, 1), instances((f16, 2))", CLUSTERED, &["`T` is not a const parameter"]);
+    // Bad values, in the instances that have them.
+    let errs = expand_err(
+        "threads = 128, cluster = (CL, 1, 1), instances((f16, 2), (f16, 0), (bf16, 16))",
+        CLUSTERED,
+        &[
+            "`cluster = (CL, 1, 1)` with `CL = 0`: every cluster extent is at least 1 (1 leaves that axis unclustered) (in instance `k::<f16, 0>`)",
+            "`cluster = (CL, 1, 1)` with `CL = 16` is `(16, 1, 1)`, 16 blocks; the portable limit is 8 blocks per cluster (in instance `k::<bf16, 16>`)",
+        ],
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    expand_err(
+        "threads = 128, cluster = (4, CL), instances((f16, 4))",
+        CLUSTERED,
+        &["`cluster = (4, CL, 1)` with `CL = 4` is `(4, 4, 1)`, 16 blocks"],
+    );
+    expand_err(
+        "threads = 32, cluster = (CL, 1, 1), instances(-2, 5000000000)",
+        "fn k<const CL: i64>(x: &mut Tensor<f32, N>) { let bx = grid(N); }",
+        &[
+            "`cluster = (CL, 1, 1)` with `CL = -2`: a cluster extent is a small positive integer (in instance `k::<-2>`)",
+            "`cluster = (CL, 1, 1)` with `CL = 5000000000`: a cluster extent is a small positive integer",
+        ],
+    );
+    // Each error is at the name that is wrong.
+    for (attr, at) in [
+        ("threads = 128, cluster = (2, NOPE), instances((f16, 2))", "NOPE"),
+        ("threads = 128, cluster = (1, 1, CL), instances((f16, 0))", "CL"),
+        ("threads = 128, cluster = (CL, 8), instances((f16, 2))", "CL"),
+    ] {
+        let mut errors = Errors::default();
+        let attr = attr::parse(attr.parse().unwrap(), &mut errors);
+        let sig = sig::parse(CLUSTERED.parse().unwrap(), &mut errors).expect("a function");
+        let decls = attr.instances.as_ref().map(|(d, _)| d.as_slice());
+        let list = generics::check_instances("k", &sig.generics, decls, proc_macro2::Span::call_site(), &mut errors);
+        assert!(errors.is_empty(), "{:#?}", errors.messages());
+        let (k, _) = lower::lower_instance(&attr, &sig, Some(&list[0]), &mut errors);
+        assert_eq!(k.cluster, [1, 1, 1]);
+        let errs = errors.into_single();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].span().source_text().as_deref(), Some(at), "{}", errs[0]);
+    }
+}

@@ -23,6 +23,18 @@
 //!            k > start: arrive empty[st-1]  // ...so its stage can be refilled
 //!     wgmma.wait_group 0; bar.sync 1, T     // stage memory may be reused after
 //! ```
+//! With multicast operands ([`super::WsPlan::cluster`] `C > 1`): `empty[s]`
+//! expects `T·C` arrivals and every consumer thread arrives on `empty[st-1]`
+//! of every block of the cluster (`mapa` + a remote arrive), so that a
+//! producer refills a stage, which its multicast writes in every block, only
+//! once the whole cluster is done with it; a cluster barrier after the
+//! init (the peers' multicasts and arrivals reach initialized barriers);
+//! block rank `r` issues the multicast boxes `i ≡ r (mod C)` (all of the
+//! stage's bytes still complete on each block's own `full[st]`, whose
+//! `expect_tx` may come after a peer's bytes: the phase needs its arrival
+//! too); and the producer ends with one more round of empty waits, so
+//! that no peer's release reaches a block that has exited.
+//!
 //! A fresh mbarrier is in phase 0, so the producer's first `S` waits (parity
 //! 1, "the phase before") return at once. Each consumer warpgroup's wgmma
 //! reads the rows of A its 64 accumulator rows need and all of B, through
@@ -36,7 +48,7 @@ use crate::hopper::{wgmma_d_index, ws_accumulator, MatrixDescriptor};
 use crate::ir::{DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::layout::FragLayout;
 use crate::passes::lower::{Lx, R};
-use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt, WgmmaA};
+use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Special, Stmt, WgmmaA};
 use std::cell::Cell;
 
 /// The schedule's state while one kernel is lowered.
@@ -59,6 +71,11 @@ pub(super) struct ProducerState {
     maps: Vec<Reg>,
     stage: Reg,
     phase: Reg,
+    /// With multicast: per rank `r` of the cluster, whether this block is
+    /// rank `r` (it issues the multicast boxes `i` with `i % C == r`), and
+    /// the `ctaMask` of the whole cluster.
+    ranks: Vec<Reg>,
+    mask: Option<Reg>,
 }
 
 /// What the consumers carry across loops (and tiles).
@@ -149,6 +166,9 @@ impl Lx<'_> {
     pub(super) fn ws_init_barriers(&mut self, wl: &WsLowering) -> R<()> {
         let ws = &wl.plan;
         let (t, stages, bars) = (ws.consumer_threads as i64, ws.stages as i64, wl.bars.get());
+        // With multicast every consumer thread of the cluster releases each
+        // block's stage (`ws_release`).
+        let releases = t * if ws.multicasts() { ws.cluster as i64 } else { 1 };
         let init = self.capture(|x| {
             let smem = x.smem;
             for s in 0..stages {
@@ -158,7 +178,7 @@ impl Lx<'_> {
                 });
                 x.emit(Inst::MbarInit {
                     addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
-                    count: Operand::Imm(t),
+                    count: Operand::Imm(releases),
                 });
             }
             x.emit(Inst::FenceMbarrierInit);
@@ -167,6 +187,63 @@ impl Lx<'_> {
         let t0 = self.is_t0;
         self.emit_if(Some(t0), false, init, vec![]);
         self.emit(Inst::NamedBarSync { id: 0, threads: (t + 128) as u32 });
+        if ws.multicasts() {
+            // The other blocks' multicasts and releases reach this block's
+            // barriers only once every block of the cluster has initialized
+            // its own.
+            self.emit(Inst::ClusterArrive);
+            self.emit(Inst::ClusterWait);
+        }
+        Ok(())
+    }
+
+    /// The consumers' release of the stage at `stage` (guarded by `guard`):
+    /// an arrival on its empty barrier, or, when operands are multicast, on
+    /// the empty barrier of that stage in every block of the cluster (each
+    /// block's producer then refills the stage of all of them only once
+    /// every consumer of the cluster is done with it).
+    pub(super) fn ws_release(&mut self, wl: &WsLowering, stage: Reg, guard: Option<(Reg, bool)>) {
+        let empty = self.ws_bar_addr(wl, stage, 1);
+        if !wl.plan.multicasts() {
+            self.emit_guarded(Inst::MbarArrive { addr: empty }, guard);
+            return;
+        }
+        for rank in 0..wl.plan.cluster as i64 {
+            let remote =
+                self.op("mapa.shared::cluster.u32", RegClass::B32, vec![empty.base.clone(), Operand::Imm(rank)]);
+            self.emit_guarded(Inst::MbarArriveCluster { addr: remote.into() }, guard);
+        }
+    }
+
+    /// The producer's last waits, when operands are multicast: one more
+    /// round of the ring, waiting until every stage's last fill has been
+    /// released by every consumer of the cluster. Those releases include
+    /// the other blocks' arrivals on this block's barriers, which must not
+    /// reach a block that has exited.
+    pub(super) fn ws_producer_tail(&mut self, wl: &WsLowering, st: &ProducerState) -> R<()> {
+        if !wl.plan.multicasts() {
+            return Ok(());
+        }
+        let (stage, phase) = (st.stage, st.phase);
+        let kr = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        let lowered = self.capture(|x| {
+            let empty = x.ws_bar_addr(wl, stage, 1);
+            let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
+            let p = x.new_reg(RegClass::Pred);
+            x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
+            x.ws_advance(wl, stage, phase);
+            Ok(())
+        })?;
+        let stages = Operand::Imm(wl.plan.stages as i64);
+        self.cur().push(Stmt::For {
+            var: kr,
+            start: Operand::Imm(0),
+            end: stages,
+            exit,
+            uniform: false,
+            body: lowered,
+        });
         Ok(())
     }
 
@@ -209,7 +286,8 @@ impl Lx<'_> {
         self.ws_init_barriers(wl)?;
         self.ws_split(wl, |x| {
             let st = x.ws_producer_state(wl)?;
-            x.ws_producer_loop(wl, &st, var, a, b, body)
+            x.ws_producer_loop(wl, &st, var, a, b, body)?;
+            x.ws_producer_tail(wl, &st)
         })?;
         let st = self.ws_consumer_state(wl)?;
         self.ws_consumer_loop(wl, &st, a, b)?;
@@ -231,7 +309,15 @@ impl Lx<'_> {
         let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
         self.mov(stage, Operand::Imm(0), DType::I32);
         self.mov(phase, Operand::Imm(0), DType::I32);
-        Ok(ProducerState { maps, stage, phase })
+        let (mut ranks, mut mask) = (Vec::new(), None);
+        if ws.multicasts() {
+            let rank = self.op("mov.u32", RegClass::B32, vec![Operand::Special(Special::ClusterCtaRank)]);
+            for r in 0..ws.cluster as i64 {
+                ranks.push(self.op("setp.eq.u32", RegClass::Pred, vec![rank.into(), Operand::Imm(r)]));
+            }
+            mask = Some(self.op("mov.b16", RegClass::B16, vec![Operand::Imm((1i64 << ws.cluster) - 1)]));
+        }
+        Ok(ProducerState { maps, stage, phase, ranks, mask })
     }
 
     /// The producer thread's loop over `a..b`: wait for a free stage, then TMA.
@@ -269,18 +355,22 @@ impl Lx<'_> {
                     origin.push(x.materialize(&v));
                 }
                 let dst = x.ws_stage_addr(o, stage)?;
-                for (off, dr, dc) in o.boxes() {
+                for (i, (off, dr, dc)) in o.boxes().into_iter().enumerate() {
                     let col = x.add_i32(origin[1].into(), Operand::Imm(dc));
                     let row = x.add_i32(origin[0].into(), Operand::Imm(dr));
-                    x.emit(Inst::TmaLoad {
+                    let load = Inst::TmaLoad {
                         dst: Address { base: dst.into(), offset: off },
                         tmap: (*map).into(),
                         coords: vec![col, row],
                         mbar: full.clone(),
                         cache_hint: hint.map(Operand::Reg),
                         cta_dst: false,
+                        multicast: st.mask.filter(|_| o.multicast).map(Operand::Reg),
                         region: None,
-                    });
+                    };
+                    // A multicast box is issued by one block of the cluster.
+                    let issuer = o.multicast.then(|| (st.ranks[i % st.ranks.len()], false));
+                    x.emit_guarded(load, issuer);
                 }
             }
             x.ws_advance(wl, stage, phase);
@@ -365,8 +455,7 @@ impl Lx<'_> {
             x.emit(Inst::WgmmaCommit);
             x.emit(Inst::WgmmaWait { pending: 1 });
             let later = x.op("setp.gt.s32", RegClass::Pred, vec![kr.into(), a.into()]);
-            let empty = x.ws_bar_addr(wl, prev, 1);
-            x.emit_guarded(Inst::MbarArrive { addr: empty }, Some((later, false)));
+            x.ws_release(wl, prev, Some((later, false)));
             x.mov(prev, stage.into(), DType::I32);
             x.ws_advance(wl, stage, phase);
             Ok(())
@@ -374,8 +463,7 @@ impl Lx<'_> {
         self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         self.emit(Inst::WgmmaWait { pending: 0 });
         let ran = self.op("setp.gt.s32", RegClass::Pred, vec![b.into(), a.into()]);
-        let empty = self.ws_bar_addr(wl, prev, 1);
-        self.emit_guarded(Inst::MbarArrive { addr: empty }, Some((ran, false)));
+        self.ws_release(wl, prev, Some((ran, false)));
         Ok(())
     }
 

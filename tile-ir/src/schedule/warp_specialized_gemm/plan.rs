@@ -20,6 +20,11 @@
 //! - each operand's contiguous dim is 16, 32 or a multiple of 64 elements
 //!   (32B, 64B or 128B swizzle; wider tiles are stored as 64-column panels).
 //!
+//! With `cluster = (C, 1, 1)` an operand whose tile provably is the same in
+//! every block of the cluster (its origin and the loop's bounds do not
+//! depend on `bx`; see [`WsPlan::cluster`]) is multicast: its box is split
+//! into `C` boxes, each block issues one share to all of them.
+//!
 //! Guarantees that the variant it compiles computes what the general one
 //! does: a producer warpgroup (threads `T..T+128`, `T = kernel.threads`)
 //! whose first thread issues the TMA loads of each iteration into stage
@@ -30,12 +35,12 @@
 
 use crate::abi::TensorMapUse;
 use crate::hopper::Swizzle;
-use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind};
+use crate::ir::{BufferId, DType, Expr, Kernel, LoopKind, ParamKind, Scope, Stmt, StmtKind, VarId, VarKind};
 use crate::passes::pipeline;
 use crate::schedule::not_applicable::NotApplicable;
 use crate::target::{Feature, PRODUCER_THREADS};
 use crate::Target;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// How one pipelined copy becomes TMA loads into panelled stage buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +64,11 @@ pub struct TmaOperand {
     pub panel_cols: i64,
     /// Rows of one TMA box (at most 256).
     pub box_rows: i64,
+    /// The tile is the same for every block of the cluster
+    /// ([`WsPlan::cluster`] > 1): its boxes (of `rows / cluster` rows) are
+    /// shared out over the cluster's blocks, and each block multicasts its
+    /// boxes to all of them.
+    pub multicast: bool,
 }
 
 impl TmaOperand {
@@ -175,6 +185,10 @@ pub struct WsPlan {
     pub consumer_regs: u32,
     /// The TMA store of the accumulator after the loop, when it has one.
     pub store: Option<WsStore>,
+    /// Blocks of the kernel's thread block cluster that share the
+    /// [`TmaOperand::multicast`] operands (the cluster's x extent, with
+    /// `cluster = (C, 1, 1)`), or 1: no operand is multicast.
+    pub cluster: u32,
     /// Whether the variant is persistent (`lower/warp_specialized.rs`):
     /// the kernel is exactly pre-statements, the loop and the TMA store,
     /// and the stages, the store's panels and the barriers fit in shared
@@ -183,6 +197,10 @@ pub struct WsPlan {
 }
 
 impl WsPlan {
+    /// Whether some operand is multicast over the cluster.
+    pub fn multicasts(&self) -> bool {
+        self.cluster > 1 && self.operands.iter().any(|o| o.multicast)
+    }
     /// The accumulators that get the wgmma layout.
     pub fn accumulators(&self) -> HashSet<BufferId> {
         self.gemms.iter().map(|g| g.c).collect()
@@ -352,12 +370,17 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
     let Some(consumer_regs) = info.consumer_regs_after(producer_regs, threads, blocks) else {
         return Err(NotApplicable::new(format!("{} has no register split between warpgroups", target.name())));
     };
+    let cluster = multicast_operands(kernel, loop_index, &mut operands, target);
     let store = tma_store(kernel, loop_index + 1, &ws_gemms, &operands, *stages);
-    let persistent = store.as_ref().is_some_and(|st| {
-        let stages_bytes: i64 = operands.iter().map(|o| (o.stage_bytes() + 1023) / 1024 * 1024 * *stages as i64).sum();
-        let panels = st.panel_bytes() * (st.cols / st.panel_cols());
-        st.index + 1 == kernel.body.len() && stages_bytes + panels + 16 * *stages as i64 <= info.shared_limit as i64
-    });
+    // A persistent block runs tiles of other clusters: it would multicast
+    // to blocks that are not its tile's neighbours.
+    let persistent = cluster == 1
+        && store.as_ref().is_some_and(|st| {
+            let stages_bytes: i64 =
+                operands.iter().map(|o| (o.stage_bytes() + 1023) / 1024 * 1024 * *stages as i64).sum();
+            let panels = st.panel_bytes() * (st.cols / st.panel_cols());
+            st.index + 1 == kernel.body.len() && stages_bytes + panels + 16 * *stages as i64 <= info.shared_limit as i64
+        });
     Ok(WsPlan {
         loop_index,
         stages: *stages,
@@ -367,8 +390,80 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
         producer_regs,
         consumer_regs,
         store,
+        cluster,
         persistent,
     })
+}
+
+/// Marks the operands every block of the kernel's cluster loads alike as
+/// [`TmaOperand::multicast`] (their boxes split over the cluster's blocks)
+/// and returns the cluster's size, or 1 (nothing multicast) unless all of:
+/// - the target has clusters and the kernel asks for `cluster = (C, 1, 1)`,
+///   `C ≥ 2`: the cluster's blocks are `C` consecutive blocks along x
+///   (`ctaid.x = C·i .. C·i + C`, one `ctaid.y` and `ctaid.z`);
+/// - no rasterization, or one whose panel is a multiple of `C`: then
+///   (the grid's x being a multiple of `C`, which the launch checks) the
+///   cluster's linear ids `C·j .. C·j + C` fall in one row of one panel
+///   ([`crate::abi::rasterize`]: panels and their widths are multiples of
+///   `C`), so the blocks share `by` and `bz` and differ in `bx` only;
+/// - the loop's bounds do not depend on `bx` (with the body's `let`s
+///   inlined): every block of the cluster runs the same iterations, which
+///   the shared stages' barriers count on;
+/// - the operand's tile origin does not depend on `bx` either, and its
+///   rows split into `C` boxes of whole 8-row swizzle atoms.
+#[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
+fn multicast_operands(kernel: &Kernel, loop_index: usize, operands: &mut [TmaOperand], target: Target) -> u32 {
+    let [c, 1, 1] = kernel.cluster else { return 1 };
+    if c < 2 || !target.has(Feature::Clusters) || kernel.rasterize.is_some_and(|p| p % c != 0) {
+        return 1;
+    }
+    let lets: HashMap<VarId, &Expr> = kernel.body[..loop_index]
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StmtKind::Let { var, value } if kernel.var(*var).kind == VarKind::Let => Some((*var, value)),
+            _ => None,
+        })
+        .collect();
+    let StmtKind::For { start, end, body, .. } = &kernel.body[loop_index].kind else { return 1 };
+    if !cluster_uniform(kernel, start, &lets) || !cluster_uniform(kernel, end, &lets) {
+        return 1;
+    }
+    let mut any = false;
+    for o in operands.iter_mut() {
+        let StmtKind::Copy { src, .. } = &body[o.copy].kind else { continue };
+        if src.origin.iter().all(|e| cluster_uniform(kernel, e, &lets)) && o.box_rows % (8 * c as i64) == 0 {
+            o.box_rows /= c as i64;
+            o.multicast = true;
+            any = true;
+        }
+    }
+    if any {
+        c
+    } else {
+        1
+    }
+}
+
+/// Whether `e` has one value in every block of a `(C, 1, 1)` cluster (see
+/// [`multicast_operands`]): it reads no memory and no `bx`, and its other
+/// variables are dims, scalar parameters, `by`, `bz`, loop counters (the
+/// pipelined loop's, whose bounds are checked alike) and `let`s before the
+/// loop whose values are such expressions.
+fn cluster_uniform(k: &Kernel, e: &Expr, lets: &HashMap<VarId, &Expr>) -> bool {
+    let uniform = |x: &Expr| cluster_uniform(k, x, lets);
+    match e {
+        Expr::Const(_) => true,
+        Expr::Var(v) => match k.var(*v).kind {
+            VarKind::Dim | VarKind::Param | VarKind::Loop | VarKind::BlockIdx(1 | 2) => true,
+            VarKind::Let => lets.get(v).is_some_and(|x| uniform(x)),
+            VarKind::BlockIdx(_) | VarKind::Mut => false,
+        },
+        Expr::Load { .. } => false,
+        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => uniform(arg),
+        Expr::Binary { lhs, rhs, .. } => uniform(lhs) && uniform(rhs),
+        Expr::Fma { a, b, c } => uniform(a) && uniform(b) && uniform(c),
+        Expr::Select { cond, then, otherwise } => uniform(cond) && uniform(then) && uniform(otherwise),
+    }
 }
 
 /// The statement at `index`, when it is `copy(acc, tensor.tile(..))` of a
@@ -475,7 +570,18 @@ fn tma_operand(
     if rows % 8 != 0 || rows % box_rows != 0 {
         return None;
     }
-    Some(TmaOperand { copy, buf: dst.buf, param, dtype: sb.dtype, rows, cols, swizzle, panel_cols, box_rows })
+    Some(TmaOperand {
+        copy,
+        buf: dst.buf,
+        param,
+        dtype: sb.dtype,
+        rows,
+        cols,
+        swizzle,
+        panel_cols,
+        box_rows,
+        multicast: false,
+    })
 }
 
 #[cfg(test)]
@@ -498,6 +604,7 @@ mod tests {
             swizzle,
             panel_cols,
             box_rows: rows.min(256),
+            multicast: false,
         }
     }
 
