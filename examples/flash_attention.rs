@@ -35,8 +35,8 @@
 //! over 128 x 80 blocks (`warp_specialized_loop`, one block per tile: its
 //! fragments do not fit the persistent variant's registers; P·V deferred,
 //! O's rescale under the next Q·Kᵀ), and head dim 64 three consumer
-//! warpgroups over 192 x 128 blocks (causal: the TMA-copy instance of 128
-//! threads over 64 x 128 blocks); its shapes also time d64's other
+//! warpgroups over 192 x 128 blocks, persistent too (causal: the TMA-copy
+//! instance of 128 threads over 64 x 128 blocks); its shapes also time d64's other
 //! instances (`ours_64x64`, `ours_64x128`: TMA copy, 128 threads;
 //! `ours_192x128`; `ours_192x64`: three warpgroups, P·V deferred) on lines
 //! of their own, not in the CSV.

@@ -58,6 +58,8 @@ find_ptxas() {
 if [[ $what != candle ]]; then
   if ptxas=$(find_ptxas); then
     export TILE_PTXAS="$ptxas"
+    # The same kernels expanded by several binaries are assembled once.
+    export TILE_PTXAS_CACHE="${TILE_PTXAS_CACHE:-$PWD/target/ptxas-cache}"
     echo "cubins  embedded (TILE_PTXAS=$ptxas)"
   else
     echo "cubins  none: no ptxas found (the kernels are JIT-compiled at their first launch)"

@@ -136,7 +136,7 @@ struct Bugs {
 /// half of the stage) after the stage's release, expecting the whole box
 /// on its own full barrier; each consumer waits full, copies the box to
 /// its block's part of `out`, and releases the stage in both blocks
-/// (`mapa` + `mbarrier.arrive.release.cluster`). The producer waits for the
+/// (`mapa` + `mbarrier.arrive.release.cta.shared::cluster`). The producer waits for the
 /// last two releases before it exits: the peer's consumer arrives on this
 /// block's empty barriers until then.
 fn pipeline(bugs: Bugs) -> Function {

@@ -293,8 +293,8 @@ fn blocks_whose_shared_memory_does_not_fit_are_an_error() {
 /// The deep narrow tiles in thread block clusters (`Tiles::ThinPair`,
 /// `Tiles::ThinQuad`): `a`'s tile is the same for the cluster's blocks (its
 /// origin has no `bx`), so the warp-specialized variant splits its box over
-/// them and multicasts it (32 or 16 rows each), every consumer of the
-/// cluster releases each block's stage, and each producer waits for the
+/// them and multicasts it (32 or 16 rows each), every consumer warp of the
+/// cluster releases each block's stage (lane 0 for its warp), and each producer waits for the
 /// last releases before its block may exit. The cluster's blocks run
 /// together on the simulator (remote arrivals, multicast landing in each
 /// block): ranges of 0, 1 and 2 k-steps, K = 0, edges in M, both layouts,
@@ -313,12 +313,18 @@ fn clusters_multicast_the_shared_operand() {
         for needle in [
             ".multicast::cluster".to_string(),
             "mapa.shared::cluster.u32".into(),
-            "mbarrier.arrive.release.cluster.shared::cluster.b64".into(),
+            "mbarrier.arrive.release.cta.shared::cluster.b64".into(),
             "barrier.cluster.wait.acquire.aligned".into(),
-            format!(", {};", 128 * c),
         ] {
             assert!(ws.ptx.contains(&needle), "cluster {c}: no `{needle}`");
         }
+        // Each empty barrier counts one lane of each of the cluster's 4·C
+        // consumer warps (one remote arrival per warp, not per thread).
+        let inits: Vec<&str> = ws.ptx.lines().filter(|l| l.contains("mbarrier.init")).collect();
+        let counts: std::collections::BTreeSet<&str> =
+            inits.iter().filter_map(|l| l.trim().trim_end_matches(';').rsplit(", ").next()).collect();
+        let want = (4 * c).to_string();
+        assert_eq!(counts, ["1", want.as_str()].into_iter().collect(), "cluster {c}: {inits:?}");
         // The general variants do not multicast (the cluster is only a launch shape there).
         assert!(variants
             .iter()

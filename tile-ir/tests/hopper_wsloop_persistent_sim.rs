@@ -9,8 +9,8 @@
 //! than tiles: blocks that get 0, 1, 2 and 3 or more tiles, tiles whose key
 //! loops run 0, 1 and 2 iterations (causal with `SQ ≠ SK`), ragged last
 //! query and key blocks; with the ping-pong and issuing ahead (head dim 64),
-//! the ping-pong and the deferred P·V (head dim 128), each turned off, and
-//! one consumer warpgroup. Every output is checked against an f64
+//! the ping-pong and the deferred P·V (head dim 128), each turned off, one
+//! consumer warpgroup and three (head dim 64's 192-row query blocks). Every output is checked against an f64
 //! reference, every variant assembles without spills (`TILE_PTXAS`); planted bugs (the consumers never releasing Q, the Q wait's
 //! parity not flipping per tile) must fail.
 
@@ -218,6 +218,37 @@ fn persistent_attention_with_one_consumer_warpgroup() {
             let err =
                 check(&c.function, &k, s, 64, nb).unwrap_or_else(|e| panic!("{} {s:?} on {nb} blocks: {e}", k.name));
             assert!(err <= 5e-3, "{} {s:?} on {nb} blocks: relative L2 error {err:.3e}", k.name);
+        }
+    }
+}
+
+/// Three consumer warpgroups (head dim 64's 192-row query blocks, FA3's
+/// head-dim-64 schedule; 512 threads: the producer at 32 registers, the
+/// consumers (128 · 512 − 32 · 128) / 384 = 160, no ping-pong) in the tile
+/// loop: key blocks of 128 (the example's instance, no overlap) and of 64
+/// (P·V deferred), tiles of 0, 1, 2 and 3 key blocks over blocks that get
+/// 0 to 3 tiles, both tile schedulers (dynamic and the static stride).
+#[test]
+fn persistent_attention_with_three_consumer_warpgroups() {
+    for (bn, deferred) in [(128usize, false), (64, true)] {
+        let k = parse_kernel(&attention_text(64, 192, bn as i64, 384)).unwrap_or_else(|e| panic!("{e:?}"));
+        let c = persistent(&k, CompileOptions::default());
+        assert_eq!(c.threads, 512, "{}", k.name);
+        assert!(!c.ptx.contains("bar.arrive"), "{}: three warpgroups do not ping-pong", k.name);
+        assert!(c.ptx.contains("setmaxnreg.dec.sync.aligned.u32 32;"), "{}", k.name);
+        assert!(c.ptx.contains("setmaxnreg.inc.sync.aligned.u32 160;"), "{}", k.name);
+        assert_eq!(c.ptx.contains("wgmma.wait_group.sync.aligned 1;"), deferred, "{}: deferred P·V", k.name);
+        let counts: Vec<Vec<i64>> = shapes(192, bn).iter().map(|(s, _)| key_blocks(*s, 192, bn)).collect();
+        assert!([0, 1, 2].iter().all(|n| counts.iter().flatten().any(|c| c == n)), "{}: {counts:?}", k.name);
+        for (s, blocks) in shapes(192, bn) {
+            for nb in blocks {
+                // Both tile schedulers (odd block counts static), at half the simulator's time.
+                let static_tiles = nb % 2 == 1;
+                let opts = sim::RunOptions { shape: Some([nb, 1, 1]), static_tiles, ..Default::default() };
+                let what = format!("{} {s:?} on {nb} blocks, static {static_tiles}", k.name);
+                let (err, _) = check_with(&c.function, &k, s, 64, opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(err <= 5e-3, "{what}: relative L2 error {err:.3e}");
+            }
         }
     }
 }

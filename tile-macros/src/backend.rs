@@ -4,7 +4,8 @@
 //! `TILE_DUMP` files (earlier variants named by their schedule:
 //! `<kernel>.sm_90a.warp_specialized_gemm.ptx`; every schedule's decision in
 //! `<kernel>.<arch>.schedules.txt`), assemble every variant with `TILE_PTXAS`
-//! and keep its cubin (embedded beside the PTX: no JIT at start-up).
+//! (`ptxas.rs`, through `TILE_PTXAS_CACHE` when set) and keep its cubin
+//! (embedded beside the PTX: no JIT at start-up).
 //!
 //! Expects a kernel that lowered without errors and its [`SpanTable`].
 //! Guarantees that every problem (a verifier or code-generation error, an
@@ -98,12 +99,15 @@ fn non_empty_env(name: &str) -> Option<String> {
 
 /// What the build environment asks of the backend: the targets
 /// (`TILE_ARCHS`, or why it names none that exist), `TILE_DUMP`,
-/// `TILE_PTXAS`. Tests (the fuzz test) build one by hand instead of setting
+/// `TILE_PTXAS`, `TILE_PTXAS_CACHE`. Tests (the fuzz test) build one by hand instead of setting
 /// environment variables.
 pub(crate) struct BuildEnv {
     pub targets: Result<Vec<Target>, String>,
     pub dump: Option<PathBuf>,
     pub ptxas: Option<String>,
+    /// `TILE_PTXAS_CACHE`: a folder where `ptxas`'s results are kept by
+    /// content and reused (`ptxas.rs`).
+    pub ptxas_cache: Option<PathBuf>,
     /// The compiler's options: the defaults less the switches
     /// `TILE_OPTIONS_OFF` names (or why it names one that does not exist).
     pub options: Result<CompileOptions, String>,
@@ -115,6 +119,7 @@ impl BuildEnv {
             targets: targets_from_env(),
             dump: non_empty_env("TILE_DUMP").map(PathBuf::from),
             ptxas: non_empty_env("TILE_PTXAS"),
+            ptxas_cache: non_empty_env("TILE_PTXAS_CACHE").map(PathBuf::from),
             options: CompileOptions::default().with_off(&non_empty_env("TILE_OPTIONS_OFF").unwrap_or_default()),
         }
     }
@@ -122,7 +127,13 @@ impl BuildEnv {
     /// The targets of `TILE_ARCHS` and nothing else set (tests).
     #[cfg(test)]
     pub(crate) fn plain(targets: Vec<Target>) -> BuildEnv {
-        BuildEnv { targets: Ok(targets), dump: None, ptxas: None, options: Ok(CompileOptions::default()) }
+        BuildEnv {
+            targets: Ok(targets),
+            dump: None,
+            ptxas: None,
+            ptxas_cache: None,
+            options: Ok(CompileOptions::default()),
+        }
     }
 }
 
@@ -203,7 +214,7 @@ pub(crate) fn compile_targets(
             }
             let mut cubin = None;
             if let Some(ptxas) = ptxas {
-                match run_ptxas(ptxas, arch, name, &compiled.ptx) {
+                match crate::ptxas::assemble(ptxas, arch, name, &compiled.ptx, env.ptxas_cache.as_deref()) {
                     Ok(assembled) => {
                         if let Some(dir) = dump {
                             write_dump(dir, &format!("{stem}.ptxas.txt"), &assembled.report, name_span, errors);
@@ -259,50 +270,10 @@ pub(crate) fn write_dump(dir: &Path, file: &str, contents: &str, span: Span, err
     }
 }
 
-/// What `ptxas` made of one variant: its `-v` report and the cubin.
-#[derive(Debug)]
-pub(crate) struct Assembled {
-    pub report: String,
-    pub cubin: Vec<u8>,
-}
-
-/// Runs `ptxas -arch=<arch> -v <file> -o <tmp>`; returns its `-v` report
-/// and the cubin it wrote, or its message on failure.
-fn run_ptxas(ptxas: &str, arch: &str, kernel: &str, ptx: &str) -> Result<Assembled, String> {
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let stem = std::env::temp_dir().join(format!("tile-{}-{kernel}-{arch}-{nonce}", std::process::id()));
-    let ptx_path = stem.with_extension("ptx");
-    let cubin_path = stem.with_extension("cubin");
-    std::fs::write(&ptx_path, ptx).map_err(|e| format!("cannot write `{}`: {e}", ptx_path.display()))?;
-    let output = std::process::Command::new(ptxas)
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg(&ptx_path)
-        .arg("-o")
-        .arg(&cubin_path)
-        .output();
-    let _ = std::fs::remove_file(&ptx_path);
-    let cubin = std::fs::read(&cubin_path);
-    let _ = std::fs::remove_file(&cubin_path);
-    let output = output.map_err(|e| format!("cannot run TILE_PTXAS=`{ptxas}`: {e}"))?;
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    if !output.status.success() {
-        return Err(format!("{} ({})", text.trim_end(), output.status));
-    }
-    match cubin {
-        Ok(cubin) if cubin.starts_with(b"\x7fELF") => Ok(Assembled { report: text, cubin }),
-        Ok(_) => Err(format!("ptxas wrote `{}`, which is not an ELF cubin", cubin_path.display())),
-        Err(e) => Err(format!("ptxas succeeded but its cubin `{}` cannot be read: {e}", cubin_path.display())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::diag::SpanRange;
-
-    const PTXAS: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin/ptxas";
 
     #[test]
     fn compile_errors_merge_across_targets() {
@@ -324,31 +295,6 @@ mod tests {
                 "verifier: bad handle".to_string(),
             ]
         );
-    }
-
-    #[test]
-    fn ptxas_reports_and_failures() {
-        if !Path::new(PTXAS).exists() {
-            eprintln!("ptxas not found at {PTXAS}; skipping");
-            return;
-        }
-        let good = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n";
-        for arch in ["sm_80", "sm_90a"] {
-            let good = good.replace("sm_80", arch);
-            let assembled = run_ptxas(PTXAS, arch, "k", &good).expect("valid PTX assembles");
-            assert!(assembled.report.contains("Compiling entry function 'k'"), "{}", assembled.report);
-            // The cubin is an ELF image (64-bit: EI_CLASS 2) for the arch.
-            assert!(
-                assembled.cubin.starts_with(b"\x7fELF\x02"),
-                "{:?}",
-                &assembled.cubin[..8.min(assembled.cubin.len())]
-            );
-        }
-        let bad = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tfrobnicate;\n}\n";
-        let err = run_ptxas(PTXAS, "sm_80", "k", bad).expect_err("invalid PTX fails");
-        assert!(err.contains("frobnicate") || err.contains("syntax error"), "{err}");
-        let missing = run_ptxas("/nonexistent/ptxas", "sm_80", "k", good).expect_err("no such ptxas");
-        assert!(missing.contains("cannot run TILE_PTXAS"), "{missing}");
     }
 
     fn variant(schedule: &'static str, threads: u32, maps: usize) -> Compiled {

@@ -25,6 +25,7 @@ mod editor;
 mod expand;
 mod generics;
 mod lower;
+mod ptxas;
 mod sig;
 
 /// Compiles a kernel function to PTX at build time and replaces it with a

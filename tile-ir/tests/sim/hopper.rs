@@ -18,7 +18,7 @@
 //!   the phase still completes only at 0 arrivals and 0 bytes pending.
 //! - Clusters (see `mod.rs`): `mapa.shared::cluster.u32 d, a, r` is
 //!   `(r + 1) · CLUSTER_WINDOW + a` (a rank outside the cluster fails);
-//!   `mbarrier.arrive.release.cluster.shared::cluster` on such an address
+//!   `mbarrier.arrive.release.cta.shared::cluster` on such an address
 //!   (or a `.shared::cta` one: the own block) is an arrival with release
 //!   semantics on that block's barrier. Unmodeled: `fence.mbarrier_init`
 //!   (the cluster barrier's release/acquire orders the init here), the

@@ -60,7 +60,7 @@
 //! `%tid.x`; `%cluster_ctarank` is `r` and `%ctaid.x` the cluster's first
 //! plus `r`. Threads are padded per block to whole warpgroups (the padding
 //! warps have no lanes). `mapa` gives a `.shared::cluster` address
-//! (`hopper::CLUSTER_WINDOW`); `mbarrier.arrive.release.cluster` on one
+//! (`hopper::CLUSTER_WINDOW`); `mbarrier.arrive.release.cta.shared::cluster` on one
 //! arrives (releasing, as a local arrive) on that block's barrier;
 //! `barrier.cluster.arrive.release` / `wait.acquire` is a cluster-wide
 //! barrier joining every warp's clock (exited threads do not hold it up, a

@@ -24,8 +24,8 @@
 //!     wgmma.wait_group 0; bar.sync 1, T     // stage memory may be reused after
 //! ```
 //! With multicast operands ([`super::WsPlan::cluster`] `C > 1`): `empty[s]`
-//! expects `T·C` arrivals and every consumer thread arrives on `empty[st-1]`
-//! of every block of the cluster (`mapa` + a remote arrive), so that a
+//! expects `(T/32)·C` arrivals and lane 0 of every consumer warp arrives on
+//! `empty[st-1]` of every block of the cluster (`mapa` + a remote arrive), so that a
 //! producer refills a stage, which its multicast writes in every block, only
 //! once the whole cluster is done with it; a cluster barrier after the
 //! init (the peers' multicasts and arrivals reach initialized barriers);
@@ -166,9 +166,9 @@ impl Lx<'_> {
     pub(super) fn ws_init_barriers(&mut self, wl: &WsLowering) -> R<()> {
         let ws = &wl.plan;
         let (t, stages, bars) = (ws.consumer_threads as i64, ws.stages as i64, wl.bars.get());
-        // With multicast every consumer thread of the cluster releases each
-        // block's stage (`ws_release`).
-        let releases = t * if ws.multicasts() { ws.cluster as i64 } else { 1 };
+        // With multicast one lane of every consumer warp of the cluster
+        // releases each block's stage (`ws_release`).
+        let releases = if ws.multicasts() { t / 32 * ws.cluster as i64 } else { t };
         let init = self.capture(|x| {
             let smem = x.smem;
             for s in 0..stages {
@@ -201,13 +201,24 @@ impl Lx<'_> {
     /// an arrival on its empty barrier, or, when operands are multicast, on
     /// the empty barrier of that stage in every block of the cluster (each
     /// block's producer then refills the stage of all of them only once
-    /// every consumer of the cluster is done with it).
+    /// every consumer of the cluster is done with it). There lane 0 of each
+    /// warp arrives for its warp (every lane has passed the warp-synchronous
+    /// `wgmma.wait_group` that retired the stage's reads), at CTA scope
+    /// ([`Inst::MbarArriveCluster`]): C arrivals a warp instead of 32·C, and
+    /// none of them a memory barrier.
     pub(super) fn ws_release(&mut self, wl: &WsLowering, stage: Reg, guard: Option<(Reg, bool)>) {
         let empty = self.ws_bar_addr(wl, stage, 1);
         if !wl.plan.multicasts() {
             self.emit_guarded(Inst::MbarArrive { addr: empty }, guard);
             return;
         }
+        let lane = self.op("and.b32", RegClass::B32, vec![self.tid.into(), Operand::Imm(31)]);
+        let lane0 = self.op("setp.eq.u32", RegClass::Pred, vec![lane.into(), Operand::Imm(0)]);
+        let when = match guard {
+            Some((p, true)) => Some(self.op("not.pred", RegClass::Pred, vec![p.into()])),
+            other => other.map(|g| g.0),
+        };
+        let guard = self.and_pred(when, Some(lane0)).map(|p| (p, false));
         for rank in 0..wl.plan.cluster as i64 {
             let remote =
                 self.op("mapa.shared::cluster.u32", RegClass::B32, vec![empty.base.clone(), Operand::Imm(rank)]);

@@ -239,16 +239,6 @@ pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions)
     if !kernel.vars.iter().any(|v| matches!(v.kind, VarKind::BlockIdx(_))) {
         return Err(NotApplicable::new("the kernel reads no block index: there are no tiles to loop over"));
     }
-    // Three consumer warpgroups (head dim 64's 192-row blocks) were added
-    // beside the persistent variant, not with it: no simulator test has run
-    // them in its tile loop yet, so it declines them until one does.
-    if p.consumer_threads > 256 {
-        return Err(NotApplicable::new(format!(
-            "{} consumer threads: the persistent variant is proven (simulator tests) for one and two consumer \
-             warpgroups only",
-            p.consumer_threads
-        )));
-    }
     let words = fragment_words(kernel, p.consumer_threads);
     if words > PERSISTENT_FRAGMENT_WORDS {
         return Err(NotApplicable::new(format!(
