@@ -20,7 +20,11 @@
 //! timed with CUDA events in three interleaved rounds (ours, cuBLAS, ours,
 //! ...; each round as many runs as fit in a third of `--budget-ms`, 3 to
 //! 100, after one run of each to size the count; the median of the rounds'
-//! medians), TFLOPS and the ratio, and the
+//! medians), each side's runs rotating through copies of the operands
+//! (`sets`: enough that a copy is three L2s of traffic away from its last
+//! use, as a model's layer is; the same operands every run would keep the
+//! smaller weights in L2, where a warm loop times the cache, not the
+//! kernel: `--warm-l2` does that), TFLOPS and the ratio, and the
 //! floor: the time to move the operands and the output once at 4.8 TB/s or
 //! to do the FLOPs at 989 dense TFLOPS, whichever is longer (the H200's
 //! figures). The host's work runs on every core (random operands, the
@@ -48,6 +52,7 @@
 //!   `--quick`: 8);
 //! - `--deadline S`: start no shape after S seconds (the summary, CSV and
 //!   plot then cover the shapes measured, `partial=1`);
+//! - `--warm-l2`: time every run on the same operands (one set);
 //! - `--plan`: print each shape's configuration (the rule's), blocks, bytes,
 //!   FLOPs, floor and the candidates `--tune` times, without running
 //!   anything (no GPU needed).
@@ -70,6 +75,19 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// The H200's HBM bandwidth (bytes/s) and dense fp16/bf16 tensor peak (FLOP/s).
 const HBM: f64 = 4.8e12;
 const PEAK: f64 = 989e12;
+
+/// The H200's L2 (`hopper-facts.md`: 60 MiB).
+const L2_BYTES: usize = 60 << 20;
+
+/// How many copies of an `m × k` by `k × n` problem's operands (and
+/// output) the timing rotates through: enough that the runs between two
+/// uses of one copy move at least three L2s (METHOD: data several times
+/// the L2, else repeated runs time the cache), at most 8; 1 where one copy
+/// is that large already (28672 × 8192 weights).
+fn operand_sets(m: usize, n: usize, k: usize, elem: usize) -> usize {
+    let bytes = (m * k + n * k + m * n) * elem;
+    (3 * L2_BYTES).div_ceil(bytes.max(1)).clamp(1, 8)
+}
 
 const MS: [usize; 8] = [1, 16, 64, 128, 256, 1024, 4096, 8192];
 const NKS: [(usize, usize); 5] = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 8192)];
@@ -108,11 +126,15 @@ struct Options {
     tune: bool,
     save_tuning: Option<PathBuf>,
     plan: bool,
+    /// `--warm-l2`: time every run on the same operands (which then stay
+    /// in L2 between runs where they fit) instead of rotating through
+    /// [`operand_sets`] copies.
+    warm_l2: bool,
 }
 
 const USAGE: &str = "usage: gemm_sweep [--m M,..] [--nk NxK,..] [--odd|--no-odd] [--layout ab|abt,..] \
                      [--dtype f16|bf16,..] [--config TILES:SPLIT[:unpadded]] [--tune] [--save-tuning PATH] [--csv PATH] [--plot PATH] \
-                     [--budget-ms MS] [--quick] [--deadline S] [--plan]";
+                     [--budget-ms MS] [--quick] [--deadline S] [--warm-l2] [--plan]";
 
 fn parse_list<T>(v: &str, f: impl Fn(&str) -> Option<T>, what: &str) -> Result<Vec<T>, String> {
     v.split(',').map(|x| f(x.trim()).ok_or(format!("{what}: `{x}` is not valid"))).collect()
@@ -132,6 +154,7 @@ impl Options {
             csv: None,
             plot: None,
             budget_ms: 25.0,
+            warm_l2: false,
             deadline: None,
             tune: false,
             save_tuning: None,
@@ -213,6 +236,7 @@ impl Options {
                 "--tune" => o.tune = true,
                 "--save-tuning" => o.save_tuning = Some(value("--save-tuning")?.into()),
                 "--plan" => o.plan = true,
+                "--warm-l2" => o.warm_l2 = true,
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument `{other}`")),
             }
@@ -261,6 +285,8 @@ struct Row {
     /// Host microseconds per call ([`Timed`]).
     ours_host_us: f64,
     cublas_host_us: f64,
+    /// The operand sets the timing rotated through ([`operand_sets`]).
+    sets: usize,
     floor_us: f64,
     /// Relative L2 difference from cuBLAS over the whole output.
     err: f64,
@@ -631,12 +657,38 @@ fn measure<T: Dtype>(
     let check_ms = t.elapsed().as_secs_f64() * 1e3;
 
     let t = std::time::Instant::now();
+    // Copies of the operands that each side's runs rotate through (the
+    // checked set first, then `sets − 1` copies; each side its own outputs),
+    // so that every run reads its operands from HBM, as a model's layer does,
+    // not from an L2 that the run before left them in.
+    let sets = if o.warm_l2 { 1 } else { operand_sets(m, n, k, std::mem::size_of::<T>()) };
+    let mut inputs = Vec::with_capacity(sets - 1);
+    let (mut ours_out, mut peer_out) = (Vec::with_capacity(sets - 1), Vec::with_capacity(sets - 1));
+    for _ in 1..sets {
+        inputs.push((a.try_clone(s)?, w.try_clone(s)?));
+        ours_out.push(c.try_clone(s)?);
+        peer_out.push(c_blas.try_clone(s)?);
+    }
+    let (mut i_ours, mut i_peer) = (0, 0);
     let timed = timed_pair(
         s,
         o.budget_ms,
-        || ours.run(s, &a, w, &mut c),
-        || blas.gemm(m, n, k, &a, w, &mut c_blas, false, trans_b),
+        || {
+            i_ours = (i_ours + 1) % sets;
+            match i_ours {
+                0 => ours.run(s, &a, w, &mut c),
+                j => ours.run(s, &inputs[j - 1].0, &inputs[j - 1].1, &mut ours_out[j - 1]),
+            }
+        },
+        || {
+            i_peer = (i_peer + 1) % sets;
+            match i_peer {
+                0 => blas.gemm(m, n, k, &a, w, &mut c_blas, false, trans_b),
+                j => blas.gemm(m, n, k, &inputs[j - 1].0, &inputs[j - 1].1, &mut peer_out[j - 1], false, trans_b),
+            }
+        },
     )?;
+    drop((inputs, ours_out, peer_out));
     let time_ms = t.elapsed().as_secs_f64() * 1e3;
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let bytes = 2.0 * (m * k + n * k + m * n) as f64;
@@ -652,6 +704,7 @@ fn measure<T: Dtype>(
         ours_us: timed.ours_ms * 1e3,
         cublas_us: timed.peer_ms * 1e3,
         ours_host_us: timed.ours_host_us,
+        sets,
         cublas_host_us: timed.peer_host_us,
         floor_us,
         err,
@@ -675,7 +728,7 @@ struct Output {
 
 const CSV_HEADER: &str =
     "layout,dtype,m,n,k,config,source,blocks,ours_us,cublas_us,floor_us,ours_tflops,cublas_tflops,\
-                          ratio,floor_over_ours,rel_diff,identical,ref_err,setup_ms,check_ms,time_ms,ours_host_us,cublas_host_us";
+                          ratio,floor_over_ours,rel_diff,identical,ref_err,setup_ms,check_ms,time_ms,ours_host_us,cublas_host_us,operand_sets";
 
 impl Output {
     fn new(csv: Option<&PathBuf>) -> Res<Output> {
@@ -705,7 +758,7 @@ impl Output {
         println!(
             "RESULT gemm_sweep layout={} dtype={} m={} n={} k={} config=\"{}\" source={} blocks={} ours_us={:.1} \
              cublas_us={:.1} floor_us={:.1} ours_tflops={:.1} cublas_tflops={:.1} ratio={:.3} err={:.1e} \
-             identical={:.3} ref_err={:.1e} setup_ms={:.0} check_ms={:.0} time_ms={:.0} elapsed_s={:.1}",
+             identical={:.3} ref_err={:.1e} sets={} setup_ms={:.0} check_ms={:.0} time_ms={:.0} elapsed_s={:.1}",
             r.layout_name(),
             r.dtype,
             r.m,
@@ -723,6 +776,7 @@ impl Output {
             r.err,
             r.identical,
             r.ref_err,
+            r.sets,
             r.setup_ms,
             r.check_ms,
             r.time_ms,
@@ -732,7 +786,7 @@ impl Output {
         if let Some(f) = &mut self.csv {
             writeln!(
                 f,
-                "{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e},{:.4},{:.2e},{:.1},{:.1},{:.1},{:.2},{:.2}",
+                "{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.4},{:.4},{:.2e},{:.4},{:.2e},{:.1},{:.1},{:.1},{:.2},{:.2},{}",
                 r.layout_name(),
                 r.dtype,
                 r.m,
@@ -755,7 +809,8 @@ impl Output {
                 r.check_ms,
                 r.time_ms,
                 r.ours_host_us,
-                r.cublas_host_us
+                r.cublas_host_us,
+                r.sets
             )?;
             f.flush()?;
         }
