@@ -87,13 +87,13 @@ fn embedded_ir_is_the_shared_text() {
     assert_eq!(printed(examples::gemm::matmul_bt::meta::<f16, f16, 128, 256, 64, 3, 256>().ir), bt.text());
     // The split-K kernels (the simulator's `hopper_splitk_sim.rs` runs these texts).
     let small = tile_testkit::Matmul { bm: 64, bn: 128, threads: 128, stages: 4, ..example };
-    let nn = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_4_128", ..small };
+    let nn = tile_testkit::Matmul { name: "matmul_splitk__f16_f32_64_128_64_4_128_1_1", ..small };
     assert_eq!(
         printed(examples::gemm::matmul_splitk::meta::<f16, f32, 64, 128, 64, 4, 128, 1, 1>().ir),
         nn.splitk_text()
     );
     let nt = tile_testkit::Matmul {
-        name: "matmul_bt_splitk__bf16_bf16_128_128_64_4_256",
+        name: "matmul_bt_splitk__bf16_bf16_128_128_64_4_256_1_1",
         dtype: "bf16",
         out: Some("bf16"),
         trans_b: true,

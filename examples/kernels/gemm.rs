@@ -154,235 +154,179 @@ pub fn matmul_bt<
     copy(&acc, c.tile([by * BM, bx * BN]));
 }
 
-/// Split-K partial products of `a · b`: the grid's z axis cuts the K loop
-/// into `SPLIT` (`c`'s first extent, a launch-time dim) ranges of
-/// `cdiv(cdiv(K, BK), SPLIT)` k-steps; block `(bx, by, z)` multiplies its
-/// `BM × BN` tile over range `z` and writes the partial sum to
-/// `c[z, .., ..]` (every element of `c` is written: no zeroing). k-steps
-/// past `K` (the last range when `SPLIT` does not divide the steps) read
-/// zeros and add nothing. With `O = f32` `c` is the workspace that
-/// [`splitk_reduce`] sums in a fixed order (the result does not depend on
-/// how blocks were scheduled); with `SPLIT = 1` and `O = T` it is the
-/// product itself. `b` may be wider than `c` (`NB ≥ N`: a `b` padded to
-/// 16-byte rows; its extra columns are not written) and shorter than `a`
-/// is wide (`KB ≤ K`: `a` padded in K, `b`'s rows whole; rows past `KB`
-/// read zeros, which `a`'s zero padding multiplies anyway).
-///
-/// `BLOCKS` blocks run side by side on an SM (`blocks_per_sm`): the
-/// decode-size tiles' way to keep more of `b` in flight. `CL` blocks along
-/// N form a thread block cluster (`cluster = (CL, 1, 1)`): they share the
-/// tile of `a`, which the compiler then loads once per cluster (TMA
-/// multicast) in the warp-specialized variant; the grid's N extent must be
-/// a multiple of `CL` (else the launch is an error).
-///
-/// Instances: the shape rule's `Tiles::Small` and `Tiles::Mid` (128 × 256
-/// spills in the warp-specialized variant: 128 accumulators per thread and
-/// a store that is not TMA's), named as before `BLOCKS` (their PTX is
-/// unchanged), and `Tiles::Narrow`, `Tiles::SmallTwo` and `Tiles::Gemv`.
-#[tile_kernel(
-    threads = THREADS,
-    blocks_per_sm = BLOCKS,
-    cluster = (CL, 1, 1),
-    instances(
-        matmul_splitk__f16_f32_64_128_64_4_128 = (f16, f32, 64, 128, 64, 4, 128, 1, 1),
-        matmul_splitk__bf16_f32_64_128_64_4_128 = (bf16, f32, 64, 128, 64, 4, 128, 1, 1),
-        matmul_splitk__f16_f32_128_128_64_4_256 = (f16, f32, 128, 128, 64, 4, 256, 1, 1),
-        matmul_splitk__bf16_f32_128_128_64_4_256 = (bf16, f32, 128, 128, 64, 4, 256, 1, 1),
-        matmul_splitk__f16_f16_64_128_64_4_128 = (f16, f16, 64, 128, 64, 4, 128, 1, 1),
-        matmul_splitk__bf16_bf16_64_128_64_4_128 = (bf16, bf16, 64, 128, 64, 4, 128, 1, 1),
-        matmul_splitk__f16_f16_128_128_64_4_256 = (f16, f16, 128, 128, 64, 4, 256, 1, 1),
-        matmul_splitk__bf16_bf16_128_128_64_4_256 = (bf16, bf16, 128, 128, 64, 4, 256, 1, 1),
-        // Decode-size M (`Tiles::Narrow`, `Tiles::SmallTwo`): several blocks
-        // per SM (`blocks_per_sm = BLOCKS`), so that each SM keeps 72-96 KB
-        // of `b` in flight; 3 stages so that the blocks' shared memory fits
-        // sm_80's SM too.
-        (f16, f32, 64, 64, 64, 3, 128, 3, 1),
-        (bf16, f32, 64, 64, 64, 3, 128, 3, 1),
-        (f16, f16, 64, 64, 64, 3, 128, 3, 1),
-        (bf16, bf16, 64, 64, 64, 3, 128, 3, 1),
-        (f16, f32, 64, 128, 64, 3, 128, 2, 1),
-        (bf16, f32, 64, 128, 64, 3, 128, 2, 1),
-        (f16, f16, 64, 128, 64, 3, 128, 2, 1),
-        (bf16, bf16, 64, 128, 64, 3, 128, 2, 1),
-        // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
-        // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
-        (f16, f32, 16, 128, 64, 4, 128, 2, 1),
-        (bf16, f32, 16, 128, 64, 4, 128, 2, 1),
-        (f16, f16, 16, 128, 64, 4, 128, 2, 1),
-        (bf16, bf16, 16, 128, 64, 4, 128, 2, 1),
-        // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
-        // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
-        // blocks without splitting K (no reduction). More shared memory
-        // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
-        // candidates, with a note in `TILE_DUMP`).
-        (f16, f32, 64, 32, 64, 16, 128, 1, 1),
-        (bf16, f32, 64, 32, 64, 16, 128, 1, 1),
-        (f16, f16, 64, 32, 64, 16, 128, 1, 1),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1, 1),
-        (f16, f32, 64, 64, 64, 12, 128, 1, 1),
-        (bf16, f32, 64, 64, 64, 12, 128, 1, 1),
-        (f16, f16, 64, 64, 64, 12, 128, 1, 1),
-        (bf16, bf16, 64, 64, 64, 12, 128, 1, 1),
-        (f16, f32, 128, 64, 64, 8, 256, 1, 1),
-        (bf16, f32, 128, 64, 64, 8, 256, 1, 1),
-        (f16, f16, 128, 64, 64, 8, 256, 1, 1),
-        (bf16, bf16, 128, 64, 64, 8, 256, 1, 1),
-        // The narrow deep tiles in thread block clusters along x
-        // (`Tiles::ThinPair`, `Tiles::ThinQuad`, `Tiles::DeepPair`): the
-        // blocks of a cluster share `a`'s tile, which the warp-specialized
-        // variant loads once per cluster (TMA multicast, each block a
-        // share of its rows) instead of once per block.
-        (f16, f32, 64, 32, 64, 16, 128, 1, 2),
-        (bf16, f32, 64, 32, 64, 16, 128, 1, 2),
-        (f16, f16, 64, 32, 64, 16, 128, 1, 2),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1, 2),
-        (f16, f32, 64, 32, 64, 16, 128, 1, 4),
-        (bf16, f32, 64, 32, 64, 16, 128, 1, 4),
-        (f16, f16, 64, 32, 64, 16, 128, 1, 4),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1, 4),
-        (f16, f32, 64, 64, 64, 12, 128, 1, 2),
-        (bf16, f32, 64, 64, 64, 12, 128, 1, 2),
-        (f16, f16, 64, 64, 64, 12, 128, 1, 2),
-        (bf16, bf16, 64, 64, 64, 12, 128, 1, 2),
-    ),
-    // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
-    // instance that does not fit a target be dropped there).
-    tune(BM, BN, BK, STAGES, THREADS, BLOCKS, CL),
-    dependent_launch = true
-)]
-pub fn matmul_splitk<
-    T: Float16,
-    O: Float,
-    const BM: usize,
-    const BN: usize,
-    const BK: usize,
-    const STAGES: usize,
-    const THREADS: usize,
-    const BLOCKS: usize,
-    const CL: usize,
->(
-    a: &Tensor<T, M, K>,
-    b: &Tensor<T, KB, NB>,
-    c: &mut Tensor<O, SPLIT, M, N>,
-) {
-    let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
-    use_swizzle(8);
-    let steps = cdiv(cdiv(K, BK), SPLIT);
-    let k0 = bz * steps;
-    let mut a_s = shared::<T, BM, BK>();
-    let mut b_s = shared::<T, BK, BN>();
-    let mut acc = fragment::<f32, BM, BN>();
-    clear(&mut acc);
-    for k in pipelined(steps, STAGES) {
-        copy(a.tile([by * BM, (k0 + k) * BK]), &mut a_s);
-        copy(b.tile([(k0 + k) * BK, bx * BN]), &mut b_s);
-        gemm(&a_s, &b_s, &mut acc);
-    }
-    copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
+/// Declares a split-K kernel ([`matmul_splitk`], [`matmul_bt_splitk`]) under
+/// the one attribute both take: the same instances (the tuning space of
+/// [`ShapedGemm`]), `tune(..)`, clusters, dependent launches.
+macro_rules! splitk_kernel {
+    ($(#[$meta:meta])* pub fn $($item:tt)*) => {
+        $(#[$meta])*
+        #[tile_kernel(
+            threads = THREADS,
+            blocks_per_sm = BLOCKS,
+            cluster = (CL, 1, 1),
+            instances(
+                (f16, f32, 64, 128, 64, 4, 128, 1, 1),
+                (bf16, f32, 64, 128, 64, 4, 128, 1, 1),
+                (f16, f32, 128, 128, 64, 4, 256, 1, 1),
+                (bf16, f32, 128, 128, 64, 4, 256, 1, 1),
+                (f16, f16, 64, 128, 64, 4, 128, 1, 1),
+                (bf16, bf16, 64, 128, 64, 4, 128, 1, 1),
+                (f16, f16, 128, 128, 64, 4, 256, 1, 1),
+                (bf16, bf16, 128, 128, 64, 4, 256, 1, 1),
+                // Decode-size M (`Tiles::Narrow`, `Tiles::SmallTwo`): several blocks
+                // per SM (`blocks_per_sm = BLOCKS`), so that each SM keeps 72-96 KB
+                // of `b` in flight; 3 stages so that the blocks' shared memory fits
+                // sm_80's SM too.
+                (f16, f32, 64, 64, 64, 3, 128, 3, 1),
+                (bf16, f32, 64, 64, 64, 3, 128, 3, 1),
+                (f16, f16, 64, 64, 64, 3, 128, 3, 1),
+                (bf16, bf16, 64, 64, 64, 3, 128, 3, 1),
+                (f16, f32, 64, 128, 64, 3, 128, 2, 1),
+                (bf16, f32, 64, 128, 64, 3, 128, 2, 1),
+                (f16, f16, 64, 128, 64, 3, 128, 2, 1),
+                (bf16, bf16, 64, 128, 64, 3, 128, 2, 1),
+                // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
+                // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
+                (f16, f32, 16, 128, 64, 4, 128, 2, 1),
+                (bf16, f32, 16, 128, 64, 4, 128, 2, 1),
+                (f16, f16, 16, 128, 64, 4, 128, 2, 1),
+                (bf16, bf16, 16, 128, 64, 4, 128, 2, 1),
+                // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
+                // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
+                // blocks without splitting K (no reduction). More shared memory
+                // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
+                // candidates, with a note in `TILE_DUMP`).
+                (f16, f32, 64, 32, 64, 16, 128, 1, 1),
+                (bf16, f32, 64, 32, 64, 16, 128, 1, 1),
+                (f16, f16, 64, 32, 64, 16, 128, 1, 1),
+                (bf16, bf16, 64, 32, 64, 16, 128, 1, 1),
+                (f16, f32, 64, 64, 64, 12, 128, 1, 1),
+                (bf16, f32, 64, 64, 64, 12, 128, 1, 1),
+                (f16, f16, 64, 64, 64, 12, 128, 1, 1),
+                (bf16, bf16, 64, 64, 64, 12, 128, 1, 1),
+                (f16, f32, 128, 64, 64, 8, 256, 1, 1),
+                (bf16, f32, 128, 64, 64, 8, 256, 1, 1),
+                (f16, f16, 128, 64, 64, 8, 256, 1, 1),
+                (bf16, bf16, 128, 64, 64, 8, 256, 1, 1),
+                // The narrow deep tiles in thread block clusters along x
+                // (`Tiles::ThinPair`, `Tiles::ThinQuad`, `Tiles::DeepPair`): the
+                // blocks of a cluster share `a`'s tile, which the warp-specialized
+                // variant loads once per cluster (TMA multicast, each block a
+                // share of its rows) instead of once per block.
+                (f16, f32, 64, 32, 64, 16, 128, 1, 2),
+                (bf16, f32, 64, 32, 64, 16, 128, 1, 2),
+                (f16, f16, 64, 32, 64, 16, 128, 1, 2),
+                (bf16, bf16, 64, 32, 64, 16, 128, 1, 2),
+                (f16, f32, 64, 32, 64, 16, 128, 1, 4),
+                (bf16, f32, 64, 32, 64, 16, 128, 1, 4),
+                (f16, f16, 64, 32, 64, 16, 128, 1, 4),
+                (bf16, bf16, 64, 32, 64, 16, 128, 1, 4),
+                (f16, f32, 64, 64, 64, 12, 128, 1, 2),
+                (bf16, f32, 64, 64, 64, 12, 128, 1, 2),
+                (f16, f16, 64, 64, 64, 12, 128, 1, 2),
+                (bf16, bf16, 64, 64, 64, 12, 128, 1, 2),
+            ),
+            // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
+            // instance that does not fit a target be dropped there).
+            tune(BM, BN, BK, STAGES, THREADS, BLOCKS, CL),
+            dependent_launch = true
+        )]
+        pub fn $($item)*
+    };
 }
 
-/// [`matmul_splitk`] for `a · bᵀ` with `b` stored `[NB, K]` (a linear
-/// layer's weight; `NB ≥ N`), the same instances.
-#[tile_kernel(
-    threads = THREADS,
-    blocks_per_sm = BLOCKS,
-    cluster = (CL, 1, 1),
-    instances(
-        matmul_bt_splitk__f16_f32_64_128_64_4_128 = (f16, f32, 64, 128, 64, 4, 128, 1, 1),
-        matmul_bt_splitk__bf16_f32_64_128_64_4_128 = (bf16, f32, 64, 128, 64, 4, 128, 1, 1),
-        matmul_bt_splitk__f16_f32_128_128_64_4_256 = (f16, f32, 128, 128, 64, 4, 256, 1, 1),
-        matmul_bt_splitk__bf16_f32_128_128_64_4_256 = (bf16, f32, 128, 128, 64, 4, 256, 1, 1),
-        matmul_bt_splitk__f16_f16_64_128_64_4_128 = (f16, f16, 64, 128, 64, 4, 128, 1, 1),
-        matmul_bt_splitk__bf16_bf16_64_128_64_4_128 = (bf16, bf16, 64, 128, 64, 4, 128, 1, 1),
-        matmul_bt_splitk__f16_f16_128_128_64_4_256 = (f16, f16, 128, 128, 64, 4, 256, 1, 1),
-        matmul_bt_splitk__bf16_bf16_128_128_64_4_256 = (bf16, bf16, 128, 128, 64, 4, 256, 1, 1),
-        // Decode-size M (`Tiles::Narrow`, `Tiles::SmallTwo`): several blocks
-        // per SM (`blocks_per_sm = BLOCKS`), so that each SM keeps 72-96 KB
-        // of `b` in flight; 3 stages so that the blocks' shared memory fits
-        // sm_80's SM too.
-        (f16, f32, 64, 64, 64, 3, 128, 3, 1),
-        (bf16, f32, 64, 64, 64, 3, 128, 3, 1),
-        (f16, f16, 64, 64, 64, 3, 128, 3, 1),
-        (bf16, bf16, 64, 64, 64, 3, 128, 3, 1),
-        (f16, f32, 64, 128, 64, 3, 128, 2, 1),
-        (bf16, f32, 64, 128, 64, 3, 128, 2, 1),
-        (f16, f16, 64, 128, 64, 3, 128, 2, 1),
-        (bf16, bf16, 64, 128, 64, 3, 128, 2, 1),
-        // M ≤ 16 (`Tiles::Gemv`): 16 rows (mma.sync; no 64-row wgmma
-        // warpgroup), 4 stages of 2 + 16 KiB, two blocks per SM.
-        (f16, f32, 16, 128, 64, 4, 128, 2, 1),
-        (bf16, f32, 16, 128, 64, 4, 128, 2, 1),
-        (f16, f16, 16, 128, 64, 4, 128, 2, 1),
-        (bf16, bf16, 16, 128, 64, 4, 128, 2, 1),
-        // Narrow tiles with deep pipelines (`Tiles::Thin`, `Tiles::Deep`,
-        // `Tiles::Tall`): 192 KiB of stages, one block per SM, so enough
-        // blocks without splitting K (no reduction). More shared memory
-        // than sm_80 has: sm_90a only (dropped from sm_80 as tuning
-        // candidates, with a note in `TILE_DUMP`).
-        (f16, f32, 64, 32, 64, 16, 128, 1, 1),
-        (bf16, f32, 64, 32, 64, 16, 128, 1, 1),
-        (f16, f16, 64, 32, 64, 16, 128, 1, 1),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1, 1),
-        (f16, f32, 64, 64, 64, 12, 128, 1, 1),
-        (bf16, f32, 64, 64, 64, 12, 128, 1, 1),
-        (f16, f16, 64, 64, 64, 12, 128, 1, 1),
-        (bf16, bf16, 64, 64, 64, 12, 128, 1, 1),
-        (f16, f32, 128, 64, 64, 8, 256, 1, 1),
-        (bf16, f32, 128, 64, 64, 8, 256, 1, 1),
-        (f16, f16, 128, 64, 64, 8, 256, 1, 1),
-        (bf16, bf16, 128, 64, 64, 8, 256, 1, 1),
-        // The narrow deep tiles in thread block clusters along x
-        // (`Tiles::ThinPair`, `Tiles::ThinQuad`, `Tiles::DeepPair`): the
-        // blocks of a cluster share `a`'s tile, which the warp-specialized
-        // variant loads once per cluster (TMA multicast, each block a
-        // share of its rows) instead of once per block.
-        (f16, f32, 64, 32, 64, 16, 128, 1, 2),
-        (bf16, f32, 64, 32, 64, 16, 128, 1, 2),
-        (f16, f16, 64, 32, 64, 16, 128, 1, 2),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1, 2),
-        (f16, f32, 64, 32, 64, 16, 128, 1, 4),
-        (bf16, f32, 64, 32, 64, 16, 128, 1, 4),
-        (f16, f16, 64, 32, 64, 16, 128, 1, 4),
-        (bf16, bf16, 64, 32, 64, 16, 128, 1, 4),
-        (f16, f32, 64, 64, 64, 12, 128, 1, 2),
-        (bf16, f32, 64, 64, 64, 12, 128, 1, 2),
-        (f16, f16, 64, 64, 64, 12, 128, 1, 2),
-        (bf16, bf16, 64, 64, 64, 12, 128, 1, 2),
-    ),
-    // The tiles are [`ShapedGemm`]'s tuning space (`tune(..)` also lets an
-    // instance that does not fit a target be dropped there).
-    tune(BM, BN, BK, STAGES, THREADS, BLOCKS, CL),
-    dependent_launch = true
-)]
-pub fn matmul_bt_splitk<
-    T: Float16,
-    O: Float,
-    const BM: usize,
-    const BN: usize,
-    const BK: usize,
-    const STAGES: usize,
-    const THREADS: usize,
-    const BLOCKS: usize,
-    const CL: usize,
->(
-    a: &Tensor<T, M, K>,
-    b: &Tensor<T, NB, K>,
-    c: &mut Tensor<O, SPLIT, M, N>,
-) {
-    let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
-    use_swizzle(8);
-    let steps = cdiv(cdiv(K, BK), SPLIT);
-    let k0 = bz * steps;
-    let mut a_s = shared::<T, BM, BK>();
-    let mut b_s = shared::<T, BN, BK>();
-    let mut acc = fragment::<f32, BM, BN>();
-    clear(&mut acc);
-    for k in pipelined(steps, STAGES) {
-        copy(a.tile([by * BM, (k0 + k) * BK]), &mut a_s);
-        copy(b.tile([bx * BN, (k0 + k) * BK]), &mut b_s);
-        gemm(&a_s, &b_s.t(), &mut acc);
+splitk_kernel! {
+    /// Split-K partial products of `a · b`: the grid's z axis cuts the K loop
+    /// into `SPLIT` (`c`'s first extent, a launch-time dim) ranges of
+    /// `cdiv(cdiv(K, BK), SPLIT)` k-steps; block `(bx, by, z)` multiplies its
+    /// `BM × BN` tile over range `z` and writes the partial sum to
+    /// `c[z, .., ..]` (every element of `c` is written: no zeroing). k-steps
+    /// past `K` (the last range when `SPLIT` does not divide the steps) read
+    /// zeros and add nothing. With `O = f32` `c` is the workspace that
+    /// [`splitk_reduce`] sums in a fixed order (the result does not depend on
+    /// how blocks were scheduled); with `SPLIT = 1` and `O = T` it is the
+    /// product itself. `b` may be wider than `c` (`NB ≥ N`: a `b` padded to
+    /// 16-byte rows; its extra columns are not written) and shorter than `a`
+    /// is wide (`KB ≤ K`: `a` padded in K, `b`'s rows whole; rows past `KB`
+    /// read zeros, which `a`'s zero padding multiplies anyway).
+    ///
+    /// `BLOCKS` blocks run side by side on an SM (`blocks_per_sm`): the
+    /// decode-size tiles' way to keep more of `b` in flight. `CL` blocks along
+    /// N form a thread block cluster (`cluster = (CL, 1, 1)`): they share the
+    /// tile of `a`, which the compiler then loads once per cluster (TMA
+    /// multicast) in the warp-specialized variant; the grid's N extent must be
+    /// a multiple of `CL` (else the launch is an error).
+    ///
+    /// Instances ([`splitk_kernel!`]): the shape rule's `Tiles::Small` and
+    /// `Tiles::Mid` (128 × 256 spills in the warp-specialized variant: 128
+    /// accumulators per thread and a store that is not TMA's), `Tiles::Narrow`,
+    /// `Tiles::SmallTwo`, `Tiles::Gemv`, and the deep narrow tiles, alone and
+    /// in clusters.
+    pub fn matmul_splitk<
+        T: Float16,
+        O: Float,
+        const BM: usize,
+        const BN: usize,
+        const BK: usize,
+        const STAGES: usize,
+        const THREADS: usize,
+        const BLOCKS: usize,
+        const CL: usize,
+    >(
+        a: &Tensor<T, M, K>,
+        b: &Tensor<T, KB, NB>,
+        c: &mut Tensor<O, SPLIT, M, N>,
+    ) {
+        let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
+        use_swizzle(8);
+        let steps = cdiv(cdiv(K, BK), SPLIT);
+        let k0 = bz * steps;
+        let mut a_s = shared::<T, BM, BK>();
+        let mut b_s = shared::<T, BK, BN>();
+        let mut acc = fragment::<f32, BM, BN>();
+        clear(&mut acc);
+        for k in pipelined(steps, STAGES) {
+            copy(a.tile([by * BM, (k0 + k) * BK]), &mut a_s);
+            copy(b.tile([(k0 + k) * BK, bx * BN]), &mut b_s);
+            gemm(&a_s, &b_s, &mut acc);
+        }
+        copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
     }
-    copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
+}
+
+splitk_kernel! {
+    /// [`matmul_splitk`] for `a · bᵀ` with `b` stored `[NB, K]` (a linear
+    /// layer's weight; `NB ≥ N`), the same instances ([`splitk_kernel!`]).
+    pub fn matmul_bt_splitk<
+        T: Float16,
+        O: Float,
+        const BM: usize,
+        const BN: usize,
+        const BK: usize,
+        const STAGES: usize,
+        const THREADS: usize,
+        const BLOCKS: usize,
+        const CL: usize,
+    >(
+        a: &Tensor<T, M, K>,
+        b: &Tensor<T, NB, K>,
+        c: &mut Tensor<O, SPLIT, M, N>,
+    ) {
+        let (bx, by, bz) = grid(cdiv(N, BN), cdiv(M, BM), SPLIT);
+        use_swizzle(8);
+        let steps = cdiv(cdiv(K, BK), SPLIT);
+        let k0 = bz * steps;
+        let mut a_s = shared::<T, BM, BK>();
+        let mut b_s = shared::<T, BN, BK>();
+        let mut acc = fragment::<f32, BM, BN>();
+        clear(&mut acc);
+        for k in pipelined(steps, STAGES) {
+            copy(a.tile([by * BM, (k0 + k) * BK]), &mut a_s);
+            copy(b.tile([bx * BN, (k0 + k) * BK]), &mut b_s);
+            gemm(&a_s, &b_s.t(), &mut acc);
+        }
+        copy(&acc, c.tile([bz, by * BM.., bx * BN..]));
+    }
 }
 
 /// The split-K reduction: `c = Σ_z ws[z, .., ..]` (z ascending, in f32),
