@@ -43,7 +43,14 @@ attention_bhsd!(
     tune_sm90,
     threads = THREADS,
     archs = "sm_90a",
-    instances((f16, 256, 256, 128, 64, 2), (f16, 256, 256, 128, 80, 2), (f16, 128, 256, 128, 128, 3))
+    instances(
+        (f16, 256, 256, 128, 64, 2),
+        (f16, 256, 256, 128, 80, 2),
+        (f16, 128, 256, 128, 128, 3),
+        (f16, 64, 384, 192, 128, 2),
+        (f16, 64, 384, 192, 128, 3),
+        (f16, 64, 384, 192, 128, 4)
+    )
 );
 
 type Variant = (&'static str, usize, Launch<f16>, &'static tile::KernelMeta);
@@ -57,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let want: Vec<String> =
         std::env::args().skip(1).flat_map(|a| a.split(',').map(String::from).collect::<Vec<_>>()).collect();
     let stream = device.stream()?;
-    let variants: [Variant; 19] = [
+    let variants: [Variant; 22] = [
         ("d64 t128 64x64 s2", 64, tune::launch::<f16, 64, 128, 64, 64, 2>, tune::meta::<f16, 64, 128, 64, 64, 2>()),
         ("d64 t128 64x64 s3", 64, tune::launch::<f16, 64, 128, 64, 64, 3>, tune::meta::<f16, 64, 128, 64, 64, 3>()),
         ("d64 t128 64x128 s2", 64, tune::launch::<f16, 64, 128, 64, 128, 2>, tune::meta::<f16, 64, 128, 64, 128, 2>()),
@@ -121,6 +128,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             128,
             tune_sm90::launch::<f16, 128, 256, 128, 128, 3>,
             tune_sm90::meta::<f16, 128, 256, 128, 128, 3>(),
+        ),
+        (
+            "d64 t384 192x128 s2",
+            64,
+            tune_sm90::launch::<f16, 64, 384, 192, 128, 2>,
+            tune_sm90::meta::<f16, 64, 384, 192, 128, 2>(),
+        ),
+        (
+            "d64 t384 192x128 s3",
+            64,
+            tune_sm90::launch::<f16, 64, 384, 192, 128, 3>,
+            tune_sm90::meta::<f16, 64, 384, 192, 128, 3>(),
+        ),
+        (
+            "d64 t384 192x128 s4",
+            64,
+            tune_sm90::launch::<f16, 64, 384, 192, 128, 4>,
+            tune_sm90::meta::<f16, 64, 384, 192, 128, 4>(),
         ),
     ];
     for d in [64usize, 128, 256] {
