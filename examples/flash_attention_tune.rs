@@ -55,6 +55,19 @@ attention_bhsd!(
 
 type Variant = (&'static str, usize, Launch<f16>, &'static tile::KernelMeta);
 
+/// One instance of `$kernel` (`tune` or `tune_sm90`) as a [`Variant`],
+/// named `d<D> t<THREADS> <BM>x<BN> s<STAGES>`.
+macro_rules! variant {
+    ($kernel:ident, $d:literal, $t:literal, $bm:literal, $bn:literal, $s:literal) => {
+        (
+            concat!("d", $d, " t", $t, " ", $bm, "x", $bn, " s", $s),
+            $d,
+            $kernel::launch::<f16, $d, $t, $bm, $bn, $s>,
+            $kernel::meta::<f16, $d, $t, $bm, $bn, $s>(),
+        )
+    };
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::auto()?;
     if device.is_interpreter() {
@@ -65,88 +78,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::args().skip(1).flat_map(|a| a.split(',').map(String::from).collect::<Vec<_>>()).collect();
     let stream = device.stream()?;
     let variants: [Variant; 22] = [
-        ("d64 t128 64x64 s2", 64, tune::launch::<f16, 64, 128, 64, 64, 2>, tune::meta::<f16, 64, 128, 64, 64, 2>()),
-        ("d64 t128 64x64 s3", 64, tune::launch::<f16, 64, 128, 64, 64, 3>, tune::meta::<f16, 64, 128, 64, 64, 3>()),
-        ("d64 t128 64x128 s2", 64, tune::launch::<f16, 64, 128, 64, 128, 2>, tune::meta::<f16, 64, 128, 64, 128, 2>()),
-        ("d64 t256 128x64 s2", 64, tune::launch::<f16, 64, 256, 128, 64, 2>, tune::meta::<f16, 64, 256, 128, 64, 2>()),
-        (
-            "d64 t256 128x128 s2",
-            64,
-            tune::launch::<f16, 64, 256, 128, 128, 2>,
-            tune::meta::<f16, 64, 256, 128, 128, 2>(),
-        ),
-        ("d128 t128 64x32 s2", 128, tune::launch::<f16, 128, 128, 64, 32, 2>, tune::meta::<f16, 128, 128, 64, 32, 2>()),
-        ("d128 t128 64x32 s3", 128, tune::launch::<f16, 128, 128, 64, 32, 3>, tune::meta::<f16, 128, 128, 64, 32, 3>()),
-        ("d128 t128 64x48 s2", 128, tune::launch::<f16, 128, 128, 64, 48, 2>, tune::meta::<f16, 128, 128, 64, 48, 2>()),
-        ("d128 t128 64x64 s2", 128, tune::launch::<f16, 128, 128, 64, 64, 2>, tune::meta::<f16, 128, 128, 64, 64, 2>()),
-        (
-            "d128 t128 64x128 s2",
-            128,
-            tune::launch::<f16, 128, 128, 64, 128, 2>,
-            tune::meta::<f16, 128, 128, 64, 128, 2>(),
-        ),
-        (
-            "d128 t256 128x64 s2",
-            128,
-            tune::launch::<f16, 128, 256, 128, 64, 2>,
-            tune::meta::<f16, 128, 256, 128, 64, 2>(),
-        ),
-        (
-            "d128 t256 128x64 s3",
-            128,
-            tune::launch::<f16, 128, 256, 128, 64, 3>,
-            tune::meta::<f16, 128, 256, 128, 64, 3>(),
-        ),
-        (
-            "d128 t256 128x128 s2",
-            128,
-            tune::launch::<f16, 128, 256, 128, 128, 2>,
-            tune::meta::<f16, 128, 256, 128, 128, 2>(),
-        ),
-        ("d256 t128 64x32 s2", 256, tune::launch::<f16, 256, 128, 64, 32, 2>, tune::meta::<f16, 256, 128, 64, 32, 2>()),
-        ("d256 t128 64x64 s2", 256, tune::launch::<f16, 256, 128, 64, 64, 2>, tune::meta::<f16, 256, 128, 64, 64, 2>()),
-        (
-            "d256 t256 128x32 s2",
-            256,
-            tune::launch::<f16, 256, 256, 128, 32, 2>,
-            tune::meta::<f16, 256, 256, 128, 32, 2>(),
-        ),
-        (
-            "d256 t256 128x64 s2",
-            256,
-            tune_sm90::launch::<f16, 256, 256, 128, 64, 2>,
-            tune_sm90::meta::<f16, 256, 256, 128, 64, 2>(),
-        ),
-        (
-            "d256 t256 128x80 s2",
-            256,
-            tune_sm90::launch::<f16, 256, 256, 128, 80, 2>,
-            tune_sm90::meta::<f16, 256, 256, 128, 80, 2>(),
-        ),
-        (
-            "d128 t256 128x128 s3",
-            128,
-            tune_sm90::launch::<f16, 128, 256, 128, 128, 3>,
-            tune_sm90::meta::<f16, 128, 256, 128, 128, 3>(),
-        ),
-        (
-            "d64 t384 192x128 s2",
-            64,
-            tune_sm90::launch::<f16, 64, 384, 192, 128, 2>,
-            tune_sm90::meta::<f16, 64, 384, 192, 128, 2>(),
-        ),
-        (
-            "d64 t384 192x128 s3",
-            64,
-            tune_sm90::launch::<f16, 64, 384, 192, 128, 3>,
-            tune_sm90::meta::<f16, 64, 384, 192, 128, 3>(),
-        ),
-        (
-            "d64 t384 192x128 s4",
-            64,
-            tune_sm90::launch::<f16, 64, 384, 192, 128, 4>,
-            tune_sm90::meta::<f16, 64, 384, 192, 128, 4>(),
-        ),
+        variant!(tune, 64, 128, 64, 64, 2),
+        variant!(tune, 64, 128, 64, 64, 3),
+        variant!(tune, 64, 128, 64, 128, 2),
+        variant!(tune, 64, 256, 128, 64, 2),
+        variant!(tune, 64, 256, 128, 128, 2),
+        variant!(tune, 128, 128, 64, 32, 2),
+        variant!(tune, 128, 128, 64, 32, 3),
+        variant!(tune, 128, 128, 64, 48, 2),
+        variant!(tune, 128, 128, 64, 64, 2),
+        variant!(tune, 128, 128, 64, 128, 2),
+        variant!(tune, 128, 256, 128, 64, 2),
+        variant!(tune, 128, 256, 128, 64, 3),
+        variant!(tune, 128, 256, 128, 128, 2),
+        variant!(tune, 256, 128, 64, 32, 2),
+        variant!(tune, 256, 128, 64, 64, 2),
+        variant!(tune, 256, 256, 128, 32, 2),
+        variant!(tune_sm90, 256, 256, 128, 64, 2),
+        variant!(tune_sm90, 256, 256, 128, 80, 2),
+        variant!(tune_sm90, 128, 256, 128, 128, 3),
+        variant!(tune_sm90, 64, 384, 192, 128, 2),
+        variant!(tune_sm90, 64, 384, 192, 128, 3),
+        variant!(tune_sm90, 64, 384, 192, 128, 4),
     ];
     for d in [64usize, 128, 256] {
         if !want.is_empty() && !want.iter().any(|w| *w == format!("d{d}")) {

@@ -197,7 +197,7 @@ impl Lx<'_> {
         Ok(())
     }
 
-    /// The consumers' release of the stage at `stage` (guarded by `guard`):
+    /// The consumers' release of the stage at `stage` (where `when` holds):
     /// an arrival on its empty barrier, or, when operands are multicast, on
     /// the empty barrier of that stage in every block of the cluster (each
     /// block's producer then refills the stage of all of them only once
@@ -206,19 +206,15 @@ impl Lx<'_> {
     /// `wgmma.wait_group` that retired the stage's reads), at CTA scope
     /// ([`Inst::MbarArriveCluster`]): C arrivals a warp instead of 32·C, and
     /// none of them a memory barrier.
-    pub(super) fn ws_release(&mut self, wl: &WsLowering, stage: Reg, guard: Option<(Reg, bool)>) {
+    pub(super) fn ws_release(&mut self, wl: &WsLowering, stage: Reg, when: Reg) {
         let empty = self.ws_bar_addr(wl, stage, 1);
         if !wl.plan.multicasts() {
-            self.emit_guarded(Inst::MbarArrive { addr: empty }, guard);
+            self.emit_guarded(Inst::MbarArrive { addr: empty }, Some((when, false)));
             return;
         }
         let lane = self.op("and.b32", RegClass::B32, vec![self.tid.into(), Operand::Imm(31)]);
         let lane0 = self.op("setp.eq.u32", RegClass::Pred, vec![lane.into(), Operand::Imm(0)]);
-        let when = match guard {
-            Some((p, true)) => Some(self.op("not.pred", RegClass::Pred, vec![p.into()])),
-            other => other.map(|g| g.0),
-        };
-        let guard = self.and_pred(when, Some(lane0)).map(|p| (p, false));
+        let guard = self.and_pred(Some(when), Some(lane0)).map(|p| (p, false));
         for rank in 0..wl.plan.cluster as i64 {
             let remote =
                 self.op("mapa.shared::cluster.u32", RegClass::B32, vec![empty.base.clone(), Operand::Imm(rank)]);
@@ -466,7 +462,7 @@ impl Lx<'_> {
             x.emit(Inst::WgmmaCommit);
             x.emit(Inst::WgmmaWait { pending: 1 });
             let later = x.op("setp.gt.s32", RegClass::Pred, vec![kr.into(), a.into()]);
-            x.ws_release(wl, prev, Some((later, false)));
+            x.ws_release(wl, prev, later);
             x.mov(prev, stage.into(), DType::I32);
             x.ws_advance(wl, stage, phase);
             Ok(())
@@ -474,7 +470,7 @@ impl Lx<'_> {
         self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         self.emit(Inst::WgmmaWait { pending: 0 });
         let ran = self.op("setp.gt.s32", RegClass::Pred, vec![b.into(), a.into()]);
-        self.ws_release(wl, prev, Some((ran, false)));
+        self.ws_release(wl, prev, ran);
         Ok(())
     }
 
