@@ -72,6 +72,7 @@ macro_rules! attention_bhsd {
             let mut alpha = fragment::<f32, BM>();
             let mut l = fragment::<f32, BM>();
             let mut row_sum = fragment::<f32, BM>();
+            let mut seen = fragment::<i32, BM>();
             // The diagonal: row i sees keys j <= i + diag.
             let diag = SK - SQ;
             let last = (bx + 1) * BM + diag;
@@ -85,8 +86,12 @@ macro_rules! attention_bhsd {
                 copy(v.tile([bz, hk, kb * BN.., ..]), &mut v_s);
                 gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
                 if (kb + 1) * BN > SK || (causal != 0 && (kb + 1) * BN > bx * BM + diag + 1) {
+                    // Row i sees this block's keys j < seen[i]: one compare per score.
+                    for i in parallel(BM) {
+                        seen[i] = if causal != 0 { min(SK, bx * BM + i + diag + 1) - kb * BN } else { SK - kb * BN };
+                    }
                     for (i, j) in parallel((BM, BN)) {
-                        if kb * BN + j >= SK || (causal != 0 && kb * BN + j > bx * BM + i + diag) {
+                        if j >= seen[i] {
                             s[(i, j)] = f32::NEG_INFINITY;
                         }
                     }
@@ -159,6 +164,7 @@ macro_rules! attention_bshd {
             let mut alpha = fragment::<f32, BM>();
             let mut l = fragment::<f32, BM>();
             let mut row_sum = fragment::<f32, BM>();
+            let mut seen = fragment::<i32, BM>();
             // The diagonal: row i sees keys j <= i + diag.
             let diag = SK - SQ;
             let last = (bx + 1) * BM + diag;
@@ -172,8 +178,12 @@ macro_rules! attention_bshd {
                 copy(v.tile([bz, kb * BN.., hk, ..]), &mut v_s);
                 gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
                 if (kb + 1) * BN > SK || (causal != 0 && (kb + 1) * BN > bx * BM + diag + 1) {
+                    // Row i sees this block's keys j < seen[i]: one compare per score.
+                    for i in parallel(BM) {
+                        seen[i] = if causal != 0 { min(SK, bx * BM + i + diag + 1) - kb * BN } else { SK - kb * BN };
+                    }
                     for (i, j) in parallel((BM, BN)) {
-                        if kb * BN + j >= SK || (causal != 0 && kb * BN + j > bx * BM + i + diag) {
+                        if j >= seen[i] {
                             s[(i, j)] = f32::NEG_INFINITY;
                         }
                     }

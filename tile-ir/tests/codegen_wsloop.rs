@@ -375,8 +375,20 @@ fn attention_variant_structure() {
         let lookahead = !deferred && (t == 128 || text.contains("k_s: shared f16[64,"));
         if deferred {
             let pending_one = at(&|i| matches!(i, Inst::WgmmaWait { pending: 1 }));
-            assert_eq!(pending_one.len(), 1, "{name}: S's wait");
-            assert!(pending_one[0] > last_b && pending_one[0] < arrives[0], "{name}: K released before S landed");
+            // With O's rescale hoisted under Q·Kᵀ (the default), a no-op
+            // `wait_group 1` right after Q·Kᵀ's commit first (ptxas otherwise
+            // serializes the two gemms: `ptxas_sees_no_serialized_wgmma`).
+            let (hoist_wait, s_wait) = match pending_one[..] {
+                [h, s] => (Some(h), s),
+                [s] => (None, s),
+                _ => panic!("{name}: {} `wait_group 1`", pending_one.len()),
+            };
+            assert!(hoist_wait.is_some(), "{name}: O's rescale not hoisted");
+            if let Some(h) = hoist_wait {
+                let commits = at(&|i| matches!(i, Inst::WgmmaCommit));
+                assert!(h > first_b && h < waits[1] && commits[0] + 1 == h, "{name}: the hoisted rescale's wait");
+            }
+            assert!(s_wait > last_b && s_wait < arrives[0], "{name}: K released before S landed");
             assert!(
                 gemm_waits.iter().any(|&w| w > arrives[0] && w < arrives[1]),
                 "{name}: V released before P·V is done"
@@ -467,6 +479,27 @@ fn attention_variants_assemble_without_spills() {
     let c = variant(SUM);
     if let Some(r) = ptxas::assemble("sum", &c.ptx, "sm_90a") {
         assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+}
+
+/// ptxas keeps the wgmma pipeline as the schedules wrote it: it neither
+/// serializes wgmmas (C7514 and the other "Potential Performance Loss"
+/// notes) nor injects a `warpgroup.wait` or `warpgroup.arrive` (C7517,
+/// C7519), with P·V deferred (and O's rescale hoisted under Q·Kᵀ) and
+/// without. (An injected wait before the deferred P·V made Q·Kᵀ and P·V run
+/// back to back, with nothing in flight between, at d256 on the H200.)
+#[test]
+fn ptxas_sees_no_serialized_wgmma() {
+    for (text, _) in attentions() {
+        for defer in [true, false] {
+            let c = variant_with(&text, CompileOptions { defer_last_gemm: defer, ..opts() });
+            let name = kernel(&text).name;
+            if let Some(r) = ptxas::assemble(&name, &c.ptx, "sm_90a") {
+                let bad: Vec<&str> =
+                    r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+                assert!(bad.is_empty(), "{name} (defer {defer}):\n{}", bad.join("\n"));
+            }
+        }
     }
 }
 

@@ -32,8 +32,9 @@
 //!     wait full_K[st]
 //!     (ping-pong: bar.sync 2 + w)           // my turn at the tensor cores
 //!     g1(k) issued; commit                  // S in flight
+//!     (R hoisted: wgmma.wait_group 1)       // a no-op, for ptxas: g2(k − 2) retired
 //!     if k > a: wait full_V[pst]; (R(k − 1)); g2(k − 1) issued; commit
-//!     else: commit                          // an empty group
+//!     else: fence; commit                   // an empty group
 //!     (ping-pong: bar.arrive 2 + (1 − w), but warpgroup 1's in the last iteration)
 //!     wgmma.wait_group 1                    // S landed
 //!     arrive empty_K[st]
@@ -331,13 +332,27 @@ impl Lx<'_> {
             // g1 goes right before the `if` (the stage arithmetic of the
             // previous iteration above it is plain arithmetic).
             let at = points.1;
+            let mut g1 = g1;
+            if d.hoisted.is_some() {
+                // A no-op (g1's group is the only one pending: the previous
+                // iteration's `wait_group 0` retired g2(k − 2)) that ptxas
+                // needs: it does not carry that wait across the back-edge,
+                // takes the rescale below for a read of a wgmma accumulator
+                // in flight and waits for g1 before g2's issue (C7517,
+                // `warpgroup.wait is injected`), which serializes the two.
+                g1.push(Stmt::Inst { inst: Inst::WgmmaWait { pending: 1 }, guard: None });
+            }
             for (n, s) in g1.into_iter().enumerate() {
                 x.cur().insert(at + n, s);
             }
             // The first iteration commits an empty group instead, so that one
             // `wait_group 1` below is S's on every path (ptxas serializes the
-            // wgmmas when a path could read S pending).
-            let empty_group = vec![Stmt::Inst { inst: Inst::WgmmaCommit, guard: None }];
+            // wgmmas when a path could read S pending); after a fence, which
+            // ptxas would otherwise inject (C7519).
+            let empty_group = vec![
+                Stmt::Inst { inst: Inst::WgmmaFence, guard: None },
+                Stmt::Inst { inst: Inst::WgmmaCommit, guard: None },
+            ];
             x.emit_if(Some(later), true, g2, empty_group);
             points.0 = x.cur().len() - 1;
             x.emit(Inst::WgmmaWait { pending: 1 });
