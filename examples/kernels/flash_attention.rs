@@ -73,6 +73,7 @@ macro_rules! attention_bhsd {
             let mut l = fragment::<f32, BM>();
             let mut row_sum = fragment::<f32, BM>();
             let mut seen = fragment::<i32, BM>();
+            let mut m_blk = fragment::<f32, BM>();
             // The diagonal: row i sees keys j <= i + diag.
             let diag = SK - SQ;
             let last = (bx + 1) * BM + diag;
@@ -96,11 +97,27 @@ macro_rules! attention_bhsd {
                         }
                     }
                 }
-                copy(&m, &mut alpha);
-                reduce_max(&s, &mut m, 1).keep();
-                for i in parallel(BM) {
-                    m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
-                    alpha[i] = exp2(alpha[i] * scale - m_s[i]);
+                if D > 128 {
+                    // m is the rows' reference maximum: it moves (and O is rescaled)
+                    // only where a block's scaled maximum passes it by more than 8
+                    // (log2 units), so the exponentials stay below 2⁸ and most
+                    // blocks leave O as it is (exact: the final 1/l cancels m).
+                    reduce_max(&s, &mut m_blk, 1);
+                    for i in parallel(BM) {
+                        alpha[i] = 1.0;
+                        if (m_blk[i] - m[i]) * scale > 8.0 {
+                            alpha[i] = exp2((m[i] - m_blk[i]) * scale);
+                            m[i] = m_blk[i];
+                        }
+                        m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+                    }
+                } else {
+                    copy(&m, &mut alpha);
+                    reduce_max(&s, &mut m, 1).keep();
+                    for i in parallel(BM) {
+                        m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+                        alpha[i] = exp2(alpha[i] * scale - m_s[i]);
+                    }
                 }
                 for (i, j) in parallel((BM, BN)) {
                     s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
@@ -109,8 +126,19 @@ macro_rules! attention_bhsd {
                 for i in parallel(BM) {
                     l[i] = l[i] * alpha[i] + row_sum[i];
                 }
-                for (i, j) in parallel((BM, D)) {
-                    acc[(i, j)] = acc[(i, j)] * alpha[i];
+                // Past head dim 128 (64 multiplications a row) the lazy maximum
+                // and a row's branch around its rescale pay; at 64 and 128 the
+                // branch costs more than it saves (H200, BENCHMARKS.md).
+                if D > 128 {
+                    for (i, j) in parallel((BM, D)) {
+                        if alpha[i] != 1.0 {
+                            acc[(i, j)] = acc[(i, j)] * alpha[i];
+                        }
+                    }
+                } else {
+                    for (i, j) in parallel((BM, D)) {
+                        acc[(i, j)] = acc[(i, j)] * alpha[i];
+                    }
                 }
                 copy(&s, &mut p);
                 gemm(&p, &v_s, &mut acc).policy(FullRow);
@@ -165,6 +193,7 @@ macro_rules! attention_bshd {
             let mut l = fragment::<f32, BM>();
             let mut row_sum = fragment::<f32, BM>();
             let mut seen = fragment::<i32, BM>();
+            let mut m_blk = fragment::<f32, BM>();
             // The diagonal: row i sees keys j <= i + diag.
             let diag = SK - SQ;
             let last = (bx + 1) * BM + diag;
@@ -188,11 +217,27 @@ macro_rules! attention_bshd {
                         }
                     }
                 }
-                copy(&m, &mut alpha);
-                reduce_max(&s, &mut m, 1).keep();
-                for i in parallel(BM) {
-                    m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
-                    alpha[i] = exp2(alpha[i] * scale - m_s[i]);
+                if D > 128 {
+                    // m is the rows' reference maximum: it moves (and O is rescaled)
+                    // only where a block's scaled maximum passes it by more than 8
+                    // (log2 units), so the exponentials stay below 2⁸ and most
+                    // blocks leave O as it is (exact: the final 1/l cancels m).
+                    reduce_max(&s, &mut m_blk, 1);
+                    for i in parallel(BM) {
+                        alpha[i] = 1.0;
+                        if (m_blk[i] - m[i]) * scale > 8.0 {
+                            alpha[i] = exp2((m[i] - m_blk[i]) * scale);
+                            m[i] = m_blk[i];
+                        }
+                        m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+                    }
+                } else {
+                    copy(&m, &mut alpha);
+                    reduce_max(&s, &mut m, 1).keep();
+                    for i in parallel(BM) {
+                        m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+                        alpha[i] = exp2(alpha[i] * scale - m_s[i]);
+                    }
                 }
                 for (i, j) in parallel((BM, BN)) {
                     s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
@@ -201,8 +246,19 @@ macro_rules! attention_bshd {
                 for i in parallel(BM) {
                     l[i] = l[i] * alpha[i] + row_sum[i];
                 }
-                for (i, j) in parallel((BM, D)) {
-                    acc[(i, j)] = acc[(i, j)] * alpha[i];
+                // Past head dim 128 (64 multiplications a row) the lazy maximum
+                // and a row's branch around its rescale pay; at 64 and 128 the
+                // branch costs more than it saves (H200, BENCHMARKS.md).
+                if D > 128 {
+                    for (i, j) in parallel((BM, D)) {
+                        if alpha[i] != 1.0 {
+                            acc[(i, j)] = acc[(i, j)] * alpha[i];
+                        }
+                    }
+                } else {
+                    for (i, j) in parallel((BM, D)) {
+                        acc[(i, j)] = acc[(i, j)] * alpha[i];
+                    }
                 }
                 copy(&s, &mut p);
                 gemm(&p, &v_s, &mut acc).policy(FullRow);

@@ -8,7 +8,7 @@ use super::syntax::{call_name, compound_op, copy_chain, gemm_chain};
 use super::{Binding, Lowerer, Val, STATEMENTS_HELP};
 use crate::diag::{Lowered, Reported};
 use syn::{Expr as SynExpr, Pat, Stmt as SynStmt};
-use tile_ir::{DType, Expr, Stmt, StmtKind, VarKind};
+use tile_ir::{DType, Expr, Stmt, StmtKind, Value, VarKind};
 
 impl Lowerer<'_> {
     pub(super) fn block(&mut self, stmts: &[SynStmt]) -> Vec<Stmt> {
@@ -136,7 +136,7 @@ impl Lowerer<'_> {
             SynExpr::ForLoop(f) => self.for_loop(f, out),
             SynExpr::If(i) => {
                 let s = self.if_stmt(i)?;
-                out.push(s);
+                splice_constant_if(s, out);
                 Ok(())
             }
             SynExpr::Block(b) if b.label.is_none() => {
@@ -231,5 +231,21 @@ impl Lowerer<'_> {
                 .errors
                 .spanned(cond, format!("an `if` condition must be a `bool`, found {}", other.describe()))),
         }
+    }
+}
+
+/// An `if` whose condition folded to a constant (`if D > 128 { .. }` on a
+/// const parameter: one instance's choice) is resolved here: only the
+/// branch taken reaches the IR, as plain statements of the enclosing
+/// block, so the schedules see the code of that instance alone (both
+/// branches were lowered and checked).
+fn splice_constant_if(s: Stmt, out: &mut Vec<Stmt>) {
+    match s.kind {
+        StmtKind::If { cond: Expr::Const(Value::Bool(taken)), then, otherwise } => {
+            for x in if taken { then } else { otherwise } {
+                splice_constant_if(x, out);
+            }
+        }
+        kind => out.push(Stmt { kind, ..s }),
     }
 }

@@ -197,6 +197,47 @@ fn constants_fold_and_loops_lower() {
     let StmtKind::AtomicAdd { buf: BufferId(1), .. } = &k.body[3].kind else { panic!() };
 }
 
+/// An `if` on constants keeps only the branch taken, spliced into the
+/// enclosing block (at the top level and inside a parallel nest); one on a
+/// runtime value stays an `if`.
+#[test]
+fn constant_ifs_keep_the_branch_taken() {
+    let k = lower_ok(
+        "threads = 32, consts(D = 256)",
+        r#"fn k(out: &mut Tensor<f32, 32>, n: i32) {
+            let bx = grid(1);
+            let mut x = fragment::<f32, 32>();
+            if D > 128 {
+                fill(&mut x, 1.0);
+            } else if D > 64 {
+                fill(&mut x, 2.0);
+            } else {
+                fill(&mut x, 3.0);
+            }
+            for i in parallel(32) {
+                if D < 128 {
+                    x[i] = x[i] * 2.0;
+                } else {
+                    x[i] = x[i] * 4.0;
+                }
+                if n > 0 {
+                    x[i] = x[i] + 1.0;
+                }
+            }
+            copy(&x, out.tile([bx * 32..]));
+        }"#,
+    );
+    let ifs = all_stmts(&k).into_iter().filter(|s| matches!(s.kind, StmtKind::If { .. })).count();
+    assert_eq!(ifs, 1, "only the runtime `if n > 0` stays");
+    let StmtKind::Fill { value: Expr::Const(Value::F32(v)), .. } = &k.body[0].kind else { panic!("{:?}", k.body[0]) };
+    assert_eq!(*v, 1.0);
+    let StmtKind::For { body, .. } = &k.body[1].kind else { panic!("{:?}", k.body[1]) };
+    let StmtKind::Store { value: Expr::Binary { op: BinOp::Mul, rhs, .. }, .. } = &body[0].kind else {
+        panic!("{:?}", body[0])
+    };
+    assert_eq!(**rhs, Expr::Const(Value::F32(4.0)));
+}
+
 #[test]
 fn shape_spellings() {
     // Generic-argument dims are the main form; a tuple or a 1-D slice type

@@ -87,7 +87,8 @@ pub(super) struct Deferred {
 }
 
 /// Whether `s` is a nest of parallel loops whose only statements are
-/// stores into `acc` (attention's `acc[(i, j)] = acc[(i, j)] * alpha[i]`);
+/// stores into `acc` (attention's `acc[(i, j)] = acc[(i, j)] * alpha[i]`),
+/// possibly under an `if` without `else` (`if alpha[i] != 1.0 { .. }`);
 /// collects the buffers it reads (`acc` among them) and the variables
 /// its expressions read that are not its own loops'.
 fn rescale_nest(
@@ -115,6 +116,11 @@ fn rescale_nest(
                 note(e, loops);
             }
             true
+        }
+        // A row's scaling skipped where its factor is 1 (a lazy rescale).
+        StmtKind::If { cond, then, otherwise } if otherwise.is_empty() => {
+            note(cond, loops);
+            then.iter().all(|x| rescale_nest(x, acc, loops, reads, outer))
         }
         _ => false,
     }
