@@ -329,7 +329,10 @@ mod sig;
 /// - `if`/`else` (also as a value: `if c { a } else { b }`, one expression
 ///   per branch), `let x = ..`, `let mut x: f32 = ..`, `=`, `+=` (and the
 ///   other compound operators) on `let mut` variables and on elements, and
-///   `{ .. }` blocks. Not in a kernel: `while`, `loop`, `match`, `return`,
+///   `{ .. }` blocks. An `if` statement whose condition folds to a constant
+///   (`if D > 128 { .. } else { .. }` on const parameters) keeps only the
+///   branch taken: each instance gets its own code, both branches checked.
+///   Not in a kernel: `while`, `loop`, `match`, `return`,
 ///   `break`, `continue`, closures, items and macros (`print!`: use
 ///   `print(..)`).
 /// - Operators `+ - * / % & | ^ << >> == != < <= > >= && || ! -`, casts
