@@ -36,22 +36,29 @@
 #![allow(dead_code)]
 use tile::prelude::*;
 
-/// Declares the generic `[b, h, s, d]` kernel `$name` with the attribute
-/// `$attr` (its `instances(..)`, and `archs` for instances past sm_80's
-/// shared memory): one source for every instance, here and in
-/// `examples/flash_attention_tune.rs`.
-macro_rules! attention_bhsd {
-    ($name:ident, $($attr:tt)*) => {
-        /// FlashAttention forward over `[b, h, s, d]` tensors (see the module docs):
-        /// q `[B, H, SQ, D]`, k and v `[B, HKV, SK, D]`, o `[B, H, SQ, D]`,
-        /// lse `[B, H, SQ]`; element type `T`, head dim `D`, `THREADS` threads,
-        /// query blocks of `BM` rows, key blocks of `BN`, `STAGES` stages of K and V.
+/// Declares one generic attention kernel `$name` (the module docs say what
+/// it computes): `$q_dims` the dims of q and o, `$kv_dims` those of k and v,
+/// `$q_tile` the tile of q and o a block takes, `$kv_tile` the tile of k and
+/// v at key block `kb`, in the layout's order; `$attr` the `tile_kernel`
+/// attribute. The body is written once for both layouts
+/// (`attention_bhsd!`, `attention_bshd!`).
+macro_rules! attention_kernel {
+    (
+        $(#[$doc:meta])*
+        $name:ident,
+        q: [$($q_dims:tt)*],
+        kv: [$($kv_dims:tt)*],
+        q_tile: [$($q_tile:tt)*],
+        kv_tile: [$($kv_tile:tt)*],
+        attr: ($($attr:tt)*)
+    ) => {
+        $(#[$doc])*
         #[tile_kernel($($attr)*)]
         pub fn $name<T: Float16, const D: usize, const THREADS: usize, const BM: usize, const BN: usize, const STAGES: usize>(
-            q: &Tensor<T, B, H, SQ, D>,
-            k: &Tensor<T, B, HKV, SK, D>,
-            v: &Tensor<T, B, HKV, SK, D>,
-            o: &mut Tensor<T, B, H, SQ, D>,
+            q: &Tensor<T, $($q_dims)*>,
+            k: &Tensor<T, $($kv_dims)*>,
+            v: &Tensor<T, $($kv_dims)*>,
+            o: &mut Tensor<T, $($q_dims)*>,
             lse: &mut Tensor<f32, B, H, SQ>,
             scale: f32,
             causal: i32,
@@ -78,13 +85,13 @@ macro_rules! attention_bhsd {
             let diag = SK - SQ;
             let last = (bx + 1) * BM + diag;
             let kv_blocks = if causal != 0 { max(0, min(cdiv(SK, BN), cdiv(last, BN))) } else { cdiv(SK, BN) };
-            copy(q.tile([bz, hy, bx * BM.., ..]), &mut q_s);
+            copy(q.tile([$($q_tile)*]), &mut q_s);
             clear(&mut acc);
             clear(&mut l);
             fill(&mut m, f32::NEG_INFINITY);
             for kb in pipelined(kv_blocks, STAGES) {
-                copy(k.tile([bz, hk, kb * BN.., ..]), &mut k_s);
-                copy(v.tile([bz, hk, kb * BN.., ..]), &mut v_s);
+                copy(k.tile([$($kv_tile)*]), &mut k_s);
+                copy(v.tile([$($kv_tile)*]), &mut v_s);
                 gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
                 if (kb + 1) * BN > SK || (causal != 0 && (kb + 1) * BN > bx * BM + diag + 1) {
                     // Row i sees this block's keys j < seen[i]: one compare per score.
@@ -150,9 +157,30 @@ macro_rules! attention_bhsd {
             for (i, j) in parallel((BM, D)) {
                 o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as T;
             }
-            copy(&o_r, o.tile([bz, hy, bx * BM.., ..]));
+            copy(&o_r, o.tile([$($q_tile)*]));
             copy(&m_s, lse.tile([bz, hy, bx * BM..]));
         }
+    };
+}
+
+/// Declares the generic `[b, h, s, d]` kernel `$name` with the attribute
+/// `$attr` (its `instances(..)`, and `archs` for instances past sm_80's
+/// shared memory): one source for every instance, here and in
+/// `examples/flash_attention_tune.rs`.
+macro_rules! attention_bhsd {
+    ($name:ident, $($attr:tt)*) => {
+        attention_kernel!(
+            /// FlashAttention forward over `[b, h, s, d]` tensors (see the module docs):
+            /// q `[B, H, SQ, D]`, k and v `[B, HKV, SK, D]`, o `[B, H, SQ, D]`,
+            /// lse `[B, H, SQ]`; element type `T`, head dim `D`, `THREADS` threads,
+            /// query blocks of `BM` rows, key blocks of `BN`, `STAGES` stages of K and V.
+            $name,
+            q: [B, H, SQ, D],
+            kv: [B, HKV, SK, D],
+            q_tile: [bz, hy, bx * BM.., ..],
+            kv_tile: [bz, hk, kb * BN.., ..],
+            attr: ($($attr)*)
+        );
     };
 }
 
@@ -162,117 +190,18 @@ macro_rules! attention_bhsd {
 /// and `h` around the sequence range (rows `h·d` elements apart).
 macro_rules! attention_bshd {
     ($name:ident, $($attr:tt)*) => {
-        /// FlashAttention forward over `[b, s, h, d]` tensors (see the module docs):
-        /// q `[B, SQ, H, D]`, k and v `[B, SK, HKV, D]`, o `[B, SQ, H, D]`,
-        /// lse `[B, H, SQ]`; element type `T`, head dim `D`, `THREADS` threads,
-        /// query blocks of `BM` rows, key blocks of `BN`, `STAGES` stages of K and V.
-        #[tile_kernel($($attr)*)]
-        pub fn $name<T: Float16, const D: usize, const THREADS: usize, const BM: usize, const BN: usize, const STAGES: usize>(
-            q: &Tensor<T, B, SQ, H, D>,
-            k: &Tensor<T, B, SK, HKV, D>,
-            v: &Tensor<T, B, SK, HKV, D>,
-            o: &mut Tensor<T, B, SQ, H, D>,
-            lse: &mut Tensor<f32, B, H, SQ>,
-            scale: f32,
-            causal: i32,
-        ) {
-            let (bx_launch, hy, bz) = grid(cdiv(SQ, BM), H, B);
-            // The last query blocks first: with causal masking they have the most keys.
-            let bx = cdiv(SQ, BM) - 1 - bx_launch;
-            let hk = hy / (H / HKV);
-            let mut q_s = shared::<T, BM, D>();
-            let mut k_s = shared::<T, BN, D>();
-            let mut v_s = shared::<T, BN, D>();
-            let mut s = fragment::<f32, BM, BN>();
-            let mut p = fragment::<T, BM, BN>();
-            let mut acc = fragment::<f32, BM, D>();
-            let mut o_r = fragment::<T, BM, D>();
-            let mut m = fragment::<f32, BM>();
-            let mut m_s = fragment::<f32, BM>();
-            let mut alpha = fragment::<f32, BM>();
-            let mut l = fragment::<f32, BM>();
-            let mut row_sum = fragment::<f32, BM>();
-            let mut seen = fragment::<i32, BM>();
-            let mut m_blk = fragment::<f32, BM>();
-            // The diagonal: row i sees keys j <= i + diag.
-            let diag = SK - SQ;
-            let last = (bx + 1) * BM + diag;
-            let kv_blocks = if causal != 0 { max(0, min(cdiv(SK, BN), cdiv(last, BN))) } else { cdiv(SK, BN) };
-            copy(q.tile([bz, bx * BM.., hy, ..]), &mut q_s);
-            clear(&mut acc);
-            clear(&mut l);
-            fill(&mut m, f32::NEG_INFINITY);
-            for kb in pipelined(kv_blocks, STAGES) {
-                copy(k.tile([bz, kb * BN.., hk, ..]), &mut k_s);
-                copy(v.tile([bz, kb * BN.., hk, ..]), &mut v_s);
-                gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
-                if (kb + 1) * BN > SK || (causal != 0 && (kb + 1) * BN > bx * BM + diag + 1) {
-                    // Row i sees this block's keys j < seen[i]: one compare per score.
-                    for i in parallel(BM) {
-                        seen[i] = if causal != 0 { min(SK, bx * BM + i + diag + 1) - kb * BN } else { SK - kb * BN };
-                    }
-                    for (i, j) in parallel((BM, BN)) {
-                        if j >= seen[i] {
-                            s[(i, j)] = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-                if D > 128 {
-                    // m is the rows' reference maximum: it moves (and O is rescaled)
-                    // only where a block's scaled maximum passes it by more than 8
-                    // (log2 units), so the exponentials stay below 2⁸ and most
-                    // blocks leave O as it is (exact: the final 1/l cancels m).
-                    reduce_max(&s, &mut m_blk, 1);
-                    for i in parallel(BM) {
-                        alpha[i] = 1.0;
-                        if (m_blk[i] - m[i]) * scale > 8.0 {
-                            alpha[i] = exp2((m[i] - m_blk[i]) * scale);
-                            m[i] = m_blk[i];
-                        }
-                        m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
-                    }
-                } else {
-                    copy(&m, &mut alpha);
-                    reduce_max(&s, &mut m, 1).keep();
-                    for i in parallel(BM) {
-                        m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
-                        alpha[i] = exp2(alpha[i] * scale - m_s[i]);
-                    }
-                }
-                for (i, j) in parallel((BM, BN)) {
-                    s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
-                }
-                reduce_sum(&s, &mut row_sum, 1);
-                for i in parallel(BM) {
-                    l[i] = l[i] * alpha[i] + row_sum[i];
-                }
-                // Past head dim 128 (64 multiplications a row) the lazy maximum
-                // and a row's branch around its rescale pay; at 64 and 128 the
-                // branch costs more than it saves (H200, BENCHMARKS.md).
-                if D > 128 {
-                    for (i, j) in parallel((BM, D)) {
-                        if alpha[i] != 1.0 {
-                            acc[(i, j)] = acc[(i, j)] * alpha[i];
-                        }
-                    }
-                } else {
-                    for (i, j) in parallel((BM, D)) {
-                        acc[(i, j)] = acc[(i, j)] * alpha[i];
-                    }
-                }
-                copy(&s, &mut p);
-                gemm(&p, &v_s, &mut acc).policy(FullRow);
-            }
-            for i in parallel(BM) {
-                alpha[i] = if l[i] == 0.0 { 0.0 } else { 1.0 / l[i] };
-                m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
-            }
-            for (i, j) in parallel((BM, D)) {
-                o_r[(i, j)] = (acc[(i, j)] * alpha[i]) as T;
-            }
-            copy(&o_r, o.tile([bz, bx * BM.., hy, ..]));
-            copy(&m_s, lse.tile([bz, hy, bx * BM..]));
-        }
+        attention_kernel!(
+            /// FlashAttention forward over `[b, s, h, d]` tensors (see the module docs):
+            /// q `[B, SQ, H, D]`, k and v `[B, SK, HKV, D]`, o `[B, SQ, H, D]`,
+            /// lse `[B, H, SQ]`; element type `T`, head dim `D`, `THREADS` threads,
+            /// query blocks of `BM` rows, key blocks of `BN`, `STAGES` stages of K and V.
+            $name,
+            q: [B, SQ, H, D],
+            kv: [B, SK, HKV, D],
+            q_tile: [bz, bx * BM.., hy, ..],
+            kv_tile: [bz, kb * BN.., hk, ..],
+            attr: ($($attr)*)
+        );
     };
 }
 
