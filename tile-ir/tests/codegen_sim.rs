@@ -347,6 +347,62 @@ fn unsupported_constructs_are_errors_not_panics() {
     assert!(compile(&k, Target::Sm80).is_err());
 }
 
+/// The `if` statements of a Thread IR body, nested ones included.
+fn count_ifs(body: &[thread_ir::Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            thread_ir::Stmt::If { then, otherwise, .. } => 1 + count_ifs(then) + count_ifs(otherwise),
+            thread_ir::Stmt::For { body, .. } => count_ifs(body),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// `row_guard` (passes/lower/nest.rs): a nest whose body is a row-only
+/// `if` tests it once per row a thread holds, one branch around that row's
+/// registers, and computes what the per-register test computes (rows
+/// skipped and taken, partial blocks); a test that also reads the column,
+/// or a body writing what the test reads, keeps one test per register.
+#[test]
+fn a_row_test_is_one_branch_per_row() {
+    // Layouts without partial registers (a nest with some is not grouped).
+    for (threads, bm, bn, d) in [(128u32, 8i64, 64i64, 64i64), (128, 64, 64, 128), (256, 16, 100, 64)] {
+        let mut ifs = Vec::new();
+        for how in 0..3 {
+            let k = row_guard_kernel(threads, bm, bn, d, how);
+            let c = compile(&k, Target::Sm80).unwrap_or_else(|e| panic!("compile: {e:?}"));
+            ifs.push(count_ifs(&c.function.body));
+            let mut rng = Rng(11 + how as u64);
+            for m in [bm as usize, bm as usize * 2 + 3, 1] {
+                // Every third row all negative (skipped), the others not.
+                let x: Vec<f32> =
+                    (0..m * bn as usize).map(|e| rng.f32(-1.0, 1.0) - if e / bn as usize % 3 == 0 { 2.0 } else { 0.0 }).collect();
+                let z: Vec<f32> = (0..m * d as usize).map(|_| rng.f32(-5.0, 5.0)).collect();
+                let poison = vec![0xffu8; 4 * m * d as usize];
+                let out = run(&k, Target::Sm80, vec![bytes_f32(&x), bytes_f32(&z), poison], &[m as i64], &[]);
+                let o = f32s(&out[2]);
+                let mut skipped = 0;
+                for i in 0..m {
+                    let mx = x[i * bn as usize..(i + 1) * bn as usize].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                    skipped += usize::from(mx <= 0.0);
+                    for j in 0..d as usize {
+                        let z = z[i * d as usize + j];
+                        let want = if mx > 0.0 { z * mx } else { z };
+                        assert_eq!(o[i * d as usize + j], want, "t{threads} bm{bm} d{d} how{how} m{m} [{i},{j}]");
+                    }
+                }
+                if m > bm as usize {
+                    assert!(skipped > 0 && skipped < m, "the inputs should skip some rows and not others");
+                }
+            }
+        }
+        // The layout gives each thread fewer rows than registers: grouping
+        // leaves fewer branches than one per register.
+        assert!(ifs[0] < ifs[1], "t{threads} bm{bm} d{d}: row test {} ifs, per-register {}", ifs[0], ifs[1]);
+        assert_eq!(ifs[1], ifs[2], "t{threads} bm{bm} d{d}: a body writing the tested row is not grouped");
+    }
+}
+
 #[test]
 fn reduced_rows_drive_a_nest_of_another_width() {
     for (threads, bm, bn, d) in [(128u32, 8i64, 64i64, 32i64), (256, 16, 256, 64), (128, 64, 64, 128), (64, 4, 100, 12)]

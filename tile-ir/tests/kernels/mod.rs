@@ -400,6 +400,47 @@ pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
     k
 }
 
+/// [`row_scale_kernel`] with the scale behind a row test, `out[i, j] =
+/// z[i, j] · mx[i]` where `mx[i] > 0` and `z[i, j]` elsewhere (`mx[i]` the
+/// row maximum of `x`): the nest's body is `if mx[i] > 0 { .. }`, which the
+/// lowering tests once per row (`row_guard`). `how` picks the body's
+/// variant: 0 that one; 1 the same test also reading `j` (`&& j >= 0`,
+/// true, but not a row-only test); 2 the row test with a body that also
+/// writes the tested fragment (`mx[i] = mx[i]`, not grouped either).
+pub fn row_guard_kernel(threads: u32, bm: i64, bn: i64, d: i64, how: u32) -> Kernel {
+    let mut k = Kernel::new("row_guard", threads);
+    let m = k.add_dim("M");
+    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Const(bn)], false);
+    let z = k.add_tensor_param("z", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], false);
+    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], true);
+    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
+    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(0));
+    let s_ = frag(&mut k, "s", DType::F32, &[bm, bn]);
+    let mx = frag(&mut k, "mx", DType::F32, &[bm]);
+    let o = frag(&mut k, "o", DType::F32, &[bm, d]);
+    let row = || vec![bin(BinOp::Mul, v(by), Expr::i32(bm as i32)), Expr::i32(0)];
+    let lp = par2(&mut k, bm, d, |i, j| {
+        let positive = bin(BinOp::Gt, ld(mx, vec![v(i)]), Expr::f32(0.0));
+        let cond = match how {
+            1 => bin(BinOp::And, positive, bin(BinOp::Ge, v(j), Expr::i32(0))),
+            _ => positive,
+        };
+        let mut then = vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))];
+        if how == 2 {
+            then.push(store(mx, vec![v(i)], ld(mx, vec![v(i)])));
+        }
+        vec![s(StmtKind::If { cond, then, otherwise: vec![] })]
+    });
+    k.body = vec![
+        copy(x, row(), s_, vec![]),
+        s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mx, dim: 1, keep: false }),
+        copy(z, row(), o, vec![]),
+        lp,
+        copy(o, vec![], out, row()),
+    ];
+    k
+}
+
 /// Divergent control flow inside a parallel loop: a serial loop whose bound
 /// depends on the element, an if/else, a `let mut` updated in the loop,
 /// math functions, a shared store per element, a fragment → fragment copy
