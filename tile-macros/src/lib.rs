@@ -330,7 +330,8 @@ mod sig;
 ///   per branch), `let x = ..`, `let mut x: f32 = ..`, `=`, `+=` (and the
 ///   other compound operators) on `let mut` variables and on elements, and
 ///   `{ .. }` blocks. An `if` statement whose condition folds to a constant
-///   (`if D > 128 { .. } else { .. }` on const parameters) keeps only the
+///   (`if D > 128 { .. } else { .. }` on const parameters, also joined by
+///   `&&`, `||` and `!`: `if D <= 64 && THREADS == 128`) keeps only the
 ///   branch taken: each instance gets its own code, both branches checked.
 ///   Not in a kernel: `while`, `loop`, `match`, `return`,
 ///   `break`, `continue`, closures, items and macros (`print!`: use

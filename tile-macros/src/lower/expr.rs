@@ -41,6 +41,16 @@ impl Lowerer<'_> {
                             return Err(self.errors.spanned(side, format!("`{symbol}` needs `bool` operands, found {}", v.describe())));
                         }
                     }
+                    // Constant operands fold (`D <= 64 && THREADS == 128`), so that
+                    // an `if` on them keeps only the branch taken.
+                    let constant = |v: &Val| match v {
+                        Val::Typed(Expr::Const(Value::Bool(x)), _) => Some(*x),
+                        _ => None,
+                    };
+                    if let (Some(a), Some(c)) = (constant(&l), constant(&r)) {
+                        let v = if matches!(b.op, syn::BinOp::And(_)) { a && c } else { a || c };
+                        return Ok(Val::Typed(Expr::Const(Value::Bool(v)), DType::Bool));
+                    }
                 }
                 self.binary_op(op, &symbol, l, r, b)
             }
@@ -161,6 +171,7 @@ impl Lowerer<'_> {
             },
             syn::UnOp::Not(_) => match v {
                 Val::Int(x) => Ok(Val::Int(!x)),
+                Val::Typed(Expr::Const(Value::Bool(x)), t) => Ok(Val::Typed(Expr::Const(Value::Bool(!x)), t)),
                 Val::Typed(e, t) if rules::unop_defined(UnOp::Not, t) => Ok(Val::Typed(Expr::unary(UnOp::Not, e), t)),
                 other => {
                     Err(self.errors.spanned(u, format!("`!` needs a `bool` or an integer, found {}", other.describe())))

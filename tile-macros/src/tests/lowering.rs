@@ -223,12 +223,22 @@ fn constant_ifs_keep_the_branch_taken() {
                 if n > 0 {
                     x[i] = x[i] + 1.0;
                 }
+                // `&&`, `||` and `!` on constants fold too; with a runtime
+                // operand the `if` stays.
+                if D > 64 && !(D < 128) || D == 0 {
+                    x[i] = x[i] + 2.0;
+                }
+                if D > 64 && n > 0 {
+                    x[i] = x[i] + 3.0;
+                }
             }
             copy(&x, out.tile([bx * 32..]));
         }"#,
     );
     let ifs = all_stmts(&k).into_iter().filter(|s| matches!(s.kind, StmtKind::If { .. })).count();
-    assert_eq!(ifs, 1, "only the runtime `if n > 0` stays");
+    assert_eq!(ifs, 2, "only the runtime `if n > 0` and `if D > 64 && n > 0` stay");
+    let StmtKind::For { body, .. } = &k.body[1].kind else { panic!("{:?}", k.body[1]) };
+    assert!(matches!(body[2].kind, StmtKind::Store { .. }), "{:?}", body[2]);
     let StmtKind::Fill { value: Expr::Const(Value::F32(v)), .. } = &k.body[0].kind else { panic!("{:?}", k.body[0]) };
     assert_eq!(*v, 1.0);
     let StmtKind::For { body, .. } = &k.body[1].kind else { panic!("{:?}", k.body[1]) };
