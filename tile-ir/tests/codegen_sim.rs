@@ -375,15 +375,17 @@ fn a_row_test_is_one_branch_per_row() {
             let mut rng = Rng(11 + how as u64);
             for m in [bm as usize, bm as usize * 2 + 3, 1] {
                 // Every third row all negative (skipped), the others not.
-                let x: Vec<f32> =
-                    (0..m * bn as usize).map(|e| rng.f32(-1.0, 1.0) - if e / bn as usize % 3 == 0 { 2.0 } else { 0.0 }).collect();
+                let x: Vec<f32> = (0..m * bn as usize)
+                    .map(|e| rng.f32(-1.0, 1.0) - if e / bn as usize % 3 == 0 { 2.0 } else { 0.0 })
+                    .collect();
                 let z: Vec<f32> = (0..m * d as usize).map(|_| rng.f32(-5.0, 5.0)).collect();
                 let poison = vec![0xffu8; 4 * m * d as usize];
                 let out = run(&k, Target::Sm80, vec![bytes_f32(&x), bytes_f32(&z), poison], &[m as i64], &[]);
                 let o = f32s(&out[2]);
                 let mut skipped = 0;
                 for i in 0..m {
-                    let mx = x[i * bn as usize..(i + 1) * bn as usize].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                    let mx =
+                        x[i * bn as usize..(i + 1) * bn as usize].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                     skipped += usize::from(mx <= 0.0);
                     for j in 0..d as usize {
                         let z = z[i * d as usize + j];

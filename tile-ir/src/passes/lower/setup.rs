@@ -287,9 +287,12 @@ impl<'a> Lx<'a> {
     /// `abi::unfold_exprs` (rasterization included) of the linear id
     /// `ctaid.x + nctaid.x·(ctaid.y + nctaid.y·ctaid.z)`, in the prologue,
     /// before anything reads them. Right for the plain launch `(gx, gy, gz)`
-    /// and for the folded one `(gx·gy·gz, 1, 1)` (`abi::launch_shape`): a few
-    /// integer instructions per block (the division by `gx`, and by `gx·gy`
-    /// when `gz` may be other than 1).
+    /// and for the folded one `(gx·gy·gz, 1, 1)` (`abi::launch_shape`).
+    /// Without rasterization the plain launch (`nctaid.x == gx`, tested once)
+    /// takes `ctaid` as it is and only a folded one divides (by `gx`, and by
+    /// `gx·gy` when `gz` may be other than 1): a division by a runtime value
+    /// is some 20 instructions of dependent latency at every block's start,
+    /// which short blocks (causal attention's) feel.
     pub(crate) fn fold_blocks(&mut self) -> R<()> {
         let block_var =
             |axis: u8| self.k.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32));
@@ -301,26 +304,55 @@ impl<'a> Lx<'a> {
         let panel = if vars[0].is_some() && vars[1].is_some() { self.k.rasterize } else { None };
         let exprs = crate::abi::unfold_exprs(panel, &grid, &Expr::Var(slot));
         let z_plane = grid[2] != Expr::i32(1);
-        let mut regs = [None; 3];
+        let regs: [Option<Reg>; 3] = std::array::from_fn(|a| vars[a].map(|_| self.new_reg(RegClass::B32)));
         let code = self.capture(|lx| {
             let special = |lx: &mut Lx<'_>, s: Special| lx.op("mov.u32", RegClass::B32, vec![Operand::Special(s)]);
             let (x, nx, y) =
                 (special(lx, Special::CtaId(0)), special(lx, Special::NctaId(0)), special(lx, Special::CtaId(1)));
-            let yz = if z_plane {
-                let (ny, z) = (special(lx, Special::NctaId(1)), special(lx, Special::CtaId(2)));
-                lx.op("mad.lo.s32", RegClass::B32, vec![ny.into(), z.into(), y.into()])
-            } else {
-                y
-            };
-            let linear = lx.op("mad.lo.s32", RegClass::B32, vec![nx.into(), yz.into(), x.into()]);
-            lx.vars.insert(slot, linear);
-            for a in 0..3 {
-                if vars[a].is_some() {
-                    let v = lx.expr(&exprs[a])?;
-                    let v = lx.convert(v, DType::I32)?;
-                    regs[a] = Some(lx.materialize(&v));
+            let z = if z_plane { Some(special(lx, Special::CtaId(2))) } else { None };
+            let unfold = lx.capture(|lx| {
+                let yz = match z {
+                    Some(z) => {
+                        let ny = special(lx, Special::NctaId(1));
+                        lx.op("mad.lo.s32", RegClass::B32, vec![ny.into(), z.into(), y.into()])
+                    }
+                    None => y,
+                };
+                let linear = lx.op("mad.lo.s32", RegClass::B32, vec![nx.into(), yz.into(), x.into()]);
+                lx.vars.insert(slot, linear);
+                for a in 0..3 {
+                    if let Some(r) = regs[a] {
+                        let v = lx.expr(&exprs[a])?;
+                        let v = lx.convert(v, DType::I32)?;
+                        lx.mov(r, v.op, DType::I32);
+                    }
                 }
+                Ok(())
+            })?;
+            if panel.is_some() {
+                lx.cur().extend(unfold);
+                return Ok(());
             }
+            // The plain launch `(gx, gy, gz)` (`nctaid.x == gx`; a folded one
+            // has `gx·gy·gz` blocks on x, as many only when `gy·gz = 1`, where
+            // `ctaid` is the block too) runs block `ctaid`: no division.
+            let gx = lx.expr(&grid[0])?;
+            let gx = lx.convert(gx, DType::I32)?;
+            let plain = lx.op("setp.eq.s32", RegClass::Pred, vec![nx.into(), gx.op]);
+            let direct = lx.capture(|lx| {
+                for (a, r) in regs.iter().enumerate() {
+                    if let Some(r) = *r {
+                        let c = match a {
+                            0 => x.into(),
+                            1 => y.into(),
+                            _ => z.map_or(Operand::Imm(0), Operand::Reg),
+                        };
+                        lx.mov(r, c, DType::I32);
+                    }
+                }
+                Ok(())
+            })?;
+            lx.emit_if(Some(plain), true, direct, unfold);
             Ok(())
         })?;
         self.push_pro(code);
