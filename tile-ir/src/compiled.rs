@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, pack_cvt, wgmma_wait};
+use crate::passes::{barriers, cp_async_wait, pack_cvt, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -173,6 +173,12 @@ pub struct CompileOptions {
     /// shares, and no PRMT to pack the halves; `passes/pack_cvt.rs`). On
     /// by default; off for bisecting.
     pub pack_conversions: bool,
+    /// Move a straight-line `cp.async.wait_group 0` (a synchronous copy
+    /// into shared memory before a pipelined loop: attention's Q tile in
+    /// the TMA-copy variant) past the independent work after it, so that
+    /// the loop prologue's loads are issued before it waits
+    /// (`passes/cp_async_wait.rs`). On by default; off for bisecting.
+    pub defer_cp_async_waits: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -181,7 +187,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 13] = [
+    pub const SWITCHES: [(&'static str, Switch); 14] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -195,6 +201,7 @@ impl CompileOptions {
         ("piece_barriers", |o| &mut o.piece_barriers),
         ("late_last_wait", |o| &mut o.late_last_wait),
         ("pack_conversions", |o| &mut o.pack_conversions),
+        ("defer_cp_async_waits", |o| &mut o.defer_cp_async_waits),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -234,6 +241,7 @@ impl Default for CompileOptions {
             piece_barriers: true,
             late_last_wait: true,
             pack_conversions: true,
+            defer_cp_async_waits: true,
         }
     }
 }
@@ -253,6 +261,9 @@ pub(crate) fn finish(
         func.body = body;
     }
     wgmma_wait::defer_wgmma_waits(&mut func.body);
+    if options.defer_cp_async_waits {
+        cp_async_wait::defer_cp_async_waits(&mut func.body);
+    }
     barriers::insert_barriers(&mut func.body);
     let limit = target.info().shared_limit;
     if func.shared_bytes > limit {

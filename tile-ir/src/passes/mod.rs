@@ -31,18 +31,22 @@
 //! 7. [`wgmma_wait`]: each gemm's `wgmma.wait_group 0` moves down to the
 //!    first statement that depends on its wgmmas (around a loop's back-edge
 //!    to before the next iteration's barrier).
-//! 8. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
+//! 8. [`cp_async_wait`]: a straight-line `cp.async.wait_group 0` (the copy
+//!    before a pipelined loop) moves past the independent work after it
+//!    (the loop prologue's TMA issue), so both loads are in flight at once.
+//! 9. [`barriers`]: `bar.sync` exactly where shared-memory dependences need
 //!    one (RAW, WAR, WAW, across loop back-edges), after a cp.async wait
 //!    where the writer was a cp.async; in functions whose wgmmas read shared
 //!    memory, `fence.proxy.async` before each barrier that follows generic
 //!    shared writes.
-//! 9. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 10. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 9 and the shared-memory limit (the target's,
+//! Steps 6 to 10 and the shared-memory limit (the target's,
 //! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
 pub mod barriers;
+pub mod cp_async_wait;
 pub mod epilogue;
 pub mod layout_infer;
 pub mod lower;

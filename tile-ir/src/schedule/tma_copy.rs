@@ -357,6 +357,7 @@ impl Lx<'_> {
         let param = tc.param.clone();
         let (row_dim, col_dim) =
             tma_window_dims(self.k, src).ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
+        let region = self.region_of(dst.buf);
         let issue = self.capture(|x| {
             if loads {
                 origin = x.tma_origin(src)?;
@@ -364,7 +365,7 @@ impl Lx<'_> {
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
             let hint = x.l2_policy(tc.cache);
-            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint);
+            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint, region);
             Ok(())
         })?;
         let t0 = self.is_t0;
@@ -400,7 +401,9 @@ impl Lx<'_> {
     /// offset)` lands at `base + byte offset`, read at the window's
     /// `origin` (one `i32` register per tensor dim) plus the box's offsets
     /// on the spanned `(row, column)` dims, through the map at `map`,
-    /// completing on `mbar`, with the L2 policy `hint` ([`Lx::l2_policy`]).
+    /// completing on `mbar`, with the L2 policy `hint` ([`Lx::l2_policy`]),
+    /// into the shared region `region` (the destination buffer's,
+    /// [`Lx::region_of`]: what passes that move waits past a TMA issue ask).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn tma_boxes(
         &mut self,
@@ -411,6 +414,7 @@ impl Lx<'_> {
         (row_dim, col_dim): (usize, usize),
         mbar: &Address,
         hint: Option<Reg>,
+        region: Option<crate::thread_ir::Region>,
     ) {
         for (boff, r0, c0) in boxes {
             let col = self.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
@@ -429,7 +433,7 @@ impl Lx<'_> {
                 cache_hint: hint.map(Operand::Reg),
                 cta_dst: false,
                 multicast: None,
-                region: None,
+                region,
             });
         }
     }
