@@ -140,7 +140,7 @@ mod tests {
         inst(Inst::Op { op: "add.s32".into(), dst: Reg(1), args: vec![Operand::Imm(1), Operand::Imm(2)] })
     }
     fn wait_at(b: &[Stmt]) -> usize {
-        b.iter().position(|s| is_wait(s)).expect("a wait")
+        b.iter().position(is_wait).expect("a wait")
     }
 
     /// Q's copy, then the loop prologue's TMA of K and V (thread 0, their
