@@ -376,28 +376,7 @@ pub fn copies_kernel(threads: u32) -> Kernel {
 /// `out = z * rowmax(x)`: the rows of a reduction over `[BM, BN]` drive a
 /// nest over `[BM, D]` (the FlashAttention rescale pattern).
 pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
-    let mut k = Kernel::new("row_scale", threads);
-    let m = k.add_dim("M");
-    let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Const(bn)], false);
-    let z = k.add_tensor_param("z", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], false);
-    let out = k.add_tensor_param("out", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], true);
-    k.grid[0] = Expr::cdiv(v(m), Expr::i32(bm as i32));
-    let by = k.add_var("by", DType::I32, VarKind::BlockIdx(0));
-    let s_ = frag(&mut k, "s", DType::F32, &[bm, bn]);
-    let mx = frag(&mut k, "mx", DType::F32, &[bm]);
-    let o = frag(&mut k, "o", DType::F32, &[bm, d]);
-    let row = || vec![bin(BinOp::Mul, v(by), Expr::i32(bm as i32)), Expr::i32(0)];
-    let lp = par2(&mut k, bm, d, |i, j| {
-        vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))]
-    });
-    k.body = vec![
-        copy(x, row(), s_, vec![]),
-        s(StmtKind::Reduce { op: ReduceOp::Max, src: s_, dst: mx, dim: 1, keep: false }),
-        copy(z, row(), o, vec![]),
-        lp,
-        copy(o, vec![], out, row()),
-    ];
-    k
+    row_kernel("row_scale", threads, (bm, bn, d), |_, i, _, scale| vec![scale(i)])
 }
 
 /// [`row_scale_kernel`] with the scale behind a row test, `out[i, j] =
@@ -408,7 +387,31 @@ pub fn row_scale_kernel(threads: u32, bm: i64, bn: i64, d: i64) -> Kernel {
 /// true, but not a row-only test); 2 the row test with a body that also
 /// writes the tested fragment (`mx[i] = mx[i]`, not grouped either).
 pub fn row_guard_kernel(threads: u32, bm: i64, bn: i64, d: i64, how: u32) -> Kernel {
-    let mut k = Kernel::new("row_guard", threads);
+    row_kernel("row_guard", threads, (bm, bn, d), |mx, i, j, scale| {
+        let positive = bin(BinOp::Gt, ld(mx, vec![v(i)]), Expr::f32(0.0));
+        let cond = match how {
+            1 => bin(BinOp::And, positive, bin(BinOp::Ge, v(j), Expr::i32(0))),
+            _ => positive,
+        };
+        let mut then = vec![scale(i)];
+        if how == 2 {
+            then.push(store(mx, vec![v(i)], ld(mx, vec![v(i)])));
+        }
+        vec![s(StmtKind::If { cond, then, otherwise: vec![] })]
+    })
+}
+
+/// The kernel of [`row_scale_kernel`] and [`row_guard_kernel`]: `mx` the
+/// row maxima of the `[BM, BN]` tile of `x`, `o` the `[BM, D]` tile of `z`,
+/// the nest over `o` running `body(mx, i, j, scale)` (`scale(i)` the store
+/// `o[i, j] = o[i, j] · mx[i]`), then `o` stored to `out`.
+fn row_kernel(
+    name: &str,
+    threads: u32,
+    (bm, bn, d): (i64, i64, i64),
+    body: impl FnOnce(BufferId, VarId, VarId, &dyn Fn(VarId) -> Stmt) -> Vec<Stmt>,
+) -> Kernel {
+    let mut k = Kernel::new(name, threads);
     let m = k.add_dim("M");
     let x = k.add_tensor_param("x", DType::F32, vec![Extent::Dyn(m), Extent::Const(bn)], false);
     let z = k.add_tensor_param("z", DType::F32, vec![Extent::Dyn(m), Extent::Const(d)], false);
@@ -420,16 +423,8 @@ pub fn row_guard_kernel(threads: u32, bm: i64, bn: i64, d: i64, how: u32) -> Ker
     let o = frag(&mut k, "o", DType::F32, &[bm, d]);
     let row = || vec![bin(BinOp::Mul, v(by), Expr::i32(bm as i32)), Expr::i32(0)];
     let lp = par2(&mut k, bm, d, |i, j| {
-        let positive = bin(BinOp::Gt, ld(mx, vec![v(i)]), Expr::f32(0.0));
-        let cond = match how {
-            1 => bin(BinOp::And, positive, bin(BinOp::Ge, v(j), Expr::i32(0))),
-            _ => positive,
-        };
-        let mut then = vec![store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])))];
-        if how == 2 {
-            then.push(store(mx, vec![v(i)], ld(mx, vec![v(i)])));
-        }
-        vec![s(StmtKind::If { cond, then, otherwise: vec![] })]
+        let scale = |i: VarId| store(o, vec![v(i), v(j)], bin(BinOp::Mul, ld(o, vec![v(i), v(j)]), ld(mx, vec![v(i)])));
+        body(mx, i, j, &scale)
     });
     k.body = vec![
         copy(x, row(), s_, vec![]),
