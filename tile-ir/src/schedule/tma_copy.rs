@@ -357,7 +357,6 @@ impl Lx<'_> {
         let param = tc.param.clone();
         let (row_dim, col_dim) =
             tma_window_dims(self.k, src).ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
-        let region = self.region_of(dst.buf);
         let issue = self.capture(|x| {
             if loads {
                 origin = x.tma_origin(src)?;
@@ -365,7 +364,7 @@ impl Lx<'_> {
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
             let hint = x.l2_policy(tc.cache);
-            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint, region);
+            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint, dst.buf);
             Ok(())
         })?;
         let t0 = self.is_t0;
@@ -401,9 +400,9 @@ impl Lx<'_> {
     /// offset)` lands at `base + byte offset`, read at the window's
     /// `origin` (one `i32` register per tensor dim) plus the box's offsets
     /// on the spanned `(row, column)` dims, through the map at `map`,
-    /// completing on `mbar`, with the L2 policy `hint` ([`Lx::l2_policy`]),
-    /// into the shared region `region` (the destination buffer's,
-    /// [`Lx::region_of`]: what passes that move waits past a TMA issue ask).
+    /// completing on `mbar`, with the L2 policy `hint` ([`Lx::l2_policy`]);
+    /// each box names the region of the destination buffer `dst`
+    /// ([`Lx::region_of`]: what passes that move waits past a TMA issue ask).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn tma_boxes(
         &mut self,
@@ -414,8 +413,9 @@ impl Lx<'_> {
         (row_dim, col_dim): (usize, usize),
         mbar: &Address,
         hint: Option<Reg>,
-        region: Option<crate::thread_ir::Region>,
+        dst: BufferId,
     ) {
+        let region = self.region_of(dst);
         for (boff, r0, c0) in boxes {
             let col = self.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
             let row = self.add_i32(origin[row_dim].into(), Operand::Imm(*r0));

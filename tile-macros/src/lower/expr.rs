@@ -41,16 +41,6 @@ impl Lowerer<'_> {
                             return Err(self.errors.spanned(side, format!("`{symbol}` needs `bool` operands, found {}", v.describe())));
                         }
                     }
-                    // Constant operands fold (`D <= 64 && THREADS == 128`), so that
-                    // an `if` on them keeps only the branch taken.
-                    let constant = |v: &Val| match v {
-                        Val::Typed(Expr::Const(Value::Bool(x)), _) => Some(*x),
-                        _ => None,
-                    };
-                    if let (Some(a), Some(c)) = (constant(&l), constant(&r)) {
-                        let v = if matches!(b.op, syn::BinOp::And(_)) { a && c } else { a || c };
-                        return Ok(Val::Typed(Expr::Const(Value::Bool(v)), DType::Bool));
-                    }
                 }
                 self.binary_op(op, &symbol, l, r, b)
             }

@@ -80,7 +80,8 @@ impl Lowerer<'_> {
         Ok(Val::Typed(Expr::binary(op, a, b), result))
     }
 
-    /// Folds an operator on two untyped constants; `None` if either is typed.
+    /// Folds an operator on two untyped constants, or on two constant
+    /// bools; `None` otherwise.
     pub(super) fn fold(
         &mut self,
         op: BinOp,
@@ -151,6 +152,18 @@ impl Lowerer<'_> {
                     _ => return Err(self.errors.spanned(whole, format!("`{symbol}` is not defined on floats"))),
                 };
                 Ok(Some(Val::Float(v)))
+            }
+            // Bools that folded from constants (`D <= 64 && THREADS == 128`),
+            // so that an `if` on them keeps only the branch taken.
+            (Val::Typed(Expr::Const(Value::Bool(a)), _), Val::Typed(Expr::Const(Value::Bool(b)), _)) => {
+                let v = match op {
+                    BinOp::And => a & b,
+                    BinOp::Or => a | b,
+                    BinOp::Xor | BinOp::Ne => a ^ b,
+                    BinOp::Eq => a == b,
+                    _ => return Ok(None),
+                };
+                Ok(Some(boolean(v)))
             }
             _ => Ok(None),
         }

@@ -651,15 +651,14 @@ impl Lx<'_> {
                     let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
                     let at = Address { base: at.into(), offset: 0 };
                     match pieced {
-                        None => x.tma_boxes(*map, &at, &c.boxes, &origin, dims, &full, hint, x.region_of(dst.buf)),
+                        None => x.tma_boxes(*map, &at, &c.boxes, &origin, dims, &full, hint, dst.buf),
                         // Each box on its own barrier (`pieces.rs`).
                         Some(p) => {
                             for (j, bx) in c.boxes.iter().enumerate() {
                                 let bar = x.wsl_piece_bar(&p, stages, stage, j);
                                 let tx = Operand::Imm(p.box_bytes);
                                 x.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: tx });
-                                let region = x.region_of(dst.buf);
-                                x.tma_boxes(*map, &at, std::slice::from_ref(bx), &origin, dims, &bar, hint, region);
+                                x.tma_boxes(*map, &at, std::slice::from_ref(bx), &origin, dims, &bar, hint, dst.buf);
                             }
                         }
                     }
@@ -703,8 +702,7 @@ impl Lx<'_> {
                 *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
             let at = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
             let hint = self.l2_policy(c.cache);
-            let region = self.region_of(dst.buf);
-            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar, hint, region);
+            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar, hint, dst.buf);
         }
         Ok(())
     }
