@@ -363,6 +363,250 @@ pub fn rasterize_exprs(panel: u32, gx: &Expr, gy: &Expr, linear: &Expr) -> (Expr
     (bx, by)
 }
 
+/// The divisors a launch evaluates for the kernel, so that it divides by
+/// multiplying: every `i32` expression the kernel divides by (`a / d`,
+/// `a % d`) that reads dimensions and nothing else but `i32` constants
+/// (GQA's `h / (H / HKV)` divides by `HKV` and by `H / HKV`), in the body and
+/// in the block unfolding of its grid ([`unfold_exprs`], what a folded
+/// launch and a persistent variant compute per block), each once, in the
+/// order first met. A divisor that is a constant is not one (ptxas
+/// multiplies by its own magic number).
+///
+/// Each takes the four `.u32` parameters of [`divisor_params`] after the
+/// scalars (ARCHITECTURE.md, "Launch ABI"), whatever the variant: the GPU
+/// path and the simulator pass them from [`divisor_args`], and the code
+/// generator divides by them where [`crate::CompileOptions::fast_divisors`]
+/// is on (`passes/lower/divide.rs`). The list is a function of the kernel
+/// alone: the compiler computes it from the kernel it was given, before any
+/// schedule rewrites the body.
+pub fn dims_divisors(kernel: &Kernel) -> Vec<Expr> {
+    fn dims_only(kernel: &Kernel, e: &Expr) -> bool {
+        match e {
+            Expr::Const(Value::I32(_)) => true,
+            Expr::Var(v) => kernel.dims.contains(v) && kernel.var(*v).dtype == crate::ir::DType::I32,
+            Expr::Unary { op: UnOp::Neg | UnOp::Not | UnOp::Abs, arg } => dims_only(kernel, arg),
+            Expr::Binary { op, lhs, rhs } => {
+                matches!(
+                    op,
+                    BinOp::Add
+                        | BinOp::Sub
+                        | BinOp::Mul
+                        | BinOp::Div
+                        | BinOp::Rem
+                        | BinOp::Min
+                        | BinOp::Max
+                        | BinOp::And
+                        | BinOp::Or
+                        | BinOp::Xor
+                ) && dims_only(kernel, lhs)
+                    && dims_only(kernel, rhs)
+            }
+            _ => false,
+        }
+    }
+    fn reads_a_dim(e: &Expr) -> bool {
+        match e {
+            Expr::Var(_) => true,
+            Expr::Unary { arg, .. } => reads_a_dim(arg),
+            Expr::Binary { lhs, rhs, .. } => reads_a_dim(lhs) || reads_a_dim(rhs),
+            _ => false,
+        }
+    }
+    fn visit(kernel: &Kernel, e: &Expr, out: &mut Vec<Expr>) {
+        match e {
+            Expr::Const(_) | Expr::Var(_) => {}
+            Expr::Load { index, .. } => index.iter().for_each(|x| visit(kernel, x, out)),
+            Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => visit(kernel, arg, out),
+            Expr::Binary { op, lhs, rhs } => {
+                visit(kernel, lhs, out);
+                visit(kernel, rhs, out);
+                let divides = matches!(op, BinOp::Div | BinOp::Rem);
+                if divides && reads_a_dim(rhs) && dims_only(kernel, rhs) && !out.contains(rhs) {
+                    out.push((**rhs).clone());
+                }
+            }
+            Expr::Fma { a, b, c } => [a, b, c].iter().for_each(|x| visit(kernel, x, out)),
+            Expr::Select { cond, then, otherwise } => {
+                [cond, then, otherwise].iter().for_each(|x| visit(kernel, x, out))
+            }
+        }
+    }
+    fn stmts(kernel: &Kernel, body: &[Stmt], out: &mut Vec<Expr>) {
+        for s in body {
+            let mut e = |x: &Expr| visit(kernel, x, out);
+            match &s.kind {
+                StmtKind::Let { value, .. } | StmtKind::Assign { value, .. } | StmtKind::Fill { value, .. } => e(value),
+                StmtKind::Store { index, value, .. } | StmtKind::AtomicAdd { index, value, .. } => {
+                    index.iter().for_each(&mut e);
+                    e(value);
+                }
+                StmtKind::For { start, end, body, .. } => {
+                    e(start);
+                    e(end);
+                    stmts(kernel, body, out);
+                }
+                StmtKind::If { cond, then, otherwise } => {
+                    e(cond);
+                    stmts(kernel, then, out);
+                    stmts(kernel, otherwise, out);
+                }
+                StmtKind::Copy { src, dst, fill, .. } => {
+                    src.origin.iter().chain(&dst.origin).chain(fill).for_each(e);
+                }
+                StmtKind::Print { args, .. } => args.iter().for_each(e),
+                StmtKind::Reduce { .. } | StmtKind::Gemm { .. } | StmtKind::Barrier => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    // The unfolding of the grid, over a stand-in for the linear block id
+    // (never a dimension, so it is no divisor).
+    if let Some(i) = kernel.vars.iter().position(|v| !matches!(v.kind, crate::ir::VarKind::Dim)) {
+        let linear = Expr::Var(crate::ir::VarId(i as u32));
+        for e in unfold_exprs(kernel.rasterize, &kernel.grid, &linear) {
+            visit(kernel, &e, &mut out);
+        }
+    }
+    stmts(kernel, &kernel.body, &mut out);
+    out
+}
+
+/// The value of a divisor of [`dims_divisors`] at the bound dimensions
+/// `dims` (as from [`bind_dims`]), as the kernel computes it: `i32`
+/// wrapping arithmetic, a division by 0 giving 0.
+pub fn eval_divisor(kernel: &Kernel, e: &Expr, dims: &[i64]) -> i32 {
+    let ev = |x: &Expr| eval_divisor(kernel, x, dims);
+    match e {
+        Expr::Const(Value::I32(v)) => *v,
+        Expr::Var(v) => kernel.dims.iter().position(|x| x == v).map_or(0, |k| dims[k] as i32),
+        Expr::Unary { op: UnOp::Neg, arg } => ev(arg).wrapping_neg(),
+        Expr::Unary { op: UnOp::Not, arg } => !ev(arg),
+        Expr::Unary { op: UnOp::Abs, arg } => ev(arg).wrapping_abs(),
+        Expr::Binary { op, lhs, rhs } => {
+            let (a, b) = (ev(lhs), ev(rhs));
+            match op {
+                BinOp::Add => a.wrapping_add(b),
+                BinOp::Sub => a.wrapping_sub(b),
+                BinOp::Mul => a.wrapping_mul(b),
+                BinOp::Div | BinOp::Rem if b == 0 => 0,
+                BinOp::Div => a.wrapping_div(b),
+                BinOp::Rem => a.wrapping_rem(b),
+                BinOp::Min => a.min(b),
+                BinOp::Max => a.max(b),
+                BinOp::And => a & b,
+                BinOp::Or => a | b,
+                BinOp::Xor => a ^ b,
+                _ => 0,
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// The four `.u32` parameters that divide an `i32` by `d` with a multiply
+/// (Granlund and Montgomery's round-up method, as CUTLASS's `FastDivmod`):
+/// `[d, m, s1, s2]` with `l = ⌈log2 |d|⌉`, `m = ⌊2^32·(2^l − |d|)/|d|⌋ + 1`,
+/// `s1 = min(l, 1)`, `s2 = max(l − 1, 0)`. The kernel computes, for
+/// `a = |n|` as a `u32`, `t = mulhi(a, m)` and `q = (t + ((a − t) >> s1)) >> s2`,
+/// which is `a / |d|` for every `a < 2^32` and `1 ≤ |d| < 2^32` (tested
+/// against division), then gives `q` the sign of `n · d`: `n / d` rounded
+/// toward zero, wrapping as `i32::wrapping_div`. A divisor of 0 gives
+/// `m = 0`, `s1 = s2 = 0`: `q = |n|` with `n`'s sign (a division by zero's
+/// result is unspecified on the GPU, as PTX's `div.s32`).
+pub fn divisor_params(d: i32) -> [u32; 4] {
+    let ad = d.unsigned_abs();
+    if ad == 0 {
+        return [0; 4];
+    }
+    let l = 32 - (ad - 1).leading_zeros();
+    let m = ((1u128 << 32) * ((1u128 << l) - u128::from(ad)) / u128::from(ad) + 1) as u32;
+    [d as u32, m, l.min(1), l.saturating_sub(1)]
+}
+
+/// The divisor parameters of a launch at the bound dimensions: the four
+/// of [`divisor_params`] for each divisor of [`dims_divisors`], in order.
+pub fn divisor_args(kernel: &Kernel, dims: &[i64]) -> Vec<u32> {
+    dims_divisors(kernel).iter().flat_map(|e| divisor_params(eval_divisor(kernel, e, dims))).collect()
+}
+
+#[cfg(test)]
+mod divisor_tests {
+    use super::*;
+
+    /// `q` as the kernel computes it from [`divisor_params`].
+    fn divide(n: i32, p: [u32; 4]) -> i32 {
+        let [d, m, s1, s2] = p;
+        let a = n.unsigned_abs();
+        let t = ((u64::from(a) * u64::from(m)) >> 32) as u32;
+        let q = (t.wrapping_add(a.wrapping_sub(t) >> s1)) >> s2;
+        let mask = (n >> 31) ^ ((d as i32) >> 31);
+        ((q as i32) ^ mask).wrapping_sub(mask)
+    }
+
+    #[test]
+    fn the_multiply_divides_like_division() {
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut divisors: Vec<i32> = (-70..=70).filter(|&d| d != 0).collect();
+        divisors.extend([i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1, 1 << 30, (1 << 30) + 1, -(1 << 30) - 1]);
+        divisors.extend((0..31).flat_map(|b| [1i32 << b, (1i32 << b).wrapping_add(1), (1i32 << b).wrapping_sub(1)]));
+        for _ in 0..2000 {
+            let r = next();
+            divisors.push((r as i32) >> (r >> 59));
+        }
+        let mut dividends: Vec<i32> = vec![0, 1, -1, 2, -2, i32::MIN, i32::MAX, i32::MIN + 1, i32::MAX - 1];
+        for _ in 0..200 {
+            let r = next();
+            dividends.push((r as i32) >> (r >> 59));
+        }
+        for &d in divisors.iter().filter(|&&d| d != 0) {
+            let p = divisor_params(d);
+            for &n in &dividends {
+                assert_eq!(divide(n, p), n.wrapping_div(d), "{n} / {d}");
+            }
+            for n in [d, d.wrapping_sub(1), d.wrapping_add(1), d.wrapping_mul(7), d.wrapping_mul(7).wrapping_sub(1)] {
+                assert_eq!(divide(n, p), n.wrapping_div(d), "{n} / {d}");
+            }
+        }
+        // Every dividend of a few divisors whose magic is widest.
+        for d in [3i32, 7, 641, 6_700_417, 1_000_000_007] {
+            let p = divisor_params(d);
+            for n in (i32::MIN..=i32::MAX).step_by(9_973) {
+                assert_eq!(divide(n, p), n.wrapping_div(d), "{n} / {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn divisors_are_the_dims_only_ones_in_the_order_met() {
+        let src = "kernel k<%0 H, %1 HKV, %2 S>(@0 t: &mut f32[S, H]) threads=32 grid=((S + 63) / 64, H, 1) {
+  %3 bx = block_idx.x
+  %4 hy = block_idx.y
+  let %5 hk: i32 = hy / (H / HKV)
+  let %6 r: i32 = (hy + 1) % HKV
+  let %7 c: i32 = hy / 4
+  let %8 e: i32 = hy / (hy + 1)
+  t[bx, hk + r + c + e] = 1.0
+}
+";
+        let k = crate::print::parse_kernel(src).unwrap();
+        let got: Vec<String> = dims_divisors(&k).iter().map(|e| crate::print::print_expr(&k, e)).collect();
+        // The grid's unfolding divides by gx = (S + 63) / 64 first.
+        assert_eq!(got, vec!["(S + 63) / 64", "HKV", "H / HKV"]);
+        let dims = [32, 8, 1000];
+        let args = divisor_args(&k, &dims);
+        assert_eq!(args.len(), 12);
+        assert_eq!(args[0], 16);
+        assert_eq!(args[4], 8);
+        assert_eq!(args[8], 4);
+    }
+}
+
 #[cfg(test)]
 mod rasterize_tests {
     use super::*;

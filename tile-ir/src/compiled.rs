@@ -179,6 +179,12 @@ pub struct CompileOptions {
     /// the loop prologue's loads are issued before it waits
     /// (`passes/cp_async_wait.rs`). On by default; off for bisecting.
     pub defer_cp_async_waits: bool,
+    /// Divide by the launch's divisors (`abi::dims_divisors`: GQA's
+    /// `H / HKV`, the grid extents a persistent variant unfolds its tiles
+    /// by) with a multiply by the magic number the launch passes
+    /// (`passes/lower/divide.rs`) instead of `div.s32`. The parameters are
+    /// passed either way. On by default; off for bisecting.
+    pub fast_divisors: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -187,7 +193,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 14] = [
+    pub const SWITCHES: [(&'static str, Switch); 15] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -202,6 +208,7 @@ impl CompileOptions {
         ("late_last_wait", |o| &mut o.late_last_wait),
         ("pack_conversions", |o| &mut o.pack_conversions),
         ("defer_cp_async_waits", |o| &mut o.defer_cp_async_waits),
+        ("fast_divisors", |o| &mut o.fast_divisors),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -242,6 +249,7 @@ impl Default for CompileOptions {
             late_last_wait: true,
             pack_conversions: true,
             defer_cp_async_waits: true,
+            fast_divisors: true,
         }
     }
 }

@@ -258,6 +258,52 @@ fn casts_and_integer_ops_match_rust_semantics() {
     }
 }
 
+/// Divisions by expressions of dimensions only are multiplies by the magic
+/// numbers the launch passes (`abi::divisor_args`): the same results as
+/// `i32::wrapping_div`/`wrapping_rem` for divisors of either sign and
+/// dividends of either sign, with `fast_divisors` on (no `div.s32` left) and
+/// off (the parameters still there, unused); divisions by constants (a power
+/// of two, a negative one, u32) are shifts and multiplies.
+#[test]
+fn divisions_by_dims_match_rust_semantics() {
+    let k = dims_divisors_kernel(128, 256);
+    let divisors: Vec<String> = abi::dims_divisors(&k).iter().map(|e| tile_ir::print::print_expr(&k, e)).collect();
+    // The grid's x extent first (a persistent variant unfolds its tiles by it).
+    assert_eq!(divisors, ["(N + (256 - 1)) / 256", "D - 5", "D", "N / D"]);
+    let off = tile_ir::CompileOptions { fast_divisors: false, ..Default::default() };
+    for target in [Target::Sm80, Target::Sm90a] {
+        let fast = compile(&k, target).unwrap();
+        let slow = tile_ir::compile_with(&k, target, off).unwrap();
+        assert!(!fast.ptx.contains("div.s32") && !fast.ptx.contains("rem.s32"), "{}", fast.ptx);
+        assert!(fast.ptx.contains("mul.hi.u32"));
+        assert!(slow.ptx.contains("div.s32") && slow.ptx.contains("rem.s32"));
+        assert_eq!(fast.function.params, slow.function.params, "the parameters do not depend on the option");
+        for c in [&fast, &slow] {
+            for (n, d) in [(700usize, 1usize), (700, 4), (1000, 6), (9, 7), (700, 12), (1500, 1000), (700, 3), (900, 2)] {
+                let z = vec![0xAAu8; 4 * n];
+                let dims = [n as i64, d as i64];
+                let mut tensors = vec![vec![0u8; 4 * d]];
+                tensors.extend(std::iter::repeat_n(z, 6));
+                let out = sim::launch(&c.function, &k, tensors, &dims, &[]).tensors;
+                let (q, r, e) = (i32s(&out[1]), i32s(&out[2]), i32s(&out[3]));
+                let (f, h, u) = (i32s(&out[4]), i32s(&out[5]), i32s(&out[6]));
+                let (dm5, nd) = (d as i32 - 5, n as i32 / d as i32);
+                for g in 0..n {
+                    let cv = g as i32 - 500;
+                    assert_eq!(q[g], cv.wrapping_div(dm5), "{target:?} {cv} / {dm5}");
+                    assert_eq!(r[g], cv.wrapping_rem(dm5), "{target:?} {cv} % {dm5}");
+                    assert_eq!(e[g], (3 * cv).wrapping_div(nd) + cv.wrapping_rem(d as i32), "{target:?} n {n} d {d} at {g}");
+                    let x = cv.wrapping_mul(4_194_301).wrapping_add(17);
+                    assert_eq!(f[g], (x / 64).wrapping_mul(3).wrapping_add(x % 64), "{target:?} {x} by 64");
+                    assert_eq!(h[g], (x / -7).wrapping_mul(5).wrapping_add(x % 1_000_003), "{target:?} {x} by -7");
+                    let xu = x as u32;
+                    assert_eq!(u[g] as u32, xu / 96 + xu % 7, "{target:?} {xu} by 96 and 7");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn copies_in_every_direction_match_reference() {
     let k = copies_kernel(128);
@@ -660,7 +706,7 @@ fn folded_and_plain_launches_of_a_grid_agree() {
                 let grid = abi::eval_grid(&k, &dims).unwrap();
                 let total = grid.iter().product::<u32>();
                 for shape in [grid, [total, 1, 1]] {
-                    let sim = sim::launch_shaped(&c.function, vec![bytes_f32(&x), vec![0u8; 4 * n]], &dims, &[], shape);
+                    let sim = sim::launch_shaped(&c.function, &k, vec![bytes_f32(&x), vec![0u8; 4 * n]], &dims, &[], shape);
                     let got = f32s(&sim.tensors[1]);
                     let bad = (0..n).find(|&i| got[i] != want[i]);
                     assert!(

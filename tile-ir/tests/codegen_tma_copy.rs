@@ -13,7 +13,6 @@ mod ptxas;
 mod sim;
 
 use gemm_sim::{attention_reference, decode, random, reference, rel_l2, Rng};
-use std::collections::HashMap;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
 
@@ -60,14 +59,7 @@ fn check(text: &str, m: usize, n: usize, kk: usize) -> Compiled {
     let (bb, bv) = random(&mut rng, DType::F16, kk * n, -1.0, 1.0);
     let f = &c.function;
     let dims = [m as i64, kk as i64, n as i64];
-    let mut params = HashMap::new();
-    for (i, (name, _)) in f.params.iter().enumerate() {
-        if i < 3 {
-            params.insert(name.clone(), sim::GBASE + ((i as u64) << 32));
-        } else if i < 6 {
-            params.insert(name.clone(), dims[i - 3] as u32 as u64);
-        }
-    }
+    let params = sim::plain_params(f, &k, 3, &dims, &[], 0);
     let mut sm = sim::Sim::new(f, vec![ab, bb, vec![0xFF; 4 * m * n]], params);
     let shapes = [[m, kk], [kk, n]];
     for tm in &c.tensor_maps {
@@ -140,45 +132,12 @@ fn run_variant(
     dims: &[i64],
     scalars: &[u64],
 ) -> Vec<Vec<u8>> {
-    let f = &c.function;
-    let nt = tensors.len();
-    let mut params = HashMap::new();
-    let plain = f.params.iter().filter(|(name, _)| !c.tensor_maps.iter().any(|m| &m.param == name));
-    for (i, (name, _)) in plain.enumerate() {
-        let val = if i < nt {
-            sim::GBASE + ((i as u64) << 32)
-        } else if i < nt + dims.len() {
-            dims[i - nt] as u32 as u64
-        } else {
-            scalars[i - nt - dims.len()]
-        };
-        params.insert(name.clone(), val);
-    }
-    let mut sm = sim::Sim::new(f, tensors, params);
-    for tm in &c.tensor_maps {
-        let (shape, elem) = &shapes[tm.tensor];
-        assert_eq!(tm.box_shape.len(), shape.len(), "{}: one box extent per tensor dim", tm.param);
-        let inner: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        let mut strides = Vec::new();
-        let mut s = *elem as u64;
-        for d in &inner[..inner.len() - 1] {
-            s *= d;
-            strides.push(s);
-        }
-        sm.add_tensor_map(
-            &tm.param,
-            sim::SimTensorMap {
-                tensor: tm.tensor,
-                elem_bytes: *elem,
-                dims: inner,
-                strides,
-                boxdim: tm.box_shape.iter().rev().copied().collect(),
-                swizzle: tm.swizzle.bytes(),
-            },
-        );
-    }
-    sm.run_grid(tile_ir::abi::eval_grid(k, dims).unwrap());
-    sm.tensors
+    let tensors = tensors
+        .into_iter()
+        .zip(shapes)
+        .map(|(bytes, (shape, elem))| sim::SimTensor { bytes, shape: shape.clone(), elem: *elem })
+        .collect();
+    sim::run_compiled(c, k, tensors, dims, scalars, sim::RunOptions::default()).tensors
 }
 
 /// A pipelined loop of 2-D tiles of a rank-`rank` tensor `[.., S, H, 64]`

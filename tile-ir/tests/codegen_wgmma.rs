@@ -15,7 +15,6 @@ mod ptxas;
 mod sim;
 
 use gemm_sim::{check_attention, decode, random, reference, rel_l2, run_on, Rng};
-use std::collections::HashMap;
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
 use tile_testkit::{attention_text, ATTENTION, MATMUL};
@@ -371,11 +370,7 @@ fn wgmma_reading_unfenced_generic_writes_fails() {
         let mut f = compile(&k, Target::Sm90a).unwrap().function;
         assert!(strip_proxy_fences(&mut f.body) > 0);
         let (m, n, kk) = (64usize, 64usize, 64usize);
-        let mut params = HashMap::new();
-        for (i, (name, _)) in f.params.iter().enumerate() {
-            let val = if i < 3 { sim::GBASE + ((i as u64) << 32) } else { [m, kk, n][i - 3] as u64 };
-            params.insert(name.clone(), val);
-        }
+        let params = sim::plain_params(&f, &k, 3, &[m as i64, kk as i64, n as i64], &[], 0);
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut sm =
                 sim::Sim::new(&f, vec![vec![0; 2 * m * kk], vec![0; 2 * kk * n], vec![0; 4 * m * n]], params.clone());

@@ -47,6 +47,7 @@ pub(crate) fn compile_with_stages(
         )]);
     }
     let plan = layout_infer::infer_layouts_for(kernel, target)?;
+    let divisors = lower::Divisors::of(kernel, &options);
     if options.stage_epilogues {
         let mut staged_plan = plan.clone();
         let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_plan);
@@ -55,7 +56,7 @@ pub(crate) fn compile_with_stages(
             // dead buffer to take, no shared memory left), or lowering it
             // fails, the direct stores below are the answer.
             let lowering = Rc::new(PipelineLowering::new(&staged, stages(), &options));
-            if let Ok(func) = lower::lower(&staged, target, &staged_plan, lowering) {
+            if let Ok(func) = lower::lower(&staged, target, &staged_plan, lowering, &divisors) {
                 if func.shared_bytes <= target.info().shared_limit {
                     let name = name_of(&staged);
                     return finish(&staged, target, &staged_plan, func, name, &options);
@@ -64,7 +65,7 @@ pub(crate) fn compile_with_stages(
         }
     }
     let lowering = Rc::new(PipelineLowering::new(kernel, stages(), &options));
-    let func = lower::lower(kernel, target, &plan, lowering)?;
+    let func = lower::lower(kernel, target, &plan, lowering, &divisors)?;
     let name = name_of(kernel);
     finish(kernel, target, &plan, func, name, &options)
 }

@@ -321,6 +321,80 @@ pub fn casts_kernel(threads: u32, block: i64) -> Kernel {
     k
 }
 
+/// Divisions by expressions of dimensions only (`abi::dims_divisors`),
+/// which the launch evaluates: `q[g] = c / (D - 5)`, `r[g] = c % (D - 5)`
+/// and `e[g] = (3·c) / (N / D) + c % D` with `c = g - 500` (negative and
+/// positive dividends, divisors of either sign). `w` only binds `D`. And
+/// divisions by constants, which the code generator strength-reduces
+/// (`divide.rs`): for `x = c·4194301 + 17` (wrapping, so dividends span the
+/// whole `i32` range), `f[g] = x / 64 · 3 + x % 64`, `h[g] = x / -7 · 5 +
+/// x % 1000003` and `u[g] = (x as u32) / 96 + (x as u32) % 7` (as u32).
+pub fn dims_divisors_kernel(threads: u32, block: i64) -> Kernel {
+    let mut k = Kernel::new("dims_divisors", threads);
+    let n = k.add_dim("N");
+    let d = k.add_dim("D");
+    k.add_tensor_param("w", DType::I32, vec![Extent::Dyn(d)], false);
+    let q = k.add_tensor_param("q", DType::I32, vec![Extent::Dyn(n)], true);
+    let r = k.add_tensor_param("r", DType::I32, vec![Extent::Dyn(n)], true);
+    let e = k.add_tensor_param("e", DType::I32, vec![Extent::Dyn(n)], true);
+    let f = k.add_tensor_param("f", DType::I32, vec![Extent::Dyn(n)], true);
+    let h = k.add_tensor_param("h", DType::I32, vec![Extent::Dyn(n)], true);
+    let u = k.add_tensor_param("u", DType::U32, vec![Extent::Dyn(n)], true);
+    k.grid[0] = Expr::cdiv(v(n), Expr::i32(block as i32));
+    let bx = k.add_var("bx", DType::I32, VarKind::BlockIdx(0));
+    let g = k.add_var("g", DType::I32, VarKind::Let);
+    let c = k.add_var("c", DType::I32, VarKind::Let);
+    let x = k.add_var("x", DType::I32, VarKind::Let);
+    let lp = par(&mut k, "i", block, |i| {
+        let gi = bin(BinOp::Add, bin(BinOp::Mul, v(bx), Expr::i32(block as i32)), v(i));
+        let dm5 = bin(BinOp::Sub, v(d), Expr::i32(5));
+        let c3 = bin(BinOp::Mul, v(c), Expr::i32(3));
+        vec![
+            s(StmtKind::Let { var: g, value: gi }),
+            s(StmtKind::Let { var: c, value: bin(BinOp::Sub, v(g), Expr::i32(500)) }),
+            store(q, vec![v(g)], bin(BinOp::Div, v(c), dm5.clone())),
+            store(r, vec![v(g)], bin(BinOp::Rem, v(c), dm5)),
+            store(
+                e,
+                vec![v(g)],
+                bin(BinOp::Add, bin(BinOp::Div, c3, bin(BinOp::Div, v(n), v(d))), bin(BinOp::Rem, v(c), v(d))),
+            ),
+            s(StmtKind::Let {
+                var: x,
+                value: bin(BinOp::Add, bin(BinOp::Mul, v(c), Expr::i32(4_194_301)), Expr::i32(17)),
+            }),
+            store(
+                f,
+                vec![v(g)],
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Mul, bin(BinOp::Div, v(x), Expr::i32(64)), Expr::i32(3)),
+                    bin(BinOp::Rem, v(x), Expr::i32(64)),
+                ),
+            ),
+            store(
+                h,
+                vec![v(g)],
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Mul, bin(BinOp::Div, v(x), Expr::i32(-7)), Expr::i32(5)),
+                    bin(BinOp::Rem, v(x), Expr::i32(1_000_003)),
+                ),
+            ),
+            store(u, vec![v(g)], {
+                let xu = Expr::cast(DType::U32, v(x));
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Div, xu.clone(), Expr::Const(Value::U32(96))),
+                    bin(BinOp::Rem, xu, Expr::Const(Value::U32(7))),
+                )
+            }),
+        ]
+    });
+    k.body = vec![lp];
+    k
+}
+
 /// Copies in every direction: a 2-D tile of a 3-D tensor with an unaligned
 /// origin and a fill value, fragment → shared → fragment (f32 → f16) →
 /// global, global → local, local → global, shared fill and a thread-0 store.

@@ -149,7 +149,7 @@ pub fn launch<'f>(
     scalars: &[u64],
 ) -> Sim<'f> {
     let grid = tile_ir::abi::eval_grid(k, dims).unwrap();
-    let mut sm = Sim::new(f, tensors, plain_params(f, 0, dims, scalars, 0));
+    let mut sm = Sim::new(f, tensors, plain_params(f, k, 0, dims, scalars, 0));
     sm.cluster = k.cluster;
     sm.run_grid(grid);
     sm
@@ -160,36 +160,50 @@ pub fn launch<'f>(
 /// no cluster.
 pub fn launch_shaped<'f>(
     f: &'f Function,
+    k: &tile_ir::Kernel,
     tensors: Vec<Vec<u8>>,
     dims: &[i64],
     scalars: &[u64],
     shape: [u32; 3],
 ) -> Sim<'f> {
-    let mut sm = Sim::new(f, tensors, plain_params(f, 0, dims, scalars, 0));
+    let mut sm = Sim::new(f, tensors, plain_params(f, k, 0, dims, scalars, 0));
     sm.run_grid(shape);
     sm
 }
 
 /// The parameter values of `f`'s non-tensor-map parameters: `nt` tensors
 /// (`GBASE + i * 2^32`; `nt` = 0: as many as there are parameters before
-/// the dims and scalars), then `dims`, then `scalars`; a tile counter
-/// (`abi::TILE_COUNTER_PARAM`) gets `counter` (0: null, the static stride).
-fn plain_params(f: &Function, nt: usize, dims: &[i64], scalars: &[u64], counter: u64) -> HashMap<String, u64> {
+/// the dims, scalars and divisors), then `dims`, then `scalars`, then the
+/// divisors' parameters (`abi::divisor_args`, as the runtime passes them);
+/// a tile counter (`abi::TILE_COUNTER_PARAM`) gets `counter` (0: null, the
+/// static stride).
+pub fn plain_params(
+    f: &Function,
+    k: &tile_ir::Kernel,
+    nt: usize,
+    dims: &[i64],
+    scalars: &[u64],
+    counter: u64,
+) -> HashMap<String, u64> {
+    let divisors: Vec<u64> = tile_ir::abi::divisor_args(k, dims).into_iter().map(u64::from).collect();
     let plain: Vec<&String> = f
         .params
         .iter()
         .filter(|(n, ty)| *ty != TENSOR_MAP_PARAM && n != tile_ir::abi::TILE_COUNTER_PARAM)
         .map(|(n, _)| n)
         .collect();
-    let nt = if nt == 0 { plain.len() - dims.len() - scalars.len() } else { nt };
+    let nt = if nt == 0 { plain.len() - dims.len() - scalars.len() - divisors.len() } else { nt };
+    assert_eq!(plain.len(), nt + dims.len() + scalars.len() + divisors.len(), "the function's parameters");
     let mut params = HashMap::new();
     for (i, name) in plain.into_iter().enumerate() {
         let val = if i < nt {
             GBASE + ((i as u64) << 32)
         } else if i < nt + dims.len() {
             dims[i - nt] as u32 as u64
-        } else {
+        } else if i < nt + dims.len() + scalars.len() {
             scalars[i - nt - dims.len()]
+        } else {
+            divisors[i - nt - dims.len() - scalars.len()]
         };
         params.insert(name.clone(), val);
     }
@@ -253,7 +267,7 @@ pub fn run_function<'f>(
 ) -> Sim<'f> {
     let dynamic = takes_tile_counter(f) && !opts.static_tiles;
     let counter = if dynamic { GBASE + ((tensors.len() as u64) << 32) } else { 0 };
-    let params = plain_params(f, tensors.len(), dims, scalars, counter);
+    let params = plain_params(f, k, tensors.len(), dims, scalars, counter);
     let shapes: Vec<(Vec<usize>, usize)> = tensors.iter().map(|t| (t.shape.clone(), t.elem)).collect();
     let mut bytes: Vec<Vec<u8>> = tensors.into_iter().map(|t| t.bytes).collect();
     if dynamic {

@@ -116,6 +116,8 @@ pub fn eval_op(op: &str, a: &[u64]) -> u64 {
             match name {
                 "add" => w(s32(x).wrapping_add(s32(y)) as i64),
                 "sub" => w(s32(x).wrapping_sub(s32(y)) as i64),
+                "mul" if parts[1] == "hi" && signed => w((i64::from(s32(x)) * i64::from(s32(y))) >> 32),
+                "mul" if parts[1] == "hi" => (u64::from(u32v(x)) * u64::from(u32v(y))) >> 32,
                 "mul" => w(s32(x).wrapping_mul(s32(y)) as i64),
                 "mad" => w(s32(x).wrapping_mul(s32(y)).wrapping_add(s32(a[2])) as i64),
                 "div" if signed => w(s32(x).wrapping_div(s32(y)) as i64),

@@ -348,7 +348,10 @@ pub(super) fn abi_params<'a>(
         slots.push(ParamSlot::new(&(d as i32).to_le_bytes()));
     }
     slots.extend(scalars);
-    debug_assert_eq!(slots.len(), k.params.len() + k.dims.len());
+    // The divisors' magic numbers (`tile_ir::abi::dims_divisors`).
+    let divisors = tile_ir::abi::divisor_args(k, dims);
+    slots.extend(divisors.iter().map(|v| ParamSlot::new(&v.to_le_bytes())));
+    debug_assert_eq!(slots.len(), k.params.len() + k.dims.len() + divisors.len());
     (slots, guards, addresses)
 }
 

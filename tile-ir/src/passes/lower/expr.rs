@@ -80,6 +80,9 @@ impl<'a> Lx<'a> {
             }
             Expr::Binary { op, lhs, rhs } => {
                 let a = self.expr(lhs)?;
+                if let Some(q) = self.divide_by_param(*op, &a, rhs) {
+                    return Ok(q);
+                }
                 let b = self.expr(rhs)?;
                 self.binary(*op, a, b)
             }
@@ -208,6 +211,11 @@ impl<'a> Lx<'a> {
             let r = self.binary(op, x, y)?;
             return if op.is_comparison() { Ok(r) } else { self.convert(r, t) };
         }
+        if let Operand::Imm(c) = b.op {
+            if let Some(q) = self.divide_by_constant(op, &a, c) {
+                return Ok(q);
+            }
+        }
         let x = self.materialize(&a);
         let y = b.op.clone();
         if t == DType::Bool {
@@ -296,3 +304,4 @@ impl<'a> Lx<'a> {
         Ok(Val { op: r.into(), ty: t })
     }
 }
+

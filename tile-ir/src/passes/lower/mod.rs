@@ -46,6 +46,7 @@ mod address;
 mod coords;
 mod copy;
 mod cp_async;
+mod divide;
 mod emit;
 mod expr;
 mod gemm_mma;
@@ -67,6 +68,8 @@ use crate::thread_ir::{Address, Function, Inst, Operand, Reg, RegClass, Region, 
 use crate::{CompileError, Target};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+
+pub(crate) use divide::Divisors;
 
 pub(crate) type R<T> = Result<T, CompileError>;
 
@@ -263,8 +266,11 @@ pub(crate) fn lower(
     target: Target,
     plan: &LayoutPlan,
     schedule: Rc<dyn ScheduleLowering>,
+    divisors: &Divisors,
 ) -> Result<Function, Vec<CompileError>> {
     let mut lx = Lx {
+        divisors: divisors.clone(),
+        divisor_regs: Vec::new(),
         schedule: schedule.clone(),
         k: kernel,
         target,
@@ -395,6 +401,9 @@ pub(crate) struct Lx<'a> {
     pub(crate) local_prologue: Option<Vec<Stmt>>,
     /// Serial loops enclosing the statement being lowered.
     pub(crate) loop_depth: u32,
+    /// The launch's divisors (`divide.rs`) and their parameters' registers.
+    pub(crate) divisors: Divisors,
+    pub(crate) divisor_regs: Vec<[Reg; 4]>,
 }
 
 /// `name` as a PTX identifier: other characters become `_`, and a leading

@@ -81,6 +81,8 @@ impl<'a> Lx<'a> {
                 }
             }
         }
+        // The launch's divisors (`divide.rs`), whatever this variant uses.
+        self.divisor_params(&mut pname);
         for (b, ptr) in ptrs {
             let buf = k.buffer(b);
             let mut dims = Vec::new();

@@ -62,6 +62,7 @@ pub fn compile_planned(
     }
     ws.persistent &= options.persistent && ws.store.is_some();
     let layouts = layout_infer::infer_layouts_with(kernel, &ws.accumulators())?;
+    let divisors = crate::passes::lower::Divisors::of(kernel, &options);
     // A TMA store of the accumulator stages through shared memory itself.
     if options.stage_epilogues && ws.store.is_none() {
         let mut staged_layouts = layouts.clone();
@@ -71,7 +72,7 @@ pub fn compile_planned(
                 staged_ws.store = None;
                 staged_ws.persistent = false;
                 let lowering = Rc::new(WsLowering::new(staged_ws));
-                if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
+                if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering, &divisors) {
                     if func.shared_bytes <= target.info().shared_limit {
                         return finish(&staged, target, &staged_layouts, func, NAME, &options);
                     }
@@ -79,7 +80,7 @@ pub fn compile_planned(
             }
         }
     }
-    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WsLowering::new(ws)))?;
+    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WsLowering::new(ws)), &divisors)?;
     finish(kernel, target, &layouts, func, NAME, &options)
 }
 

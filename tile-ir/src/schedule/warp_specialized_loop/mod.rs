@@ -74,6 +74,7 @@ pub fn compile_planned(
     let persistent = wsl.persistent;
     let name = if persistent { PERSISTENT_NAME } else { NAME };
     let layouts = layout_infer::infer_layouts_for(kernel, target)?;
+    let divisors = crate::passes::lower::Divisors::of(kernel, &options);
     if options.stage_epilogues {
         let mut staged_layouts = layouts.clone();
         let (staged, any) = epilogue::stage_epilogues(kernel, &mut staged_layouts);
@@ -90,7 +91,7 @@ pub fn compile_planned(
                 if persistent { plan_persistent(&staged, target, options) } else { plan(&staged, target, options) };
             if let Ok(staged_wsl) = staged_plan {
                 let lowering = Rc::new(WslLowering::new(staged_wsl, &options));
-                if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering) {
+                if let Ok(func) = crate::passes::lower::lower(&staged, target, &staged_layouts, lowering, &divisors) {
                     if func.shared_bytes <= target.info().shared_limit {
                         return finish(&staged, target, &staged_layouts, func, name, &options);
                     }
@@ -98,7 +99,7 @@ pub fn compile_planned(
             }
         }
     }
-    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)))?;
+    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)), &divisors)?;
     finish(kernel, target, &layouts, func, name, &options)
 }
 
