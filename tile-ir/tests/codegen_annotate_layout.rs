@@ -51,8 +51,7 @@ fn transposed_a_bf16_with_annotations_matches_the_reference() {
 fn compiled(text: &str) -> Compiled {
     let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
     let options = CompileOptions { stage_epilogues: false, fast_divisors: false, ..CompileOptions::default() };
-    compile_with(&k, Target::Sm80, options)
-        .unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
+    compile_with(&k, Target::Sm80, options).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
 }
 
 #[test]

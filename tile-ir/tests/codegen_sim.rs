@@ -279,7 +279,8 @@ fn divisions_by_dims_match_rust_semantics() {
         assert!(slow.ptx.contains("div.s32") && slow.ptx.contains("rem.s32"));
         assert_eq!(fast.function.params, slow.function.params, "the parameters do not depend on the option");
         for c in [&fast, &slow] {
-            for (n, d) in [(700usize, 1usize), (700, 4), (1000, 6), (9, 7), (700, 12), (1500, 1000), (700, 3), (900, 2)] {
+            for (n, d) in [(700usize, 1usize), (700, 4), (1000, 6), (9, 7), (700, 12), (1500, 1000), (700, 3), (900, 2)]
+            {
                 let z = vec![0xAAu8; 4 * n];
                 let dims = [n as i64, d as i64];
                 let mut tensors = vec![vec![0u8; 4 * d]];
@@ -292,7 +293,11 @@ fn divisions_by_dims_match_rust_semantics() {
                     let cv = g as i32 - 500;
                     assert_eq!(q[g], cv.wrapping_div(dm5), "{target:?} {cv} / {dm5}");
                     assert_eq!(r[g], cv.wrapping_rem(dm5), "{target:?} {cv} % {dm5}");
-                    assert_eq!(e[g], (3 * cv).wrapping_div(nd) + cv.wrapping_rem(d as i32), "{target:?} n {n} d {d} at {g}");
+                    assert_eq!(
+                        e[g],
+                        (3 * cv).wrapping_div(nd) + cv.wrapping_rem(d as i32),
+                        "{target:?} n {n} d {d} at {g}"
+                    );
                     let x = cv.wrapping_mul(4_194_301).wrapping_add(17);
                     assert_eq!(f[g], (x / 64).wrapping_mul(3).wrapping_add(x % 64), "{target:?} {x} by 64");
                     assert_eq!(h[g], (x / -7).wrapping_mul(5).wrapping_add(x % 1_000_003), "{target:?} {x} by -7");
@@ -706,7 +711,8 @@ fn folded_and_plain_launches_of_a_grid_agree() {
                 let grid = abi::eval_grid(&k, &dims).unwrap();
                 let total = grid.iter().product::<u32>();
                 for shape in [grid, [total, 1, 1]] {
-                    let sim = sim::launch_shaped(&c.function, &k, vec![bytes_f32(&x), vec![0u8; 4 * n]], &dims, &[], shape);
+                    let sim =
+                        sim::launch_shaped(&c.function, &k, vec![bytes_f32(&x), vec![0u8; 4 * n]], &dims, &[], shape);
                     let got = f32s(&sim.tensors[1]);
                     let bad = (0..n).find(|&i| got[i] != want[i]);
                     assert!(

@@ -304,4 +304,3 @@ impl<'a> Lx<'a> {
         Ok(Val { op: r.into(), ty: t })
     }
 }
-

@@ -99,7 +99,8 @@ pub fn compile_planned(
             }
         }
     }
-    let func = crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)), &divisors)?;
+    let func =
+        crate::passes::lower::lower(kernel, target, &layouts, Rc::new(WslLowering::new(wsl, &options)), &divisors)?;
     finish(kernel, target, &layouts, func, name, &options)
 }
 
