@@ -179,11 +179,14 @@ pub struct CompileOptions {
     /// the loop prologue's loads are issued before it waits
     /// (`passes/cp_async_wait.rs`). On by default; off for bisecting.
     pub defer_cp_async_waits: bool,
-    /// Divide by the launch's divisors (`abi::dims_divisors`: GQA's
-    /// `H / HKV`, the grid extents a persistent variant unfolds its tiles
-    /// by) with a multiply by the magic number the launch passes
-    /// (`passes/lower/divide.rs`) instead of `div.s32`. The parameters are
-    /// passed either way. On by default; off for bisecting.
+    /// Divide `i32`/`u32` values without `div.s32`/`rem.s32` (which ptxas
+    /// keeps as a reciprocal sequence on the XU pipe, even by an
+    /// immediate; `passes/lower/divide.rs`): by a constant with shifts or a
+    /// multiply-high by its magic number, by one of the launch's divisors
+    /// (`abi::dims_divisors`: GQA's `H / HKV`, the grid extents a
+    /// persistent variant unfolds its tiles by) with the magic number the
+    /// launch passes. The parameters are passed either way. On by default;
+    /// off for bisecting.
     pub fast_divisors: bool,
 }
 
