@@ -103,18 +103,33 @@ fn launch<T: Element>(
         })
         .collect();
     let (mut pa, mut pb, mut pc) = (a.device_ptr().unwrap(), b.device_ptr().unwrap(), c.device_ptr().unwrap());
-    let (mut dm, mut dk, mut dn) = (m as i32, k as i32, n as i32);
+    // The dims in the kernel's order, then the divisors' magic numbers
+    // (`tile_ir::abi::dims_divisors`: the grid extents the persistent
+    // variant unfolds its tiles by).
+    let kernel = parse_kernel(&cfg.text()).unwrap();
+    let dims: Vec<i64> = kernel
+        .dims
+        .iter()
+        .map(|&d| match kernel.var(d).name.as_str() {
+            "M" => m as i64,
+            "K" => k as i64,
+            "N" => n as i64,
+            other => panic!("dim {other}"),
+        })
+        .collect();
+    let mut dims32: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+    let mut divisors = tile_ir::abi::divisor_args(&kernel, &dims);
     let mut params: Vec<*mut c_void> = vec![
         &mut pa as *mut u64 as *mut c_void,
         &mut pb as *mut u64 as *mut c_void,
         &mut pc as *mut u64 as *mut c_void,
-        &mut dm as *mut i32 as *mut c_void,
-        &mut dk as *mut i32 as *mut c_void,
-        &mut dn as *mut i32 as *mut c_void,
     ];
+    params.extend(dims32.iter_mut().map(|d| d as *mut i32 as *mut c_void));
+    params.extend(divisors.iter_mut().map(|d| d as *mut u32 as *mut c_void));
     for mp in &maps {
         params.push(mp.param_ptr());
     }
+    assert_eq!(params.len(), l.compiled.function.params.len(), "one pointer per parameter of the variant");
     let mut grid = (n.div_ceil(cfg.bn as usize) as u32, m.div_ceil(cfg.bm as usize) as u32, 1);
     if l.compiled.persistent {
         // One block per SM, each looping over the grid's tiles.
@@ -127,7 +142,8 @@ fn launch<T: Element>(
         grid = ((grid.0 * grid.1).min(blocks), 1, 1);
     }
     let cu_stream: sys::CUstream = stream.cuda_stream().unwrap().cu_stream();
-    // SAFETY: the parameters match the kernel's ABI (3 pointers, 3 dims, the maps).
+    // SAFETY: the parameters match the kernel's ABI (3 pointers, 3 dims, the
+    // divisors, the maps; their number checked above).
     unsafe {
         result::launch_kernel(l.func, grid, (l.compiled.threads, 1, 1), l.compiled.shared_bytes, cu_stream, &mut params)
     }
