@@ -138,9 +138,23 @@ pub(super) fn check_signature(k: &Kernel) -> std::result::Result<(), String> {
 }
 
 /// Checks every variant's tensor maps: each names a tensor parameter, with
-/// a box of that tensor's rank and a swizzle the driver knows.
+/// a box of that tensor's rank and a swizzle the driver knows; and that its
+/// PTX entry takes as many parameters as the launch passes
+/// ([`ptx_param_count`] against [`abi_param_count`]), so that a kernel
+/// built by another version of the compiler is an error, not parameters
+/// read from the wrong slots.
 pub(super) fn check_variants(k: &Kernel, targets: &[KernelTarget]) -> std::result::Result<(), String> {
     for t in targets {
+        if let Some(n) = ptx_param_count(t.ptx) {
+            let expected = abi_param_count(k, t);
+            if n != expected {
+                return Err(format!(
+                    "the {} `{}` variant's PTX takes {n} parameters where the launch passes {expected}: it was \
+                     built by another version of tile; rebuild the kernel",
+                    t.arch, t.schedule
+                ));
+            }
+        }
         for m in t.tensor_maps {
             let Some(ParamKind::Tensor(b)) = k.params.get(m.tensor).map(|p| &p.kind) else {
                 return Err(format!(
@@ -168,6 +182,26 @@ pub(super) fn check_variants(k: &Kernel, targets: &[KernelTarget]) -> std::resul
     Ok(())
 }
 
+/// The parameters a launch passes to variant `t`: one per tensor and
+/// scalar parameter, one per dim, four per divisor
+/// (`tile_ir::abi::dims_divisors`), the tile counter where the schedule
+/// takes one, one per tensor map.
+fn abi_param_count(k: &Kernel, t: &KernelTarget) -> usize {
+    k.params.len()
+        + k.dims.len()
+        + 4 * tile_ir::abi::dims_divisors(k).len()
+        + usize::from(tile_ir::abi::takes_tile_counter(t.schedule))
+        + t.tensor_maps.len()
+}
+
+/// The number of parameters of the (first) `.entry` of `ptx`, if it has one.
+fn ptx_param_count(ptx: &str) -> Option<usize> {
+    let entry = &ptx[ptx.find(".entry")?..];
+    let list = &entry[entry.find('(')? + 1..];
+    let list = &list[..list.find(')')?];
+    Some(list.matches(".param").count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::{gemm_like, target};
@@ -186,6 +220,24 @@ mod tests {
         assert!(e.contains("`a`") && e.contains("3-D box for a 2-D tensor"), "{e}");
         let e = err(&[TensorMapMeta { tensor: 2, box_shape: &[64, 64], swizzle_bytes: 96 }]);
         assert!(e.contains("`c`") && e.contains("96-byte swizzle"), "{e}");
+    }
+
+    /// A variant whose PTX takes other parameters than the launch passes
+    /// (a kernel built by another version of the compiler) is refused.
+    #[test]
+    fn the_ptx_must_take_the_parameters_the_launch_passes() {
+        let k = gemm_like();
+        // a, s, c, M, K, N: six.
+        let ptx = |n: usize| {
+            let params: Vec<String> = (0..n).map(|i| format!("    .param .u32 p{i}")).collect();
+            format!(".version 8.0\n.visible .entry mm(\n{}\n)\n{{\n    ret;\n}}\n", params.join(",\n"))
+        };
+        assert_eq!(ptx_param_count(&ptx(6)), Some(6));
+        assert_eq!(ptx_param_count(""), None);
+        let with = |n: usize| KernelTarget { ptx: Box::leak(ptx(n).into_boxed_str()), ..target("sm_80", 256, &[]) };
+        check_variants(&k, &[with(6)]).unwrap();
+        let e = check_variants(&k, &[with(5)]).unwrap_err();
+        assert!(e.contains("takes 5 parameters where the launch passes 6") && e.contains("rebuild"), "{e}");
     }
 
     #[test]
