@@ -1,16 +1,23 @@
-//! Division by a divisor the launch evaluates (`abi::dims_divisors`: an
-//! `i32` expression over dimensions and constants, GQA's `H / HKV`, the
-//! grid's `cdiv(SQ, BM)` a persistent variant unfolds each tile by).
+//! Integer division without `div.s32`/`rem.s32`, which ptxas keeps as its
+//! general sequence (a reciprocal on the XU pipe and ~20 dependent
+//! instructions) even when the divisor is an immediate.
 //!
-//! Every such divisor takes four `.u32` parameters after the scalars,
-//! `[d, m, s1, s2]` (`abi::divisor_params`), in every variant: the launch
-//! ABI does not depend on what the code uses. Where
-//! [`crate::CompileOptions::fast_divisors`] is on, `n / d` and `n % d` on
-//! `i32` are a multiply-high, two shifts and a sign fix-up (some ten
-//! instructions, no dependent chain through the XU pipe) instead of
-//! `div.s32`'s ~25 with a reciprocal in the middle; the result is exactly
-//! `i32::wrapping_div` and `wrapping_rem` (`abi`'s tests check the method
-//! against division; the simulator checks the code).
+//! By a constant ([`Lx::divide_by_constant`]): shifts for a power of two,
+//! else a multiply-high by the round-up magic number, for `i32` and `u32`.
+//!
+//! By a divisor the launch evaluates (`abi::dims_divisors`: an `i32`
+//! expression over dimensions and constants, GQA's `H / HKV`, the grid's
+//! `cdiv(SQ, BM)` a persistent variant unfolds each tile by): every such
+//! divisor takes four `.u32` parameters after the scalars, `[d, m, s1, s2]`
+//! (`abi::divisor_params`), in every variant, so the launch ABI does not
+//! depend on what the code uses; the kernel multiplies by them
+//! ([`Lx::divide_by_param`]).
+//!
+//! Both where [`crate::CompileOptions::fast_divisors`] is on. Each division
+//! is some ten instructions with no dependent chain through the XU pipe,
+//! and the result is exactly `wrapping_div` and `wrapping_rem` (`abi`'s
+//! tests check the method against division; `codegen_sim` checks the code
+//! on the simulator).
 
 use super::*;
 
