@@ -366,7 +366,20 @@ pub enum Tiles {
 pub trait AttentionElement: Element {
     /// The instance for `layout`, head dim `d` and Hopper's tiles (else the
     /// portable ones), with its kernel's metadata, or `None`.
-    fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)>;
+    fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
+        // Query and key blocks: FA3's 192 x 128 at d64 and 128 x 80 at d256
+        // (sm_90a only), 128 x 128 at d128; sm_80's shared memory takes
+        // 64 x 64 and 64 x 32.
+        let chosen = match (d, hopper) {
+            (64, true) => (192, 128),
+            (64, false) => (64, 64),
+            (128, _) => (128, 128),
+            (256, true) => (128, 80),
+            (256, false) => (64, 32),
+            _ => return None,
+        };
+        Self::blocks(layout, d).into_iter().find(|x| x.0 == chosen).map(|(_, l, m)| (l, m))
+    }
     /// Every instance for `layout` and head dim `d`: its query and key
     /// blocks, its launch and metadata.
     fn blocks(layout: Layout, d: usize) -> Vec<((usize, usize), Launch<Self>, &'static tile::KernelMeta)>;
@@ -393,156 +406,38 @@ pub trait AttentionElement: Element {
     }
 }
 
+/// The launch and metadata of instance `<$g>` of the portable (`fa_bhsd`,
+/// `fa_bshd`) or the sm_90a-only (`fa_*_sm90`) kernel of `$layout`.
+macro_rules! layout_instance {
+    ($layout:expr, portable, $($g:tt)*) => {
+        match $layout {
+            Layout::Bhsd => (fa_bhsd::launch::<$($g)*> as Launch<Self>, fa_bhsd::meta::<$($g)*>()),
+            Layout::Bshd => (fa_bshd::launch::<$($g)*> as Launch<Self>, fa_bshd::meta::<$($g)*>()),
+        }
+    };
+    ($layout:expr, sm90, $($g:tt)*) => {
+        match $layout {
+            Layout::Bhsd => (fa_bhsd_sm90::launch::<$($g)*> as Launch<Self>, fa_bhsd_sm90::meta::<$($g)*>()),
+            Layout::Bshd => (fa_bshd_sm90::launch::<$($g)*> as Launch<Self>, fa_bshd_sm90::meta::<$($g)*>()),
+        }
+    };
+}
+
 macro_rules! instances {
     ($t:ty) => {
         impl AttentionElement for $t {
-            fn instance(layout: Layout, d: usize, hopper: bool) -> Option<(Launch<Self>, &'static tile::KernelMeta)> {
-                Some(match (layout, d, hopper) {
-                    (Layout::Bhsd, 64, true) => (
-                        fa_bhsd_sm90::launch::<$t, 64, 384, 192, 128, 2>,
-                        fa_bhsd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
-                    ),
-                    (Layout::Bhsd, 64, false) => {
-                        (fa_bhsd::launch::<$t, 64, 128, 64, 64, 2>, fa_bhsd::meta::<$t, 64, 128, 64, 64, 2>())
-                    }
-                    (Layout::Bhsd, 128, _) => {
-                        (fa_bhsd::launch::<$t, 128, 256, 128, 128, 2>, fa_bhsd::meta::<$t, 128, 256, 128, 128, 2>())
-                    }
-                    (Layout::Bhsd, 256, true) => (
-                        fa_bhsd_sm90::launch::<$t, 256, 256, 128, 80, 2>,
-                        fa_bhsd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
-                    ),
-                    (Layout::Bhsd, 256, false) => {
-                        (fa_bhsd::launch::<$t, 256, 128, 64, 32, 2>, fa_bhsd::meta::<$t, 256, 128, 64, 32, 2>())
-                    }
-                    (Layout::Bshd, 64, true) => (
-                        fa_bshd_sm90::launch::<$t, 64, 384, 192, 128, 2>,
-                        fa_bshd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
-                    ),
-                    (Layout::Bshd, 64, false) => {
-                        (fa_bshd::launch::<$t, 64, 128, 64, 64, 2>, fa_bshd::meta::<$t, 64, 128, 64, 64, 2>())
-                    }
-                    (Layout::Bshd, 128, _) => {
-                        (fa_bshd::launch::<$t, 128, 256, 128, 128, 2>, fa_bshd::meta::<$t, 128, 256, 128, 128, 2>())
-                    }
-                    (Layout::Bshd, 256, true) => (
-                        fa_bshd_sm90::launch::<$t, 256, 256, 128, 80, 2>,
-                        fa_bshd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
-                    ),
-                    (Layout::Bshd, 256, false) => {
-                        (fa_bshd::launch::<$t, 256, 128, 64, 32, 2>, fa_bshd::meta::<$t, 256, 128, 64, 32, 2>())
-                    }
-                    _ => return None,
-                })
-            }
-
             fn blocks(layout: Layout, d: usize) -> Vec<((usize, usize), Launch<Self>, &'static tile::KernelMeta)> {
-                let all = match (layout, d) {
-                    (Layout::Bhsd, 64) => vec![
-                        (
-                            (64, 64),
-                            (
-                                fa_bhsd::launch::<$t, 64, 128, 64, 64, 2> as Launch<Self>,
-                                fa_bhsd::meta::<$t, 64, 128, 64, 64, 2>(),
-                            ),
-                        ),
-                        (
-                            (64, 128),
-                            (
-                                fa_bhsd::launch::<$t, 64, 128, 64, 128, 2> as Launch<Self>,
-                                fa_bhsd::meta::<$t, 64, 128, 64, 128, 2>(),
-                            ),
-                        ),
-                        (
-                            (192, 128),
-                            (
-                                fa_bhsd_sm90::launch::<$t, 64, 384, 192, 128, 2> as Launch<Self>,
-                                fa_bhsd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
-                            ),
-                        ),
-                        (
-                            (192, 64),
-                            (
-                                fa_bhsd_sm90::launch::<$t, 64, 384, 192, 64, 2> as Launch<Self>,
-                                fa_bhsd_sm90::meta::<$t, 64, 384, 192, 64, 2>(),
-                            ),
-                        ),
+                let all = match d {
+                    64 => vec![
+                        ((64, 64), layout_instance!(layout, portable, $t, 64, 128, 64, 64, 2)),
+                        ((64, 128), layout_instance!(layout, portable, $t, 64, 128, 64, 128, 2)),
+                        ((192, 128), layout_instance!(layout, sm90, $t, 64, 384, 192, 128, 2)),
+                        ((192, 64), layout_instance!(layout, sm90, $t, 64, 384, 192, 64, 2)),
                     ],
-                    (Layout::Bshd, 64) => vec![
-                        (
-                            (64, 64),
-                            (
-                                fa_bshd::launch::<$t, 64, 128, 64, 64, 2> as Launch<Self>,
-                                fa_bshd::meta::<$t, 64, 128, 64, 64, 2>(),
-                            ),
-                        ),
-                        (
-                            (64, 128),
-                            (
-                                fa_bshd::launch::<$t, 64, 128, 64, 128, 2> as Launch<Self>,
-                                fa_bshd::meta::<$t, 64, 128, 64, 128, 2>(),
-                            ),
-                        ),
-                        (
-                            (192, 128),
-                            (
-                                fa_bshd_sm90::launch::<$t, 64, 384, 192, 128, 2> as Launch<Self>,
-                                fa_bshd_sm90::meta::<$t, 64, 384, 192, 128, 2>(),
-                            ),
-                        ),
-                        (
-                            (192, 64),
-                            (
-                                fa_bshd_sm90::launch::<$t, 64, 384, 192, 64, 2> as Launch<Self>,
-                                fa_bshd_sm90::meta::<$t, 64, 384, 192, 64, 2>(),
-                            ),
-                        ),
-                    ],
-                    (Layout::Bhsd, 128) => vec![(
-                        (128, 128),
-                        (
-                            fa_bhsd::launch::<$t, 128, 256, 128, 128, 2> as Launch<Self>,
-                            fa_bhsd::meta::<$t, 128, 256, 128, 128, 2>(),
-                        ),
-                    )],
-                    (Layout::Bshd, 128) => vec![(
-                        (128, 128),
-                        (
-                            fa_bshd::launch::<$t, 128, 256, 128, 128, 2> as Launch<Self>,
-                            fa_bshd::meta::<$t, 128, 256, 128, 128, 2>(),
-                        ),
-                    )],
-                    (Layout::Bhsd, 256) => vec![
-                        (
-                            (64, 32),
-                            (
-                                fa_bhsd::launch::<$t, 256, 128, 64, 32, 2> as Launch<Self>,
-                                fa_bhsd::meta::<$t, 256, 128, 64, 32, 2>(),
-                            ),
-                        ),
-                        (
-                            (128, 80),
-                            (
-                                fa_bhsd_sm90::launch::<$t, 256, 256, 128, 80, 2> as Launch<Self>,
-                                fa_bhsd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
-                            ),
-                        ),
-                    ],
-                    (Layout::Bshd, 256) => vec![
-                        (
-                            (64, 32),
-                            (
-                                fa_bshd::launch::<$t, 256, 128, 64, 32, 2> as Launch<Self>,
-                                fa_bshd::meta::<$t, 256, 128, 64, 32, 2>(),
-                            ),
-                        ),
-                        (
-                            (128, 80),
-                            (
-                                fa_bshd_sm90::launch::<$t, 256, 256, 128, 80, 2> as Launch<Self>,
-                                fa_bshd_sm90::meta::<$t, 256, 256, 128, 80, 2>(),
-                            ),
-                        ),
+                    128 => vec![((128, 128), layout_instance!(layout, portable, $t, 128, 256, 128, 128, 2))],
+                    256 => vec![
+                        ((64, 32), layout_instance!(layout, portable, $t, 256, 128, 64, 32, 2)),
+                        ((128, 80), layout_instance!(layout, sm90, $t, 256, 256, 128, 80, 2)),
                     ],
                     _ => vec![],
                 };
