@@ -22,13 +22,19 @@ use crate::ir::{BinOp, BufferId, Expr, Extent, Kernel, ParamKind, Stmt, StmtKind
 /// its tiles by the static stride `ctaid.x + i·nctaid.x`.
 pub const TILE_COUNTER_PARAM: &str = "tile_counter";
 
+/// The schedule whose variants take the tile counter
+/// ([`takes_tile_counter`]): the persistent warp-specialized loop's (the
+/// schedule takes its name from here, so that this launch contract does not
+/// depend on the schedules).
+pub const TILE_COUNTER_SCHEDULE: &str = "warp_specialized_loop_persistent";
+
 /// Whether variants of schedule `schedule` ([`crate::Compiled::schedule`])
 /// take the tile counter [`TILE_COUNTER_PARAM`]: the persistent
-/// warp-specialized loop's, whose producer takes each block's next tile
-/// from it (`nctaid.x + atomicAdd(counter, 1)`, after the block's first,
-/// `ctaid.x`).
+/// warp-specialized loop's ([`TILE_COUNTER_SCHEDULE`]), whose producer takes
+/// each block's next tile from it (`nctaid.x + atomicAdd(counter, 1)`, after
+/// the block's first, `ctaid.x`).
 pub fn takes_tile_counter(schedule: &str) -> bool {
-    schedule == crate::schedule::warp_specialized_loop::PERSISTENT_NAME
+    schedule == TILE_COUNTER_SCHEDULE
 }
 
 /// A tensor whose shape disagrees with the kernel's signature.

@@ -184,7 +184,6 @@
 //! The turns are taken once per iteration whether or not the `if` issues,
 //! so their counts are the plain ping-pong's.
 
-use super::pieces::Pieces;
 use super::plan::WslPlan;
 use crate::ir::{BufferId, CacheHint, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
@@ -208,6 +207,25 @@ pub(super) struct WslCopy {
     pub(super) bytes: i64,
     /// Its L2 policy.
     cache: CacheHint,
+}
+
+/// The per-piece barriers of one ring (`pieces.rs`, which decides and
+/// places them).
+#[derive(Clone, Debug)]
+pub(super) struct Pieces {
+    /// The body's statement that first reads the ring's buffer (the gemm).
+    pub(super) gemm: usize,
+    /// Byte offset in `smem` of piece 0's barrier of stage 0; box `j`'s of
+    /// stage `s` is `8·(S·j + s)` bytes on.
+    pub(super) bars: i64,
+    /// The boxes (the ring's, in the producer's order).
+    pub(super) boxes: usize,
+    /// Bytes of each box.
+    pub(super) box_bytes: i64,
+    /// Per k16 slice of the gemm: the box it reads.
+    pub(super) slices: Vec<usize>,
+    /// wgmma instructions per k16 slice (side by side, sharing A).
+    pub(super) per_slice: usize,
 }
 
 /// The schedule's state while one kernel is lowered.

@@ -50,7 +50,7 @@ pub const NAME: &str = "warp_specialized_loop";
 
 /// The persistent variant's schedule name ([`Compiled::schedule`];
 /// `TILE_SKIP_SCHEDULES` names it to launch the plain variant instead).
-pub const PERSISTENT_NAME: &str = "warp_specialized_loop_persistent";
+pub const PERSISTENT_NAME: &str = crate::abi::TILE_COUNTER_SCHEDULE;
 
 /// The warp-specialized loop variant of `kernel` (see the module doc).
 /// Errors when the kernel has no plan or a pass fails.

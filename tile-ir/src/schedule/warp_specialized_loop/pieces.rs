@@ -34,30 +34,12 @@
 //! would inject after the wait's loop (its info C7519), as CUTLASS's
 //! mainloop fences after each stage's wait with earlier wgmmas in flight.
 
-use super::lower::WslLowering;
+use super::lower::{Pieces, WslLowering};
 use crate::hopper::Major;
 use crate::ir::{Scope, StmtKind};
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
 use crate::thread_ir::{Inst, Reg, RegClass, Stmt};
-
-/// The per-piece barriers of one ring (see the module doc).
-#[derive(Clone, Debug)]
-pub(super) struct Pieces {
-    /// The body's statement that first reads the ring's buffer (the gemm).
-    pub(super) gemm: usize,
-    /// Byte offset in `smem` of piece 0's barrier of stage 0; box `j`'s of
-    /// stage `s` is `8·(S·j + s)` bytes on.
-    pub(super) bars: i64,
-    /// The boxes (the ring's, in the producer's order).
-    pub(super) boxes: usize,
-    /// Bytes of each box.
-    pub(super) box_bytes: i64,
-    /// Per k16 slice of the gemm: the box it reads.
-    slices: Vec<usize>,
-    /// wgmma instructions per k16 slice (side by side, sharing A).
-    per_slice: usize,
-}
 
 impl Lx<'_> {
     /// Per ring, the statements of the loop body `body` touching its
