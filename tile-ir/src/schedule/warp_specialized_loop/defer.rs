@@ -59,7 +59,7 @@
 //! `wait_group 0`. The ping-pong takes one turn per iteration, as the plain
 //! loop's, so its counts and proof are those of [`super::lower`].
 
-use super::lower::{blocks_ping_pong, without_final_wait, WslLowering, THREE_WARPGROUPS};
+use super::lower::{without_final_wait, WslLowering, THREE_WARPGROUPS};
 use std::collections::HashSet;
 
 use crate::ir::{BufferId, Expr, LoopKind, Stmt as TStmt, StmtKind, VarId};
@@ -400,7 +400,7 @@ impl Lx<'_> {
             None => self.vars.remove(&var),
         };
         let mut lowered = lowered?;
-        if wl.wants_ping_pong() && !lowered.iter().any(blocks_ping_pong) {
+        if wl.wants_ping_pong() && !lowered.iter().any(WslLowering::blocks_ping_pong) {
             self.wsl_ping_pong(&mut lowered, points, vr, a, b)?;
         }
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });

@@ -73,26 +73,6 @@
 //! reaches one. Out-of-range boxes are zero-filled by TMA and still complete
 //! their bytes.
 //!
-//! **Issuing ahead** ([`crate::CompileOptions::lookahead`], FA3's
-//! intra-warpgroup overlap), when the loop does not ping-pong or
-//! [`crate::CompileOptions::ping_pong_lookahead`] asks for both: a body whose
-//! first statement (after the copies) is a `clear` gemm into a fragment of
-//! at most 64 registers, reading one ring's buffer that nothing else uses and
-//! an operand nothing in the body writes (attention's `S = Q·Kᵀ`), issues
-//! that gemm one iteration ahead into a second set of registers (S double
-//! buffered):
-//! ```text
-//! if a < b: wait full_K[0]; S = gemm(k = a); wait_group 0
-//! for k: arrive empty_K[st]                       // S's gemm was waited for
-//!        if k+1 < b: wait full_K[st+1]; S' = gemm(k+1); commit   // in flight
-//!        the rest of the body on S (softmax, P·V: its wait_group 0 retires S' too)
-//!        wait_group 0; if k+1 < b: S = S'          // register moves
-//! ```
-//! so the next Q·Kᵀ runs on the tensor cores under this iteration's softmax.
-//! The ring's stage for `k+1` is waited for one iteration early and
-//! released one iteration later; every stage is still waited for and
-//! released once per iteration, so the counts and parities are those above.
-//!
 //! **The last gemm's wait** ([`crate::CompileOptions::late_last_wait`]),
 //! when the loop neither issues ahead nor defers a gemm and its two
 //! warpgroups ping-pong (the other's softmax runs under both gemms; three
@@ -123,72 +103,14 @@
 //! that order it after the other warpgroup's reads (the barrier pass sees
 //! the wgmma's read at its issue) come after each warpgroup's own wait.
 //!
-//! **Ping-pong** ([`crate::CompileOptions::ping_pong`], FA3's schedule of two
-//! consumer warpgroups): with `T = 256` and a loop body of at least two gemm
-//! groups at its top level and nothing a barrier could be needed for (no
-//! shared-memory write, cp.async or barrier in it), the warpgroups take turns
-//! at the tensor cores, so that one's softmax runs under the other's gemms:
-//! they issue the body's first gemm (Q·Kᵀ) alternately (FA3's warp
-//! scheduler barrier), with named barriers `2 + w` over both warpgroups, so
-//! the offset of one gemm between them that the first turn sets stays:
-//! ```text
-//! before the loop, if a < b:  wg 1: bar.arrive 2, 256       // wg 0 goes first
-//! for k: wait full[st]
-//!        bar.sync 2 + w, 256                                // my turn
-//!        Q·Kᵀ issue; commit
-//!        if w == 0 || k + 1 < b: bar.arrive 2 + (1 - w), 256  // the other's turn
-//!        softmax, P·V ...
-//! ```
-//! Barrier `2` gets `n` arrivals from warpgroup 1 (before the loop and in
-//! its iterations but the last) and `n` waits from warpgroup 0, barrier `3`
-//! `n` of each the other way, for any trip count `n` (none when `n = 0`):
-//! no arrival is left pending after the loop, and each warpgroup executes
-//! the same number of `bar.sync`s (`n`), so the barriers after the loop
-//! (`bar.sync 1, T`, the epilogue's) are every consumer warp's same
-//! instance by count too. Between two arrivals of one warpgroup at a
-//! barrier it waits for the other at the other barrier, whose arrival comes
-//! after the other consumed the first, so a barrier never completes without
-//! its waiter. `bar.arrive` orders no memory: the wgmma waits move past it.
-//! (Before, warpgroup 1 handed over in its last iteration too and warpgroup
-//! 0 took that turn after the loop: as correct by the PTX ISA, but one
-//! `bar.sync` more on warpgroup 0; with it compute-sanitizer's racecheck
-//! reported RAW hazards on the epilogue's staging scratch, written by
-//! warpgroup 0 and read by warpgroup 1 across the `bar.sync 1, 256` between
-//! them: racecheck orders accesses by each thread's count of barrier
-//! instructions, a false positive (`tile-runtime/tests/gpu_racecheck.rs`,
-//! measured on the H200), which the balanced turns no longer trigger.)
-//!
-//! **Three consumer warpgroups** (`T = 384`, FA3's head-dim-64 schedule:
-//! 192 query rows, 64 a warpgroup, wgmma accumulators over 12 warps:
-//! [`crate::hopper::wgmma_accumulator`]): the same rings and counts (`T`
-//! arrivals at each `empty`, `bar.sync 1, 384`), no ping-pong (FA3 has
-//! none there), the body's last gemm deferred ([`super::defer`]) where P
-//! fits beside the next S in their 160 registers, else S issued ahead
-//! where its twins fit (as with the ping-pong), else neither.
-//!
-//! **Both** ([`crate::CompileOptions::ping_pong_lookahead`], FA3's full
-//! schedule): two consumer warpgroups that would ping-pong issue ahead too
-//! when the twin scores fit beside the fragments (their registers, 16-bit
-//! ones at half, plus the twins plus 64 at most the consumer registers:
-//! measured with ptxas -v, d128 with key blocks of 64 fits, key blocks of
-//! 128 and d256 spill), and the turn is taken around the `if` that issues
-//! the next iteration's gemm (its stage's wait, fence, wgmmas, commit):
-//! ```text
-//! before the loop, if a < b: S = gemm(a), waited for; wg 1: bar.arrive 2, 256
-//! for k: arrive empty_K[st]
-//!        bar.sync 2 + w, 256
-//!        if k+1 < b: wait full_K[st+1]; S' = gemm(k+1); commit
-//!        if w == 0 || k + 1 < b: bar.arrive 2 + (1 - w), 256
-//!        softmax(S), P·V; wait_group 0; if k+1 < b: S = S'
-//! ```
-//! The turns are taken once per iteration whether or not the `if` issues,
-//! so their counts are the plain ping-pong's.
+//! Issuing the first gemm ahead and the ping-pong of two consumer
+//! warpgroups (and both, and what three warpgroups take) are `turns.rs`'s;
+//! the producer's code is `producer.rs`'s.
 
 use super::plan::WslPlan;
 use crate::ir::{BufferId, CacheHint, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
-use crate::schedule::warp_specialized_gemm::has_load;
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
 
@@ -196,7 +118,7 @@ use std::cell::{Cell, RefCell};
 #[derive(Clone, Debug)]
 pub(super) struct WslCopy {
     /// Index of the copy in the loop body (a pre-loop copy's: in the kernel's).
-    index: usize,
+    pub(super) index: usize,
     /// Its shared destination.
     pub(super) dst: BufferId,
     /// The tensor map parameter.
@@ -206,7 +128,7 @@ pub(super) struct WslCopy {
     /// Bytes of all its boxes.
     pub(super) bytes: i64,
     /// Its L2 policy.
-    cache: CacheHint,
+    pub(super) cache: CacheHint,
 }
 
 /// The per-piece barriers of one ring (`pieces.rs`, which decides and
@@ -236,18 +158,18 @@ pub(crate) struct WslLowering {
     pub(super) copies: RefCell<Vec<WslCopy>>,
     /// The copies before the loop the producer issues (`index` into
     /// `kernel.body`), on the barrier after the ring.
-    pre: RefCell<Vec<WslCopy>>,
+    pub(super) pre: RefCell<Vec<WslCopy>>,
     /// Bytes the pre-loop copies deliver.
-    pre_bytes: Cell<i64>,
+    pub(super) pre_bytes: Cell<i64>,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
     /// Whether to issue the loop's first gemm one iteration ahead
     /// ([`crate::CompileOptions::lookahead`]), where the loop allows it.
-    lookahead: bool,
+    pub(super) lookahead: bool,
     /// Whether to do both with two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong_lookahead`]).
-    both: bool,
+    pub(super) both: bool,
     /// Whether to issue the body's last gemm in the next iteration, after
     /// its first ([`crate::CompileOptions::defer_last_gemm`], `defer.rs`),
     /// where the loop allows it; preferred to issuing ahead.
@@ -547,184 +469,6 @@ impl Lx<'_> {
             / 2
     }
 
-    /// The producer thread: the `let`s it needs, the bounds, its loop of
-    /// TMA boxes. Its variable bindings are dropped afterwards (the
-    /// consumers lower those statements again, for themselves).
-    fn wsl_producer(&mut self, wl: &WslLowering) -> R<()> {
-        let ws = &wl.plan;
-        let k = self.k;
-        let saved_vars = self.vars.clone();
-        let saved_mult = self.var_mult.clone();
-        let result = (|| -> R<()> {
-            if ws.persistent {
-                return self.wsl_producer_tiles(wl);
-            }
-            for &i in &ws.producer_lets {
-                self.stmt(&k.body[i])?;
-            }
-            self.wsl_producer_pre_copies(wl)?;
-            let (a, b) = self.wsl_producer_bounds(wl)?;
-            let maps = self.wsl_tensor_map_addrs(wl);
-            let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
-            self.mov(stage, Operand::Imm(0), DType::I32);
-            self.mov(phase, Operand::Imm(0), DType::I32);
-            self.wsl_producer_loop(wl, &maps, (stage, phase), (a, b))
-        })();
-        self.vars = saved_vars;
-        self.var_mult = saved_mult;
-        result
-    }
-
-    /// The producer's loop bounds (the loop's span current).
-    pub(super) fn wsl_producer_bounds(&mut self, wl: &WslLowering) -> R<(Reg, Reg)> {
-        let lp = &self.k.body[wl.plan.loop_index];
-        self.span = lp.span;
-        let StmtKind::For { start, end, .. } = &lp.kind else {
-            return Err(self.err("internal: the warp-specialized loop is not a loop"));
-        };
-        self.loop_bounds(start, end)
-    }
-
-    /// The generic addresses of the rings' tensor maps, one per ring.
-    pub(super) fn wsl_tensor_map_addrs(&mut self, wl: &WslLowering) -> Vec<Reg> {
-        let copies = wl.copies.borrow().clone();
-        let mut maps = Vec::new();
-        for c in &copies {
-            let r = self.new_reg(RegClass::B64);
-            self.emit(Inst::TensorMapAddr { dst: r, param: c.param.clone() });
-            maps.push(r);
-        }
-        maps
-    }
-
-    /// The producer's loop of TMA boxes over `a..b` (the rings' tensor maps
-    /// at `maps`), its stage and phase in `stage`, `phase`.
-    pub(super) fn wsl_producer_loop(
-        &mut self,
-        wl: &WslLowering,
-        maps: &[Reg],
-        (stage, phase): (Reg, Reg),
-        (a, b): (Reg, Reg),
-    ) -> R<()> {
-        let ws = &wl.plan;
-        let k = self.k;
-        let result = (|| -> R<()> {
-            let StmtKind::For { body, .. } = &k.body[ws.loop_index].kind else {
-                return Err(self.err("internal: the warp-specialized loop is not a loop"));
-            };
-            let copies = wl.copies.borrow().clone();
-            let pieces = wl.pieces.borrow().clone();
-            // One L2 policy for the copies that ask for one, made before the loop.
-            let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
-            let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
-            let stages = ws.stages as i64;
-            let kr = self.new_reg(RegClass::B32);
-            let exit = self.new_reg(RegClass::Pred);
-            self.vars.insert(ws.var, kr);
-            let lowered = self.capture(|x| {
-                let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
-                for (ci, (c, map)) in copies.iter().zip(maps).enumerate() {
-                    let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
-                        return Err(x.err("internal: a warp-specialized copy is not a copy"));
-                    };
-                    // The source with the body's `let`s inlined (a page
-                    // index read from a table): the producer loads it
-                    // itself, before waiting for the stage, so the load's
-                    // latency hides under that wait.
-                    let src = ws.pipe.source(src, dst);
-                    let loads = src.origin.iter().any(has_load);
-                    let mut origin = Vec::new();
-                    let eval = |x: &mut Lx<'_>, origin: &mut Vec<Reg>| -> R<()> {
-                        x.span = body[c.index].span;
-                        for e in &src.origin {
-                            let v = x.expr(e)?;
-                            let v = x.convert(v, DType::I32)?;
-                            origin.push(x.materialize(&v));
-                        }
-                        Ok(())
-                    };
-                    if loads {
-                        eval(x, &mut origin)?;
-                    }
-                    // This copy's ring: its stage free, its bytes announced.
-                    let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
-                    let p = x.new_reg(RegClass::Pred);
-                    x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
-                    let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
-                    let pieced = pieces.get(ci).cloned().flatten();
-                    if pieced.is_none() {
-                        x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(c.bytes) });
-                    }
-                    if !loads {
-                        eval(x, &mut origin)?;
-                    }
-                    let dims = crate::schedule::tma_copy::tma_window_dims(x.k, src)
-                        .ok_or_else(|| x.err("internal: TMA copy of a window TMA cannot load"))?;
-                    let (off, _) =
-                        *x.shared.get(&dst.buf).ok_or_else(|| x.err("internal: TMA destination not placed"))?;
-                    let stride = x.stage_stride.get(&dst.buf).copied().unwrap_or(0);
-                    let smem = x.smem;
-                    let at = x.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
-                    let at = x.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), at.into()]);
-                    let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
-                    let at = Address { base: at.into(), offset: 0 };
-                    match pieced {
-                        None => x.tma_boxes(*map, &at, &c.boxes, &origin, dims, &full, hint, dst.buf),
-                        // Each box on its own barrier (`pieces.rs`).
-                        Some(p) => {
-                            for (j, bx) in c.boxes.iter().enumerate() {
-                                let bar = x.wsl_piece_bar(&p, stages, stage, j);
-                                let tx = Operand::Imm(p.box_bytes);
-                                x.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: tx });
-                                x.tma_boxes(*map, &at, std::slice::from_ref(bx), &origin, dims, &bar, hint, dst.buf);
-                            }
-                        }
-                    }
-                }
-                x.ring_advance(stages, stage, phase);
-                Ok(())
-            })?;
-            self.cur().push(Stmt::For { var: kr, start: a.into(), end: b.into(), exit, uniform: false, body: lowered });
-            Ok(())
-        })();
-        result
-    }
-
-    /// The producer's pre-loop copies: the bytes of all on their barrier,
-    /// then their boxes.
-    pub(super) fn wsl_producer_pre_copies(&mut self, wl: &WslLowering) -> R<()> {
-        let pre = wl.pre.borrow().clone();
-        if pre.is_empty() {
-            return Ok(());
-        }
-        let smem = self.smem;
-        let bar = Address { base: smem.into(), offset: wl.pre_bar() };
-        self.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: Operand::Imm(wl.pre_bytes.get()) });
-        for c in &pre {
-            let s = &self.k.body[c.index];
-            self.span = s.span;
-            let StmtKind::Copy { src, dst, .. } = &s.kind else {
-                return Err(self.err("internal: a warp-specialized copy is not a copy"));
-            };
-            let map = self.new_reg(RegClass::B64);
-            self.emit(Inst::TensorMapAddr { dst: map, param: c.param.clone() });
-            let mut origin = Vec::new();
-            for e in &src.origin {
-                let v = self.expr(e)?;
-                let v = self.convert(v, DType::I32)?;
-                origin.push(self.materialize(&v));
-            }
-            let dims = crate::schedule::tma_copy::tma_window_dims(self.k, src)
-                .ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
-            let (off, _) =
-                *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
-            let at = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
-            let hint = self.l2_policy(c.cache);
-            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar, hint, dst.buf);
-        }
-        Ok(())
-    }
-
     /// The consumers' loop (see the module doc).
     pub(super) fn lower_wsl_consumer_loop(
         &mut self,
@@ -934,8 +678,8 @@ impl Lx<'_> {
         // stage, fence, wgmmas and commit).
         let points = match (wl.wants_ping_pong(), &look, ahead_at) {
             (false, _, _) => None,
-            (true, None, _) => ping_pong_points(&lowered),
-            (true, Some(_), Some(at)) => (!lowered.iter().any(blocks_ping_pong)).then_some((at, at)),
+            (true, None, _) => WslLowering::ping_pong_points(&lowered),
+            (true, Some(_), Some(at)) => (!lowered.iter().any(WslLowering::blocks_ping_pong)).then_some((at, at)),
             (true, Some(_), None) => None,
         };
         if let Some(p) = points {
@@ -1120,98 +864,6 @@ impl Lx<'_> {
         self.mov(phase, Operand::Imm(0), DType::I32);
         (stage, phase)
     }
-
-    /// The gemm the consumers issue one iteration ahead (see the module
-    /// doc), when the loop has one: `(its index in the body, its ring)`.
-    /// It is the body's first statement after the copies, a `clear` gemm
-    /// into a fragment of at most 64 registers per thread, reading exactly
-    /// one ring's buffer that no other statement uses, its other operand
-    /// written by nothing in the body; two consumer warpgroups that would
-    /// ping-pong do that instead unless [`WslLowering::both`].
-    pub(super) fn wsl_lookahead_gemm(
-        &self,
-        wl: &WslLowering,
-        body: &[TStmt],
-        users: &[Vec<usize>],
-    ) -> Option<(usize, usize)> {
-        let ws = &wl.plan;
-        if !wl.lookahead || (wl.wants_ping_pong() && !wl.both) {
-            return None;
-        }
-        let gi = (0..body.len()).find(|i| !ws.copies.contains(i))?;
-        let StmtKind::Gemm { a, b, c, clear: true, .. } = &body[gi].kind else { return None };
-        let copies = wl.copies.borrow();
-        let ring_of = |buf| copies.iter().position(|cp| cp.dst == buf);
-        let (kc, other) = match (ring_of(*a), ring_of(*b)) {
-            (None, Some(kc)) => (kc, *a),
-            (Some(kc), None) => (kc, *b),
-            _ => return None,
-        };
-        let regs = self.frags.get(c)?.len();
-        // With the ping-pong the twins must fit beside the fragments
-        // (ptxas -v: 152 fragment registers with the twins assemble without
-        // spills under 232 consumer registers, 200 and more spill).
-        // Three consumer warpgroups (160 registers each) likewise: d64 with
-        // key blocks of 128 spills with the twins (ptxas -v).
-        let crowded = wl.wants_ping_pong() || ws.consumer_threads == THREE_WARPGROUPS;
-        if crowded && self.fragment_regs() + regs + PING_PONG_LOOKAHEAD_MARGIN > ws.consumer_regs as usize {
-            return None;
-        }
-        let written = body.iter().enumerate().any(|(i, s)| i != gi && touches_memory(self.k, s, other).1);
-        let c_fragment = self.k.buffer(*c).scope == crate::ir::Scope::Fragment;
-        (users[kc] == [gi] && !written && c_fragment && regs <= 64 && self.target.has(crate::target::Feature::Wgmma))
-            .then_some((gi, kc))
-    }
-
-    /// The ping-pong of two consumer warpgroups (see the module doc) in
-    /// the consumers' loop body `body` (over `k` in `a..b`): the turn is
-    /// taken before statement `fence` (the gemm's issue) and handed over
-    /// after statement `commit` (its commit, or the `if` issuing it ahead),
-    /// by warpgroup 1 in every iteration but the last; warpgroup 1 gives
-    /// warpgroup 0 the first turn before the loop (when it runs at all).
-    pub(super) fn wsl_ping_pong(
-        &mut self,
-        body: &mut Vec<Stmt>,
-        (commit, fence): (usize, usize),
-        k: Reg,
-        a: Reg,
-        b: Reg,
-    ) -> R<()> {
-        if fence > commit || commit >= body.len() {
-            return Err(self.err("internal: no ping-pong points in the warp-specialized loop"));
-        }
-        let tid = self.tid;
-        let wg1 = self.op("setp.ge.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(128)]);
-        let ran = self.op("setp.gt.s32", RegClass::Pred, vec![b.into(), a.into()]);
-        let grant = Stmt::If { cond: wg1, negate: false, uniform: false, then: vec![arrive(TURN)], otherwise: vec![] };
-        self.cur().push(Stmt::If { cond: ran, negate: false, uniform: true, then: vec![grant], otherwise: vec![] });
-        let turn = |wg1| Stmt::If {
-            cond: wg1,
-            negate: false,
-            uniform: false,
-            then: vec![sync(TURN + 1)],
-            otherwise: vec![sync(TURN)],
-        };
-        // Warpgroup 1's hand-over in the last iteration would have no turn
-        // of warpgroup 0 to take it.
-        let handover = self.capture(|x| {
-            let k1 = x.op("add.s32", RegClass::B32, vec![k.into(), Operand::Imm(1)]);
-            let more = x.op("setp.lt.s32", RegClass::Pred, vec![k1.into(), b.into()]);
-            let last_but_one =
-                Stmt::If { cond: more, negate: false, uniform: true, then: vec![arrive(TURN)], otherwise: vec![] };
-            x.cur().push(Stmt::If {
-                cond: wg1,
-                negate: false,
-                uniform: false,
-                then: vec![last_but_one],
-                otherwise: vec![arrive(TURN + 1)],
-            });
-            Ok(())
-        })?;
-        body.splice(commit + 1..commit + 1, handover);
-        body.insert(fence, turn(wg1));
-        Ok(())
-    }
 }
 
 /// The body's last gemm left in flight across the back-edge
@@ -1252,69 +904,6 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     code
 }
 
-/// Registers per consumer thread left beside the fragments and their twins
-/// when two consumer warpgroups ping-pong and issue ahead (addresses,
-/// indices, the softmax's temporaries; see `wsl_lookahead_gemm`).
-const PING_PONG_LOOKAHEAD_MARGIN: usize = 64;
-
 /// Consumer threads of three warpgroups (FA3's head-dim-64 schedule: 192
 /// query rows, no ping-pong, the last gemm deferred at any width).
 pub(super) const THREE_WARPGROUPS: u32 = 384;
-
-/// The first of the two named barriers of the ping-pong: warpgroup `w`
-/// waits for its turn at `TURN + w` (over both warpgroups, 256 threads).
-const TURN: u32 = 2;
-
-fn sync(id: u32) -> Stmt {
-    Stmt::Inst { inst: Inst::NamedBarSync { id, threads: 256 }, guard: None }
-}
-
-fn arrive(id: u32) -> Stmt {
-    Stmt::Inst { inst: Inst::NamedBarArrive { id, threads: 256 }, guard: None }
-}
-
-/// Whether `s` has something a barrier could need, or a barrier (a
-/// shared-memory write, cp.async, a barrier): a loop body with one does
-/// not ping-pong (the barrier pass must add none inside the loop, and the
-/// warpgroups may run a gemm apart).
-pub(super) fn blocks_ping_pong(s: &Stmt) -> bool {
-    match s {
-        Stmt::Inst { inst, .. } => matches!(
-            inst,
-            Inst::BarSync
-                | Inst::NamedBarSync { .. }
-                | Inst::NamedBarArrive { .. }
-                | Inst::CpAsync { .. }
-                | Inst::St { space: crate::thread_ir::Space::Shared, .. }
-                | Inst::AtomAdd { space: crate::thread_ir::Space::Shared, .. }
-        ),
-        Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(blocks_ping_pong),
-        Stmt::For { body, .. } => body.iter().any(blocks_ping_pong),
-        Stmt::Comment(_) => false,
-    }
-}
-
-/// Where the ping-pong goes in a consumers' loop body: (the first
-/// `wgmma.commit_group`, the first `wgmma.fence`), both at its top level,
-/// when the body has at least two gemm groups, every wgmma at its top
-/// level, and nothing that a barrier could need (no shared-memory write,
-/// cp.async or barrier anywhere in it: the barrier pass then adds none
-/// inside the loop, and the warpgroups may run a gemm apart).
-fn ping_pong_points(body: &[Stmt]) -> Option<(usize, usize)> {
-    fn nested_wgmma(s: &Stmt) -> bool {
-        match s {
-            Stmt::Inst { inst, .. } => matches!(inst, Inst::Wgmma { .. } | Inst::WgmmaCommit | Inst::WgmmaFence),
-            Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(nested_wgmma),
-            Stmt::For { body, .. } => body.iter().any(nested_wgmma),
-            Stmt::Comment(_) => false,
-        }
-    }
-    if body.iter().any(blocks_ping_pong) || body.iter().any(|s| !matches!(s, Stmt::Inst { .. }) && nested_wgmma(s)) {
-        return None;
-    }
-    let is = |s: &Stmt, f: fn(&Inst) -> bool| matches!(s, Stmt::Inst { inst, .. } if f(inst));
-    let commit = body.iter().position(|s| is(s, |i| matches!(i, Inst::WgmmaCommit)))?;
-    let fence = body.iter().position(|s| is(s, |i| matches!(i, Inst::WgmmaFence)))?;
-    let later = body.iter().rposition(|s| is(s, |i| matches!(i, Inst::WgmmaFence)))?;
-    (fence < commit && commit < later).then_some((commit, fence))
-}

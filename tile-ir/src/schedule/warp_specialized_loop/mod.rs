@@ -9,7 +9,12 @@
 //! - `plan.rs`: whether a kernel has the shape this schedule takes
 //!   ([`WslPlan`], or the reason it does not);
 //! - `lower.rs`: the barriers, the split into producer and consumers, the
-//!   producer's loop of TMA boxes, the consumers' loop over the stages;
+//!   consumers' loop over the stages (the last gemm left in flight across
+//!   its back-edge, chained gemms);
+//! - `producer.rs`: the producer's code: the pre-loop copies and the loop of
+//!   TMA boxes;
+//! - `turns.rs`: the first gemm issued one iteration ahead and the
+//!   ping-pong of two consumer warpgroups (FA3's), and both;
 //! - `defer.rs`: the consumers' loop with the body's last gemm issued one
 //!   iteration late, after the next iteration's first (FA3's
 //!   intra-warpgroup overlap);
@@ -34,6 +39,8 @@ mod lower;
 mod persistent;
 mod pieces;
 mod plan;
+mod producer;
+mod turns;
 
 use lower::WslLowering;
 pub use plan::{plan, plan_persistent, WslPlan};
