@@ -5,8 +5,9 @@
 //! NaN; an empty split; the device scheduler against the host one on ragged
 //! batches of the GPU's SM parts; a decode step after another with the same
 //! workspace and metadata (warm: no allocation, new seqlens); the GPU's SM
-//! parts with every row checked. Large sizes are checked against PyTorch in
-//! float32 by `run.sh mla` (`scripts/mla_check.py`).
+//! parts with every row checked; scores that jump between key blocks.
+//! Large sizes are checked against PyTorch in float32 by `run.sh mla`
+//! (`scripts/mla_check.py`).
 //! `TILE_TEST_SMALL=1` (the sanitizer runs): short contexts, h_q 16 and 20.
 //!
 //! `cargo test --release --features gpu --test gpu_mla_decode`
@@ -192,4 +193,36 @@ fn second_step_reuses_the_workspace() {
     x.run(&st, &c2, Tiles::Auto).unwrap();
     x.check(&st, &c2, None, tol::<bf16>()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(x.workspace.rows(), rows);
+}
+
+/// Scores that jump between key blocks (the interpreter test of the same
+/// name: keys scaled by `1 + 8·(k mod 4)` in key block `k`, or by the
+/// inverse), at long contexts with the GPU's SM parts, f16 and bf16.
+#[test]
+fn scores_that_jump() {
+    fn run<T: MlaElement>(dev: &Device, paged: bool, grow: bool) {
+        let sms = dev.multiprocessor_count().unwrap() as usize;
+        let seqlens = if small() { vec![200, 70, 1] } else { vec![8191, 1000, 1] };
+        let c = Case { seqlens, s_q: 2, h_q: 64, paged, num_parts: mla::num_sm_parts(sms, 2, 64) };
+        let st = dev.stream().unwrap();
+        let mut x = Inputs::<T>::new(&st, &c, 77).unwrap();
+        let f = move |_: usize, j: usize| {
+            let k = 1.0 + 8.0 * (j / 64 % 4) as f64;
+            if grow {
+                k
+            } else {
+                19.0 / k
+            }
+        };
+        x.scale_keys(&st, f).unwrap();
+        x.run(&st, &c, Tiles::Auto).unwrap();
+        x.check(&st, &c, Some(&rows(&c, 77)), tol::<T>()).unwrap_or_else(|e| panic!("paged {paged}, grow {grow}: {e}"));
+    }
+    let dev = gpu();
+    for paged in [true, false] {
+        for grow in [true, false] {
+            run::<f16>(&dev, paged, grow);
+            run::<bf16>(&dev, paged, grow);
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! one ragged batch, s_q 1 and 2 (causal within the new tokens), h_q 16 and
 //! 20 (not a multiple of 64), f16 and bf16, paged (pages shuffled) and
 //! contiguous caches, with the unused cache rows NaN and the outputs
-//! poisoned; an empty split; the device scheduler against the host one and
+//! poisoned; scores that jump between key blocks (the online softmax's
+//! rescales); an empty split; the device scheduler against the host one and
 //! the schedule's invariants; the host API's refusals.
 #[path = "../examples/kernels/common.rs"]
 mod common;
@@ -398,5 +399,32 @@ fn repeated_rows() {
         let at = (b * c.h_q + h) * c.s_q + t;
         assert_eq!(l1[at], l3[at]);
         assert!(l1[at].is_finite());
+    }
+}
+
+/// Scores that jump from key block to key block: the keys of block `k`
+/// scaled by `1 + 8·(k mod 4)` (each block's largest score some 10 units of
+/// log2 past the previous one's, so every block rescales O), and by
+/// `25 / (1 + 8·(k mod 4))` (the first block's maximum stays the row's),
+/// paged and contiguous, split across chunks.
+#[test]
+fn scores_that_jump() {
+    for paged in [true, false] {
+        for grow in [true, false] {
+            let c = Case { seqlens: vec![200, 70, 1], s_q: 2, h_q: 16, paged, num_parts: 3 };
+            let st = st();
+            let mut x = Inputs::<f16>::new(&st, &c, 31).unwrap();
+            let f = move |_: usize, j: usize| {
+                let k = 1.0 + 8.0 * (j / 64 % 4) as f64;
+                if grow {
+                    k
+                } else {
+                    19.0 / k
+                }
+            };
+            x.scale_keys(&st, f).unwrap();
+            x.run(&st, &c, Tiles::Auto).unwrap();
+            x.check(&st, &c, None, 1e-3).unwrap_or_else(|e| panic!("paged {paged}, grow {grow}: {e}"));
+        }
     }
 }

@@ -1071,6 +1071,37 @@ impl<T: MlaElement> Inputs<T> {
         })
     }
 
+    /// Multiplies key `j` of batch `b` by `factor(b, j)`, in the host keys
+    /// and the device cache alike (not for hashed inputs, which have no host
+    /// keys): scores that grow or shrink along a sequence, for the online
+    /// softmax's rescales. The unused rows stay NaN.
+    pub fn scale_keys(&mut self, stream: &Stream, factor: impl Fn(usize, usize) -> f64) -> tile::Result<()> {
+        assert!(self.hash.is_none(), "hashed inputs have no host keys to scale");
+        let b = self.keys.len() / (self.cap * D);
+        for bi in 0..b {
+            for j in 0..self.cap {
+                let f = factor(bi, j);
+                for v in &mut self.keys[(bi * self.cap + j) * D..][..D] {
+                    *v = T::from_f64(v.to_f64() * f);
+                }
+            }
+        }
+        let shape = self.cache.shape().to_vec();
+        let mut cache = self.cache.to_vec(stream)?;
+        if self.table.is_empty() {
+            cache.copy_from_slice(&self.keys);
+        } else {
+            let max_blocks = self.cap / PAGE;
+            for (n, &page) in self.table.iter().enumerate() {
+                let (bi, j) = (n / max_blocks, n % max_blocks);
+                let src = &self.keys[(bi * self.cap + j * PAGE) * D..][..PAGE * D];
+                cache[page as usize * PAGE * D..][..PAGE * D].copy_from_slice(src);
+            }
+        }
+        self.cache = DeviceTensor::from_slice(stream, &cache, &shape)?;
+        Ok(())
+    }
+
     /// The 576 values of key `j` of batch `b`.
     pub fn key(&self, b: usize, j: usize) -> Vec<f64> {
         match self.hash {
