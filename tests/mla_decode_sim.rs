@@ -7,8 +7,10 @@
 //! combine kernel, chained as `forward` chains them, on a schedule of many
 //! SM parts: a long sequence cut into one-block chunks merged by the
 //! combine, a one-key sequence, an empty one, and most chunks unused
-//! (batch −1). The outputs are checked on every row against the f64
-//! reference (`Inputs::check`), the simulated kernels starting from the
+//! (batch −1); and scores that jump from key block to key block (O
+//! rescaled at every block) through the warp-specialized loop. The outputs
+//! are checked on every row against the f64 reference (`Inputs::check`),
+//! the simulated kernels starting from the
 //! interpreter's inputs (pages shuffled, unused cache rows NaN, outputs
 //! poisoned). The kernels are compiled here from their embedded Tile IR
 //! (`KernelMeta::ir`) with the default options, and must give the PTX they
@@ -59,14 +61,18 @@ fn tensor(bytes: Vec<u8>, shape: &[usize], elem: usize) -> SimTensor {
 /// Metadata, split (its `schedule` variant) and combine of `c` on the
 /// simulator, on the inputs of `seed`; checks every row.
 fn run(c: &Case, seed: u64, schedule: &str) {
-    run_on(c, seed, schedule, None)
+    run_on(c, seed, schedule, None, None)
 }
 
 /// [`run`] with the split kernel launched on `blocks` blocks (a persistent
-/// variant's; `None`: the grid).
-fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>) {
+/// variant's; `None`: the grid), key `j` of batch `b` scaled by
+/// `keys(b, j)` (`Inputs::scale_keys`; `None`: as drawn).
+fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option<fn(usize, usize) -> f64>) {
     let st = Device::interpreter().stream().unwrap();
     let mut x = Inputs::<f16>::new(&st, c, seed).unwrap();
+    if let Some(f) = keys {
+        x.scale_keys(&st, f).unwrap();
+    }
     let (b, s_q, h_q) = (c.b(), c.s_q, c.h_q);
     let nc = b + c.num_parts;
     let rp = (s_q * h_q).div_ceil(64) * 64;
@@ -153,7 +159,17 @@ fn many_parts_warp_specialized_loop() {
 /// scheduler hands the chunks' tiles out one at a time.
 #[test]
 fn many_parts_warp_specialized_loop_persistent() {
-    run_on(&many_parts(), 13, "warp_specialized_loop_persistent", Some(3));
+    run_on(&many_parts(), 13, "warp_specialized_loop_persistent", Some(3), None);
+}
+
+/// Scores that jump from key block to key block (`mla_decode_interp`'s
+/// `scores_that_jump`: key block `k` scaled by `1 + 8·(k mod 4)`, so O is
+/// rescaled at every block) through the warp-specialized loop's code as the
+/// H200 runs it, a 200-key sequence in one chunk and one split in two.
+#[test]
+fn scores_that_jump_warp_specialized_loop() {
+    let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
+    run_on(&c, 31, "warp_specialized_loop", None, Some(|_, j| 1.0 + 8.0 * (j / 64 % 4) as f64));
 }
 
 #[test]
