@@ -206,15 +206,7 @@ fn scores_that_jump() {
         let c = Case { seqlens, s_q: 2, h_q: 64, paged, num_parts: mla::num_sm_parts(sms, 2, 64) };
         let st = dev.stream().unwrap();
         let mut x = Inputs::<T>::new(&st, &c, 77).unwrap();
-        let f = move |_: usize, j: usize| {
-            let k = 1.0 + 8.0 * (j / 64 % 4) as f64;
-            if grow {
-                k
-            } else {
-                19.0 / k
-            }
-        };
-        x.scale_keys(&st, f).unwrap();
+        x.scale_keys(&st, mla::jumping_keys(grow)).unwrap();
         x.run(&st, &c, Tiles::Auto).unwrap();
         x.check(&st, &c, Some(&rows(&c, 77)), tol::<T>()).unwrap_or_else(|e| panic!("paged {paged}, grow {grow}: {e}"));
     }

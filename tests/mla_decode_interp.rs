@@ -405,7 +405,7 @@ fn repeated_rows() {
 /// Scores that jump from key block to key block: the keys of block `k`
 /// scaled by `1 + 8·(k mod 4)` (each block's largest score some 10 units of
 /// log2 past the previous one's, so every block rescales O), and by
-/// `25 / (1 + 8·(k mod 4))` (the first block's maximum stays the row's),
+/// `19 / (1 + 8·(k mod 4))` (the first block's maximum stays the row's),
 /// paged and contiguous, split across chunks.
 #[test]
 fn scores_that_jump() {
@@ -414,15 +414,7 @@ fn scores_that_jump() {
             let c = Case { seqlens: vec![200, 70, 1], s_q: 2, h_q: 16, paged, num_parts: 3 };
             let st = st();
             let mut x = Inputs::<f16>::new(&st, &c, 31).unwrap();
-            let f = move |_: usize, j: usize| {
-                let k = 1.0 + 8.0 * (j / 64 % 4) as f64;
-                if grow {
-                    k
-                } else {
-                    19.0 / k
-                }
-            };
-            x.scale_keys(&st, f).unwrap();
+            x.scale_keys(&st, mla::jumping_keys(grow)).unwrap();
             x.run(&st, &c, Tiles::Auto).unwrap();
             x.check(&st, &c, None, 1e-3).unwrap_or_else(|e| panic!("paged {paged}, grow {grow}: {e}"));
         }

@@ -67,7 +67,7 @@ fn run(c: &Case, seed: u64, schedule: &str) {
 /// [`run`] with the split kernel launched on `blocks` blocks (a persistent
 /// variant's; `None`: the grid), key `j` of batch `b` scaled by
 /// `keys(b, j)` (`Inputs::scale_keys`; `None`: as drawn).
-fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option<fn(usize, usize) -> f64>) {
+fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option<&dyn Fn(usize, usize) -> f64>) {
     let st = Device::interpreter().stream().unwrap();
     let mut x = Inputs::<f16>::new(&st, c, seed).unwrap();
     if let Some(f) = keys {
@@ -169,7 +169,7 @@ fn many_parts_warp_specialized_loop_persistent() {
 #[test]
 fn scores_that_jump_warp_specialized_loop() {
     let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
-    run_on(&c, 31, "warp_specialized_loop", None, Some(|_, j| 1.0 + 8.0 * (j / 64 % 4) as f64));
+    run_on(&c, 31, "warp_specialized_loop", None, Some(&mla::jumping_keys(true)));
 }
 
 #[test]

@@ -964,6 +964,21 @@ impl Case {
     }
 }
 
+/// The key scale of the tests' `scores_that_jump`, for [`Inputs::scale_keys`]:
+/// key block `k` times `1 + 8·(k mod 4)` (each block's largest score some 17
+/// units of log2 past the previous one's, so O is rescaled at every block),
+/// or `19` over that (`grow` false: the first block's maximum stays the row's).
+pub fn jumping_keys(grow: bool) -> impl Fn(usize, usize) -> f64 {
+    move |_, j| {
+        let k = 1.0 + 8.0 * (j / PAGE % 4) as f64;
+        if grow {
+            k
+        } else {
+            19.0 / k
+        }
+    }
+}
+
 /// Random inputs of a case: q, the keys, the cache on the device, the
 /// metadata computed on the device, out and lse poisoned with NaN.
 /// [`Inputs::new`] makes the keys on the host (paged: pages shuffled, the
