@@ -96,6 +96,7 @@ macro_rules! mla_split {
             let mut s = fragment::<f32, 64, 64>();
             let mut acc = fragment::<f32, 64, 512>();
             let mut m = fragment::<f32, 64>();
+            let mut m_blk = fragment::<f32, 64>();
             let mut m_s = fragment::<f32, 64>();
             let mut alpha = fragment::<f32, 64>();
             let mut l = fragment::<f32, 64>();
@@ -122,18 +123,25 @@ macro_rules! mla_split {
                         }
                     }
                 }
-                copy(&m, &mut alpha);
-                reduce_max(&s, &mut m, 1).keep();
+                // The rows' reference maximum m moves (O is rescaled) only where a block's passes it by
+                // more than 8 (log2 units): exponentials stay below 2⁸ (exact: the final 1/l cancels m).
+                reduce_max(&s, &mut m_blk, 1);
                 for i in parallel(64) {
+                    alpha[i] = 1.0;
+                    if (m_blk[i] - m[i]) * scale > 8.0 {
+                        alpha[i] = exp2((m[i] - m_blk[i]) * scale);
+                        m[i] = m_blk[i];
+                    }
                     m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
-                    alpha[i] = exp2(alpha[i] * scale - m_s[i]);
                 }
                 for (i, j) in parallel((64, 64)) {
                     s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
                     l_acc[(i, j)] = l_acc[(i, j)] * alpha[i] + s[(i, j)];
                 }
                 for (i, j) in parallel((64, 512)) {
-                    acc[(i, j)] = acc[(i, j)] * alpha[i];
+                    if alpha[i] != 1.0 {
+                        acc[(i, j)] = acc[(i, j)] * alpha[i];
+                    }
                 }
                 // Rows past the sequence (a page's unused tail) may hold anything, NaN too: V is 0 there.
                 if (blk + 1) * 64 > seqlen {
