@@ -33,7 +33,24 @@ const DK: usize = D + DP;
 /// The kernel; `zero_v`: the zeroing of V's rows past the sequence is
 /// right (else its condition never holds: the same code, a planted bug).
 fn kernel(zero_v: bool) -> String {
+    kernel_with(zero_v, false)
+}
+
+/// [`kernel`]; `rope_first`: K_pe copied first and `S = Q_pe·K_peᵀ` first
+/// (the chain's first gemm is then K_pe's ring's last user, and its stage
+/// is refilled a P·V earlier).
+fn kernel_with(zero_v: bool, rope_first: bool) -> String {
     let past = if zero_v { "len" } else { "len + 1000000" };
+    let (load_kv, load_kpe) = (
+        "copy kv[bz, kb * 64.., 0..] -> kv_s, cache=evict_first".to_string(),
+        format!("copy kv[bz, kb * 64.., {D}..] -> kpe_s, cache=evict_first"),
+    );
+    let (nope, rope) = ("gemm q_s, kv_s.t -> s", "gemm qpe_s, kpe_s.t -> s");
+    let loads_and_scores = if rope_first {
+        format!("{load_kpe}\n    {load_kv}\n    {rope}, clear, policy=full_col\n    {nope}, policy=full_col")
+    } else {
+        format!("{load_kv}\n    {load_kpe}\n    {nope}, clear, policy=full_col\n    {rope}, policy=full_col")
+    };
     format!(
         "kernel mla_rewritten<%0 B, %1 H, %2 S>(@0 q: &f16[B, H, {DK}], @1 kv: &f16[B, S, {DK}], @2 seqlens: &i32[B], @3 out: &mut f32[B, H, {D}], %3 scale: f32) threads=256 grid=((H + 63) / 64, B, 1) {{
   %4 hx = block_idx.x
@@ -57,10 +74,7 @@ fn kernel(zero_v: bool) -> String {
   fill l, 0.0
   fill m, -inf
   for %7 kb in pipelined(2) 0..(len + 63) / 64 {{
-    copy kv[bz, kb * 64.., 0..] -> kv_s, cache=evict_first
-    copy kv[bz, kb * 64.., {D}..] -> kpe_s, cache=evict_first
-    gemm q_s, kv_s.t -> s, clear, policy=full_col
-    gemm qpe_s, kpe_s.t -> s, policy=full_col
+    {loads_and_scores}
     if (kb + 1) * 64 > len {{
       for %8 i in parallel 0..64 {{
         for %9 j in parallel 0..64 {{
@@ -195,18 +209,24 @@ fn only_the_warp_specialized_loop_pipelines_a_rewritten_stage() {
     assert_eq!(parse_kernel(&text).unwrap().body, k.body);
 }
 
-#[test]
-fn rewritten_stage_on_the_simulator() {
-    let k = parse_kernel(&kernel(true)).unwrap();
-    let c = variant(&k, "warp_specialized_loop");
-    // Loops of 0, 1 (partial), 1 (full), 2 and 3 key blocks.
-    let lens = [0usize, 50, 64, 100, 190];
+/// The simulator's inputs: loops of 0, 1 (partial), 1 (full), 2 and 3
+/// key blocks, the keys past each length NaN (f16 0x7e00); the scale
+/// parameter, the dims and the lengths.
+struct SimCase {
+    tensors: Vec<SimTensor>,
+    dims: [i64; 3],
+    scale: f32,
+    lens: Vec<usize>,
+    want: Vec<f64>,
+}
+
+fn sim_case() -> SimCase {
+    let lens = vec![0usize, 50, 64, 100, 190];
     let (b, h, s) = (lens.len(), 64usize, 192usize);
     let scale = (std::f64::consts::LOG2_E / (DK as f64).sqrt()) as f32;
     let mut rng = Rng(0x6d6c61);
     let (qb, q) = random(&mut rng, DType::F16, b * h * DK, -1.0, 1.0);
     let (mut kb, mut kv) = random(&mut rng, DType::F16, b * s * DK, -1.0, 1.0);
-    // The keys past each length: NaN (f16 0x7e00).
     for (bi, &len) in lens.iter().enumerate() {
         for j in len..s {
             for c in 0..DK {
@@ -218,23 +238,30 @@ fn rewritten_stage_on_the_simulator() {
     }
     let seqlens: Vec<u8> = lens.iter().flat_map(|&l| (l as i32).to_le_bytes()).collect();
     let want = reference(&q, &kv, &lens, h, s, scale as f64);
-    let tensors = |kb: &[u8]| {
-        vec![
-            SimTensor { bytes: qb.clone(), shape: vec![b, h, DK], elem: 2 },
-            SimTensor { bytes: kb.to_vec(), shape: vec![b, s, DK], elem: 2 },
-            SimTensor { bytes: seqlens.clone(), shape: vec![b], elem: 4 },
-            SimTensor { bytes: vec![0xFF; 4 * b * h * D], shape: vec![b, h, D], elem: 4 },
-        ]
-    };
-    let dims = [b as i64, h as i64, s as i64];
-    let run = |c: &Compiled, k: &Kernel| {
-        let out = sim::run_compiled(c, k, tensors(&kb), &dims, &[scale.to_bits() as u64], Default::default()).tensors;
+    let tensors = vec![
+        SimTensor { bytes: qb, shape: vec![b, h, DK], elem: 2 },
+        SimTensor { bytes: kb, shape: vec![b, s, DK], elem: 2 },
+        SimTensor { bytes: seqlens, shape: vec![b], elem: 4 },
+        SimTensor { bytes: vec![0xFF; 4 * b * h * D], shape: vec![b, h, D], elem: 4 },
+    ];
+    SimCase { tensors, dims: [b as i64, h as i64, s as i64], scale, lens, want }
+}
+
+impl SimCase {
+    /// Runs `c` on the simulator; its output.
+    fn run(&self, c: &Compiled, k: &Kernel, opts: sim::RunOptions) -> Vec<f64> {
+        let params = [self.scale.to_bits() as u64];
+        let out = sim::run_compiled(c, k, self.tensors.clone(), &self.dims, &params, opts).tensors;
         decode(DType::F32, &out[3])
-    };
-    let check = |got: &[f64]| {
-        for (bi, &len) in lens.iter().enumerate() {
+    }
+
+    /// Every output finite, zero for an empty batch, else within 5e-3 of
+    /// the reference (relative L2 per batch).
+    fn check(&self, got: &[f64]) {
+        let h = self.dims[1] as usize;
+        for (bi, &len) in self.lens.iter().enumerate() {
             let rows = bi * h * D..(bi + 1) * h * D;
-            let (g, w) = (&got[rows.clone()], &want[rows]);
+            let (g, w) = (&got[rows.clone()], &self.want[rows]);
             assert!(g.iter().all(|x| x.is_finite()), "len {len}: non-finite output");
             if len == 0 {
                 assert!(g.iter().all(|&x| x == 0.0), "len 0: output not zero");
@@ -243,7 +270,17 @@ fn rewritten_stage_on_the_simulator() {
                 assert!(err <= 5e-3, "len {len}: relative L2 error {err:.3e}");
             }
         }
-    };
+    }
+}
+
+#[test]
+fn rewritten_stage_on_the_simulator() {
+    let k = parse_kernel(&kernel(true)).unwrap();
+    let c = variant(&k, "warp_specialized_loop");
+    let case = sim_case();
+    let (tensors, dims, scale) = (|| case.tensors.clone(), case.dims, case.scale);
+    let run = |c: &Compiled, k: &Kernel| case.run(c, k, Default::default());
+    let check = |got: &[f64]| case.check(got);
     // With kv_s's boxes on barriers of their own (the default) and on one
     // barrier per stage.
     check(&run(&c, &k));
@@ -257,8 +294,7 @@ fn rewritten_stage_on_the_simulator() {
         let p = variant_with(&k, "warp_specialized_loop_persistent", options);
         assert_eq!(p.ptx.matches("mbarrier.arrive.expect_tx").count() > 3, pieces);
         let opts = sim::RunOptions { shape: Some([2, 1, 1]), ..Default::default() };
-        let out = sim::run_compiled(&p, &k, tensors(&kb), &dims, &[scale.to_bits() as u64], opts).tensors;
-        check(&decode(DType::F32, &out[3]));
+        check(&case.run(&p, &k, opts));
     }
     // Planted: Q·Kᵀ not waiting for kv_s's second box (the wait between
     // its wgmmas) reads columns TMA has not written yet.
@@ -271,7 +307,7 @@ fn rewritten_stage_on_the_simulator() {
     }
     assert_eq!(dropped, 1);
     let planted = std::panic::catch_unwind(|| {
-        let out = sim::run_function(&f, &k, tensors(&kb), &dims, &[scale.to_bits() as u64], Default::default()).tensors;
+        let out = sim::run_function(&f, &k, tensors(), &dims, &[scale.to_bits() as u64], Default::default()).tensors;
         decode(DType::F32, &out[3])
     });
     assert!(
@@ -299,4 +335,63 @@ fn drop_wait_between_wgmmas(body: &mut Vec<thread_ir::Stmt>) -> usize {
     }
     body.remove(at);
     1
+}
+
+/// The consumers' key loop at the top level of `body`.
+fn key_loop(body: &mut [thread_ir::Stmt]) -> &mut Vec<thread_ir::Stmt> {
+    body.iter_mut()
+        .find_map(|s| match s {
+            thread_ir::Stmt::For { uniform: true, body, .. } if body.iter().any(is_wgmma) => Some(body),
+            _ => None,
+        })
+        .expect("a key loop with wgmmas")
+}
+
+fn is_wgmma(s: &thread_ir::Stmt) -> bool {
+    matches!(s, thread_ir::Stmt::Inst { inst: thread_ir::Inst::Wgmma { .. }, .. })
+}
+
+fn position(body: &[thread_ir::Stmt], f: impl Fn(&thread_ir::Inst) -> bool) -> Option<usize> {
+    body.iter().position(|s| matches!(s, thread_ir::Stmt::Inst { inst, .. } if f(inst)))
+}
+
+/// K_pe's gemm first (`S = Q_pe·K_peᵀ`, then `S += Q·Kᵀ`): the chain's first
+/// gemm is K_pe's ring's last user. It is still left in flight into the
+/// second, and the ring is released after the chain's wait, not after its
+/// own wgmmas (whose reads of the stage are pending until that wait);
+/// right on the simulator in the plain and persistent variants, and a
+/// release moved before that wait (the producer may refill the stage under
+/// the pending wgmmas) is caught.
+#[test]
+fn rope_first_chain_releases_after_its_wait() {
+    use thread_ir::Inst;
+    let k = parse_kernel(&kernel_with(true, true)).unwrap();
+    let c = variant(&k, "warp_specialized_loop");
+    let count = |p: &str| c.ptx.matches(p).count();
+    assert_eq!((count("wgmma.commit_group"), count("wgmma.wait_group.sync.aligned 0")), (3, 2), "{}", c.ptx);
+    let mut f = c.function.clone();
+    let body = key_loop(&mut f.body);
+    let first_wgmma = body.iter().position(is_wgmma).unwrap();
+    let wait = position(body, |i| matches!(i, Inst::WgmmaWait { pending: 0 })).unwrap();
+    let release = position(body, |i| matches!(i, Inst::MbarArrive { .. })).unwrap();
+    assert!(first_wgmma < wait && wait < release, "wgmma {first_wgmma}, wait {wait}, release {release}");
+    let case = sim_case();
+    case.check(&case.run(&c, &k, Default::default()));
+    let off = variant_with(&k, "warp_specialized_loop", CompileOptions { piece_barriers: false, ..Default::default() });
+    case.check(&case.run(&off, &k, Default::default()));
+    let options = CompileOptions { wsloop_persistent: true, ..Default::default() };
+    let p = variant_with(&k, "warp_specialized_loop_persistent", options);
+    case.check(&case.run(&p, &k, sim::RunOptions { shape: Some([2, 1, 1]), ..Default::default() }));
+    // Planted: K_pe's release moved before the chain's wait.
+    let moved = body.remove(release);
+    body.insert(wait, moved);
+    let planted = std::panic::catch_unwind(|| {
+        let params = [case.scale.to_bits() as u64];
+        let out = sim::run_function(&f, &k, case.tensors.clone(), &case.dims, &params, Default::default()).tensors;
+        decode(DType::F32, &out[3])
+    });
+    assert!(
+        planted.map_or(true, |got| std::panic::catch_unwind(|| case.check(&got)).is_err()),
+        "a release of K_pe's stage under pending wgmmas went unnoticed"
+    );
 }

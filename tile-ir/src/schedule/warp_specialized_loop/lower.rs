@@ -50,12 +50,13 @@
 //! its first user is then the gemm's own, box by box.
 //!
 //! Consecutive gemms on wgmma accumulating into one fragment (MLA's
-//! `S = Q·Kᵀ` over the 512 "nope" columns, then `S += Q_pe·K_peᵀ`): the
-//! first is left in flight, without its `wgmma.wait_group 0`, when no ring
-//! is released right after it; the second's wgmmas, issued after it by the
+//! `S = Q·Kᵀ` over the 512 "nope" columns, then `S += Q_pe·K_peᵀ`, or the
+//! rope columns first): the first is left in flight, without its
+//! `wgmma.wait_group 0`; the second's wgmmas, issued after it by the
 //! same warpgroup into the same registers, are ordered after it, and its
 //! wait retires both groups (between them only the second's ring wait and
-//! `wgmma.fence`).
+//! `wgmma.fence`). A ring whose last user is the first (K_pe's, rope
+//! first) is released after that wait, with the second's own.
 //!
 //! The stage's reads are done before the arrive: generic loads complete in
 //! program order, and a wgmma reading the stage is waited for before it
@@ -530,7 +531,7 @@ impl Lx<'_> {
                 look = Some((gi, kc, *c, regs, twins));
             }
         }
-        let chained = self.wsl_chained_gemms(wl, body, &users, look.as_ref().map(|l| l.0));
+        let chained = self.wsl_chained_gemms(wl, body, look.as_ref().map(|l| l.0));
         let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
@@ -569,6 +570,9 @@ impl Lx<'_> {
                 }
             }
             let mut more = None;
+            // Rings whose last user is a chained gemm, released after the
+            // chain's last gemm (whose wait retires the whole chain).
+            let mut after_chain: Vec<usize> = Vec::new();
             if let Some((gi, kc, c, _, twins)) = &look {
                 // This iteration's gemm was issued (and waited for) by the
                 // previous one, or before the loop: its stage is free.
@@ -635,7 +639,16 @@ impl Lx<'_> {
                     x.errors.push(e);
                 }
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
-                    if !left_in_flight {
+                    if chained.contains(&i) {
+                        // Its wgmmas are still in flight: released after the
+                        // chain's wait.
+                        after_chain.push(ci);
+                    } else if !left_in_flight {
+                        release(x, ci);
+                    }
+                }
+                if !chained.contains(&i) {
+                    for ci in std::mem::take(&mut after_chain) {
                         release(x, ci);
                     }
                 }
@@ -704,15 +717,10 @@ impl Lx<'_> {
     /// The body's gemms whose `wgmma.wait_group 0` the consumers' loop
     /// leaves out (see the module doc): a gemm on wgmma (not the one issued
     /// ahead, `ahead`) whose next statement, copies aside, is a gemm on
-    /// wgmma accumulating (no `clear`) into the same fragment, when no ring
-    /// is released right after it (its stage is still being read).
-    fn wsl_chained_gemms(
-        &self,
-        wl: &WslLowering,
-        body: &[TStmt],
-        users: &[Vec<usize>],
-        ahead: Option<usize>,
-    ) -> Vec<usize> {
+    /// wgmma accumulating (no `clear`) into the same fragment. A ring whose
+    /// last user it is is released after the chain's last gemm, whose wait
+    /// retires the whole chain (its stage is still being read before).
+    fn wsl_chained_gemms(&self, wl: &WslLowering, body: &[TStmt], ahead: Option<usize>) -> Vec<usize> {
         let ws = &wl.plan;
         let on_wgmma = |s: &TStmt| match &s.kind {
             StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, clear } => {
@@ -725,8 +733,9 @@ impl Lx<'_> {
         for w in stmts.windows(2) {
             let (i, j) = (w[0], w[1]);
             let (Some((c1, _)), Some((c2, false))) = (on_wgmma(&body[i]), on_wgmma(&body[j])) else { continue };
-            let released = users.iter().any(|u| u.last() == Some(&i));
-            if c1 == c2 && !released && self.k.buffer(c1).scope == crate::ir::Scope::Fragment {
+            // A ring whose last user is `i` is released after the chain's
+            // wait instead (`lower_wsl_consumer_loop`).
+            if c1 == c2 && self.k.buffer(c1).scope == crate::ir::Scope::Fragment {
                 out.push(i);
             }
         }

@@ -104,7 +104,8 @@ impl Lx<'_> {
     /// It is the body's first statement after the copies, a `clear` gemm
     /// into a fragment of at most 64 registers per thread, reading exactly
     /// one ring's buffer that no other statement uses, its other operand
-    /// written by nothing in the body; two consumer warpgroups that would
+    /// written by nothing in the body, and no later gemm accumulating into
+    /// its fragment (a chain's head); two consumer warpgroups that would
     /// ping-pong do that instead unless [`WslLowering::both`].
     pub(super) fn wsl_lookahead_gemm(
         &self,
@@ -136,6 +137,17 @@ impl Lx<'_> {
             return None;
         }
         let written = body.iter().enumerate().any(|(i, s)| i != gi && touches_memory(self.k, s, other).1);
+        // The head of a chain into its accumulator (MLA's scores rope
+        // first, `S = Q_pe·K_peᵀ` before `S += Q·Kᵀ`): they are not whole
+        // before the chain's end, so issuing the head ahead overlaps
+        // nothing and costs the twins.
+        let chain_head = body
+            .iter()
+            .enumerate()
+            .any(|(i, s)| i != gi && matches!(&s.kind, StmtKind::Gemm { c: c2, clear: false, .. } if c2 == c));
+        if chain_head {
+            return None;
+        }
         let c_fragment = self.k.buffer(*c).scope == crate::ir::Scope::Fragment;
         (users[kc] == [gi] && !written && c_fragment && regs <= 64 && self.target.has(crate::target::Feature::Wgmma))
             .then_some((gi, kc))
