@@ -957,8 +957,12 @@ pub enum WarpPolicy {
     FullCol,
     /// As square as possible (the default).
     Square,
+    /// Warpgroup `w` alone computes and holds the `[64, N]` output (and the
+    /// fragments derived from it); the other warpgroups skip the
+    /// statements on them (see `#[tile_kernel]`'s reference).
+    Warpgroup(u32),
 }
-pub use WarpPolicy::{FullCol, FullRow, Square};
+pub use WarpPolicy::{FullCol, FullRow, Square, Warpgroup};
 
 /// The statement [`gemm`] returns, for its modifiers ([`GemmStmt::clear`],
 /// [`GemmStmt::policy`]), chained in any order.

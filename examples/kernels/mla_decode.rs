@@ -93,6 +93,10 @@ macro_rules! mla_split {
             let mut kv_s = shared::<T, 64, 512>();
             let mut kpe_s = shared::<T, 64, 64>();
             let mut p_s = shared::<T, 64, 64>();
+            // The rows' rescale of O, from warpgroup 0 (which computes it) to both.
+            let mut alpha_s = shared::<f32, 64>();
+            // Warpgroup 0's alone (the scores' gemms are its own): the scores and the rows'
+            // softmax state. Both warpgroups hold half of O.
             let mut s = fragment::<f32, 64, 64>();
             let mut acc = fragment::<f32, 64, 512>();
             let mut m = fragment::<f32, 64>();
@@ -100,8 +104,7 @@ macro_rules! mla_split {
             let mut m_s = fragment::<f32, 64>();
             let mut alpha = fragment::<f32, 64>();
             let mut l = fragment::<f32, 64>();
-            // Running sums per element of the scores, summed over the row once after the loop:
-            // no cross-warpgroup reduction per key block.
+            // Running sums per element of the scores, summed over the row once after the loop.
             let mut l_acc = fragment::<f32, 64, 64>();
             // Row i is q's row rb·64 + i, (token, head) = ((rb·64 + i) / H, (rb·64 + i) % H);
             // rows past SQ·H read zeros.
@@ -113,8 +116,10 @@ macro_rules! mla_split {
             for kb in pipelined(chunks[(c, 2)] - kb0, STAGES) {
                 let blk = kb0 + kb;
                 $($load)*
-                gemm(&q_s, &kv_s.t(), &mut s).clear().policy(FullCol);
-                gemm(&qpe_s, &kpe_s.t(), &mut s).policy(FullCol);
+                // The scores on warpgroup 0 alone (N = 64: not bound by shared memory as two
+                // halves of N = 32 are), while warpgroup 1 waits for P.
+                gemm(&q_s, &kv_s.t(), &mut s).clear().policy(Warpgroup(0));
+                gemm(&qpe_s, &kpe_s.t(), &mut s).policy(Warpgroup(0));
                 // Token t sees keys j <= seqlen - SQ + t: only the last blocks mask.
                 if (blk + 1) * 64 > seqlen - SQ + 1 {
                     for (i, j) in parallel((64, 64)) {
@@ -133,16 +138,13 @@ macro_rules! mla_split {
                         m[i] = m_blk[i];
                     }
                     m_s[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+                    alpha_s[i] = alpha[i];
                 }
                 for (i, j) in parallel((64, 64)) {
                     s[(i, j)] = exp2(s[(i, j)] * scale - m_s[i]);
                     l_acc[(i, j)] = l_acc[(i, j)] * alpha[i] + s[(i, j)];
                 }
-                for (i, j) in parallel((64, 512)) {
-                    if alpha[i] != 1.0 {
-                        acc[(i, j)] = acc[(i, j)] * alpha[i];
-                    }
-                }
+                copy(&s, &mut p_s);
                 // Rows past the sequence (a page's unused tail) may hold anything, NaN too: V is 0 there.
                 if (blk + 1) * 64 > seqlen {
                     for (j, k) in parallel((64, 512)) {
@@ -151,7 +153,11 @@ macro_rules! mla_split {
                         }
                     }
                 }
-                copy(&s, &mut p_s);
+                for (i, j) in parallel((64, 512)) {
+                    if alpha_s[i] != 1.0 {
+                        acc[(i, j)] = acc[(i, j)] * alpha_s[i];
+                    }
+                }
                 gemm(&p_s, &kv_s, &mut acc).policy(FullCol);
             }
             // (Through `s`, whose layout the scores' gemm fixes: `l_acc` takes it in the loop.)
@@ -162,9 +168,10 @@ macro_rules! mla_split {
             for i in parallel(64) {
                 alpha[i] = if l[i] == 0.0 { 0.0 } else { 1.0 / l[i] };
                 m_s[i] = if l[i] == 0.0 { f32::NEG_INFINITY } else { (m[i] * scale + log2(l[i])) * 0.6931472 };
+                alpha_s[i] = alpha[i];
             }
             for (i, j) in parallel((64, 512)) {
-                acc[(i, j)] = acc[(i, j)] * alpha[i];
+                acc[(i, j)] = acc[(i, j)] * alpha_s[i];
             }
             // A batch in one chunk is final here: no partial to write and read back.
             let whole = bi >= 0 && chunk_begin[bi.max(0) + 1] - chunk_begin[bi.max(0)] == 1;

@@ -1,6 +1,6 @@
 //! What compiling a kernel produces ([`Compiled`]), the choices that shape
 //! it ([`CompileOptions`]), and the back end every schedule ends with
-//! (`finish`: wgmma waits, barriers, the shared-memory limit, PTX).
+//! (`finish`: wgmma waits, barriers, warpgroup branches joined, the shared-memory limit, PTX).
 //!
 //! Expects a lowered Thread IR function and the layouts it was lowered
 //! with. Guarantees a [`Compiled`] whose PTX is the function's, or an error
@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, cp_async_wait, pack_cvt, wgmma_wait};
+use crate::passes::{barriers, cp_async_wait, merge_branches, pack_cvt, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -276,6 +276,7 @@ pub(crate) fn finish(
         cp_async_wait::defer_cp_async_waits(&mut func.body);
     }
     barriers::insert_barriers(&mut func.body);
+    merge_branches::merge_warpgroup_branches(&mut func);
     let limit = target.info().shared_limit;
     if func.shared_bytes > limit {
         return Err(vec![CompileError::new(

@@ -333,6 +333,7 @@ pub fn wgmma_split_accumulator(m: i64, n: i64, threads: u32, col_groups: i64) ->
             DimDist { fields: cols, regs: (0..nw / 4).map(|l| (l / 2) * 8 + l % 2).collect(), vec: 2 },
         ],
         threads,
+        owner: None,
     })
 }
 
@@ -388,6 +389,7 @@ pub fn ws_accumulator(m: i64, n: i64, threads: u32) -> Result<RootLayout, String
             DimDist { fields: vec![ThreadField { shift: 0, count: 4, mult: 2 }], regs: col_regs, vec: 2 },
         ],
         threads,
+        owner: None,
     })
 }
 
@@ -459,6 +461,44 @@ pub struct WgmmaGemm {
     pub a: Option<(SharedLayout, Major)>,
     /// B's shared layout and major-ness (B is always in shared memory).
     pub b: (SharedLayout, Major),
+    /// `Some(w)`: warpgroup `w` alone runs it (`policy(Warpgroup(w))`,
+    /// `warpgroups` = `col_groups` = 1) and holds the accumulator
+    /// ([`crate::layout::RootLayout::owner`]).
+    pub owner: Option<u32>,
+}
+
+impl WgmmaGemm {
+    /// The accumulator's layout over a block of `threads`: the warpgroup
+    /// grid's ([`wgmma_split_accumulator`]), or the owner's alone (the
+    /// layout of one warpgroup's `[64, n]` tile, on its threads).
+    pub fn accumulator(&self, threads: u32) -> Result<RootLayout, String> {
+        match self.owner {
+            Some(w) => owned_accumulator(self.n, threads, w, self.n),
+            None => wgmma_split_accumulator(self.m, self.n, threads, self.col_groups),
+        }
+    }
+
+    /// The layout a fragment A (`[m, k]`) must have ([`wgmma_a_fragment`],
+    /// or the owner's alone).
+    pub fn a_fragment(&self, threads: u32) -> Result<RootLayout, String> {
+        match self.owner {
+            Some(w) => owned_accumulator(self.k, threads, w, self.k),
+            None => wgmma_a_fragment(self.m, self.k, threads),
+        }
+    }
+}
+
+/// The `[64, n]` tile of warpgroup `w` of a block of `threads` threads, as
+/// one warpgroup's wgmma accumulator (or register-A operand) holds it
+/// ([`wgmma_accumulator`] of 128 threads, on that warpgroup's threads).
+/// `what` names the extent checked in the error (N, or A's K).
+fn owned_accumulator(n: i64, threads: u32, w: u32, what: i64) -> Result<RootLayout, String> {
+    if n <= 0 || n % 8 != 0 {
+        return Err(format!("a warpgroup's wgmma tile [64, {what}] needs a multiple of 8 columns"));
+    }
+    RootLayout::mma_accumulator(64, n, threads, (4, 1)).owned_by(w).ok_or_else(|| {
+        format!("warpgroup {w} of a block of {threads} threads cannot hold a tile (whole warpgroups of 128 threads)")
+    })
 }
 
 /// The gemms of a body (recursively): `(a, b, c, trans_a, trans_b, policy)`.
@@ -654,7 +694,7 @@ pub fn wgmma_col_groups(m: i64, threads: u32, policy: WarpPolicy) -> Option<i64>
     let ok = r < warpgroups
         && warpgroups % r == 0
         && match policy {
-            WarpPolicy::FullRow => false,
+            WarpPolicy::FullRow | WarpPolicy::Warpgroup(_) => false,
             WarpPolicy::FullCol => r == 1,
             WarpPolicy::Square => true,
         };
@@ -700,8 +740,16 @@ fn wgmma_shape_with(
     {
         return None;
     }
-    let col_groups = wgmma_col_groups(m, kernel.threads, policy)?;
-    wgmma_split_accumulator(m, n, kernel.threads, col_groups).ok()?;
+    // A warpgroup alone: one warpgroup's 64 rows, the others idle.
+    let (warpgroups, col_groups) = match policy.owner() {
+        Some(w) if m == 64 && (w as i64) < warpgroups => (1, 1),
+        Some(_) => return None,
+        None => {
+            let col_groups = wgmma_col_groups(m, kernel.threads, policy)?;
+            wgmma_split_accumulator(m, n, kernel.threads, col_groups).ok()?;
+            (warpgroups, col_groups)
+        }
+    };
     let row_groups = warpgroups / col_groups;
     let nw = n / col_groups;
     let insts = wgmma_instructions(nw);
@@ -748,7 +796,18 @@ fn wgmma_shape_with(
     if !describable(&bl, b_major, &starts) {
         return None;
     }
-    Some(WgmmaGemm { m, n, k: ak, ab: ty, warpgroups, col_groups, insts, a: a_op, b: (bl, b_major) })
+    Some(WgmmaGemm {
+        m,
+        n,
+        k: ak,
+        ab: ty,
+        warpgroups,
+        col_groups,
+        insts,
+        a: a_op,
+        b: (bl, b_major),
+        owner: policy.owner(),
+    })
 }
 
 #[cfg(test)]

@@ -618,6 +618,24 @@ pub enum WarpPolicy {
     FullRow,
     /// Each warp owns whole columns of the output (warps split N only).
     FullCol,
+    /// Warpgroup `w` alone (threads `128·w .. 128·w + 128`) computes the
+    /// whole `[64, N]` output and holds it: the other warpgroups hold no
+    /// part of it, nor of the fragments derived from it, and skip the
+    /// statements on them, so that they run other work at the same time
+    /// (MLA decode: warpgroup 0's scores and softmax while both hold half
+    /// of O). Values reach the other warpgroups through shared memory.
+    Warpgroup(u32),
+}
+
+impl WarpPolicy {
+    /// The warpgroup that alone computes and holds the output
+    /// ([`WarpPolicy::Warpgroup`]), if any.
+    pub fn owner(self) -> Option<u32> {
+        match self {
+            WarpPolicy::Warpgroup(w) => Some(w),
+            _ => None,
+        }
+    }
 }
 
 /// The L2 policy of a [`StmtKind::Copy`]'s global reads (`copy(..)

@@ -110,6 +110,13 @@ pub struct RootLayout {
     pub dims: Vec<DimDist>,
     /// Threads in the block.
     pub threads: u32,
+    /// `Some(w)`: the tile is warpgroup `w`'s alone (a gemm with
+    /// `policy(Warpgroup(w))` and what derives from it): its active threads
+    /// are `128·w .. 128·w + active_threads()` (at most 128; the fields use
+    /// thread bits below 7, so thread `t` holds what `t − 128·w` would),
+    /// and the statements on it run inside a branch that only warpgroup
+    /// `w` takes. `None`: threads `0 .. active_threads()`.
+    pub owner: Option<u32>,
 }
 
 /// The name this type had when every root layout was blocked (kept so that
@@ -168,7 +175,7 @@ impl RootLayout {
             dims[d] = DimDist::blocked(spt[d], thr[d], reps, stride);
             stride *= thr[d];
         }
-        RootLayout { shape: shape.to_vec(), dims, threads }
+        RootLayout { shape: shape.to_vec(), dims, threads, owner: None }
     }
 
     /// A layout of `shape` whose outer dims `0..fixed.len()` are distributed
@@ -177,13 +184,15 @@ impl RootLayout {
     /// (vector width up to `max_vec`) and the dims in between held whole by
     /// every thread. `active` is the number of active threads of the layout
     /// the fixed dims come from: the result uses at least those threads (so
-    /// that it agrees with that layout). `None` when that is impossible.
+    /// that it agrees with that layout), and `owner` its
+    /// [`RootLayout::owner`], which the result keeps. `None` when that is
+    /// impossible.
     pub fn with_outer_fixed(
         shape: &[i64],
         threads: u32,
         max_vec: i64,
         fixed: &[DimDist],
-        active: i64,
+        (active, owner): (i64, Option<u32>),
     ) -> Option<RootLayout> {
         let n = shape.len();
         let p = fixed.len();
@@ -202,6 +211,8 @@ impl RootLayout {
         let top = (64 - used.leading_zeros()).max(log2(active.max(1)) as u32);
         let odd = fixed.iter().any(|d| d.fields.iter().any(|f| f.count.count_ones() != 1));
         let bits = if odd { top } else { log2(prev_pow2(threads.max(1) as i64)) as u32 };
+        // A warpgroup's own layout stays on its 128 threads.
+        let bits = if owner.is_some() { bits.min(7) } else { bits };
         if top > bits {
             return None;
         }
@@ -233,10 +244,14 @@ impl RootLayout {
             let regs = (0..reps * spt).map(|l| (l / spt) * have * spt + l % spt).collect();
             dims.push(DimDist { fields, regs, vec: spt });
         }
-        let r = RootLayout { shape: shape.to_vec(), dims, threads };
+        let r = RootLayout { shape: shape.to_vec(), dims, threads, owner: None };
         let mask = r.dims.iter().fold(0u64, |m, d| m | d.thread_mask());
         let contiguous = mask & (mask + 1) == 0;
-        (contiguous && r.active_threads() <= threads as i64).then_some(r)
+        let r = (contiguous && r.active_threads() <= threads as i64).then_some(r)?;
+        match owner {
+            Some(w) => r.owned_by(w),
+            None => Some(r),
+        }
     }
 
     /// The mma.sync m16n8k16 accumulator layout of an `[m, n]` f32 tile:
@@ -265,7 +280,25 @@ impl RootLayout {
                 DimDist { fields: cols, regs: col_regs, vec: 2 },
             ],
             threads,
+            owner: None,
         }
+    }
+
+    /// This layout held by warpgroup `w` alone ([`RootLayout::owner`]);
+    /// `None` when it takes more than one warpgroup's threads or `w` is
+    /// not a warpgroup of the block.
+    pub fn owned_by(mut self, w: u32) -> Option<RootLayout> {
+        let fits = self.active_threads() <= 128 && self.threads % 128 == 0 && w < self.threads / 128;
+        fits.then(|| {
+            self.owner = Some(w);
+            self
+        })
+    }
+
+    /// The threads that hold data: `[first, end)`.
+    pub fn thread_range(&self) -> (i64, i64) {
+        let first = self.owner.map_or(0, |w| 128 * w as i64);
+        (first, first + self.active_threads())
     }
 
     /// The number of dims.
@@ -359,7 +392,8 @@ impl FragLayout {
     /// (inside the shape and held by an active thread).
     pub fn coords(&self, t: i64, r: usize) -> (Vec<i64>, bool) {
         let l = self.unflatten(r);
-        let mut valid = t < self.root.active_threads();
+        let (first, end) = self.root.thread_range();
+        let mut valid = first <= t && t < end;
         let c: Vec<i64> = self
             .kept
             .iter()
@@ -383,7 +417,7 @@ impl FragLayout {
     /// and registers (so one may be read where the other is iterated).
     pub fn agrees(&self, other: &FragLayout) -> bool {
         self.rank() == other.rank()
-            && self.root.active_threads() == other.root.active_threads()
+            && self.root.thread_range() == other.root.thread_range()
             && (0..self.rank()).all(|a| self.dim_agrees(a, other, a))
     }
     /// Elements per vector group: the contiguous run along the last kept dim.
@@ -407,7 +441,8 @@ impl FragLayout {
                 format!("{{{} + {regs}, vec {}}}", f.join(" + "), d.vec)
             })
             .collect();
-        format!("layout(shape={:?}, dims=[{}], kept={:?})", self.root.shape, dims.join(", "), self.kept)
+        let owner = self.root.owner.map_or_else(String::new, |w| format!(", warpgroup {w}'s"));
+        format!("layout(shape={:?}, dims=[{}], kept={:?}{owner})", self.root.shape, dims.join(", "), self.kept)
     }
 }
 
@@ -422,6 +457,8 @@ pub fn mma_warp_grid(m: i64, n: i64, threads: u32, policy: crate::ir::WarpPolicy
     let warps = prev_pow2((threads / 32).max(1) as i64);
     let fits = |wm: i64, wn: i64| m % (16 * wm) == 0 && n % (8 * wn) == 0;
     let pick = match policy {
+        // One warpgroup's four warps, over its 64 rows.
+        WarpPolicy::Warpgroup(_) => (m == 64 && fits(4, 1)).then_some((4, 1)),
         WarpPolicy::FullRow => fits(warps, 1).then_some((warps, 1)),
         WarpPolicy::FullCol => fits(1, warps).then_some((1, warps)),
         WarpPolicy::Square => {
@@ -781,6 +818,41 @@ mod tests {
         }
     }
 
+    /// A warpgroup's own layout (`policy(Warpgroup(w))`): valid exactly on
+    /// its 128 threads, which hold what threads `0..128` of the plain
+    /// layout hold; every element once; rows derived from it keep the owner.
+    #[test]
+    fn owned_layouts_live_on_their_warpgroup() {
+        let plain = RootLayout::mma_accumulator(64, 64, 256, (4, 1));
+        assert_eq!(plain.active_threads(), 128);
+        for w in 0..2u32 {
+            let owned = FragLayout::full(plain.clone().owned_by(w).expect("a warpgroup of 256 threads"));
+            assert_eq!(owned.root.thread_range(), (128 * w as i64, 128 * w as i64 + 128));
+            let mut seen = std::collections::HashSet::new();
+            for t in 0..256i64 {
+                for r in 0..owned.num_regs() {
+                    let (c, valid) = owned.coords(t, r);
+                    assert_eq!(valid, t / 128 == w as i64, "thread {t}");
+                    if valid {
+                        assert_eq!(c, FragLayout::full(plain.clone()).coords(t - 128 * w as i64, r).0);
+                        assert!(seen.insert(c));
+                    }
+                }
+            }
+            assert_eq!(seen.len(), 64 * 64);
+            let rows = owned.reduced(1);
+            let fixed = [rows.root.dims[0].clone()];
+            let o = RootLayout::with_outer_fixed(&[64, 512], 256, 2, &fixed, (128, Some(w))).expect("layout");
+            assert_eq!(o.owner, Some(w));
+            assert!(FragLayout { root: o, kept: vec![0] }.agrees(&rows));
+            // Not the plain layout's, although the threads hold the same
+            // coordinates: another warpgroup's registers.
+            assert_eq!(owned.agrees(&FragLayout::full(plain.clone())), w == 0);
+        }
+        assert!(plain.clone().owned_by(2).is_none());
+        assert!(RootLayout::mma_accumulator(128, 64, 256, (8, 1)).owned_by(0).is_none());
+    }
+
     #[test]
     fn outer_fixed_layouts_agree_with_reduced_rows() {
         // The rows of a reduction over [BM, BN] can drive a nest over [BM, D].
@@ -790,8 +862,8 @@ mod tests {
             let s = FragLayout::full(RootLayout::blocked(&[bm, bn], threads, 4));
             let m = s.reduced(1);
             let fixed = [m.root.dims[0].clone()];
-            let o =
-                RootLayout::with_outer_fixed(&[bm, d], threads, 4, &fixed, m.root.active_threads()).expect("layout");
+            let o = RootLayout::with_outer_fixed(&[bm, d], threads, 4, &fixed, (m.root.active_threads(), None))
+                .expect("layout");
             let of = FragLayout::full(o.clone());
             check_root(&[bm, d], threads, 4);
             let view = FragLayout { root: o, kept: vec![0] };
@@ -894,8 +966,9 @@ mod tests {
             let threads = (warps.0 * warps.1 * 32) as u32;
             let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, threads, warps));
             let rows = acc.reduced(1);
-            let o = RootLayout::with_outer_fixed(&[m, d], threads, 4, &[rows.root.dims[0].clone()], threads as i64)
-                .expect("layout");
+            let o =
+                RootLayout::with_outer_fixed(&[m, d], threads, 4, &[rows.root.dims[0].clone()], (threads as i64, None))
+                    .expect("layout");
             check_layout(&o, 4);
             let view = FragLayout { root: o, kept: vec![0] };
             assert!(view.agrees(&rows));

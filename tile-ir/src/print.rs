@@ -578,6 +578,9 @@ impl<'k> Printer<'k> {
                 }
                 if *policy != WarpPolicy::Square {
                     let _ = write!(out, ", policy={}", policy_text(*policy));
+                    if let Some(w) = policy.owner() {
+                        let _ = write!(out, "({w})");
+                    }
                 }
             }
         }
@@ -585,12 +588,14 @@ impl<'k> Printer<'k> {
     }
 }
 
-/// The text of a warp policy: `square`, `full_row`, `full_col`.
+/// The name of a warp policy: `square`, `full_row`, `full_col`,
+/// `warpgroup` (whose text is followed by `(w)`).
 pub fn policy_text(p: WarpPolicy) -> &'static str {
     match p {
         WarpPolicy::Square => "square",
         WarpPolicy::FullRow => "full_row",
         WarpPolicy::FullCol => "full_col",
+        WarpPolicy::Warpgroup(_) => "warpgroup",
     }
 }
 

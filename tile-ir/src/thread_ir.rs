@@ -675,6 +675,12 @@ pub struct Function {
     /// The kernel loops over the grid's blocks (`ctaid.x + i·nctaid.x`):
     /// it may be launched with fewer blocks, in x only.
     pub persistent: bool,
+    /// The predicates of warpgroup branches ("this thread is in warpgroup
+    /// `w`"), each set once in the entry code: the branches around the
+    /// statements on one warpgroup's fragments
+    /// ([`crate::layout::RootLayout::owner`]), which
+    /// [`crate::passes::merge_branches`] joins where they follow each other.
+    pub warpgroup_preds: Vec<Reg>,
 }
 
 impl Function {

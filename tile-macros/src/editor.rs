@@ -52,7 +52,7 @@ const FUNCTIONS: &[&str] = &[
 ];
 
 /// Types and values of `tile::dsl`, recognized anywhere.
-const NAMES: &[&str] = &["Tensor", "WarpPolicy", "FullRow", "FullCol", "Square"];
+const NAMES: &[&str] = &["Tensor", "WarpPolicy", "FullRow", "FullCol", "Square", "Warpgroup"];
 
 /// Non-generic methods, recognized after a `.`: (method, its type).
 const METHODS: &[(&str, &str)] =

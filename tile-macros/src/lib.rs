@@ -433,6 +433,24 @@ mod sig;
 ///   ```ignore
 ///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(FullRow);
 ///   ```
+///   `.policy(Warpgroup(w))` (M = 64, `w` an integer literal below
+///   `threads / 128`): warpgroup `w` alone computes `acc` and holds it,
+///   with wgmma on sm_90a (mma.sync on its four warps elsewhere). The
+///   fragments that take their layout from `acc` (its reductions, the
+///   fragments of `parallel` loops over it, copies of it) are warpgroup
+///   `w`'s too, and every statement on them runs on warpgroup `w` only,
+///   inside one branch; the other warpgroups skip it and go on to their own
+///   work (MLA decode: warpgroup 0's scores and softmax, while both
+///   warpgroups hold half of O). A statement cannot mix fragments of
+///   different warpgroups, or of one warpgroup and of all (a layout
+///   conflict): pass values through shared memory
+///   (`alpha_s[i] = alpha[i]`, then `acc[(i, j)] *= alpha_s[i]`), the
+///   barriers are the compiler's. A reduction of such a fragment along
+///   dims its warps split is a compile error (its warps would need a
+///   barrier of their own).
+///   ```ignore
+///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(Warpgroup(0));
+///   ```
 ///
 /// Who checks what: this macro checks syntax, names (with "did you mean"),
 /// literal types, statement placement and the argument kinds of tile

@@ -578,7 +578,17 @@ impl Infer<'_> {
                 Err(e) => return Err(self.register_a_refusal(a, m, policy).unwrap_or(e)),
             },
         };
-        let acc = if let Some(g) = col_split {
+        // A warpgroup alone (`policy(Warpgroup(w))`): its four warps' tile,
+        // on its threads, with wgmma or mma.sync alike.
+        let owned = |root: RootLayout| match policy.owner() {
+            Some(w) => root.owned_by(w).ok_or_else(|| {
+                format!("gemm into `{}` with `policy(Warpgroup({w}))`: the block has no warpgroup {w}", cb.name)
+            }),
+            None => Ok(root),
+        };
+        let acc = if policy.owner().is_some() {
+            FragLayout::full(owned(RootLayout::mma_accumulator(m, n, self.k.threads, warps))?)
+        } else if let Some(g) = col_split {
             FragLayout::full(crate::hopper::wgmma_split_accumulator(m, n, self.k.threads, g)?)
         } else if self.wgmma_accs.contains(&c) && m == 64 * groups {
             // A warpgroup per 64 rows: N may take several instructions.
@@ -612,7 +622,7 @@ impl Infer<'_> {
                     if trans_a { " and a transposed A" } else { "" }
                 ));
             }
-            let want = FragLayout::full(RootLayout::mma_accumulator(m, ak, self.k.threads, warps));
+            let want = FragLayout::full(owned(RootLayout::mma_accumulator(m, ak, self.k.threads, warps))?);
             let why = format!("the gemm into `{}` (A operand from registers, warps {}×1)", cb.name, warps.0);
             self.constrain(a, want, why, span);
         }
@@ -722,9 +732,13 @@ impl Infer<'_> {
     ) -> Option<FragLayout> {
         let mut fixed: Vec<Option<crate::layout::DimDist>> = vec![None; n.vars.len()];
         let mut active = 1;
+        // The warpgroup the fragments read are held by, if one (a
+        // disagreement is the conflict `nest` reports).
+        let mut owner = None;
         for (b, p) in uses {
             let Some(l) = self.plan.frags.get(b) else { continue };
             active = active.max(l.root.active_threads());
+            owner = owner.or(l.root.owner);
             for (a, &nd) in p.iter().enumerate() {
                 let want = l.root.dims[l.kept[a]].clone();
                 match &fixed[nd] {
@@ -743,7 +757,7 @@ impl Infer<'_> {
             None => 1,
         };
         let hint = full.and_then(|b| self.vec_hint.get(&b).map(|h| h.1)).unwrap_or(hint);
-        RootLayout::with_outer_fixed(&n.extents, self.k.threads, hint, &prefix, active).map(FragLayout::full)
+        RootLayout::with_outer_fixed(&n.extents, self.k.threads, hint, &prefix, (active, owner)).map(FragLayout::full)
     }
 
     fn nest(&mut self, n: &Nest<'_>, span: SpanId) {

@@ -39,9 +39,11 @@
 //!    where the writer was a cp.async; in functions whose wgmmas read shared
 //!    memory, `fence.proxy.async` before each barrier that follows generic
 //!    shared writes.
-//! 10. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 10. [`merge_branches`]: consecutive branches of one warpgroup (around
+//!     the statements on its fragments, `policy(Warpgroup(w))`) become one.
+//! 11. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 10 and the shared-memory limit (the target's,
+//! Steps 6 to 11 and the shared-memory limit (the target's,
 //! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
@@ -50,6 +52,7 @@ pub mod cp_async_wait;
 pub mod epilogue;
 pub mod layout_infer;
 pub mod lower;
+pub mod merge_branches;
 pub mod pack_cvt;
 pub mod pipeline;
 pub mod wgmma_wait;

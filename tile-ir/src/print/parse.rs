@@ -841,6 +841,18 @@ impl Parser {
                                 "square" => WarpPolicy::Square,
                                 "full_row" => WarpPolicy::FullRow,
                                 "full_col" => WarpPolicy::FullCol,
+                                "warpgroup" => {
+                                    self.expect_punct("(")?;
+                                    let w = self.int()?;
+                                    self.expect_punct(")")?;
+                                    match u32::try_from(w) {
+                                        Ok(w) => WarpPolicy::Warpgroup(w),
+                                        Err(_) => {
+                                            self.pos -= 2;
+                                            return self.err(format!("warpgroup index {w} out of range"));
+                                        }
+                                    }
+                                }
                                 other => {
                                     let message = format!("unknown warp policy `{other}`");
                                     self.pos -= 1;

@@ -4,14 +4,16 @@
 //! `b` a shared buffer, `c` a fragment, all of rank 2; `a` and `b` hold the
 //! same type, f16 or bf16; `c` holds f32; with `op(a)` = `[M, K]` and
 //! `op(b)` = `[K, N]` (transposed when `trans_*` is set), `c` is `[M, N]`
-//! ([`super::rules::gemm_mismatch`]).
+//! ([`super::rules::gemm_mismatch`]). With `policy(Warpgroup(w))`: the
+//! block has whole warpgroups, `w` among them, and `c` has 64 rows (one
+//! warpgroup's).
 
 use super::rules::{
     gemm_a_scope_ok, gemm_b_scope_ok, gemm_fitting_transposes, gemm_mismatch, gemm_operand_dtype_ok,
     gemm_operand_extents,
 };
 use super::{scope_name, Verifier};
-use crate::ir::{BufferId, DType, Scope};
+use crate::ir::{BufferId, DType, Scope, WarpPolicy};
 
 impl Verifier<'_> {
     pub(super) fn check_gemm(&mut self, a: BufferId, b: BufferId, c: BufferId, trans_a: bool, trans_b: bool) {
@@ -72,6 +74,27 @@ impl Verifier<'_> {
                 "gemm shape mismatch: {an} {sa:?} is M×K = {m_a}×{k_a}, {bn} {sb:?} is K×N = {k_b}×{n_b}, `{}` {sc:?} is M×N = {m_c}×{n_c}: {what}{hint}",
                 cb.name
             ));
+        }
+    }
+
+    /// The rules of `policy(Warpgroup(w))` for the accumulator `c`.
+    pub(super) fn check_gemm_owner(&mut self, c: BufferId, policy: WarpPolicy) {
+        let Some(w) = policy.owner() else { return };
+        let threads = self.kernel.threads;
+        if threads % 128 != 0 || w >= threads / 128 {
+            self.err(format!(
+                "gemm with `policy(Warpgroup({w}))`: the block's {threads} threads have {} whole warpgroups (128 threads each), so warpgroup {w} does not exist",
+                threads / 128
+            ));
+        }
+        let Some(cb) = self.buffer(c) else { return };
+        if let Some(shape) = cb.const_shape() {
+            if shape.first().is_some_and(|&m| m != 64) {
+                self.err(format!(
+                    "gemm with `policy(Warpgroup({w}))`: the accumulator `{}` has {} rows; one warpgroup computes 64 (M = 64)",
+                    cb.name, shape[0]
+                ));
+            }
         }
     }
 }

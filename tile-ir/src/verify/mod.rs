@@ -181,7 +181,10 @@ impl<'k> Verifier<'k> {
             StmtKind::Reduce { op, src, dst, dim, keep: _ } => self.check_reduce(op, src, dst, dim),
             StmtKind::Barrier => self.no_tile_op_in_parallel("barrier"),
             StmtKind::Print { format, args } => self.check_print(format, args),
-            StmtKind::Gemm { a, b, c, trans_a, trans_b, .. } => self.check_gemm(*a, *b, *c, *trans_a, *trans_b),
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
+                self.check_gemm(*a, *b, *c, *trans_a, *trans_b);
+                self.check_gemm_owner(*c, *policy);
+            }
         }
     }
 }

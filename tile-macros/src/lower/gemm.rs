@@ -17,7 +17,7 @@ use tile_ir::{BufferId, DType, Scope, Stmt, StmtKind, WarpPolicy};
 
 impl Lowerer<'_> {
     /// `gemm(&a, &b, &mut acc)` with optional `.t()` on `a`/`b` and the
-    /// modifiers `.clear()` and `.policy(FullRow | FullCol | Square)`.
+    /// modifiers `.clear()` and `.policy(FullRow | FullCol | Square | Warpgroup(w))`.
     pub(super) fn gemm_stmt(
         &mut self,
         call: &syn::ExprCall,
@@ -61,7 +61,7 @@ impl Lowerer<'_> {
                         None => {
                             self.errors.spanned(
                                 *m,
-                                "`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N) or `Square`",
+                                "`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N), `Square` or `Warpgroup(w)` (warpgroup `w` alone, `w` an integer literal)",
                             );
                             failed = true;
                         }
@@ -86,7 +86,7 @@ impl Lowerer<'_> {
                 _ => {
                     self.errors.at(
                         m.method.span(),
-                        format!("unknown method `.{method}()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square)`"),
+                        format!("unknown method `.{method}()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square | Warpgroup(w))`"),
                     );
                     failed = true;
                 }

@@ -96,8 +96,20 @@ pub(super) fn binop_symbol(op: &syn::BinOp) -> String {
     op.to_token_stream().to_string()
 }
 
-/// `FullRow`, `FullCol`, `Square`, or the same as `WarpPolicy::FullRow`.
+/// `FullRow`, `FullCol`, `Square`, `Warpgroup(w)` (`w` an integer
+/// literal), or the same as `WarpPolicy::FullRow`.
 pub(super) fn warp_policy(e: &SynExpr) -> Option<WarpPolicy> {
+    if let SynExpr::Call(call) = e {
+        let SynExpr::Path(p) = &*call.func else { return None };
+        let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let named = matches!(segs.as_slice(), [one] | [_, one] if one == "Warpgroup")
+            && (segs.len() == 1 || segs[0] == "WarpPolicy");
+        let [SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Int(w), .. })] = call.args.iter().collect::<Vec<_>>()[..]
+        else {
+            return None;
+        };
+        return named.then(|| w.base10_parse::<u32>().ok().map(WarpPolicy::Warpgroup)).flatten();
+    }
     let SynExpr::Path(p) = e else { return None };
     let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
     let last = match segs.as_slice() {

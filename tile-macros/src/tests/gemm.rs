@@ -143,13 +143,47 @@ fn gemm_shape_errors_name_the_three_shapes() {
     );
 }
 
+/// `policy(Warpgroup(w))` lowers to the IR's policy; the verifier wants
+/// the warpgroup in the block and M = 64.
+#[test]
+fn warpgroup_policy_lowers_and_verifies() {
+    let head = "threads = 256, consts(BM = 64, BN = 16, BK = 24)";
+    for (stmt, w) in [
+        ("gemm(&a_s, &b_s, &mut acc).policy(Warpgroup(1));", 1),
+        ("gemm(&a_s, &b_s, &mut acc).policy(WarpPolicy::Warpgroup(0));", 0),
+    ] {
+        let k = lower_ok(head, &body(stmt));
+        let StmtKind::Gemm { policy, .. } = &gemms(&k)[0] else { unreachable!() };
+        assert_eq!(*policy, WarpPolicy::Warpgroup(w));
+        verify::verify(&k).unwrap_or_else(|e| panic!("{stmt}: {e:#?}"));
+    }
+    verified_err(
+        head,
+        &body("gemm(&a_s, &b_s, &mut acc).policy(Warpgroup(2));"),
+        &["the block's 256 threads have 2 whole warpgroups (128 threads each), so warpgroup 2 does not exist"],
+    );
+    verified_err(
+        HEAD,
+        &body("gemm(&a_s, &b_s, &mut acc).policy(Warpgroup(0));"),
+        &["the accumulator `acc` has 32 rows; one warpgroup computes 64 (M = 64)"],
+    );
+}
+
 #[test]
 fn gemm_modifier_errors() {
     lower_err(
         HEAD,
         &body("gemm(&a_s, &b_s, &mut acc).policy(Diagonal);"),
-        &["`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N) or `Square`"],
+        &["`.policy(..)` takes one warp policy: `FullRow` (warps split M), `FullCol` (warps split N), `Square` or `Warpgroup(w)` (warpgroup `w` alone, `w` an integer literal)"],
     );
+    // The warpgroup is an integer literal.
+    for w in ["Warpgroup(W)", "Warpgroup(-1)", "Warpgroup(0, 1)", "Other(0)"] {
+        lower_err(
+            HEAD,
+            &body(&format!("gemm(&a_s, &b_s, &mut acc).policy({w});")),
+            &["`.policy(..)` takes one warp policy"],
+        );
+    }
     lower_err(HEAD, &body("gemm(&a_s, &b_s, &mut acc).clear().clear();"), &["`.clear()` is given twice"]);
     lower_err(
         HEAD,
@@ -160,7 +194,7 @@ fn gemm_modifier_errors() {
     lower_err(
         HEAD,
         &body("gemm(&a_s, &b_s, &mut acc).fast();"),
-        &["unknown method `.fast()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square)`"],
+        &["unknown method `.fast()` on `gemm(..)`; it supports `.clear()` and `.policy(FullRow | FullCol | Square | Warpgroup(w))`"],
     );
     lower_err(
         HEAD,

@@ -1,6 +1,7 @@
 //! A layout's coordinates as operands: the thread part of each dimension
 //! (computed once, in the entry code), a register's coordinate, and the
-//! validity predicate of a register (padding, idle threads).
+//! validity predicate of a register (padding, idle threads, inside a
+//! warpgroup's branch for a layout that warpgroup owns).
 
 use super::*;
 
@@ -96,15 +97,30 @@ impl<'a> Lx<'a> {
         self.add_i32(base, Operand::Imm(lay.root.reg_offset(d, l)))
     }
 
+    /// Whether the calling thread is one of `root`'s active threads
+    /// (`None`: all are). A layout of one warpgroup
+    /// ([`RootLayout::owner`]) is only ever used inside that warpgroup's
+    /// branch ([`Lx::owner_of`]): there only its threads past the active
+    /// ones are idle.
+    pub(crate) fn active_pred(&mut self, root: &RootLayout) -> Option<Reg> {
+        let active = root.active_threads();
+        let tid = self.tid;
+        match root.owner {
+            Some(_) if active >= 128 => None,
+            Some(_) => {
+                let lane = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm(127)]);
+                Some(self.op("setp.lt.u32", RegClass::Pred, vec![lane.into(), Operand::Imm(active)]))
+            }
+            None if active < self.k.threads as i64 => {
+                Some(self.op("setp.lt.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(active)]))
+            }
+            None => None,
+        }
+    }
+
     /// Whether the calling thread's register group `l` holds valid elements.
     pub(crate) fn valid_pred(&mut self, lay: &FragLayout, l: &[i64]) -> Option<Reg> {
-        let mut p = None;
-        let active = lay.root.active_threads();
-        if active < self.k.threads as i64 {
-            let tid = self.tid;
-            let q = self.op("setp.lt.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(active)]);
-            p = Some(q);
-        }
+        let mut p = self.active_pred(&lay.root.clone());
         for (a, &d) in lay.kept.iter().enumerate() {
             let root = &lay.root;
             if !root.dim_padded(d) {

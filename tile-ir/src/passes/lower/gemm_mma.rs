@@ -84,7 +84,14 @@ impl Lx<'_> {
         } else {
             mma_warp_grid(m, n, k.threads, policy).map_err(|e| self.err(e))?
         };
-        let acc = FragLayout::full(RootLayout::mma_accumulator(m, n, k.threads, (wm, wn)));
+        let acc = RootLayout::mma_accumulator(m, n, k.threads, (wm, wn));
+        // A warpgroup's alone (`policy(Warpgroup(w))`): its four warps, on
+        // its threads (the statement runs in its branch).
+        let acc = match policy.owner() {
+            Some(w) => acc.owned_by(w).ok_or_else(|| self.err(format!("the block has no warpgroup {w}")))?,
+            None => acc,
+        };
+        let acc = FragLayout::full(acc);
         if !have.agrees(&acc) {
             return Err(self.err(format!(
                 "layout conflict on `{}`: it is laid out as {} but this gemm (warps {wm}×{wn}) produces {}",
@@ -160,7 +167,6 @@ impl Lx<'_> {
             None
         };
 
-        let active = acc.root.active_threads();
         let body = self.capture(|s| {
             if clear {
                 for r in &creg {
@@ -229,13 +235,12 @@ impl Lx<'_> {
             }
             Ok(())
         })?;
-        if active < k.threads as i64 {
-            // Whole warps idle: mma and ldmatrix are warp-collective.
-            let tid = self.tid;
-            let p = self.op("setp.lt.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(active)]);
-            self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then: body, otherwise: vec![] });
-        } else {
-            self.cur().extend(body);
+        // Whole warps idle: mma and ldmatrix are warp-collective.
+        match self.active_pred(&acc.root) {
+            Some(p) => {
+                self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then: body, otherwise: vec![] })
+            }
+            None => self.cur().extend(body),
         }
         Ok(())
     }

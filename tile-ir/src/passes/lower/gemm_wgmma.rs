@@ -4,8 +4,9 @@
 //! Expects a gemm that [`crate::hopper::wgmma_gemm`] accepts (the test that
 //! layout inference applied too: [`crate::passes::layout_infer::infer_layouts_for`])
 //! and a layout plan that gave its accumulator the wgmma accumulator layout
-//! of its warpgroup grid ([`wgmma_split_accumulator`]) and a fragment A the
-//! register-A layout ([`wgmma_a_fragment`]); the shared operands were
+//! of its warpgroup grid ([`crate::hopper::wgmma_split_accumulator`], or
+//! one warpgroup's alone: [`WgmmaGemm::accumulator`]) and a fragment A the
+//! register-A layout ([`WgmmaGemm::a_fragment`]); the shared operands were
 //! placed at offsets that are multiples of 8 rows of their swizzle span,
 //! and so are their pipelining stages ([`Lx::wgmma_operand_alignment`]).
 //!
@@ -40,10 +41,7 @@
 //! instructions are in one commit group, so one wait covers them).
 
 use super::*;
-use crate::hopper::{
-    operand_descriptor, wgmma_a_frag_index, wgmma_a_fragment, wgmma_d_index, wgmma_gemm, wgmma_split_accumulator,
-    Major, Swizzle, WgmmaGemm,
-};
+use crate::hopper::{operand_descriptor, wgmma_a_frag_index, wgmma_d_index, wgmma_gemm, Major, Swizzle, WgmmaGemm};
 use crate::ir::WarpPolicy;
 use crate::thread_ir::WgmmaA;
 
@@ -108,7 +106,7 @@ impl Lx<'_> {
             return None;
         }
         let g = wgmma_gemm(self.k, a, b, c, trans_a, trans_b, policy, self.target)?;
-        let want = FragLayout::full(wgmma_split_accumulator(g.m, g.n, self.k.threads, g.col_groups).ok()?);
+        let want = FragLayout::full(g.accumulator(self.k.threads).ok()?);
         // The shared operands must be laid out as the descriptors assume.
         let placed = |buf: BufferId, l: &SharedLayout| self.plan.shared.get(&buf) == Some(l);
         let operands_ok = g.a.as_ref().is_none_or(|(l, _)| placed(a, l)) && placed(b, &g.b.0);
@@ -190,8 +188,7 @@ impl Lx<'_> {
     /// Lowers `gemm a, b -> c` as wgmma (see the module doc).
     pub(crate) fn lower_wgmma(&mut self, g: &WgmmaGemm, a: BufferId, b: BufferId, c: BufferId, clear: bool) -> R<()> {
         let k = self.k;
-        let acc =
-            FragLayout::full(wgmma_split_accumulator(g.m, g.n, k.threads, g.col_groups).map_err(|e| self.err(e))?);
+        let acc = FragLayout::full(g.accumulator(k.threads).map_err(|e| self.err(e))?);
         let creg = self.frags.get(&c).cloned().unwrap_or_default();
         if creg.len() != acc.num_regs() {
             return Err(self.err(format!("internal: gemm accumulator `{}` has no registers", k.buffer(c).name)));
@@ -228,7 +225,7 @@ impl Lx<'_> {
                 ASource::Desc { base, layout: *layout, major: *major }
             }
             None => {
-                let want = FragLayout::full(wgmma_a_fragment(g.m, g.k, k.threads).map_err(|e| self.err(e))?);
+                let want = FragLayout::full(g.a_fragment(k.threads).map_err(|e| self.err(e))?);
                 let name = &k.buffer(a).name;
                 let have = self
                     .plan

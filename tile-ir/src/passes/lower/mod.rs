@@ -295,6 +295,7 @@ pub(crate) fn lower(
         locals: HashMap::new(),
         nest: None,
         tbases: HashMap::new(),
+        warpgroup_preds: HashMap::new(),
         ldm_bases: HashMap::new(),
         shared_stage: HashMap::new(),
         affine: HashMap::new(),
@@ -373,6 +374,9 @@ pub(crate) struct Lx<'a> {
     pub(crate) locals: HashMap<BufferId, Vec<Reg>>,
     pub(crate) nest: Option<NestCtx>,
     pub(crate) tbases: HashMap<Vec<ThreadField>, Reg>,
+    /// Per warpgroup `w`, the entry code's predicate "this thread is in
+    /// warpgroup `w`" (its branches, [`Lx::owner_of`]).
+    pub(crate) warpgroup_preds: HashMap<u32, Reg>,
     /// Registers known to be `base + constant` (from `add_i32`).
     pub(crate) affine: HashMap<Reg, (Reg, i64)>,
     /// Per-thread shared addresses (with the `smem` base) of thread-part

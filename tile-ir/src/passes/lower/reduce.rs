@@ -125,6 +125,14 @@ impl<'a> Lx<'a> {
         // every thread then combines the `h` slots of its row key.
         let warp_mask = mask & !31;
         let h = 1i64 << warp_mask.count_ones();
+        if h > 1 && root.owner.is_some() {
+            // Its barrier would be inside the warpgroup's branch, where the
+            // block's barriers cannot go.
+            return Err(self.err(format!(
+                "reduce of `{}` along dim {dim}: `{}` is one warpgroup's (a gemm with `policy(Warpgroup(..))`) and its warps split that dim, which would need a barrier of the warpgroup's own; reduce along the dim its lanes split (the rows' columns), or copy it to shared memory first",
+                sb.name, sb.name
+            )));
+        }
         if h > 1 {
             let active = root.active_threads();
             let rows = active / root.dims[rk].threads_along();
@@ -139,11 +147,7 @@ impl<'a> Lx<'a> {
             let hk = self.extract_bits(tid, warp_mask);
             let lane_bits = self.op("and.b32", RegClass::B32, vec![tid.into(), Operand::Imm((mask & 31) as i64)]);
             let writer = self.op("setp.eq.u32", RegClass::Pred, vec![lane_bits.into(), Operand::Imm(0)]);
-            let live = if active < self.k.threads as i64 {
-                Some(self.op("setp.lt.u32", RegClass::Pred, vec![tid.into(), Operand::Imm(active)]))
-            } else {
-                None
-            };
+            let live = self.active_pred(&root);
             let writer = self.and_pred(Some(writer), live);
             let sm = self.smem;
             let rowkey = Operand::Reg(self.materialize(&Val { op: rowkey, ty: DType::I32 }));

@@ -48,8 +48,75 @@ impl<'a> Lx<'a> {
         }
     }
 
+    /// Lowers statement `s`; one on a warpgroup's fragments
+    /// ([`Lx::owner_of`]) inside that warpgroup's branch.
     pub(crate) fn stmt(&mut self, s: &TStmt) -> R<()> {
         self.span = s.span;
+        if self.nest.is_none() {
+            if let Some(w) = self.owner_of(s)? {
+                let code = self.capture(|x| x.stmt_of_all(s))?;
+                let p = self.warpgroup_pred(w);
+                self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then: code, otherwise: vec![] });
+                return Ok(());
+            }
+        }
+        self.stmt_of_all(s)
+    }
+
+    /// The warpgroup whose fragments statement `s` (a tile operation or a
+    /// parallel loop, outside parallel loops) works on, when the block has
+    /// other warpgroups ([`crate::layout::RootLayout::owner`]): it then
+    /// runs on that warpgroup only. `None` for the statements of every
+    /// thread (scalar code, loops and ifs, whose statements are asked one
+    /// by one, and tile operations on shared and global memory).
+    pub(crate) fn owner_of(&self, s: &TStmt) -> R<Option<u32>> {
+        if self.k.threads <= 128 {
+            return Ok(None);
+        }
+        let frag = |b: BufferId| (self.k.buffer(b).scope == Scope::Fragment).then_some(b);
+        let mut bufs: Vec<BufferId> = Vec::new();
+        match &s.kind {
+            StmtKind::Copy { src, dst, .. } => bufs.extend([frag(src.buf), frag(dst.buf)].into_iter().flatten()),
+            StmtKind::Fill { buf, .. } => bufs.extend(frag(*buf)),
+            StmtKind::Reduce { src, dst, .. } => bufs.extend([*src, *dst]),
+            StmtKind::Gemm { a, c, .. } => bufs.extend([frag(*a), Some(*c)].into_iter().flatten()),
+            StmtKind::For { kind: LoopKind::Parallel, body, .. } => {
+                crate::passes::layout_infer::visit_frag_accesses(self.k, body, &mut |b, _| bufs.push(b))
+            }
+            _ => {}
+        }
+        let mut owner = None;
+        for b in bufs {
+            let Some(w) = self.plan.frags.get(&b).and_then(|l| l.root.owner) else { continue };
+            match owner {
+                Some(o) if o != w => {
+                    return Err(self.err(format!(
+                        "this statement works on fragments of warpgroup {o} and of warpgroup {w} (`{}`); each warpgroup's fragments are its own: pass values through shared memory",
+                        self.k.buffer(b).name
+                    )))
+                }
+                _ => owner = Some(w),
+            }
+        }
+        Ok(owner)
+    }
+
+    /// The entry code's predicate "this thread is in warpgroup `w`".
+    pub(crate) fn warpgroup_pred(&mut self, w: u32) -> Reg {
+        if let Some(p) = self.warpgroup_preds.get(&w) {
+            return *p;
+        }
+        let groups = (self.k.threads / 128).max(2) as i64;
+        let wg = self.thread_bits_value(&[ThreadField { shift: 7, count: groups, mult: 1 }]);
+        let p = self.new_reg(RegClass::Pred);
+        self.emit_pro(Inst::Op { op: "setp.eq.u32".into(), dst: p, args: vec![wg, Operand::Imm(w as i64)] });
+        self.warpgroup_preds.insert(w, p);
+        self.f.warpgroup_preds.push(p);
+        p
+    }
+
+    /// [`Lx::stmt`] run by every thread.
+    fn stmt_of_all(&mut self, s: &TStmt) -> R<()> {
         if self.nest.is_none() {
             self.cur_op += 1;
         }

@@ -291,6 +291,11 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
                     ))
                 })?);
             }
+            StmtKind::Gemm { policy: crate::ir::WarpPolicy::Warpgroup(w), .. } => {
+                return Err(no(&format!(
+                    "a gemm of the pipelined loop runs on warpgroup {w} alone (`policy(Warpgroup({w}))`); the warp-specialized GEMM splits every gemm over all its consumer warpgroups"
+                )))
+            }
             StmtKind::Gemm { a, b, c, trans_a, trans_b, clear, .. } => {
                 gemms.push((i, *a, *b, *c, *trans_a, *trans_b, *clear));
             }

@@ -905,10 +905,15 @@ fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
 }
 
 /// A gemm's code without the `wgmma.wait_group 0` that ends it (the
-/// general lowering's: its group is then left in flight).
+/// general lowering's: its group is then left in flight), inside the
+/// branch of the warpgroup that runs it alone (`policy(Warpgroup(w))`).
 pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
         code.remove(i);
+    } else if let [Stmt::If { then, otherwise, uniform: false, .. }] = &mut code[..] {
+        if otherwise.is_empty() {
+            *then = without_final_wait(std::mem::take(then));
+        }
     }
     code
 }

@@ -25,7 +25,11 @@
 //! Every box of the stage is read by some slice (the boxes tile the
 //! stage's columns, which are the gemm's K), so after the gemm every piece
 //! of the stage has been waited for once, and the statements after it
-//! (MLA's masking, P·V) read a landed stage with no further wait. Each
+//! (MLA's masking, P·V) read a landed stage with no further wait. A gemm
+//! that one warpgroup runs alone (`policy(Warpgroup(w))`) does this in
+//! that warpgroup's branch; every other consumer thread waits for each
+//! piece in the branch's `else`, so the statements after it read a landed
+//! stage on every thread too. Each
 //! piece barrier completes once per use of its stage, as `full_c[s]` did,
 //! so the parities are the ring's (`ph`), and the release (`empty_c`) is
 //! unchanged: the counts and the proof of [`super::lower`] hold piece by
@@ -133,14 +137,31 @@ impl Lx<'_> {
 
     /// The first reader's lowered code `code` (the gemm of `p`) with the
     /// wait for each box before the first wgmma of the first slice reading
-    /// it (see the module doc).
+    /// it (see the module doc). A gemm that one warpgroup runs alone
+    /// (`policy(Warpgroup(w))`: its code is that warpgroup's branch) waits
+    /// so in the branch, and the other warpgroups, which read the stage
+    /// later (MLA's P·V), wait for every box in its `else`.
     pub(super) fn wsl_piece_waits(
         &mut self,
         p: &Pieces,
         stages: i64,
         (stage, phase): (Reg, Reg),
-        code: Vec<Stmt>,
+        mut code: Vec<Stmt>,
     ) -> R<Vec<Stmt>> {
+        if let [Stmt::If { then, otherwise, uniform: false, .. }] = &mut code[..] {
+            if otherwise.is_empty() {
+                *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then))?;
+                *otherwise = self.capture(|x| {
+                    for j in 0..p.boxes {
+                        let bar = x.wsl_piece_bar(p, stages, stage, j);
+                        let pred = x.new_reg(RegClass::Pred);
+                        x.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
+                    }
+                    Ok(())
+                })?;
+                return Ok(code);
+            }
+        }
         let mut out = Vec::with_capacity(code.len() + 2 * p.boxes);
         let mut waited = vec![false; p.boxes];
         let mut n = 0;

@@ -1,0 +1,263 @@
+//! Gemms that one warpgroup runs alone (`policy=warpgroup(w)`) and the
+//! fragments derived from them: MLA decode's shape, where warpgroup `w`
+//! computes the scores `s = q_s · kv_sᵀ` (N = 64 on one warpgroup instead
+//! of two halves of N = 32), their row maximum and exponentials, and hands
+//! P and the rows' rescale to both warpgroups through shared memory, while
+//! both hold half of O (`full_col`). Kernels in text form, compiled for
+//! sm_90a (wgmma, the general lowering and the warp-specialized loop with
+//! per-piece barriers) and sm_80 (mma.sync on the owner's four warps), run
+//! on the Thread IR simulator (its races and deadlocks fail the test)
+//! against the f64 reference, owner 0 and owner 1.
+//!
+//! Also: the statements on the owner's fragments sit in its branches (one
+//! per stretch of them), the scores are one N = 64 wgmma per k16 slice,
+//! ptxas assembles the variants without spills, and the mistakes are
+//! errors that say what to do (mixing one warpgroup's fragment with all
+//! threads', a warpgroup the block lacks, 128 rows, a reduction its warps
+//! would need a barrier for).
+
+mod gemm_sim;
+mod ptxas;
+mod sim;
+
+use gemm_sim::{decode, random, rel_l2, run_on, Rng};
+use tile_ir::print::{parse_kernel, print_kernel};
+use tile_ir::*;
+
+/// The scores' gemm and everything on them on warpgroup `owner`; P and
+/// the rescale through shared memory; O `[64, dv]` over both warpgroups.
+/// `stages` 0: a serial key loop.
+fn owner_text(owner: u32, dk: i64, dv: i64, stages: u32) -> String {
+    let kind = if stages > 0 { format!("pipelined({stages}) ") } else { String::new() };
+    format!(
+        "kernel mla_owner<%0 SQ, %1 SK>(@0 q: &f16[SQ, {dk}], @1 kv: &f16[SK, {dk}], @2 v: &f16[SK, {dv}], @3 o: &mut f16[SQ, {dv}], %2 scale: f32) threads=256 grid=((SQ + 63) / 64, 1, 1) {{
+  %3 bx = block_idx.x
+  @4 q_s: shared f16[64, {dk}]
+  @5 kv_s: shared f16[64, {dk}]
+  @6 v_s: shared f16[64, {dv}]
+  @7 s: fragment f32[64, 64]
+  @8 p_s: shared f16[64, 64]
+  @9 acc: fragment f32[64, {dv}]
+  @10 m: fragment f32[64]
+  @11 m_prev: fragment f32[64]
+  @12 l: fragment f32[64]
+  @13 row_sum: fragment f32[64]
+  @14 alpha_s: shared f32[64]
+  @15 l_s: shared f32[64]
+  copy q[bx * 64, 0] -> q_s
+  fill acc, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %4 kb in {kind}0..(SK + 63) / 64 {{
+    copy kv[kb * 64, 0] -> kv_s
+    copy v[kb * 64, 0] -> v_s
+    gemm q_s, kv_s.t -> s, clear, policy=warpgroup({owner})
+    for %5 i in parallel 0..64 {{
+      for %6 j in parallel 0..64 {{
+        if kb * 64 + %6 >= SK {{
+          s[%5, %6] = -inf
+        }}
+      }}
+    }}
+    copy m -> m_prev
+    reduce.max s -> m, dim=1, keep
+    for %7 i in parallel 0..64 {{
+      for %8 j in parallel 0..64 {{
+        s[%7, %8] = exp2((s[%7, %8] - m[%7]) * scale)
+      }}
+    }}
+    reduce.sum s -> row_sum, dim=1
+    for %9 i in parallel 0..64 {{
+      l[%9] = l[%9] * exp2((m_prev[%9] - m[%9]) * scale) + row_sum[%9]
+      alpha_s[%9] = exp2((m_prev[%9] - m[%9]) * scale)
+    }}
+    copy s -> p_s
+    for %10 i in parallel 0..64 {{
+      for %11 j in parallel 0..{dv} {{
+        acc[%10, %11] = acc[%10, %11] * alpha_s[%10]
+      }}
+    }}
+    gemm p_s, v_s -> acc, policy=full_col
+  }}
+  for %12 i in parallel 0..64 {{
+    l_s[%12] = l[%12]
+  }}
+  for %13 i in parallel 0..64 {{
+    for %14 j in parallel 0..{dv} {{
+      acc[%13, %14] = acc[%13, %14] / l_s[%13]
+    }}
+  }}
+  copy acc -> o[bx * 64, 0]
+}}"
+    )
+}
+
+/// softmax(q·kvᵀ / √dk) · v in f64.
+fn reference(q: &[f64], kv: &[f64], v: &[f64], sq: usize, sk: usize, dk: usize, dv: usize) -> Vec<f64> {
+    let mut want = vec![0.0; sq * dv];
+    for i in 0..sq {
+        let s: Vec<f64> = (0..sk)
+            .map(|j| (0..dk).map(|c| q[i * dk + c] * kv[j * dk + c]).sum::<f64>() / (dk as f64).sqrt())
+            .collect();
+        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+        let sum: f64 = p.iter().sum();
+        for c in 0..dv {
+            want[i * dv + c] = (0..sk).map(|j| p[j] * v[j * dv + c]).sum::<f64>() / sum;
+        }
+    }
+    want
+}
+
+fn inputs(sq: usize, sk: usize, dk: usize, dv: usize) -> (Vec<Vec<u8>>, Vec<f64>) {
+    let mut rng = Rng(0x0E1 ^ (sq * 1000 + sk * 7 + dk) as u64);
+    let (qb, qv) = random(&mut rng, DType::F16, sq * dk, -1.0, 1.0);
+    let (kb, kv) = random(&mut rng, DType::F16, sk * dk, -1.0, 1.0);
+    let (vb, vv) = random(&mut rng, DType::F16, sk * dv, -1.0, 1.0);
+    let want = reference(&qv, &kv, &vv, sq, sk, dk, dv);
+    (vec![qb, kb, vb, vec![0xFF; 2 * sq * dv]], want)
+}
+
+fn scale(dk: usize) -> u64 {
+    ((std::f64::consts::LOG2_E / (dk as f64).sqrt()) as f32).to_bits() as u64
+}
+
+/// The `m64nNk16` instructions of a PTX module: N of each.
+fn wgmma_ns(ptx: &str) -> Vec<u32> {
+    ptx.lines()
+        .filter_map(|l| l.trim().strip_prefix("wgmma.mma_async.sync.aligned.m64n"))
+        .map(|rest| rest.split('k').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn assert_no_spills(c: &Compiled, name: &str) {
+    if let Some(r) = ptxas::assemble(name, &c.ptx, "sm_90a") {
+        assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{name} spills:\n{r}");
+        assert!(!r.contains("serialized"), "{name}: ptxas serializes the wgmmas:\n{r}");
+    }
+}
+
+/// The general lowering on both targets, owner 0 and 1: the scores are
+/// N = 64 wgmmas (sm_90a) on the owner alone, and the results match at
+/// sizes with partial row and key blocks.
+#[test]
+fn one_warpgroups_scores_general_on_both_targets() {
+    let (dk, dv) = (128usize, 128usize);
+    for owner in [0, 1] {
+        let text = owner_text(owner, dk as i64, dv as i64, 2);
+        let k = parse_kernel(&text).unwrap();
+        // The text form keeps the owner.
+        assert!(print_kernel(&k).contains(&format!("policy=warpgroup({owner})")));
+        assert_eq!(parse_kernel(&print_kernel(&k)).unwrap(), k);
+        let c = compile(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(wgmma_ns(&c.ptx), [vec![64; dk / 16], vec![64; 64 / 16]].concat(), "{}", c.thread_ir);
+        assert_no_spills(&c, &format!("owner_general_{owner}"));
+        for target in [Target::Sm90a, Target::Sm80] {
+            for (sq, sk) in [(64, 64), (50, 130), (70, 20)] {
+                let (tensors, want) = inputs(sq, sk, dk, dv);
+                let out = run_on(target, &text, tensors, &[sq as i64, sk as i64], &[scale(dk)]);
+                let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+                assert!(err <= 5e-3, "owner {owner} {target:?} sq={sq} sk={sk}: relative L2 error {err:.3e}");
+            }
+        }
+    }
+}
+
+/// The warp-specialized loop (a producer warpgroup's TMA, per-piece
+/// barriers on `kv_s`'s three boxes waited for in the owner's branch and
+/// in the other's `else`) under several interleavings, for loops of 1, 2
+/// and 3 key blocks, owner 0 and 1.
+#[test]
+fn one_warpgroups_scores_warp_specialized_on_the_simulator() {
+    let (dk, dv) = (192usize, 128usize);
+    for owner in [0, 1] {
+        let text = owner_text(owner, dk as i64, dv as i64, 2);
+        let k = parse_kernel(&text).unwrap();
+        let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+        let c = v.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+        assert!(wgmma_ns(&c.ptx).iter().all(|&n| n == 64), "{}", c.thread_ir);
+        assert_no_spills(c, &format!("owner_ws_{owner}"));
+        for (sq, sk) in [(64, 33), (61, 128), (64, 150)] {
+            let (tensors, want) = inputs(sq, sk, dk, dv);
+            let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
+            let tensors = tensors
+                .into_iter()
+                .zip(shapes)
+                .map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 })
+                .collect();
+            let out = sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
+            let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+            assert!(err <= 5e-3, "owner {owner} ws sq={sq} sk={sk}: relative L2 error {err:.3e}");
+        }
+    }
+}
+
+/// The owner's statements are in its branches, joined where they follow
+/// each other: the general variant's loop has one branch on the owner's
+/// predicate per stretch between the block's barriers, not one per
+/// statement.
+#[test]
+fn the_owners_statements_share_branches() {
+    let text = owner_text(1, 64, 64, 0);
+    let c = compile(&parse_kernel(&text).unwrap(), Target::Sm90a).unwrap_or_else(|e| panic!("{e:?}"));
+    let preds = &c.function.warpgroup_preds;
+    assert_eq!(preds.len(), 1, "one warpgroup predicate");
+    fn branches(body: &[thread_ir::Stmt], p: thread_ir::Reg, n: &mut usize) {
+        for s in body {
+            match s {
+                thread_ir::Stmt::If { cond, then, otherwise, .. } => {
+                    *n += (*cond == p) as usize;
+                    branches(then, p, n);
+                    branches(otherwise, p, n);
+                }
+                thread_ir::Stmt::For { body, .. } => branches(body, p, n),
+                _ => {}
+            }
+        }
+    }
+    let mut n = 0;
+    branches(&c.function.body, preds[0], &mut n);
+    // Before the loop (the fills), in it: the scores' gemm .. the row max
+    // (then a barrier: `m_prev`'s copy and the mask are the owner's too,
+    // the rescale's write waits for the last iteration's reads), the
+    // exponentials .. P's copy, and after it the rows' sums to `l_s`.
+    assert!((3..=6).contains(&n), "{n} branches on the owner's predicate:\n{}", c.thread_ir);
+}
+
+/// A statement that mixes one warpgroup's fragment with a fragment of all
+/// threads is a layout conflict naming the warpgroup; a warpgroup the block
+/// lacks, 128 rows, and a reduction across the owner's warps are errors.
+#[test]
+fn mistakes_are_errors_that_say_why() {
+    let mixed = owner_text(0, 64, 64, 0).replace("* alpha_s[%10]", "* m[%10]");
+    let e = format!("{:?}", compile(&parse_kernel(&mixed).unwrap(), Target::Sm90a).unwrap_err());
+    assert!(e.contains("warpgroup 0's") && e.contains("acc"), "{e}");
+
+    let missing = owner_text(2, 64, 64, 0);
+    let e = format!("{:?}", verify::verify(&parse_kernel(&missing).unwrap()).unwrap_err());
+    assert!(e.contains("warpgroup 2 does not exist"), "{e}");
+
+    let tall = "kernel t(@0 a: &f16[128, 64], @1 c: &mut f32[128, 64]) threads=256 grid=(1, 1, 1) {
+  @2 a_s: shared f16[128, 64]
+  @3 acc: fragment f32[128, 64]
+  copy a[0, 0] -> a_s
+  gemm a_s, a_s -> acc, clear, policy=warpgroup(0)
+  copy acc -> c[0, 0]
+}";
+    let e = format!("{:?}", verify::verify(&parse_kernel(tall).unwrap()).unwrap_err());
+    assert!(e.contains("has 128 rows; one warpgroup computes 64"), "{e}");
+
+    let across = "kernel t(@0 a: &f16[64, 64], @1 c: &mut f32[64]) threads=256 grid=(1, 1, 1) {
+  @2 a_s: shared f16[64, 64]
+  @3 acc: fragment f32[64, 64]
+  @4 col: fragment f32[64]
+  copy a[0, 0] -> a_s
+  gemm a_s, a_s -> acc, clear, policy=warpgroup(1)
+  reduce.sum acc -> col, dim=0
+  copy col -> c[0]
+}";
+    for target in [Target::Sm90a, Target::Sm80] {
+        let e = format!("{:?}", compile(&parse_kernel(across).unwrap(), target).unwrap_err());
+        assert!(e.contains("reduce of `acc` along dim 0") && e.contains("its warps split that dim"), "{e}");
+    }
+}
