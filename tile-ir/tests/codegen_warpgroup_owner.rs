@@ -163,20 +163,41 @@ fn one_warpgroups_scores_general_on_both_targets() {
     }
 }
 
+/// A chain of two gemms into the scores (the same product twice: the
+/// second accumulates, as MLA's rope part does), so the scores are twice
+/// `q·kvᵀ` and the kernel's scale is halved.
+fn chained(text: &str, owner: u32) -> String {
+    let gemm = format!("    gemm q_s, kv_s.t -> s, clear, policy=warpgroup({owner})\n");
+    text.replace(&gemm, &format!("{gemm}    gemm q_s, kv_s.t -> s, policy=warpgroup({owner})\n"))
+}
+
 /// The warp-specialized loop (a producer warpgroup's TMA, per-piece
 /// barriers on `kv_s`'s three boxes waited for in the owner's branch and
 /// in the other's `else`) under several interleavings, for loops of 1, 2
-/// and 3 key blocks, owner 0 and 1.
+/// and 3 key blocks, owner 0 and 1; and with the scores a chain of two
+/// gemms, issued as one stretch (no wait between them).
 #[test]
 fn one_warpgroups_scores_warp_specialized_on_the_simulator() {
     let (dk, dv) = (192usize, 128usize);
-    for owner in [0, 1] {
+    for (owner, chain) in [(0, false), (1, false), (0, true)] {
         let text = owner_text(owner, dk as i64, dv as i64, 2);
+        let text = if chain { chained(&text, owner) } else { text };
         let k = parse_kernel(&text).unwrap();
         let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
         let c = v.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
         assert!(wgmma_ns(&c.ptx).iter().all(|&n| n == 64), "{}", c.thread_ir);
-        assert_no_spills(c, &format!("owner_ws_{owner}"));
+        assert_no_spills(c, &format!("owner_ws_{owner}_{chain}"));
+        if chain {
+            // The scores' wgmmas (the first 2·dk/16) with no wait among them.
+            let lines: Vec<&str> = c.ptx.lines().map(str::trim).collect();
+            let scores: Vec<usize> =
+                (0..lines.len()).filter(|&i| lines[i].starts_with("wgmma.mma_async")).take(2 * dk / 16).collect();
+            let waits =
+                (scores[0]..*scores.last().unwrap()).filter(|&i| lines[i].starts_with("wgmma.wait_group")).count();
+            assert_eq!(waits, 0, "a wait inside the chain:\n{}", c.thread_ir);
+        }
+        let kernel_scale =
+            |dk: usize| if chain { (f32::from_bits(scale(dk) as u32) / 2.0).to_bits() as u64 } else { scale(dk) };
         for (sq, sk) in [(64, 33), (61, 128), (64, 150)] {
             let (tensors, want) = inputs(sq, sk, dk, dv);
             let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
@@ -185,7 +206,8 @@ fn one_warpgroups_scores_warp_specialized_on_the_simulator() {
                 .zip(shapes)
                 .map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 })
                 .collect();
-            let out = sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
+            let out =
+                sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[kernel_scale(dk)], None);
             let err = rel_l2(&decode(DType::F16, &out[3]), &want);
             assert!(err <= 5e-3, "owner {owner} ws sq={sq} sk={sk}: relative L2 error {err:.3e}");
         }

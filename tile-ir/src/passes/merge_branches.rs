@@ -6,14 +6,17 @@
 //! statement on one warpgroup's fragments
 //! ([`crate::layout::RootLayout::owner`]).
 //!
-//! Guarantees the same behaviour with `if p { A } if p { B }` (the same
-//! warpgroup predicate, the same sense, no `else`, nothing but comments
-//! between them) written `if p { A B }`, at every nesting level: the
-//! predicate does not change between the two tests, so the threads that
-//! run `A` are the ones that run `B`, and no barrier stands between them
-//! (barriers are placed before this pass, outside such branches). The
-//! warpgroup then runs its statements in one stretch, which ptxas schedules
-//! as one block, and the others jump over them once.
+//! Guarantees the same behaviour with `if p { A } else { A' } if p { B }
+//! else { B' }` (the same warpgroup predicate, the same sense, nothing but
+//! comments between them) written `if p { A B } else { A' B' }`, at every
+//! nesting level: the predicate does not change between the two tests, so
+//! the threads that run `A` are the ones that run `B` (and `A'`, `B'`), and
+//! no barrier stands between them (barriers are placed before this pass,
+//! outside such branches). The warpgroup then runs its statements in one
+//! stretch, which ptxas schedules as one block, and the others jump over
+//! them once; and ptxas sees no path through one branch's `then` and the
+//! next one's `else` (a wgmma issued in the first and waited for in the
+//! second would otherwise look in flight on that path, and be serialized).
 
 use crate::thread_ir::{Function, Reg, Stmt};
 
@@ -38,7 +41,7 @@ fn merge(body: &mut Vec<Stmt>, preds: &[Reg]) {
         }
     }
     let is_branch = |s: &Stmt| match s {
-        Stmt::If { cond, otherwise, uniform: false, .. } => otherwise.is_empty() && preds.contains(cond),
+        Stmt::If { cond, uniform: false, .. } => preds.contains(cond),
         _ => false,
     };
     let mut out: Vec<Stmt> = Vec::with_capacity(body.len());
@@ -59,11 +62,14 @@ fn merge(body: &mut Vec<Stmt>, preds: &[Reg]) {
                     ) if a == b && na == nb)
             });
         if joins {
-            let (Some(Stmt::If { then: prev_then, .. }), Stmt::If { then, .. }) = (out.last_mut(), s) else {
+            let (Some(Stmt::If { then: prev_then, otherwise: prev_else, .. }), Stmt::If { then, otherwise, .. }) =
+                (out.last_mut(), s)
+            else {
                 unreachable!("both are branches")
             };
             prev_then.append(&mut held);
             prev_then.extend(then);
+            prev_else.extend(otherwise);
         } else {
             out.append(&mut held);
             out.push(s);
@@ -122,6 +128,24 @@ mod tests {
         // p's two branches (the comment inside), then q's (an instruction
         // between q's two keeps them apart), and the loop's pair joined.
         assert_eq!(shape, ["if0:4", "if1:1", "inst", "if1:1", "for:1"]);
+    }
+
+    #[test]
+    fn branches_with_elses_join_both_sides() {
+        let mut f = Function::default();
+        let p = f.new_reg(RegClass::Pred);
+        f.warpgroup_preds = vec![p];
+        let with_else = |then: usize, otherwise: usize| Stmt::If {
+            cond: p,
+            negate: false,
+            uniform: false,
+            then: vec![inst(); then],
+            otherwise: vec![inst(); otherwise],
+        };
+        f.body = vec![with_else(2, 1), branch(p, vec![inst()]), with_else(1, 3)];
+        merge_warpgroup_branches(&mut f);
+        let [Stmt::If { then, otherwise, .. }] = &f.body[..] else { panic!("one branch: {:?}", f.body.len()) };
+        assert_eq!((then.len(), otherwise.len()), (4, 4));
     }
 
     #[test]

@@ -101,15 +101,26 @@ impl<'a> Lx<'a> {
         Ok(owner)
     }
 
-    /// The entry code's predicate "this thread is in warpgroup `w`".
+    /// The entry code's predicate "this thread is in warpgroup `w`", from
+    /// the warpgroup index broadcast from lane 0 (`Inst::WarpBroadcast`),
+    /// so that ptxas sees the branches on it as warp-uniform (wgmmas in a
+    /// branch it takes for divergent are serialized, C7520).
     pub(crate) fn warpgroup_pred(&mut self, w: u32) -> Reg {
         if let Some(p) = self.warpgroup_preds.get(&w) {
             return *p;
         }
-        let groups = (self.k.threads / 128).max(2) as i64;
-        let wg = self.thread_bits_value(&[ThreadField { shift: 7, count: groups, mult: 1 }]);
-        let p = self.new_reg(RegClass::Pred);
-        self.emit_pro(Inst::Op { op: "setp.eq.u32".into(), dst: p, args: vec![wg, Operand::Imm(w as i64)] });
+        let tid = self.tid;
+        let mut p = Reg(0);
+        let code = self.capture(|x| {
+            let wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+            let wg = x.warp_uniform(wg);
+            p = x.op("setp.eq.u32", RegClass::Pred, vec![wg.into(), Operand::Imm(w as i64)]);
+            Ok(())
+        });
+        match code {
+            Ok(code) => self.push_pro(code),
+            Err(e) => self.errors.push(e),
+        }
         self.warpgroup_preds.insert(w, p);
         self.f.warpgroup_preds.push(p);
         p

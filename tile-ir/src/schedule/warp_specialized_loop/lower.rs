@@ -538,15 +538,38 @@ impl Lx<'_> {
         // Where the next iteration's gemm is issued (an `if` at the top
         // level of the loop body), when it is issued ahead.
         let mut ahead_at = None;
+        // A ring whose every user runs on one warpgroup alone (MLA's K_pe,
+        // read by warpgroup 0's scores only): only that warpgroup waits for
+        // its stage, in its branch (every consumer still releases it).
+        let mut ring_owner: Vec<Option<u32>> = Vec::with_capacity(users.len());
+        for u in &users {
+            let mut owners = Vec::with_capacity(u.len());
+            for &i in u {
+                owners.push(self.owner_of(&body[i])?);
+            }
+            let w = owners.first().copied().flatten();
+            ring_owner.push(w.filter(|_| owners.iter().all(|&o| o == w)));
+        }
         let lowered = self.capture(|x| {
             let wait = |x: &mut Self, ci: usize| {
                 if pieces.get(ci).is_some_and(|p| p.is_some()) {
                     // Its first reader waits for each piece (`pieces.rs`).
                     return;
                 }
-                let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
-                let p = x.new_reg(RegClass::Pred);
-                x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                let code = x.capture(|y| {
+                    let full = y.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+                    let p = y.new_reg(RegClass::Pred);
+                    y.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                    Ok(())
+                });
+                match (code, ring_owner[ci]) {
+                    (Ok(code), Some(w)) => {
+                        let cond = x.warpgroup_pred(w);
+                        x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: code, otherwise: vec![] });
+                    }
+                    (Ok(code), None) => x.cur().extend(code),
+                    (Err(e), _) => x.errors.push(e),
+                }
             };
             let release = |x: &mut Self, ci: usize| x.wsl_release(wl, ci, stage, fenced[ci]);
             // The previous iteration's last gemm, left in flight: waited
@@ -910,10 +933,9 @@ fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
 pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
         code.remove(i);
-    } else if let [Stmt::If { then, otherwise, uniform: false, .. }] = &mut code[..] {
-        if otherwise.is_empty() {
-            *then = without_final_wait(std::mem::take(then));
-        }
+    } else if let [Stmt::If { then, uniform: false, .. }] = &mut code[..] {
+        // (Its `else`, the other warpgroups' piece waits, has no wgmma.)
+        *then = without_final_wait(std::mem::take(then));
     }
     code
 }
