@@ -10,11 +10,14 @@
 //! against the f64 reference, owner 0 and owner 1.
 //!
 //! Also: the statements on the owner's fragments sit in its branches (one
-//! per stretch of them), the scores are one N = 64 wgmma per k16 slice,
-//! ptxas assembles the variants without spills, and the mistakes are
-//! errors that say what to do (mixing one warpgroup's fragment with all
-//! threads', a warpgroup the block lacks, 128 rows, a reduction its warps
-//! would need a barrier for).
+//! per stretch of them), the scores are one N = 64 wgmma per k16 slice (a
+//! chain of two issued with no wait between), O split in halves of one
+//! warpgroup each (views of V) shares registers across the warpgroups and
+//! computes the same, a stage read only through views is waited for in
+//! every pipelined variant, ptxas assembles the variants without spills,
+//! and the mistakes are errors that say what to do (mixing one
+//! warpgroup's fragment with all threads', a warpgroup the block lacks, 128
+//! rows, a reduction its warps would need a barrier for).
 
 mod gemm_sim;
 mod ptxas;
@@ -214,6 +217,138 @@ fn one_warpgroups_scores_warp_specialized_on_the_simulator() {
     }
 }
 
+/// O as two halves, one per warpgroup (each half's gemm on its warpgroup
+/// alone, reading a column view of `v_s`), the scores on warpgroup 0.
+fn halves_text(dk: i64, stages: u32) -> String {
+    let kind = if stages > 0 { format!("pipelined({stages}) ") } else { String::new() };
+    format!(
+        "kernel mla_halves<%0 SQ, %1 SK>(@0 q: &f16[SQ, {dk}], @1 kv: &f16[SK, {dk}], @2 v: &f16[SK, 128], @3 o: &mut f16[SQ, 128], %2 scale: f32) threads=256 grid=((SQ + 63) / 64, 1, 1) {{
+  %3 bx = block_idx.x
+  @4 q_s: shared f16[64, {dk}]
+  @5 kv_s: shared f16[64, {dk}]
+  @6 v_s: shared f16[64, 128]
+  @7 v_l: shared f16[64, 64] = view @6[0, 0]
+  @8 v_r: shared f16[64, 64] = view @6[0, 64]
+  @9 s: fragment f32[64, 64]
+  @10 p_s: shared f16[64, 64]
+  @11 o_l: fragment f32[64, 64]
+  @12 o_r: fragment f32[64, 64]
+  @13 m: fragment f32[64]
+  @14 m_prev: fragment f32[64]
+  @15 l: fragment f32[64]
+  @16 row_sum: fragment f32[64]
+  @17 alpha_s: shared f32[64]
+  @18 l_s: shared f32[64]
+  copy q[bx * 64, 0] -> q_s
+  fill o_l, 0.0
+  fill o_r, 0.0
+  fill l, 0.0
+  fill m, -inf
+  for %4 kb in {kind}0..(SK + 63) / 64 {{
+    copy kv[kb * 64, 0] -> kv_s
+    copy v[kb * 64, 0] -> v_s
+    gemm q_s, kv_s.t -> s, clear, policy=warpgroup(0)
+    for %5 i in parallel 0..64 {{
+      for %6 j in parallel 0..64 {{
+        if kb * 64 + %6 >= SK {{
+          s[%5, %6] = -inf
+        }}
+      }}
+    }}
+    copy m -> m_prev
+    reduce.max s -> m, dim=1, keep
+    for %7 i in parallel 0..64 {{
+      for %8 j in parallel 0..64 {{
+        s[%7, %8] = exp2((s[%7, %8] - m[%7]) * scale)
+      }}
+    }}
+    reduce.sum s -> row_sum, dim=1
+    for %9 i in parallel 0..64 {{
+      l[%9] = l[%9] * exp2((m_prev[%9] - m[%9]) * scale) + row_sum[%9]
+      alpha_s[%9] = exp2((m_prev[%9] - m[%9]) * scale)
+    }}
+    copy s -> p_s
+    for %10 i in parallel 0..64 {{
+      for %11 j in parallel 0..64 {{
+        o_l[%10, %11] = o_l[%10, %11] * exp2((m_prev[%10] - m[%10]) * scale)
+      }}
+    }}
+    for %12 i in parallel 0..64 {{
+      for %13 j in parallel 0..64 {{
+        o_r[%12, %13] = o_r[%12, %13] * alpha_s[%12]
+      }}
+    }}
+    gemm p_s, v_l -> o_l, policy=warpgroup(0)
+    gemm p_s, v_r -> o_r, policy=warpgroup(1)
+  }}
+  for %14 i in parallel 0..64 {{
+    l_s[%14] = l[%14]
+  }}
+  for %15 i in parallel 0..64 {{
+    for %16 j in parallel 0..64 {{
+      o_l[%15, %16] = o_l[%15, %16] / l[%15]
+    }}
+  }}
+  for %17 i in parallel 0..64 {{
+    for %18 j in parallel 0..64 {{
+      o_r[%17, %18] = o_r[%17, %18] / l_s[%17]
+    }}
+  }}
+  copy o_l -> o[bx * 64, 0]
+  copy o_r -> o[bx * 64, 64]
+}}"
+    )
+}
+
+/// The accumulator registers of each `m64n64` wgmma of a PTX module.
+fn wgmma_accumulators(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("wgmma.mma_async"))
+        .map(|l| l.split('{').nth(1).and_then(|x| x.split('}').next()).unwrap_or("").to_string())
+        .collect()
+}
+
+/// O's right half (warpgroup 1's) takes the registers of one of warpgroup
+/// 0's fragments (a thread runs only its warpgroup's statements), and the
+/// results match, general and warp-specialized, under interleavings.
+#[test]
+fn halves_of_one_warpgroup_each_share_registers() {
+    let (dk, dv) = (128usize, 128usize);
+    let text = halves_text(dk as i64, 2);
+    let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e:?}"));
+    // (Without the scores issued one iteration ahead, into twin registers.)
+    let plain = CompileOptions { lookahead: false, ..CompileOptions::default() };
+    for c in &compile_variants(&k, Target::Sm90a, plain).unwrap_or_else(|e| panic!("{e:?}")) {
+        let acc = wgmma_accumulators(&c.ptx);
+        // The scores, O's left half (warpgroup 0's) and its right half
+        // (warpgroup 1's, in registers of one of the others, all three
+        // fragments of 32 registers): two register sets in all.
+        let sets: std::collections::HashSet<&String> = acc.iter().collect();
+        assert_eq!(sets.len(), 2, "{}: {sets:?}", c.schedule);
+    }
+    let v = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    for c in &v {
+        assert_no_spills(c, &format!("halves_{}", c.schedule));
+    }
+    for (sq, sk) in [(64, 64), (50, 130)] {
+        let (tensors, want) = inputs(sq, sk, dk, dv);
+        let out = run_on(Target::Sm90a, &text, tensors, &[sq as i64, sk as i64], &[scale(dk)]);
+        let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+        assert!(err <= 5e-3, "halves general sq={sq} sk={sk}: relative L2 error {err:.3e}");
+    }
+    let c = v.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    for (sq, sk) in [(64, 33), (61, 150)] {
+        let (tensors, want) = inputs(sq, sk, dk, dv);
+        let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
+        let tensors =
+            tensors.into_iter().zip(shapes).map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 }).collect();
+        let out = sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
+        let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+        assert!(err <= 5e-3, "halves ws sq={sq} sk={sk}: relative L2 error {err:.3e}");
+    }
+}
+
 /// The owner's statements are in its branches, joined where they follow
 /// each other: the general variant's loop has one branch on the owner's
 /// predicate per stretch between the block's barriers, not one per
@@ -281,5 +416,39 @@ fn mistakes_are_errors_that_say_why() {
     for target in [Target::Sm90a, Target::Sm80] {
         let e = format!("{:?}", compile(&parse_kernel(across).unwrap(), target).unwrap_err());
         assert!(e.contains("reduce of `acc` along dim 0") && e.contains("its warps split that dim"), "{e}");
+    }
+}
+
+/// A pipelined stage read only through views (O's halves over `v_s`, all
+/// gemms over both warpgroups here): every variant waits for the stage
+/// before the first view's reader. The cp.async and TMA-copy pipelines
+/// placed the wait by the buffer's own readers, found none, and the views'
+/// gemms raced with the copy (a race, or bytes not landed, on the
+/// simulator).
+#[test]
+fn a_stage_read_only_through_views_is_waited_for() {
+    let (dk, dv) = (128usize, 128usize);
+    let text = halves_text(dk as i64, 2)
+        .replace("policy=warpgroup(0)", "policy=full_col")
+        .replace("policy=warpgroup(1)", "policy=full_col")
+        .replace("o_l[%15, %16] / l[%15]", "o_l[%15, %16] / l_s[%15]")
+        .replace("o_l[%10, %11] * exp2((m_prev[%10] - m[%10]) * scale)", "o_l[%10, %11] * alpha_s[%10]");
+    let k = parse_kernel(&text).unwrap();
+    let variants = compile_variants(&k, Target::Sm90a, CompileOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let names: Vec<&str> = variants.iter().map(|c| c.schedule).collect();
+    assert!(names.contains(&"tma_copy") && names.contains(&"cp_async_pipeline"), "{names:?}");
+    for c in &variants {
+        for (sq, sk) in [(64, 130), (61, 64)] {
+            let (tensors, want) = inputs(sq, sk, dk, dv);
+            let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
+            let tensors = tensors
+                .into_iter()
+                .zip(shapes)
+                .map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 })
+                .collect();
+            let out = sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
+            let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+            assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", c.schedule);
+        }
     }
 }

@@ -95,28 +95,30 @@ impl PipelinePlan {
 
 /// The wait batches of a pipelined loop's copies (one entry per copy of
 /// `pl.copies`, in order): copy `j` is waited for (and refilled) before the
-/// first statement of `body` that reads its buffer, and the copies whose
+/// first statement of `body` that reads its buffer (or a view of it: a
+/// buffer read only through views, O's halves over V, is waited for before
+/// the first of those), and the copies whose
 /// first reader is the same statement form one batch (one cp.async group
 /// per iteration, numbered in that order). The first batch is waited for at
 /// the top of the body. Returns `(batch of each copy, body index where each
 /// batch waits)`; one batch when every copy's first reader is the same (a
 /// GEMM's A and B), so such loops have one group per iteration.
-pub fn wait_batches(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
-    wait_batches_of(body, pl)
+pub fn wait_batches(kernel: &Kernel, body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+    wait_batches_of(kernel, body, pl)
 }
 
 impl PipelinePlan {
     /// [`wait_batches`], or one batch waited for at the top of the body when
     /// [`Self::one_wait_batch`].
-    pub fn wait_batches(&self, body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+    pub fn wait_batches(&self, kernel: &Kernel, body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
         if self.one_wait_batch {
             return (vec![0; pl.copies.len()], vec![0]);
         }
-        wait_batches_of(body, pl)
+        wait_batches_of(kernel, body, pl)
     }
 }
 
-fn wait_batches_of(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
+fn wait_batches_of(kernel: &Kernel, body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>) {
     let mut firsts: Vec<usize> = Vec::new();
     let mut batch = Vec::new();
     for &i in &pl.copies {
@@ -125,7 +127,7 @@ fn wait_batches_of(body: &[Stmt], pl: &PipelinedLoop) -> (Vec<usize>, Vec<usize>
             continue;
         };
         let first = (i + 1..body.len())
-            .find(|&j| !pl.copies.contains(&j) && touches(&body[j], dst.buf).0)
+            .find(|&j| !pl.copies.contains(&j) && touches_memory(kernel, &body[j], dst.buf).0)
             .unwrap_or(body.len());
         let b = match firsts.iter().position(|&f| f == first) {
             Some(b) => b,

@@ -202,7 +202,7 @@ impl Lx<'_> {
         loops.sort_by_key(|(v, _)| *v);
         for (var, pl) in loops {
             let Some(body) = loop_body(&self.k.body, var) else { continue };
-            let (batch_of, _) = pipe.wait_batches(body, pl);
+            let (batch_of, _) = pipe.wait_batches(self.k, body, pl);
             for (j, &i) in pl.copies.iter().enumerate() {
                 let StmtKind::Copy { src, dst, fill, cache } = &body[i].kind else { continue };
                 let Some((tensor, boxes, bytes, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {

@@ -296,6 +296,7 @@ pub(crate) fn lower(
         nest: None,
         tbases: HashMap::new(),
         warpgroup_preds: HashMap::new(),
+        owned_sets: Vec::new(),
         ldm_bases: HashMap::new(),
         shared_stage: HashMap::new(),
         affine: HashMap::new(),
@@ -377,6 +378,15 @@ pub(crate) struct Lx<'a> {
     /// Per warpgroup `w`, the entry code's predicate "this thread is in
     /// warpgroup `w`" (its branches, [`Lx::owner_of`]).
     pub(crate) warpgroup_preds: HashMap<u32, Reg>,
+    /// The register sets of fragments that one warpgroup holds
+    /// ([`crate::layout::RootLayout::owner`]), and the warpgroups whose
+    /// fragments took each: a fragment takes a set of another warpgroup's
+    /// of its class and size that none of its warpgroup's took (a thread
+    /// only ever runs its own warpgroup's statements: MLA's two halves of
+    /// O, one per warpgroup, take one set of registers, as a split of one
+    /// fragment over the warpgroups would; a whole set, so that wgmma's
+    /// accumulator ranges stay the same for ptxas).
+    pub(crate) owned_sets: Vec<(Vec<Reg>, Vec<u32>)>,
     /// Registers known to be `base + constant` (from `add_i32`).
     pub(crate) affine: HashMap<Reg, (Reg, i64)>,
     /// Per-thread shared addresses (with the `smem` base) of thread-part

@@ -181,7 +181,10 @@ impl<'a> Lx<'a> {
                             ));
                             continue;
                         }
-                        let regs = (0..l.num_regs()).map(|_| self.f.new_reg(class_of(b.dtype))).collect();
+                        let regs = match l.root.owner {
+                            Some(w) => self.owned_regs(w, class_of(b.dtype), l.num_regs()),
+                            None => (0..l.num_regs()).map(|_| self.f.new_reg(class_of(b.dtype))).collect(),
+                        };
                         self.frags.insert(id, regs);
                     }
                 }
@@ -235,6 +238,21 @@ impl<'a> Lx<'a> {
                 )),
             }
         }
+    }
+
+    /// `n` registers of `class` for a fragment of warpgroup `w` alone: a
+    /// set of another warpgroup's fragment ([`Lx::owned_sets`]), or new ones.
+    fn owned_regs(&mut self, w: u32, class: RegClass, n: usize) -> Vec<Reg> {
+        let fits = |(regs, takers): &(Vec<Reg>, Vec<u32>)| {
+            regs.len() == n && !takers.contains(&w) && regs.first().is_some_and(|r| self.f.regs[r.0 as usize] == class)
+        };
+        if let Some(i) = self.owned_sets.iter().position(fits) {
+            self.owned_sets[i].1.push(w);
+            return self.owned_sets[i].0.clone();
+        }
+        let regs: Vec<Reg> = (0..n).map(|_| self.f.new_reg(class)).collect();
+        self.owned_sets.push((regs.clone(), vec![w]));
+        regs
     }
 
     pub(crate) fn region_of(&self, buf: BufferId) -> Option<Region> {

@@ -274,7 +274,7 @@ impl Lx<'_> {
         reduce: bool,
     ) -> R<()> {
         let stages = pl.stages as i64;
-        let (batch_of, wait_at) = pipe.plan.wait_batches(body, pl);
+        let (batch_of, wait_at) = pipe.plan.wait_batches(self.k, body, pl);
         let nb = wait_at.len().max(1);
         // The copies of each batch.
         let batch_loops: Vec<PipelinedLoop> = (0..nb)

@@ -698,6 +698,16 @@ impl Lx<'_> {
                     }
                     Ok(())
                 })?;
+                // An accumulator of one warpgroup: its registers are another
+                // warpgroup's fragment's on the other threads (`owned_regs`),
+                // so only its warpgroup moves them.
+                let moves = match x.plan.frags.get(c).and_then(|l| l.root.owner) {
+                    Some(w) => {
+                        let cond = x.warpgroup_pred(w);
+                        vec![Stmt::If { cond, negate: false, uniform: false, then: moves, otherwise: vec![] }]
+                    }
+                    None => moves,
+                };
                 x.emit_if(Some(m), true, moves, vec![]);
             }
             x.ring_advance(stages, stage, phase);
