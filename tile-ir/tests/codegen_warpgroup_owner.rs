@@ -23,7 +23,7 @@ mod gemm_sim;
 mod ptxas;
 mod sim;
 
-use gemm_sim::{decode, random, rel_l2, run_on, Rng};
+use gemm_sim::{decode, rel_l2, run_on, wgmma_ns};
 use tile_ir::print::{parse_kernel, print_kernel};
 use tile_ir::*;
 
@@ -95,42 +95,12 @@ fn owner_text(owner: u32, dk: i64, dv: i64, stages: u32) -> String {
     )
 }
 
-/// softmax(q·kvᵀ / √dk) · v in f64.
-fn reference(q: &[f64], kv: &[f64], v: &[f64], sq: usize, sk: usize, dk: usize, dv: usize) -> Vec<f64> {
-    let mut want = vec![0.0; sq * dv];
-    for i in 0..sq {
-        let s: Vec<f64> = (0..sk)
-            .map(|j| (0..dk).map(|c| q[i * dk + c] * kv[j * dk + c]).sum::<f64>() / (dk as f64).sqrt())
-            .collect();
-        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-        let sum: f64 = p.iter().sum();
-        for c in 0..dv {
-            want[i * dv + c] = (0..sk).map(|j| p[j] * v[j * dv + c]).sum::<f64>() / sum;
-        }
-    }
-    want
-}
-
 fn inputs(sq: usize, sk: usize, dk: usize, dv: usize) -> (Vec<Vec<u8>>, Vec<f64>) {
-    let mut rng = Rng(0x0E1 ^ (sq * 1000 + sk * 7 + dk) as u64);
-    let (qb, qv) = random(&mut rng, DType::F16, sq * dk, -1.0, 1.0);
-    let (kb, kv) = random(&mut rng, DType::F16, sk * dk, -1.0, 1.0);
-    let (vb, vv) = random(&mut rng, DType::F16, sk * dv, -1.0, 1.0);
-    let want = reference(&qv, &kv, &vv, sq, sk, dk, dv);
-    (vec![qb, kb, vb, vec![0xFF; 2 * sq * dv]], want)
+    gemm_sim::mla_inputs(0x0E1, sq, sk, dk, dv)
 }
 
 fn scale(dk: usize) -> u64 {
     ((std::f64::consts::LOG2_E / (dk as f64).sqrt()) as f32).to_bits() as u64
-}
-
-/// The `m64nNk16` instructions of a PTX module: N of each.
-fn wgmma_ns(ptx: &str) -> Vec<u32> {
-    ptx.lines()
-        .filter_map(|l| l.trim().strip_prefix("wgmma.mma_async.sync.aligned.m64n"))
-        .map(|rest| rest.split('k').next().unwrap().parse().unwrap())
-        .collect()
 }
 
 fn assert_no_spills(c: &Compiled, name: &str) {

@@ -21,21 +21,13 @@ mod gemm_sim;
 mod ptxas;
 mod sim;
 
-use gemm_sim::{attention_reference, decode, random, reference, rel_l2, run_on, Rng};
+use gemm_sim::{attention_reference, decode, random, reference, rel_l2, run_on, wgmma_ns, Rng};
 use tile_ir::print::parse_kernel;
 use tile_ir::*;
 
 fn compiled(text: &str) -> Compiled {
     let k = parse_kernel(text).unwrap_or_else(|e| panic!("parse: {e:?}"));
     compile(&k, Target::Sm90a).unwrap_or_else(|e| panic!("compile {}: {e:?}", k.name))
-}
-
-/// The `m64nNk16` instructions of a PTX module: N of each.
-fn wgmma_ns(ptx: &str) -> Vec<u32> {
-    ptx.lines()
-        .filter_map(|l| l.trim().strip_prefix("wgmma.mma_async.sync.aligned.m64n"))
-        .map(|rest| rest.split('k').next().unwrap().parse().unwrap())
-        .collect()
 }
 
 /// ptxas (when present) assembles `c` for sm_90a without spills; the
@@ -240,30 +232,8 @@ fn mla_text(dk: i64, dv: i64, stages: u32) -> String {
     )
 }
 
-/// The f64 reference of the MLA-shaped kernel: softmax(q·kvᵀ / √dk) · v.
-fn mla_reference(q: &[f64], kv: &[f64], v: &[f64], sq: usize, sk: usize, dk: usize, dv: usize) -> Vec<f64> {
-    let mut want = vec![0.0; sq * dv];
-    for i in 0..sq {
-        let s: Vec<f64> = (0..sk)
-            .map(|j| (0..dk).map(|c| q[i * dk + c] * kv[j * dk + c]).sum::<f64>() / (dk as f64).sqrt())
-            .collect();
-        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-        let sum: f64 = p.iter().sum();
-        for c in 0..dv {
-            want[i * dv + c] = (0..sk).map(|j| p[j] * v[j * dv + c]).sum::<f64>() / sum;
-        }
-    }
-    want
-}
-
 fn mla_inputs(sq: usize, sk: usize, dk: usize, dv: usize) -> (Vec<Vec<u8>>, Vec<f64>) {
-    let mut rng = Rng(0x31A ^ (sq * 1000 + sk * 7 + dk) as u64);
-    let (qb, qv) = random(&mut rng, DType::F16, sq * dk, -1.0, 1.0);
-    let (kb, kv) = random(&mut rng, DType::F16, sk * dk, -1.0, 1.0);
-    let (vb, vv) = random(&mut rng, DType::F16, sk * dv, -1.0, 1.0);
-    let want = mla_reference(&qv, &kv, &vv, sq, sk, dk, dv);
-    (vec![qb, kb, vb, vec![0xFF; 2 * sq * dv]], want)
+    gemm_sim::mla_inputs(0x31A, sq, sk, dk, dv)
 }
 
 /// The general lowering: both gemms split the columns over the two

@@ -1,7 +1,7 @@
 //! The simulator harness shared by the gemm codegen tests: random f16/bf16
 //! inputs, a kernel in text form (the shared ones are in `tile_testkit`)
 //! compiled for sm_80 or sm_90a and run on the Thread IR simulator
-//! (`crate::sim`), and f64 references (gemm, attention) to compare with.
+//! (`crate::sim`), and f64 references (gemm, attention, MLA-shaped) to compare with.
 #![allow(dead_code)]
 
 use crate::sim;
@@ -158,4 +158,42 @@ pub fn check_attention(target: Target, text: &str, dt: DType, d: usize, sq: usiz
     let want = attention_reference(&qv, &kv, &vv, sq, sk, d);
     let err = rel_l2(&got, &want);
     assert!(err <= tol, "attention d={d} sq={sq} sk={sk}: relative L2 error {err:.3e}");
+}
+
+/// The f64 reference of the MLA-shaped kernels (`codegen_wgmma_split`,
+/// `codegen_warpgroup_owner`): softmax(q·kvᵀ / √dk) · v, `q` `[sq, dk]`,
+/// `kv` `[sk, dk]`, `v` `[sk, dv]`.
+pub fn mla_reference(q: &[f64], kv: &[f64], v: &[f64], sq: usize, sk: usize, dk: usize, dv: usize) -> Vec<f64> {
+    let mut want = vec![0.0; sq * dv];
+    for i in 0..sq {
+        let s: Vec<f64> = (0..sk)
+            .map(|j| (0..dk).map(|c| q[i * dk + c] * kv[j * dk + c]).sum::<f64>() / (dk as f64).sqrt())
+            .collect();
+        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+        let sum: f64 = p.iter().sum();
+        for c in 0..dv {
+            want[i * dv + c] = (0..sk).map(|j| p[j] * v[j * dv + c]).sum::<f64>() / sum;
+        }
+    }
+    want
+}
+
+/// Random f16 inputs of the MLA-shaped kernels (q, kv, v and a poisoned
+/// f16 output `[sq, dv]`) and their [`mla_reference`], from `seed`.
+pub fn mla_inputs(seed: u64, sq: usize, sk: usize, dk: usize, dv: usize) -> (Vec<Vec<u8>>, Vec<f64>) {
+    let mut rng = Rng(seed ^ (sq * 1000 + sk * 7 + dk) as u64);
+    let (qb, qv) = random(&mut rng, DType::F16, sq * dk, -1.0, 1.0);
+    let (kb, kv) = random(&mut rng, DType::F16, sk * dk, -1.0, 1.0);
+    let (vb, vv) = random(&mut rng, DType::F16, sk * dv, -1.0, 1.0);
+    let want = mla_reference(&qv, &kv, &vv, sq, sk, dk, dv);
+    (vec![qb, kb, vb, vec![0xFF; 2 * sq * dv]], want)
+}
+
+/// The `m64nNk16` instructions of a PTX module: N of each.
+pub fn wgmma_ns(ptx: &str) -> Vec<u32> {
+    ptx.lines()
+        .filter_map(|l| l.trim().strip_prefix("wgmma.mma_async.sync.aligned.m64n"))
+        .map(|rest| rest.split('k').next().unwrap().parse().unwrap())
+        .collect()
 }
