@@ -473,7 +473,7 @@ impl WgmmaGemm {
     /// layout of one warpgroup's `[64, n]` tile, on its threads).
     pub fn accumulator(&self, threads: u32) -> Result<RootLayout, String> {
         match self.owner {
-            Some(w) => owned_accumulator(self.n, threads, w, self.n),
+            Some(w) => owned_accumulator(self.n, threads, w),
             None => wgmma_split_accumulator(self.m, self.n, threads, self.col_groups),
         }
     }
@@ -482,7 +482,7 @@ impl WgmmaGemm {
     /// or the owner's alone).
     pub fn a_fragment(&self, threads: u32) -> Result<RootLayout, String> {
         match self.owner {
-            Some(w) => owned_accumulator(self.k, threads, w, self.k),
+            Some(w) => owned_accumulator(self.k, threads, w),
             None => wgmma_a_fragment(self.m, self.k, threads),
         }
     }
@@ -490,13 +490,12 @@ impl WgmmaGemm {
 
 /// The `[64, n]` tile of warpgroup `w` of a block of `threads` threads, as
 /// one warpgroup's wgmma accumulator (or register-A operand) holds it
-/// ([`wgmma_accumulator`] of 128 threads, on that warpgroup's threads).
-/// `what` names the extent checked in the error (N, or A's K).
-fn owned_accumulator(n: i64, threads: u32, w: u32, what: i64) -> Result<RootLayout, String> {
+/// ([`RootLayout::warpgroup_tile`]).
+fn owned_accumulator(n: i64, threads: u32, w: u32) -> Result<RootLayout, String> {
     if n <= 0 || n % 8 != 0 {
-        return Err(format!("a warpgroup's wgmma tile [64, {what}] needs a multiple of 8 columns"));
+        return Err(format!("a warpgroup's wgmma tile [64, {n}] needs a multiple of 8 columns"));
     }
-    RootLayout::mma_accumulator(64, n, threads, (4, 1)).owned_by(w).ok_or_else(|| {
+    RootLayout::warpgroup_tile(n, threads, w).ok_or_else(|| {
         format!("warpgroup {w} of a block of {threads} threads cannot hold a tile (whole warpgroups of 128 threads)")
     })
 }

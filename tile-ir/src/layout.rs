@@ -295,6 +295,14 @@ impl RootLayout {
         })
     }
 
+    /// The `[64, n]` tile of warpgroup `w` alone (`policy(Warpgroup(w))`):
+    /// one warpgroup's mma.sync / wgmma accumulator (its four warps over
+    /// the 64 rows) on its threads; `None` when the block has no warpgroup
+    /// `w`.
+    pub fn warpgroup_tile(n: i64, threads: u32, w: u32) -> Option<RootLayout> {
+        RootLayout::mma_accumulator(64, n, threads, (4, 1)).owned_by(w)
+    }
+
     /// The threads that hold data: `[first, end)`.
     pub fn thread_range(&self) -> (i64, i64) {
         let first = self.owner.map_or(0, |w| 128 * w as i64);

@@ -580,14 +580,15 @@ impl Infer<'_> {
         };
         // A warpgroup alone (`policy(Warpgroup(w))`): its four warps' tile,
         // on its threads, with wgmma or mma.sync alike.
-        let owned = |root: RootLayout| match policy.owner() {
-            Some(w) => root.owned_by(w).ok_or_else(|| {
+        // (`plain`: the layout of `cols` columns when the policy names none.)
+        let owned = |cols: i64, plain: RootLayout| match policy.owner() {
+            Some(w) => RootLayout::warpgroup_tile(cols, self.k.threads, w).ok_or_else(|| {
                 format!("gemm into `{}` with `policy(Warpgroup({w}))`: the block has no warpgroup {w}", cb.name)
             }),
-            None => Ok(root),
+            None => Ok(plain),
         };
         let acc = if policy.owner().is_some() {
-            FragLayout::full(owned(RootLayout::mma_accumulator(m, n, self.k.threads, warps))?)
+            FragLayout::full(owned(n, RootLayout::mma_accumulator(m, n, self.k.threads, warps))?)
         } else if let Some(g) = col_split {
             FragLayout::full(crate::hopper::wgmma_split_accumulator(m, n, self.k.threads, g)?)
         } else if self.wgmma_accs.contains(&c) && m == 64 * groups {
@@ -622,7 +623,7 @@ impl Infer<'_> {
                     if trans_a { " and a transposed A" } else { "" }
                 ));
             }
-            let want = FragLayout::full(owned(RootLayout::mma_accumulator(m, ak, self.k.threads, warps))?);
+            let want = FragLayout::full(owned(ak, RootLayout::mma_accumulator(m, ak, self.k.threads, warps))?);
             let why = format!("the gemm into `{}` (A operand from registers, warps {}×1)", cb.name, warps.0);
             self.constrain(a, want, why, span);
         }

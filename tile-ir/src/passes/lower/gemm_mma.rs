@@ -84,12 +84,12 @@ impl Lx<'_> {
         } else {
             mma_warp_grid(m, n, k.threads, policy).map_err(|e| self.err(e))?
         };
-        let acc = RootLayout::mma_accumulator(m, n, k.threads, (wm, wn));
         // A warpgroup's alone (`policy(Warpgroup(w))`): its four warps, on
         // its threads (the statement runs in its branch).
         let acc = match policy.owner() {
-            Some(w) => acc.owned_by(w).ok_or_else(|| self.err(format!("the block has no warpgroup {w}")))?,
-            None => acc,
+            Some(w) => RootLayout::warpgroup_tile(n, k.threads, w)
+                .ok_or_else(|| self.err(format!("the block has no warpgroup {w}")))?,
+            None => RootLayout::mma_accumulator(m, n, k.threads, (wm, wn)),
         };
         let acc = FragLayout::full(acc);
         if !have.agrees(&acc) {

@@ -135,6 +135,13 @@ impl Lx<'_> {
         self.ring_bar_addr(p.bars + 8 * stages * j as i64, stages, stage, 0)
     }
 
+    /// The wait for box `j` of the current stage (its piece barrier's phase).
+    fn wsl_piece_wait(&mut self, p: &Pieces, stages: i64, (stage, phase): (Reg, Reg), j: usize) {
+        let bar = self.wsl_piece_bar(p, stages, stage, j);
+        let pred = self.new_reg(RegClass::Pred);
+        self.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
+    }
+
     /// The first reader's lowered code `code` (the gemm of `p`) with the
     /// wait for each box before the first wgmma of the first slice reading
     /// it (see the module doc). A gemm that one warpgroup runs alone
@@ -153,9 +160,7 @@ impl Lx<'_> {
                 *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then))?;
                 *otherwise = self.capture(|x| {
                     for j in 0..p.boxes {
-                        let bar = x.wsl_piece_bar(p, stages, stage, j);
-                        let pred = x.new_reg(RegClass::Pred);
-                        x.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
+                        x.wsl_piece_wait(p, stages, (stage, phase), j);
                     }
                     Ok(())
                 })?;
@@ -175,9 +180,7 @@ impl Lx<'_> {
                     if !waited[j] {
                         waited[j] = true;
                         let wait = self.capture(|x| {
-                            let bar = x.wsl_piece_bar(p, stages, stage, j);
-                            let pred = x.new_reg(RegClass::Pred);
-                            x.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
+                            x.wsl_piece_wait(p, stages, (stage, phase), j);
                             // ptxas puts a `wgmma.fence` after a wait loop
                             // between wgmmas anyway (C7519): said here.
                             x.emit(Inst::WgmmaFence);
