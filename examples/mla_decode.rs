@@ -20,6 +20,9 @@
 //!                     batch and dtype (h_q 128, s_q 1, uniform lengths)
 //!       MLA_CHUNK_ORDER=batch  run the chunks in batch order instead of
 //!                     longest first (to compare the two)
+//!       MLA_TILES=pairs  Hopper's split kernel in clusters of two row
+//!                     blocks (`Tiles::HopperPairs`: each key block loaded
+//!                     once per pair, multicast) instead of `Tiles::Auto`
 //!   --replot CSV SVG  plot a CSV written by --csv again (no GPU needed)
 //!   --list-shapes [SET]  print the shapes of SET, one spec a line
 //!                     (dtype:b:h_q:s_q:ctx:lengths, lengths uniform|ragged)
@@ -244,6 +247,16 @@ fn check_one<T: MlaElement>(stream: &Stream, c: &Case) -> Res<f64> {
     Ok(x.check(stream, c, None, tol::<T>())?.0)
 }
 
+/// The split kernel's tiles of the benchmark: `Tiles::Auto`, or
+/// `Tiles::HopperPairs` with `MLA_TILES=pairs`.
+fn bench_tiles() -> Tiles {
+    if std::env::var("MLA_TILES").as_deref() == Ok("pairs") {
+        Tiles::HopperPairs
+    } else {
+        Tiles::Auto
+    }
+}
+
 /// What one shape measured.
 struct Measured {
     ms: f64,
@@ -260,15 +273,17 @@ fn bench_ours<T: MlaElement>(device: &Device, stream: &Stream, s: &Shape, sms: u
     if std::env::var("MLA_CHUNK_ORDER").as_deref() == Ok("batch") {
         x.metadata = kernels::Metadata::compute_in(stream, &x.seqlens, c.num_parts, kernels::ChunkOrder::Batch)?;
     }
-    x.run(stream, &c, Tiles::Auto)?;
+    x.run(stream, &c, bench_tiles())?;
     let rows = [(0, 0, 0), (c.b() / 2, c.s_q - 1, c.h_q / 3), (c.b() - 1, c.s_q - 1, c.h_q - 1)];
     x.check(stream, &c, Some(&rows), tol::<T>())?;
-    let hopper = kernels::hopper_tiles(stream, Tiles::Auto);
-    let meta = if c.paged { T::paged(hopper).1 } else { T::contiguous(hopper).1 };
-    let first = bench(stream, 0, 1, || x.run(stream, &c, Tiles::Auto))?.median_ms;
+    let tiles = bench_tiles();
+    let hopper = kernels::hopper_tiles(stream, tiles);
+    let cluster = kernels::split_cluster(stream, tiles, c.s_q, c.h_q);
+    let meta = if c.paged { T::paged(hopper, cluster).1 } else { T::contiguous(hopper, cluster).1 };
+    let first = bench(stream, 0, 1, || x.run(stream, &c, tiles))?.median_ms;
     let reps = ((200.0 / first.max(1e-3)) as usize).clamp(3, 50);
     let before = device.launch_counts(meta);
-    let t = bench(stream, 2, reps, || x.run(stream, &c, Tiles::Auto))?;
+    let t = bench(stream, 2, reps, || x.run(stream, &c, tiles))?;
     let after = device.launch_counts(meta);
     let schedule = meta
         .targets

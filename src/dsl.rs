@@ -1272,7 +1272,14 @@ pub mod attributes {
     pub struct consts;
 
     /// `cluster = (2, 1, 1)`: thread block clusters on sm_90 (the grid a
-    /// multiple of it); ignored on sm_80 and in the interpreter.
+    /// multiple of it); ignored on sm_80 and in the interpreter. With
+    /// `cluster = (C, 1, 1)` the warp-specialized schedules load a pipelined
+    /// tile that every block of the cluster reads alike (its origin and the
+    /// loop's bounds free of the x block index; loads of tensors the kernel
+    /// never writes allowed, as a page table) once per cluster: each block
+    /// a `1/C` share of every box, multicast to all of them (MLA's two row
+    /// blocks of a chunk sharing its key blocks). The computed values are
+    /// the same with or without the cluster.
     ///
     /// ```
     /// use tile::prelude::*;

@@ -59,7 +59,7 @@ fn check<T: MlaElement>(dev: &Device, c: &Case, seed: u64) {
     let mut x = Inputs::<T>::new(&st, c, seed).unwrap();
     x.check_metadata(&st, c).unwrap_or_else(|e| panic!("{e}"));
     let hopper = mla::hopper_tiles(&st, Tiles::Auto);
-    let meta = if c.paged { T::paged(hopper).1 } else { T::contiguous(hopper).1 };
+    let meta = if c.paged { T::paged(hopper, false).1 } else { T::contiguous(hopper, false).1 };
     let before = dev.launch_counts(meta);
     x.run(&st, c, Tiles::Auto).unwrap();
     x.check(&st, c, Some(&rows(c, seed)), tol::<T>()).unwrap_or_else(|e| panic!("{e}"));
@@ -114,6 +114,48 @@ fn many_parts_every_row() {
             x.check_metadata(&st, &c).unwrap_or_else(|e| panic!("{e}"));
             x.run(&st, &c, Tiles::Auto).unwrap();
             x.check(&st, &c, None, tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+/// The split kernel in clusters of two blocks (`Tiles::HopperPairs` where
+/// the 64-row blocks pair up, here h_q 64 with s_q 2 and h_q 128 with
+/// s_q 1): the two row blocks of a chunk load each key block once, each
+/// half of every box multicast to both. Every row checked, paged and
+/// contiguous, the GPU's SM parts and few parts (long chunks), chunks of 0
+/// to 5 key blocks (small) or 128; and the warp-specialized loop of the
+/// clustered instance is what ran (the multicast is that variant's). An
+/// odd number of row blocks (h_q 20) takes the unclustered instance.
+#[test]
+fn clusters_of_two_row_blocks() {
+    let dev = gpu();
+    let st = dev.stream().unwrap();
+    let sms = dev.multiprocessor_count().unwrap() as usize;
+    let seqlens = if small() { vec![1, 63, 64, 65, 0, 300] } else { vec![1, 63, 64, 65, 0, 8191] };
+    let hopper = mla::hopper_tiles(&st, Tiles::Auto);
+    assert!(!mla::split_cluster(&st, Tiles::HopperPairs, 1, 20) && !mla::split_cluster(&st, Tiles::Auto, 1, 128));
+    for paged in [true, false] {
+        for (s_q, h_q) in [(2, 64), (1, 128)] {
+            assert_eq!(mla::split_cluster(&st, Tiles::HopperPairs, s_q, h_q), hopper);
+            let meta = if paged { f16::paged(hopper, hopper).1 } else { f16::contiguous(hopper, hopper).1 };
+            for num_parts in [mla::num_sm_parts(sms, s_q, h_q), 3] {
+                let c = Case { seqlens: seqlens.clone(), s_q, h_q, paged, num_parts };
+                let mut x = Inputs::<f16>::new(&st, &c, 50 + h_q as u64).unwrap();
+                let before = dev.launch_counts(meta);
+                x.run(&st, &c, Tiles::HopperPairs).unwrap();
+                let after = dev.launch_counts(meta);
+                x.check(&st, &c, None, tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
+                let ran: Vec<&str> = meta
+                    .targets
+                    .iter()
+                    .zip(after.iter().zip(before.iter().chain(std::iter::repeat(&0))))
+                    .filter(|(_, (a, b))| a > b)
+                    .map(|(t, _)| t.schedule)
+                    .collect();
+                if hopper {
+                    assert_eq!(ran, ["warp_specialized_loop"], "{c:?}");
+                }
+            }
         }
     }
 }

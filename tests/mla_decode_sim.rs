@@ -7,8 +7,9 @@
 //! combine kernel, chained as `forward` chains them, on a schedule of many
 //! SM parts: a long sequence cut into one-block chunks merged by the
 //! combine, a one-key sequence, an empty one, and most chunks unused
-//! (batch −1); and scores that jump from key block to key block (O
-//! rescaled at every block) through the warp-specialized loop. The outputs
+//! (batch −1); scores that jump from key block to key block (O
+//! rescaled at every block) through the warp-specialized loop; and the
+//! split kernel in clusters of two row blocks (the KV multicast). The outputs
 //! are checked on every row against the f64 reference (`Inputs::check`),
 //! the simulated kernels starting from the
 //! interpreter's inputs (pages shuffled, unused cache rows NaN, outputs
@@ -19,6 +20,8 @@
 mod common;
 #[path = "../examples/kernels/mla_decode.rs"]
 mod mla;
+#[path = "../tile-ir/tests/ptxas/mod.rs"]
+mod ptxas;
 #[path = "../tile-ir/tests/sim/mod.rs"]
 mod sim;
 
@@ -64,10 +67,30 @@ fn run(c: &Case, seed: u64, schedule: &str) {
     run_on(c, seed, schedule, None, None)
 }
 
+/// Hopper's paged split instance, in clusters of `cl` blocks (1: none).
+fn split_meta(cl: usize) -> &'static tile::KernelMeta {
+    match cl {
+        1 => mla::mla_split_paged_sm90::meta::<f16, 256, 2, 1>(),
+        _ => mla::mla_split_paged_sm90::meta::<f16, 256, 2, 2>(),
+    }
+}
+
 /// [`run`] with the split kernel launched on `blocks` blocks (a persistent
 /// variant's; `None`: the grid), key `j` of batch `b` scaled by
 /// `keys(b, j)` (`Inputs::scale_keys`; `None`: as drawn).
 fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option<&dyn Fn(usize, usize) -> f64>) {
+    let opts = sim::RunOptions { shape: blocks.map(|n| [n, 1, 1]), ..Default::default() };
+    run_split(c, seed, (schedule, 1), opts, keys)
+}
+
+/// [`run_on`] with the split instance in clusters of `cl` blocks.
+fn run_split(
+    c: &Case,
+    seed: u64,
+    (schedule, cl): (&str, usize),
+    opts: sim::RunOptions,
+    keys: Option<&dyn Fn(usize, usize) -> f64>,
+) {
     let st = Device::interpreter().stream().unwrap();
     let mut x = Inputs::<f16>::new(&st, c, seed).unwrap();
     if let Some(f) = keys {
@@ -107,7 +130,7 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option
     assert_eq!(begin, host_begin, "{c:?}: device chunk_begin");
     assert_eq!(order, mla::tile_order(&host_chunks), "{c:?}: device order");
 
-    let (k, v) = compiled(mla::mla_split_paged_sm90::meta::<f16, 256, 2>());
+    let (k, v) = compiled(split_meta(cl));
     let split = v.iter().find(|v| v.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
     let cache: Vec<f16> = x.cache.to_vec(&st).unwrap();
     let table: Vec<i32> = x.block_table.to_vec(&st).unwrap();
@@ -125,7 +148,6 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option
         tensor(vec![0xFF; b * h_q * s_q * 4], &[b, h_q, s_q], 4),
     ];
     let scale = (c.scale() * std::f32::consts::LOG2_E).to_bits() as u64;
-    let opts = sim::RunOptions { shape: blocks.map(|n| [n, 1, 1]), ..Default::default() };
     let mut out = sim::run_compiled(split, &k, t, &dims(&k, &dim), &[scale], opts).tensors;
 
     let (k, v) = compiled(&mla::mla_combine::META);
@@ -170,6 +192,66 @@ fn many_parts_warp_specialized_loop_persistent() {
 fn scores_that_jump_warp_specialized_loop() {
     let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
     run_on(&c, 31, "warp_specialized_loop", None, Some(&mla::jumping_keys(true)));
+}
+
+/// The split kernel in clusters of two blocks (`MlaElement::paged(_, true)`:
+/// the two row blocks of a chunk, 128 query rows): the warp-specialized
+/// loop's rings are the same in both blocks (the page `block_table[(bi,
+/// kb)]` of a batch `chunks[(order[by], 0)]`, inputs the kernel never
+/// writes, no `bx`), so each block's producer loads 32 of the 64 rows of
+/// every box and multicasts them to both, each stage is released by all
+/// the cluster's consumer warps (remote arrivals, lane 0 after the last
+/// gemm's wait), and each producer waits for the last releases before its
+/// block exits. On the simulator the cluster's blocks run together
+/// (multicasts landing in both, remote arrivals, races checked, each
+/// block's shared addresses in its window of the cluster's, as on the GPU,
+/// where wgmma descriptors that kept them read the wrong panels of V):
+/// chunks of 0, 1, 2 and 4 key blocks, unused chunks (batch −1), partial
+/// pages, under several interleavings, and scores that jump (O rescaled at
+/// every block), against the f64 reference; and the TMA-copy variant in
+/// the same launch.
+#[test]
+fn clusters_multicast_the_kv_warp_specialized_loop() {
+    let (k, v) = compiled(split_meta(2));
+    assert_eq!(k.cluster, [2, 1, 1]);
+    let ws = v.iter().find(|v| v.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    for needle in [".multicast::cluster", "mapa.shared::cluster.u32", "barrier.cluster.wait.acquire.aligned"] {
+        assert!(ws.ptx.contains(needle), "no `{needle}`");
+    }
+    // The KV's boxes ([page, 64 rows, 1, 64 columns], innermost first in
+    // the map): 32 rows each block.
+    let kv_boxes: Vec<&Vec<u32>> = ws.tensor_maps.iter().map(|m| &m.box_shape).filter(|b| b.len() == 4).collect();
+    assert_eq!(kv_boxes, vec![&vec![1, 32, 1, 64]; 2], "{:?}", ws.tensor_maps);
+    // No other variant multicasts (the cluster is only a launch shape there),
+    // and the persistent one declines the cluster.
+    assert!(v.iter().filter(|c| c.schedule != "warp_specialized_loop").all(|c| !c.ptx.contains("multicast")));
+    assert!(v.iter().all(|c| c.schedule != "warp_specialized_loop_persistent"));
+    // ptxas keeps its wgmma pipeline and registers as the unclustered
+    // kernel's: no serialized wgmmas (C7514: a wait of every consumer
+    // between warpgroup 0's two score gemms did that, at 0.61× the speed on
+    // the H100), no injected waits, no spills.
+    for cl in [1, 2] {
+        let (k, v) = compiled(split_meta(cl));
+        let ws = v.iter().find(|v| v.schedule == "warp_specialized_loop").unwrap();
+        if let Some(r) = ptxas::assemble(&k.name, &ws.ptx, "sm_90a") {
+            let bad: Vec<&str> =
+                r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+            assert!(bad.is_empty(), "{}:\n{}", k.name, bad.join("\n"));
+            assert!(r.contains("0 bytes spill stores"), "{r}");
+        }
+    }
+    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
+    // Each warp until it blocks, then random interleavings (the blocks of a
+    // cluster finishing in either order).
+    for seed in [None, Some(1)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split(&c, 5, ("warp_specialized_loop", 2), opts, None);
+    }
+    run_split(&c, 6, ("warp_specialized_loop", 2), Default::default(), Some(&mla::jumping_keys(true)));
+    // The TMA-copy variant in the same cluster launch (no multicast): the
+    // rank-1 block's own shared addresses carry its rank, which its wgmma
+    // descriptors must not (V, an MN-major B, read through LBO).
+    run_split(&c, 7, ("tma_copy", 2), Default::default(), None);
 }
 
 #[test]

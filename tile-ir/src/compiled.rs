@@ -188,6 +188,13 @@ pub struct CompileOptions {
     /// launch passes. The parameters are passed either way. On by default;
     /// off for bisecting.
     pub fast_divisors: bool,
+    /// In a warp-specialized loop of a kernel with `cluster = (C, 1, 1)`,
+    /// load each pipelined tile the cluster's blocks share once per
+    /// cluster: each block's producer a `1/C` share of every box,
+    /// multicast to all of them (`schedule/warp_specialized_loop/plan.rs`,
+    /// `multicast_copies`). On by default; off (each block loads its own
+    /// tiles, the cluster only a launch shape) for bisecting and A/B runs.
+    pub wsloop_multicast: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -196,7 +203,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 15] = [
+    pub const SWITCHES: [(&'static str, Switch); 16] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -212,6 +219,7 @@ impl CompileOptions {
         ("pack_conversions", |o| &mut o.pack_conversions),
         ("defer_cp_async_waits", |o| &mut o.defer_cp_async_waits),
         ("fast_divisors", |o| &mut o.fast_divisors),
+        ("wsloop_multicast", |o| &mut o.wsloop_multicast),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -253,6 +261,7 @@ impl Default for CompileOptions {
             pack_conversions: true,
             defer_cp_async_waits: true,
             fast_divisors: true,
+            wsloop_multicast: true,
         }
     }
 }

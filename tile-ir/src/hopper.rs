@@ -10,7 +10,9 @@
 //! Expects byte offsets relative to the dynamic `smem` symbol. The hardware
 //! wants absolute shared addresses and swizzles on absolute address bits:
 //! the kernel adds `smem`'s address `>> 4` to a descriptor at run time (the
-//! start field is the low 14 bits; no carry below 256 KB), and tiles must sit
+//! start field is the low 14 bits; no carry below 256 KB: in a thread block
+//! cluster a block's own shared addresses carry its rank above that, and
+//! the lowering masks the start, `Lx::descriptor_start`), and tiles must sit
 //! at offsets that keep the swizzle atoms aligned. Measured on the H200:
 //! `smem` is at shared address 0x400 (1024-aligned) when the kernel has no
 //! static shared memory, so offsets that are multiples of 1024 are atom-aligned.

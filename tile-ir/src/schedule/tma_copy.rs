@@ -364,7 +364,7 @@ impl Lx<'_> {
             let map = x.new_reg(RegClass::B64);
             x.emit(Inst::TensorMapAddr { dst: map, param });
             let hint = x.l2_policy(tc.cache);
-            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint, dst.buf);
+            x.tma_boxes(map, &base, &tc.boxes, &origin, (row_dim, col_dim), &mbar, hint, dst.buf, None);
             Ok(())
         })?;
         let t0 = self.is_t0;
@@ -402,7 +402,9 @@ impl Lx<'_> {
     /// on the spanned `(row, column)` dims, through the map at `map`,
     /// completing on `mbar`, with the L2 policy `hint` ([`Lx::l2_policy`]);
     /// each box names the region of the destination buffer `dst`
-    /// ([`Lx::region_of`]: what passes that move waits past a TMA issue ask).
+    /// ([`Lx::region_of`]: what passes that move waits past a TMA issue ask);
+    /// with `multicast` (a `ctaMask`), into every block of the cluster it
+    /// names, completing on the barrier at `mbar`'s offset in each.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn tma_boxes(
         &mut self,
@@ -414,6 +416,7 @@ impl Lx<'_> {
         mbar: &Address,
         hint: Option<Reg>,
         dst: BufferId,
+        multicast: Option<Reg>,
     ) {
         let region = self.region_of(dst);
         for (boff, r0, c0) in boxes {
@@ -432,7 +435,7 @@ impl Lx<'_> {
                 mbar: mbar.clone(),
                 cache_hint: hint.map(Operand::Reg),
                 cta_dst: false,
-                multicast: None,
+                multicast: multicast.map(Operand::Reg),
                 region,
             });
         }

@@ -298,7 +298,7 @@ impl<'f> Sim<'f> {
     /// Thread `t`'s use (`what`) of the mbarrier at its `.shared::cta`
     /// address `a`: its index into `shared` (see [`Sim::mbar_in`]).
     pub(super) fn mbar_at(&mut self, t: usize, a: &Address, what: &str) -> usize {
-        let addr = self.addr(t, a) as u32 as usize;
+        let addr = self.own_shared(t, self.addr(t, a));
         self.mbar_in(t, self.block_of(t), addr, what)
     }
 
@@ -699,7 +699,7 @@ impl<'f> Sim<'f> {
     pub(super) fn hopper_inst(&mut self, t: usize, inst: &Inst) {
         match inst {
             Inst::MbarInit { addr, count } => {
-                let a = self.addr(t, addr) as u32 as usize;
+                let a = self.own_shared(t, self.addr(t, addr));
                 assert_eq!(a % 8, 0, "mbarrier.init at misaligned shared byte {a}");
                 assert!(a + 8 <= self.smem, "mbarrier.init at {a} outside shared memory");
                 let a = self.sbase(self.block_of(t)) + a;
@@ -844,7 +844,7 @@ impl<'f> Sim<'f> {
             }
             Inst::TmaStore { tmap, coords, src, .. } => {
                 let map = self.tensor_map(t, tmap);
-                let s = self.addr(t, src) as u32 as usize;
+                let s = self.own_shared(t, self.addr(t, src));
                 Self::check_box_dst(&map, s);
                 assert!(s <= self.smem, "TMA store source {s} outside shared memory");
                 let s = self.sbase(self.block_of(t)) + s;

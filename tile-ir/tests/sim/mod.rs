@@ -58,7 +58,12 @@
 //! `.shared::cta` address is the executing thread's block's), mbarriers,
 //! 16 named barriers (`bar.sync` is per block), register pool, exits and
 //! `%tid.x`; `%cluster_ctarank` is `r` and `%ctaid.x` the cluster's first
-//! plus `r`. Threads are padded per block to whole warpgroups (the padding
+//! plus `r`. As on the hardware, a block's own `.shared::cta` addresses lie
+//! inside the cluster's window: `smem` is block `r`'s `.shared::cluster`
+//! address of its byte 0, `(r + 1) · CLUSTER_WINDOW` (on the H100 the
+//! rank-1 block's addresses carry bits above 256 KB: a wgmma descriptor
+//! whose start was not masked to its 14 bits carried them into LBO), and a
+//! `.shared::cta` access through another block's window fails. Threads are padded per block to whole warpgroups (the padding
 //! warps have no lanes). `mapa` gives a `.shared::cluster` address
 //! (`hopper::CLUSTER_WINDOW`); `mbarrier.arrive.release.cta.shared::cluster` on one
 //! arrives (releasing, as a local arrive) on that block's barrier;
@@ -594,10 +599,33 @@ impl<'f> Sim<'f> {
         }
     }
 
+    /// The address of `smem` for thread `t`: 0, or in a cluster its block's
+    /// window in the cluster's (see **Clusters**).
+    fn smem_symbol(&self, t: usize) -> u64 {
+        if self.cluster == [1, 1, 1] {
+            0
+        } else {
+            (self.block_of(t) as u64 + 1) * hopper::CLUSTER_WINDOW
+        }
+    }
+
+    /// The shared byte of thread `t`'s `.shared::cta` address `v` (its own
+    /// block's: an address in another block's window fails).
+    pub(super) fn own_shared(&self, t: usize, v: u64) -> usize {
+        let (r, a) = self.cluster_addr(t, v);
+        assert_eq!(
+            r,
+            self.block_of(t),
+            "{} accesses {v:#x}, a .shared::cta address of the block of rank {r}, not its own",
+            self.thread_name(t)
+        );
+        a
+    }
+
     /// The index into `shared` of thread `t`'s shared address `a` (its
     /// block's `len` bytes there, which must lie in its shared memory).
     fn shared_index(&self, t: usize, a: u64, len: usize) -> u64 {
-        let a = a as u32 as usize;
+        let a = self.own_shared(t, a);
         assert!(a + len <= self.smem, "shared access out of bounds: {a}+{len} > {}", self.smem);
         (self.sbase(self.block_of(t)) + a) as u64
     }
@@ -637,7 +665,7 @@ impl<'f> Sim<'f> {
             Operand::Special(Special::CtaId(a)) => self.ctaid[*a as usize] as u64,
             Operand::Special(Special::ClusterCtaRank) => self.block_of(t) as u64,
             Operand::Special(Special::NctaId(a)) => self.nctaid[*a as usize] as u64,
-            Operand::Symbol(s) if s == SMEM => 0,
+            Operand::Symbol(s) if s == SMEM => self.smem_symbol(t),
             Operand::Symbol(s) => panic!("unknown symbol {s}"),
         }
     }
@@ -967,7 +995,7 @@ impl<'f> Sim<'f> {
                 assert!(matches!(bytes, 4 | 8 | 16), "cp.async of {bytes} bytes");
                 let n = self.val(t, src_bytes) as u32 as usize;
                 assert!(n <= bytes, "cp.async src_bytes {n} > {bytes}");
-                let d = self.addr(t, dst) as u32 as usize;
+                let d = self.own_shared(t, self.addr(t, dst));
                 assert!(d + bytes <= self.smem, "cp.async to shared out of bounds: {d}+{bytes} > {}", self.smem);
                 assert_eq!(d % bytes, 0, "misaligned cp.async destination {d}");
                 let d = self.sbase(self.block_of(t)) + d;

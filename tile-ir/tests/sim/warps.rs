@@ -754,7 +754,7 @@ impl<'f> Sim<'f> {
                     let mut seen = Vec::new();
                     for l in lanes(mask) {
                         let t = 32 * w + l;
-                        let a = self.sbase(self.block_of(t)) + self.addr(t, addr) as u32 as usize;
+                        let a = self.sbase(self.block_of(t)) + self.own_shared(t, self.addr(t, addr));
                         let p = self.val(t, parity) & 1;
                         if seen.contains(&(a, p)) {
                             continue;

@@ -113,6 +113,21 @@ impl Lx<'_> {
         (operands_ok && self.plan.frags.get(&c)?.agrees(&want)).then_some(g)
     }
 
+    /// A shared address `>> 4` as a descriptor's start field: its low 14
+    /// bits. In a thread block cluster a block's own shared addresses carry
+    /// its rank above the 256 KB of the field (the shared::cta window sits
+    /// inside the cluster's), which would carry into LBO: measured on the
+    /// H100, the rank-1 block of an MLA pair read the wrong 64-column panels
+    /// of V (an MN-major B) while its K-major scores, whose LBO the hardware
+    /// ignores, were right. Without a cluster the addresses are below 256 KB
+    /// and the value is returned as is (the PTX of such kernels unchanged).
+    pub(crate) fn descriptor_start(&mut self, a16: Reg) -> Reg {
+        if self.k.cluster == [1, 1, 1] {
+            return a16;
+        }
+        self.op("and.b32", RegClass::B32, vec![a16.into(), Operand::Imm(0x3FFF)])
+    }
+
     /// The 64-bit descriptor start (`address >> 4`) of operand `buf` for the
     /// calling thread: `(smem + buf's offset + at + the warpgroup's step) >> 4`
     /// computed once in the entry code, plus the current pipelining stage's
@@ -148,6 +163,7 @@ impl Lx<'_> {
                 abs = x.op("mad.lo.s32", RegClass::B32, vec![wg.into(), Operand::Imm(step), abs.into()]);
             }
             let a16 = x.op("shr.u32", RegClass::B32, vec![abs.into(), Operand::Imm(4)]);
+            let a16 = x.descriptor_start(a16);
             base = Some(x.op("cvt.u64.u32", RegClass::B64, vec![a16.into()]));
             Ok(())
         })?;

@@ -453,7 +453,7 @@ impl Lx<'_> {
             for o in &ws.operands {
                 let addr = x.ws_stage_addr(o, stage)?;
                 let s16 = x.op("shr.u32", RegClass::B32, vec![addr.into(), Operand::Imm(4)]);
-                base16.push(s16);
+                base16.push(x.descriptor_start(s16));
             }
             x.emit(Inst::WgmmaFence);
             for (g, d) in ws.gemms.iter().zip(&st.dregs) {

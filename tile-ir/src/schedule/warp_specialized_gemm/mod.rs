@@ -24,7 +24,7 @@ mod plan;
 mod store;
 
 use lower::WsLowering;
-pub(crate) use plan::{count_pipelined, has_load};
+pub(crate) use plan::{cluster_loop, cluster_uniform, count_pipelined, has_load};
 pub use plan::{plan, TmaOperand, WsGemm, WsPlan, WsStore};
 
 use crate::compiled::{finish, CompileOptions, Compiled};

@@ -418,21 +418,8 @@ pub fn plan(kernel: &Kernel, target: Target) -> Result<WsPlan, NotApplicable> {
 ///   rows split into `C` boxes of whole 8-row swizzle atoms.
 #[allow(clippy::manual_is_multiple_of)] // MSRV 1.85 lacks `is_multiple_of`
 fn multicast_operands(kernel: &Kernel, loop_index: usize, operands: &mut [TmaOperand], target: Target) -> u32 {
-    let [c, 1, 1] = kernel.cluster else { return 1 };
-    if c < 2 || !target.has(Feature::Clusters) || kernel.rasterize.is_some_and(|p| p % c != 0) {
-        return 1;
-    }
-    let lets: HashMap<VarId, &Expr> = kernel.body[..loop_index]
-        .iter()
-        .filter_map(|s| match &s.kind {
-            StmtKind::Let { var, value } if kernel.var(*var).kind == VarKind::Let => Some((*var, value)),
-            _ => None,
-        })
-        .collect();
-    let StmtKind::For { start, end, body, .. } = &kernel.body[loop_index].kind else { return 1 };
-    if !cluster_uniform(kernel, start, &lets) || !cluster_uniform(kernel, end, &lets) {
-        return 1;
-    }
+    let Some((c, lets)) = cluster_loop(kernel, loop_index, target) else { return 1 };
+    let StmtKind::For { body, .. } = &kernel.body[loop_index].kind else { return 1 };
     let mut any = false;
     for o in operands.iter_mut() {
         let StmtKind::Copy { src, .. } = &body[o.copy].kind else { continue };
@@ -449,12 +436,40 @@ fn multicast_operands(kernel: &Kernel, loop_index: usize, operands: &mut [TmaOpe
     }
 }
 
+/// The cluster's size `C` and the `let`s before the loop at `loop_index`
+/// (never reassigned, by variable: what [`cluster_uniform`] looks
+/// through), when the loop's blocks may share tiles: the target has
+/// clusters, the kernel asks for `cluster = (C, 1, 1)`, `C ≥ 2`, with no
+/// rasterization whose panel is not a multiple of `C` (the cluster's blocks
+/// then differ in `bx` only), and the loop's bounds are the same in every
+/// block of the cluster (every block runs the same iterations, which the
+/// shared stages' barriers count on). The multicast plans of both
+/// warp-specialized schedules start here.
+pub(crate) fn cluster_loop(kernel: &Kernel, loop_index: usize, target: Target) -> Option<(u32, HashMap<VarId, &Expr>)> {
+    let [c, 1, 1] = kernel.cluster else { return None };
+    if c < 2 || !target.has(Feature::Clusters) || kernel.rasterize.is_some_and(|p| p % c != 0) {
+        return None;
+    }
+    let lets: HashMap<VarId, &Expr> = kernel.body[..loop_index]
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StmtKind::Let { var, value } if kernel.var(*var).kind == VarKind::Let => Some((*var, value)),
+            _ => None,
+        })
+        .collect();
+    let StmtKind::For { start, end, .. } = &kernel.body[loop_index].kind else { return None };
+    (cluster_uniform(kernel, start, &lets) && cluster_uniform(kernel, end, &lets)).then_some((c, lets))
+}
+
 /// Whether `e` has one value in every block of a `(C, 1, 1)` cluster (see
-/// [`multicast_operands`]): it reads no memory and no `bx`, and its other
+/// [`multicast_operands`]): it reads no `bx`, and memory only through loads
+/// of global tensors the kernel never writes at such indices (MLA's
+/// `block_table[(bi, kb)]` of a batch `bi = chunks[(order[by], 0)]`: an
+/// input is the same for every block during a launch), and its other
 /// variables are dims, scalar parameters, `by`, `bz`, loop counters (the
 /// pipelined loop's, whose bounds are checked alike) and `let`s before the
 /// loop whose values are such expressions.
-fn cluster_uniform(k: &Kernel, e: &Expr, lets: &HashMap<VarId, &Expr>) -> bool {
+pub(crate) fn cluster_uniform(k: &Kernel, e: &Expr, lets: &HashMap<VarId, &Expr>) -> bool {
     let uniform = |x: &Expr| cluster_uniform(k, x, lets);
     match e {
         Expr::Const(_) => true,
@@ -463,7 +478,7 @@ fn cluster_uniform(k: &Kernel, e: &Expr, lets: &HashMap<VarId, &Expr>) -> bool {
             VarKind::Let => lets.get(v).is_some_and(|x| uniform(x)),
             VarKind::BlockIdx(_) | VarKind::Mut => false,
         },
-        Expr::Load { .. } => false,
+        Expr::Load { index, .. } => pipeline::non_constant_load(k, e).is_none() && index.iter().all(uniform),
         Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => uniform(arg),
         Expr::Binary { lhs, rhs, .. } => uniform(lhs) && uniform(rhs),
         Expr::Fma { a, b, c } => uniform(a) && uniform(b) && uniform(c),

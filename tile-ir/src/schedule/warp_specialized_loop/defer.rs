@@ -362,8 +362,7 @@ impl Lx<'_> {
             x.emit_if(Some(later), true, g2, empty_group);
             points.0 = x.cur().len() - 1;
             x.emit(Inst::WgmmaWait { pending: 1 });
-            let empty = x.ring_bar_addr(kring, stages, stage, 1);
-            x.emit(Inst::MbarArrive { addr: empty });
+            x.wsl_arrive_empty(wl, d.first_ring, stage);
             // Before X[j]: g2(k − 1) retired (past the fence ptxas keeps), V's
             // stage of k − 1 released (none in the first iteration).
             let retire_g2 = |x: &mut Self| -> R<()> {
@@ -371,7 +370,7 @@ impl Lx<'_> {
                 x.emit(Inst::WgmmaWait { pending: 0 });
                 let empty = x.ring_bar_addr(vring, stages, pst, 1);
                 let release = x.capture(|y| {
-                    y.emit(Inst::MbarArrive { addr: empty });
+                    y.wsl_arrive_at(wl, d.last_ring, empty);
                     Ok(())
                 })?;
                 x.emit_if(Some(later), true, release, vec![]);
@@ -411,8 +410,7 @@ impl Lx<'_> {
             let km1 = x.op("add.s32", RegClass::B32, vec![b.into(), Operand::Imm(-1)]);
             let g2 = last_gemm(x, km1, pst, pph, true)?;
             x.cur().extend(g2);
-            let empty = x.ring_bar_addr(vring, stages, pst, 1);
-            x.emit(Inst::MbarArrive { addr: empty });
+            x.wsl_arrive_empty(wl, d.last_ring, pst);
             Ok(())
         })?;
         self.emit_if(Some(ran), true, tail, vec![]);

@@ -44,6 +44,33 @@
 //! The loops that issue ahead or defer a gemm take no such ring (its buffer
 //! has more than the one gemm using it).
 //!
+//! **Multicast** ([`super::WslPlan::multicast`], `cluster = (C, 1, 1)`): a
+//! ring whose tile every block of the cluster loads alike has its boxes
+//! shared out ([`WslCopy::share`]: box rows split into `C` shares of whole
+//! swizzle periods; the tensor map's box is one share). Then:
+//! ```text
+//! thread 0: empty_c[s] counts T·C arrivals (T/32·C: by warp, below); fence
+//! bar.sync 0, T+128; barrier.cluster.arrive; barrier.cluster.wait   // every block's barriers initialized
+//! producer: for k: wait empty_c[st]; arrive.expect_tx full_c[st] (or each piece), the whole box's bytes
+//!                  block rank r's share of every box (rows + r·rows, at + r·bytes), multicast to all
+//!           then S more waits of every multicast ring's empty_c (advancing st, ph)
+//! consumers: every consumer waits for the ring's stage (a ring one warpgroup reads: the others in
+//!            its branch's `else`), then releases it on empty_c of every block (mapa + remote arrive)
+//! ```
+//! A block's `full` phase completes only with its own producer's arrival
+//! and every share's bytes (a peer's may land before the announcement:
+//! the transaction count goes negative until it), so a consumer that waited
+//! for round `n` knows that every producer of the cluster waited for round
+//! `n − 1`'s releases before issuing its share: its own release is counted
+//! in round `n` on every block's barrier, and no producer refills a stage
+//! that a consumer of any block still reads. Hence every consumer waits
+//! before it releases. The producer's last round of waits keeps its block
+//! alive until every release of it, the peers' remote ones included, has
+//! arrived (a remote arrival to an exited block faults). Where every reader
+//! of the ring is a gemm on wgmma and the last statement touching it is one
+//! (MLA's K and V), lane 0 of each warp releases for the warp, after the
+//! `wgmma.wait_group` every lane passes together (`Lx::wsl_warp_releases`).
+//!
 //! A ring whose first reader is a wgmma gemm taking the stage as its
 //! K-major B may get one full barrier per TMA box instead
 //! ([`crate::CompileOptions::piece_barriers`], `pieces.rs`): the wait before
@@ -130,6 +157,23 @@ pub(super) struct WslCopy {
     pub(super) bytes: i64,
     /// Its L2 policy.
     pub(super) cache: CacheHint,
+    /// Multicast over the cluster ([`super::WslPlan::multicast`]): each box
+    /// is `C` boxes of `rows` rows, the block of rank `r` loading the one
+    /// `r·rows` rows in, `r·bytes` bytes on in the stage, into every block
+    /// of the cluster. `None`: this block loads whole boxes for itself.
+    pub(super) share: Option<Share>,
+}
+
+/// One block's share of a multicast copy's boxes (see [`WslCopy::share`]).
+#[derive(Copy, Clone, Debug)]
+pub(super) struct Share {
+    /// Rows of each share.
+    pub(super) rows: i64,
+    /// Bytes between consecutive shares of a box in the stage.
+    pub(super) bytes: i64,
+    /// Whether lane 0 of each consumer warp releases the stage for its
+    /// warp ([`Lx::wsl_warp_releases`]), rather than every consumer thread.
+    pub(super) by_warp: bool,
 }
 
 /// The per-piece barriers of one ring (`pieces.rs`, which decides and
@@ -294,10 +338,23 @@ impl Lx<'_> {
                 ));
                 continue;
             };
+            let mut box_shape = box_shape;
+            let share = if ws.multicast.contains(&i) { self.wsl_share(src, dst.buf, &boxes, &box_shape) } else { None };
+            if let (Some(sh), Some((row_dim, _))) = (share, crate::schedule::tma_copy::tma_window_dims(self.k, src)) {
+                box_shape[row_dim] = sh.rows as u32;
+            }
             let param = format!("tmap{}", self.f.tensor_maps.len());
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-            wl.copies.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b, cache: *cache });
+            wl.copies.borrow_mut().push(WslCopy {
+                index: i,
+                dst: dst.buf,
+                param,
+                boxes,
+                bytes: b,
+                cache: *cache,
+                share,
+            });
         }
         // The copies before the loop whose shared layout TMA writes (the
         // others the consumers do themselves).
@@ -311,7 +368,15 @@ impl Lx<'_> {
             self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
             self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
             pre_bytes += b;
-            wl.pre.borrow_mut().push(WslCopy { index: i, dst: dst.buf, param, boxes, bytes: b, cache: *cache });
+            wl.pre.borrow_mut().push(WslCopy {
+                index: i,
+                dst: dst.buf,
+                param,
+                boxes,
+                bytes: b,
+                cache: *cache,
+                share: None,
+            });
         }
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
@@ -319,6 +384,130 @@ impl Lx<'_> {
         self.f.persistent = ws.persistent;
         // One block per SM unless `Lx::wsl_occupancy` finds room for two.
         self.f.min_blocks_per_sm = Some(1);
+    }
+
+    /// How the cluster's blocks share the boxes of a multicast copy from
+    /// `src` into `buf` (boxes `boxes` of `box_shape`), or `None` (each
+    /// block loads whole boxes) unless every box splits into `C` shares of
+    /// whole swizzle periods (8 rows of 128-byte rows: TMA swizzles by the
+    /// destination address, so a share must start where the pattern does)
+    /// that lie `bytes` apart in the stage, the same for every box.
+    fn wsl_share(
+        &self,
+        src: &crate::ir::TileRef,
+        buf: BufferId,
+        boxes: &[(i64, i64, i64)],
+        box_shape: &[u32],
+    ) -> Option<Share> {
+        let c = self.k.cluster[0] as i64;
+        let (row_dim, _) = crate::schedule::tma_copy::tma_window_dims(self.k, src)?;
+        let l = self.shared_layout(buf).ok()?;
+        let box_rows = *box_shape.get(row_dim)? as i64;
+        let rows = box_rows / c;
+        let period = l.row_period().max(8);
+        if c < 2 || box_rows % c != 0 || rows % period != 0 {
+            return None;
+        }
+        let bytes = l.offset(rows, 0) - l.offset(0, 0);
+        let atom = 1024;
+        let linear = boxes.iter().all(|&(off, r0, c0)| (0..c).all(|i| l.offset(r0 + i * rows, c0) == off + i * bytes));
+        (linear && bytes % atom == 0).then_some(Share { rows, bytes, by_warp: false })
+    }
+
+    /// Whether the stage of ring `ci` may be released by lane 0 of each
+    /// consumer warp for the whole warp: every statement of the loop body
+    /// that reads its buffer is a gemm on wgmma (others may only write it,
+    /// as MLA's zeroing of V's rows past the sequence does: those writes are
+    /// fenced and barriered before the gemm that reads them) and the last
+    /// statement touching it is such a gemm, so the release comes after
+    /// that gemm's `wgmma.wait_group`, which every lane of the warp passes
+    /// together (`.sync.aligned`) once the stage's reads are done. One
+    /// remote arrival a warp and block instead of 32 (measured on the H100:
+    /// MLA's pair of row blocks ran at 0.64× the unclustered kernel with an
+    /// arrival per thread).
+    fn wsl_warp_releases(&self, wl: &WslLowering, ci: usize) -> bool {
+        let StmtKind::For { body, .. } = &self.k.body[wl.plan.loop_index].kind else { return false };
+        let users = self.wsl_ring_users(wl, body);
+        let Some(users) = users.get(ci) else { return false };
+        let dst = wl.copies.borrow()[ci].dst;
+        let on_wgmma = |i: usize| match &body[i].kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
+                self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
+            }
+            _ => false,
+        };
+        let reads_only_by_wgmma = users.iter().all(|&i| on_wgmma(i) || !touches_memory(self.k, &body[i], dst).0);
+        reads_only_by_wgmma && users.last().is_some_and(|&i| on_wgmma(i))
+    }
+
+    /// Whether some ring is multicast over the cluster.
+    pub(super) fn wsl_multicasts(&self, wl: &WslLowering) -> bool {
+        wl.copies.borrow().iter().any(|c| c.share.is_some())
+    }
+
+    /// Ring `ci`'s release of `stage`: one arrival on its `empty` barrier,
+    /// or, when the ring is multicast, one on that barrier of every block
+    /// of the cluster (`mapa` + a remote arrive at CTA scope, as the
+    /// warp-specialized GEMM's): each block's producer writes the stage of
+    /// all of them, so it may refill it only once every consumer of the
+    /// cluster is done with it.
+    pub(super) fn wsl_arrive_empty(&mut self, wl: &WslLowering, ci: usize, stage: Reg) {
+        let empty = self.ring_bar_addr(wl.ring(ci), wl.plan.stages as i64, stage, 1);
+        self.wsl_arrive_at(wl, ci, empty);
+    }
+
+    /// [`Lx::wsl_arrive_empty`] on the barrier at `empty` (ring `ci`'s
+    /// `empty` of the stage, computed by the caller).
+    pub(super) fn wsl_arrive_at(&mut self, wl: &WslLowering, ci: usize, empty: Address) {
+        if wl.copies.borrow()[ci].share.is_none() {
+            self.emit(Inst::MbarArrive { addr: empty });
+            return;
+        }
+        let by_warp = wl.copies.borrow()[ci].share.is_some_and(|sh| sh.by_warp);
+        let guard = by_warp.then(|| {
+            let lane = self.op("and.b32", RegClass::B32, vec![self.tid.into(), Operand::Imm(31)]);
+            (self.op("setp.eq.u32", RegClass::Pred, vec![lane.into(), Operand::Imm(0)]), false)
+        });
+        let at = self.op("add.s32", RegClass::B32, vec![empty.base.clone(), Operand::Imm(empty.offset)]);
+        for rank in 0..wl.plan.cluster as i64 {
+            let remote = self.op("mapa.shared::cluster.u32", RegClass::B32, vec![at.into(), Operand::Imm(rank)]);
+            self.emit_guarded(Inst::MbarArriveCluster { addr: remote.into() }, guard);
+        }
+    }
+
+    /// The producer's last waits, when a ring is multicast: one more round
+    /// of the rings, until every stage's last fill has been released by
+    /// every consumer of the cluster. Those releases include the other
+    /// blocks' arrivals on this block's barriers, which must not reach a
+    /// block that has exited.
+    pub(super) fn wsl_producer_tail(&mut self, wl: &WslLowering, (stage, phase): (Reg, Reg)) -> R<()> {
+        if !self.wsl_multicasts(wl) {
+            return Ok(());
+        }
+        let stages = wl.plan.stages as i64;
+        let rings: Vec<usize> =
+            wl.copies.borrow().iter().enumerate().filter(|(_, c)| c.share.is_some()).map(|(i, _)| i).collect();
+        let kr = self.new_reg(RegClass::B32);
+        let exit = self.new_reg(RegClass::Pred);
+        let lowered = self.capture(|x| {
+            let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
+            for &ci in &rings {
+                let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
+                let p = x.new_reg(RegClass::Pred);
+                x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
+            }
+            x.ring_advance(stages, stage, phase);
+            Ok(())
+        })?;
+        self.cur().push(Stmt::For {
+            var: kr,
+            start: Operand::Imm(0),
+            end: Operand::Imm(stages),
+            exit,
+            uniform: false,
+            body: lowered,
+        });
+        Ok(())
     }
 
     /// The rings' mbarriers (one ring per pipelined copy), after the
@@ -341,6 +530,13 @@ impl Lx<'_> {
             }
         }
         *wl.pieces.borrow_mut() = pieces;
+        let n = wl.copies.borrow().len();
+        for ci in 0..n {
+            let by_warp = self.wsl_warp_releases(wl, ci);
+            if let Some(sh) = wl.copies.borrow_mut()[ci].share.as_mut() {
+                sh.by_warp = by_warp;
+            }
+        }
     }
 
     /// The consumers' side of a pre-loop copy the producer issues: the wait
@@ -371,9 +567,18 @@ impl Lx<'_> {
         let ws = &wl.plan;
         let (t, stages) = (ws.consumer_threads as i64, ws.stages as i64);
         let rings = wl.copies.borrow().len().max(1);
+        // A multicast ring's stage is released by every consumer (or every
+        // consumer warp) of the cluster.
+        let releases: Vec<i64> = (0..rings)
+            .map(|c| match wl.copies.borrow().get(c).and_then(|cp| cp.share) {
+                Some(sh) if sh.by_warp => t / 32 * ws.cluster as i64,
+                Some(_) => t * ws.cluster as i64,
+                None => t,
+            })
+            .collect();
         let init = self.capture(|x| {
             let smem = x.smem;
-            for c in 0..rings {
+            for (c, &released) in releases.iter().enumerate() {
                 let bars = wl.ring(c);
                 for s in 0..stages {
                     x.emit(Inst::MbarInit {
@@ -382,7 +587,7 @@ impl Lx<'_> {
                     });
                     x.emit(Inst::MbarInit {
                         addr: Address { base: smem.into(), offset: bars + 8 * (stages + s) },
-                        count: Operand::Imm(t),
+                        count: Operand::Imm(released),
                     });
                 }
             }
@@ -405,6 +610,13 @@ impl Lx<'_> {
         let t0 = self.is_t0;
         self.emit_if(Some(t0), false, init, vec![]);
         self.emit(Inst::NamedBarSync { id: 0, threads: (t + crate::target::PRODUCER_THREADS as i64) as u32 });
+        if self.wsl_multicasts(wl) {
+            // The other blocks' multicasts and releases reach this block's
+            // barriers only once every block of the cluster has initialized
+            // its own.
+            self.emit(Inst::ClusterArrive);
+            self.emit(Inst::ClusterWait);
+        }
         let consumer_regs = self.wsl_occupancy(wl);
         // The producer warpgroup: its registers go to the consumers; one
         // thread issues, the others leave.
@@ -539,16 +751,29 @@ impl Lx<'_> {
         // level of the loop body), when it is issued ahead.
         let mut ahead_at = None;
         // A ring whose every user runs on one warpgroup alone (MLA's K_pe,
-        // read by warpgroup 0's scores only): only that warpgroup waits for
-        // its stage, in its branch (every consumer still releases it).
-        let mut ring_owner: Vec<Option<u32>> = Vec::with_capacity(users.len());
-        for u in &users {
+        // read by warpgroup 0's scores only): that warpgroup waits for its
+        // stage in its branch (every consumer still releases it). The
+        // others wait too, in the branch's `else`, when the ring is
+        // multicast: a release counts towards the round of every block's
+        // `empty` barrier, and only a wait for this round's bytes, which
+        // come from every block's producer, each of which waited for the
+        // previous round's releases, orders it after all of those (a
+        // warpgroup releasing unwaited could run ahead of a lagging peer
+        // block and complete the previous round's phase for it, and a
+        // producer would then overwrite a stage the peer still reads). In
+        // the `else`, not between the owner's branches, so that the merge
+        // pass joins the owner's gemms and waits into one branch (a wait of
+        // every thread between two chained gemms of one warpgroup made
+        // ptxas serialize the kernel's wgmmas, C7514).
+        let mut ring_owner: Vec<Option<(u32, bool)>> = Vec::with_capacity(users.len());
+        for (ci, u) in users.iter().enumerate() {
             let mut owners = Vec::with_capacity(u.len());
             for &i in u {
                 owners.push(self.owner_of(&body[i])?);
             }
             let w = owners.first().copied().flatten();
-            ring_owner.push(w.filter(|_| owners.iter().all(|&o| o == w)));
+            let multicast = copies.get(ci).is_some_and(|c| c.share.is_some());
+            ring_owner.push(w.filter(|_| owners.iter().all(|&o| o == w)).map(|w| (w, multicast)));
         }
         let lowered = self.capture(|x| {
             let wait = |x: &mut Self, ci: usize| {
@@ -563,9 +788,10 @@ impl Lx<'_> {
                     Ok(())
                 });
                 match (code, ring_owner[ci]) {
-                    (Ok(code), Some(w)) => {
+                    (Ok(code), Some((w, others_wait))) => {
                         let cond = x.warpgroup_pred(w);
-                        x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: code, otherwise: vec![] });
+                        let otherwise = if others_wait { code.clone() } else { vec![] };
+                        x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: code, otherwise });
                     }
                     (Ok(code), None) => x.cur().extend(code),
                     (Err(e), _) => x.errors.push(e),
@@ -851,8 +1077,7 @@ impl Lx<'_> {
         if fenced {
             self.emit(Inst::FenceProxyAsync);
         }
-        let empty = self.ring_bar_addr(wl.ring(ci), wl.plan.stages as i64, stage, 1);
-        self.emit(Inst::MbarArrive { addr: empty });
+        self.wsl_arrive_empty(wl, ci, stage);
     }
 
     /// `stage − 1`, wrapping to `stages − 1` at 0. (`defer.rs` computes it

@@ -7,10 +7,13 @@
 //! is made for.
 //!
 //! - `plan.rs`: whether a kernel has the shape this schedule takes
-//!   ([`WslPlan`], or the reason it does not);
+//!   ([`WslPlan`], or the reason it does not), and which of its rings the
+//!   blocks of a thread block cluster load once for all of them (TMA
+//!   multicast: MLA's two row blocks of a chunk read the same KV);
 //! - `lower.rs`: the barriers, the split into producer and consumers, the
 //!   consumers' loop over the stages (the last gemm left in flight across
-//!   its back-edge, chained gemms);
+//!   its back-edge, chained gemms), the multicast rings' shares and
+//!   cluster-wide releases;
 //! - `producer.rs`: the producer's code: the pre-loop copies and the loop of
 //!   TMA boxes;
 //! - `turns.rs`: the first gemm issued one iteration ahead and the

@@ -80,6 +80,14 @@ pub struct WslPlan {
     /// The persistent variant ([`plan_persistent`], `persistent.rs`): each
     /// block runs the grid's blocks `ctaid.x + i·nctaid.x` as tiles.
     pub persistent: bool,
+    /// The blocks of the kernel's thread block cluster that load the
+    /// [`WslPlan::multicast`] copies together (`cluster = (C, 1, 1)`), or 1.
+    pub cluster: u32,
+    /// Indices (into the loop body) of the pipelined copies whose tile is
+    /// the same in every block of the cluster (`multicast_copies`): each
+    /// block's producer loads `1/C` of every box and multicasts it to all
+    /// of them (where the stage's layout splits so: `lower.rs` decides).
+    pub multicast: Vec<usize>,
 }
 
 /// Whether (and how) `kernel`'s pipelined loop is warp-specialized on
@@ -180,6 +188,11 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         }
     }
     let producer_lets = producer_lets(kernel, loop_index, *var, need)?;
+    let (cluster, multicast) = if options.wsloop_multicast {
+        multicast_copies(kernel, loop_index, &pl.copies, &pipe, target)
+    } else {
+        (1, vec![])
+    };
     if warp_specialized_gemm::plan(kernel, target).is_ok() {
         return Err(no("the warp-specialized GEMM takes this kernel (its loop is only TMA copies and gemms)"));
     }
@@ -204,7 +217,45 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         producer_regs,
         consumer_regs,
         persistent: false,
+        cluster,
+        multicast,
     })
+}
+
+/// The pipelined copies (indices into the loop body) every block of the
+/// kernel's `(C, 1, 1)` cluster loads alike, and `C`; `(1, [])` unless the
+/// cluster and the loop's bounds allow it (the warp-specialized GEMM's
+/// conditions, [`warp_specialized_gemm::cluster_loop`]) and some copy's
+/// origin, with the body's `let`s inlined (a page index read from a
+/// table), is the same in every block of the cluster too
+/// ([`warp_specialized_gemm::cluster_uniform`]: loads of tensors the kernel
+/// never writes allowed). The persistent variant takes no cluster kernel
+/// ([`plan_persistent`]).
+fn multicast_copies(
+    kernel: &Kernel,
+    loop_index: usize,
+    copies: &[usize],
+    pipe: &PipelinePlan,
+    target: Target,
+) -> (u32, Vec<usize>) {
+    let Some((c, lets)) = warp_specialized_gemm::cluster_loop(kernel, loop_index, target) else {
+        return (1, vec![]);
+    };
+    let uniform = |e: &crate::ir::Expr| warp_specialized_gemm::cluster_uniform(kernel, e, &lets);
+    let StmtKind::For { body, .. } = &kernel.body[loop_index].kind else { return (1, vec![]) };
+    let multicast: Vec<usize> = copies
+        .iter()
+        .copied()
+        .filter(|&i| match &body[i].kind {
+            StmtKind::Copy { src, dst, .. } => pipe.source(src, dst).origin.iter().all(uniform),
+            _ => false,
+        })
+        .collect();
+    if multicast.is_empty() {
+        (1, vec![])
+    } else {
+        (c, multicast)
+    }
 }
 
 /// The plan of the persistent variant (`persistent.rs`): [`plan`]'s, when

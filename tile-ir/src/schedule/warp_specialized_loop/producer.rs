@@ -19,7 +19,7 @@ use super::lower::WslLowering;
 use crate::ir::{CacheHint, DType, StmtKind};
 use crate::passes::lower::{Lx, R};
 use crate::schedule::warp_specialized_gemm::has_load;
-use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
+use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Special, Stmt};
 
 impl Lx<'_> {
     /// The producer thread: the `let`s it needs, the bounds, its loop of
@@ -43,7 +43,8 @@ impl Lx<'_> {
             let (stage, phase) = (self.new_reg(RegClass::B32), self.new_reg(RegClass::B32));
             self.mov(stage, Operand::Imm(0), DType::I32);
             self.mov(phase, Operand::Imm(0), DType::I32);
-            self.wsl_producer_loop(wl, &maps, (stage, phase), (a, b))
+            self.wsl_producer_loop(wl, &maps, (stage, phase), (a, b))?;
+            self.wsl_producer_tail(wl, (stage, phase))
         })();
         self.vars = saved_vars;
         self.var_mult = saved_mult;
@@ -93,6 +94,12 @@ impl Lx<'_> {
             let evict_first = copies.iter().any(|c| c.cache == CacheHint::EvictFirst);
             let policy = if evict_first { self.l2_policy(CacheHint::EvictFirst) } else { None };
             let stages = ws.stages as i64;
+            // A multicast ring's share: this block's rank, the whole cluster's mask.
+            let cluster = copies.iter().any(|c| c.share.is_some()).then(|| {
+                let rank = self.op("mov.u32", RegClass::B32, vec![Operand::Special(Special::ClusterCtaRank)]);
+                let mask = self.op("mov.b16", RegClass::B16, vec![Operand::Imm((1i64 << ws.cluster) - 1)]);
+                (rank, mask)
+            });
             let kr = self.new_reg(RegClass::B32);
             let exit = self.new_reg(RegClass::Pred);
             self.vars.insert(ws.var, kr);
@@ -142,16 +149,34 @@ impl Lx<'_> {
                     let at = x.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
                     let at = x.op("mad.lo.s32", RegClass::B32, vec![stage.into(), Operand::Imm(stride), at.into()]);
                     let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
+                    // A multicast ring: this block's share of every box (its
+                    // rows `rank·rows` in, at `rank·bytes` in the stage), into
+                    // every block of the cluster; each block still announces
+                    // the whole box's bytes on its own barrier (the peers'
+                    // shares may land before that: the phase also needs the
+                    // announcing arrival).
+                    let (at, multicast) = match (c.share, cluster) {
+                        (Some(sh), Some((rank, mask))) => {
+                            let rows = x.op("mul.lo.s32", RegClass::B32, vec![rank.into(), Operand::Imm(sh.rows)]);
+                            let row = x.op("add.s32", RegClass::B32, vec![origin[dims.0].into(), rows.into()]);
+                            origin[dims.0] = row;
+                            let at =
+                                x.op("mad.lo.s32", RegClass::B32, vec![rank.into(), Operand::Imm(sh.bytes), at.into()]);
+                            (at, Some(mask))
+                        }
+                        _ => (at, None),
+                    };
                     let at = Address { base: at.into(), offset: 0 };
                     match pieced {
-                        None => x.tma_boxes(*map, &at, &c.boxes, &origin, dims, &full, hint, dst.buf),
+                        None => x.tma_boxes(*map, &at, &c.boxes, &origin, dims, &full, hint, dst.buf, multicast),
                         // Each box on its own barrier (`pieces.rs`).
                         Some(p) => {
                             for (j, bx) in c.boxes.iter().enumerate() {
                                 let bar = x.wsl_piece_bar(&p, stages, stage, j);
                                 let tx = Operand::Imm(p.box_bytes);
                                 x.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: tx });
-                                x.tma_boxes(*map, &at, std::slice::from_ref(bx), &origin, dims, &bar, hint, dst.buf);
+                                let one = std::slice::from_ref(bx);
+                                x.tma_boxes(*map, &at, one, &origin, dims, &bar, hint, dst.buf, multicast);
                             }
                         }
                     }
@@ -195,7 +220,17 @@ impl Lx<'_> {
                 *self.shared.get(&dst.buf).ok_or_else(|| self.err("internal: TMA destination not placed"))?;
             let at = self.op("add.s32", RegClass::B32, vec![smem.into(), Operand::Imm(off)]);
             let hint = self.l2_policy(c.cache);
-            self.tma_boxes(map, &Address { base: at.into(), offset: 0 }, &c.boxes, &origin, dims, &bar, hint, dst.buf);
+            self.tma_boxes(
+                map,
+                &Address { base: at.into(), offset: 0 },
+                &c.boxes,
+                &origin,
+                dims,
+                &bar,
+                hint,
+                dst.buf,
+                None,
+            );
         }
         Ok(())
     }
