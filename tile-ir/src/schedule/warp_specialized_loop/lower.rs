@@ -343,9 +343,7 @@ impl Lx<'_> {
             if let (Some(sh), Some((row_dim, _))) = (share, crate::schedule::tma_copy::tma_window_dims(self.k, src)) {
                 box_shape[row_dim] = sh.rows as u32;
             }
-            let param = format!("tmap{}", self.f.tensor_maps.len());
-            self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
-            self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
+            let param = self.wsl_tensor_map(tensor, box_shape, swizzle);
             wl.copies.borrow_mut().push(WslCopy {
                 index: i,
                 dst: dst.buf,
@@ -364,9 +362,7 @@ impl Lx<'_> {
             let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 continue;
             };
-            let param = format!("tmap{}", self.f.tensor_maps.len());
-            self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
-            self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
+            let param = self.wsl_tensor_map(tensor, box_shape, swizzle);
             pre_bytes += b;
             wl.pre.borrow_mut().push(WslCopy {
                 index: i,
@@ -384,6 +380,15 @@ impl Lx<'_> {
         self.f.persistent = ws.persistent;
         // One block per SM unless `Lx::wsl_occupancy` finds room for two.
         self.f.min_blocks_per_sm = Some(1);
+    }
+
+    /// Declares the next tensor map parameter, of `tensor` with this box
+    /// and swizzle; returns its name.
+    fn wsl_tensor_map(&mut self, tensor: usize, box_shape: Vec<u32>, swizzle: crate::hopper::Swizzle) -> String {
+        let param = format!("tmap{}", self.f.tensor_maps.len());
+        self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
+        self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
+        param
     }
 
     /// How the cluster's blocks share the boxes of a multicast copy from
