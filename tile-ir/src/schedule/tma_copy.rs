@@ -255,12 +255,7 @@ impl Lx<'_> {
     /// `(tensor param index, boxes, bytes, box shape, swizzle)` when the
     /// copy `src → dst` can be TMA boxes (see the module doc).
     #[allow(clippy::type_complexity)]
-    pub(crate) fn tma_copy_of(
-        &self,
-        src: &TileRef,
-        dst: &TileRef,
-        fill: Option<&Expr>,
-    ) -> Option<(usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle)> {
+    pub(crate) fn tma_copy_of(&self, src: &TileRef, dst: &TileRef, fill: Option<&Expr>) -> Option<TmaCopyOf> {
         if !tma_candidate(self.k, src, dst, fill) {
             return None;
         }
@@ -454,6 +449,12 @@ impl Lx<'_> {
         self.op_into("xor.b32", tl.bits, vec![tl.bits.into(), bit.into()]);
     }
 }
+
+/// A copy as TMA boxes (`Lx::tma_copy_of`): the source tensor's parameter
+/// index, the boxes (byte offset in the destination, row and column
+/// offsets), the bytes of all of them, the box extents (one per tensor dim,
+/// outermost first) and the swizzle.
+pub(crate) type TmaCopyOf = (usize, Vec<(i64, i64, i64)>, i64, Vec<u32>, Swizzle);
 
 /// The TMA copies of one kernel's lowering: which pipelined copies are TMA
 /// boxes, the barriers of their loops, the stage being issued.

@@ -328,7 +328,7 @@ impl Lx<'_> {
         }
         for &i in &ws.copies {
             let StmtKind::Copy { src, dst, fill, cache } = &body[i].kind else { continue };
-            let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
+            let Some(tma) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 self.errors.push(crate::CompileError::new(
                     body[i].span,
                     format!(
@@ -338,41 +338,21 @@ impl Lx<'_> {
                 ));
                 continue;
             };
-            let mut box_shape = box_shape;
-            let share = if ws.multicast.contains(&i) { self.wsl_share(src, dst.buf, &boxes, &box_shape) } else { None };
-            if let (Some(sh), Some((row_dim, _))) = (share, crate::schedule::tma_copy::tma_window_dims(self.k, src)) {
-                box_shape[row_dim] = sh.rows as u32;
-            }
-            let param = self.wsl_tensor_map(tensor, box_shape, swizzle);
-            wl.copies.borrow_mut().push(WslCopy {
-                index: i,
-                dst: dst.buf,
-                param,
-                boxes,
-                bytes: b,
-                cache: *cache,
-                share,
-            });
+            let share = if ws.multicast.contains(&i) { self.wsl_share(src, dst.buf, &tma.1, &tma.3) } else { None };
+            let copy = self.wsl_copy(i, src, dst.buf, *cache, tma, share);
+            wl.copies.borrow_mut().push(copy);
         }
         // The copies before the loop whose shared layout TMA writes (the
         // others the consumers do themselves).
         let mut pre_bytes = 0;
         for &i in &ws.pre_copies {
             let StmtKind::Copy { src, dst, fill, cache } = &self.k.body[i].kind else { continue };
-            let Some((tensor, boxes, b, box_shape, swizzle)) = self.tma_copy_of(src, dst, fill.as_ref()) else {
+            let Some(tma) = self.tma_copy_of(src, dst, fill.as_ref()) else {
                 continue;
             };
-            let param = self.wsl_tensor_map(tensor, box_shape, swizzle);
-            pre_bytes += b;
-            wl.pre.borrow_mut().push(WslCopy {
-                index: i,
-                dst: dst.buf,
-                param,
-                boxes,
-                bytes: b,
-                cache: *cache,
-                share: None,
-            });
+            let copy = self.wsl_copy(i, src, dst.buf, *cache, tma, None);
+            pre_bytes += copy.bytes;
+            wl.pre.borrow_mut().push(copy);
         }
         wl.pre_bytes.set(pre_bytes);
         self.f.threads = ws.consumer_threads + crate::target::PRODUCER_THREADS;
@@ -382,13 +362,27 @@ impl Lx<'_> {
         self.f.min_blocks_per_sm = Some(1);
     }
 
-    /// Declares the next tensor map parameter, of `tensor` with this box
-    /// and swizzle; returns its name.
-    fn wsl_tensor_map(&mut self, tensor: usize, box_shape: Vec<u32>, swizzle: crate::hopper::Swizzle) -> String {
+    /// The producer's copy at `index` (of the loop body or, before the
+    /// loop, of the kernel's) from `src` into `dst`, with its TMA boxes as
+    /// `Lx::tma_copy_of` gives them and its share of a multicast, and the
+    /// tensor map parameter it reads through, declared here (its box one
+    /// share's rows when multicast).
+    fn wsl_copy(
+        &mut self,
+        index: usize,
+        src: &crate::ir::TileRef,
+        dst: BufferId,
+        cache: CacheHint,
+        (tensor, boxes, bytes, mut box_shape, swizzle): crate::schedule::tma_copy::TmaCopyOf,
+        share: Option<Share>,
+    ) -> WslCopy {
+        if let (Some(sh), Some((row_dim, _))) = (share, crate::schedule::tma_copy::tma_window_dims(self.k, src)) {
+            box_shape[row_dim] = sh.rows as u32;
+        }
         let param = format!("tmap{}", self.f.tensor_maps.len());
         self.f.params.push((param.clone(), crate::thread_ir::TENSOR_MAP_PARAM));
         self.f.tensor_maps.push(crate::abi::TensorMapUse { param: param.clone(), tensor, box_shape, swizzle });
-        param
+        WslCopy { index, dst, param, boxes, bytes, cache, share }
     }
 
     /// How the cluster's blocks share the boxes of a multicast copy from
