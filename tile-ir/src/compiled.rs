@@ -139,18 +139,6 @@ pub struct CompileOptions {
     /// `schedule/warp_specialized_loop/defer.rs`). On by default; off for
     /// bisecting.
     pub hoist_rescale: bool,
-    /// In a warp-specialized loop whose two consumer warpgroups do not
-    /// ping-pong and whose body starts with a gemm (or a chain of them into
-    /// one fragment) and ends with a gemm reading an operand the body
-    /// stages in shared memory (MLA's `S = Q·Kᵀ` on warpgroup 0 … `O +=
-    /// P·V` from `p_s` on both), issue the last gemm one iteration late,
-    /// right after the next iteration's first, and retire it at the body's
-    /// first statement that touches its accumulator or writes its operands,
-    /// so that the softmax runs under it (FA3's order with P in shared
-    /// memory, which [`CompileOptions::defer_last_gemm`] does not take;
-    /// `schedule/warp_specialized_loop/defer_shared.rs`). On by default;
-    /// off for bisecting and A/B runs.
-    pub defer_through_shared: bool,
     /// In the cp.async pipeline (and the TMA copies built on it), wait for
     /// each pipelined copy just before its first reader, one cp.async group
     /// (and TMA barrier) per wait batch, so that one copy's wait never
@@ -215,7 +203,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 17] = [
+    pub const SWITCHES: [(&'static str, Switch); 16] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -225,7 +213,6 @@ impl CompileOptions {
         ("ping_pong_lookahead", |o| &mut o.ping_pong_lookahead),
         ("defer_last_gemm", |o| &mut o.defer_last_gemm),
         ("hoist_rescale", |o| &mut o.hoist_rescale),
-        ("defer_through_shared", |o| &mut o.defer_through_shared),
         ("per_copy_waits", |o| &mut o.per_copy_waits),
         ("piece_barriers", |o| &mut o.piece_barriers),
         ("late_last_wait", |o| &mut o.late_last_wait),
@@ -268,7 +255,6 @@ impl Default for CompileOptions {
             ping_pong_lookahead: true,
             defer_last_gemm: true,
             hoist_rescale: true,
-            defer_through_shared: true,
             per_copy_waits: true,
             piece_barriers: true,
             late_last_wait: true,

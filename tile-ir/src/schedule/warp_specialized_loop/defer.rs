@@ -257,7 +257,7 @@ impl Lx<'_> {
     /// above the wait: without it ptxas schedules the wait near the top of
     /// the softmax's block, and the softmax no longer runs under `g2`
     /// (measured: 8–15 % slower on the H200 than not deferring at all).
-    pub(super) fn schedule_fence(&mut self) {
+    fn schedule_fence(&mut self) {
         let x = self.op("mov.u32", RegClass::B32, vec![Operand::Special(crate::thread_ir::Special::CtaId(0))]);
         let never = self.op("setp.eq.u32", RegClass::Pred, vec![x.into(), Operand::Imm(u32::MAX as i64)]);
         let sleep = vec![Stmt::Inst { inst: Inst::Nanosleep { ns: 0 }, guard: None }];

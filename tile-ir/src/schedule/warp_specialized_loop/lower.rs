@@ -222,10 +222,6 @@ pub(crate) struct WslLowering {
     /// Whether to run the deferred gemm's rescale nest with it
     /// ([`crate::CompileOptions::hoist_rescale`], `defer.rs`).
     pub(super) hoist_rescale: bool,
-    /// Whether to defer the body's last gemm where it reads an operand the
-    /// body stages in shared memory
-    /// ([`crate::CompileOptions::defer_through_shared`], `defer_shared.rs`).
-    pub(super) defer_through_shared: bool,
     /// Whether to give a ring's boxes their own barriers
     /// ([`crate::CompileOptions::piece_barriers`], `pieces.rs`), where the
     /// loop allows it.
@@ -259,7 +255,6 @@ impl WslLowering {
             both: options.ping_pong_lookahead,
             defer_last_gemm: options.defer_last_gemm,
             hoist_rescale: options.hoist_rescale,
-            defer_through_shared: options.defer_through_shared,
             piece_barriers: options.piece_barriers,
             late_last_wait: options.late_last_wait,
             pieces: RefCell::new(Vec::new()),
@@ -748,12 +743,7 @@ impl Lx<'_> {
             }
         }
         let chained = self.wsl_chained_gemms(wl, body, look.as_ref().map(|l| l.0));
-        let late = if look.is_none() {
-            self.wsl_late_wait(wl, body, &users, &chained)
-                .or_else(|| self.wsl_shared_deferral(wl, body, &users, &chained))
-        } else {
-            None
-        };
+        let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -864,27 +854,8 @@ impl Lx<'_> {
                 x.emit_if(Some(m), true, without_final_wait(ahead), vec![]);
                 ahead_at = Some(x.cur().len() - 1);
             }
-            // The deferred last gemm (`defer_shared.rs`): retired before
-            // `X[j]`, then every consumer past the barrier.
-            let retire_deferred = |x: &mut Self, late: &LateWait| -> R<()> {
-                x.schedule_fence();
-                x.emit(Inst::WgmmaWait { pending: 0 });
-                let not_first = x.op("setp.gt.s32", RegClass::Pred, vec![vr.into(), a.into()]);
-                let code = x.wsl_release_previous(wl, &late.rings, stage, &fenced)?;
-                x.emit_if(Some(not_first), true, code, vec![]);
-                x.emit(Inst::BarSync);
-                Ok(())
-            };
-            let deferred = late.as_ref().filter(|l| l.split.is_some());
             for (i, s) in body.iter().enumerate() {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
-                    continue;
-                }
-                if let Some(l) = deferred.filter(|l| l.split == Some(i)) {
-                    retire_deferred(x, l)?;
-                }
-                if deferred.is_some_and(|l| l.last == i) {
-                    // Issued in the next iteration, or after the loop.
                     continue;
                 }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
@@ -915,13 +886,6 @@ impl Lx<'_> {
                 } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
                 }
-                if let Some(l) = deferred.filter(|l| l.after == i) {
-                    // The chain's end: its final wait becomes the one after
-                    // the previous iteration's last gemm's issue.
-                    let code = std::mem::take(x.cur());
-                    x.cur().extend(without_final_wait_at_end(code));
-                    x.wsl_deferred_issue_in_loop(wl, (var, vr, a), &body[l.last], stage, &body[i])?;
-                }
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
                     if chained.contains(&i) {
                         // Its wgmmas are still in flight: released after the
@@ -936,12 +900,9 @@ impl Lx<'_> {
                         release(x, ci);
                     }
                 }
-                if let Some(l) = late.as_ref().filter(|l| l.after == i && l.split.is_none()) {
+                if let Some(l) = late.as_ref().filter(|l| l.after == i) {
                     retire_late(x, l)?;
                 }
-            }
-            if let Some(l) = deferred.filter(|l| l.split == Some(l.last)) {
-                retire_deferred(x, l)?;
             }
             for st in saved {
                 x.restore_stage(st);
@@ -997,16 +958,9 @@ impl Lx<'_> {
         }
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         if let Some(late) = &late {
-            // The last iteration's last gemm (issued here when deferred):
-            // waited for (unconditionally: a conditional wait makes ptxas
-            // serialize the wgmmas), its stages released when the loop ran.
-            if late.split.is_some() {
-                let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
-                let bm1 = self.op("add.s32", RegClass::B32, vec![b.into(), Operand::Imm(-1)]);
-                let pst = self.ring_previous(stages, stage);
-                let issue = self.wsl_deferred_issue(wl, (var, bm1), &body[late.last], pst)?;
-                self.emit_if(Some(ran), true, issue, vec![]);
-            }
+            // The last iteration's last gemm: waited for (unconditionally:
+            // a conditional wait makes ptxas serialize the wgmmas), its
+            // stages released when the loop ran.
             self.emit(Inst::WgmmaWait { pending: 0 });
             let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
             let code = self.wsl_release_previous(wl, &late.rings, stage, &fenced)?;
@@ -1113,7 +1067,7 @@ impl Lx<'_> {
             return None;
         }
         let rings = (0..users.len()).filter(|&c| users[c].last() == Some(&last)).collect();
-        Some(LateWait { after, last, rings, split: None })
+        Some(LateWait { after, last, rings })
     }
 
     /// The consumers' release of ring `ci`'s stage `stage` (`fenced`: its
@@ -1128,7 +1082,7 @@ impl Lx<'_> {
     /// `stage − 1`, wrapping to `stages − 1` at 0. (`defer.rs` computes it
     /// inline with the other instruction order; one helper for both
     /// reorders two instructions in 46 modules and changes their SASS.)
-    pub(super) fn ring_previous(&mut self, stages: i64, stage: Reg) -> Reg {
+    fn ring_previous(&mut self, stages: i64, stage: Reg) -> Reg {
         let back = self.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(-1)]);
         let wrap = self.op("setp.eq.s32", RegClass::Pred, vec![stage.into(), Operand::Imm(0)]);
         self.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), back.into(), wrap.into()])
@@ -1179,19 +1133,15 @@ impl Lx<'_> {
 }
 
 /// The body's last gemm left in flight across the back-edge
-/// (`Lx::wsl_late_wait`), or deferred to the next iteration
-/// (`Lx::wsl_shared_deferral`, `defer_shared.rs`).
-pub(super) struct LateWait {
+/// (`Lx::wsl_late_wait`).
+struct LateWait {
     /// The statement (the end of the body's first gemm chain) after which
-    /// the previous iteration's last gemm is waited for (deferred: issued).
-    pub(super) after: usize,
+    /// the previous iteration's last gemm is waited for.
+    after: usize,
     /// The last gemm.
-    pub(super) last: usize,
+    last: usize,
     /// The rings whose last user it is: released once it is waited for.
-    pub(super) rings: Vec<usize>,
-    /// Deferred: the statement before which it is retired (`X[j]`, the
-    /// body's end when it is the last gemm itself).
-    pub(super) split: Option<usize>,
+    rings: Vec<usize>,
 }
 
 /// The instructions of `body`, recursively.
@@ -1220,24 +1170,6 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     } else if let [Stmt::If { then, uniform: false, .. }] = &mut code[..] {
         // (Its `else`, the other warpgroups' piece waits, has no wgmma.)
         *then = without_final_wait(std::mem::take(then));
-    }
-    code
-}
-
-/// `code` (the lowering of one statement, appended to the loop body so far)
-/// without the last `wgmma.wait_group 0` it ends with: [`without_final_wait`]
-/// on its trailing statement (a warpgroup's branch holding the gemm), or
-/// on the whole.
-fn without_final_wait_at_end(mut code: Vec<Stmt>) -> Vec<Stmt> {
-    match code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
-        Some(i) if i + 1 == code.len() => {
-            code.pop();
-        }
-        _ => {
-            if let Some(Stmt::If { then, uniform: false, .. }) = code.last_mut() {
-                *then = without_final_wait(std::mem::take(then));
-            }
-        }
     }
     code
 }

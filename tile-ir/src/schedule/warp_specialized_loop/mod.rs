@@ -38,7 +38,6 @@
 //! its mapped tensors TMA-addressable ([`crate::abi::tma_addressable`]).
 
 mod defer;
-mod defer_shared;
 mod lower;
 mod persistent;
 mod pieces;
