@@ -209,7 +209,9 @@ fn scores_that_jump_warp_specialized_loop() {
 /// chunks of 0, 1, 2 and 4 key blocks, unused chunks (batch −1), partial
 /// pages, under several interleavings, and scores that jump (O rescaled at
 /// every block), against the f64 reference; and the TMA-copy variant in
-/// the same launch.
+/// the same launch. ptxas assembles the warp-specialized variants of both
+/// cluster sizes (the unclustered persistent one, the GPU's default,
+/// included): no serialized wgmmas, injected waits or spills.
 #[test]
 fn clusters_multicast_the_kv_warp_specialized_loop() {
     let (k, v) = compiled(split_meta(2));
