@@ -43,6 +43,7 @@ mod persistent;
 mod pieces;
 mod plan;
 mod producer;
+mod rotate;
 mod turns;
 
 use lower::WslLowering;
