@@ -139,17 +139,6 @@ pub struct CompileOptions {
     /// `schedule/warp_specialized_loop/defer.rs`). On by default; off for
     /// bisecting.
     pub hoist_rescale: bool,
-    /// In a warp-specialized loop whose body starts with a gemm (or a chain
-    /// of them into one fragment) and ends with a gemm reading an operand
-    /// the body stages in shared memory (MLA's `S = Q·Kᵀ` on warpgroup 0 …
-    /// `O += P·V` from `p_s` on both), issue the last gemm at the top of the
-    /// next iteration, right before the first, and wait for it right after
-    /// the first's issue (its stages released there): the tensor cores run
-    /// the two back to back, without the drain between the last gemm's wait
-    /// and the next issue, and no stage is held longer than in the plain
-    /// loop (`schedule/warp_specialized_loop/rotate.rs`). On by default;
-    /// off for bisecting and A/B runs.
-    pub rotate_last_gemm: bool,
     /// In the cp.async pipeline (and the TMA copies built on it), wait for
     /// each pipelined copy just before its first reader, one cp.async group
     /// (and TMA barrier) per wait batch, so that one copy's wait never
@@ -214,7 +203,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 17] = [
+    pub const SWITCHES: [(&'static str, Switch); 16] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -224,7 +213,6 @@ impl CompileOptions {
         ("ping_pong_lookahead", |o| &mut o.ping_pong_lookahead),
         ("defer_last_gemm", |o| &mut o.defer_last_gemm),
         ("hoist_rescale", |o| &mut o.hoist_rescale),
-        ("rotate_last_gemm", |o| &mut o.rotate_last_gemm),
         ("per_copy_waits", |o| &mut o.per_copy_waits),
         ("piece_barriers", |o| &mut o.piece_barriers),
         ("late_last_wait", |o| &mut o.late_last_wait),
@@ -267,7 +255,6 @@ impl Default for CompileOptions {
             ping_pong_lookahead: true,
             defer_last_gemm: true,
             hoist_rescale: true,
-            rotate_last_gemm: true,
             per_copy_waits: true,
             piece_barriers: true,
             late_last_wait: true,

@@ -222,10 +222,6 @@ pub(crate) struct WslLowering {
     /// Whether to run the deferred gemm's rescale nest with it
     /// ([`crate::CompileOptions::hoist_rescale`], `defer.rs`).
     pub(super) hoist_rescale: bool,
-    /// Whether to issue the body's last gemm at the top of the next
-    /// iteration, before the first
-    /// ([`crate::CompileOptions::rotate_last_gemm`], `rotate.rs`).
-    pub(super) rotate_last_gemm: bool,
     /// Whether to give a ring's boxes their own barriers
     /// ([`crate::CompileOptions::piece_barriers`], `pieces.rs`), where the
     /// loop allows it.
@@ -259,7 +255,6 @@ impl WslLowering {
             both: options.ping_pong_lookahead,
             defer_last_gemm: options.defer_last_gemm,
             hoist_rescale: options.hoist_rescale,
-            rotate_last_gemm: options.rotate_last_gemm,
             piece_barriers: options.piece_barriers,
             late_last_wait: options.late_last_wait,
             pieces: RefCell::new(Vec::new()),
@@ -748,11 +743,7 @@ impl Lx<'_> {
             }
         }
         let chained = self.wsl_chained_gemms(wl, body, look.as_ref().map(|l| l.0));
-        let late = if look.is_none() {
-            self.wsl_late_wait(wl, body, &users, &chained).or_else(|| self.wsl_rotated_gemm(wl, body, &users, &chained))
-        } else {
-            None
-        };
+        let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -783,10 +774,7 @@ impl Lx<'_> {
             let multicast = copies.get(ci).is_some_and(|c| c.share.is_some());
             ring_owner.push(w.filter(|_| owners.iter().all(|&o| o == w)).map(|w| (w, multicast)));
         }
-        // The rotated last gemm (`rotate.rs`): the body lowered twice, the
-        // first iteration peeled (`prologue`: no previous gemm to issue).
-        let rotated = late.as_ref().filter(|l| l.rotated.is_some());
-        let mut emit_body = |x: &mut Self, prologue: bool| -> R<()> {
+        let lowered = self.capture(|x| {
             let wait = |x: &mut Self, ci: usize| {
                 if pieces.get(ci).is_some_and(|p| p.is_some()) {
                     // Its first reader waits for each piece (`pieces.rs`).
@@ -870,13 +858,6 @@ impl Lx<'_> {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
-                if rotated.is_some_and(|l| l.last == i) {
-                    // Issued at the top of the next iteration, or after the loop.
-                    continue;
-                }
-                if let Some(l) = rotated.filter(|l| l.rotated == Some(i) && !prologue) {
-                    x.wsl_rotated_issue(wl, (var, vr), &body[l.last], stage, s)?;
-                }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
                 }
@@ -897,12 +878,6 @@ impl Lx<'_> {
                         Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code),
                         None => Ok(code),
                     });
-                    // Rotated, the chain's first gemm pieced: the rotated gemm
-                    // retired right after the first piece's slices.
-                    let code = match (code, rotated.filter(|l| l.rotated == Some(i) && !prologue && pieced.is_some())) {
-                        (Ok(code), Some(l)) => x.wsl_rotated_retire_in_pieces(wl, l, stage, &fenced, code),
-                        (code, _) => code,
-                    };
                     match code {
                         Ok(code) if chained.contains(&i) => x.cur().extend(without_final_wait(code)),
                         Ok(code) => x.cur().extend(code),
@@ -910,16 +885,6 @@ impl Lx<'_> {
                     }
                 } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
-                }
-                let early = rotated.is_some_and(|l| pieces.iter().flatten().any(|p| Some(p.gemm) == l.rotated));
-                if let Some(l) = rotated.filter(|l| l.after == i && !prologue && !early) {
-                    // The chain's end: the rotated gemm retired (its stages
-                    // released) before the chain's own final wait.
-                    let code = std::mem::take(x.cur());
-                    x.cur().extend(without_final_wait_at_end(code));
-                    let from = l.rotated.unwrap_or(i);
-                    let groups = chained.iter().filter(|&&c| c >= from && c < i).count() as u32 + 1;
-                    x.wsl_rotated_retire(wl, l, stage, &fenced, groups, s)?;
                 }
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
                     if chained.contains(&i) {
@@ -935,7 +900,7 @@ impl Lx<'_> {
                         release(x, ci);
                     }
                 }
-                if let Some(l) = late.as_ref().filter(|l| l.after == i && l.rotated.is_none()) {
+                if let Some(l) = late.as_ref().filter(|l| l.after == i) {
                     retire_late(x, l)?;
                 }
             }
@@ -972,46 +937,7 @@ impl Lx<'_> {
             }
             x.ring_advance(stages, stage, phase);
             Ok(())
-        };
-        if let Some(l) = rotated {
-            // if a < b: iteration a; for k in a + 1..b: iteration k; g2(b − 1),
-            // waited for, its stages released (every wgmma unconditional
-            // inside the branch: a conditional one made ptxas serialize them).
-            let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
-            let code = self.capture(|x| {
-                x.mov(vr, a.into(), DType::I32);
-                let first = x.capture(|y| emit_body(y, true))?;
-                x.cur().extend(first);
-                let a1 = x.op("add.s32", RegClass::B32, vec![a.into(), Operand::Imm(1)]);
-                let lowered = x.capture(|y| emit_body(y, false))?;
-                x.cur().push(Stmt::For {
-                    var: vr,
-                    start: a1.into(),
-                    end: b.into(),
-                    exit,
-                    uniform: true,
-                    body: lowered,
-                });
-                let pst = x.ring_previous(stages, stage);
-                let bm1 = x.op("add.s32", RegClass::B32, vec![b.into(), Operand::Imm(-1)]);
-                let issue = x.wsl_rotated_gemm_code(wl, (var, bm1), &body[l.last], pst)?;
-                x.cur().extend(issue);
-                x.emit(Inst::WgmmaWait { pending: 0 });
-                let release = x.wsl_release_previous(wl, &l.rings, stage, &fenced)?;
-                x.cur().extend(release);
-                Ok(())
-            });
-            self.loop_depth -= 1;
-            match saved_var {
-                Some(r) => self.vars.insert(var, r),
-                None => self.vars.remove(&var),
-            };
-            let code = code?;
-            self.emit_if(Some(ran), true, code, vec![]);
-            self.emit(Inst::BarSync);
-            return Ok(());
-        }
-        let lowered = self.capture(|x| emit_body(x, false));
+        });
         self.loop_depth -= 1;
         match saved_var {
             Some(r) => self.vars.insert(var, r),
@@ -1141,7 +1067,7 @@ impl Lx<'_> {
             return None;
         }
         let rings = (0..users.len()).filter(|&c| users[c].last() == Some(&last)).collect();
-        Some(LateWait { after, last, rings, rotated: None })
+        Some(LateWait { after, last, rings })
     }
 
     /// The consumers' release of ring `ci`'s stage `stage` (`fenced`: its
@@ -1156,7 +1082,7 @@ impl Lx<'_> {
     /// `stage − 1`, wrapping to `stages − 1` at 0. (`defer.rs` computes it
     /// inline with the other instruction order; one helper for both
     /// reorders two instructions in 46 modules and changes their SASS.)
-    pub(super) fn ring_previous(&mut self, stages: i64, stage: Reg) -> Reg {
+    fn ring_previous(&mut self, stages: i64, stage: Reg) -> Reg {
         let back = self.op("add.s32", RegClass::B32, vec![stage.into(), Operand::Imm(-1)]);
         let wrap = self.op("setp.eq.s32", RegClass::Pred, vec![stage.into(), Operand::Imm(0)]);
         self.op("selp.b32", RegClass::B32, vec![Operand::Imm(stages - 1), back.into(), wrap.into()])
@@ -1164,13 +1090,7 @@ impl Lx<'_> {
 
     /// The releases of `rings` at the stage before `stage` (the late last
     /// gemm's), as code for the caller's `if`.
-    pub(super) fn wsl_release_previous(
-        &mut self,
-        wl: &WslLowering,
-        rings: &[usize],
-        stage: Reg,
-        fenced: &[bool],
-    ) -> R<Vec<Stmt>> {
+    fn wsl_release_previous(&mut self, wl: &WslLowering, rings: &[usize], stage: Reg, fenced: &[bool]) -> R<Vec<Stmt>> {
         self.capture(|x| {
             let pst = x.ring_previous(wl.plan.stages as i64, stage);
             for &ci in rings {
@@ -1213,19 +1133,15 @@ impl Lx<'_> {
 }
 
 /// The body's last gemm left in flight across the back-edge
-/// (`Lx::wsl_late_wait`), or issued at the top of the next iteration
-/// (`Lx::wsl_rotated_gemm`, `rotate.rs`).
-pub(super) struct LateWait {
+/// (`Lx::wsl_late_wait`).
+struct LateWait {
     /// The statement (the end of the body's first gemm chain) after which
     /// the previous iteration's last gemm is waited for.
-    pub(super) after: usize,
+    after: usize,
     /// The last gemm.
-    pub(super) last: usize,
+    last: usize,
     /// The rings whose last user it is: released once it is waited for.
-    pub(super) rings: Vec<usize>,
-    /// Rotated: the chain's first statement, before which the previous
-    /// iteration's last gemm is issued.
-    pub(super) rotated: Option<usize>,
+    rings: Vec<usize>,
 }
 
 /// The instructions of `body`, recursively.
@@ -1254,24 +1170,6 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     } else if let [Stmt::If { then, uniform: false, .. }] = &mut code[..] {
         // (Its `else`, the other warpgroups' piece waits, has no wgmma.)
         *then = without_final_wait(std::mem::take(then));
-    }
-    code
-}
-
-/// `code` (the lowering of one statement, appended to the loop body so far)
-/// without the last `wgmma.wait_group 0` it ends with: [`without_final_wait`]
-/// on its trailing statement (a warpgroup's branch holding the gemm), or
-/// on the whole.
-fn without_final_wait_at_end(mut code: Vec<Stmt>) -> Vec<Stmt> {
-    match code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
-        Some(i) if i + 1 == code.len() => {
-            code.pop();
-        }
-        _ => {
-            if let Some(Stmt::If { then, uniform: false, .. }) = code.last_mut() {
-                *then = without_final_wait(std::mem::take(then));
-            }
-        }
     }
     code
 }

@@ -43,7 +43,6 @@ mod persistent;
 mod pieces;
 mod plan;
 mod producer;
-mod rotate;
 mod turns;
 
 use lower::WslLowering;
