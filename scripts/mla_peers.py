@@ -13,7 +13,10 @@ Each SPEC is dtype:b:h_q:s_q:ctx:lengths[:contiguous] (what `example-mla_decode
   [blocks, 64, 1, 576], the pages in order, the lengths as ours (ragged:
   uniform in [ctx/2, 3 ctx/2), not the same draws), softmax scale
   1/sqrt(192), causal; split + combine (metadata outside the timing).
-  Skipped with a note on stderr when it does not import.
+  Skipped with a note on stderr when it does not import. On a GPU machine
+  without it, `scripts/flashmla/build.py` builds its sm90 dense decode from a
+  tarball that `scripts/flashmla/kit.sh` packs here (no network needed
+  there); then `PYTHONPATH=/tmp/fmla_pkg mla_peers.py ...`.
 Timing: `warmup` calls, then `iters` calls each between two CUDA events;
 the median. Writes `impl,spec,ms` lines and prints `RESULT mla_peer ...`.
 """
