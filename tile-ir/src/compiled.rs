@@ -195,14 +195,6 @@ pub struct CompileOptions {
     /// `multicast_copies`). On by default; off (each block loads its own
     /// tiles, the cluster only a launch shape) for bisecting and A/B runs.
     pub wsloop_multicast: bool,
-    /// In a warp-specialized loop, have the producer prefetch the next
-    /// iteration's TMA boxes into L2 (`cp.async.bulk.prefetch.tensor`) as
-    /// soon as it has issued the current one's, before it waits for the
-    /// next stage to be free (`schedule/warp_specialized_loop/producer.rs`):
-    /// more bytes in flight per SM than the ring's stages hold, for loops
-    /// that wait on memory (MLA decode with few heads). On by default; off
-    /// for bisecting and A/B runs.
-    pub l2_prefetch: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -211,7 +203,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 17] = [
+    pub const SWITCHES: [(&'static str, Switch); 16] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -228,7 +220,6 @@ impl CompileOptions {
         ("defer_cp_async_waits", |o| &mut o.defer_cp_async_waits),
         ("fast_divisors", |o| &mut o.fast_divisors),
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
-        ("l2_prefetch", |o| &mut o.l2_prefetch),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -271,7 +262,6 @@ impl Default for CompileOptions {
             defer_cp_async_waits: true,
             fast_divisors: true,
             wsloop_multicast: true,
-            l2_prefetch: true,
         }
     }
 }

@@ -407,16 +407,6 @@ pub enum Inst {
         /// memory).
         region: Option<Region>,
     },
-    /// `cp.async.bulk.prefetch.tensor.{N}d.L2.global.tile [tmap, {coords}];`:
-    /// start bringing one box of the tensor map into L2 (no shared memory, no
-    /// barrier, nothing to wait for; out-of-bounds parts fetch nothing), so
-    /// that a later [`Inst::TmaLoad`] of the same box finds it there.
-    TmaPrefetch {
-        /// The tensor map's generic address ([`Inst::TensorMapAddr`]).
-        tmap: Operand,
-        /// The box's first element, innermost coordinate first, in elements.
-        coords: Vec<Operand>,
-    },
     /// `cp.async.bulk.tensor.{N}d.global.shared::cta.tile.bulk_group [tmap, {coords}], [src];`:
     /// one box from shared memory to the tensor (out-of-bounds elements are
     /// not written); completion is tracked by bulk groups.
@@ -597,7 +587,6 @@ impl Inst {
                 if multicast.is_some() { ".multicast::cluster" } else { "" }
             ),
             Inst::TmaStore { coords, .. } => format!("cp.async.bulk.tensor.{}d.global.shared::cta", coords.len()),
-            Inst::TmaPrefetch { coords, .. } => format!("cp.async.bulk.prefetch.tensor.{}d.L2.global", coords.len()),
             Inst::BulkCommit => "cp.async.bulk.commit_group".into(),
             Inst::BulkWaitRead { .. } => "cp.async.bulk.wait_group.read".into(),
             Inst::WgmmaFence => "wgmma.fence.sync.aligned".into(),
@@ -884,12 +873,6 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
                 fmt_address(f, mbar)
             )
         }
-        Inst::TmaPrefetch { tmap, coords } => format!(
-            "cp.async.bulk.prefetch.tensor.{}d.L2.global.tile [{}, {{{}}}]",
-            coords.len(),
-            fmt_operand(f, tmap),
-            join_operands(f, coords)
-        ),
         Inst::TmaStore { tmap, coords, src, .. } => format!(
             "cp.async.bulk.tensor.{}d.global.shared::cta.tile.bulk_group [{}, {{{}}}], {}",
             coords.len(),

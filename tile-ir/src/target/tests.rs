@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 42;
+const VARIANTS: usize = 41;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -55,7 +55,6 @@ fn variant(inst: &Inst) -> usize {
         Inst::MbarArriveCluster { .. } => 38,
         Inst::ClusterArrive => 39,
         Inst::ClusterWait => 40,
-        Inst::TmaPrefetch { .. } => 41,
     }
 }
 
@@ -147,7 +146,6 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
             Some(Clusters),
         ),
         (Inst::TmaStore { tmap: r(2).into(), coords: vec![r(0).into()], src: smem(0), region: None }, 80, Some(Tma)),
-        (Inst::TmaPrefetch { tmap: r(2).into(), coords: vec![r(0).into(), Operand::Imm(64)] }, 80, Some(Tma)),
         (Inst::BulkCommit, 80, Some(Tma)),
         (Inst::BulkWaitRead { pending: 0 }, 80, Some(Tma)),
         (Inst::WgmmaFence, 80, Some(Wgmma)),

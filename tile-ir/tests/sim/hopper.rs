@@ -173,8 +173,6 @@ pub struct HopperState {
     proxy_fences: Vec<u64>,
     /// Counters for tests.
     pub tma_loads: u64,
-    /// L2 prefetches of TMA boxes issued (`Inst::TmaPrefetch`: checked, nothing moved).
-    pub tma_prefetches: u64,
     pub wgmmas: u64,
 }
 
@@ -843,11 +841,6 @@ impl<'f> Sim<'f> {
                     self.hopper.tma.push(TmaInFlight { mbar: m, dst: base + d, bytes, box_bytes, block: r });
                 }
                 self.hopper.tma_loads += 1;
-            }
-            Inst::TmaPrefetch { tmap, coords } => {
-                let map = self.tensor_map(t, tmap);
-                assert_eq!(coords.len(), map.dims.len(), "TMA prefetch with the wrong number of coordinates");
-                self.hopper.tma_prefetches += 1;
             }
             Inst::TmaStore { tmap, coords, src, .. } => {
                 let map = self.tensor_map(t, tmap);

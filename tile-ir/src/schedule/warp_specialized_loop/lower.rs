@@ -230,9 +230,6 @@ pub(crate) struct WslLowering {
     /// back-edge ([`crate::CompileOptions::late_last_wait`]), where the
     /// loop allows it.
     late_last_wait: bool,
-    /// Whether the producer prefetches the next iteration's boxes into L2
-    /// ([`crate::CompileOptions::l2_prefetch`], `producer.rs`).
-    pub(super) l2_prefetch: bool,
     /// Per ring, its per-piece barriers (`pieces.rs`), decided with the
     /// barriers' placement.
     pub(super) pieces: RefCell<Vec<Option<Pieces>>>,
@@ -260,7 +257,6 @@ impl WslLowering {
             hoist_rescale: options.hoist_rescale,
             piece_barriers: options.piece_barriers,
             late_last_wait: options.late_last_wait,
-            l2_prefetch: options.l2_prefetch,
             pieces: RefCell::new(Vec::new()),
             tile: Cell::new(None),
             ring_regs: Cell::new(None),

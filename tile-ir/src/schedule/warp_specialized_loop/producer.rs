@@ -104,9 +104,6 @@ impl Lx<'_> {
             let exit = self.new_reg(RegClass::Pred);
             self.vars.insert(ws.var, kr);
             let lowered = self.capture(|x| {
-                if wl.l2_prefetch {
-                    x.wsl_prefetch_next(wl, body, maps, cluster.map(|c| c.0), (kr, b))?;
-                }
                 let parity = x.op("xor.b32", RegClass::B32, vec![phase.into(), Operand::Imm(1)]);
                 for (ci, (c, map)) in copies.iter().zip(maps).enumerate() {
                     let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
@@ -191,64 +188,6 @@ impl Lx<'_> {
             Ok(())
         })();
         result
-    }
-
-    /// At the top of iteration `kr` of the producer's loop over `..b`: when
-    /// `kr + 1 < b`, every box of iteration `kr + 1`'s copies (this block's
-    /// share of a multicast ring's, `rank`) prefetched into L2, its origin
-    /// evaluated for `kr + 1` (a page index read from its table then too).
-    /// The producer reaches this point as soon as it has issued iteration
-    /// `kr`'s boxes, typically a whole consumer iteration before stage
-    /// `kr + 1` is free: the box's DRAM latency then runs ahead of the
-    /// stage's release, and its TMA load finds it in L2.
-    fn wsl_prefetch_next(
-        &mut self,
-        wl: &WslLowering,
-        body: &[crate::ir::Stmt],
-        maps: &[Reg],
-        rank: Option<Reg>,
-        (kr, b): (Reg, Reg),
-    ) -> R<()> {
-        let ws = &wl.plan;
-        let copies = wl.copies.borrow().clone();
-        let next = self.op("add.s32", RegClass::B32, vec![kr.into(), Operand::Imm(1)]);
-        let more = self.op("setp.lt.s32", RegClass::Pred, vec![next.into(), b.into()]);
-        self.vars.insert(ws.var, next);
-        let then = self.capture(|x| {
-            for (c, map) in copies.iter().zip(maps) {
-                let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
-                    return Err(x.err("internal: a warp-specialized copy is not a copy"));
-                };
-                let src = ws.pipe.source(src, dst);
-                x.span = body[c.index].span;
-                let mut origin = Vec::new();
-                for e in &src.origin {
-                    let v = x.expr(e)?;
-                    let v = x.convert(v, DType::I32)?;
-                    origin.push(x.materialize(&v));
-                }
-                let (row_dim, col_dim) = crate::schedule::tma_copy::tma_window_dims(x.k, src)
-                    .ok_or_else(|| x.err("internal: TMA copy of a window TMA cannot load"))?;
-                if let (Some(sh), Some(rank)) = (c.share, rank) {
-                    let rows = x.op("mul.lo.s32", RegClass::B32, vec![rank.into(), Operand::Imm(sh.rows)]);
-                    origin[row_dim] = x.op("add.s32", RegClass::B32, vec![origin[row_dim].into(), rows.into()]);
-                }
-                for (_, r0, c0) in &c.boxes {
-                    let col = x.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
-                    let row = x.add_i32(origin[row_dim].into(), Operand::Imm(*r0));
-                    let mut coords = vec![col];
-                    for d in (0..col_dim).rev() {
-                        coords.push(if d == row_dim { row.clone() } else { Operand::Reg(origin[d]) });
-                    }
-                    x.emit(Inst::TmaPrefetch { tmap: (*map).into(), coords });
-                }
-            }
-            Ok(())
-        });
-        self.vars.insert(ws.var, kr);
-        let then = then?;
-        self.cur().push(Stmt::If { cond: more, negate: false, uniform: false, then, otherwise: Vec::new() });
-        Ok(())
     }
 
     /// The producer's pre-loop copies: the bytes of all on their barrier,
