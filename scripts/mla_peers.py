@@ -64,7 +64,7 @@ def flashmla_ms(spec, warmup, iters):
     def run():
         flash_mla.flash_mla_with_kvcache(q, cache, block_table, seqlens, 512, meta, splits, softmax_scale=scale, causal=True)
 
-    return time_ms(run, warmup, iters)
+    return time_ms(run, warmup, iters), int(seqlens.sum())
 
 
 def main():
@@ -91,13 +91,15 @@ def main():
         have = False
     for spec in a.specs if have else []:
         try:
-            ms = flashmla_ms(spec, a.warmup, a.iters)
+            timed = flashmla_ms(spec, a.warmup, a.iters)
         except Exception as e:  # a shape FlashMLA refuses
             print(f"flashmla {spec}: {e}", file=sys.stderr)
             continue
-        if ms is not None:
+        if timed is not None:
+            ms, total = timed
             rows.append(("flashmla", spec, ms))
-            print(f"RESULT mla_peer impl=flashmla shape={spec} ms={ms:.4f}")
+            # Its own lengths (ragged ones are not ours): the FLOPs and bytes follow from them.
+            print(f"RESULT mla_peer impl=flashmla shape={spec} ms={ms:.4f} sum_seqlen={total}")
         torch.cuda.empty_cache()
     with open(a.out, "w") as out:
         out.write("impl,spec,ms\n")
