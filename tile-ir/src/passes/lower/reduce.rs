@@ -80,18 +80,12 @@ impl<'a> Lx<'a> {
         let src_regs = self.frags.get(&src).cloned().unwrap_or_default();
         let dst_regs = self.frags.get(&dst).cloned().unwrap_or_default();
         let base_k = self.tbase(&root, rk);
-        // 1. Per-thread partials over the registers along `dim`. A maximum,
-        // a minimum or an integer sum (exact in any order) pairs its terms
-        // as a balanced tree, `log2 n` dependent steps instead of `n`
-        // (`tree_reduce`); a float sum keeps its left-to-right order (the
-        // interpreter's rounding).
-        let exact = op != ReduceOp::Sum || acc_t != DType::F32;
+        // 1. Per-thread partials over the registers along `dim`.
         let mut partials = Vec::new();
         for rd in 0..ld.num_regs() {
             let ldv = ld.unflatten(rd);
             let acc = self.new_reg(c);
             self.mov(acc, ident.clone(), acc_t);
-            let mut terms = Vec::new();
             for lk in 0..root.regs_along(rk) {
                 let mut l = ldv.clone();
                 l.insert(dim, lk);
@@ -110,14 +104,7 @@ impl<'a> Lx<'a> {
                         x = self.op(format!("selp.{}", mov_ty(acc_t)), c, vec![x.into(), ident.clone(), p.into()]);
                     }
                 }
-                if exact {
-                    terms.push(x);
-                } else {
-                    self.op_into(opname.clone(), acc, vec![acc.into(), x.into()]);
-                }
-            }
-            if let Some(t) = self.tree_reduce(&opname, c, &terms) {
-                self.op_into(format!("mov.{}", mov_ty(acc_t)), acc, vec![t.into()]);
+                self.op_into(opname.clone(), acc, vec![acc.into(), x.into()]);
             }
             partials.push(acc);
         }
@@ -215,32 +202,5 @@ impl<'a> Lx<'a> {
             self.mov(d, y.op, ddt);
         }
         Ok(())
-    }
-}
-
-impl Lx<'_> {
-    /// `terms` combined by `op` (associative and commutative, exact in any
-    /// order) as a balanced binary tree, built left to right with a stack of
-    /// partial results of equal size merged as they pair up (at most
-    /// `log2 n` partials live at once); `None` for no terms.
-    fn tree_reduce(&mut self, op: &str, c: RegClass, terms: &[Reg]) -> Option<Reg> {
-        let mut stack: Vec<(Reg, usize)> = Vec::new();
-        for &t in terms {
-            let (mut r, mut size) = (t, 1);
-            while let Some(&(top, n)) = stack.last() {
-                if n != size {
-                    break;
-                }
-                stack.pop();
-                r = self.op(op, c, vec![top.into(), r.into()]);
-                size += n;
-            }
-            stack.push((r, size));
-        }
-        let (mut r, _) = stack.pop()?;
-        while let Some((top, _)) = stack.pop() {
-            r = self.op(op, c, vec![top.into(), r.into()]);
-        }
-        Some(r)
     }
 }
