@@ -14,7 +14,9 @@
 //!                     with a sampled check of each, beside the copy bandwidth
 //!                     of a DSL copy kernel measured in the same run;
 //!       --peers CSV   peer timings (scripts/mla_peers.py: FlashMLA if it is
-//!                     installed, PyTorch's clone as a copy bandwidth)
+//!                     installed, PyTorch's clone as a copy bandwidth); a
+//!                     peer's TFLOPS and GB/s count the keys it ran (its own
+//!                     ragged draws, the CSV's `sum_seqlen`)
 //!       --csv PATH    write the table (ours and the peers) as CSV
 //!       --plot PATH   plot TFLOPS against context (SVG), one line per
 //!                     batch and dtype (h_q 128, s_q 1, uniform lengths)
@@ -306,9 +308,11 @@ fn copy_bandwidth(stream: &Stream) -> Res<f64> {
     Ok(2.0 * 2.0 * n as f64 / (t.median_ms * 1e-3) / 1e9)
 }
 
-type Peers = BTreeMap<(String, String), f64>;
+/// A peer's time (ms) per (impl, spec), and its Σseqlen where it drew its own
+/// lengths (ragged shapes: its FLOPs and bytes are its own, not ours).
+type Peers = BTreeMap<(String, String), (f64, Option<f64>)>;
 
-/// `impl,spec,ms` lines of the peers script.
+/// `impl,spec,ms[,sum_seqlen]` lines of the peers script.
 fn read_peers(path: &Path) -> Res<Peers> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = BTreeMap::new();
@@ -316,7 +320,8 @@ fn read_peers(path: &Path) -> Res<Peers> {
         let f: Vec<&str> = line.split(',').collect();
         if f.len() >= 3 {
             if let Ok(ms) = f[2].trim().parse::<f64>() {
-                out.insert((f[0].to_string(), f[1].to_string()), ms);
+                let keys = f.get(3).and_then(|k| k.trim().parse::<f64>().ok());
+                out.insert((f[0].to_string(), f[1].to_string()), (ms, keys));
             }
         }
     }
@@ -349,7 +354,7 @@ fn bench_all(
     let copy = copy_bandwidth(stream)?;
     println!("device copy bandwidth (mla_copy, 2 GiB): {copy:.0} GB/s; {sms} SMs");
     println!("RESULT mla_copy gbps={copy:.0}");
-    for ((imp, spec), ms) in peers.iter().filter(|((_, spec), _)| spec.starts_with("copy:")) {
+    for ((imp, spec), (ms, _)) in peers.iter().filter(|((_, spec), _)| spec.starts_with("copy:")) {
         let bytes: f64 = spec[5..].parse().unwrap_or(0.0);
         println!("peer {imp} copy bandwidth: {:.0} GB/s", bytes / (ms * 1e-3) / 1e9);
     }
@@ -412,12 +417,13 @@ fn bench_all(
         );
         for p in &peer_names {
             match peers.get(&(p.clone(), s.spec())) {
-                Some(&pms) => {
-                    let pt = c.flops() / (pms * 1e-3) / 1e12;
+                Some(&(pms, keys)) => {
+                    let keys = keys.unwrap_or_else(|| c.keys());
+                    let pt = c.flops_for(keys) / (pms * 1e-3) / 1e12;
                     write!(line, " {pt:>12.1} {:>6.3}", tf / pt)?;
                     write!(result, " {p}_tflops={pt:.1} ratio_{p}={:.3}", tf / pt)?;
                     rows.push((*s, p.clone(), pms, pt));
-                    let pg = c.bytes() / (pms * 1e-3) / 1e9;
+                    let pg = c.bytes_for(keys) / (pms * 1e-3) / 1e9;
                     writeln!(
                         lines,
                         "{p},{},{pms:.4},,{pt:.1},{pg:.0},{:.3},{},{},{}",

@@ -18,7 +18,9 @@ Each SPEC is dtype:b:h_q:s_q:ctx:lengths[:contiguous] (what `example-mla_decode
   tarball that `scripts/flashmla/kit.sh` packs here (no network needed
   there); then `PYTHONPATH=/tmp/fmla_pkg mla_peers.py ...`.
 Timing: `warmup` calls, then `iters` calls each between two CUDA events;
-the median. Writes `impl,spec,ms` lines and prints `RESULT mla_peer ...`.
+the median. Writes `impl,spec,ms,sum_seqlen` lines (Σ seqlen of the
+lengths FlashMLA ran, its own draws for ragged shapes; empty for the copy)
+and prints `RESULT mla_peer ...`.
 """
 import argparse
 import statistics
@@ -79,7 +81,7 @@ def main():
     rows = []
     x = torch.empty(1 << 30, dtype=torch.float16, device="cuda")
     ms = time_ms(lambda: x.clone(), 3, 20)
-    rows.append(("torch_clone", f"copy:{4 << 30}", ms))
+    rows.append(("torch_clone", f"copy:{4 << 30}", ms, ""))
     print(f"RESULT mla_peer impl=torch_clone gbps={(4 << 30) / (ms * 1e-3) / 1e9:.0f}")
     del x
     try:
@@ -97,14 +99,14 @@ def main():
             continue
         if timed is not None:
             ms, total = timed
-            rows.append(("flashmla", spec, ms))
+            rows.append(("flashmla", spec, ms, total))
             # Its own lengths (ragged ones are not ours): the FLOPs and bytes follow from them.
             print(f"RESULT mla_peer impl=flashmla shape={spec} ms={ms:.4f} sum_seqlen={total}")
         torch.cuda.empty_cache()
     with open(a.out, "w") as out:
-        out.write("impl,spec,ms\n")
+        out.write("impl,spec,ms,sum_seqlen\n")
         for r in rows:
-            out.write(f"{r[0]},{r[1]},{r[2]:.5f}\n")
+            out.write(f"{r[0]},{r[1]},{r[2]:.5f},{r[3]}\n")
     print(f"wrote {a.out}")
 
 

@@ -996,14 +996,25 @@ impl Case {
     pub fn b(&self) -> usize {
         self.seqlens.len()
     }
+    /// Σseqlen, the keys of all batches.
+    pub fn keys(&self) -> f64 {
+        self.seqlens.iter().map(|&s| s.max(0) as f64).sum()
+    }
     /// The FLOPs, `2·s_q·Σseqlen·h_q·(576 + 512)`.
     pub fn flops(&self) -> f64 {
-        let keys: f64 = self.seqlens.iter().map(|&s| s.max(0) as f64).sum();
+        self.flops_for(self.keys())
+    }
+    /// The FLOPs of this shape with `keys` keys in all (a peer that drew its
+    /// own ragged lengths).
+    pub fn flops_for(&self, keys: f64) -> f64 {
         2.0 * self.s_q as f64 * keys * self.h_q as f64 * (D + DV) as f64
     }
     /// The bytes, `(Σseqlen·576 + b·s_q·h_q·(576 + 512))·2`.
     pub fn bytes(&self) -> f64 {
-        let keys: f64 = self.seqlens.iter().map(|&s| s.max(0) as f64).sum();
+        self.bytes_for(self.keys())
+    }
+    /// The bytes of this shape with `keys` keys in all.
+    pub fn bytes_for(&self, keys: f64) -> f64 {
         (keys * D as f64 + (self.b() * self.s_q * self.h_q * (D + DV)) as f64) * 2.0
     }
     /// The softmax scale of the tests (DeepSeek's head dim 192).
