@@ -24,7 +24,9 @@
 //!                     longest first (to compare the two)
 //!       MLA_TILES=pairs  Hopper's split kernel in clusters of two row
 //!                     blocks (`Tiles::HopperPairs`: each key block loaded
-//!                     once per pair, multicast) instead of `Tiles::Auto`
+//!                     once per pair, multicast) instead of `Tiles::Auto`;
+//!                     MLA_TILES=seesaw the seesaw kernel (`Tiles::Seesaw`:
+//!                     two key blocks per iteration, one per warpgroup)
 //!   --replot CSV SVG  plot a CSV written by --csv again (no GPU needed)
 //!   --list-shapes [SET]  print the shapes of SET, one spec a line
 //!                     (dtype:b:h_q:s_q:ctx:lengths, lengths uniform|ragged)
@@ -250,10 +252,13 @@ fn check_one<T: MlaElement>(stream: &Stream, c: &Case) -> Res<f64> {
 }
 
 /// The split kernel's tiles of the benchmark: `Tiles::Auto`, or
-/// `Tiles::HopperPairs` with `MLA_TILES=pairs`.
+/// `Tiles::HopperPairs` with `MLA_TILES=pairs`, `Tiles::Seesaw` with
+/// `MLA_TILES=seesaw`.
 fn bench_tiles() -> Tiles {
     if std::env::var("MLA_TILES").as_deref() == Ok("pairs") {
         Tiles::HopperPairs
+    } else if std::env::var("MLA_TILES").as_deref() == Ok("seesaw") {
+        Tiles::Seesaw
     } else {
         Tiles::Auto
     }
@@ -281,7 +286,11 @@ fn bench_ours<T: MlaElement>(device: &Device, stream: &Stream, s: &Shape, sms: u
     let tiles = bench_tiles();
     let hopper = kernels::hopper_tiles(stream, tiles);
     let cluster = kernels::split_cluster(stream, tiles, c.s_q, c.h_q);
-    let meta = if c.paged { T::paged(hopper, cluster).1 } else { T::contiguous(hopper, cluster).1 };
+    let meta = match (c.paged, tiles) {
+        (true, Tiles::Seesaw) => T::seesaw().1,
+        (true, _) => T::paged(hopper, cluster).1,
+        (false, _) => T::contiguous(hopper, cluster).1,
+    };
     let first = bench(stream, 0, 1, || x.run(stream, &c, tiles))?.median_ms;
     let reps = ((200.0 / first.max(1e-3)) as usize).clamp(3, 50);
     let before = device.launch_counts(meta);

@@ -260,3 +260,48 @@ fn scores_that_jump() {
         }
     }
 }
+
+/// The seesaw split kernel (`Tiles::Seesaw`: two key blocks per
+/// iteration, one per warpgroup, in one-stage rings of their own) on the
+/// paged cache: seqlens 1, 63, 64, 65, 0 and 8191 (or 300), s_q 1 and 2,
+/// h_q 16, 20, 64 and 128, f16 and bf16, the GPU's SM parts (chunks of one
+/// block: the odd count's second block masked) and few parts (long
+/// chunks), every row of the short sequences checked; and its
+/// warp-specialized variant is what ran.
+#[test]
+fn seesaw() {
+    let dev = gpu();
+    let st = dev.stream().unwrap();
+    if !mla::hopper_tiles(&st, Tiles::Auto) {
+        return;
+    }
+    let sms = dev.multiprocessor_count().unwrap() as usize;
+    let seqlens = if small() { vec![1, 63, 64, 65, 0, 300] } else { vec![1, 63, 64, 65, 0, 8191] };
+    let heads: &[usize] = if small() { &[16, 20] } else { &[16, 20, 64, 128] };
+    for s_q in [1, 2] {
+        for &h_q in heads {
+            for num_parts in [mla::num_sm_parts(sms, s_q, h_q), 3] {
+                let c = Case { seqlens: seqlens.clone(), s_q, h_q, paged: true, num_parts };
+                for bf in [false, true] {
+                    let seed = (s_q * 1000 + h_q + num_parts) as u64;
+                    let meta = if bf { bf16::seesaw().1 } else { f16::seesaw().1 };
+                    let ws = meta.targets.iter().position(|t| t.schedule == "warp_specialized_loop");
+                    let before = dev.launch_counts(meta);
+                    if bf {
+                        let mut x = Inputs::<bf16>::new(&st, &c, seed).unwrap();
+                        x.run(&st, &c, Tiles::Seesaw).unwrap();
+                        x.check(&st, &c, Some(&rows(&c, seed)), tol::<bf16>()).unwrap_or_else(|e| panic!("{e}"));
+                    } else {
+                        let mut x = Inputs::<f16>::new(&st, &c, seed).unwrap();
+                        x.run(&st, &c, Tiles::Seesaw).unwrap();
+                        x.check(&st, &c, Some(&rows(&c, seed)), tol::<f16>()).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                    let after = dev.launch_counts(meta);
+                    let ran: Vec<u64> =
+                        after.iter().zip(before.iter().chain(std::iter::repeat(&0))).map(|(a, b)| a - b).collect();
+                    assert!(ws.is_some_and(|i| ran.get(i).is_some_and(|&n| n > 0)), "{c:?}: {ran:?}");
+                }
+            }
+        }
+    }
+}

@@ -420,3 +420,33 @@ fn scores_that_jump() {
         }
     }
 }
+
+/// The seesaw split kernel (`Tiles::Seesaw`: two key blocks per iteration,
+/// block 0's softmax on warpgroup 0 and block 1's on warpgroup 1, each
+/// warpgroup's running sums of its own blocks): seqlens 1, 63, 64, 65, 0
+/// and 200 (chunks of odd and even block counts: an odd count's last block
+/// loaded twice, the copy masked), s_q 1 and 2, h_q 16 and 20, f16 and
+/// bf16, scores that jump between key blocks in both directions (every
+/// block rescales O and the other warpgroup's sums).
+#[test]
+fn seesaw() {
+    let st = st();
+    for s_q in [1, 2] {
+        for h_q in [16, 20] {
+            let c = Case { seqlens: vec![1, 63, 64, 65, 0, 200], s_q, h_q, paged: true, num_parts: 4 };
+            let mut x = Inputs::<f16>::new(&st, &c, 90 + h_q as u64).unwrap();
+            x.run(&st, &c, Tiles::Seesaw).unwrap();
+            x.check(&st, &c, None, 1e-3).unwrap_or_else(|e| panic!("f16 s_q {s_q} h_q {h_q}: {e}"));
+            let mut x = Inputs::<bf16>::new(&st, &c, 91 + h_q as u64).unwrap();
+            x.run(&st, &c, Tiles::Seesaw).unwrap();
+            x.check(&st, &c, None, 4e-3).unwrap_or_else(|e| panic!("bf16 s_q {s_q} h_q {h_q}: {e}"));
+        }
+    }
+    for grow in [true, false] {
+        let c = Case { seqlens: vec![200, 70, 1, 330], s_q: 2, h_q: 16, paged: true, num_parts: 3 };
+        let mut x = Inputs::<f16>::new(&st, &c, 32).unwrap();
+        x.scale_keys(&st, mla::jumping_keys(grow)).unwrap();
+        x.run(&st, &c, Tiles::Seesaw).unwrap();
+        x.check(&st, &c, None, 1e-3).unwrap_or_else(|e| panic!("grow {grow}: {e}"));
+    }
+}

@@ -80,14 +80,15 @@ fn split_meta(cl: usize) -> &'static tile::KernelMeta {
 /// `keys(b, j)` (`Inputs::scale_keys`; `None`: as drawn).
 fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option<&dyn Fn(usize, usize) -> f64>) {
     let opts = sim::RunOptions { shape: blocks.map(|n| [n, 1, 1]), ..Default::default() };
-    run_split(c, seed, (schedule, 1), opts, keys)
+    run_split(c, seed, (schedule, split_meta(1)), opts, keys)
 }
 
-/// [`run_on`] with the split instance in clusters of `cl` blocks.
+/// [`run_on`] with the split instance `split` (any of the paged ones: the
+/// same parameters).
 fn run_split(
     c: &Case,
     seed: u64,
-    (schedule, cl): (&str, usize),
+    (schedule, split): (&str, &'static tile::KernelMeta),
     opts: sim::RunOptions,
     keys: Option<&dyn Fn(usize, usize) -> f64>,
 ) {
@@ -130,7 +131,7 @@ fn run_split(
     assert_eq!(begin, host_begin, "{c:?}: device chunk_begin");
     assert_eq!(order, mla::tile_order(&host_chunks), "{c:?}: device order");
 
-    let (k, v) = compiled(split_meta(cl));
+    let (k, v) = compiled(split);
     let split = v.iter().find(|v| v.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
     let cache: Vec<f16> = x.cache.to_vec(&st).unwrap();
     let table: Vec<i32> = x.block_table.to_vec(&st).unwrap();
@@ -252,13 +253,47 @@ fn clusters_multicast_the_kv_warp_specialized_loop() {
     // cluster finishing in either order).
     for seed in [None, Some(1)] {
         let opts = sim::RunOptions { seed, ..Default::default() };
-        run_split(&c, 5, ("warp_specialized_loop", 2), opts, None);
+        run_split(&c, 5, ("warp_specialized_loop", split_meta(2)), opts, None);
     }
-    run_split(&c, 6, ("warp_specialized_loop", 2), Default::default(), Some(&mla::jumping_keys(true)));
+    run_split(&c, 6, ("warp_specialized_loop", split_meta(2)), Default::default(), Some(&mla::jumping_keys(true)));
     // The TMA-copy variant in the same cluster launch (no multicast): the
     // rank-1 block's own shared addresses carry its rank, which its wgmma
     // descriptors must not (V, an MN-major B, read through LBO).
-    run_split(&c, 7, ("tma_copy", 2), Default::default(), None);
+    run_split(&c, 7, ("tma_copy", split_meta(2)), Default::default(), None);
+}
+
+/// The seesaw split kernel (`mla_split_seesaw`: two key blocks per
+/// iteration in one-stage rings of their own, block 0's softmax on
+/// warpgroup 0 and block 1's on warpgroup 1, the reference maximum and the
+/// rescales handed between them in shared memory) in its warp-specialized
+/// variant (the persistent one declines one-stage rings): chunks of 1 (an odd count: the last block
+/// loaded twice and the copy masked), 2 and 9 blocks, empty and unused
+/// chunks, partial pages; s_q 2 over h_q 64 (the causal mask inside the
+/// last block); scores that jump at every block (O and both warpgroups'
+/// sums rescaled each block), each warp until it blocks and under random
+/// interleavings. ptxas assembles it without serialized wgmmas, injected
+/// waits or spills (its accumulators' registers shared by the two
+/// warpgroups' scores: their gemms' waits run by every thread).
+#[test]
+fn seesaw_warp_specialized_loop() {
+    let meta = mla::mla_split_seesaw::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    let ws: Vec<_> = v.iter().filter(|v| v.schedule.starts_with("warp_specialized_loop")).collect();
+    assert_eq!(ws.len(), 1, "{:?}", v.iter().map(|v| v.schedule).collect::<Vec<_>>());
+    if let Some(r) = ptxas::assemble(&k.name, &ws[0].ptx, "sm_90a") {
+        let bad: Vec<&str> =
+            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+        assert!(bad.is_empty(), "{} ({}):\n{}", k.name, ws[0].schedule, bad.join("\n"));
+        assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+    run_split(&many_parts(), 13, ("warp_specialized_loop", meta), Default::default(), None);
+    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
+    for seed in [None, Some(3)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split(&c, 5, ("warp_specialized_loop", meta), opts, None);
+    }
+    let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
+    run_split(&c, 31, ("warp_specialized_loop", meta), Default::default(), Some(&mla::jumping_keys(true)));
 }
 
 #[test]

@@ -237,6 +237,207 @@ mla_split!(
     instances((f16, 256, 2, 1), (bf16, 256, 2, 1), (f16, 256, 2, 2), (bf16, 256, 2, 2))
 );
 
+/// The paged split kernel on sm_90a with FlashMLA's "seesaw": two key
+/// blocks per iteration, each in a ring of its own (one stage each, so the
+/// producer refills block 0's while block 1's is read), block 0's scores
+/// and softmax on warpgroup 0 and block 1's on warpgroup 1, so that block
+/// 1's scores run on the tensor cores under block 0's softmax; both P·V
+/// split by columns. The rows' reference maximum travels between the two
+/// warpgroups in shared memory (`m0_s` after block 0, `m1_s` after block
+/// 1: a warpgroup never rewrites what it reads in one statement), with
+/// each block's rescale of O (`alpha0_s`, `alpha1_s`); each warpgroup keeps
+/// the running sums of its own blocks. P goes into its block's rope box,
+/// which the scores are done with. A chunk of an odd number of blocks loads
+/// its last block twice and masks the second copy. Same parameters and
+/// results as `mla_split_paged_sm90`.
+#[tile_kernel(threads = THREADS, archs = "sm_90a", instances((f16, 256), (bf16, 256)))]
+pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
+    q: &Tensor<T, B, RQ, 576>,
+    cache: &Tensor<T, NBLK, 64, 1, 576>,
+    block_table: &Tensor<i32, B, MAXB>,
+    seqlens: &Tensor<i32, B>,
+    chunks: &Tensor<i32, NC, 4>,
+    order: &Tensor<i32, NC>,
+    chunk_begin: &Tensor<i32, B1>,
+    o_part: &mut Tensor<f32, PROWS, 512>,
+    lse_part: &mut Tensor<f32, PROWS>,
+    out: &mut Tensor<f32, B, RQ, 512>,
+    lse: &mut Tensor<f32, B, H, SQ>,
+    scale: f32,
+) {
+    let (rb, cy) = grid(cdiv(SQ * H, 64), NC);
+    let c = order[cy];
+    let bi = chunks[(c, 0)];
+    let kb0 = chunks[(c, 1)];
+    let kb1 = chunks[(c, 2)];
+    let seqlen = seqlens[bi];
+    let row0 = if bi >= 0 { c * (cdiv(SQ * H, 64) * 64) + rb * 64 } else { PROWS };
+    let mut q_s = shared::<T, 64, 512>();
+    let mut qpe_s = shared::<T, 64, 64>();
+    let mut k0 = shared::<T, 64, 512>();
+    let mut kpe0 = shared::<T, 64, 64>();
+    let mut k1 = shared::<T, 64, 512>();
+    let mut kpe1 = shared::<T, 64, 64>();
+    // The rows' reference maximum after block 0 and after block 1, and the
+    // two blocks' rescales of O.
+    let mut m0_s = shared::<f32, 64>();
+    let mut m1_s = shared::<f32, 64>();
+    let mut alpha0_s = shared::<f32, 64>();
+    let mut alpha1_s = shared::<f32, 64>();
+    // Warpgroup 0's: block 0's scores, its running sums and row state.
+    let mut s0 = fragment::<f32, 64, 64>();
+    let mut l0 = fragment::<f32, 64, 64>();
+    let mut mb0 = fragment::<f32, 64>();
+    let mut m0 = fragment::<f32, 64>();
+    let mut a0 = fragment::<f32, 64>();
+    let mut f0 = fragment::<f32, 64>();
+    let mut ms0 = fragment::<f32, 64>();
+    // Warpgroup 1's: the same for block 1.
+    let mut s1 = fragment::<f32, 64, 64>();
+    let mut l1 = fragment::<f32, 64, 64>();
+    let mut mb1 = fragment::<f32, 64>();
+    let mut m1 = fragment::<f32, 64>();
+    let mut a1 = fragment::<f32, 64>();
+    let mut f1 = fragment::<f32, 64>();
+    let mut ms1 = fragment::<f32, 64>();
+    let mut acc = fragment::<f32, 64, 512>();
+    copy(q.tile([bi, rb * 64.., 0..]), &mut q_s);
+    copy(q.tile([bi, rb * 64.., 512..]), &mut qpe_s);
+    clear(&mut acc);
+    clear(&mut l0);
+    clear(&mut l1);
+    for i in parallel(64) {
+        m1_s[i] = f32::NEG_INFINITY;
+        alpha1_s[i] = 1.0;
+    }
+    for kp in pipelined(cdiv(kb1 - kb0, 2), 1) {
+        let blk0 = kb0 + 2 * kp;
+        // Past the chunk (an odd count): block 0 again, masked whole.
+        let blk1 = (blk0 + 1).min(kb1 - 1);
+        let page0 = block_table[(bi, blk0)];
+        let page1 = block_table[(bi, blk1)];
+        copy(cache.tile([page0, 0.., 0, 0..]), &mut k0).evict_first();
+        copy(cache.tile([page0, 0.., 0, 512..]), &mut kpe0).evict_first();
+        copy(cache.tile([page1, 0.., 0, 0..]), &mut k1).evict_first();
+        copy(cache.tile([page1, 0.., 0, 512..]), &mut kpe1).evict_first();
+        gemm(&q_s, &k0.t(), &mut s0).clear().policy(Warpgroup(0));
+        gemm(&qpe_s, &kpe0.t(), &mut s0).policy(Warpgroup(0));
+        if (blk0 + 1) * 64 > seqlen - SQ + 1 {
+            for (i, j) in parallel((64, 64)) {
+                if blk0 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
+                    s0[(i, j)] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        reduce_max(&s0, &mut mb0, 1);
+        // Block 1's scores start once block 0's are done: they run under its softmax.
+        barrier();
+        gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
+        gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
+        // Block 0's softmax. The reference maximum moves only by more than 8 (log2 units).
+        for i in parallel(64) {
+            m0[i] = m1_s[i];
+            a0[i] = 1.0;
+            if (mb0[i] - m0[i]) * scale > 8.0 {
+                a0[i] = exp2((m0[i] - mb0[i]) * scale);
+                m0[i] = mb0[i];
+            }
+            // The sums last saw block 0 of the previous iteration: block 1's rescale too.
+            f0[i] = a0[i] * alpha1_s[i];
+            ms0[i] = if m0[i] == f32::NEG_INFINITY { 0.0 } else { m0[i] * scale };
+            alpha0_s[i] = a0[i];
+            m0_s[i] = m0[i];
+        }
+        for (i, j) in parallel((64, 64)) {
+            s0[(i, j)] = exp2(s0[(i, j)] * scale - ms0[i]);
+            l0[(i, j)] = l0[(i, j)] * f0[i] + s0[(i, j)];
+        }
+        copy(&s0, &mut kpe0);
+        if (blk0 + 1) * 64 > seqlen {
+            for (j, k) in parallel((64, 512)) {
+                if blk0 * 64 + j >= seqlen {
+                    k0[(j, k)] = 0.0 as T;
+                }
+            }
+        }
+        for (i, j) in parallel((64, 512)) {
+            if alpha0_s[i] != 1.0 {
+                acc[(i, j)] = acc[(i, j)] * alpha0_s[i];
+            }
+        }
+        gemm(&kpe0, &k0, &mut acc).policy(FullCol);
+        // Block 1's softmax, from block 0's reference maximum.
+        if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
+            for (i, j) in parallel((64, 64)) {
+                if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
+                    s1[(i, j)] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        reduce_max(&s1, &mut mb1, 1);
+        for i in parallel(64) {
+            m1[i] = m0_s[i];
+            a1[i] = 1.0;
+            if (mb1[i] - m1[i]) * scale > 8.0 {
+                a1[i] = exp2((m1[i] - mb1[i]) * scale);
+                m1[i] = mb1[i];
+            }
+            f1[i] = a1[i] * alpha0_s[i];
+            ms1[i] = if m1[i] == f32::NEG_INFINITY { 0.0 } else { m1[i] * scale };
+            alpha1_s[i] = a1[i];
+            m1_s[i] = m1[i];
+        }
+        for (i, j) in parallel((64, 64)) {
+            s1[(i, j)] = exp2(s1[(i, j)] * scale - ms1[i]);
+            l1[(i, j)] = l1[(i, j)] * f1[i] + s1[(i, j)];
+        }
+        copy(&s1, &mut kpe1);
+        if (blk1 + 1) * 64 > seqlen {
+            for (j, k) in parallel((64, 512)) {
+                if blk1 * 64 + j >= seqlen {
+                    k1[(j, k)] = 0.0 as T;
+                }
+            }
+        }
+        for (i, j) in parallel((64, 512)) {
+            if alpha1_s[i] != 1.0 {
+                acc[(i, j)] = acc[(i, j)] * alpha1_s[i];
+            }
+        }
+        gemm(&kpe1, &k1, &mut acc).policy(FullCol);
+    }
+    // The row sums: warpgroup 0's (which missed the last block 1's rescale) handed to warpgroup 1.
+    for (i, j) in parallel((64, 64)) {
+        s0[(i, j)] = l0[(i, j)];
+    }
+    reduce_sum(&s0, &mut mb0, 1);
+    for i in parallel(64) {
+        alpha0_s[i] = mb0[i] * alpha1_s[i];
+    }
+    for (i, j) in parallel((64, 64)) {
+        s1[(i, j)] = l1[(i, j)];
+    }
+    reduce_sum(&s1, &mut mb1, 1);
+    for i in parallel(64) {
+        mb1[i] = mb1[i] + alpha0_s[i];
+        ms1[i] = if mb1[i] == 0.0 { f32::NEG_INFINITY } else { (m1_s[i] * scale + log2(mb1[i])) * 0.6931472 };
+        alpha1_s[i] = if mb1[i] == 0.0 { 0.0 } else { 1.0 / mb1[i] };
+    }
+    for (i, j) in parallel((64, 512)) {
+        acc[(i, j)] = acc[(i, j)] * alpha1_s[i];
+    }
+    let whole = bi >= 0 && chunk_begin[bi.max(0) + 1] - chunk_begin[bi.max(0)] == 1;
+    if whole {
+        copy(&acc, out.tile([bi, rb * 64.., ..]));
+        for i in parallel(64) {
+            lse[(bi, (rb * 64 + i) % H, (rb * 64 + i) / H)] = ms1[i];
+        }
+    } else {
+        copy(&acc, o_part.tile([row0.., ..]));
+        copy(&ms1, lse_part.tile([row0..]));
+    }
+}
+
 /// The chunks of each batch merged by their LSE (see the module docs):
 /// for batch `bi`, token `t` and heads `hb·16 ..`, the chunks
 /// `chunk_begin[bi] .. chunk_begin[bi + 1]` of rows `c·RP + t·H + h` of
@@ -715,6 +916,10 @@ pub enum Tiles {
     /// acceptance shapes (the plain loop with the L2 traffic halved against
     /// the persistent loop), so not the default.
     HopperPairs,
+    /// The seesaw instance (`mla_split_seesaw`, sm_90a only) for the paged
+    /// cache, Hopper's for the contiguous one: two key blocks per
+    /// iteration, block 1's scores under block 0's softmax.
+    Seesaw,
     /// One KV stage (fits sm_80's shared memory).
     Portable,
 }
@@ -723,7 +928,7 @@ pub enum Tiles {
 pub fn hopper_tiles(stream: &Stream, tiles: Tiles) -> bool {
     match tiles {
         Tiles::Auto => stream.device().compute_capability().is_none_or(|cc| cc.0 == 9),
-        Tiles::Hopper | Tiles::HopperPairs => true,
+        Tiles::Hopper | Tiles::HopperPairs | Tiles::Seesaw => true,
         Tiles::Portable => false,
     }
 }
@@ -772,6 +977,8 @@ pub trait MlaElement: Element {
     /// The paged instance (Hopper's, in clusters of two or not, or the
     /// portable one) and its metadata.
     fn paged<'q>(hopper: bool, cluster: bool) -> (PagedLaunch<'q, Self>, &'static tile::KernelMeta);
+    /// The paged seesaw instance ([`Tiles::Seesaw`]) and its metadata.
+    fn seesaw<'q>() -> (PagedLaunch<'q, Self>, &'static tile::KernelMeta);
     /// The contiguous instance and its metadata.
     fn contiguous<'q>(hopper: bool, cluster: bool) -> (ContiguousLaunch<'q, Self>, &'static tile::KernelMeta);
     /// `mla_fill` of `x` (`[rows, 576]`).
@@ -791,6 +998,9 @@ macro_rules! mla_instances {
                     }
                     _ => (mla_split_paged::launch::<$t, 256, 1, 1>, mla_split_paged::meta::<$t, 256, 1, 1>()),
                 }
+            }
+            fn seesaw<'q>() -> (PagedLaunch<'q, Self>, &'static tile::KernelMeta) {
+                (mla_split_seesaw::launch::<$t, 256>, mla_split_seesaw::meta::<$t, 256>())
             }
             fn contiguous<'q>(hopper: bool, cluster: bool) -> (ContiguousLaunch<'q, Self>, &'static tile::KernelMeta) {
                 match (hopper, cluster) {
@@ -900,7 +1110,9 @@ pub fn forward<T: MlaElement>(
     // The split kernel sees out's (token, head) dims merged: its rows.
     out.reshape_in_place(&[b, s_q * h_q, DV])?;
     let cluster = split_cluster(stream, options.tiles, s_q, h_q);
-    let split = split_launch(stream, q, kv, seqlens, metadata, o_part, lse_part, out, lse, (hopper, cluster), scale);
+    let seesaw = options.tiles == Tiles::Seesaw;
+    let kind = (hopper, cluster, seesaw);
+    let split = split_launch(stream, q, kv, seqlens, metadata, o_part, lse_part, out, lse, kind, scale);
     out.reshape_in_place(&[b, s_q, h_q, DV])?;
     split?;
     mla_combine::launch(stream, o_part, lse_part, &metadata.chunk_begin, out, lse)
@@ -918,7 +1130,7 @@ fn split_launch<T: MlaElement>(
     lse_part: &mut DeviceTensor<f32>,
     out: &mut DeviceTensor<f32>,
     lse: &mut DeviceTensor<f32>,
-    (hopper, cluster): (bool, bool),
+    (hopper, cluster, seesaw): (bool, bool, bool),
     scale: f32,
 ) -> tile::Result<()> {
     // Its rows are q's (token, head) rows too.
@@ -926,7 +1138,7 @@ fn split_launch<T: MlaElement>(
     let q = &q;
     match kv {
         Kv::Paged { cache, block_table } => {
-            let (launch, _) = T::paged(hopper, cluster);
+            let (launch, _) = if seesaw { T::seesaw() } else { T::paged(hopper, cluster) };
             let (chunks, order, begin) = (&metadata.chunks, &metadata.order, &metadata.chunk_begin);
             launch(stream, q, cache, block_table, seqlens, chunks, order, begin, o_part, lse_part, out, lse, scale)
         }

@@ -171,7 +171,10 @@ pub fn plan_with(kernel: &Kernel, rewrites: bool) -> PipelinePlan {
     collect_pipelined(&kernel.body, false, &mut loops);
     for lp in loops {
         let StmtKind::For { var, body, kind: LoopKind::Pipelined { stages }, .. } = &lp.kind else { continue };
-        if *stages < 2 || loop_var_uses.get(var).copied().unwrap_or(0) != 1 {
+        // One stage has nothing to issue ahead in the cp.async and TMA-copy
+        // pipelines; the warp-specialized loop's producer (`rewrites`) may
+        // still refill one ring while the consumers read another.
+        if *stages < 1 || (*stages < 2 && !rewrites) || loop_var_uses.get(var).copied().unwrap_or(0) != 1 {
             continue;
         }
         // Buffers touched anywhere but inside this loop.

@@ -224,6 +224,20 @@ pub(crate) trait ScheduleLowering {
         false
     }
 
+    /// Whether a gemm of one warpgroup whose accumulator's registers
+    /// another warpgroup's fragment also takes ends with its
+    /// `wgmma.wait_group 0` after the warpgroup's branch, run by every
+    /// thread, instead of inside it (`Lx::stmt`), for the statement being
+    /// lowered: where no other warpgroup has a wgmma in flight then (the
+    /// wait is a no-op for them), what ptxas needs to keep the wgmmas
+    /// pipelined (C7514 otherwise: MLA's seesaw in the plain
+    /// warp-specialized loop); elsewhere it made ptxas serialize them
+    /// (C7515: the persistent loop; a loop whose last gemm stays in flight
+    /// across iterations).
+    fn owner_gemm_waits_outside(&self) -> bool {
+        false
+    }
+
     /// Whether gemms may use wgmma ([`crate::hopper::wgmma_gemm`]); a
     /// schedule that runs its own wgmmas keeps the others on mma.sync.
     fn wgmma_gemms(&self) -> bool {

@@ -54,13 +54,43 @@ impl<'a> Lx<'a> {
         self.span = s.span;
         if self.nest.is_none() {
             if let Some(w) = self.owner_of(s)? {
-                let code = self.capture(|x| x.stmt_of_all(s))?;
+                let mut code = self.capture(|x| x.stmt_of_all(s))?;
+                // A gemm's closing wait goes after the branch, run by every
+                // thread (a no-op where no wgmma is in flight), when its
+                // accumulator's registers are also another warpgroup's
+                // fragment's (`owned_regs`; MLA's seesaw: block 0's scores
+                // on warpgroup 0, block 1's on warpgroup 1) and the schedule
+                // asks for it: ptxas takes a wgmma waited for only inside a
+                // branch as possibly still in flight after it, and
+                // serializes every wgmma of the plain warp-specialized loop
+                // (C7514) once the other warpgroup's code touches those
+                // registers (FlashMLA's sources note the same of nvcc);
+                // where another warpgroup may have a wgmma in flight (the
+                // persistent loop, a last gemm left in flight across
+                // iterations) the wait outside does that (C7515).
+                let wait =
+                    matches!(code.last(), Some(Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None }))
+                        && self.schedule.owner_gemm_waits_outside()
+                        && matches!(&s.kind, StmtKind::Gemm { c, .. } if self.regs_shared_across_warpgroups(*c));
+                if wait {
+                    code.pop();
+                }
                 let p = self.warpgroup_pred(w);
                 self.cur().push(Stmt::If { cond: p, negate: false, uniform: false, then: code, otherwise: vec![] });
+                if wait {
+                    self.emit(Inst::WgmmaWait { pending: 0 });
+                }
                 return Ok(());
             }
         }
         self.stmt_of_all(s)
+    }
+
+    /// Whether fragment `buf` is one warpgroup's whose registers another
+    /// warpgroup's fragment also takes ([`Lx::owned_sets`]).
+    fn regs_shared_across_warpgroups(&self, buf: BufferId) -> bool {
+        let Some(regs) = self.frags.get(&buf) else { return false };
+        self.owned_sets.iter().any(|(set, takers)| set == regs && takers.len() > 1)
     }
 
     /// The warpgroup whose fragments statement `s` (a tile operation or a

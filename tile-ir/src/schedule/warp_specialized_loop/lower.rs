@@ -206,6 +206,13 @@ pub(crate) struct WslLowering {
     pub(super) pre: RefCell<Vec<WslCopy>>,
     /// Bytes the pre-loop copies deliver.
     pub(super) pre_bytes: Cell<i64>,
+    /// While the plain consumers' loop body is lowered, when no gemm is in
+    /// flight across its iterations (none issued ahead, none left late)
+    /// and the variant is not persistent: a warpgroup's gemm sharing its
+    /// accumulator's registers with another warpgroup's fragment waits
+    /// after its branch (`ScheduleLowering::owner_gemm_waits_outside`: a
+    /// no-op for the other warpgroups, which have nothing in flight then).
+    pub(super) owner_waits_outside: Cell<bool>,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -250,6 +257,7 @@ impl WslLowering {
             copies: RefCell::new(Vec::new()),
             pre: RefCell::new(Vec::new()),
             pre_bytes: Cell::new(0),
+            owner_waits_outside: Cell::new(false),
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
@@ -744,6 +752,7 @@ impl Lx<'_> {
         }
         let chained = self.wsl_chained_gemms(wl, body, look.as_ref().map(|l| l.0));
         let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
+        wl.owner_waits_outside.set(!wl.plan.persistent && look.is_none() && late.is_none());
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -938,6 +947,7 @@ impl Lx<'_> {
             x.ring_advance(stages, stage, phase);
             Ok(())
         });
+        wl.owner_waits_outside.set(false);
         self.loop_depth -= 1;
         match saved_var {
             Some(r) => self.vars.insert(var, r),

@@ -123,6 +123,10 @@ impl ScheduleLowering for WslLowering {
         self.plan.pipe.stages_of(buf)
     }
 
+    fn owner_gemm_waits_outside(&self) -> bool {
+        self.owner_waits_outside.get()
+    }
+
     /// TMA boxes start on their swizzle pattern's 1024 bytes.
     fn buffer_alignment(&self, buf: BufferId, align: i64) -> i64 {
         if self.plan.pipe.stages.contains_key(&buf) || self.issues_before_loop(buf) {

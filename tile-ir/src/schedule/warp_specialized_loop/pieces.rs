@@ -155,8 +155,11 @@ impl Lx<'_> {
         (stage, phase): (Reg, Reg),
         mut code: Vec<Stmt>,
     ) -> R<Vec<Stmt>> {
-        if let [Stmt::If { then, otherwise, uniform: false, .. }] = &mut code[..] {
-            if otherwise.is_empty() {
+        // (The owner's branch, then the gemm's closing wait run by every
+        // thread, when it has one: `Lx::stmt`.)
+        if let [Stmt::If { then, otherwise, uniform: false, .. }, rest @ ..] = &mut code[..] {
+            let waits_only = rest.iter().all(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { .. }, .. }));
+            if otherwise.is_empty() && waits_only {
                 *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then))?;
                 *otherwise = self.capture(|x| {
                     for j in 0..p.boxes {

@@ -6,11 +6,15 @@
 //! sm_90a, without `warp_specialize = false`, with `threads` a multiple of
 //! 128 (at most 896, room for the producer warpgroup), and when:
 //!
-//! - it has exactly one `pipelined(n, stages ≥ 2)` loop, at the top level
+//! - it has exactly one `pipelined(n, stages)` loop, at the top level
 //!   of its body, which the pipeline analysis takes
 //!   ([`crate::passes::pipeline::plan_with`], copies whose destination the
 //!   body writes afterwards included: MLA's V rows past the sequence zeroed
-//!   in the stage);
+//!   in the stage); with one stage only where its copies form at least two
+//!   independent rings (`independent_rings`: no statement, and no gemm
+//!   chain from a `clear`, reads two of them), each released by its own
+//!   last reader, so that the producer refills one while the consumers
+//!   read another (two key blocks per iteration, FlashMLA's `sK0`/`sK1`);
 //! - every pipelined copy of that loop is one TMA may do as far as the
 //!   kernel alone tells (`tma_copy`'s acceptance: a 2-D window of a tensor of
 //!   rank 2 to 5 spanning the innermost dim, into a shared buffer of its
@@ -118,8 +122,8 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
     let StmtKind::For { var, start, end, body, kind: LoopKind::Pipelined { stages } } = &lp.kind else {
         return Err(no("the kernel has no `pipelined` loop at the top level of its body"));
     };
-    if count_pipelined(&kernel.body) != 1 || *stages < 2 {
-        return Err(no("the kernel must have exactly one pipelined loop, with at least 2 stages"));
+    if count_pipelined(&kernel.body) != 1 || *stages < 1 {
+        return Err(no("the kernel must have exactly one pipelined loop"));
     }
     // A copy the body writes into afterwards is the producer's too: the
     // consumers release its stage after the last statement touching it.
@@ -132,6 +136,11 @@ pub fn plan(kernel: &Kernel, target: Target, options: CompileOptions) -> Result<
         }
         NotApplicable::new(why)
     })?;
+    if *stages == 1 && independent_rings(kernel, body, &pl.copies) < 2 {
+        return Err(no(
+            "one stage: the producer could refill a ring only after the consumers are done with it; one stage is taken only where the loop's copies form at least two rings read by separate statements (no statement, and no gemm chain from a `clear`, reads two of them), so that one ring refills while another is read",
+        ));
+    }
     for &i in &pl.copies {
         let StmtKind::Copy { src, dst, fill, .. } = &body[i].kind else {
             return Err(no("internal: a pipelined statement is not a copy"));
@@ -282,6 +291,14 @@ pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions)
         p.consumer_regs =
             info.consumer_regs_after(p.producer_regs, p.consumer_threads, 1).unwrap_or(split.consumer_max);
     }
+    if p.stages == 1 {
+        // Measured by ptxas on MLA's seesaw kernel: 36 bytes of spills (the
+        // tile loop's registers beside two warpgroups' scores) and its
+        // wgmmas serialized (C7515).
+        return Err(NotApplicable::new(
+            "one-stage rings: the persistent loop's registers beside them spill and ptxas serializes its wgmmas (MLA's seesaw); the plain variant takes it",
+        ));
+    }
     if kernel.cluster != [1, 1, 1] {
         return Err(NotApplicable::new(
             "the kernel asks for a thread block cluster: the runtime launches a clustered kernel's whole grid",
@@ -418,4 +435,62 @@ fn assigned_vars(body: &[crate::ir::Stmt], out: &mut HashSet<VarId>) {
             _ => {}
         }
     }
+}
+
+/// How many independent rings a one-stage loop's pipelined copies form:
+/// their destinations grouped so that no statement of `body` touches two
+/// groups, nor does a gemm chain (a `clear` gemm and the gemms after it
+/// accumulating into the same fragment: one product over both buffers).
+fn independent_rings(kernel: &Kernel, body: &[crate::ir::Stmt], copies: &[usize]) -> usize {
+    let bufs: Vec<_> = copies
+        .iter()
+        .filter_map(|&i| match &body[i].kind {
+            StmtKind::Copy { dst, .. } => Some(dst.buf),
+            _ => None,
+        })
+        .collect();
+    let mut group: Vec<usize> = (0..bufs.len()).collect();
+    fn find(g: &mut [usize], x: usize) -> usize {
+        let mut r = x;
+        while g[r] != r {
+            r = g[r];
+        }
+        g[x] = r;
+        r
+    }
+    fn join(g: &mut [usize], members: &[usize]) {
+        if let Some((&first, rest)) = members.split_first() {
+            for &m in rest {
+                let (a, b) = (find(g, first), find(g, m));
+                g[b] = a;
+            }
+        }
+    }
+    let mut chain: Option<(crate::ir::BufferId, Vec<usize>)> = None;
+    for (i, s) in body.iter().enumerate() {
+        if copies.contains(&i) {
+            continue;
+        }
+        let touched: Vec<usize> = (0..bufs.len())
+            .filter(|&k| {
+                let (r, w) = touches_memory(kernel, s, bufs[k]);
+                r || w
+            })
+            .collect();
+        join(&mut group, &touched);
+        match &s.kind {
+            StmtKind::Gemm { c, clear: true, .. } => chain = Some((*c, touched)),
+            StmtKind::Gemm { c, clear: false, .. } if chain.as_ref().is_some_and(|(acc, _)| acc == c) => {
+                if let Some((_, members)) = chain.as_mut() {
+                    members.extend(touched);
+                    join(&mut group, members);
+                }
+            }
+            _ => chain = None,
+        }
+    }
+    let mut roots: Vec<usize> = (0..bufs.len()).map(|k| find(&mut group, k)).collect();
+    roots.sort_unstable();
+    roots.dedup();
+    roots.len()
 }
