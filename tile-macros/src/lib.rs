@@ -201,7 +201,11 @@ mod sig;
 ///   the loop (gemms on wgmma, reductions, `parallel` loops, masks); two
 ///   consumer warpgroups take turns at the tensor cores (ping-pong); three
 ///   (384 threads, FA3's head-dim-64 schedule) issue each iteration's P·V
-///   after the next Q·Kᵀ where the registers allow it. A GEMM
+///   after the next Q·Kᵀ where the registers allow it. `pipelined(n, 1)`
+///   is taken too when its copies form two or more independent rings (no
+///   statement, and no gemm chain from a `clear`, reads two of them: two
+///   key blocks per iteration, each read by its own statements), each
+///   refilled as soon as its last reader is done (MLA's seesaw). A GEMM
 ///   main loop (only copies and gemms) gets its own variant, whose
 ///   accumulator may be stored with TMA and the kernel run persistently over
 ///   the grid's tiles. The runtime launches them only when the mapped tensors are
