@@ -264,8 +264,10 @@ fn clusters_multicast_the_kv_warp_specialized_loop() {
 
 /// The seesaw split kernel (`mla_split_seesaw`: two key blocks per
 /// iteration in one-stage rings of their own, block 0's softmax on
-/// warpgroup 0 and block 1's on warpgroup 1, the reference maximum and the
-/// rescales handed between them in shared memory) in its warp-specialized
+/// warpgroup 0 and block 1's on warpgroup 1 under block 0's P·V, whose
+/// wait and ring release are deferred to the rescale before block 1's, the
+/// reference maximum and the rescales handed between them in shared
+/// memory) in its warp-specialized
 /// variant (the persistent one declines one-stage rings): chunks of 1 (an odd count: the last block
 /// loaded twice and the copy masked), 2 and 9 blocks, empty and unused
 /// chunks, partial pages; s_q 2 over h_q 64 (the causal mask inside the

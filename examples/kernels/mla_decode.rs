@@ -241,12 +241,14 @@ mla_split!(
 /// blocks per iteration, each in a ring of its own (one stage each, so the
 /// producer refills block 0's while block 1's is read), block 0's scores
 /// and softmax on warpgroup 0 and block 1's on warpgroup 1, so that block
-/// 1's scores run on the tensor cores under block 0's softmax; both P·V
+/// 1's scores run on the tensor cores under block 0's softmax, and block
+/// 1's softmax (on a copy of its scores out of the registers the scores'
+/// gemms write) under block 0's P·V (`wsloop_deferred_waits`); both P·V
 /// split by columns. The rows' reference maximum travels between the two
 /// warpgroups in shared memory (`m0_s` after block 0, `m1_s` after block
 /// 1: a warpgroup never rewrites what it reads in one statement), with
 /// each block's rescale of O (`alpha0_s`, `alpha1_s`); each warpgroup keeps
-/// the running sums of its own blocks. P goes into its block's rope box,
+/// the running row sums of its own blocks. P goes into its block's rope box,
 /// which the scores are done with. A chunk of an odd number of blocks loads
 /// its last block twice and masks the second copy. Same parameters and
 /// results as `mla_split_paged_sm90`.
@@ -286,7 +288,8 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut alpha1_s = shared::<f32, 64>();
     // Warpgroup 0's: block 0's scores, its running sums and row state.
     let mut s0 = fragment::<f32, 64, 64>();
-    let mut l0 = fragment::<f32, 64, 64>();
+    let mut l0 = fragment::<f32, 64>();
+    let mut r0 = fragment::<f32, 64>();
     let mut mb0 = fragment::<f32, 64>();
     let mut m0 = fragment::<f32, 64>();
     let mut a0 = fragment::<f32, 64>();
@@ -294,7 +297,9 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut ms0 = fragment::<f32, 64>();
     // Warpgroup 1's: the same for block 1.
     let mut s1 = fragment::<f32, 64, 64>();
-    let mut l1 = fragment::<f32, 64, 64>();
+    let mut p1 = fragment::<f32, 64, 64>();
+    let mut l1 = fragment::<f32, 64>();
+    let mut r1 = fragment::<f32, 64>();
     let mut mb1 = fragment::<f32, 64>();
     let mut m1 = fragment::<f32, 64>();
     let mut a1 = fragment::<f32, 64>();
@@ -334,6 +339,15 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         barrier();
         gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
         gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
+        // Block 1's mask and maximum while warpgroup 0 does block 0's softmax.
+        if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
+            for (i, j) in parallel((64, 64)) {
+                if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
+                    s1[(i, j)] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        reduce_max(&s1, &mut mb1, 1);
         // Block 0's softmax. The reference maximum moves only by more than 8 (log2 units).
         for i in parallel(64) {
             m0[i] = m1_s[i];
@@ -350,7 +364,10 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         }
         for (i, j) in parallel((64, 64)) {
             s0[(i, j)] = exp2(s0[(i, j)] * scale - ms0[i]);
-            l0[(i, j)] = l0[(i, j)] * f0[i] + s0[(i, j)];
+        }
+        reduce_sum(&s0, &mut r0, 1);
+        for i in parallel(64) {
+            l0[i] = l0[i] * f0[i] + r0[i];
         }
         copy(&s0, &mut kpe0);
         if (blk0 + 1) * 64 > seqlen {
@@ -365,16 +382,11 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
                 acc[(i, j)] = acc[(i, j)] * alpha0_s[i];
             }
         }
+        // Block 1's scores out of the registers the scores' gemms write (ptxas serializes the
+        // wgmmas if they are written while P·V is in flight, C7515).
+        copy(&s1, &mut p1);
         gemm(&kpe0, &k0, &mut acc).policy(FullCol);
-        // Block 1's softmax, from block 0's reference maximum.
-        if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
-            for (i, j) in parallel((64, 64)) {
-                if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
-                    s1[(i, j)] = f32::NEG_INFINITY;
-                }
-            }
-        }
-        reduce_max(&s1, &mut mb1, 1);
+        // Block 1's softmax on warpgroup 1, from block 0's reference maximum, under P·V of block 0.
         for i in parallel(64) {
             m1[i] = m0_s[i];
             a1[i] = 1.0;
@@ -388,10 +400,13 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             m1_s[i] = m1[i];
         }
         for (i, j) in parallel((64, 64)) {
-            s1[(i, j)] = exp2(s1[(i, j)] * scale - ms1[i]);
-            l1[(i, j)] = l1[(i, j)] * f1[i] + s1[(i, j)];
+            p1[(i, j)] = exp2(p1[(i, j)] * scale - ms1[i]);
         }
-        copy(&s1, &mut kpe1);
+        reduce_sum(&p1, &mut r1, 1);
+        for i in parallel(64) {
+            l1[i] = l1[i] * f1[i] + r1[i];
+        }
+        copy(&p1, &mut kpe1);
         if (blk1 + 1) * 64 > seqlen {
             for (j, k) in parallel((64, 512)) {
                 if blk1 * 64 + j >= seqlen {
@@ -407,19 +422,11 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         gemm(&kpe1, &k1, &mut acc).policy(FullCol);
     }
     // The row sums: warpgroup 0's (which missed the last block 1's rescale) handed to warpgroup 1.
-    for (i, j) in parallel((64, 64)) {
-        s0[(i, j)] = l0[(i, j)];
-    }
-    reduce_sum(&s0, &mut mb0, 1);
     for i in parallel(64) {
-        alpha0_s[i] = mb0[i] * alpha1_s[i];
+        alpha0_s[i] = l0[i] * alpha1_s[i];
     }
-    for (i, j) in parallel((64, 64)) {
-        s1[(i, j)] = l1[(i, j)];
-    }
-    reduce_sum(&s1, &mut mb1, 1);
     for i in parallel(64) {
-        mb1[i] = mb1[i] + alpha0_s[i];
+        mb1[i] = l1[i] + alpha0_s[i];
         ms1[i] = if mb1[i] == 0.0 { f32::NEG_INFINITY } else { (m1_s[i] * scale + log2(mb1[i])) * 0.6931472 };
         alpha1_s[i] = if mb1[i] == 0.0 { 0.0 } else { 1.0 / mb1[i] };
     }

@@ -195,6 +195,14 @@ pub struct CompileOptions {
     /// `multicast_copies`). On by default; off (each block loads its own
     /// tiles, the cluster only a launch shape) for bisecting and A/B runs.
     pub wsloop_multicast: bool,
+    /// In a warp-specialized consumers' loop, a gemm on wgmma that every
+    /// consumer runs (no `policy(Warpgroup(w))`), not the body's last,
+    /// leaves its `wgmma.wait_group 0` (and the release of the rings it is
+    /// the last reader of) for just before the first later statement that
+    /// touches its accumulator's registers, writes its operands, or is a
+    /// gemm: MLA's seesaw runs warpgroup 1's softmax of block 1 under
+    /// block 0's P·V. On by default; off for bisecting and A/B runs.
+    pub wsloop_deferred_waits: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -203,7 +211,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 16] = [
+    pub const SWITCHES: [(&'static str, Switch); 17] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -220,6 +228,7 @@ impl CompileOptions {
         ("defer_cp_async_waits", |o| &mut o.defer_cp_async_waits),
         ("fast_divisors", |o| &mut o.fast_divisors),
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
+        ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -262,6 +271,7 @@ impl Default for CompileOptions {
             defer_cp_async_waits: true,
             fast_divisors: true,
             wsloop_multicast: true,
+            wsloop_deferred_waits: true,
         }
     }
 }

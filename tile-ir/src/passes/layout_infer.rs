@@ -24,7 +24,9 @@
 //!   accesses can be 16-byte vectors);
 //! - a reduction: the destination gets the source's layout without the
 //!   reduced dim (replicated across the threads that held a row);
-//! - a fragment-to-fragment copy: both sides share one layout;
+//! - a fragment-to-fragment copy: both sides share one layout (taken
+//!   before the reductions when the source's layout is already fixed: a
+//!   gemm's scores copied out of its accumulator and then reduced);
 //! - a parallel nest: the nest takes the layout of a fragment indexed by all
 //!   its loop variables (in order); fragments indexed by a subset take the
 //!   nest's layout restricted to those dims; a nest whose only fixed
@@ -456,10 +458,22 @@ impl Infer<'_> {
             StmtKind::Copy { src, dst, .. } => {
                 let (sf, df) = (self.is_frag(src.buf), self.is_frag(dst.buf));
                 if sf && df {
+                    let (a, b) = (src.buf, dst.buf);
+                    if self.phase == Phase::Reductions {
+                        // A copy of a fragment the gemms laid out gives its
+                        // destination that layout before a reduction of the
+                        // destination would choose one (scores copied out of
+                        // the accumulator's registers, then reduced).
+                        if let (Some(la), false) = (self.plan.frags.get(&a).cloned(), self.plan.frags.contains_key(&b))
+                        {
+                            let why = format!("the copy from `{}` to `{}`", self.name(a), self.name(b));
+                            self.constrain(b, la, why, s.span);
+                        }
+                        return;
+                    }
                     if self.phase != Phase::Nests {
                         return;
                     }
-                    let (a, b) = (src.buf, dst.buf);
                     let why = format!("the copy from `{}` to `{}`", self.name(a), self.name(b));
                     match (self.plan.frags.get(&a).cloned(), self.plan.frags.get(&b).cloned()) {
                         (Some(la), _) => self.constrain(b, la, why, s.span),

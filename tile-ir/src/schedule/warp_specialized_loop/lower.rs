@@ -138,7 +138,7 @@
 use super::plan::WslPlan;
 use crate::ir::{BufferId, CacheHint, DType, Expr, Stmt as TStmt, StmtKind, VarId};
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::touches_memory;
+use crate::passes::pipeline::{touches, touches_memory};
 use crate::thread_ir::{Address, Inst, Operand, Reg, RegClass, Stmt};
 use std::cell::{Cell, RefCell};
 
@@ -213,6 +213,9 @@ pub(crate) struct WslLowering {
     /// after its branch (`ScheduleLowering::owner_gemm_waits_outside`: a
     /// no-op for the other warpgroups, which have nothing in flight then).
     pub(super) owner_waits_outside: Cell<bool>,
+    /// Whether a gemm of every consumer leaves its wait for the first later
+    /// statement that needs it ([`crate::CompileOptions::wsloop_deferred_waits`]).
+    deferred_waits: bool,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -258,6 +261,7 @@ impl WslLowering {
             pre: RefCell::new(Vec::new()),
             pre_bytes: Cell::new(0),
             owner_waits_outside: Cell::new(false),
+            deferred_waits: options.wsloop_deferred_waits,
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
@@ -863,15 +867,46 @@ impl Lx<'_> {
                 x.emit_if(Some(m), true, without_final_wait(ahead), vec![]);
                 ahead_at = Some(x.cur().len() - 1);
             }
+            // A gemm of every consumer whose wait is left for the first
+            // later statement that needs it (`wsl_deferrable`), and the
+            // rings it is the last reader of, released then.
+            let mut pending: Option<(usize, Vec<usize>)> = None;
+            let last_stmt = (0..body.len()).rev().find(|i| !ws.copies.contains(i));
             for (i, s) in body.iter().enumerate() {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
+                }
+                if pending.as_ref().is_some_and(|(g, _)| x.wsl_needs_gemm(&body[*g], s)) {
+                    let (_, rings) = pending.take().unwrap_or_default();
+                    x.emit(Inst::WgmmaWait { pending: 0 });
+                    for ci in rings {
+                        release(x, ci);
+                    }
                 }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
                 }
                 let pieced = pieces.iter().flatten().find(|p| p.gemm == i).cloned();
                 let left_in_flight = late.as_ref().is_some_and(|l| l.last == i);
+                // (Not a chain's last gemm: the chain's rings are released
+                // after its wait; nor where the late gemm is retired.)
+                let deferred = wl.deferred_waits
+                    && !left_in_flight
+                    && pieced.is_none()
+                    && !chained.contains(&i)
+                    && after_chain.is_empty()
+                    && late.as_ref().is_none_or(|l| l.after != i)
+                    && Some(i) != last_stmt
+                    && x.wsl_deferrable(s)?;
+                if deferred {
+                    match x.capture(|y| y.stmt(s)) {
+                        Ok(code) => x.cur().extend(without_final_wait(code)),
+                        Err(e) => x.errors.push(e),
+                    }
+                    let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
+                    pending = Some((i, rings));
+                    continue;
+                }
                 if left_in_flight {
                     // Waited for in the next iteration, or after the loop.
                     match x.capture(|y| y.stmt(s)) {
@@ -911,6 +946,12 @@ impl Lx<'_> {
                 }
                 if let Some(l) = late.as_ref().filter(|l| l.after == i) {
                     retire_late(x, l)?;
+                }
+            }
+            if let Some((_, rings)) = pending.take() {
+                x.emit(Inst::WgmmaWait { pending: 0 });
+                for ci in rings {
+                    release(x, ci);
                 }
             }
             for st in saved {
@@ -1008,6 +1049,37 @@ impl Lx<'_> {
             }
         }
         out
+    }
+
+    /// Whether statement `s` may leave its `wgmma.wait_group 0` for later
+    /// ([`crate::CompileOptions::wsloop_deferred_waits`]): a gemm on wgmma
+    /// that every consumer runs, both operands in shared memory.
+    fn wsl_deferrable(&self, s: &TStmt) -> R<bool> {
+        let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &s.kind else { return Ok(false) };
+        let shared = |x: BufferId| self.k.buffer(x).scope == crate::ir::Scope::Shared;
+        Ok(shared(*a)
+            && shared(*b)
+            && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
+            && self.owner_of(s)?.is_none())
+    }
+
+    /// Whether statement `s` needs the deferred gemm `g` retired first: it
+    /// is a gemm (one wait retires every group), writes `g`'s operands (or
+    /// a view of them), or touches a fragment whose registers are `g`'s
+    /// accumulator's (another warpgroup's fragment may share them).
+    fn wsl_needs_gemm(&self, g: &TStmt, s: &TStmt) -> bool {
+        let StmtKind::Gemm { a, b, c, .. } = &g.kind else { return true };
+        if matches!(s.kind, StmtKind::Gemm { .. }) {
+            return true;
+        }
+        if touches_memory(self.k, s, *a).1 || touches_memory(self.k, s, *b).1 {
+            return true;
+        }
+        let Some(acc) = self.frags.get(c) else { return true };
+        (0..self.k.buffers.len() as u32).map(BufferId).any(|f| {
+            let (r, w) = touches(s, f);
+            (r || w) && self.frags.get(&f).is_some_and(|regs| regs.iter().any(|x| acc.contains(x)))
+        })
     }
 
     /// The body's last gemm to leave in flight across the back-edge (see
