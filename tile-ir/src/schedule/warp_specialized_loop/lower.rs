@@ -131,6 +131,22 @@
 //! that order it after the other warpgroup's reads (the barrier pass sees
 //! the wgmma's read at its issue) come after each warpgroup's own wait.
 //!
+//! **Deferred waits** ([`crate::CompileOptions::wsloop_deferred_waits`]):
+//! a gemm on wgmma that every consumer runs, with both operands in shared
+//! memory, that is not the body's last, nor pieced, chained, left late or
+//! where the late gemm is retired, is issued and committed without its
+//! wait; the wait and the releases of the rings it is the last reader of
+//! come right before the first later statement that is a gemm, writes one
+//! of its operands (or a view of them), or touches a fragment whose
+//! registers are its accumulator's (another warpgroup's fragment may
+//! share them), else at the end of the body. Each ring is still released
+//! once per iteration, only later, after its reader's wait; no register
+//! the gemm writes is touched while it runs, and no shared write reaches
+//! what it reads (MLA's seesaw: block 1's softmax on warpgroup 1 under
+//! block 0's P·V). (ptxas serializes every wgmma, C7515, when registers a
+//! score gemm writes are written while such a gemm is in flight: the
+//! seesaw copies its scores out first.)
+//!
 //! Issuing the first gemm ahead and the ping-pong of two consumer
 //! warpgroups (and both, and what three warpgroups take) are `turns.rs`'s;
 //! the producer's code is `producer.rs`'s.
