@@ -887,17 +887,21 @@ impl Lx<'_> {
             // later statement that needs it (`wsl_deferrable`), and the
             // rings it is the last reader of, released then.
             let mut pending: Option<(usize, Vec<usize>)> = None;
+            let retire = |x: &mut Self, pending: Option<(usize, Vec<usize>)>| {
+                if let Some((_, rings)) = pending {
+                    x.emit(Inst::WgmmaWait { pending: 0 });
+                    for ci in rings {
+                        release(x, ci);
+                    }
+                }
+            };
             let last_stmt = (0..body.len()).rev().find(|i| !ws.copies.contains(i));
             for (i, s) in body.iter().enumerate() {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
                 if pending.as_ref().is_some_and(|(g, _)| x.wsl_needs_gemm(&body[*g], s)) {
-                    let (_, rings) = pending.take().unwrap_or_default();
-                    x.emit(Inst::WgmmaWait { pending: 0 });
-                    for ci in rings {
-                        release(x, ci);
-                    }
+                    retire(x, pending.take());
                 }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
@@ -964,12 +968,7 @@ impl Lx<'_> {
                     retire_late(x, l)?;
                 }
             }
-            if let Some((_, rings)) = pending.take() {
-                x.emit(Inst::WgmmaWait { pending: 0 });
-                for ci in rings {
-                    release(x, ci);
-                }
-            }
+            retire(x, pending.take());
             for st in saved {
                 x.restore_stage(st);
             }

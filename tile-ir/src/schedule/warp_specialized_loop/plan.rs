@@ -292,9 +292,10 @@ pub fn plan_persistent(kernel: &Kernel, target: Target, options: CompileOptions)
             info.consumer_regs_after(p.producer_regs, p.consumer_threads, 1).unwrap_or(split.consumer_max);
     }
     if p.stages == 1 {
-        // Measured by ptxas on MLA's seesaw kernel: 36 bytes of spills (the
-        // tile loop's registers beside two warpgroups' scores) and its
-        // wgmmas serialized (C7515).
+        // Measured by ptxas on MLA's seesaw kernel (321159e): 60 bytes of
+        // spills (the tile loop's registers beside two warpgroups' scores)
+        // and its wgmmas serialized (C7514; with the owner gemms' waits
+        // after their branches, 76 bytes of spills).
         return Err(NotApplicable::new(
             "one-stage rings: the persistent loop's registers beside them spill and ptxas serializes its wgmmas (MLA's seesaw); the plain variant takes it",
         ));
