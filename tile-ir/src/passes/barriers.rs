@@ -23,9 +23,11 @@
 //! net.) `wait_group N` with `N > 0` is taken to retire nothing.
 //!
 //! A `wgmma` reads its shared operands (the [`Region`]s it names) through
-//! the async proxy. It counts as a read of them at the instruction (the
-//! lowering waits for it with `wgmma.wait_group` before any later shared
-//! write could need a barrier against it). A generic-proxy write
+//! the async proxy. It counts as a read of them from the instruction to the
+//! next `wgmma.wait_group 0`: a barrier between the two does not order a
+//! later write after it (the warp-specialized loop leaves a warpgroup's
+//! gemm in flight past an explicit barrier; a write after the wait then
+//! gets a barrier of its own after the wait). A generic-proxy write
 //! (`st.shared`, a landed `cp.async`) becomes visible to the async proxy only
 //! through `fence.proxy.async.shared::cta` executed by the writing thread
 //! before the barrier that orders it before the wgmma. So, in a function
@@ -46,6 +48,17 @@ struct State {
     writes: BTreeSet<Region>,
     /// Regions written by cp.asyncs not yet retired by a `wait_group 0`.
     in_flight: BTreeSet<Region>,
+    /// Regions read by wgmmas not yet retired by a `wgmma.wait_group`, by
+    /// group (oldest first; the last one the wgmmas not yet committed):
+    /// still being read across a barrier, they become reads pending since
+    /// the last barrier at the wait that retires their group (a gemm whose
+    /// wait is left past a barrier: a later write needs a barrier after the
+    /// wait, not the one before it).
+    wgmma_groups: Vec<BTreeSet<Region>>,
+    /// Of an access set: the regions its wgmmas read (conflicting at their
+    /// issue as reads do), and the reads of earlier wgmmas its waits retired.
+    issued: BTreeSet<Region>,
+    retired: BTreeSet<Region>,
 }
 
 impl State {
@@ -53,8 +66,59 @@ impl State {
         self.reads.extend(o.reads.iter().copied());
         self.writes.extend(o.writes.iter().copied());
         self.in_flight.extend(o.in_flight.iter().copied());
+        // Groups aligned on the newest (the ones a `wait_group N` keeps).
+        let n = self.wgmma_groups.len().max(o.wgmma_groups.len());
+        let pad = |g: &[BTreeSet<Region>]| {
+            let mut v = vec![BTreeSet::new(); n - g.len()];
+            v.extend(g.iter().cloned());
+            v
+        };
+        let (mut a, b) = (pad(&self.wgmma_groups), pad(&o.wgmma_groups));
+        for (x, y) in a.iter_mut().zip(b) {
+            x.extend(y);
+        }
+        // (A loop that never waits would grow them without end: the oldest merge.)
+        while a.len() > 8 {
+            let g = a.remove(0);
+            a[0].extend(g);
+        }
+        self.wgmma_groups = a;
     }
-    /// After a barrier (cp.asyncs still in flight stay in flight).
+    /// The sequential composition of this state and access set `acc`
+    /// (whose wgmma groups started from this state's).
+    fn then(&mut self, acc: State) {
+        self.reads.extend(acc.reads);
+        self.reads.extend(acc.retired);
+        self.writes.extend(acc.writes);
+        self.in_flight.extend(acc.in_flight);
+        self.wgmma_groups = acc.wgmma_groups;
+    }
+    /// The last group is the open one (wgmmas not yet committed).
+    fn open_group(&mut self) -> &mut BTreeSet<Region> {
+        if self.wgmma_groups.is_empty() {
+            self.wgmma_groups.push(BTreeSet::new());
+        }
+        self.wgmma_groups.last_mut().unwrap()
+    }
+    fn wgmma_issue(&mut self, regions: &[Region]) {
+        self.open_group().extend(regions.iter().copied());
+        self.issued.extend(regions.iter().copied());
+    }
+    /// `wgmma.commit_group`: the open group closes (a new one opens).
+    fn wgmma_commit(&mut self) {
+        self.open_group();
+        self.wgmma_groups.push(BTreeSet::new());
+    }
+    /// `wgmma.wait_group pending`: the reads of every committed group but
+    /// the newest `pending` are done.
+    fn wgmma_wait(&mut self, pending: usize) {
+        self.open_group();
+        let cut = (self.wgmma_groups.len() - 1).saturating_sub(pending);
+        for g in self.wgmma_groups.drain(..cut) {
+            self.retired.extend(g);
+        }
+    }
+    /// After a barrier (cp.asyncs and wgmmas still in flight stay in flight).
     fn clear(&mut self) {
         self.reads.clear();
         self.writes.clear();
@@ -63,14 +127,21 @@ impl State {
     /// access of `acc` conflicts with an in-flight cp.async write.
     fn needs_wait(&self, acc: &State) -> bool {
         let clash = |a: &Region| self.in_flight.iter().any(|b| b.id == a.id && b.op != a.op);
-        acc.reads.iter().chain(&acc.writes).any(clash)
+        acc.reads.iter().chain(&acc.issued).chain(&acc.writes).any(clash)
     }
     /// Whether an access set `acc` (reads, writes) conflicts with pending accesses.
     fn conflicts(&self, acc: &State) -> bool {
         let clash = |a: &Region, set: &BTreeSet<Region>| set.iter().any(|b| b.id == a.id && b.op != a.op);
         // An in-flight cp.async write stays pending across barriers.
-        acc.reads.iter().any(|r| clash(r, &self.writes) || clash(r, &self.in_flight))
-            || acc.writes.iter().any(|w| clash(w, &self.writes) || clash(w, &self.reads) || clash(w, &self.in_flight))
+        // (A wgmma's reads conflict when it issues and when it is retired:
+        // a barrier between the two orders nothing after them.)
+        acc.reads.iter().chain(&acc.issued).any(|r| clash(r, &self.writes) || clash(r, &self.in_flight))
+            || acc.writes.iter().any(|w| {
+                clash(w, &self.writes)
+                    || clash(w, &self.reads)
+                    || clash(w, &self.in_flight)
+                    || self.wgmma_groups.iter().any(|g| clash(w, g))
+            })
     }
 }
 
@@ -122,9 +193,9 @@ fn accesses(s: &Stmt, acc: &mut State) {
         Stmt::Inst { inst: Inst::Ldmatrix { region: Some(r), .. }, .. } => {
             acc.reads.insert(*r);
         }
-        Stmt::Inst { inst: Inst::Wgmma { regions, .. }, .. } => {
-            acc.reads.extend(regions.iter().copied());
-        }
+        Stmt::Inst { inst: Inst::Wgmma { regions, .. }, .. } => acc.wgmma_issue(regions),
+        Stmt::Inst { inst: Inst::WgmmaCommit, .. } => acc.wgmma_commit(),
+        Stmt::Inst { inst: Inst::WgmmaWait { pending }, .. } => acc.wgmma_wait(*pending as usize),
         Stmt::Inst { .. } | Stmt::Comment(_) => {}
         Stmt::If { then, otherwise, .. } => {
             for x in then.iter().chain(otherwise) {
@@ -216,12 +287,13 @@ fn walk(body: &mut Vec<Stmt>, st: &mut State, apply: bool, cx: &Cx) {
                 *st = head;
             }
             other => {
-                let mut acc = State::default();
+                // (Its waits may retire wgmmas issued before it.)
+                let mut acc = State { wgmma_groups: st.wgmma_groups.clone(), ..State::default() };
                 accesses(other, &mut acc);
                 if st.conflicts(&acc) {
                     barrier_before(&acc, st, &mut out, apply, cx);
                 }
-                st.union(&acc);
+                st.then(acc);
             }
         }
         out.push(s);
@@ -428,6 +500,41 @@ mod tests {
     }
     fn is(s: &Stmt, want: &Inst) -> bool {
         matches!(s, Stmt::Inst { inst, .. } if std::mem::discriminant(inst) == std::mem::discriminant(want))
+    }
+
+    #[test]
+    fn wgmma_reads_last_until_their_group_is_retired() {
+        let bar = || Stmt::Inst { inst: Inst::BarSync, guard: None };
+        let wg_commit = || Stmt::Inst { inst: Inst::WgmmaCommit, guard: None };
+        let wg_wait = |n| Stmt::Inst { inst: Inst::WgmmaWait { pending: n }, guard: None };
+        // A wgmma left in flight past an explicit barrier: the write after
+        // its wait needs a barrier of its own, after the wait.
+        let mut b = vec![wgmma(0), wg_commit(), bar(), wg_wait(0), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 2, "{b:?}");
+        assert!(is(&b[3], &Inst::WgmmaWait { pending: 0 }) && is(&b[4], &Inst::BarSync), "{b:?}");
+        // Retired before the barrier: that barrier orders the write.
+        let mut b = vec![wgmma(0), wg_commit(), wg_wait(0), bar(), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1, "{b:?}");
+        // `wait_group 1` retires the older group only: region 0's write
+        // after the explicit barrier needs none, region 1's needs one.
+        let mut b = vec![wgmma(0), wg_commit(), wgmma(1), wg_commit(), bar(), wg_wait(1), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 2, "{b:?}");
+        let mut b = vec![wgmma(0), wg_commit(), wgmma(1), wg_commit(), wg_wait(1), bar(), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 1, "{b:?}");
+        // A write while the group is still in flight gets a barrier too
+        // (the lowering waits first; this is the safety net).
+        let mut b = vec![wgmma(0), wg_commit(), bar(), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 2, "{b:?}");
+        // Retired inside a warpgroup's branch: still a read pending after it.
+        let div = |x: Vec<Stmt>| Stmt::If { cond: Reg(3), negate: false, uniform: false, then: x, otherwise: vec![] };
+        let mut b = vec![div(vec![wgmma(0), wg_commit()]), bar(), div(vec![wg_wait(0)]), st(0)];
+        insert_barriers(&mut b);
+        assert_eq!(count(&b), 2, "{b:?}");
     }
 
     #[test]
