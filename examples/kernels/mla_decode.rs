@@ -327,10 +327,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         copy(cache.tile([page1, 0.., 0, 512..]), &mut kpe1).evict_first();
         gemm(&q_s, &k0.t(), &mut s0).clear().policy(Warpgroup(0));
         gemm(&qpe_s, &kpe0.t(), &mut s0).policy(Warpgroup(0));
-        // Block 1's scores are issued once block 0's are: they run after them, under its softmax.
-        barrier();
-        gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
-        gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
         if (blk0 + 1) * 64 > seqlen - SQ + 1 {
             for (i, j) in parallel((64, 64)) {
                 if blk0 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
@@ -339,6 +335,10 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             }
         }
         reduce_max(&s0, &mut mb0, 1);
+        // Block 1's scores start once block 0's are done: they run under its softmax.
+        barrier();
+        gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
+        gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
         // Block 1's mask and maximum while warpgroup 0 does block 0's softmax.
         if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
             for (i, j) in parallel((64, 64)) {

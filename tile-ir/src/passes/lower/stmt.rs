@@ -88,7 +88,7 @@ impl<'a> Lx<'a> {
 
     /// Whether fragment `buf` is one warpgroup's whose registers another
     /// warpgroup's fragment also takes ([`Lx::owned_sets`]).
-    pub(crate) fn regs_shared_across_warpgroups(&self, buf: BufferId) -> bool {
+    fn regs_shared_across_warpgroups(&self, buf: BufferId) -> bool {
         let Some(regs) = self.frags.get(&buf) else { return false };
         self.owned_sets.iter().any(|(set, takers)| set == regs && takers.len() > 1)
     }

@@ -896,25 +896,12 @@ impl Lx<'_> {
                 }
             };
             let last_stmt = (0..body.len()).rev().find(|i| !ws.copies.contains(i));
-            // A gemm of one warpgroup followed by an explicit barrier, whose
-            // wait is left past the barrier and other warpgroups' gemms
-            // (`wsl_owner_deferrable`): its statement, its warpgroup, the
-            // rings it is the last reader of.
-            let mut owner_pending: Option<(usize, u32, Vec<usize>)> = None;
-            let next_stmt = |i: usize| (i + 1..body.len()).find(|j| !ws.copies.contains(j));
             for (i, s) in body.iter().enumerate() {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
                 if pending.as_ref().is_some_and(|(g, _)| x.wsl_needs_gemm(&body[*g], s)) {
                     retire(x, pending.take());
-                }
-                let passes_owner = match &owner_pending {
-                    Some((g, w, _)) => x.wsl_passes_owner_gemm(&body[*g], *w, s)?,
-                    None => true,
-                };
-                if !passes_owner {
-                    retire(x, owner_pending.take().map(|(g, _, rings)| (g, rings)));
                 }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
@@ -938,30 +925,6 @@ impl Lx<'_> {
                     }
                     let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
                     pending = Some((i, rings));
-                    continue;
-                }
-                let owner_deferred = wl.deferred_waits
-                    && wl.owner_waits_outside.get()
-                    && !left_in_flight
-                    && !chained.contains(&i)
-                    && after_chain.is_empty()
-                    && late.is_none()
-                    && pending.is_none()
-                    && owner_pending.is_none()
-                    && Some(i) != last_stmt
-                    && next_stmt(i).is_some_and(|j| matches!(body[j].kind, StmtKind::Barrier));
-                let owner_deferred = if owner_deferred { x.wsl_owner_deferrable(s)? } else { None };
-                if let Some(w) = owner_deferred {
-                    let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
-                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code),
-                        None => Ok(code),
-                    });
-                    match code {
-                        Ok(code) => x.cur().extend(without_final_wait(code)),
-                        Err(e) => x.errors.push(e),
-                    }
-                    let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
-                    owner_pending = Some((i, w, rings));
                     continue;
                 }
                 if left_in_flight {
@@ -1001,21 +964,10 @@ impl Lx<'_> {
                         release(x, ci);
                     }
                 }
-                // Another warpgroup's gemm whose closing wait every thread
-                // runs retires the gemm left past the barrier too.
-                let waited = matches!(x.cur().last(), Some(Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None }));
-                if waited && matches!(s.kind, StmtKind::Gemm { .. }) {
-                    if let Some((_, _, rings)) = owner_pending.take() {
-                        for ci in rings {
-                            release(x, ci);
-                        }
-                    }
-                }
                 if let Some(l) = late.as_ref().filter(|l| l.after == i) {
                     retire_late(x, l)?;
                 }
             }
-            retire(x, owner_pending.take().map(|(g, _, rings)| (g, rings)));
             retire(x, pending.take());
             for st in saved {
                 x.restore_stage(st);
@@ -1124,40 +1076,6 @@ impl Lx<'_> {
             && shared(*b)
             && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
             && self.owner_of(s)?.is_none())
-    }
-
-    /// The warpgroup of statement `s` when it may leave its
-    /// `wgmma.wait_group 0` past the explicit barrier that follows it
-    /// ([`crate::CompileOptions::wsloop_deferred_waits`], the caller checks
-    /// the barrier): a gemm on wgmma of one warpgroup whose accumulator's
-    /// registers another warpgroup's fragment takes too, so that its wait is
-    /// one every thread runs after the branch (`Lx::stmt`), which a later
-    /// wait of every thread can stand for.
-    fn wsl_owner_deferrable(&self, s: &TStmt) -> R<Option<u32>> {
-        let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &s.kind else { return Ok(None) };
-        if self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_none()
-            || !self.regs_shared_across_warpgroups(*c)
-        {
-            return Ok(None);
-        }
-        self.owner_of(s)
-    }
-
-    /// Whether statement `s` may run while warpgroup `w`'s gemm `g`, left
-    /// past a barrier, is in flight: the barrier itself, or a gemm of
-    /// another single warpgroup (its threads are not `g`'s: the registers
-    /// the two accumulators share are different threads' registers, and a
-    /// gemm writes no shared memory) that writes none of `g`'s operands.
-    fn wsl_passes_owner_gemm(&self, g: &TStmt, w: u32, s: &TStmt) -> R<bool> {
-        match &s.kind {
-            StmtKind::Barrier => Ok(true),
-            StmtKind::Gemm { .. } => {
-                let StmtKind::Gemm { a, b, .. } = &g.kind else { return Ok(false) };
-                let writes = touches_memory(self.k, s, *a).1 || touches_memory(self.k, s, *b).1;
-                Ok(!writes && self.owner_of(s)?.is_some_and(|o| o != w))
-            }
-            _ => Ok(false),
-        }
     }
 
     /// Whether statement `s` needs the deferred gemm `g` retired first: it
