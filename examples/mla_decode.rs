@@ -286,9 +286,9 @@ fn bench_ours<T: MlaElement>(device: &Device, stream: &Stream, s: &Shape, sms: u
     let tiles = bench_tiles();
     let hopper = kernels::hopper_tiles(stream, tiles);
     let cluster = kernels::split_cluster(stream, tiles, c.s_q, c.h_q);
-    let meta = match (c.paged, tiles) {
-        (true, Tiles::Seesaw) => T::seesaw().1,
-        (true, _) => T::paged(hopper, cluster).1,
+    let meta = match (c.paged, kernels::split_seesaw(stream, tiles, c.paged, c.s_q, c.h_q)) {
+        (true, true) => T::seesaw().1,
+        (true, false) => T::paged(hopper, cluster).1,
         (false, _) => T::contiguous(hopper, cluster).1,
     };
     let first = bench(stream, 0, 1, || x.run(stream, &c, tiles))?.median_ms;

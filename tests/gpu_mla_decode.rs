@@ -59,7 +59,11 @@ fn check<T: MlaElement>(dev: &Device, c: &Case, seed: u64) {
     let mut x = Inputs::<T>::new(&st, c, seed).unwrap();
     x.check_metadata(&st, c).unwrap_or_else(|e| panic!("{e}"));
     let hopper = mla::hopper_tiles(&st, Tiles::Auto);
-    let meta = if c.paged { T::paged(hopper, false).1 } else { T::contiguous(hopper, false).1 };
+    let meta = match (c.paged, mla::split_seesaw(&st, Tiles::Auto, c.paged, c.s_q, c.h_q)) {
+        (true, true) => T::seesaw().1,
+        (true, false) => T::paged(hopper, false).1,
+        (false, _) => T::contiguous(hopper, false).1,
+    };
     let before = dev.launch_counts(meta);
     x.run(&st, c, Tiles::Auto).unwrap();
     x.check(&st, c, Some(&rows(c, seed)), tol::<T>()).unwrap_or_else(|e| panic!("{e}"));

@@ -908,7 +908,9 @@ impl Options {
 /// Which split kernel instances [`forward`] uses.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum Tiles {
-    /// Hopper's on compute capability 9.x and in the interpreter, else the portable ones.
+    /// Hopper's on compute capability 9.x and in the interpreter, else the
+    /// portable ones; on Hopper, for a paged cache with at least
+    /// [`SEESAW_ROWS`] query rows (`s_q·h_q`), the seesaw instance.
     #[default]
     Auto,
     /// Two KV stages (sm_90a only).
@@ -938,6 +940,28 @@ pub fn hopper_tiles(stream: &Stream, tiles: Tiles) -> bool {
         Tiles::Hopper | Tiles::HopperPairs | Tiles::Seesaw => true,
         Tiles::Portable => false,
     }
+}
+
+/// The query rows (`s_q·h_q`, the rows every key block is multiplied with)
+/// from which [`Tiles::Auto`] takes the seesaw instance for a paged cache.
+/// Measured on the H100 (BENCHMARKS.md, session 30, same runs): at 256
+/// rows (s_q 2, h_q 128) the seesaw is 4 % faster than the plain kernel
+/// (the tensor cores are the limit; uniform and ragged lengths, b 32 to
+/// 128); at 128 rows (s_q 1 h_q 128, s_q 2 h_q 64) 2–5 % slower (near the
+/// memory bound, where the plain kernel's two stages hide the loads that
+/// the seesaw's one-stage rings expose).
+pub const SEESAW_ROWS: usize = 256;
+
+/// Whether [`forward`] with `tiles` on `stream` launches the seesaw
+/// instance: [`Tiles::Seesaw`] for a paged cache, or [`Tiles::Auto`] on
+/// Hopper for a paged cache with `s_q·h_q ≥` [`SEESAW_ROWS`].
+pub fn split_seesaw(stream: &Stream, tiles: Tiles, paged: bool, s_q: usize, h_q: usize) -> bool {
+    paged
+        && match tiles {
+            Tiles::Seesaw => true,
+            Tiles::Auto => hopper_tiles(stream, tiles) && s_q * h_q >= SEESAW_ROWS,
+            Tiles::Hopper | Tiles::HopperPairs | Tiles::Portable => false,
+        }
 }
 
 /// The launch of a paged split instance (`q` seen as `[b, s_q·h_q, 576]`).
@@ -1117,7 +1141,7 @@ pub fn forward<T: MlaElement>(
     // The split kernel sees out's (token, head) dims merged: its rows.
     out.reshape_in_place(&[b, s_q * h_q, DV])?;
     let cluster = split_cluster(stream, options.tiles, s_q, h_q);
-    let seesaw = options.tiles == Tiles::Seesaw;
+    let seesaw = split_seesaw(stream, options.tiles, matches!(kv, Kv::Paged { .. }), s_q, h_q);
     let kind = (hopper, cluster, seesaw);
     let split = split_launch(stream, q, kv, seqlens, metadata, o_part, lse_part, out, lse, kind, scale);
     out.reshape_in_place(&[b, s_q, h_q, DV])?;
