@@ -242,9 +242,10 @@ mla_split!(
 /// producer refills block 0's while block 1's is read), block 0's scores
 /// and softmax on warpgroup 0 and block 1's on warpgroup 1, so that block
 /// 1's scores run on the tensor cores under block 0's softmax, and block
-/// 1's softmax (on a copy of its scores out of the registers the scores'
-/// gemms write) under block 0's P·V (`wsloop_deferred_waits`); both P·V
-/// split by columns. The rows' reference maximum travels between the two
+/// 1's softmax under block 0's P·V (`wsloop_deferred_waits`; ptxas
+/// accepts its writes of the registers the scores' gemms share with
+/// warpgroup 0's because each warpgroup runs a copy of the loop of its own,
+/// `wsloop_split_warpgroups`); both P·V split by columns. The rows' reference maximum travels between the two
 /// warpgroups in shared memory (`m0_s` after block 0, `m1_s` after block
 /// 1: a warpgroup never rewrites what it reads in one statement), with
 /// each block's rescale of O (`alpha0_s`, `alpha1_s`); each warpgroup keeps
@@ -297,7 +298,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut ms0 = fragment::<f32, 64>();
     // Warpgroup 1's: the same for block 1.
     let mut s1 = fragment::<f32, 64, 64>();
-    let mut p1 = fragment::<f32, 64, 64>();
     let mut l1 = fragment::<f32, 64>();
     let mut r1 = fragment::<f32, 64>();
     let mut mb1 = fragment::<f32, 64>();
@@ -382,9 +382,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
                 acc[(i, j)] = acc[(i, j)] * alpha0_s[i];
             }
         }
-        // Block 1's scores out of the registers the scores' gemms write (ptxas serializes the
-        // wgmmas if they are written while P·V is in flight, C7515).
-        copy(&s1, &mut p1);
         gemm(&kpe0, &k0, &mut acc).policy(FullCol);
         // Block 1's softmax on warpgroup 1, from block 0's reference maximum, under P·V of block 0.
         for i in parallel(64) {
@@ -400,13 +397,13 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             m1_s[i] = m1[i];
         }
         for (i, j) in parallel((64, 64)) {
-            p1[(i, j)] = exp2(p1[(i, j)] * scale - ms1[i]);
+            s1[(i, j)] = exp2(s1[(i, j)] * scale - ms1[i]);
         }
-        reduce_sum(&p1, &mut r1, 1);
+        reduce_sum(&s1, &mut r1, 1);
         for i in parallel(64) {
             l1[i] = l1[i] * f1[i] + r1[i];
         }
-        copy(&p1, &mut kpe1);
+        copy(&s1, &mut kpe1);
         if (blk1 + 1) * 64 > seqlen {
             for (j, k) in parallel((64, 512)) {
                 if blk1 * 64 + j >= seqlen {

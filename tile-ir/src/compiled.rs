@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, cp_async_wait, merge_branches, pack_cvt, wgmma_wait};
+use crate::passes::{barriers, cp_async_wait, merge_branches, pack_cvt, split_warpgroups, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -203,6 +203,12 @@ pub struct CompileOptions {
     /// gemm: MLA's seesaw runs warpgroup 1's softmax of block 1 under
     /// block 0's P·V. On by default; off for bisecting and A/B runs.
     pub wsloop_deferred_waits: bool,
+    /// The warp-specialized loop's consumers' loop, where its body has
+    /// statements of one warpgroup (`policy(Warpgroup(w))`), runs as one
+    /// copy per consumer warpgroup, each with the other's branches
+    /// dropped ([`crate::passes::split_warpgroups`]): ptxas sees each
+    /// warpgroup's path alone.
+    pub wsloop_split_warpgroups: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -211,7 +217,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 17] = [
+    pub const SWITCHES: [(&'static str, Switch); 18] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -229,6 +235,7 @@ impl CompileOptions {
         ("fast_divisors", |o| &mut o.fast_divisors),
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
         ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
+        ("wsloop_split_warpgroups", |o| &mut o.wsloop_split_warpgroups),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -272,6 +279,7 @@ impl Default for CompileOptions {
             fast_divisors: true,
             wsloop_multicast: true,
             wsloop_deferred_waits: true,
+            wsloop_split_warpgroups: true,
         }
     }
 }
@@ -296,6 +304,7 @@ pub(crate) fn finish(
     }
     barriers::insert_barriers(&mut func.body);
     merge_branches::merge_warpgroup_branches(&mut func);
+    split_warpgroups::split_warpgroup_loops(&mut func);
     let limit = target.info().shared_limit;
     if func.shared_bytes > limit {
         return Err(vec![CompileError::new(

@@ -681,6 +681,9 @@ pub struct Function {
     /// ([`crate::layout::RootLayout::owner`]), which
     /// [`crate::passes::merge_branches`] joins where they follow each other.
     pub warpgroup_preds: Vec<Reg>,
+    /// Loops to run as one copy per warpgroup
+    /// ([`crate::passes::split_warpgroups`]).
+    pub split_loops: Vec<crate::passes::split_warpgroups::SplitLoop>,
 }
 
 impl Function {

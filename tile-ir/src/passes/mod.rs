@@ -41,9 +41,12 @@
 //!    shared writes.
 //! 10. [`merge_branches`]: consecutive branches of one warpgroup (around
 //!     the statements on its fragments, `policy(Warpgroup(w))`) become one.
-//! 11. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 11. [`split_warpgroups`]: a warp-specialized consumers' loop split into
+//!     one copy per consumer warpgroup, each with its own branches resolved
+//!     ([`crate::CompileOptions::wsloop_split_warpgroups`]).
+//! 12. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 11 and the shared-memory limit (the target's,
+//! Steps 6 to 12 and the shared-memory limit (the target's,
 //! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
@@ -55,4 +58,5 @@ pub mod lower;
 pub mod merge_branches;
 pub mod pack_cvt;
 pub mod pipeline;
+pub mod split_warpgroups;
 pub mod wgmma_wait;

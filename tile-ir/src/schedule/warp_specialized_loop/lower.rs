@@ -147,6 +147,15 @@
 //! score gemm writes are written while such a gemm is in flight: the
 //! seesaw copies its scores out first.)
 //!
+//! **One loop per warpgroup** ([`crate::CompileOptions::wsloop_split_warpgroups`]):
+//! with two consumer warpgroups and statements of one warpgroup in the body
+//! (not the persistent variant), the loop is marked for
+//! [`crate::passes::split_warpgroups`], which runs it as one copy per
+//! warpgroup once the barriers are placed: ptxas then never sees one
+//! warpgroup's writes of the registers the two share (`owned_regs`) on a
+//! path where the other's wgmma is in flight (C7515 otherwise: MLA's seesaw
+//! ran block 1's softmax on a copy of its scores before).
+//!
 //! Issuing the first gemm ahead and the ping-pong of two consumer
 //! warpgroups (and both, and what three warpgroups take) are `turns.rs`'s;
 //! the producer's code is `producer.rs`'s.
@@ -232,6 +241,10 @@ pub(crate) struct WslLowering {
     /// Whether a gemm of every consumer leaves its wait for the first later
     /// statement that needs it ([`crate::CompileOptions::wsloop_deferred_waits`]).
     deferred_waits: bool,
+    /// Whether the consumers' loop runs as one copy per warpgroup where
+    /// its body has statements of one warpgroup
+    /// ([`crate::CompileOptions::wsloop_split_warpgroups`]).
+    split_warpgroups: bool,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -278,6 +291,7 @@ impl WslLowering {
             pre_bytes: Cell::new(0),
             owner_waits_outside: Cell::new(false),
             deferred_waits: options.wsloop_deferred_waits,
+            split_warpgroups: options.wsloop_split_warpgroups,
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
@@ -1023,6 +1037,14 @@ impl Lx<'_> {
             self.wsl_ping_pong(&mut lowered, p, vr, a, b)?;
         }
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        // Two consumer warpgroups with statements of their own: one copy of
+        // the loop each (only the consumers run it: the producer has its own
+        // loop and exits).
+        let own = self.warpgroup_preds.contains_key(&0) || self.warpgroup_preds.contains_key(&1);
+        if wl.split_warpgroups && self.k.threads == 256 && own {
+            let preds = vec![self.warpgroup_pred(0), self.warpgroup_pred(1)];
+            self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds });
+        }
         if let Some(late) = &late {
             // The last iteration's last gemm: waited for (unconditionally:
             // a conditional wait makes ptxas serialize the wgmmas), its

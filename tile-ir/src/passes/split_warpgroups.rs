@@ -1,0 +1,179 @@
+//! A loop run by every consumer warpgroup, split into one copy per
+//! warpgroup (Thread IR → Thread IR).
+//!
+//! Expects a function whose barriers are placed ([`super::barriers`]) and
+//! whose warpgroup branches are joined ([`super::merge_branches`]), and
+//! [`Function::split_loops`]: uniform loops (by their variable) that only
+//! the threads of the listed warpgroups run, each listed with the
+//! predicates "this thread is in warpgroup `w`" (set once in the entry
+//! code, never written again), one per warpgroup, so that exactly one
+//! holds for every thread that reaches the loop (the warp-specialized
+//! loop's consumers; its producer has exited).
+//!
+//! Guarantees the same behaviour with such a loop written
+//! `if p₀ { loop₀ } else if p₁ { loop₁ } ..`: `loopᵥ` is the loop with
+//! each branch on a listed predicate resolved for warpgroup `w` (its
+//! `then` where the predicate is `w`'s, its `else` where it is another's,
+//! at every nesting level; other statements kept), which is what
+//! warpgroup `w`'s threads run in the loop as written. Every copy keeps
+//! every barrier (they stand in uniform code, outside the resolved
+//! branches), in the same order, so the named barriers still meet.
+//! ptxas then sees each warpgroup's code as a path of its own: registers
+//! that two warpgroups' fragments share (`owned_regs`) are never written
+//! on one path while the other's wgmma is in flight, which it would
+//! otherwise assume possible (and serialize the wgmmas, C7514/C7515).
+
+use crate::thread_ir::{Function, Reg, Stmt};
+
+/// A loop [`split_warpgroup_loops`] splits: its variable, and the
+/// predicates of the warpgroups that run it, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitLoop {
+    /// The loop's variable (each loop has its own).
+    pub var: Reg,
+    /// "This thread is in warpgroup `w`", for each warpgroup `w` that runs it.
+    pub preds: Vec<Reg>,
+}
+
+/// Splits the loops of `func.split_loops` (see the module doc).
+pub fn split_warpgroup_loops(func: &mut Function) {
+    if func.split_loops.is_empty() {
+        return;
+    }
+    let loops = func.split_loops.clone();
+    split(&mut func.body, &loops);
+}
+
+fn split(body: &mut [Stmt], loops: &[SplitLoop]) {
+    for s in body.iter_mut() {
+        match s {
+            Stmt::For { var, .. } if loops.iter().any(|l| l.var == *var) => {
+                let l = loops.iter().find(|l| l.var == *var).expect("found above");
+                let original = std::mem::replace(s, Stmt::Comment(String::new()));
+                *s = copies(&original, &l.preds, 0);
+            }
+            Stmt::For { body, .. } => split(body, loops),
+            Stmt::If { then, otherwise, .. } => {
+                split(then, loops);
+                split(otherwise, loops);
+            }
+            Stmt::Inst { .. } | Stmt::Comment(_) => {}
+        }
+    }
+}
+
+/// `if preds[w] { loop for w } else { .. the next warpgroups' }`; the last
+/// warpgroup's copy is the final `else` (one of the predicates holds).
+fn copies(l: &Stmt, preds: &[Reg], w: usize) -> Stmt {
+    let mine = resolve(l, preds, w);
+    if w + 1 == preds.len() {
+        return mine;
+    }
+    Stmt::If {
+        cond: preds[w],
+        negate: false,
+        uniform: false,
+        then: vec![mine],
+        otherwise: vec![copies(l, preds, w + 1)],
+    }
+}
+
+/// Statement `s` as warpgroup `w` runs it: branches on the listed
+/// predicates resolved.
+fn resolve(s: &Stmt, preds: &[Reg], w: usize) -> Stmt {
+    match s {
+        Stmt::For { var, start, end, exit, uniform, body } => Stmt::For {
+            var: *var,
+            start: start.clone(),
+            end: end.clone(),
+            exit: *exit,
+            uniform: *uniform,
+            body: resolve_all(body, preds, w),
+        },
+        Stmt::If { cond, negate, uniform, then, otherwise } => Stmt::If {
+            cond: *cond,
+            negate: *negate,
+            uniform: *uniform,
+            then: resolve_all(then, preds, w),
+            otherwise: resolve_all(otherwise, preds, w),
+        },
+        Stmt::Inst { .. } | Stmt::Comment(_) => s.clone(),
+    }
+}
+
+fn resolve_all(body: &[Stmt], preds: &[Reg], w: usize) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        match s {
+            Stmt::If { cond, negate, then, otherwise, .. } if preds.contains(cond) => {
+                let holds = (*cond == preds[w]) != *negate;
+                out.extend(resolve_all(if holds { then } else { otherwise }, preds, w));
+            }
+            _ => out.push(resolve(s, preds, w)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thread_ir::{Inst, Operand, RegClass};
+
+    fn mark(n: i64) -> Stmt {
+        Stmt::Inst { inst: Inst::Op { op: "mov.b32".into(), dst: Reg(9), args: vec![Operand::Imm(n)] }, guard: None }
+    }
+    fn marks(s: &[Stmt], out: &mut Vec<i64>) {
+        for s in s {
+            match s {
+                Stmt::Inst { inst: Inst::Op { args, .. }, .. } => {
+                    if let [Operand::Imm(n)] = args[..] {
+                        out.push(n)
+                    }
+                }
+                Stmt::If { then, otherwise, .. } => {
+                    marks(then, out);
+                    marks(otherwise, out);
+                }
+                Stmt::For { body, .. } => marks(body, out),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn each_warpgroup_gets_its_branches_and_the_shared_code() {
+        let mut f = Function::default();
+        let (p, q, v, e, other) = (
+            f.new_reg(RegClass::Pred),
+            f.new_reg(RegClass::Pred),
+            f.new_reg(RegClass::B32),
+            f.new_reg(RegClass::Pred),
+            f.new_reg(RegClass::Pred),
+        );
+        let br = |cond, negate, then, otherwise| Stmt::If { cond, negate, uniform: false, then, otherwise };
+        let body = vec![
+            mark(1),
+            br(p, false, vec![mark(2)], vec![mark(3)]),
+            Stmt::Inst { inst: Inst::BarSync, guard: None },
+            br(q, false, vec![mark(4), br(other, false, vec![mark(5)], vec![])], vec![]),
+            br(p, true, vec![mark(6)], vec![mark(7)]),
+        ];
+        let lp = Stmt::For { var: v, start: Operand::Imm(0), end: Operand::Imm(3), exit: e, uniform: true, body };
+        f.body = vec![mark(0), lp];
+        f.split_loops = vec![SplitLoop { var: v, preds: vec![p, q] }];
+        split_warpgroup_loops(&mut f);
+        let Stmt::If { cond, then, otherwise, .. } = &f.body[1] else { panic!("{:?}", f.body) };
+        assert_eq!(*cond, p);
+        let (mut a, mut b) = (vec![], vec![]);
+        marks(then, &mut a);
+        marks(otherwise, &mut b);
+        assert_eq!(a, [1, 2, 7]);
+        assert_eq!(b, [1, 3, 4, 5, 6]);
+        // Both copies keep the barrier, and the loop.
+        for c in [then, otherwise] {
+            let [Stmt::For { body, .. }] = &c[..] else { panic!("{c:?}") };
+            assert_eq!(body.iter().filter(|s| matches!(s, Stmt::Inst { inst: Inst::BarSync, .. })).count(), 1);
+        }
+    }
+}
