@@ -492,6 +492,18 @@ pub enum Inst {
         /// The threads it waits for (a multiple of 32).
         threads: u32,
     },
+    /// `barrier.sync id, threads;`: [`Inst::NamedBarSync`] without
+    /// `.aligned`, so that the threads taking part may reach it at different
+    /// instructions (one per warpgroup's copy of a loop,
+    /// [`crate::passes::split_warpgroups`]: `bar.sync` is
+    /// `barrier.sync.aligned`, which every participating thread must execute
+    /// at the same instruction).
+    BarrierSync {
+        /// The barrier (0..=15).
+        id: u32,
+        /// The threads it waits for (a multiple of 32).
+        threads: u32,
+    },
     /// `bar.arrive id, threads;`: this warp's arrival at named barrier `id`
     /// without waiting (the barrier completes when `threads` have arrived,
     /// the others with `bar.sync`). Used only as a scheduling signal (the
@@ -796,6 +808,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             None => "bar.sync 0".into(),
         },
         Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
+        Inst::BarrierSync { id, threads } => format!("barrier.sync {id}, {threads}"),
         Inst::NamedBarArrive { id, threads } => format!("bar.arrive {id}, {threads}"),
         Inst::Exit => "exit".into(),
         Inst::Nanosleep { ns } => format!("nanosleep.u32 {ns}"),

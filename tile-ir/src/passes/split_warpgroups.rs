@@ -17,13 +17,17 @@
 //! at every nesting level; other statements kept), which is what
 //! warpgroup `w`'s threads run in the loop as written. Every copy keeps
 //! every barrier (they stand in uniform code, outside the resolved
-//! branches), in the same order, so the named barriers still meet.
+//! branches), in the same order, so the named barriers still meet; each
+//! becomes `barrier.sync` ([`Inst::BarrierSync`]), not `bar.sync`, which is
+//! `.aligned`: every thread taking part must execute the same instruction
+//! (compute-sanitizer's synccheck: "divergent threads in block"). A loop
+//! with a `bar.arrive` (also aligned) is left whole.
 //! ptxas then sees each warpgroup's code as a path of its own: registers
 //! that two warpgroups' fragments share (`owned_regs`) are never written
 //! on one path while the other's wgmma is in flight, which it would
 //! otherwise assume possible (and serialize the wgmmas, C7514/C7515).
 
-use crate::thread_ir::{Function, Reg, Stmt};
+use crate::thread_ir::{Function, Inst, Reg, Stmt};
 
 /// A loop [`split_warpgroup_loops`] splits: its variable, and the
 /// predicates of the warpgroups that run it, in order.
@@ -41,31 +45,51 @@ pub fn split_warpgroup_loops(func: &mut Function) {
         return;
     }
     let loops = func.split_loops.clone();
-    split(&mut func.body, &loops);
+    let cx = Cx { bar_threads: func.barrier_threads };
+    split(&mut func.body, &loops, &cx);
 }
 
-fn split(body: &mut [Stmt], loops: &[SplitLoop]) {
+struct Cx {
+    /// The threads a `bar.sync` of this function waits for
+    /// ([`Function::barrier_threads`]; barrier 1 when set).
+    bar_threads: Option<u32>,
+}
+
+fn split(body: &mut [Stmt], loops: &[SplitLoop], cx: &Cx) {
     for s in body.iter_mut() {
         match s {
-            Stmt::For { var, .. } if loops.iter().any(|l| l.var == *var) => {
+            Stmt::For { var, body: b, .. } if loops.iter().any(|l| l.var == *var) && splittable(b, cx) => {
                 let l = loops.iter().find(|l| l.var == *var).expect("found above");
                 let original = std::mem::replace(s, Stmt::Comment(String::new()));
-                *s = copies(&original, &l.preds, 0);
+                *s = copies(&original, &l.preds, 0, cx);
             }
-            Stmt::For { body, .. } => split(body, loops),
+            Stmt::For { body, .. } => split(body, loops, cx),
             Stmt::If { then, otherwise, .. } => {
-                split(then, loops);
-                split(otherwise, loops);
+                split(then, loops, cx);
+                split(otherwise, loops, cx);
             }
             Stmt::Inst { .. } | Stmt::Comment(_) => {}
         }
     }
 }
 
+/// Whether every barrier instruction of `body` has a form the copies can
+/// reach at different instructions: no `bar.arrive`, no `bar.sync` of
+/// every thread.
+fn splittable(body: &[Stmt], cx: &Cx) -> bool {
+    body.iter().all(|s| match s {
+        Stmt::Inst { inst: Inst::NamedBarArrive { .. }, .. } => false,
+        Stmt::Inst { inst: Inst::BarSync, .. } => cx.bar_threads.is_some(),
+        Stmt::Inst { .. } | Stmt::Comment(_) => true,
+        Stmt::If { then, otherwise, .. } => splittable(then, cx) && splittable(otherwise, cx),
+        Stmt::For { body, .. } => splittable(body, cx),
+    })
+}
+
 /// `if preds[w] { loop for w } else { .. the next warpgroups' }`; the last
 /// warpgroup's copy is the final `else` (one of the predicates holds).
-fn copies(l: &Stmt, preds: &[Reg], w: usize) -> Stmt {
-    let mine = resolve(l, preds, w);
+fn copies(l: &Stmt, preds: &[Reg], w: usize, cx: &Cx) -> Stmt {
+    let mine = resolve(l, preds, w, cx);
     if w + 1 == preds.len() {
         return mine;
     }
@@ -74,13 +98,13 @@ fn copies(l: &Stmt, preds: &[Reg], w: usize) -> Stmt {
         negate: false,
         uniform: false,
         then: vec![mine],
-        otherwise: vec![copies(l, preds, w + 1)],
+        otherwise: vec![copies(l, preds, w + 1, cx)],
     }
 }
 
 /// Statement `s` as warpgroup `w` runs it: branches on the listed
-/// predicates resolved.
-fn resolve(s: &Stmt, preds: &[Reg], w: usize) -> Stmt {
+/// predicates resolved, barriers not aligned.
+fn resolve(s: &Stmt, preds: &[Reg], w: usize, cx: &Cx) -> Stmt {
     match s {
         Stmt::For { var, start, end, exit, uniform, body } => Stmt::For {
             var: *var,
@@ -88,28 +112,35 @@ fn resolve(s: &Stmt, preds: &[Reg], w: usize) -> Stmt {
             end: end.clone(),
             exit: *exit,
             uniform: *uniform,
-            body: resolve_all(body, preds, w),
+            body: resolve_all(body, preds, w, cx),
         },
         Stmt::If { cond, negate, uniform, then, otherwise } => Stmt::If {
             cond: *cond,
             negate: *negate,
             uniform: *uniform,
-            then: resolve_all(then, preds, w),
-            otherwise: resolve_all(otherwise, preds, w),
+            then: resolve_all(then, preds, w, cx),
+            otherwise: resolve_all(otherwise, preds, w, cx),
         },
+        Stmt::Inst { inst: Inst::BarSync, guard } => match cx.bar_threads {
+            Some(threads) => Stmt::Inst { inst: Inst::BarrierSync { id: 1, threads }, guard: *guard },
+            None => s.clone(),
+        },
+        Stmt::Inst { inst: Inst::NamedBarSync { id, threads }, guard } => {
+            Stmt::Inst { inst: Inst::BarrierSync { id: *id, threads: *threads }, guard: *guard }
+        }
         Stmt::Inst { .. } | Stmt::Comment(_) => s.clone(),
     }
 }
 
-fn resolve_all(body: &[Stmt], preds: &[Reg], w: usize) -> Vec<Stmt> {
+fn resolve_all(body: &[Stmt], preds: &[Reg], w: usize, cx: &Cx) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
     for s in body {
         match s {
             Stmt::If { cond, negate, then, otherwise, .. } if preds.contains(cond) => {
                 let holds = (*cond == preds[w]) != *negate;
-                out.extend(resolve_all(if holds { then } else { otherwise }, preds, w));
+                out.extend(resolve_all(if holds { then } else { otherwise }, preds, w, cx));
             }
-            _ => out.push(resolve(s, preds, w)),
+            _ => out.push(resolve(s, preds, w, cx)),
         }
     }
     out
@@ -118,7 +149,7 @@ fn resolve_all(body: &[Stmt], preds: &[Reg], w: usize) -> Vec<Stmt> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::thread_ir::{Inst, Operand, RegClass};
+    use crate::thread_ir::{Operand, RegClass};
 
     fn mark(n: i64) -> Stmt {
         Stmt::Inst { inst: Inst::Op { op: "mov.b32".into(), dst: Reg(9), args: vec![Operand::Imm(n)] }, guard: None }
@@ -143,7 +174,7 @@ mod tests {
 
     #[test]
     fn each_warpgroup_gets_its_branches_and_the_shared_code() {
-        let mut f = Function::default();
+        let mut f = Function { barrier_threads: Some(256), ..Function::default() };
         let (p, q, v, e, other) = (
             f.new_reg(RegClass::Pred),
             f.new_reg(RegClass::Pred),
@@ -170,10 +201,18 @@ mod tests {
         marks(otherwise, &mut b);
         assert_eq!(a, [1, 2, 7]);
         assert_eq!(b, [1, 3, 4, 5, 6]);
-        // Both copies keep the barrier, and the loop.
+        // Both copies keep the barrier, not aligned, and the loop.
         for c in [then, otherwise] {
             let [Stmt::For { body, .. }] = &c[..] else { panic!("{c:?}") };
-            assert_eq!(body.iter().filter(|s| matches!(s, Stmt::Inst { inst: Inst::BarSync, .. })).count(), 1);
+            let bars = |i: &Inst| body.iter().filter(|s| matches!(s, Stmt::Inst { inst, .. } if inst == i)).count();
+            assert_eq!(bars(&Inst::BarrierSync { id: 1, threads: 256 }), 1);
+            assert_eq!(bars(&Inst::BarSync), 0);
         }
+        // A loop with a bar.arrive stays whole.
+        let body = vec![br(p, false, vec![mark(2)], vec![]), Stmt::Inst { inst: Inst::NamedBarArrive { id: 2, threads: 256 }, guard: None }];
+        let lp = Stmt::For { var: v, start: Operand::Imm(0), end: Operand::Imm(3), exit: e, uniform: true, body };
+        f.body = vec![lp.clone()];
+        split_warpgroup_loops(&mut f);
+        assert_eq!(f.body, vec![lp]);
     }
 }

@@ -54,6 +54,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::WarpBroadcast { .. }
         | Inst::BarSync
         | Inst::NamedBarSync { .. }
+        | Inst::BarrierSync { .. }
         | Inst::NamedBarArrive { .. }
         | Inst::Exit
         | Inst::Nanosleep { .. }

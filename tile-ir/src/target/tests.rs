@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 41;
+const VARIANTS: usize = 42;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -55,6 +55,7 @@ fn variant(inst: &Inst) -> usize {
         Inst::MbarArriveCluster { .. } => 38,
         Inst::ClusterArrive => 39,
         Inst::ClusterWait => 40,
+        Inst::BarrierSync { .. } => 41,
     }
 }
 
@@ -159,6 +160,7 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
         (Inst::Nanosleep { ns: 0 }, 70, None),
         (Inst::GridDepWait, 78, Some(GridDependency)),
         (Inst::NamedBarSync { id: 1, threads: 128 }, 70, None),
+        (Inst::BarrierSync { id: 1, threads: 256 }, 70, None),
         (Inst::Exit, 70, None),
         (Inst::NamedBarArrive { id: 2, threads: 256 }, 70, None),
         (Inst::Printf { id: 0, format: "%d\n".into(), args: vec![(r(1), "s32")] }, 70, None),

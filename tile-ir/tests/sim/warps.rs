@@ -87,6 +87,13 @@ pub(super) struct NamedBar {
     waiting: Vec<usize>,
     joined: Vec<u32>,
     completed: u64,
+    /// The instruction (its statement's address) at which the warps waiting
+    /// on this instance with an aligned `bar.sync` wait: PTX ISA
+    /// (barrier{.cta}.sync.aligned, which `bar.sync` is) wants every thread
+    /// to execute the same instruction; `barrier.sync` (not aligned) may be
+    /// reached at different ones (compute-sanitizer's synccheck reports
+    /// "divergent threads in block" otherwise).
+    aligned_site: Option<usize>,
 }
 
 /// The cluster barrier (`barrier.cluster.arrive.release` /
@@ -380,9 +387,14 @@ impl<'f> Sim<'f> {
         match inst {
             Inst::BarSync => {
                 let count = self.f.barrier_threads;
+                self.aligned_at(w, count.is_some() as u32, s);
                 self.bar_sync(w, count.is_some() as u32, count, self.guarded(w, mask, guard))
             }
-            Inst::NamedBarSync { id, threads } => self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard)),
+            Inst::NamedBarSync { id, threads } => {
+                self.aligned_at(w, *id, s);
+                self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard))
+            }
+            Inst::BarrierSync { id, threads } => self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard)),
             Inst::NamedBarArrive { id, threads } => self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard)),
             Inst::ClusterArrive => self.cluster_arrive(w, self.guarded(w, mask, guard)),
             Inst::ClusterWait => self.cluster_wait(w, self.guarded(w, mask, guard)),
@@ -445,6 +457,27 @@ impl<'f> Sim<'f> {
 
     /// `bar.sync id[, count]` by the `on` lanes of warp `w` (all of its
     /// lanes that have not exited: `bar.sync` is `barrier.sync.aligned`).
+    /// Warp `w` at an aligned `bar.sync` on barrier `id` (statement `s`):
+    /// the warps waiting on the barrier's instance must all be at `s`.
+    fn aligned_at(&mut self, w: usize, id: u32, s: &Stmt) {
+        if self.sync[w].bar_released || self.sync[w].at_bar.is_some() {
+            return;
+        }
+        let site = s as *const Stmt as usize;
+        let bi = 16 * self.warp_block(w) + id as usize;
+        if self.bars[bi].waiting.is_empty() {
+            self.bars[bi].aligned_site = Some(site);
+            return;
+        }
+        let b = &self.bars[bi];
+        assert!(
+            b.aligned_site.is_none_or(|x| x == site),
+            "{} waits at barrier {id} with a bar.sync other than the one warps {} wait at: an aligned bar.sync must be executed at the same instruction by every thread taking part (barrier.sync, not aligned, may not)",
+            self.warp_name(w),
+            self.warp_list(&b.waiting)
+        );
+    }
+
     fn bar_sync(&mut self, w: usize, id: u32, count: Option<u32>, on: u32) -> Step {
         let sy = &mut self.sync[w];
         if sy.bar_released {
@@ -774,9 +807,9 @@ impl<'f> Sim<'f> {
                         );
                     }
                 }
-                Inst::BarSync | Inst::NamedBarSync { .. } => {
+                Inst::BarSync | Inst::NamedBarSync { .. } | Inst::BarrierSync { .. } => {
                     let id = match inst {
-                        Inst::NamedBarSync { id, .. } => *id,
+                        Inst::NamedBarSync { id, .. } | Inst::BarrierSync { id, .. } => *id,
                         _ => self.f.barrier_threads.is_some() as u32,
                     };
                     let b = &self.bars[16 * self.warp_block(w) + id as usize];
