@@ -339,6 +339,15 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         barrier();
         gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
         gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
+        // Block 1's mask and maximum while warpgroup 0 does block 0's softmax.
+        if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
+            for (i, j) in parallel((64, 64)) {
+                if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
+                    s1[(i, j)] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        reduce_max(&s1, &mut mb1, 1);
         // Block 0's softmax. The reference maximum moves only by more than 8 (log2 units).
         for i in parallel(64) {
             m0[i] = m1_s[i];
@@ -374,16 +383,7 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             }
         }
         gemm(&kpe0, &k0, &mut acc).policy(FullCol);
-        // Block 1's mask, maximum and softmax on warpgroup 1, from block 0's reference maximum,
-        // under P·V of block 0 (which warpgroup 1 issued right behind its scores).
-        if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
-            for (i, j) in parallel((64, 64)) {
-                if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
-                    s1[(i, j)] = f32::NEG_INFINITY;
-                }
-            }
-        }
-        reduce_max(&s1, &mut mb1, 1);
+        // Block 1's softmax on warpgroup 1, from block 0's reference maximum, under P·V of block 0.
         for i in parallel(64) {
             m1[i] = m0_s[i];
             a1[i] = 1.0;

@@ -900,43 +900,12 @@ impl Lx<'_> {
             // A gemm of every consumer whose wait is left for the first
             // later statement that needs it (`wsl_deferrable`), and the
             // rings it is the last reader of, released then.
-            // With the loop split per warpgroup, also a gemm of one warpgroup
-            // (`wsl_owner_deferrable`). In commit order.
-            let mut pending: Vec<Pending> = Vec::new();
-            // Retires pending gemm `k` and every older one: the owner's
-            // `wait_group n` (n: the newer ones it committed too) in its
-            // branch when `k` is the oldest gemm of one warpgroup, else one
-            // `wait_group 0` of every thread for all of them.
-            let retire_upto = |x: &mut Self, pending: &mut Vec<Pending>, k: usize| {
-                let owner = pending[k].owner;
-                match owner {
-                    Some(w) if k == 0 => {
-                        let newer = pending[1..].iter().filter(|p| p.owner.is_none_or(|o| o == w)).count();
-                        let cond = x.warpgroup_pred(w);
-                        let then = vec![Stmt::Inst { inst: Inst::WgmmaWait { pending: newer as u32 }, guard: None }];
-                        x.cur().push(Stmt::If { cond, negate: false, uniform: false, then, otherwise: vec![] });
-                        let g = pending.remove(0);
-                        for ci in g.rings {
-                            release(x, ci);
-                        }
-                    }
-                    _ => {
-                        x.emit(Inst::WgmmaWait { pending: 0 });
-                        for g in pending.drain(..) {
-                            for ci in g.rings {
-                                release(x, ci);
-                            }
-                        }
-                    }
-                }
-            };
-            let retire = |x: &mut Self, pending: &mut Vec<Pending>| {
-                if !pending.is_empty() {
+            let mut pending: Option<(usize, Vec<usize>)> = None;
+            let retire = |x: &mut Self, pending: Option<(usize, Vec<usize>)>| {
+                if let Some((_, rings)) = pending {
                     x.emit(Inst::WgmmaWait { pending: 0 });
-                    for g in pending.drain(..) {
-                        for ci in g.rings {
-                            release(x, ci);
-                        }
+                    for ci in rings {
+                        release(x, ci);
                     }
                 }
             };
@@ -945,15 +914,8 @@ impl Lx<'_> {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
-                // The newest pending gemm `s` needs retired (the older ones go with it).
-                let mut needed = None;
-                for (k, g) in pending.iter().enumerate() {
-                    if x.wsl_needs_pending(&body[g.stmt], g.owner, s)? {
-                        needed = Some(k);
-                    }
-                }
-                if let Some(k) = needed {
-                    retire_upto(x, &mut pending, k);
+                if pending.as_ref().is_some_and(|(g, _)| x.wsl_needs_gemm(&body[*g], s)) {
+                    retire(x, pending.take());
                 }
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     wait(x, ci);
@@ -976,32 +938,7 @@ impl Lx<'_> {
                         Err(e) => x.errors.push(e),
                     }
                     let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
-                    pending.push(Pending { stmt: i, owner: None, rings });
-                    continue;
-                }
-                // A gemm of one warpgroup (pieced or a chain's end included),
-                // when each warpgroup runs a loop of its own.
-                let owner_deferred = wl.deferred_waits
-                    && wl.split_warpgroups
-                    && x.k.threads == 256
-                    && !left_in_flight
-                    && !chained.contains(&i)
-                    && after_chain.is_empty()
-                    && late.is_none()
-                    && look.is_none()
-                    && Some(i) != last_stmt;
-                let owner_deferred = if owner_deferred { x.wsl_owner_deferrable(s)? } else { None };
-                if let Some(w) = owner_deferred {
-                    let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
-                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code),
-                        None => Ok(code),
-                    });
-                    match code {
-                        Ok(code) => x.cur().extend(without_final_wait(code)),
-                        Err(e) => x.errors.push(e),
-                    }
-                    let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
-                    pending.push(Pending { stmt: i, owner: Some(w), rings });
+                    pending = Some((i, rings));
                     continue;
                 }
                 if left_in_flight {
@@ -1045,7 +982,7 @@ impl Lx<'_> {
                     retire_late(x, l)?;
                 }
             }
-            retire(x, &mut pending);
+            retire(x, pending.take());
             for st in saved {
                 x.restore_stage(st);
             }
@@ -1161,48 +1098,6 @@ impl Lx<'_> {
             && shared(*b)
             && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
             && self.owner_of(s)?.is_none())
-    }
-
-    /// A gemm of one warpgroup that may leave its `wgmma.wait_group` for
-    /// later in the consumers' loop split per warpgroup
-    /// ([`crate::CompileOptions::wsloop_split_warpgroups`]): a gemm on wgmma
-    /// with `policy(Warpgroup(w))`; `w`.
-    fn wsl_owner_deferrable(&self, s: &TStmt) -> R<Option<u32>> {
-        let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &s.kind else { return Ok(None) };
-        if self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_none() {
-            return Ok(None);
-        }
-        self.owner_of(s)
-    }
-
-    /// Whether statement `s` needs pending gemm `g` (of warpgroup `owner`,
-    /// or of every consumer) retired first. A gemm of every consumer: see
-    /// [`Self::wsl_needs_gemm`]. A gemm of warpgroup `w`: `s` writes its
-    /// operands, or `s` runs on `w`'s threads (its statement, or every
-    /// consumer's) and is a gemm of `w` alone or touches a fragment whose
-    /// registers are its accumulator's. Another warpgroup's statements and
-    /// gemms of every consumer (which only add a newer group: the owner then
-    /// waits with `wait_group n`) pass: each warpgroup runs a loop of its
-    /// own, so ptxas sees no other warpgroup's writes of the registers they
-    /// share on `w`'s path.
-    fn wsl_needs_pending(&self, g: &TStmt, owner: Option<u32>, s: &TStmt) -> R<bool> {
-        let Some(w) = owner else { return Ok(self.wsl_needs_gemm(g, s)) };
-        let StmtKind::Gemm { a, b, c, .. } = &g.kind else { return Ok(true) };
-        if touches_memory(self.k, s, *a).1 || touches_memory(self.k, s, *b).1 {
-            return Ok(true);
-        }
-        let runs_on = self.owner_of(s)?;
-        if runs_on.is_some_and(|o| o != w) {
-            return Ok(false);
-        }
-        if matches!(s.kind, StmtKind::Gemm { .. }) {
-            return Ok(runs_on.is_some());
-        }
-        let Some(acc) = self.frags.get(c) else { return Ok(true) };
-        Ok((0..self.k.buffers.len() as u32).map(BufferId).any(|f| {
-            let (r, wr) = touches(s, f);
-            (r || wr) && self.frags.get(&f).is_some_and(|regs| regs.iter().any(|x| acc.contains(x)))
-        }))
     }
 
     /// Whether statement `s` needs the deferred gemm `g` retired first: it
@@ -1388,15 +1283,6 @@ fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
 /// A gemm's code without the `wgmma.wait_group 0` that ends it (the
 /// general lowering's: its group is then left in flight), inside the
 /// branch of the warpgroup that runs it alone (`policy(Warpgroup(w))`).
-/// A gemm issued in the consumers' loop whose wait is left for later:
-/// its statement, its warpgroup (`None`: every consumer's), the rings it
-/// is the last reader of (released when it is retired).
-struct Pending {
-    stmt: usize,
-    owner: Option<u32>,
-    rings: Vec<usize>,
-}
-
 pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
         code.remove(i);
