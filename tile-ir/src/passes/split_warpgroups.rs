@@ -209,7 +209,10 @@ mod tests {
             assert_eq!(bars(&Inst::BarSync), 0);
         }
         // A loop with a bar.arrive stays whole.
-        let body = vec![br(p, false, vec![mark(2)], vec![]), Stmt::Inst { inst: Inst::NamedBarArrive { id: 2, threads: 256 }, guard: None }];
+        let body = vec![
+            br(p, false, vec![mark(2)], vec![]),
+            Stmt::Inst { inst: Inst::NamedBarArrive { id: 2, threads: 256 }, guard: None },
+        ];
         let lp = Stmt::For { var: v, start: Operand::Imm(0), end: Operand::Imm(3), exit: e, uniform: true, body };
         f.body = vec![lp.clone()];
         split_warpgroup_loops(&mut f);
