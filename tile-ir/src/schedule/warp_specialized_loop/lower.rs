@@ -149,7 +149,7 @@
 //!
 //! **One loop per warpgroup** ([`crate::CompileOptions::wsloop_split_warpgroups`]):
 //! with two consumer warpgroups and statements of one warpgroup in the body
-//! (not the persistent variant), the loop is marked for
+//! (plain or persistent), the loop is marked for
 //! [`crate::passes::split_warpgroups`], which runs it as one copy per
 //! warpgroup once the barriers are placed: ptxas then never sees one
 //! warpgroup's writes of the registers the two share (`owned_regs`) on a
@@ -1036,11 +1036,11 @@ impl Lx<'_> {
         if let Some(p) = points {
             self.wsl_ping_pong(&mut lowered, p, vr, a, b)?;
         }
-        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         // Two consumer warpgroups with statements of their own: one copy of
         // the loop each (only the consumers run it: the producer has its own
         // loop and exits).
-        let own = self.warpgroup_preds.contains_key(&0) || self.warpgroup_preds.contains_key(&1);
+        let own = branches_on(&lowered, &self.f.warpgroup_preds);
+        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
         if wl.split_warpgroups && self.k.threads == 256 && own {
             let preds = vec![self.warpgroup_pred(0), self.warpgroup_pred(1)];
             self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds });
@@ -1283,6 +1283,17 @@ fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
 /// A gemm's code without the `wgmma.wait_group 0` that ends it (the
 /// general lowering's: its group is then left in flight), inside the
 /// branch of the warpgroup that runs it alone (`policy(Warpgroup(w))`).
+/// Whether `body` branches on one of the warpgroup predicates `preds`.
+fn branches_on(body: &[Stmt], preds: &[Reg]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::If { cond, then, otherwise, .. } => {
+            preds.contains(cond) || branches_on(then, preds) || branches_on(otherwise, preds)
+        }
+        Stmt::For { body, .. } => branches_on(body, preds),
+        Stmt::Inst { .. } | Stmt::Comment(_) => false,
+    })
+}
+
 pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
         code.remove(i);
