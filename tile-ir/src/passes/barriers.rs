@@ -24,10 +24,10 @@
 //!
 //! A `wgmma` reads its shared operands (the [`Region`]s it names) through
 //! the async proxy. It counts as a read of them from the instruction to the
-//! next `wgmma.wait_group 0`: a barrier between the two does not order a
-//! later write after it (the warp-specialized loop leaves a warpgroup's
-//! gemm in flight past an explicit barrier; a write after the wait then
-//! gets a barrier of its own after the wait). A generic-proxy write
+//! `wgmma.wait_group N` that retires its commit group (all but the newest
+//! `N`): a barrier between the two does not order a later write after it
+//! (a gemm left in flight past a barrier: a write after the wait gets a
+//! barrier of its own after the wait). A generic-proxy write
 //! (`st.shared`, a landed `cp.async`) becomes visible to the async proxy only
 //! through `fence.proxy.async.shared::cta` executed by the writing thread
 //! before the barrier that orders it before the wgmma. So, in a function

@@ -88,7 +88,8 @@ pub(super) struct NamedBar {
     joined: Vec<u32>,
     completed: u64,
     /// The instruction (its statement's address) at which the warps waiting
-    /// on this instance with an aligned `bar.sync` wait: PTX ISA
+    /// on this instance with an aligned `bar.sync` wait (reset when it
+    /// completes): PTX ISA
     /// (barrier{.cta}.sync.aligned, which `bar.sync` is) wants every thread
     /// to execute the same instruction; `barrier.sync` (not aligned) may be
     /// reached at different ones (compute-sanitizer's synccheck reports
@@ -582,6 +583,7 @@ impl<'f> Sim<'f> {
         }
         let b = &mut self.bars[id];
         b.arrived.clear();
+        b.aligned_site = None;
         b.completed += 1;
         let (waiting, joined) = (std::mem::take(&mut b.waiting), std::mem::take(&mut b.joined));
         for &a in &waiting {
