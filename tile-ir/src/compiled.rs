@@ -209,6 +209,36 @@ pub struct CompileOptions {
     /// dropped ([`crate::passes::split_warpgroups`]): ptxas sees each
     /// warpgroup's path alone.
     pub wsloop_split_warpgroups: bool,
+    /// In a warp-specialized consumers' loop split per warpgroup
+    /// (`wsloop_split_warpgroups`), a gemm of one warpgroup waits in its
+    /// branch and may leave its wait for later as a gemm of every consumer
+    /// does (`wsloop_deferred_waits`), released rings' other pending
+    /// readers retired first: each warpgroup issues its own P·V (MLA's
+    /// crossed and staggered seesaws, session 31). Off by default: no
+    /// kernel of the examples was measured faster with it (BENCHMARKS.md,
+    /// session 31); on for experiments.
+    pub wsloop_owner_waits: bool,
+    /// With `wsloop_owner_waits`, the consumers that do not run a ring's
+    /// first reader (a gemm of one warpgroup) wait for its stage only
+    /// before their own first statement touching it, not with that
+    /// reader. Off by default (measured: the plain MLA kernel 1.4 % slower
+    /// on the H100, the crossed seesaw slower with it); on for experiments.
+    pub wsloop_lazy_waits: bool,
+    /// Shared-memory dependences whose both accesses are one warpgroup's
+    /// (in its branches) are ordered by a barrier of that warpgroup's 128
+    /// threads, not of every thread ([`crate::passes::barriers`]). On by
+    /// default; off for bisecting and A/B runs.
+    pub warpgroup_barriers: bool,
+    /// The warp-specialized consumers' loop orders an iteration's accesses
+    /// of its rings' stages after earlier iterations' through the rings'
+    /// mbarriers, with no barrier ([`crate::thread_ir::Function::ring_loops`]).
+    /// On by default; off for bisecting and A/B runs.
+    pub ring_turns: bool,
+    /// A barrier of every thread needed only after a uniform `if` that
+    /// wrote what it orders goes at the end of that `if`'s branch
+    /// ([`crate::passes::barriers`]): MLA's zeroing of the keys past the
+    /// sequence. On by default; off for bisecting and A/B runs.
+    pub sunk_barriers: bool,
 }
 
 /// The option a switch of [`CompileOptions::SWITCHES`] turns off.
@@ -217,7 +247,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 18] = [
+    pub const SWITCHES: [(&'static str, Switch); 21] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -236,6 +266,9 @@ impl CompileOptions {
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
         ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
         ("wsloop_split_warpgroups", |o| &mut o.wsloop_split_warpgroups),
+        ("warpgroup_barriers", |o| &mut o.warpgroup_barriers),
+        ("ring_turns", |o| &mut o.ring_turns),
+        ("sunk_barriers", |o| &mut o.sunk_barriers),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -280,6 +313,11 @@ impl Default for CompileOptions {
             wsloop_multicast: true,
             wsloop_deferred_waits: true,
             wsloop_split_warpgroups: true,
+            wsloop_owner_waits: false,
+            wsloop_lazy_waits: false,
+            warpgroup_barriers: true,
+            ring_turns: true,
+            sunk_barriers: true,
         }
     }
 }
@@ -302,7 +340,9 @@ pub(crate) fn finish(
     if options.defer_cp_async_waits {
         cp_async_wait::defer_cp_async_waits(&mut func.body);
     }
-    barriers::insert_barriers(&mut func.body);
+    let warpgroups = if options.warpgroup_barriers { func.warpgroup_preds.clone() } else { Vec::new() };
+    let rings = if options.ring_turns { func.ring_loops.clone() } else { Vec::new() };
+    barriers::insert_barriers(&mut func.body, &barriers::Options { warpgroups, rings, sink: options.sunk_barriers });
     merge_branches::merge_warpgroup_branches(&mut func);
     split_warpgroups::split_warpgroup_loops(&mut func);
     let limit = target.info().shared_limit;

@@ -688,14 +688,24 @@ pub struct Function {
     /// it may be launched with fewer blocks, in x only.
     pub persistent: bool,
     /// The predicates of warpgroup branches ("this thread is in warpgroup
-    /// `w`"), each set once in the entry code: the branches around the
-    /// statements on one warpgroup's fragments
+    /// `w`", with `w`), each set once in the entry code: the branches
+    /// around the statements on one warpgroup's fragments
     /// ([`crate::layout::RootLayout::owner`]), which
-    /// [`crate::passes::merge_branches`] joins where they follow each other.
-    pub warpgroup_preds: Vec<Reg>,
+    /// [`crate::passes::merge_branches`] joins where they follow each other
+    /// and inside which [`crate::passes::barriers`] orders that
+    /// warpgroup's own accesses with a barrier of its 128 threads.
+    pub warpgroup_preds: Vec<(Reg, u32)>,
     /// Loops to run as one copy per warpgroup
     /// ([`crate::passes::split_warpgroups`]).
     pub split_loops: Vec<crate::passes::split_warpgroups::SplitLoop>,
+    /// Loops (by their variable) each of whose iterations starts a new
+    /// round of the rings of these shared regions: the warp-specialized
+    /// consumers' loop, where every access of a ring's stage follows its
+    /// thread's wait for the stage's full barrier, which the producer's
+    /// refill completes only after every consumer released the stage's
+    /// previous use. [`crate::passes::barriers`] orders an iteration's
+    /// accesses of them after earlier iterations' with no barrier.
+    pub ring_loops: Vec<(Reg, Vec<u32>)>,
 }
 
 impl Function {

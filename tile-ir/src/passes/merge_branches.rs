@@ -25,7 +25,7 @@ pub fn merge_warpgroup_branches(func: &mut Function) {
     if func.warpgroup_preds.is_empty() {
         return;
     }
-    let preds = func.warpgroup_preds.clone();
+    let preds: Vec<Reg> = func.warpgroup_preds.iter().map(|p| p.0).collect();
     merge(&mut func.body, &preds);
 }
 
@@ -97,7 +97,7 @@ mod tests {
         let mut f = Function::default();
         let p = f.new_reg(RegClass::Pred);
         let q = f.new_reg(RegClass::Pred);
-        f.warpgroup_preds = vec![p, q];
+        f.warpgroup_preds = vec![(p, 0), (q, 1)];
         f.body = vec![
             branch(p, vec![inst()]),
             Stmt::Comment("between".into()),
@@ -134,7 +134,7 @@ mod tests {
     fn branches_with_elses_join_both_sides() {
         let mut f = Function::default();
         let p = f.new_reg(RegClass::Pred);
-        f.warpgroup_preds = vec![p];
+        f.warpgroup_preds = vec![(p, 0)];
         let with_else = |then: usize, otherwise: usize| Stmt::If {
             cond: p,
             negate: false,
@@ -153,7 +153,7 @@ mod tests {
         let mut f = Function::default();
         let p = f.new_reg(RegClass::Pred);
         let other = f.new_reg(RegClass::Pred);
-        f.warpgroup_preds = vec![p];
+        f.warpgroup_preds = vec![(p, 0)];
         f.body = vec![branch(other, vec![inst()]), branch(other, vec![inst()])];
         merge_warpgroup_branches(&mut f);
         assert_eq!(f.body.len(), 2);

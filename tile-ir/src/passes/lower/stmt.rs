@@ -152,7 +152,7 @@ impl<'a> Lx<'a> {
             Err(e) => self.errors.push(e),
         }
         self.warpgroup_preds.insert(w, p);
-        self.f.warpgroup_preds.push(p);
+        self.f.warpgroup_preds.push((p, w));
         p
     }
 

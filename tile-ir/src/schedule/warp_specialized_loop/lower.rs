@@ -245,6 +245,13 @@ pub(crate) struct WslLowering {
     /// its body has statements of one warpgroup
     /// ([`crate::CompileOptions::wsloop_split_warpgroups`]).
     split_warpgroups: bool,
+    /// Whether a split loop's gemms of one warpgroup wait in its branch
+    /// ([`crate::CompileOptions::wsloop_owner_waits`]).
+    owner_waits: bool,
+    /// Whether the consumers that do not run a ring's first reader wait
+    /// for its stage before their own first statement touching it
+    /// ([`crate::CompileOptions::wsloop_lazy_waits`]).
+    lazy_waits: bool,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -292,6 +299,8 @@ impl WslLowering {
             owner_waits_outside: Cell::new(false),
             deferred_waits: options.wsloop_deferred_waits,
             split_warpgroups: options.wsloop_split_warpgroups,
+            owner_waits: options.wsloop_owner_waits,
+            lazy_waits: options.wsloop_lazy_waits,
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
@@ -786,7 +795,12 @@ impl Lx<'_> {
         }
         let chained = self.wsl_chained_gemms(wl, body, look.as_ref().map(|l| l.0));
         let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
-        wl.owner_waits_outside.set(!wl.plan.persistent && look.is_none() && late.is_none());
+        // Two consumer warpgroups whose loop is split per warpgroup: a
+        // gemm of one warpgroup waits in its branch (each copy of the loop
+        // is one warpgroup's path: nothing for ptxas to serialize), and may
+        // leave its wait for later as a gemm of every consumer does.
+        let owner_local = wl.split_warpgroups && wl.owner_waits && self.k.threads == 256;
+        wl.owner_waits_outside.set(!owner_local && !wl.plan.persistent && look.is_none() && late.is_none());
         let saved_var = self.vars.insert(var, vr);
         self.loop_depth += 1;
         // Where the next iteration's gemm is issued (an `if` at the top
@@ -897,28 +911,96 @@ impl Lx<'_> {
                 x.emit_if(Some(m), true, without_final_wait(ahead), vec![]);
                 ahead_at = Some(x.cur().len() - 1);
             }
-            // A gemm of every consumer whose wait is left for the first
-            // later statement that needs it (`wsl_deferrable`), and the
-            // rings it is the last reader of, released then.
-            let mut pending: Option<(usize, Vec<usize>)> = None;
-            let retire = |x: &mut Self, pending: Option<(usize, Vec<usize>)>| {
-                if let Some((_, rings)) = pending {
-                    x.emit(Inst::WgmmaWait { pending: 0 });
-                    for ci in rings {
+            // Gemms whose wait is left for the first later statement that
+            // needs it (`wsl_deferrable`), with the rings each is the last
+            // reader of, released then, and the warpgroup that runs it alone
+            // (which waits in its branch).
+            let mut pending: Vec<Pending> = Vec::new();
+            let retire = |x: &mut Self, pending: Vec<Pending>| {
+                for p in pending {
+                    match p.owner {
+                        Some(w) => {
+                            let cond = x.warpgroup_pred(w);
+                            let then = vec![Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None }];
+                            x.cur().push(Stmt::If { cond, negate: false, uniform: false, then, otherwise: vec![] });
+                        }
+                        None => x.emit(Inst::WgmmaWait { pending: 0 }),
+                    }
+                    for ci in p.rings {
                         release(x, ci);
                     }
                 }
             };
+            // Rings whose other consumers wait for the stage (or its pieces)
+            // only before their first statement touching it (none: they
+            // never wait), and the warpgroup whose statement waits first.
+            let mut lazy: Vec<(usize, u32)> = Vec::new();
             let last_stmt = (0..body.len()).rev().find(|i| !ws.copies.contains(i));
             for (i, s) in body.iter().enumerate() {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
-                if pending.as_ref().is_some_and(|(g, _)| x.wsl_needs_gemm(&body[*g], s)) {
-                    retire(x, pending.take());
-                }
+                let due = x.wsl_due(wl, body, &mut pending, s, owner_local)?;
+                retire(x, due);
+                let owner = x.owner_of(s)?;
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
-                    wait(x, ci);
+                    // A ring first read by one warpgroup's statement, read
+                    // later by the others too: that warpgroup waits for
+                    // its stage now, the others before their first
+                    // statement touching it (not multicast: see above).
+                    match owner {
+                        Some(w)
+                            if owner_local
+                                && wl.lazy_waits
+                                && ring_owner[ci].is_none()
+                                && pieces[ci].is_none()
+                                && copies[ci].share.is_none() =>
+                        {
+                            let code = x.capture(|y| {
+                                let full = y.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+                                let p = y.new_reg(RegClass::Pred);
+                                y.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                                Ok(())
+                            })?;
+                            let cond = x.warpgroup_pred(w);
+                            x.cur().push(Stmt::If {
+                                cond,
+                                negate: false,
+                                uniform: false,
+                                then: code,
+                                otherwise: vec![],
+                            });
+                            lazy.push((ci, w));
+                        }
+                        _ => wait(x, ci),
+                    }
+                }
+                let mut j = 0;
+                while j < lazy.len() {
+                    let (ci, w) = lazy[j];
+                    let touches = touches_memory(x.k, s, copies[ci].dst);
+                    if (touches.0 || touches.1) && owner != Some(w) {
+                        lazy.remove(j);
+                        let waits = x.capture(|y| {
+                            match &pieces[ci] {
+                                Some(p) => {
+                                    for b in 0..p.boxes {
+                                        y.wsl_piece_wait(p, stages, (stage, phase), b);
+                                    }
+                                }
+                                None => {
+                                    let full = y.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+                                    let p = y.new_reg(RegClass::Pred);
+                                    y.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                                }
+                            }
+                            Ok(())
+                        })?;
+                        let cond = x.warpgroup_pred(w);
+                        x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: vec![], otherwise: waits });
+                    } else {
+                        j += 1;
+                    }
                 }
                 let pieced = pieces.iter().flatten().find(|p| p.gemm == i).cloned();
                 let left_in_flight = late.as_ref().is_some_and(|l| l.last == i);
@@ -931,14 +1013,14 @@ impl Lx<'_> {
                     && after_chain.is_empty()
                     && late.as_ref().is_none_or(|l| l.after != i)
                     && Some(i) != last_stmt
-                    && x.wsl_deferrable(s)?;
+                    && x.wsl_deferrable(s, owner_local)?;
                 if deferred {
                     match x.capture(|y| y.stmt(s)) {
                         Ok(code) => x.cur().extend(without_final_wait(code)),
                         Err(e) => x.errors.push(e),
                     }
                     let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
-                    pending = Some((i, rings));
+                    pending.push(Pending { gemm: i, rings, owner });
                     continue;
                 }
                 if left_in_flight {
@@ -952,8 +1034,20 @@ impl Lx<'_> {
                     // Chained, left in flight: the next gemm accumulates
                     // into the same registers, and its wait retires both
                     // groups.
+                    // The other consumers of a ring of one warpgroup's gemm
+                    // wait for its pieces where they first touch the stage
+                    // (not multicast: see `wait`'s comment).
+                    let lazy_ring = pieced.as_ref().and_then(|p| {
+                        (0..copies.len()).find(|&ci| {
+                            pieces[ci].as_ref().is_some_and(|q| q.gemm == p.gemm) && copies[ci].share.is_none()
+                        })
+                    });
+                    let lazily = owner_local && wl.lazy_waits && owner.is_some() && lazy_ring.is_some();
+                    if let (true, Some(ci), Some(w)) = (lazily, lazy_ring, owner) {
+                        lazy.push((ci, w));
+                    }
                     let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
-                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code),
+                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code, !lazily),
                         None => Ok(code),
                     });
                     match code {
@@ -964,6 +1058,19 @@ impl Lx<'_> {
                 } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
                 }
+                // A stage released here may still be read by a pending gemm
+                // of another warpgroup (a view of it): that one is retired
+                // first (a release is every consumer's).
+                let releasing: Vec<usize> = if chained.contains(&i) {
+                    vec![]
+                } else {
+                    (0..copies.len())
+                        .filter(|&ci| last(ci) == Some(i) && !left_in_flight)
+                        .chain(after_chain.iter().copied())
+                        .collect()
+                };
+                let readers = x.wsl_pending_readers(&mut pending, body, &releasing, &copies);
+                retire(x, readers);
                 for ci in (0..copies.len()).filter(|&ci| last(ci) == Some(i)) {
                     if chained.contains(&i) {
                         // Its wgmmas are still in flight: released after the
@@ -982,7 +1089,7 @@ impl Lx<'_> {
                     retire_late(x, l)?;
                 }
             }
-            retire(x, pending.take());
+            retire(x, std::mem::take(&mut pending));
             for st in saved {
                 x.restore_stage(st);
             }
@@ -1039,8 +1146,11 @@ impl Lx<'_> {
         // Two consumer warpgroups with statements of their own: one copy of
         // the loop each (only the consumers run it: the producer has its own
         // loop and exits).
-        let own = branches_on(&lowered, &self.f.warpgroup_preds);
+        let preds: Vec<Reg> = self.f.warpgroup_preds.iter().map(|p| p.0).collect();
+        let own = branches_on(&lowered, &preds);
         self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        let regions = copies.iter().filter_map(|c| self.region_of(c.dst).map(|r| r.id)).collect();
+        self.f.ring_loops.push((vr, regions));
         if wl.split_warpgroups && self.k.threads == 256 && own {
             let preds = vec![self.warpgroup_pred(0), self.warpgroup_pred(1)];
             self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds });
@@ -1091,13 +1201,87 @@ impl Lx<'_> {
     /// Whether statement `s` may leave its `wgmma.wait_group 0` for later
     /// ([`crate::CompileOptions::wsloop_deferred_waits`]): a gemm on wgmma
     /// that every consumer runs, both operands in shared memory.
-    fn wsl_deferrable(&self, s: &TStmt) -> R<bool> {
+    fn wsl_deferrable(&self, s: &TStmt, owner_local: bool) -> R<bool> {
         let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &s.kind else { return Ok(false) };
         let shared = |x: BufferId| self.k.buffer(x).scope == crate::ir::Scope::Shared;
         Ok(shared(*a)
             && shared(*b)
             && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
-            && self.owner_of(s)?.is_none())
+            && (owner_local || self.owner_of(s)?.is_none()))
+    }
+
+    /// The pending gemms (taken out of `pending`, in order) that read the
+    /// stage of one of rings `rings` (or a view of it).
+    fn wsl_pending_readers(
+        &self,
+        pending: &mut Vec<Pending>,
+        body: &[TStmt],
+        rings: &[usize],
+        copies: &[WslCopy],
+    ) -> Vec<Pending> {
+        let reads = |p: &Pending| rings.iter().any(|&ci| touches_memory(self.k, &body[p.gemm], copies[ci].dst).0);
+        let (out, keep): (Vec<Pending>, Vec<Pending>) = pending.drain(..).partition(reads);
+        *pending = keep;
+        out
+    }
+
+    /// The pending gemms (taken out of `pending`, in order) that statement
+    /// `s` needs retired first ([`Lx::wsl_needs_gemm`]; with `owner_local`,
+    /// a gemm of one warpgroup only where `s` is that warpgroup's or every
+    /// consumer's, or writes its shared operands), and with them every
+    /// other pending gemm reading a ring that one of them releases (a
+    /// release is every consumer's: none may still read the stage).
+    fn wsl_due(
+        &self,
+        wl: &WslLowering,
+        body: &[TStmt],
+        pending: &mut Vec<Pending>,
+        s: &TStmt,
+        owner_local: bool,
+    ) -> R<Vec<Pending>> {
+        let owner = self.owner_of(s)?;
+        let mut due = vec![false; pending.len()];
+        for (k, p) in pending.iter().enumerate() {
+            let g = &body[p.gemm];
+            due[k] = match (owner_local, p.owner, owner) {
+                (true, Some(w), Some(v)) if v != w => {
+                    let StmtKind::Gemm { a, b, .. } = &g.kind else {
+                        return Err(self.err("internal: a pending statement is not a gemm"));
+                    };
+                    touches_memory(self.k, s, *a).1 || touches_memory(self.k, s, *b).1
+                }
+                _ => self.wsl_needs_gemm(g, s),
+            };
+        }
+        let copies = wl.copies.borrow();
+        loop {
+            let released: Vec<BufferId> = pending
+                .iter()
+                .zip(&due)
+                .filter(|p| *p.1)
+                .flat_map(|p| p.0.rings.iter().map(|&ci| copies[ci].dst))
+                .collect();
+            let more: Vec<usize> = (0..pending.len())
+                .filter(|&k| !due[k] && released.iter().any(|&b| touches_memory(self.k, &body[pending[k].gemm], b).0))
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            for k in more {
+                due[k] = true;
+            }
+        }
+        let mut out = Vec::new();
+        let mut keep = Vec::new();
+        for (p, d) in pending.drain(..).zip(due) {
+            if d {
+                out.push(p);
+            } else {
+                keep.push(p);
+            }
+        }
+        *pending = keep;
+        Ok(out)
     }
 
     /// Whether statement `s` needs the deferred gemm `g` retired first: it
@@ -1280,9 +1464,6 @@ fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
     out
 }
 
-/// A gemm's code without the `wgmma.wait_group 0` that ends it (the
-/// general lowering's: its group is then left in flight), inside the
-/// branch of the warpgroup that runs it alone (`policy(Warpgroup(w))`).
 /// Whether `body` branches on one of the warpgroup predicates `preds`.
 fn branches_on(body: &[Stmt], preds: &[Reg]) -> bool {
     body.iter().any(|s| match s {
@@ -1294,6 +1475,9 @@ fn branches_on(body: &[Stmt], preds: &[Reg]) -> bool {
     })
 }
 
+/// A gemm's code without the `wgmma.wait_group 0` that ends it (the
+/// general lowering's: its group is then left in flight), inside the
+/// branch of the warpgroup that runs it alone (`policy(Warpgroup(w))`).
 pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
     if let Some(i) = code.iter().rposition(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, .. })) {
         code.remove(i);
@@ -1302,6 +1486,16 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
         *then = without_final_wait(std::mem::take(then));
     }
     code
+}
+
+/// A gemm of the consumers' loop body whose wait is left for later.
+struct Pending {
+    /// Its statement in the body.
+    gemm: usize,
+    /// The rings it is the last reader of, released when it is retired.
+    rings: Vec<usize>,
+    /// The warpgroup that runs it alone (`policy(Warpgroup(w))`), if any.
+    owner: Option<u32>,
 }
 
 /// Consumer threads of three warpgroups (FA3's head-dim-64 schedule: 192

@@ -136,7 +136,7 @@ impl Lx<'_> {
     }
 
     /// The wait for box `j` of the current stage (its piece barrier's phase).
-    fn wsl_piece_wait(&mut self, p: &Pieces, stages: i64, (stage, phase): (Reg, Reg), j: usize) {
+    pub(super) fn wsl_piece_wait(&mut self, p: &Pieces, stages: i64, (stage, phase): (Reg, Reg), j: usize) {
         let bar = self.wsl_piece_bar(p, stages, stage, j);
         let pred = self.new_reg(RegClass::Pred);
         self.emit(Inst::MbarWait { addr: bar, parity: phase.into(), pred });
@@ -154,19 +154,22 @@ impl Lx<'_> {
         stages: i64,
         (stage, phase): (Reg, Reg),
         mut code: Vec<Stmt>,
+        others_wait: bool,
     ) -> R<Vec<Stmt>> {
         // (The owner's branch, then the gemm's closing wait run by every
         // thread, when it has one: `Lx::stmt`.)
         if let [Stmt::If { then, otherwise, uniform: false, .. }, rest @ ..] = &mut code[..] {
             let waits_only = rest.iter().all(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { .. }, .. }));
             if otherwise.is_empty() && waits_only {
-                *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then))?;
-                *otherwise = self.capture(|x| {
-                    for j in 0..p.boxes {
-                        x.wsl_piece_wait(p, stages, (stage, phase), j);
-                    }
-                    Ok(())
-                })?;
+                *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then), false)?;
+                if others_wait {
+                    *otherwise = self.capture(|x| {
+                        for j in 0..p.boxes {
+                            x.wsl_piece_wait(p, stages, (stage, phase), j);
+                        }
+                        Ok(())
+                    })?;
+                }
                 return Ok(code);
             }
         }
