@@ -288,7 +288,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut k1l = shared::<T, 64, 256>();
     let mut k1r = shared::<T, 64, 256>();
     let mut kpe1 = shared::<T, 64, 64>();
-    let mut p1_s = shared::<T, 64, 64>();
     // The rows' reference maximum after block 0 and after block 1, and the
     // two blocks' rescales of O.
     let mut m0_s = shared::<f32, 64>();
@@ -341,9 +340,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         gemm(&q_l, &k0l.t(), &mut s0).clear().policy(Warpgroup(0));
         gemm(&q_r, &k0r.t(), &mut s0).policy(Warpgroup(0));
         gemm(&qpe_s, &kpe0.t(), &mut s0).policy(Warpgroup(0));
-        gemm(&q_l, &k1l.t(), &mut s1).clear().policy(Warpgroup(1));
-        gemm(&q_r, &k1r.t(), &mut s1).policy(Warpgroup(1));
-        gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
         if (blk0 + 1) * 64 > seqlen - SQ + 1 {
             for (i, j) in parallel((64, 64)) {
                 if blk0 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
@@ -352,6 +348,11 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             }
         }
         reduce_max(&s0, &mut mb0, 1);
+        // Block 1's scores start once block 0's are done: they run under its softmax.
+        barrier();
+        gemm(&q_l, &k1l.t(), &mut s1).clear().policy(Warpgroup(1));
+        gemm(&q_r, &k1r.t(), &mut s1).policy(Warpgroup(1));
+        gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
         if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
             for (i, j) in parallel((64, 64)) {
                 if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
@@ -417,7 +418,7 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         for i in parallel(64) {
             l1[i] = l1[i] * f1[i] + r1[i];
         }
-        copy(&s1, &mut p1_s);
+        copy(&s1, &mut kpe1);
         if (blk1 + 1) * 64 > seqlen {
             for (j, k) in parallel((64, 256)) {
                 if blk1 * 64 + j >= seqlen {
@@ -426,25 +427,26 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
                 }
             }
         }
-        // O's right half last saw block 0 of the previous iteration: both rescales.
+        // O's right half: block 0's rescale, then P₀·V₀'s right half.
         for (i, j) in parallel((64, 256)) {
-            if f1[i] != 1.0 {
-                acc_r[(i, j)] = acc_r[(i, j)] * f1[i];
+            if alpha0_s[i] != 1.0 {
+                acc_r[(i, j)] = acc_r[(i, j)] * alpha0_s[i];
             }
         }
-        gemm(&p1_s, &k1r, &mut acc_r).policy(Warpgroup(1));
-        // P₀ to block 1's reference for warpgroup 1, and O's left half with it.
-        for (i, j) in parallel((64, 64)) {
-            s0[(i, j)] = s0[(i, j)] * alpha1_s[i];
-        }
-        copy(&s0, &mut kpe0);
+        gemm(&kpe0, &k0r, &mut acc_r).policy(Warpgroup(1));
+        // Block 1's rescale and P₁·V₁, the left half's under P₀·V₀'s right half.
         for (i, j) in parallel((64, 256)) {
             if alpha1_s[i] != 1.0 {
                 acc_l[(i, j)] = acc_l[(i, j)] * alpha1_s[i];
             }
         }
-        gemm(&p1_s, &k1l, &mut acc_l).policy(Warpgroup(0));
-        gemm(&kpe0, &k0r, &mut acc_r).policy(Warpgroup(1));
+        gemm(&kpe1, &k1l, &mut acc_l).policy(Warpgroup(0));
+        for (i, j) in parallel((64, 256)) {
+            if a1[i] != 1.0 {
+                acc_r[(i, j)] = acc_r[(i, j)] * a1[i];
+            }
+        }
+        gemm(&kpe1, &k1r, &mut acc_r).policy(Warpgroup(1));
     }
     // The row sums: warpgroup 0's (which missed the last block 1's rescale) handed to warpgroup 1.
     for i in parallel(64) {

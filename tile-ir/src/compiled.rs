@@ -314,7 +314,7 @@ impl Default for CompileOptions {
             wsloop_deferred_waits: true,
             wsloop_split_warpgroups: true,
             wsloop_owner_waits: true,
-            wsloop_lazy_waits: true,
+            wsloop_lazy_waits: false,
             warpgroup_barriers: true,
             ring_turns: true,
             sunk_barriers: true,
