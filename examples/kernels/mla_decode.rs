@@ -238,25 +238,21 @@ mla_split!(
 );
 
 /// The paged split kernel on sm_90a with FlashMLA's "seesaw": two key
-/// blocks per iteration, each key block split into rings of its own (the
-/// left and right halves of V and the rope box, one stage each), block
-/// 0's scores and softmax on warpgroup 0 and block 1's on warpgroup 1,
-/// and O split by columns, the left half warpgroup 0's (`acc_l`), the
-/// right half warpgroup 1's (`acc_r`). The two warpgroups cross: warpgroup
-/// 0 runs P₀·V₀ then P₁·V₁ on its half, warpgroup 1 P₁·V₁ then P₀·V₀ on
-/// its own, so that each warpgroup's first product needs only its own
-/// softmax and one warpgroup rescales its half between its two products
-/// while the other keeps the tensor cores busy; and each half of a key
-/// block is refilled as soon as its last product is done (V₀'s left half
-/// after warpgroup 0's first). The rows' reference maximum and the
-/// rescales travel between the warpgroups in shared memory (`m0_s`,
-/// `alpha0_s` after block 0's softmax, `m1_s`, `alpha1_s` after block
-/// 1's), P₁ in `p1_s`, P₀ in block 0's rope box (its scores are done with
-/// it) — first as block 0's softmax leaves it, then rescaled to block 1's
-/// reference for warpgroup 1. Each warpgroup keeps the running row sums of
-/// its own blocks. A chunk of an odd number of blocks loads its last block
-/// twice and masks the second copy. Same parameters and results as
-/// `mla_split_paged_sm90`.
+/// blocks per iteration, each in a ring of its own (one stage each, so the
+/// producer refills block 0's while block 1's is read), block 0's scores
+/// and softmax on warpgroup 0 and block 1's on warpgroup 1, so that block
+/// 1's scores run on the tensor cores under block 0's softmax, and block
+/// 1's softmax under block 0's P·V (`wsloop_deferred_waits`; ptxas
+/// accepts its writes of the registers the scores' gemms share with
+/// warpgroup 0's because each warpgroup runs a copy of the loop of its own,
+/// `wsloop_split_warpgroups`); both P·V split by columns. The rows' reference maximum travels between the two
+/// warpgroups in shared memory (`m0_s` after block 0, `m1_s` after block
+/// 1: a warpgroup never rewrites what it reads in one statement), with
+/// each block's rescale of O (`alpha0_s`, `alpha1_s`); each warpgroup keeps
+/// the running row sums of its own blocks. P goes into its block's rope box,
+/// which the scores are done with. A chunk of an odd number of blocks loads
+/// its last block twice and masks the second copy. Same parameters and
+/// results as `mla_split_paged_sm90`.
 #[tile_kernel(threads = THREADS, archs = "sm_90a", instances((f16, 256), (bf16, 256)))]
 pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     q: &Tensor<T, B, RQ, 576>,
@@ -279,14 +275,11 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let kb1 = chunks[(c, 2)];
     let seqlen = seqlens[bi];
     let row0 = if bi >= 0 { c * (cdiv(SQ * H, 64) * 64) + rb * 64 } else { PROWS };
-    let mut q_l = shared::<T, 64, 256>();
-    let mut q_r = shared::<T, 64, 256>();
+    let mut q_s = shared::<T, 64, 512>();
     let mut qpe_s = shared::<T, 64, 64>();
-    let mut k0l = shared::<T, 64, 256>();
-    let mut k0r = shared::<T, 64, 256>();
+    let mut k0 = shared::<T, 64, 512>();
     let mut kpe0 = shared::<T, 64, 64>();
-    let mut k1l = shared::<T, 64, 256>();
-    let mut k1r = shared::<T, 64, 256>();
+    let mut k1 = shared::<T, 64, 512>();
     let mut kpe1 = shared::<T, 64, 64>();
     // The rows' reference maximum after block 0 and after block 1, and the
     // two blocks' rescales of O.
@@ -303,7 +296,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut a0 = fragment::<f32, 64>();
     let mut f0 = fragment::<f32, 64>();
     let mut ms0 = fragment::<f32, 64>();
-    let mut acc_l = fragment::<f32, 64, 256>();
     // Warpgroup 1's: the same for block 1.
     let mut s1 = fragment::<f32, 64, 64>();
     let mut l1 = fragment::<f32, 64>();
@@ -313,12 +305,10 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut a1 = fragment::<f32, 64>();
     let mut f1 = fragment::<f32, 64>();
     let mut ms1 = fragment::<f32, 64>();
-    let mut acc_r = fragment::<f32, 64, 256>();
-    copy(q.tile([bi, rb * 64.., 0..]), &mut q_l);
-    copy(q.tile([bi, rb * 64.., 256..]), &mut q_r);
+    let mut acc = fragment::<f32, 64, 512>();
+    copy(q.tile([bi, rb * 64.., 0..]), &mut q_s);
     copy(q.tile([bi, rb * 64.., 512..]), &mut qpe_s);
-    clear(&mut acc_l);
-    clear(&mut acc_r);
+    clear(&mut acc);
     clear(&mut l0);
     clear(&mut l1);
     for i in parallel(64) {
@@ -331,14 +321,11 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         let blk1 = (blk0 + 1).min(kb1 - 1);
         let page0 = block_table[(bi, blk0)];
         let page1 = block_table[(bi, blk1)];
-        copy(cache.tile([page0, 0.., 0, 0..]), &mut k0l).evict_first();
-        copy(cache.tile([page0, 0.., 0, 256..]), &mut k0r).evict_first();
+        copy(cache.tile([page0, 0.., 0, 0..]), &mut k0).evict_first();
         copy(cache.tile([page0, 0.., 0, 512..]), &mut kpe0).evict_first();
-        copy(cache.tile([page1, 0.., 0, 0..]), &mut k1l).evict_first();
-        copy(cache.tile([page1, 0.., 0, 256..]), &mut k1r).evict_first();
+        copy(cache.tile([page1, 0.., 0, 0..]), &mut k1).evict_first();
         copy(cache.tile([page1, 0.., 0, 512..]), &mut kpe1).evict_first();
-        gemm(&q_l, &k0l.t(), &mut s0).clear().policy(Warpgroup(0));
-        gemm(&q_r, &k0r.t(), &mut s0).policy(Warpgroup(0));
+        gemm(&q_s, &k0.t(), &mut s0).clear().policy(Warpgroup(0));
         gemm(&qpe_s, &kpe0.t(), &mut s0).policy(Warpgroup(0));
         if (blk0 + 1) * 64 > seqlen - SQ + 1 {
             for (i, j) in parallel((64, 64)) {
@@ -350,9 +337,9 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         reduce_max(&s0, &mut mb0, 1);
         // Block 1's scores start once block 0's are done: they run under its softmax.
         barrier();
-        gemm(&q_l, &k1l.t(), &mut s1).clear().policy(Warpgroup(1));
-        gemm(&q_r, &k1r.t(), &mut s1).policy(Warpgroup(1));
+        gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
         gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
+        // Block 1's mask and maximum while warpgroup 0 does block 0's softmax.
         if (blk1 + 1) * 64 > seqlen - SQ + 1 || blk0 + 1 >= kb1 {
             for (i, j) in parallel((64, 64)) {
                 if blk0 + 1 >= kb1 || blk1 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
@@ -361,7 +348,7 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             }
         }
         reduce_max(&s1, &mut mb1, 1);
-        // Block 0's softmax on warpgroup 0. The reference maximum moves only by more than 8 (log2 units).
+        // Block 0's softmax. The reference maximum moves only by more than 8 (log2 units).
         for i in parallel(64) {
             m0[i] = m1_s[i];
             a0[i] = 1.0;
@@ -383,22 +370,20 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             l0[i] = l0[i] * f0[i] + r0[i];
         }
         copy(&s0, &mut kpe0);
-        // Keys past the sequence: V's rows zeroed (P is 0 there, V may be anything).
         if (blk0 + 1) * 64 > seqlen {
-            for (j, k) in parallel((64, 256)) {
+            for (j, k) in parallel((64, 512)) {
                 if blk0 * 64 + j >= seqlen {
-                    k0l[(j, k)] = 0.0 as T;
-                    k0r[(j, k)] = 0.0 as T;
+                    k0[(j, k)] = 0.0 as T;
                 }
             }
         }
-        for (i, j) in parallel((64, 256)) {
-            if a0[i] != 1.0 {
-                acc_l[(i, j)] = acc_l[(i, j)] * a0[i];
+        for (i, j) in parallel((64, 512)) {
+            if alpha0_s[i] != 1.0 {
+                acc[(i, j)] = acc[(i, j)] * alpha0_s[i];
             }
         }
-        gemm(&kpe0, &k0l, &mut acc_l).policy(Warpgroup(0));
-        // Block 1's softmax on warpgroup 1, from block 0's reference maximum, under P₀·V₀'s left half.
+        gemm(&kpe0, &k0, &mut acc).policy(FullCol);
+        // Block 1's softmax on warpgroup 1, from block 0's reference maximum, under P·V of block 0.
         for i in parallel(64) {
             m1[i] = m0_s[i];
             a1[i] = 1.0;
@@ -420,33 +405,18 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         }
         copy(&s1, &mut kpe1);
         if (blk1 + 1) * 64 > seqlen {
-            for (j, k) in parallel((64, 256)) {
+            for (j, k) in parallel((64, 512)) {
                 if blk1 * 64 + j >= seqlen {
-                    k1l[(j, k)] = 0.0 as T;
-                    k1r[(j, k)] = 0.0 as T;
+                    k1[(j, k)] = 0.0 as T;
                 }
             }
         }
-        // O's right half: block 0's rescale, then P₀·V₀'s right half.
-        for (i, j) in parallel((64, 256)) {
-            if alpha0_s[i] != 1.0 {
-                acc_r[(i, j)] = acc_r[(i, j)] * alpha0_s[i];
-            }
-        }
-        gemm(&kpe0, &k0r, &mut acc_r).policy(Warpgroup(1));
-        // Block 1's rescale and P₁·V₁, the left half's under P₀·V₀'s right half.
-        for (i, j) in parallel((64, 256)) {
+        for (i, j) in parallel((64, 512)) {
             if alpha1_s[i] != 1.0 {
-                acc_l[(i, j)] = acc_l[(i, j)] * alpha1_s[i];
+                acc[(i, j)] = acc[(i, j)] * alpha1_s[i];
             }
         }
-        gemm(&kpe1, &k1l, &mut acc_l).policy(Warpgroup(0));
-        for (i, j) in parallel((64, 256)) {
-            if a1[i] != 1.0 {
-                acc_r[(i, j)] = acc_r[(i, j)] * a1[i];
-            }
-        }
-        gemm(&kpe1, &k1r, &mut acc_r).policy(Warpgroup(1));
+        gemm(&kpe1, &k1, &mut acc).policy(FullCol);
     }
     // The row sums: warpgroup 0's (which missed the last block 1's rescale) handed to warpgroup 1.
     for i in parallel(64) {
@@ -457,22 +427,17 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         ms1[i] = if mb1[i] == 0.0 { f32::NEG_INFINITY } else { (m1_s[i] * scale + log2(mb1[i])) * 0.6931472 };
         alpha1_s[i] = if mb1[i] == 0.0 { 0.0 } else { 1.0 / mb1[i] };
     }
-    for (i, j) in parallel((64, 256)) {
-        acc_l[(i, j)] = acc_l[(i, j)] * alpha1_s[i];
-    }
-    for (i, j) in parallel((64, 256)) {
-        acc_r[(i, j)] = acc_r[(i, j)] * alpha1_s[i];
+    for (i, j) in parallel((64, 512)) {
+        acc[(i, j)] = acc[(i, j)] * alpha1_s[i];
     }
     let whole = bi >= 0 && chunk_begin[bi.max(0) + 1] - chunk_begin[bi.max(0)] == 1;
     if whole {
-        copy(&acc_l, out.tile([bi, rb * 64.., 0..]));
-        copy(&acc_r, out.tile([bi, rb * 64.., 256..]));
+        copy(&acc, out.tile([bi, rb * 64.., ..]));
         for i in parallel(64) {
             lse[(bi, (rb * 64 + i) % H, (rb * 64 + i) / H)] = ms1[i];
         }
     } else {
-        copy(&acc_l, o_part.tile([row0.., 0..]));
-        copy(&acc_r, o_part.tile([row0.., 256..]));
+        copy(&acc, o_part.tile([row0.., ..]));
         copy(&ms1, lse_part.tile([row0..]));
     }
 }

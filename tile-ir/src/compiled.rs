@@ -313,7 +313,7 @@ impl Default for CompileOptions {
             wsloop_multicast: true,
             wsloop_deferred_waits: true,
             wsloop_split_warpgroups: true,
-            wsloop_owner_waits: true,
+            wsloop_owner_waits: false,
             wsloop_lazy_waits: false,
             warpgroup_barriers: true,
             ring_turns: true,
