@@ -772,9 +772,7 @@ impl Lx<'_> {
             let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
             let saved_var = self.vars.insert(var, a);
             let first_gemm = self.capture(|x| {
-                let full = x.ring_bar_addr(wl.ring(kc), stages, stage, 0);
-                let p = x.new_reg(RegClass::Pred);
-                x.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                x.wsl_full_wait(wl, kc, stages, (stage, phase));
                 let st = x.select_stage(copies[kc].dst, &Operand::Reg(stage));
                 let r = x.stmt(&body[gi]);
                 x.restore_stage(st);
@@ -838,9 +836,7 @@ impl Lx<'_> {
                     return;
                 }
                 let code = x.capture(|y| {
-                    let full = y.ring_bar_addr(wl.ring(ci), stages, stage, 0);
-                    let p = y.new_reg(RegClass::Pred);
-                    y.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                    y.wsl_full_wait(wl, ci, stages, (stage, phase));
                     Ok(())
                 });
                 match (code, ring_owner[ci]) {
@@ -892,9 +888,7 @@ impl Lx<'_> {
                 let flip = x.op("selp.b32", RegClass::B32, vec![Operand::Imm(1), Operand::Imm(0), wrap.into()]);
                 let ph1 = x.op("xor.b32", RegClass::B32, vec![phase.into(), flip.into()]);
                 let ahead = x.capture(|y| {
-                    let full = y.ring_bar_addr(wl.ring(*kc), stages, st1, 0);
-                    let p = y.new_reg(RegClass::Pred);
-                    y.emit(Inst::MbarWait { addr: full, parity: ph1.into(), pred: p });
+                    y.wsl_full_wait(wl, *kc, stages, (st1, ph1));
                     let st = y.select_stage(copies[*kc].dst, &Operand::Reg(st1));
                     let saved_k = y.vars.insert(var, k1);
                     let own = y.frags.insert(*c, twins.clone());
@@ -957,9 +951,7 @@ impl Lx<'_> {
                                 && copies[ci].share.is_none() =>
                         {
                             let code = x.capture(|y| {
-                                let full = y.ring_bar_addr(wl.ring(ci), stages, stage, 0);
-                                let p = y.new_reg(RegClass::Pred);
-                                y.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
+                                y.wsl_full_wait(wl, ci, stages, (stage, phase));
                                 Ok(())
                             })?;
                             let cond = x.warpgroup_pred(w);
@@ -988,11 +980,7 @@ impl Lx<'_> {
                                         y.wsl_piece_wait(p, stages, (stage, phase), b);
                                     }
                                 }
-                                None => {
-                                    let full = y.ring_bar_addr(wl.ring(ci), stages, stage, 0);
-                                    let p = y.new_reg(RegClass::Pred);
-                                    y.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
-                                }
+                                None => y.wsl_full_wait(wl, ci, stages, (stage, phase)),
                             }
                             Ok(())
                         })?;
@@ -1371,6 +1359,14 @@ impl Lx<'_> {
         }
         let rings = (0..users.len()).filter(|&c| users[c].last() == Some(&last)).collect();
         Some(LateWait { after, last, rings })
+    }
+
+    /// The wait for ring `ci`'s stage `stage` to land (its full barrier's
+    /// phase `phase`).
+    fn wsl_full_wait(&mut self, wl: &WslLowering, ci: usize, stages: i64, (stage, phase): (Reg, Reg)) {
+        let full = self.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+        let p = self.new_reg(RegClass::Pred);
+        self.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
     }
 
     /// The consumers' release of ring `ci`'s stage `stage` (`fenced`: its
