@@ -1018,13 +1018,13 @@ impl Lx<'_> {
                         Err(e) => x.errors.push(e),
                     }
                 } else if chained.contains(&i) || pieced.is_some() {
-                    // Pieced: each box waited for before its first slice.
+                    // Pieced: each box waited for before its first slice
+                    // (with `lazy_waits`, by the other consumers of a ring
+                    // of one warpgroup's gemm where they first touch the
+                    // stage; not multicast: see `wait`'s comment).
                     // Chained, left in flight: the next gemm accumulates
                     // into the same registers, and its wait retires both
                     // groups.
-                    // The other consumers of a ring of one warpgroup's gemm
-                    // wait for its pieces where they first touch the stage
-                    // (not multicast: see `wait`'s comment).
                     let lazy_ring = pieced.as_ref().and_then(|p| {
                         (0..copies.len()).find(|&ci| {
                             pieces[ci].as_ref().is_some_and(|q| q.gemm == p.gemm) && copies[ci].share.is_none()
