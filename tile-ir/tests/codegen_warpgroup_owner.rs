@@ -279,6 +279,17 @@ fn wgmma_accumulators(ptx: &str) -> Vec<String> {
         .collect()
 }
 
+/// The relative L2 error of the halves kernel `k` compiled as `c` on the
+/// simulator under interleavings, at `(sq, sk, dk, dv)`.
+fn simulated_error(c: &Compiled, k: &Kernel, (sq, sk, dk, dv): (usize, usize, usize, usize)) -> f64 {
+    let (tensors, want) = inputs(sq, sk, dk, dv);
+    let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
+    let tensors =
+        tensors.into_iter().zip(shapes).map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 }).collect();
+    let out = sim::run_interleavings(&c.function, k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
+    rel_l2(&decode(DType::F16, &out[3]), &want)
+}
+
 /// O's right half (warpgroup 1's) takes the registers of one of warpgroup
 /// 0's fragments (a thread runs only its warpgroup's statements), and the
 /// results match, general and warp-specialized, under interleavings.
@@ -317,15 +328,7 @@ fn halves_of_one_warpgroup_each_share_registers() {
     for v in [&v, &w] {
         let c = v.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
         for (sq, sk) in [(64, 33), (61, 150)] {
-            let (tensors, want) = inputs(sq, sk, dk, dv);
-            let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
-            let tensors = tensors
-                .into_iter()
-                .zip(shapes)
-                .map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 })
-                .collect();
-            let out = sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
-            let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+            let err = simulated_error(c, &k, (sq, sk, dk, dv));
             assert!(err <= 5e-3, "halves ws sq={sq} sk={sk}: relative L2 error {err:.3e}");
         }
     }
@@ -421,15 +424,7 @@ fn a_stage_read_only_through_views_is_waited_for() {
     assert!(names.contains(&"tma_copy") && names.contains(&"cp_async_pipeline"), "{names:?}");
     for c in &variants {
         for (sq, sk) in [(64, 130), (61, 64)] {
-            let (tensors, want) = inputs(sq, sk, dk, dv);
-            let shapes = [vec![sq, dk], vec![sk, dk], vec![sk, dv], vec![sq, dv]];
-            let tensors = tensors
-                .into_iter()
-                .zip(shapes)
-                .map(|(bytes, shape)| sim::SimTensor { bytes, shape, elem: 2 })
-                .collect();
-            let out = sim::run_interleavings(&c.function, &k, tensors, &[sq as i64, sk as i64], &[scale(dk)], None);
-            let err = rel_l2(&decode(DType::F16, &out[3]), &want);
+            let err = simulated_error(c, &k, (sq, sk, dk, dv));
             assert!(err <= 5e-3, "{} sq={sq} sk={sk}: relative L2 error {err:.3e}", c.schedule);
         }
     }
