@@ -888,20 +888,6 @@ mod tests {
         assert!(!b.iter().any(|s| is(s, &Inst::FenceProxyAsync)), "{b:?}");
     }
 
-    fn local(w: u32) -> Inst {
-        Inst::NamedBarSync { id: LOCAL_BARRIER + w, threads: 128 }
-    }
-    fn count_of(b: &[Stmt], want: &Inst) -> usize {
-        b.iter()
-            .map(|s| match s {
-                Stmt::Inst { inst, .. } => usize::from(inst == want),
-                Stmt::If { then, otherwise, .. } => count_of(then, want) + count_of(otherwise, want),
-                Stmt::For { body, .. } => count_of(body, want),
-                Stmt::Comment(_) => 0,
-            })
-            .sum()
-    }
-
     #[test]
     fn one_warpgroups_dependences_get_its_own_barrier() {
         let (p0, p1) = (Reg(10), Reg(11));
@@ -910,29 +896,29 @@ mod tests {
         // Written and read by warpgroup 0: its barrier, inside its branch.
         let mut b = vec![wg(p0, vec![st(0)]), wg(p0, vec![ld(0)])];
         insert_barriers(&mut b, &options);
-        assert_eq!((count(&b), count_of(&b, &local(0))), (0, 1), "{b:?}");
+        assert_eq!((count(&b), count_inst(&b, &local_bar(0))), (0, 1), "{b:?}");
         let Stmt::If { then, .. } = &b[1] else { panic!("{b:?}") };
-        assert!(matches!(&then[0], Stmt::Inst { inst, .. } if *inst == local(0)), "{b:?}");
+        assert!(matches!(&then[0], Stmt::Inst { inst, .. } if *inst == local_bar(0)), "{b:?}");
         // Written by warpgroup 0, read by warpgroup 1: every thread's, before the branch.
         let mut b = vec![wg(p0, vec![st(0)]), wg(p1, vec![ld(0)])];
         insert_barriers(&mut b, &options);
-        assert_eq!((count(&b), count_of(&b, &local(0))), (1, 0), "{b:?}");
+        assert_eq!((count(&b), count_inst(&b, &local_bar(0))), (1, 0), "{b:?}");
         assert!(is(&b[1], &Inst::BarSync), "{b:?}");
         // Ordered for warpgroup 0 by its barrier, still pending for warpgroup 1.
         let mut b = vec![wg(p0, vec![st(0)]), wg(p0, vec![ld(0)]), wg(p1, vec![ld(0)])];
         insert_barriers(&mut b, &options);
-        assert_eq!((count(&b), count_of(&b, &local(0))), (1, 1), "{b:?}");
+        assert_eq!((count(&b), count_inst(&b, &local_bar(0))), (1, 1), "{b:?}");
         // Without the predicates, the old rule: every thread's barrier.
         let mut b = vec![wg(p0, vec![st(0)]), wg(p0, vec![ld(0)])];
         insert_barriers(&mut b, &Options::default());
-        assert_eq!((count(&b), count_of(&b, &local(0))), (1, 0), "{b:?}");
+        assert_eq!((count(&b), count_inst(&b, &local_bar(0))), (1, 0), "{b:?}");
         // A wgmma of warpgroup 1 retired in its branch: its reads are
         // warpgroup 1's, and warpgroup 0's write needs every thread's barrier.
         let wg_commit = || Stmt::Inst { inst: Inst::WgmmaCommit, guard: None };
         let wg_wait = || Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None };
         let mut b = vec![wg(p1, vec![wgmma(0), wg_commit(), wg_wait()]), wg(p1, vec![st(0)]), wg(p0, vec![st(0)])];
         insert_barriers(&mut b, &options);
-        assert_eq!((count(&b), count_of(&b, &local(1))), (1, 1), "{b:?}");
+        assert_eq!((count(&b), count_inst(&b, &local_bar(1))), (1, 1), "{b:?}");
     }
 
     #[test]

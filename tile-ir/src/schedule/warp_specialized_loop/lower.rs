@@ -916,7 +916,7 @@ impl Lx<'_> {
                         Some(w) => {
                             let cond = x.warpgroup_pred(w);
                             let then = vec![Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None }];
-                            x.cur().push(Stmt::If { cond, negate: false, uniform: false, then, otherwise: vec![] });
+                            x.emit_if(Some(cond), false, then, vec![]);
                         }
                         None => x.emit(Inst::WgmmaWait { pending: 0 }),
                     }
@@ -955,13 +955,7 @@ impl Lx<'_> {
                                 Ok(())
                             })?;
                             let cond = x.warpgroup_pred(w);
-                            x.cur().push(Stmt::If {
-                                cond,
-                                negate: false,
-                                uniform: false,
-                                then: code,
-                                otherwise: vec![],
-                            });
+                            x.emit_if(Some(cond), false, code, vec![]);
                             lazy.push((ci, w));
                         }
                         _ => wait(x, ci),
@@ -985,7 +979,7 @@ impl Lx<'_> {
                             Ok(())
                         })?;
                         let cond = x.warpgroup_pred(w);
-                        x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: vec![], otherwise: waits });
+                        x.emit_if(Some(cond), false, vec![], waits);
                     } else {
                         j += 1;
                     }
