@@ -288,6 +288,15 @@ fn seesaw_warp_specialized_loop() {
         assert!(bad.is_empty(), "{} ({}):\n{}", k.name, ws[0].schedule, bad.join("\n"));
         assert!(r.contains("0 bytes spill stores"), "{r}");
     }
+    // Block 1's P·V issued right behind block 0's (`wsloop_guarded_waits`):
+    // O's rescale between them waits for block 0's only under a vote of the
+    // warpgroup (taken at the jumping keys below, skipped elsewhere), and
+    // block 0's rings are released once only block 1's group is in flight.
+    let behind = |ptx: &str| ptx.contains("bar.red.or.pred") && ptx.contains("wgmma.wait_group.sync.aligned 1;");
+    assert!(behind(&ws[0].ptx), "{}: no P·V issued behind the other", k.name);
+    let off = CompileOptions { wsloop_guarded_waits: false, ..CompileOptions::default() };
+    let o = tile::ir::compile_variants(&k, Target::Sm90a, off).unwrap();
+    assert!(o.iter().all(|c| !behind(&c.ptx)), "{}: the switch changes nothing", k.name);
     run_split(&many_parts(), 13, ("warp_specialized_loop", meta), Default::default(), None);
     let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
     for seed in [None, Some(3)] {

@@ -224,6 +224,18 @@ pub struct CompileOptions {
     /// reader. Off by default (measured: the plain MLA kernel 1.4 % slower
     /// on the H100, the crossed seesaw slower with it); on for experiments.
     pub wsloop_lazy_waits: bool,
+    /// In a warp-specialized consumers' loop, a pending gemm (its wait
+    /// deferred, `wsloop_deferred_waits`) whose accumulator a later nest
+    /// rescales only under a row condition (`if alpha[i] != 1.0 { .. }`)
+    /// is waited for only where a thread of the warpgroup takes that
+    /// condition (a warpgroup vote, `bar.red.or`); and a later gemm of the
+    /// same instructions into the same accumulator is issued behind it
+    /// before its wait (wgmmas into one accumulator run in order), which
+    /// then keeps only the later one in flight (`wgmma.wait_group 1`)
+    /// before releasing the earlier one's rings: MLA's seesaw issues block
+    /// 1's P·V right behind block 0's when the rows' reference maximum has
+    /// not moved. On by default; off for bisecting and A/B runs.
+    pub wsloop_guarded_waits: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128
     /// threads, not of every thread ([`crate::passes::barriers`]). On by
@@ -247,7 +259,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 21] = [
+    pub const SWITCHES: [(&'static str, Switch); 22] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -266,6 +278,7 @@ impl CompileOptions {
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
         ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
         ("wsloop_split_warpgroups", |o| &mut o.wsloop_split_warpgroups),
+        ("wsloop_guarded_waits", |o| &mut o.wsloop_guarded_waits),
         ("warpgroup_barriers", |o| &mut o.warpgroup_barriers),
         ("ring_turns", |o| &mut o.ring_turns),
         ("sunk_barriers", |o| &mut o.sunk_barriers),
@@ -315,6 +328,7 @@ impl Default for CompileOptions {
             wsloop_split_warpgroups: true,
             wsloop_owner_waits: false,
             wsloop_lazy_waits: false,
+            wsloop_guarded_waits: true,
             warpgroup_barriers: true,
             ring_turns: true,
             sunk_barriers: true,

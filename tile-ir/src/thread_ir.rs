@@ -515,6 +515,22 @@ pub enum Inst {
         /// The threads whose arrival completes it (a multiple of 32).
         threads: u32,
     },
+    /// `bar.red.or.pred dst, id, threads, src;`: a barrier over `threads`
+    /// threads (a multiple of 32) that also reduces: `dst` is true in every
+    /// one of them when `src` is true in any. A warpgroup's vote (`id`
+    /// its own barrier, `threads` 128): a condition made uniform over the
+    /// warpgroup, so that a warpgroup-collective instruction
+    /// (`wgmma.wait_group`) may go under it.
+    BarRedOr {
+        /// True in every participating thread when `src` is in any.
+        dst: Reg,
+        /// This thread's vote.
+        src: Reg,
+        /// The barrier (0..=15), the same in every participating thread.
+        id: Operand,
+        /// The threads it waits for (a multiple of 32).
+        threads: u32,
+    },
     /// `exit;`: the thread stops (a warp-specialized producer, done).
     Exit,
     /// `nanosleep.u32 ns;`: the thread sleeps up to `ns` nanoseconds. Its use
@@ -820,6 +836,9 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
         Inst::BarrierSync { id, threads } => format!("barrier.sync {id}, {threads}"),
         Inst::NamedBarArrive { id, threads } => format!("bar.arrive {id}, {threads}"),
+        Inst::BarRedOr { dst, src, id, threads } => {
+            format!("bar.red.or.pred {}, {}, {threads}, {}", f.reg_name(*dst), fmt_operand(f, id), f.reg_name(*src))
+        }
         Inst::Exit => "exit".into(),
         Inst::Nanosleep { ns } => format!("nanosleep.u32 {ns}"),
         Inst::GridDepWait => "griddepcontrol.wait".into(),

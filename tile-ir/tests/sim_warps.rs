@@ -387,3 +387,27 @@ fn barrier_arrivals_count_once_per_warp_and_none_is_left_pending() {
     let msg = failure(&two_groups(vec![], vec![arrive(2, 256)]), None);
     assert!(msg.contains("barrier 2 has arrivals of warps [4, 5, 6, 7] left pending when the block ends"), "{msg}");
 }
+
+/// A warpgroup's vote (`bar.red.or.pred`, `Inst::BarRedOr`) on its own
+/// barrier: every thread of the warpgroup gets the OR of its 128 votes,
+/// the other warpgroup's votes aside, under every interleaving.
+#[test]
+fn a_warpgroup_vote_is_the_or_of_its_threads_alone() {
+    for voter in [5, 200, 1000] {
+        let mut k = K::new(256, 0);
+        let tid = k.tid;
+        let vote = k.tid_is("eq", voter);
+        let wg = k.op_new("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+        let id = k.op_new("add.s32", RegClass::B32, vec![wg.into(), Operand::Imm(4)]);
+        let any = k.reg(RegClass::Pred);
+        k.push(Inst::BarRedOr { dst: any, src: vote, id: id.into(), threads: 128 });
+        let v = k.op_new("selp.b32", RegClass::B32, vec![Operand::Imm(1), Operand::Imm(0), any.into()]);
+        let st = k.store_out(v);
+        k.f.body.push(st);
+        for seed in SEEDS {
+            let out = run(&k.f, seed);
+            let want: Vec<u32> = (0..256).map(|t| (t / 128 == voter / 128) as u32).collect();
+            assert_eq!(out, want, "voter {voter}, {seed:?}");
+        }
+    }
+}

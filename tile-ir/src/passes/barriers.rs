@@ -606,7 +606,11 @@ fn has_barrier(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
         Stmt::Inst { inst, .. } => matches!(
             inst,
-            Inst::BarSync | Inst::NamedBarSync { .. } | Inst::BarrierSync { .. } | Inst::NamedBarArrive { .. }
+            Inst::BarSync
+                | Inst::NamedBarSync { .. }
+                | Inst::BarrierSync { .. }
+                | Inst::NamedBarArrive { .. }
+                | Inst::BarRedOr { .. }
         ),
         Stmt::Comment(_) => false,
         Stmt::If { then, otherwise, .. } => has_barrier(then) || has_barrier(otherwise),

@@ -56,6 +56,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::NamedBarSync { .. }
         | Inst::BarrierSync { .. }
         | Inst::NamedBarArrive { .. }
+        | Inst::BarRedOr { .. }
         | Inst::Exit
         | Inst::Nanosleep { .. }
         | Inst::Printf { .. } => BASE,

@@ -1046,6 +1046,7 @@ impl<'f> Sim<'f> {
             | Inst::WarpBroadcast { .. }
             | Inst::BarSync
             | Inst::NamedBarSync { .. }
+            | Inst::BarRedOr { .. }
             | Inst::Exit
             | Inst::ClusterArrive
             | Inst::ClusterWait

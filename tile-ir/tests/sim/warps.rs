@@ -72,6 +72,9 @@ pub(super) struct WarpSync<'f> {
     /// free once the warpgroup has run it.
     collective: Option<(&'f Stmt, u32)>,
     collective_done: bool,
+    /// The outcome of the `bar.red.or` instance it waited on, handed over
+    /// when the instance completed.
+    vote: Option<bool>,
 }
 
 /// One of the 16 named barriers: the thread count of the current instance
@@ -87,6 +90,8 @@ pub(super) struct NamedBar {
     waiting: Vec<usize>,
     joined: Vec<u32>,
     completed: u64,
+    /// Of a `bar.red.or` instance: whether any arrived thread voted true.
+    any: bool,
     /// The instruction (its statement's address) at which the warps waiting
     /// on this instance with an aligned `bar.sync` wait (reset when it
     /// completes): PTX ISA
@@ -396,6 +401,27 @@ impl<'f> Sim<'f> {
                 self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard))
             }
             Inst::BarrierSync { id, threads } => self.bar_sync(w, *id, Some(*threads), self.guarded(w, mask, guard)),
+            Inst::BarRedOr { dst, src, id, threads } => {
+                let on = self.guarded(w, mask, guard);
+                let ids: Vec<u64> = lanes(on).map(|l| self.val(32 * w + l, id)).collect();
+                assert!(ids.windows(2).all(|p| p[0] == p[1]), "bar.red.or in warp {w} with barrier ids {ids:?}");
+                let id = ids.first().copied().unwrap_or(0) as u32;
+                if !self.sync[w].bar_released && self.sync[w].at_bar.is_none() && on != 0 {
+                    // This warp's arrival: its lanes' votes.
+                    let bi = 16 * self.warp_block(w) + id as usize;
+                    let any = lanes(on).any(|l| self.regs[32 * w + l][src.0 as usize] != 0);
+                    self.bars[bi].any |= any;
+                }
+                self.aligned_at(w, id, s);
+                let step = self.bar_sync(w, id, Some(*threads), on);
+                if matches!(step, Step::Done) && on != 0 {
+                    let any = self.sync[w].vote.take().expect("a completed bar.red.or hands over its outcome");
+                    for l in lanes(on) {
+                        self.regs[32 * w + l][dst.0 as usize] = any as u64;
+                    }
+                }
+                step
+            }
             Inst::NamedBarArrive { id, threads } => self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard)),
             Inst::ClusterArrive => self.cluster_arrive(w, self.guarded(w, mask, guard)),
             Inst::ClusterWait => self.cluster_wait(w, self.guarded(w, mask, guard)),
@@ -586,7 +612,9 @@ impl<'f> Sim<'f> {
         b.aligned_site = None;
         b.completed += 1;
         let (waiting, joined) = (std::mem::take(&mut b.waiting), std::mem::take(&mut b.joined));
+        let any = std::mem::take(&mut b.any);
         for &a in &waiting {
+            self.sync[a].vote = Some(any);
             for (x, j) in self.vc[a].iter_mut().zip(&joined) {
                 *x = (*x).max(*j);
             }
@@ -809,9 +837,10 @@ impl<'f> Sim<'f> {
                         );
                     }
                 }
-                Inst::BarSync | Inst::NamedBarSync { .. } | Inst::BarrierSync { .. } => {
+                Inst::BarSync | Inst::NamedBarSync { .. } | Inst::BarrierSync { .. } | Inst::BarRedOr { .. } => {
                     let id = match inst {
                         Inst::NamedBarSync { id, .. } | Inst::BarrierSync { id, .. } => *id,
+                        Inst::BarRedOr { id, .. } => self.sync[w].at_bar.unwrap_or_else(|| self.val(32 * w, id) as u32),
                         _ => self.f.barrier_threads.is_some() as u32,
                     };
                     let b = &self.bars[16 * self.warp_block(w) + id as usize];

@@ -70,6 +70,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 pub(crate) use divide::Divisors;
+pub(crate) use nest::row_guard_of;
 
 pub(crate) type R<T> = Result<T, CompileError>;
 
@@ -310,6 +311,8 @@ pub(crate) fn lower(
         nest: None,
         tbases: HashMap::new(),
         warpgroup_preds: HashMap::new(),
+        warpgroup_barrier: None,
+        vote_wait: false,
         owned_sets: Vec::new(),
         ldm_bases: HashMap::new(),
         shared_stage: HashMap::new(),
@@ -392,6 +395,15 @@ pub(crate) struct Lx<'a> {
     /// Per warpgroup `w`, the entry code's predicate "this thread is in
     /// warpgroup `w`" (its branches, [`Lx::owner_of`]).
     pub(crate) warpgroup_preds: HashMap<u32, Reg>,
+    /// The entry code's `LOCAL_BARRIER + warpgroup`: each warpgroup's own
+    /// barrier, for its votes ([`Lx::warpgroup_barrier_id`]).
+    pub(crate) warpgroup_barrier: Option<Reg>,
+    /// Set by a schedule for the next parallel nest: a row-guarded nest
+    /// (`if alpha[i] != 1.0 { .. }`) on an accumulator a wgmma may still
+    /// write runs under a warpgroup vote of its tests, `wgmma.wait_group 0`
+    /// first where any thread takes one (`nest.rs`); any other nest waits
+    /// first. Taken (reset) by the nest.
+    pub(crate) vote_wait: bool,
     /// The register sets of fragments that one warpgroup holds
     /// ([`crate::layout::RootLayout::owner`]), and the warpgroups whose
     /// fragments took each: a fragment takes a set of another warpgroup's

@@ -42,8 +42,21 @@ fn row_guard<'b>(k: &Kernel, n: &Nest<'b>) -> Option<(Vec<usize>, &'b Expr, &'b 
     Some((dims, cond, then))
 }
 
+/// The condition of `s`, a nest whose body is one `if` testing some of
+/// its variables only ([`row_guard`]), and the buffers the condition
+/// loads; `None` for any other statement.
+pub(crate) fn row_guard_of<'b>(k: &Kernel, s: &'b TStmt) -> Option<(&'b Expr, Vec<BufferId>)> {
+    let n = crate::passes::layout_infer::parallel_nest(s)?.ok()?;
+    let (_, cond, _) = row_guard(k, &n)?;
+    let mut loads = Vec::new();
+    cond.collect_loads(&mut loads);
+    Some((cond, loads))
+}
+
 impl<'a> Lx<'a> {
     pub(crate) fn lower_nest(&mut self, n: &Nest<'_>) -> R<()> {
+        // A vote asked for by the schedule (`Lx::vote_wait`) is this nest's.
+        let vote = std::mem::take(&mut self.vote_wait);
         let layout = self
             .plan
             .nests
@@ -78,11 +91,16 @@ impl<'a> Lx<'a> {
         if let Some((dims, cond, then)) = row_guard(self.k, n) {
             let regs: Vec<Vec<i64>> = (0..layout.num_regs()).map(|r| layout.unflatten(r)).collect();
             if regs.iter().all(|l| self.valid_pred(&layout, l).is_none()) {
-                let result = self.lower_guarded_nest(n, &layout, primary, &var_regs, &regs, &dims, (cond, then));
+                let guarded = (cond, then);
+                let result = self.lower_guarded_nest(n, &layout, primary, &var_regs, &regs, &dims, guarded, vote);
                 self.nest = None;
                 self.nest_bound = saved_bound;
                 return result;
             }
+        }
+        if vote {
+            // No row test to vote on: the wait the vote would have guarded.
+            self.emit(Inst::WgmmaWait { pending: 0 });
         }
         let mut result = Ok(());
         for r in 0..layout.num_regs() {
@@ -122,6 +140,13 @@ impl<'a> Lx<'a> {
     /// agreeing on those dims, `cond` once (bound at the group's first
     /// register), then the group's iterations of `then` under one branch
     /// (ptxas turns a branch per register into a chain of branches).
+    ///
+    /// `vote`: every group's test first, then a vote of the warpgroup
+    /// (`bar.red.or` on its own barrier) and, where any of its threads
+    /// takes a branch, `wgmma.wait_group 0` and the groups' branches: the
+    /// accumulator the body rescales may still be written by a wgmma in
+    /// flight (a deferred gemm of the warp-specialized loop), which only a
+    /// warpgroup-uniform wait may retire.
     #[allow(clippy::too_many_arguments)]
     fn lower_guarded_nest(
         &mut self,
@@ -132,12 +157,14 @@ impl<'a> Lx<'a> {
         regs: &[Vec<i64>],
         dims: &[usize],
         (cond, then): (&Expr, &[TStmt]),
+        vote: bool,
     ) -> R<()> {
         let mut groups: BTreeMap<Vec<i64>, Vec<&Vec<i64>>> = BTreeMap::new();
         for l in regs {
             groups.entry(dims.iter().map(|&a| l[a]).collect()).or_default().push(l);
         }
         let before = self.errors.len();
+        let mut branches: Vec<(Reg, Vec<Stmt>)> = Vec::new();
         for members in groups.values() {
             let bind = |s: &mut Self, l: &Vec<i64>, only: Option<&[usize]>| {
                 for a in 0..l.len() {
@@ -164,8 +191,28 @@ impl<'a> Lx<'a> {
             if self.errors.len() > before {
                 return Err(self.errors.remove(before));
             }
-            self.emit_if(Some(c), false, body, vec![]);
+            if vote {
+                branches.push((c, body));
+            } else {
+                self.emit_if(Some(c), false, body, vec![]);
+            }
         }
+        if !vote {
+            return Ok(());
+        }
+        let mut any = branches[0].0;
+        for &(c, _) in &branches[1..] {
+            any = self.op("or.pred", RegClass::Pred, vec![any.into(), c.into()]);
+        }
+        let id = self.warpgroup_barrier_id();
+        let taken = self.f.new_reg(RegClass::Pred);
+        self.emit(Inst::BarRedOr { dst: taken, src: any, id: id.into(), threads: 128 });
+        let mut code = vec![Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None }];
+        for (c, body) in branches {
+            code.push(Stmt::If { cond: c, negate: false, uniform: false, then: body, otherwise: vec![] });
+        }
+        // Uniform over the warpgroup (the vote's), so over each warp.
+        self.cur().push(Stmt::If { cond: taken, negate: false, uniform: true, then: code, otherwise: vec![] });
         Ok(())
     }
 }

@@ -135,6 +135,31 @@ impl<'a> Lx<'a> {
     /// the warpgroup index broadcast from lane 0 (`Inst::WarpBroadcast`),
     /// so that ptxas sees the branches on it as warp-uniform (wgmmas in a
     /// branch it takes for divergent are serialized, C7520).
+    /// This thread's warpgroup's own barrier (`LOCAL_BARRIER + w`, the
+    /// barrier pass's for warpgroup `w`'s dependences), computed once in
+    /// the entry code: a warpgroup's vote ([`Inst::BarRedOr`]) syncs only
+    /// its own threads.
+    pub(crate) fn warpgroup_barrier_id(&mut self) -> Reg {
+        if let Some(r) = self.warpgroup_barrier {
+            return r;
+        }
+        let tid = self.tid;
+        let mut id = Reg(0);
+        let code = self.capture(|x| {
+            let wg = x.op("shr.u32", RegClass::B32, vec![tid.into(), Operand::Imm(7)]);
+            let wg = x.warp_uniform(wg);
+            let base = crate::passes::barriers::LOCAL_BARRIER as i64;
+            id = x.op("add.s32", RegClass::B32, vec![wg.into(), Operand::Imm(base)]);
+            Ok(())
+        });
+        match code {
+            Ok(code) => self.push_pro(code),
+            Err(e) => self.errors.push(e),
+        }
+        self.warpgroup_barrier = Some(id);
+        id
+    }
+
     pub(crate) fn warpgroup_pred(&mut self, w: u32) -> Reg {
         if let Some(p) = self.warpgroup_preds.get(&w) {
             return *p;

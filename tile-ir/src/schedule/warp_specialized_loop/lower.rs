@@ -147,6 +147,26 @@
 //! score gemm writes are written while such a gemm is in flight: the
 //! seesaw copies its scores out first.)
 //!
+//! **Guarded waits** ([`crate::CompileOptions::wsloop_guarded_waits`]):
+//! a deferred gemm's accumulator rescaled by a nest under a row test
+//! (`if alpha[i] != 1.0 { acc[(i, j)] = acc[(i, j)] * alpha[i]; }`) and
+//! then accumulated into by a gemm of the same instructions (MLA's seesaw:
+//! O rescaled by block 1's factor between block 0's P·V and block 1's):
+//! ```text
+//! the row tests; vote = bar.red.or (the warpgroup's own barrier) of them
+//! if vote: wgmma.wait_group 0; the rows' rescales  // uniform: the vote's
+//! the later gemm issued, committed                 // behind the pending one
+//! wgmma.wait_group 1; arrive empty_c[st] for the pending gemm's rings
+//! wgmma.wait_group 0; arrive empty_c[st] for the later gemm's rings
+//! ```
+//! `wgmma.wait_group` is warpgroup-collective: the vote makes the wait's
+//! branch uniform over the warpgroup. Where no row moved its maximum
+//! (nearly every block), the later gemm queues on the tensor cores behind
+//! the pending one instead of waiting for it: wgmmas of one shape into
+//! one accumulator run in issue order (PTX ISA, `wgmma.fence`). The
+//! pending gemm's rings are still released only after a wait that
+//! retires it.
+//!
 //! **One loop per warpgroup** ([`crate::CompileOptions::wsloop_split_warpgroups`]):
 //! with two consumer warpgroups and statements of one warpgroup in the body
 //! (plain or persistent), the loop is marked for
@@ -252,6 +272,11 @@ pub(crate) struct WslLowering {
     /// for its stage before their own first statement touching it
     /// ([`crate::CompileOptions::wsloop_lazy_waits`]).
     lazy_waits: bool,
+    /// Whether a row-guarded rescale of a pending gemm's accumulator waits
+    /// only where the warpgroup takes it, and a later gemm into the same
+    /// accumulator issues behind the pending one
+    /// ([`crate::CompileOptions::wsloop_guarded_waits`]).
+    guarded_waits: bool,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -301,6 +326,7 @@ impl WslLowering {
             split_warpgroups: options.wsloop_split_warpgroups,
             owner_waits: options.wsloop_owner_waits,
             lazy_waits: options.wsloop_lazy_waits,
+            guarded_waits: options.wsloop_guarded_waits,
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
             both: options.ping_pong_lookahead,
@@ -935,7 +961,23 @@ impl Lx<'_> {
                     continue;
                 }
                 let due = x.wsl_due(wl, body, &mut pending, s, owner_local)?;
-                retire(x, due);
+                // A plain gemm's place: its own wait after its issue.
+                let plain = pieces.iter().flatten().all(|p| p.gemm != i)
+                    && late.as_ref().is_none_or(|l| l.last != i && l.after != i)
+                    && !chained.contains(&i)
+                    && after_chain.is_empty();
+                let guarded = if wl.guarded_waits { x.wsl_guarded(body, &due, s, plain)? } else { Guarded::No };
+                // Pending gemms the gemm `s` issues behind (retired after its issue).
+                let mut behind = Vec::new();
+                match guarded {
+                    Guarded::No => retire(x, due),
+                    Guarded::Vote => {
+                        pending.extend(due);
+                        pending.sort_by_key(|p| p.gemm);
+                        x.vote_wait = true;
+                    }
+                    Guarded::Behind => behind = due,
+                }
                 let owner = x.owner_of(s)?;
                 for ci in (0..copies.len()).filter(|&ci| first(ci) == Some(i)) {
                     // A ring first read by one warpgroup's statement, read
@@ -995,6 +1037,7 @@ impl Lx<'_> {
                     && after_chain.is_empty()
                     && late.as_ref().is_none_or(|l| l.after != i)
                     && Some(i) != last_stmt
+                    && behind.is_empty()
                     && x.wsl_deferrable(s, owner_local)?;
                 if deferred {
                     match x.capture(|y| y.stmt(s)) {
@@ -1037,8 +1080,29 @@ impl Lx<'_> {
                         Ok(code) => x.cur().extend(code),
                         Err(e) => x.errors.push(e),
                     }
+                } else if !behind.is_empty() {
+                    // Issued behind the pending gemms into its accumulator
+                    // (ordered after them), which are then retired but for
+                    // its own groups, and their rings released.
+                    match x.capture(|y| y.stmt(s)) {
+                        Ok(code) => {
+                            let commits = count_commits(&code);
+                            x.cur().extend(without_final_wait(code));
+                            x.emit(Inst::WgmmaWait { pending: commits });
+                            for p in std::mem::take(&mut behind) {
+                                for ci in p.rings {
+                                    release(x, ci);
+                                }
+                            }
+                            x.emit(Inst::WgmmaWait { pending: 0 });
+                        }
+                        Err(e) => x.errors.push(e),
+                    }
                 } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
+                }
+                if std::mem::take(&mut x.vote_wait) {
+                    return Err(x.err("internal: a guarded rescale was not lowered as a parallel nest"));
                 }
                 // A stage released here may still be read by a pending gemm
                 // of another warpgroup (a view of it): that one is retired
@@ -1285,6 +1349,56 @@ impl Lx<'_> {
         })
     }
 
+    /// How statement `s` may run with the pending gemms `due` it needs
+    /// retired still in flight ([`crate::CompileOptions::wsloop_guarded_waits`];
+    /// every one a gemm of every consumer, and `s` too):
+    /// - [`Guarded::Vote`]: `s` is a nest whose body is one row test
+    ///   (`if alpha[i] != 1.0 { acc[(i, j)] = .. }`, `nest.rs`'s `row_guard`)
+    ///   that needs them only for their accumulators' registers: it waits
+    ///   only where a thread of its warpgroup takes the test, and they stay
+    ///   pending;
+    /// - [`Guarded::Behind`]: `s` is a gemm on wgmma accumulating (no
+    ///   `clear`) into the accumulator of every one of them with the same
+    ///   instructions, both operands in shared memory, lowered in its own
+    ///   place (`plain`: not pieced, chained, or the late gemm's): wgmmas
+    ///   into one accumulator of one shape run in issue order (PTX ISA,
+    ///   `wgmma.fence`), so it issues before they are retired.
+    fn wsl_guarded(&self, body: &[TStmt], due: &[Pending], s: &TStmt, plain: bool) -> R<Guarded> {
+        if due.is_empty() || due.iter().any(|p| p.owner.is_some()) || self.owner_of(s)?.is_some() {
+            return Ok(Guarded::No);
+        }
+        let gemm = |t: &TStmt| match &t.kind {
+            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, clear, .. } => {
+                Some((*a, *b, *c, *clear, self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy)))
+            }
+            _ => None,
+        };
+        let shape = |g: &crate::hopper::WgmmaGemm| (g.m, g.n, g.ab, g.warpgroups, g.col_groups, g.insts.clone());
+        if let Some((a, b, c, clear, plan)) = gemm(s) {
+            let shared = |x: BufferId| self.k.buffer(x).scope == crate::ir::Scope::Shared;
+            let Some(plan) = plan.filter(|_| plain && !clear && shared(a) && shared(b)) else {
+                return Ok(Guarded::No);
+            };
+            let same = due.iter().all(|p| {
+                gemm(&body[p.gemm])
+                    .is_some_and(|(_, _, pc, _, pp)| pc == c && pp.is_some_and(|q| shape(&q) == shape(&plan)))
+            });
+            return Ok(if same { Guarded::Behind } else { Guarded::No });
+        }
+        let Some((_, loads)) = crate::passes::lower::row_guard_of(self.k, s) else {
+            return Ok(Guarded::No);
+        };
+        for p in due {
+            let Some((a, b, c, _, _)) = gemm(&body[p.gemm]) else { return Ok(Guarded::No) };
+            let acc = self.frags.get(&c).cloned().unwrap_or_default();
+            let shares = |f: &BufferId| self.frags.get(f).is_some_and(|r| r.iter().any(|x| acc.contains(x)));
+            if touches_memory(self.k, s, a).1 || touches_memory(self.k, s, b).1 || loads.iter().any(shares) {
+                return Ok(Guarded::No);
+            }
+        }
+        Ok(Guarded::Vote)
+    }
+
     /// The body's last gemm to leave in flight across the back-edge (see
     /// the module doc, "The last gemm's wait"), when the loop allows it:
     /// its first statement (copies and scalar `let`s aside) is a gemm on wgmma, possibly the
@@ -1476,6 +1590,29 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
         *then = without_final_wait(std::mem::take(then));
     }
     code
+}
+
+/// The `wgmma.commit_group`s of `code` (recursively).
+fn count_commits(code: &[Stmt]) -> u32 {
+    code.iter()
+        .map(|s| match s {
+            Stmt::Inst { inst: Inst::WgmmaCommit, .. } => 1,
+            Stmt::Inst { .. } | Stmt::Comment(_) => 0,
+            Stmt::If { then, otherwise, .. } => count_commits(then).max(count_commits(otherwise)),
+            Stmt::For { body, .. } => count_commits(body),
+        })
+        .sum()
+}
+
+/// How a statement goes on with the pending gemms it needs retired
+/// ([`Lx::wsl_guarded`]).
+enum Guarded {
+    /// They are retired before it.
+    No,
+    /// It waits only where its warpgroup takes its row test; they stay pending.
+    Vote,
+    /// It is a gemm into their accumulator, issued before they are retired.
+    Behind,
 }
 
 /// A gemm of the consumers' loop body whose wait is left for later.
