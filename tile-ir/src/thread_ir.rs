@@ -590,6 +590,19 @@ pub enum WgmmaA {
 pub const TENSOR_MAP_PARAM: &str = ".tensormap";
 
 impl Inst {
+    /// Whether this is a barrier instruction (named or not, arriving or
+    /// waiting, reducing or not).
+    pub fn is_barrier(&self) -> bool {
+        matches!(
+            self,
+            Inst::BarSync
+                | Inst::NamedBarSync { .. }
+                | Inst::BarrierSync { .. }
+                | Inst::NamedBarArrive { .. }
+                | Inst::BarRedOr { .. }
+        )
+    }
+
     /// The PTX opcode of an instruction, with the modifiers that decide
     /// what it needs (for error messages; [`crate::target::isa`]).
     pub fn opcode(&self) -> String {

@@ -604,14 +604,7 @@ fn count_inst(body: &[Stmt], want: &Inst) -> usize {
 /// Whether `body` has a barrier instruction (a sunk barrier may not pass it).
 fn has_barrier(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::Inst { inst, .. } => matches!(
-            inst,
-            Inst::BarSync
-                | Inst::NamedBarSync { .. }
-                | Inst::BarrierSync { .. }
-                | Inst::NamedBarArrive { .. }
-                | Inst::BarRedOr { .. }
-        ),
+        Stmt::Inst { inst, .. } => inst.is_barrier(),
         Stmt::Comment(_) => false,
         Stmt::If { then, otherwise, .. } => has_barrier(then) || has_barrier(otherwise),
         Stmt::For { body, .. } => has_barrier(body),

@@ -227,15 +227,15 @@ impl WslLowering {
     /// warpgroups may run a gemm apart).
     pub(super) fn blocks_ping_pong(s: &Stmt) -> bool {
         match s {
-            Stmt::Inst { inst, .. } => matches!(
-                inst,
-                Inst::BarSync
-                    | Inst::NamedBarSync { .. }
-                    | Inst::NamedBarArrive { .. }
-                    | Inst::CpAsync { .. }
-                    | Inst::St { space: crate::thread_ir::Space::Shared, .. }
-                    | Inst::AtomAdd { space: crate::thread_ir::Space::Shared, .. }
-            ),
+            Stmt::Inst { inst, .. } => {
+                inst.is_barrier()
+                    || matches!(
+                        inst,
+                        Inst::CpAsync { .. }
+                            | Inst::St { space: crate::thread_ir::Space::Shared, .. }
+                            | Inst::AtomAdd { space: crate::thread_ir::Space::Shared, .. }
+                    )
+            }
             Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(Self::blocks_ping_pong),
             Stmt::For { body, .. } => body.iter().any(Self::blocks_ping_pong),
             Stmt::Comment(_) => false,
