@@ -88,7 +88,19 @@ fn run_on(c: &Case, seed: u64, schedule: &str, blocks: Option<u32>, keys: Option
 fn run_split(
     c: &Case,
     seed: u64,
+    split: (&str, &'static tile::KernelMeta),
+    opts: sim::RunOptions,
+    keys: Option<&dyn Fn(usize, usize) -> f64>,
+) {
+    run_split_with(c, seed, split, CompileOptions::default(), opts, keys)
+}
+
+/// [`run_split`] with the split kernel compiled with `options`.
+fn run_split_with(
+    c: &Case,
+    seed: u64,
     (schedule, split): (&str, &'static tile::KernelMeta),
+    options: CompileOptions,
     opts: sim::RunOptions,
     keys: Option<&dyn Fn(usize, usize) -> f64>,
 ) {
@@ -131,7 +143,10 @@ fn run_split(
     assert_eq!(begin, host_begin, "{c:?}: device chunk_begin");
     assert_eq!(order, mla::tile_order(&host_chunks), "{c:?}: device order");
 
-    let (k, v) = compiled(split);
+    let (k, mut v) = compiled(split);
+    if options != CompileOptions::default() {
+        v = tile::ir::compile_variants(&k, Target::Sm90a, options).unwrap();
+    }
     let split = v.iter().find(|v| v.schedule == schedule).unwrap_or_else(|| panic!("no {schedule} variant"));
     let cache: Vec<f16> = x.cache.to_vec(&st).unwrap();
     let table: Vec<i32> = x.block_table.to_vec(&st).unwrap();
@@ -288,15 +303,6 @@ fn seesaw_warp_specialized_loop() {
         assert!(bad.is_empty(), "{} ({}):\n{}", k.name, ws[0].schedule, bad.join("\n"));
         assert!(r.contains("0 bytes spill stores"), "{r}");
     }
-    // Block 1's P·V issued right behind block 0's (`wsloop_guarded_waits`):
-    // O's rescale between them waits for block 0's only under a vote of the
-    // warpgroup (taken at the jumping keys below, skipped elsewhere), and
-    // block 0's rings are released once only block 1's group is in flight.
-    let behind = |ptx: &str| ptx.contains("bar.red.or.pred") && ptx.contains("wgmma.wait_group.sync.aligned 1;");
-    assert!(behind(&ws[0].ptx), "{}: no P·V issued behind the other", k.name);
-    let off = CompileOptions { wsloop_guarded_waits: false, ..CompileOptions::default() };
-    let o = tile::ir::compile_variants(&k, Target::Sm90a, off).unwrap();
-    assert!(o.iter().all(|c| !behind(&c.ptx)), "{}: the switch changes nothing", k.name);
     run_split(&many_parts(), 13, ("warp_specialized_loop", meta), Default::default(), None);
     let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
     for seed in [None, Some(3)] {
@@ -305,6 +311,38 @@ fn seesaw_warp_specialized_loop() {
     }
     let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
     run_split(&c, 31, ("warp_specialized_loop", meta), Default::default(), Some(&mla::jumping_keys(true)));
+}
+
+/// The seesaw with block 1's P·V issued right behind block 0's
+/// (`wsloop_guarded_waits`, an experiment until timed): O's rescale between
+/// them waits for block 0's only under a vote of the warpgroup (taken at the
+/// jumping keys, where block 1 moves the rows' maximum, skipped elsewhere),
+/// and block 0's rings are released once only block 1's group is in flight.
+/// ptxas assembles it without serialized wgmmas, injected waits or spills;
+/// the default build has none of it.
+#[test]
+fn seesaw_guarded_waits_warp_specialized_loop() {
+    let meta = mla::mla_split_seesaw::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    let on = CompileOptions::default().with_on("wsloop_guarded_waits").unwrap();
+    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+    let behind = |ptx: &str| ptx.contains("bar.red.or.pred") && ptx.contains("wgmma.wait_group.sync.aligned 1;");
+    assert!(v.iter().all(|c| !behind(&c.ptx)), "{}: the default issues P·V behind the other", k.name);
+    let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    assert!(behind(&ws.ptx), "{}: no P·V issued behind the other", k.name);
+    if let Some(r) = ptxas::assemble(&k.name, &ws.ptx, "sm_90a") {
+        let bad: Vec<&str> =
+            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+        assert!(bad.is_empty(), "{} (guarded waits):\n{}", k.name, bad.join("\n"));
+        assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+    let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
+    for seed in [None, Some(7)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split_with(&c, 31, ("warp_specialized_loop", meta), on, opts, Some(&mla::jumping_keys(true)));
+    }
+    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
+    run_split_with(&c, 5, ("warp_specialized_loop", meta), on, Default::default(), None);
 }
 
 #[test]

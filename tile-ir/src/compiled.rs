@@ -234,7 +234,9 @@ pub struct CompileOptions {
     /// then keeps only the later one in flight (`wgmma.wait_group 1`)
     /// before releasing the earlier one's rings: MLA's seesaw issues block
     /// 1's P·V right behind block 0's when the rows' reference maximum has
-    /// not moved. On by default; off for bisecting and A/B runs.
+    /// not moved. Off by default until timed on the GPU (correct on the
+    /// simulator and through ptxas, BENCHMARKS.md session 32); on for
+    /// experiments (`TILE_OPTIONS_ON`).
     pub wsloop_guarded_waits: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128
@@ -259,7 +261,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 22] = [
+    pub const SWITCHES: [(&'static str, Switch); 21] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -278,26 +280,50 @@ impl CompileOptions {
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
         ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
         ("wsloop_split_warpgroups", |o| &mut o.wsloop_split_warpgroups),
-        ("wsloop_guarded_waits", |o| &mut o.wsloop_guarded_waits),
         ("warpgroup_barriers", |o| &mut o.warpgroup_barriers),
         ("ring_turns", |o| &mut o.ring_turns),
         ("sunk_barriers", |o| &mut o.sunk_barriers),
+    ];
+
+    /// The experiments a build can turn on (`TILE_OPTIONS_ON`), by name:
+    /// the transformations off by default, each with its option.
+    pub const EXPERIMENTS: [(&'static str, Switch); 5] = [
+        ("tma_copies", |o| &mut o.tma_copies),
+        ("wsloop_one_warpgroup", |o| &mut o.wsloop_one_warpgroup),
+        ("wsloop_owner_waits", |o| &mut o.wsloop_owner_waits),
+        ("wsloop_lazy_waits", |o| &mut o.wsloop_lazy_waits),
+        ("wsloop_guarded_waits", |o| &mut o.wsloop_guarded_waits),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
     /// from [`CompileOptions::SWITCHES`]) off: `TILE_OPTIONS_OFF`, to
     /// bisect a wrong answer or compare a transformation's speed with the
     /// same source. Errors name the first unknown switch.
-    pub fn with_off(mut self, spec: &str) -> Result<CompileOptions, String> {
+    pub fn with_off(self, spec: &str) -> Result<CompileOptions, String> {
+        self.with(spec, false)
+    }
+
+    /// These options with the experiments named in `spec` (comma-separated,
+    /// from [`CompileOptions::EXPERIMENTS`]) on: `TILE_OPTIONS_ON`, to time
+    /// a transformation not yet on by default against the default build.
+    /// Errors name the first unknown experiment.
+    pub fn with_on(self, spec: &str) -> Result<CompileOptions, String> {
+        self.with(spec, true)
+    }
+
+    fn with(mut self, spec: &str, on: bool) -> Result<CompileOptions, String> {
+        let (table, var, what) = if on {
+            (&Self::EXPERIMENTS[..], "TILE_OPTIONS_ON", "experiment")
+        } else {
+            (&Self::SWITCHES[..], "TILE_OPTIONS_OFF", "switch")
+        };
         for name in spec.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let Some((_, field)) = Self::SWITCHES.iter().find(|(n, _)| *n == name) else {
-                let names: Vec<&str> = Self::SWITCHES.iter().map(|(n, _)| *n).collect();
-                return Err(format!(
-                    "TILE_OPTIONS_OFF names an unknown switch `{name}`; the switches are {}",
-                    names.join(", ")
-                ));
+            let Some((_, field)) = table.iter().find(|(n, _)| *n == name) else {
+                let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
+                let plural = if on { "experiments" } else { "switches" };
+                return Err(format!("{var} names an unknown {what} `{name}`; the {plural} are {}", names.join(", ")));
             };
-            *field(&mut self) = false;
+            *field(&mut self) = on;
         }
         Ok(self)
     }
@@ -328,7 +354,7 @@ impl Default for CompileOptions {
             wsloop_split_warpgroups: true,
             wsloop_owner_waits: false,
             wsloop_lazy_waits: false,
-            wsloop_guarded_waits: true,
+            wsloop_guarded_waits: false,
             warpgroup_barriers: true,
             ring_turns: true,
             sunk_barriers: true,
@@ -437,5 +463,25 @@ mod tests {
         }
         let e = d.with_off("ping_pong,pingpong").unwrap_err();
         assert!(e.contains("`pingpong`") && e.contains("late_last_wait"), "{e}");
+    }
+
+    #[test]
+    fn experiments_turn_on_by_name() {
+        let d = CompileOptions::default();
+        assert_eq!(d.with_on("").unwrap(), d);
+        // Every experiment names an option that is off by default and turns it on.
+        for (name, _) in CompileOptions::EXPERIMENTS {
+            let o = d.with_on(name).unwrap();
+            assert_ne!(o, d, "{name}");
+            assert_eq!(o.with_on(name).unwrap(), o, "{name}");
+            assert!(CompileOptions::SWITCHES.iter().all(|(n, _)| *n != name), "{name} is both");
+        }
+        let o = d.with_on("wsloop_guarded_waits").unwrap();
+        assert!(o.wsloop_guarded_waits && !d.wsloop_guarded_waits);
+        let e = d.with_on("ping_pong").unwrap_err();
+        assert!(
+            e.contains("TILE_OPTIONS_ON") && e.contains("`ping_pong`") && e.contains("wsloop_guarded_waits"),
+            "{e}"
+        );
     }
 }

@@ -109,7 +109,8 @@ pub(crate) struct BuildEnv {
     /// content and reused (`ptxas.rs`).
     pub ptxas_cache: Option<PathBuf>,
     /// The compiler's options: the defaults less the switches
-    /// `TILE_OPTIONS_OFF` names (or why it names one that does not exist).
+    /// `TILE_OPTIONS_OFF` names, with the experiments `TILE_OPTIONS_ON`
+    /// names (or why one names something that does not exist).
     pub options: Result<CompileOptions, String>,
 }
 
@@ -120,7 +121,9 @@ impl BuildEnv {
             dump: non_empty_env("TILE_DUMP").map(PathBuf::from),
             ptxas: non_empty_env("TILE_PTXAS"),
             ptxas_cache: non_empty_env("TILE_PTXAS_CACHE").map(PathBuf::from),
-            options: CompileOptions::default().with_off(&non_empty_env("TILE_OPTIONS_OFF").unwrap_or_default()),
+            options: CompileOptions::default()
+                .with_off(&non_empty_env("TILE_OPTIONS_OFF").unwrap_or_default())
+                .and_then(|o| o.with_on(&non_empty_env("TILE_OPTIONS_ON").unwrap_or_default())),
         }
     }
 
