@@ -70,7 +70,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 pub(crate) use divide::Divisors;
-pub(crate) use nest::row_guard_of;
+pub(crate) use nest::row_guard_loads;
 
 pub(crate) type R<T> = Result<T, CompileError>;
 

@@ -42,15 +42,15 @@ fn row_guard<'b>(k: &Kernel, n: &Nest<'b>) -> Option<(Vec<usize>, &'b Expr, &'b 
     Some((dims, cond, then))
 }
 
-/// The condition of `s`, a nest whose body is one `if` testing some of
-/// its variables only ([`row_guard`]), and the buffers the condition
-/// loads; `None` for any other statement.
-pub(crate) fn row_guard_of<'b>(k: &Kernel, s: &'b TStmt) -> Option<(&'b Expr, Vec<BufferId>)> {
+/// The buffers the condition of `s` loads, when `s` is a nest whose body
+/// is one `if` testing some of its variables only ([`row_guard`]); `None`
+/// for any other statement.
+pub(crate) fn row_guard_loads(k: &Kernel, s: &TStmt) -> Option<Vec<BufferId>> {
     let n = crate::passes::layout_infer::parallel_nest(s)?.ok()?;
     let (_, cond, _) = row_guard(k, &n)?;
     let mut loads = Vec::new();
     cond.collect_loads(&mut loads);
-    Some((cond, loads))
+    Some(loads)
 }
 
 impl<'a> Lx<'a> {
@@ -197,10 +197,9 @@ impl<'a> Lx<'a> {
                 self.emit_if(Some(c), false, body, vec![]);
             }
         }
-        if !vote {
+        let Some(&(mut any, _)) = branches.first().filter(|_| vote) else {
             return Ok(());
-        }
-        let mut any = branches[0].0;
+        };
         for &(c, _) in &branches[1..] {
             any = self.op("or.pred", RegClass::Pred, vec![any.into(), c.into()]);
         }

@@ -1385,7 +1385,7 @@ impl Lx<'_> {
             });
             return Ok(if same { Guarded::Behind } else { Guarded::No });
         }
-        let Some((_, loads)) = crate::passes::lower::row_guard_of(self.k, s) else {
+        let Some(loads) = crate::passes::lower::row_guard_loads(self.k, s) else {
             return Ok(Guarded::No);
         };
         for p in due {
