@@ -1086,9 +1086,10 @@ impl Lx<'_> {
                     // its own groups, and their rings released.
                     match x.capture(|y| y.stmt(s)) {
                         Ok(code) => {
-                            let commits = count_commits(&code);
+                            // (Every consumer's gemm: no warpgroup branches.)
+                            let commits = insts_of(&code).iter().filter(|i| matches!(i, Inst::WgmmaCommit)).count();
                             x.cur().extend(without_final_wait(code));
-                            x.emit(Inst::WgmmaWait { pending: commits });
+                            x.emit(Inst::WgmmaWait { pending: commits as u32 });
                             for p in std::mem::take(&mut behind) {
                                 for ci in p.rings {
                                     release(x, ci);
@@ -1590,18 +1591,6 @@ pub(super) fn without_final_wait(mut code: Vec<Stmt>) -> Vec<Stmt> {
         *then = without_final_wait(std::mem::take(then));
     }
     code
-}
-
-/// The `wgmma.commit_group`s of `code` (recursively).
-fn count_commits(code: &[Stmt]) -> u32 {
-    code.iter()
-        .map(|s| match s {
-            Stmt::Inst { inst: Inst::WgmmaCommit, .. } => 1,
-            Stmt::Inst { .. } | Stmt::Comment(_) => 0,
-            Stmt::If { then, otherwise, .. } => count_commits(then).max(count_commits(otherwise)),
-            Stmt::For { body, .. } => count_commits(body),
-        })
-        .sum()
 }
 
 /// How a statement goes on with the pending gemms it needs retired
