@@ -456,6 +456,44 @@ mod sig;
 ///   gemm(&q_s, &k_s.t(), &mut s).clear().policy(Warpgroup(0));
 ///   ```
 ///
+/// # Helpers
+/// Work done the same way on different buffers is written once, as a
+/// closure bound by `let`, and called as a statement; each call is
+/// inlined, so it compiles to exactly what its body written out at the call
+/// compiles to.
+/// ```ignore
+/// let softmax = |s, m, l: &mut _, scale: f32| {
+///     reduce_max(&s, &mut m, 1);
+///     for (i, j) in parallel((64, 64)) {
+///         s[(i, j)] = exp2((s[(i, j)] - m[i]) * scale);
+///     }
+///     reduce_sum(&s, &mut l, 1);
+/// };
+/// softmax(&mut s0, &mut m0, &mut l0, scale);
+/// softmax(&mut s1, &mut m1, &mut l1, scale);
+/// ```
+/// - **Parameters.** A name (`x`, `mut x`), optionally typed: `x: f32` (a
+///   scalar of that type), `s: &mut _` or `q: &_` (a buffer the caller
+///   passes by `&mut` or by either reference); `_` or no type takes what
+///   the call passes.
+/// - **Arguments.** `&buf` or `&mut buf` (a shared, fragment or local
+///   buffer, a view or a tensor parameter) makes the parameter another name
+///   of that buffer: the body uses it as it would the buffer (`&s`,
+///   `&mut s`, `s[i]`, `gemm(&p, &kv, ..)`). Writing through a parameter
+///   passed as `&buf` is an error. Anything else is a scalar value,
+///   evaluated once at the call (a variable that cannot change is passed as
+///   itself); a `mut x` parameter is a copy the body may change.
+/// - **Captures.** The body sees what is visible where the helper is
+///   defined (as a Rust closure: a name shadowed later does not change
+///   it), the kernel's constants and type parameters; it reads and writes
+///   what it captures when it is called. Buffers it declares are new at
+///   each call (each call's own registers or shared memory).
+/// - **Rules.** A call is a statement (a helper returns nothing: results go
+///   into buffer parameters); a helper may call helpers defined before it,
+///   not itself; one inside a `parallel` loop may contain only what such a
+///   loop may. No `move`, `async`, `const` or return type. A helper never
+///   called is an error: its body would be neither compiled nor checked.
+///
 /// Who checks what: this macro checks syntax, names (with "did you mean"),
 /// literal types, statement placement and the argument kinds of tile
 /// operations, at the tokens at fault; the typing and shape rules of the IR

@@ -86,6 +86,7 @@ impl Lowerer<'_> {
             }
             None => Err(self.unknown_name(ident)),
             Some(Binding::Poisoned) => Err(Reported),
+            Some(Binding::Helper(_)) => Err(self.helper_misused(ident)),
             Some(Binding::Buffer(b)) => Err(self.errors.at(
                 ident.span(),
                 format!(
@@ -137,8 +138,12 @@ impl Lowerer<'_> {
                     .errors
                     .at(ident.span(), format!("`{name}` is a scalar; only buffers and tensors can be indexed")))
             }
+            Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
             None => return Err(self.unknown_name(ident)),
         };
+        if write && self.is_read_only_alias(&name) {
+            return Err(self.read_only_alias(ident));
+        }
         let buffer = self.k.buffer(buf).clone();
         if write && buffer.scope == Scope::Global && !buffer.mutable {
             return Err(self.read_only(ident));

@@ -379,6 +379,7 @@ impl Lowerer<'_> {
             Some(Binding::Var { .. }) => {
                 return Err(self.errors.spanned(recv, format!("`{recv}` is a scalar, not a shared buffer; {usage}")))
             }
+            Some(Binding::Helper(_)) => return Err(self.helper_misused(recv)),
             None => return Err(self.unknown_name(recv)),
         };
         let b = self.k.buffer(buf).clone();

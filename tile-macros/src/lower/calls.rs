@@ -31,6 +31,9 @@ impl Lowerer<'_> {
             ));
         };
         let name = name_ident.to_string();
+        if let Some(Binding::Helper(h)) = self.lookup_quiet(&name) {
+            return self.helper_call(h, call, modifiers, out);
+        }
         let span = self.span_id(whole);
         let collective =
             matches!(name.as_str(), "copy" | "fill" | "clear" | "reduce_max" | "reduce_sum" | "reduce_min" | "barrier");
@@ -412,6 +415,7 @@ impl Lowerer<'_> {
             Some(Binding::Var { .. }) => {
                 return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar; `{op}` works on buffers")))
             }
+            Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
             None => return Err(self.unknown_name(ident)),
         };
         if !matches!(e, SynExpr::Reference(_)) {
@@ -425,6 +429,9 @@ impl Lowerer<'_> {
         }
         if write && !mutable {
             return Err(self.errors.spanned(e, format!("`{op}` writes this buffer: pass it as `&mut {ident}`")));
+        }
+        if write && self.is_read_only_alias(&ident.to_string()) {
+            return Err(self.read_only_alias(ident));
         }
         if self.k.buffer(buf).scope == Scope::Global {
             return Err(self.errors.at(
@@ -451,8 +458,12 @@ impl Lowerer<'_> {
                     Some(Binding::Var { .. }) => {
                         return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar, not a tensor")))
                     }
+                    Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
                     None => return Err(self.unknown_name(ident)),
                 };
+                if dst && self.is_read_only_alias(&ident.to_string()) {
+                    return Err(self.read_only_alias(ident));
+                }
                 let b = self.k.buffer(buf).clone();
                 if b.scope != Scope::Global {
                     return Err(self.errors.spanned(
@@ -543,8 +554,12 @@ impl Lowerer<'_> {
                             .errors
                             .at(ident.span(), format!("`{ident}` is a scalar; `copy` moves buffers and tensor tiles")))
                     }
+                    Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
                     None => return Err(self.unknown_name(ident)),
                 };
+                if dst && self.is_read_only_alias(&ident.to_string()) {
+                    return Err(self.read_only_alias(ident));
+                }
                 if dst && r.mutability.is_none() {
                     return Err(self
                         .errors

@@ -124,6 +124,7 @@ impl Lowerer<'_> {
                         Err(self.errors.at(ident.span(), msg))
                     }
                     Some(Binding::Poisoned) => Err(Reported),
+                    Some(Binding::Helper(_)) => Err(self.helper_misused(ident)),
                     None => match self.consts.get(&name) {
                         Some(v) => Ok(Val::Int(*v)),
                         None => Err(self.unknown_name(ident)),
@@ -233,6 +234,9 @@ impl Lowerer<'_> {
                 .errors
                 .spanned(&*c.func, "unsupported call: a kernel calls math functions by their plain name (`exp2(x)`)"));
         };
+        if let Some(Binding::Helper(_)) = self.lookup_quiet(&ident.to_string()) {
+            return Err(self.helper_misused(ident));
+        }
         let args: Vec<&SynExpr> = c.args.iter().collect();
         self.math(ident, &args, c)
     }

@@ -185,6 +185,7 @@ impl Lowerer<'_> {
             Some(Binding::Var { .. }) => {
                 return Err(self.errors.at(ident.span(), format!("`{ident}` is a scalar; `gemm` multiplies buffers")))
             }
+            Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
             None => return Err(self.unknown_name(ident)),
         };
         let b = self.k.buffer(buf).clone();

@@ -36,6 +36,7 @@ mod calls;
 mod expr;
 mod gemm;
 mod grid;
+mod helpers;
 mod loops;
 mod stmt;
 mod syntax;
@@ -197,10 +198,13 @@ pub(crate) fn lower_instance(
         swizzle_at: None,
         used_buffers: Default::default(),
         annotated_at: HashMap::new(),
+        helpers: Vec::new(),
+        read_only_aliases: Vec::new(),
     };
     lowerer.params(sig);
     lowerer.at_kernel_start = true;
     let body = lowerer.block(&sig.body.stmts);
+    lowerer.uncalled_helpers();
     lowerer.k.body = body;
     let (kernel, spans) = (lowerer.k, lowerer.spans);
     if !errors.is_empty() {
@@ -234,6 +238,8 @@ enum Binding {
         depth: u32,
     },
     Buffer(BufferId),
+    /// A helper (`let name = |..| ..;`): its index in `Lowerer::helpers`.
+    Helper(usize),
     /// Its declaration failed (already reported): uses are silent errors.
     Poisoned,
 }
@@ -311,10 +317,16 @@ struct Lowerer<'e> {
     used_buffers: std::cell::RefCell<std::collections::HashSet<BufferId>>,
     /// Where each buffer's `annotate_layout(..)` is.
     annotated_at: HashMap<BufferId, Span>,
+    /// The helpers defined so far (`helpers.rs`), by `Binding::Helper`.
+    helpers: Vec<helpers::Helper>,
+    /// Names that are buffers a helper took as `&buf` (read-only there).
+    read_only_aliases: Vec<String>,
 }
 
 impl Lowerer<'_> {
     pub(super) fn bind(&mut self, name: &Ident, binding: Binding) {
+        // A new binding shadows a helper's read-only alias of that name.
+        self.read_only_aliases.retain(|n| name != n);
         if let Some(scope) = self.scopes.last_mut() {
             scope.push((name.to_string(), binding));
         }

@@ -66,6 +66,9 @@ impl Lowerer<'_> {
                 }
             }
         }
+        if let SynExpr::Closure(c) = value {
+            return self.helper_decl(local, c);
+        }
         if let SynExpr::MethodCall(m) = value {
             if m.method == "view" {
                 return self.view_decl(local, m);
@@ -149,7 +152,11 @@ impl Lowerer<'_> {
             SynExpr::Call(c) => self.call_stmt(c, &[], e, out),
             SynExpr::MethodCall(m) => match &*m.receiver {
                 SynExpr::Call(c)
-                    if call_name(c).is_some_and(|n| n == "print" || n.to_string().starts_with("reduce_")) =>
+                    if call_name(c).is_some_and(|n| {
+                        n == "print"
+                            || n.to_string().starts_with("reduce_")
+                            || matches!(self.lookup_quiet(&n.to_string()), Some(Binding::Helper(_)))
+                    }) =>
                 {
                     self.call_stmt(c, &[m], e, out)
                 }

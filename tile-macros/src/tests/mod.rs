@@ -12,6 +12,7 @@ mod expand;
 mod fuzz;
 mod gemm;
 mod generic;
+mod helpers;
 mod lowering;
 
 use crate::diag::Errors;
