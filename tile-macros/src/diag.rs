@@ -42,6 +42,11 @@ impl Errors {
         self.errors.is_empty()
     }
 
+    /// How many errors were reported so far.
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
     /// All errors combined into one, or `None` if there were none.
     /// The messages, in order (for tests).
     #[cfg(test)]

@@ -18,8 +18,9 @@
 //! Writing through a parameter passed as `&buf` is an error at the write
 //! (Rust's rule for `&`), as is a helper never called (its body would never
 //! be compiled or checked) and a call whose value is used (helpers are
-//! statements: they return nothing). Errors inside the body point into it;
-//! the code each call produces carries the body's spans.
+//! statements: they return nothing). Errors inside the body point into it,
+//! followed by one at the call they come from; the code each call produces
+//! carries the body's spans.
 
 use super::syntax::path_ident;
 use super::{Binding, Lowerer};
@@ -166,6 +167,7 @@ impl Lowerer<'_> {
                 self.read_only_aliases.push(ident.to_string());
             }
         }
+        let before = self.errors.len();
         let result = match &*closure.body {
             SynExpr::Block(b) if b.label.is_none() => {
                 let body = self.block(&b.block.stmts);
@@ -176,6 +178,18 @@ impl Lowerer<'_> {
         };
         self.scopes = scopes;
         self.read_only_aliases = read_only;
+        // The body's errors point into the body; say which call they come from.
+        let found = self.errors.len() - before;
+        if found > 0 {
+            self.errors.spanned(
+                call,
+                format!(
+                    "in this call of the helper `{name}`: the error{} above {} in its body, with these arguments",
+                    if found == 1 { "" } else { "s" },
+                    if found == 1 { "is" } else { "are" }
+                ),
+            );
+        }
         result
     }
 

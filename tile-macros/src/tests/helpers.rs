@@ -151,6 +151,7 @@ fn helper_mistakes_are_reported_at_their_tokens() {
         ("let f = |o: &mut _| { clear(&mut o); }; f(&mut v, 1);", "the helper `f` takes 1 argument, but 2 were given"),
         ("let f = |o| { clear(&mut o); }; f(&v);", "cannot write to `o`: the helper's caller passed it as `&buf`"),
         ("let f = |o| { o[0] = 1.0; }; f(&v);", "cannot write to `o`"),
+        ("let f = |o| { o[0] = 1.0; }; f(&v);", "in this call of the helper `f`: the error above is in its body"),
         ("let f = |o| { copy(&v, &mut o); }; f(&v);", "cannot write to `o`"),
         ("let f = |o: &mut _| { clear(&mut o); }; f(&v);", "the parameter `o` of `f` is `&mut`: pass `&mut v`"),
         ("let f = |o: &mut _| { clear(&mut o); }; f(1.0);", "the parameter `o` of `f` is a reference"),
