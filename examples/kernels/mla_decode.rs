@@ -245,14 +245,16 @@ mla_split!(
 /// 1's softmax under block 0's P·V (`wsloop_deferred_waits`; ptxas
 /// accepts its writes of the registers the scores' gemms share with
 /// warpgroup 0's because each warpgroup runs a copy of the loop of its own,
-/// `wsloop_split_warpgroups`); both P·V split by columns. The rows' reference maximum travels between the two
-/// warpgroups in shared memory (`m0_s` after block 0, `m1_s` after block
+/// `wsloop_split_warpgroups`); both P·V split by columns. The rows'
+/// reference maximum travels between the two warpgroups in shared memory (`m0_s` after block 0, `m1_s` after block
 /// 1: a warpgroup never rewrites what it reads in one statement), with
 /// each block's rescale of O (`alpha0_s`, `alpha1_s`); each warpgroup keeps
 /// the running row sums of its own blocks. P goes into its block's rope box,
 /// which the scores are done with. A chunk of an odd number of blocks loads
-/// its last block twice and masks the second copy. Same parameters and
-/// results as `mla_split_paged_sm90`.
+/// its last block twice and masks the second copy. A block's softmax and
+/// P·V is written once, the helper `softmax_pv`, called on each
+/// warpgroup's buffers. Same parameters and results as
+/// `mla_split_paged_sm90`.
 #[tile_kernel(threads = THREADS, archs = "sm_90a", instances((f16, 256), (bf16, 256)))]
 pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     q: &Tensor<T, B, RQ, 576>,
@@ -287,23 +289,14 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
     let mut m1_s = shared::<f32, 64>();
     let mut alpha0_s = shared::<f32, 64>();
     let mut alpha1_s = shared::<f32, 64>();
-    // Warpgroup 0's: block 0's scores, its running sums and row state.
+    // Warpgroup 0's: block 0's scores, their row maxima and its running sums.
     let mut s0 = fragment::<f32, 64, 64>();
     let mut l0 = fragment::<f32, 64>();
-    let mut r0 = fragment::<f32, 64>();
     let mut mb0 = fragment::<f32, 64>();
-    let mut m0 = fragment::<f32, 64>();
-    let mut a0 = fragment::<f32, 64>();
-    let mut f0 = fragment::<f32, 64>();
-    let mut ms0 = fragment::<f32, 64>();
-    // Warpgroup 1's: the same for block 1.
+    // Warpgroup 1's: the same for block 1 (and the rows' LSE at the end).
     let mut s1 = fragment::<f32, 64, 64>();
     let mut l1 = fragment::<f32, 64>();
-    let mut r1 = fragment::<f32, 64>();
     let mut mb1 = fragment::<f32, 64>();
-    let mut m1 = fragment::<f32, 64>();
-    let mut a1 = fragment::<f32, 64>();
-    let mut f1 = fragment::<f32, 64>();
     let mut ms1 = fragment::<f32, 64>();
     let mut acc = fragment::<f32, 64, 512>();
     copy(q.tile([bi, rb * 64.., 0..]), &mut q_s);
@@ -315,6 +308,50 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         m1_s[i] = f32::NEG_INFINITY;
         alpha1_s[i] = 1.0;
     }
+    // One block's softmax, from the other block's reference maximum `m_in` (moved only by more
+    // than 8, in log2 units); its row sums `l`, which last saw this warpgroup's previous block,
+    // rescaled by both moves since; and its P·V, P in the block's rope box `p` (its scores are
+    // done with it).
+    let softmax_pv = |s, l, mb: &_, m_in: &_, alpha_in: &_, m_out, alpha_out, p, kv, blk| {
+        let mut m = fragment::<f32, 64>();
+        let mut a = fragment::<f32, 64>();
+        let mut f = fragment::<f32, 64>();
+        let mut ms = fragment::<f32, 64>();
+        let mut r = fragment::<f32, 64>();
+        for i in parallel(64) {
+            m[i] = m_in[i];
+            a[i] = 1.0;
+            if (mb[i] - m[i]) * scale > 8.0 {
+                a[i] = exp2((m[i] - mb[i]) * scale);
+                m[i] = mb[i];
+            }
+            f[i] = a[i] * alpha_in[i];
+            ms[i] = if m[i] == f32::NEG_INFINITY { 0.0 } else { m[i] * scale };
+            alpha_out[i] = a[i];
+            m_out[i] = m[i];
+        }
+        for (i, j) in parallel((64, 64)) {
+            s[(i, j)] = exp2(s[(i, j)] * scale - ms[i]);
+        }
+        reduce_sum(&s, &mut r, 1);
+        for i in parallel(64) {
+            l[i] = l[i] * f[i] + r[i];
+        }
+        copy(&s, &mut p);
+        if (blk + 1) * 64 > seqlen {
+            for (j, k) in parallel((64, 512)) {
+                if blk * 64 + j >= seqlen {
+                    kv[(j, k)] = 0.0 as T;
+                }
+            }
+        }
+        for (i, j) in parallel((64, 512)) {
+            if alpha_out[i] != 1.0 {
+                acc[(i, j)] = acc[(i, j)] * alpha_out[i];
+            }
+        }
+        gemm(&p, &kv, &mut acc).policy(FullCol);
+    };
     for kp in pipelined(cdiv(kb1 - kb0, 2), 1) {
         let blk0 = kb0 + 2 * kp;
         // Past the chunk (an odd count): block 0 again, masked whole.
@@ -348,75 +385,9 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             }
         }
         reduce_max(&s1, &mut mb1, 1);
-        // Block 0's softmax. The reference maximum moves only by more than 8 (log2 units).
-        for i in parallel(64) {
-            m0[i] = m1_s[i];
-            a0[i] = 1.0;
-            if (mb0[i] - m0[i]) * scale > 8.0 {
-                a0[i] = exp2((m0[i] - mb0[i]) * scale);
-                m0[i] = mb0[i];
-            }
-            // The sums last saw block 0 of the previous iteration: block 1's rescale too.
-            f0[i] = a0[i] * alpha1_s[i];
-            ms0[i] = if m0[i] == f32::NEG_INFINITY { 0.0 } else { m0[i] * scale };
-            alpha0_s[i] = a0[i];
-            m0_s[i] = m0[i];
-        }
-        for (i, j) in parallel((64, 64)) {
-            s0[(i, j)] = exp2(s0[(i, j)] * scale - ms0[i]);
-        }
-        reduce_sum(&s0, &mut r0, 1);
-        for i in parallel(64) {
-            l0[i] = l0[i] * f0[i] + r0[i];
-        }
-        copy(&s0, &mut kpe0);
-        if (blk0 + 1) * 64 > seqlen {
-            for (j, k) in parallel((64, 512)) {
-                if blk0 * 64 + j >= seqlen {
-                    k0[(j, k)] = 0.0 as T;
-                }
-            }
-        }
-        for (i, j) in parallel((64, 512)) {
-            if alpha0_s[i] != 1.0 {
-                acc[(i, j)] = acc[(i, j)] * alpha0_s[i];
-            }
-        }
-        gemm(&kpe0, &k0, &mut acc).policy(FullCol);
-        // Block 1's softmax on warpgroup 1, from block 0's reference maximum, under P·V of block 0.
-        for i in parallel(64) {
-            m1[i] = m0_s[i];
-            a1[i] = 1.0;
-            if (mb1[i] - m1[i]) * scale > 8.0 {
-                a1[i] = exp2((m1[i] - mb1[i]) * scale);
-                m1[i] = mb1[i];
-            }
-            f1[i] = a1[i] * alpha0_s[i];
-            ms1[i] = if m1[i] == f32::NEG_INFINITY { 0.0 } else { m1[i] * scale };
-            alpha1_s[i] = a1[i];
-            m1_s[i] = m1[i];
-        }
-        for (i, j) in parallel((64, 64)) {
-            s1[(i, j)] = exp2(s1[(i, j)] * scale - ms1[i]);
-        }
-        reduce_sum(&s1, &mut r1, 1);
-        for i in parallel(64) {
-            l1[i] = l1[i] * f1[i] + r1[i];
-        }
-        copy(&s1, &mut kpe1);
-        if (blk1 + 1) * 64 > seqlen {
-            for (j, k) in parallel((64, 512)) {
-                if blk1 * 64 + j >= seqlen {
-                    k1[(j, k)] = 0.0 as T;
-                }
-            }
-        }
-        for (i, j) in parallel((64, 512)) {
-            if alpha1_s[i] != 1.0 {
-                acc[(i, j)] = acc[(i, j)] * alpha1_s[i];
-            }
-        }
-        gemm(&kpe1, &k1, &mut acc).policy(FullCol);
+        // Block 0's softmax on warpgroup 0, then block 1's on warpgroup 1 under P·V of block 0.
+        softmax_pv(&mut s0, &mut l0, &mb0, &m1_s, &alpha1_s, &mut m0_s, &mut alpha0_s, &mut kpe0, &mut k0, blk0);
+        softmax_pv(&mut s1, &mut l1, &mb1, &m0_s, &alpha0_s, &mut m1_s, &mut alpha1_s, &mut kpe1, &mut k1, blk1);
     }
     // The row sums: warpgroup 0's (which missed the last block 1's rescale) handed to warpgroup 1.
     for i in parallel(64) {
