@@ -47,6 +47,24 @@ impl Errors {
         self.errors.len()
     }
 
+    /// Drops the errors from index `start` on that repeat an earlier one
+    /// (same span, same message): a helper's body lowered at each call
+    /// reports its mistakes once.
+    pub fn drop_repeats_from(&mut self, start: usize) {
+        let key = |e: &syn::Error| (format!("{:?}", e.span()), e.to_string());
+        let mut seen: Vec<(String, String)> = self.errors.iter().map(key).collect();
+        let mut i = start;
+        while i < self.errors.len() {
+            let k = key(&self.errors[i]);
+            if seen[..i].contains(&k) {
+                self.errors.remove(i);
+                seen.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     /// All errors combined into one, or `None` if there were none.
     /// The messages, in order (for tests).
     #[cfg(test)]

@@ -18,9 +18,10 @@
 //! Writing through a parameter passed as `&buf` is an error at the write
 //! (Rust's rule for `&`), as is a helper never called (its body would never
 //! be compiled or checked) and a call whose value is used (helpers are
-//! statements: they return nothing). Errors inside the body point into it,
-//! followed by one at the call they come from; the code each call produces
-//! carries the body's spans.
+//! statements: they return nothing). Errors inside the body point into it
+//! (each reported once, however many calls make it), followed by one at
+//! each call they come from; the code each call produces carries the
+//! body's spans.
 
 use super::syntax::path_ident;
 use super::{Binding, Lowerer};
@@ -53,7 +54,8 @@ impl Lowerer<'_> {
     /// name; the body is lowered at each call.
     pub(super) fn helper_decl(&mut self, local: &syn::Local, closure: &syn::ExprClosure) -> Lowered<()> {
         let ident = match &local.pat {
-            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() && p.mutability.is_none() => &p.ident,
+            // `let mut f = ..`, as Rust wants of a closure that writes what it captures, is fine.
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => &p.ident,
             other => {
                 self.bind_pattern_poisoned(other);
                 return Err(self.errors.spanned(other, "a helper is bound to one name: `let name = |a, b| { .. };`"));
@@ -148,10 +150,7 @@ impl Lowerer<'_> {
             };
             match self.helper_arg(&name, &param, arg, out) {
                 Ok((binding, read_only)) => bound.push((param.ident.clone(), binding, read_only)),
-                Err(Reported) => {
-                    failed = true;
-                    bound.push((param.ident.clone(), Binding::Poisoned, false));
-                }
+                Err(Reported) => failed = true,
             }
         }
         if failed {
@@ -178,8 +177,10 @@ impl Lowerer<'_> {
         };
         self.scopes = scopes;
         self.read_only_aliases = read_only;
-        // The body's errors point into the body; say which call they come from.
+        // The body's errors point into the body (each once, whatever the
+        // number of calls); say which call they come from.
         let found = self.errors.len() - before;
+        self.errors.drop_repeats_from(before);
         if found > 0 {
             self.errors.spanned(
                 call,

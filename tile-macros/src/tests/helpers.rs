@@ -90,7 +90,7 @@ fn captures_are_lexical_and_scalars_are_evaluated_once_at_the_call() {
             copy(a.tile([0]), &mut v);
             let scale = 2.0;
             let mut k = 1.0;
-            let scale_add = |o: &mut _, mut x: f32| {
+            let mut scale_add = |o: &mut _, mut x: f32| {
                 x = x * 10.0;
                 for i in parallel(32) {
                     o[i] = o[i] * scale + x;
@@ -174,4 +174,12 @@ fn helper_mistakes_are_reported_at_their_tokens() {
     for (body, expected) in cases {
         lower_err("threads = 32", &k(body), &[expected]);
     }
+    // A mistake in a body called twice: reported once, with a note at each call.
+    let errs = lower_err(
+        "threads = 32",
+        &k("let f = |o| { for i in parallel(32) { o[i] = zz; } }; f(&mut v); f(&mut v);"),
+        &["cannot find `zz`", "in this call of the helper `f`"],
+    );
+    assert_eq!(errs.iter().filter(|e| e.contains("cannot find `zz`")).count(), 1, "{errs:#?}");
+    assert_eq!(errs.iter().filter(|e| e.contains("in this call of the helper `f`")).count(), 2, "{errs:#?}");
 }
