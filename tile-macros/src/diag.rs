@@ -52,15 +52,12 @@ impl Errors {
     /// reports its mistakes once.
     pub fn drop_repeats_from(&mut self, start: usize) {
         let key = |e: &syn::Error| (format!("{:?}", e.span()), e.to_string());
-        let mut seen: Vec<(String, String)> = self.errors.iter().map(key).collect();
-        let mut i = start;
-        while i < self.errors.len() {
-            let k = key(&self.errors[i]);
-            if seen[..i].contains(&k) {
-                self.errors.remove(i);
-                seen.remove(i);
-            } else {
-                i += 1;
+        let mut seen: Vec<(String, String)> = self.errors[..start].iter().map(key).collect();
+        for e in self.errors.split_off(start) {
+            let k = key(&e);
+            if !seen.contains(&k) {
+                seen.push(k);
+                self.errors.push(e);
             }
         }
     }

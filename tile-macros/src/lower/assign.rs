@@ -141,8 +141,8 @@ impl Lowerer<'_> {
             Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
             None => return Err(self.unknown_name(ident)),
         };
-        if write && self.is_read_only_alias(&name) {
-            return Err(self.read_only_alias(ident));
+        if write {
+            self.write_through(ident)?;
         }
         let buffer = self.k.buffer(buf).clone();
         if write && buffer.scope == Scope::Global && !buffer.mutable {

@@ -430,8 +430,8 @@ impl Lowerer<'_> {
         if write && !mutable {
             return Err(self.errors.spanned(e, format!("`{op}` writes this buffer: pass it as `&mut {ident}`")));
         }
-        if write && self.is_read_only_alias(&ident.to_string()) {
-            return Err(self.read_only_alias(ident));
+        if write {
+            self.write_through(ident)?;
         }
         if self.k.buffer(buf).scope == Scope::Global {
             return Err(self.errors.at(
@@ -461,8 +461,8 @@ impl Lowerer<'_> {
                     Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
                     None => return Err(self.unknown_name(ident)),
                 };
-                if dst && self.is_read_only_alias(&ident.to_string()) {
-                    return Err(self.read_only_alias(ident));
+                if dst {
+                    self.write_through(ident)?;
                 }
                 let b = self.k.buffer(buf).clone();
                 if b.scope != Scope::Global {
@@ -557,8 +557,8 @@ impl Lowerer<'_> {
                     Some(Binding::Helper(_)) => return Err(self.helper_misused(ident)),
                     None => return Err(self.unknown_name(ident)),
                 };
-                if dst && self.is_read_only_alias(&ident.to_string()) {
-                    return Err(self.read_only_alias(ident));
+                if dst {
+                    self.write_through(ident)?;
                 }
                 if dst && r.mutability.is_none() {
                     return Err(self

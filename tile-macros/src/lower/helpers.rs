@@ -243,8 +243,8 @@ impl Lowerer<'_> {
             if mutable && b.scope == Scope::Global && !b.mutable {
                 return Err(self.read_only(ident));
             }
-            if mutable && self.is_read_only_alias(&ident.to_string()) {
-                return Err(self.read_only_alias(ident));
+            if mutable {
+                self.write_through(ident)?;
             }
             if param.mutable {
                 return Err(self.errors.at(
@@ -291,17 +291,16 @@ impl Lowerer<'_> {
         Ok((Binding::Var { id: var, parallel: false, depth: self.parallel_depth }, false))
     }
 
-    /// True when `name` names a buffer that a helper took as `&buf`.
-    pub(super) fn is_read_only_alias(&self, name: &str) -> bool {
-        self.read_only_aliases.iter().any(|n| n == name)
-    }
-
-    /// A write through a helper parameter passed as `&buf`.
-    pub(super) fn read_only_alias(&mut self, ident: &Ident) -> Reported {
-        self.errors.at(
+    /// A write through `ident`: an error where it names a buffer that a
+    /// helper's caller passed as `&buf`.
+    pub(super) fn write_through(&mut self, ident: &Ident) -> Lowered<()> {
+        if !self.read_only_aliases.iter().any(|n| ident == n) {
+            return Ok(());
+        }
+        Err(self.errors.at(
             ident.span(),
             format!("cannot write to `{ident}`: the helper's caller passed it as `&buf`; pass `&mut buf` to let the helper write it"),
-        )
+        ))
     }
 
     /// Every helper that no call named: an error at its name.
