@@ -44,7 +44,13 @@ if [[ $cmd == pack ]]; then
       [[ -d $src ]] || git -C "$root" worktree add --detach "$src" "$rev" >/dev/null
     fi
     echo "== $name: $( [[ -n $rev ]] && echo "at $rev" || echo "work tree" )$( [[ -n $opts ]] && echo ", TILE_OPTIONS_ON=$opts" )"
-    (cd "$src" && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" TILE_OPTIONS_ON="$opts" scripts/dist.sh mla | tail -1)
+    # A revision builds into a target folder of its own: cargo names a
+    # workspace member's artifacts by its path relative to the workspace, so
+    # a worktree sharing target/ would overwrite the work tree's artifacts
+    # and each would then be taken as fresh for the other.
+    tdir="${CARGO_TARGET_DIR:-$root/target}"
+    [[ -n $rev ]] && tdir="$root/target/ab-targets/$rev"
+    (cd "$src" && CARGO_TARGET_DIR="$tdir" TILE_OPTIONS_ON="$opts" scripts/dist.sh mla 2>&1 | tail -4)
     rm -rf "${dir:?}/$name" && mkdir -p "$dir/$name"
     for f in "$src"/dist/bin/*; do
       strip "$f" 2>/dev/null || true
