@@ -62,7 +62,7 @@ if [[ $cmd == pack ]]; then
   cp "$0" "$root/scripts/mla_peers.py" "$dir/"
   if [[ -n ${FMLA_KIT:-} ]]; then
     cp "$FMLA_KIT" "$dir/fmla-kit.tar.gz"
-    cp "$root/scripts/flashmla/build.py" "$dir/"
+    cp "$root/scripts/flashmla/build.py" "$root/scripts/flashmla/dense_api.cpp" "$dir/"
   fi
   du -sh "$dir"
   exit 0
