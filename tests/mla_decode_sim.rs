@@ -345,6 +345,96 @@ fn seesaw_guarded_waits_warp_specialized_loop() {
     run_split_with(&c, 5, ("warp_specialized_loop", meta), on, Default::default(), None);
 }
 
+/// The seesaw with warpgroup 0's scores of the next iteration issued at the
+/// end of this one, behind block 1's P·V (`wsloop_rotate_scores`, an
+/// experiment until timed): the loop's top issues them only in its first
+/// iteration, and the end of each keeps their two groups in flight
+/// (`wgmma.wait_group 2`) while retiring P·V's. Loops of 0, 1 and 2
+/// iterations (chunks of 1, 2, 3 and 9 blocks, empty ones), masked last
+/// blocks, jumping keys, random interleavings; ptxas assembles it without
+/// serialized wgmmas, injected waits or spills; the default build has none
+/// of it.
+#[test]
+fn seesaw_rotated_scores_warp_specialized_loop() {
+    let meta = mla::mla_split_seesaw::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    let on = CompileOptions::default().with_on("wsloop_rotate_scores").unwrap();
+    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+    let rotated = |ptx: &str| ptx.contains("wgmma.wait_group.sync.aligned 2;");
+    assert!(v.iter().all(|c| !rotated(&c.ptx)), "{}: the default rotates the scores", k.name);
+    let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    assert!(rotated(&ws.ptx), "{}: the scores are not issued a turn early", k.name);
+    if let Some(r) = ptxas::assemble(&k.name, &ws.ptx, "sm_90a") {
+        let bad: Vec<&str> =
+            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+        assert!(bad.is_empty(), "{} (rotated scores):\n{}", k.name, bad.join("\n"));
+        assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+    run_split_with(&many_parts(), 13, ("warp_specialized_loop", meta), on, Default::default(), None);
+    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
+    for seed in [None, Some(3)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split_with(&c, 5, ("warp_specialized_loop", meta), on, opts, None);
+    }
+    let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
+    for seed in [None, Some(7)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split_with(&c, 31, ("warp_specialized_loop", meta), on, opts, Some(&mla::jumping_keys(true)));
+    }
+    // The plain kernel's warp-specialized variant opens with warpgroup 0's
+    // scores too (its persistent variant is not rotated).
+    let plain = split_meta(1);
+    let (k, _) = compiled(plain);
+    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+    let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    assert!(rotated(&ws.ptx), "{}: the scores are not issued a turn early", k.name);
+    for seed in [None, Some(11)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split_with(&many_parts(), 13, ("warp_specialized_loop", plain), on, opts, None);
+    }
+    let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
+    run_split_with(&c, 31, ("warp_specialized_loop", plain), on, Default::default(), Some(&mla::jumping_keys(true)));
+}
+
+/// The seesaw with each 64-column box of block 0's and block 1's K released
+/// on its own barrier by each warpgroup after its last statement touching it
+/// (`wsloop_piece_releases`, an experiment until timed): warpgroup 0 frees
+/// the boxes of V's left half once its half of P·V is done, warpgroup 1
+/// those of the right half, and each the other half's after the masking of
+/// the keys past the sequence; the producer refills box by box. Alone and
+/// with the scores rotated; masked last blocks, jumping keys, random
+/// interleavings; ptxas assembles it without serialized wgmmas, injected
+/// waits or spills; the default build has none of it.
+#[test]
+fn seesaw_piece_releases_warp_specialized_loop() {
+    let meta = mla::mla_split_seesaw::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    let inits = |ptx: &str| ptx.matches("mbarrier.init").count();
+    let ws = v.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    for spec in ["wsloop_piece_releases", "wsloop_piece_releases,wsloop_rotate_scores"] {
+        let on = CompileOptions::default().with_on(spec).unwrap();
+        let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+        let pr = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+        // K of both blocks: eight boxes, one stage each.
+        assert_eq!(inits(&pr.ptx), inits(&ws.ptx) + 16, "{}: no per-box empty barriers ({spec})", k.name);
+        if let Some(r) = ptxas::assemble(&k.name, &pr.ptx, "sm_90a") {
+            let bad: Vec<&str> =
+                r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+            assert!(bad.is_empty(), "{} ({spec}):\n{}", k.name, bad.join("\n"));
+            assert!(r.contains("0 bytes spill stores"), "{r}");
+        }
+        run_split_with(&many_parts(), 13, ("warp_specialized_loop", meta), on, Default::default(), None);
+        let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
+        for seed in [None, Some(3)] {
+            let opts = sim::RunOptions { seed, ..Default::default() };
+            run_split_with(&c, 5, ("warp_specialized_loop", meta), on, opts, None);
+        }
+        let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
+        let opts = sim::RunOptions { seed: Some(9), ..Default::default() };
+        run_split_with(&c, 31, ("warp_specialized_loop", meta), on, opts, Some(&mla::jumping_keys(true)));
+    }
+}
+
 #[test]
 fn many_parts_tma_copy() {
     run(&many_parts(), 13, "tma_copy");

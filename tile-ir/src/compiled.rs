@@ -238,6 +238,25 @@ pub struct CompileOptions {
     /// simulator and through ptxas, BENCHMARKS.md session 32); on for
     /// experiments (`TILE_OPTIONS_ON`).
     pub wsloop_guarded_waits: bool,
+    /// In a warp-specialized consumers' loop split per warpgroup, a body
+    /// that opens with one warpgroup's chain of gemms into a fragment of
+    /// its own issues the next iteration's chain at the end of the
+    /// current one, behind its last gemm
+    /// (`schedule/warp_specialized_loop/rotate.rs`): MLA's seesaw queues
+    /// block 0's next scores behind block 1's P·V, so that the tensor
+    /// cores do not drain at the loop's turn. Off by default until timed
+    /// on the GPU; on for experiments (`TILE_OPTIONS_ON`).
+    pub wsloop_rotate_scores: bool,
+    /// In a warp-specialized consumers' loop of two consumer warpgroups, a
+    /// ring with per-piece barriers (`piece_barriers`) gets an empty
+    /// barrier per box too, and each warpgroup releases a box after its
+    /// last statement touching it (a gemm whose warpgroups split N reads
+    /// only its own columns' boxes) instead of the whole stage after the
+    /// ring's last reader (`schedule/warp_specialized_loop/pieces.rs`);
+    /// the producer refills box by box. MLA's seesaw: warpgroup 0 frees
+    /// the left half of block 0's V as soon as its half of P·V is done.
+    /// Off by default until timed on the GPU; on for experiments.
+    pub wsloop_piece_releases: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128
     /// threads, not of every thread ([`crate::passes::barriers`]). On by
@@ -287,12 +306,14 @@ impl CompileOptions {
 
     /// The experiments a build can turn on (`TILE_OPTIONS_ON`), by name:
     /// the transformations off by default, each with its option.
-    pub const EXPERIMENTS: [(&'static str, Switch); 5] = [
+    pub const EXPERIMENTS: [(&'static str, Switch); 7] = [
         ("tma_copies", |o| &mut o.tma_copies),
         ("wsloop_one_warpgroup", |o| &mut o.wsloop_one_warpgroup),
         ("wsloop_owner_waits", |o| &mut o.wsloop_owner_waits),
         ("wsloop_lazy_waits", |o| &mut o.wsloop_lazy_waits),
         ("wsloop_guarded_waits", |o| &mut o.wsloop_guarded_waits),
+        ("wsloop_rotate_scores", |o| &mut o.wsloop_rotate_scores),
+        ("wsloop_piece_releases", |o| &mut o.wsloop_piece_releases),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -355,6 +376,8 @@ impl Default for CompileOptions {
             wsloop_owner_waits: false,
             wsloop_lazy_waits: false,
             wsloop_guarded_waits: false,
+            wsloop_rotate_scores: false,
+            wsloop_piece_releases: false,
             warpgroup_barriers: true,
             ring_turns: true,
             sunk_barriers: true,

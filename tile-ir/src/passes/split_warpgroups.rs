@@ -11,7 +11,9 @@
 //! loop's consumers; its producer has exited).
 //!
 //! Guarantees the same behaviour with such a loop written
-//! `if p₀ { loop₀ } else if p₁ { loop₁ } ..`: `loopᵥ` is the loop with
+//! `if p₀ { loop₀ } else if p₁ { loop₁ } ..` (the `wgmma.wait_group`s
+//! right after the loop, warpgroup-collective, in each copy after its
+//! loop): `loopᵥ` is the loop with
 //! each branch on a listed predicate resolved for warpgroup `w` (its
 //! `then` where the predicate is `w`'s, its `else` where it is another's,
 //! at every nesting level; other statements kept), which is what
@@ -55,13 +57,28 @@ struct Cx {
     bar_threads: Option<u32>,
 }
 
-fn split(body: &mut [Stmt], loops: &[SplitLoop], cx: &Cx) {
-    for s in body.iter_mut() {
-        match s {
+fn split(body: &mut Vec<Stmt>, loops: &[SplitLoop], cx: &Cx) {
+    let mut i = 0;
+    while i < body.len() {
+        match &mut body[i] {
             Stmt::For { var, body: b, .. } if loops.iter().any(|l| l.var == *var) && splittable(b, cx) => {
                 let l = loops.iter().find(|l| l.var == *var).expect("found above");
-                let original = std::mem::replace(s, Stmt::Comment(String::new()));
-                *s = copies(&original, &l.preds, 0, cx);
+                // The `wgmma.wait_group`s right after the loop go into each
+                // copy: ptxas takes the wgmmas one copy leaves in flight at
+                // its exit as in flight through the next copy's code too
+                // (which may write their registers: C7515), unless a wait
+                // comes before that copy.
+                let waits = body[i + 1..]
+                    .iter()
+                    .take_while(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { .. }, guard: None }))
+                    .count();
+                let mut original: Vec<Stmt> = body.drain(i..i + 1 + waits).collect();
+                let lp = original.remove(0);
+                let split = copies(&lp, &original, &l.preds, 0, cx);
+                let n = split.len();
+                body.splice(i..i, split);
+                i += n;
+                continue;
             }
             Stmt::For { body, .. } => split(body, loops, cx),
             Stmt::If { then, otherwise, .. } => {
@@ -70,6 +87,7 @@ fn split(body: &mut [Stmt], loops: &[SplitLoop], cx: &Cx) {
             }
             Stmt::Inst { .. } | Stmt::Comment(_) => {}
         }
+        i += 1;
     }
 }
 
@@ -86,20 +104,22 @@ fn splittable(body: &[Stmt], cx: &Cx) -> bool {
     })
 }
 
-/// `if preds[w] { loop for w } else { .. the next warpgroups' }`; the last
-/// warpgroup's copy is the final `else` (one of the predicates holds).
-fn copies(l: &Stmt, preds: &[Reg], w: usize, cx: &Cx) -> Stmt {
-    let mine = resolve(l, preds, w, cx);
+/// `if preds[w] { loop for w; after } else { .. the next warpgroups' }`;
+/// the last warpgroup's copy is the final `else` (one of the predicates
+/// holds).
+fn copies(l: &Stmt, after: &[Stmt], preds: &[Reg], w: usize, cx: &Cx) -> Vec<Stmt> {
+    let mut mine = vec![resolve(l, preds, w, cx)];
+    mine.extend_from_slice(after);
     if w + 1 == preds.len() {
         return mine;
     }
-    Stmt::If {
+    vec![Stmt::If {
         cond: preds[w],
         negate: false,
         uniform: false,
-        then: vec![mine],
-        otherwise: vec![copies(l, preds, w + 1, cx)],
-    }
+        then: mine,
+        otherwise: copies(l, after, preds, w + 1, cx),
+    }]
 }
 
 /// Statement `s` as warpgroup `w` runs it: branches on the listed

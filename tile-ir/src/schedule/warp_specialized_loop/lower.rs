@@ -238,6 +238,21 @@ pub(super) struct Pieces {
     pub(super) slices: Vec<usize>,
     /// wgmma instructions per k16 slice (side by side, sharing A).
     pub(super) per_slice: usize,
+    /// Each box released on its own barrier (`pieces.rs`,
+    /// [`crate::CompileOptions::wsloop_piece_releases`]).
+    pub(super) releases: Option<PieceReleases>,
+}
+
+/// The per-box releases of a pieced ring (`pieces.rs`).
+#[derive(Clone, Debug)]
+pub(super) struct PieceReleases {
+    /// Byte offset in `smem` of box 0's empty barrier of stage 0; box
+    /// `j`'s of stage `s` is `8·(S·j + s)` bytes on.
+    pub(super) empties: i64,
+    /// Per consumer warpgroup, per box: the body's statement (no gemm)
+    /// after which that warpgroup releases the box, its last touching it;
+    /// `None`: with the ring's release.
+    pub(super) early: Vec<Vec<Option<usize>>>,
 }
 
 /// The schedule's state while one kernel is lowered.
@@ -264,7 +279,7 @@ pub(crate) struct WslLowering {
     /// Whether the consumers' loop runs as one copy per warpgroup where
     /// its body has statements of one warpgroup
     /// ([`crate::CompileOptions::wsloop_split_warpgroups`]).
-    split_warpgroups: bool,
+    pub(super) split_warpgroups: bool,
     /// Whether a split loop's gemms of one warpgroup wait in its branch
     /// ([`crate::CompileOptions::wsloop_owner_waits`]).
     owner_waits: bool,
@@ -276,7 +291,7 @@ pub(crate) struct WslLowering {
     /// only where the warpgroup takes it, and a later gemm into the same
     /// accumulator issues behind the pending one
     /// ([`crate::CompileOptions::wsloop_guarded_waits`]).
-    guarded_waits: bool,
+    pub(super) guarded_waits: bool,
     /// Whether to ping-pong two consumer warpgroups
     /// ([`crate::CompileOptions::ping_pong`]), where the loop allows it.
     ping_pong: bool,
@@ -301,6 +316,14 @@ pub(crate) struct WslLowering {
     /// back-edge ([`crate::CompileOptions::late_last_wait`]), where the
     /// loop allows it.
     late_last_wait: bool,
+    /// Whether to issue the body's opening chain of one warpgroup's gemms
+    /// at the end of the previous iteration
+    /// ([`crate::CompileOptions::wsloop_rotate_scores`], `rotate.rs`).
+    pub(super) rotate_scores: bool,
+    /// Whether a pieced ring's boxes are released one by one, each by each
+    /// warpgroup after its last statement touching it
+    /// ([`crate::CompileOptions::wsloop_piece_releases`], `pieces.rs`).
+    pub(super) piece_releases: bool,
     /// Per ring, its per-piece barriers (`pieces.rs`), decided with the
     /// barriers' placement.
     pub(super) pieces: RefCell<Vec<Option<Pieces>>>,
@@ -334,6 +357,8 @@ impl WslLowering {
             hoist_rescale: options.hoist_rescale,
             piece_barriers: options.piece_barriers,
             late_last_wait: options.late_last_wait,
+            rotate_scores: options.wsloop_rotate_scores,
+            piece_releases: options.wsloop_piece_releases,
             pieces: RefCell::new(Vec::new()),
             tile: Cell::new(None),
             ring_regs: Cell::new(None),
@@ -605,6 +630,17 @@ impl Lx<'_> {
                 at += 8 * wl.plan.stages as i64 * p.boxes as i64;
             }
         }
+        // Their empty barriers where each box is released on its own.
+        let released: usize = pieces.iter().flatten().filter(|p| p.releases.is_some()).map(|p| p.boxes).sum();
+        if released > 0 {
+            let mut at = self.alloc_smem(8 * wl.plan.stages as i64 * released as i64);
+            for p in pieces.iter_mut().flatten() {
+                if let Some(r) = p.releases.as_mut() {
+                    r.empties = at;
+                    at += 8 * wl.plan.stages as i64 * p.boxes as i64;
+                }
+            }
+        }
         *wl.pieces.borrow_mut() = pieces;
         let n = wl.copies.borrow().len();
         for ci in 0..n {
@@ -667,9 +703,16 @@ impl Lx<'_> {
                     });
                 }
             }
-            for p in wl.pieces.borrow().iter().flatten() {
+            for (c, p) in wl.pieces.borrow().iter().enumerate() {
+                let Some(p) = p else { continue };
                 for at in (0..stages * p.boxes as i64).map(|i| p.bars + 8 * i) {
                     x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: at }, count: Operand::Imm(1) });
+                }
+                if let Some(r) = &p.releases {
+                    for at in (0..stages * p.boxes as i64).map(|i| r.empties + 8 * i) {
+                        let count = Operand::Imm(releases[c]);
+                        x.emit(Inst::MbarInit { addr: Address { base: smem.into(), offset: at }, count });
+                    }
                 }
             }
             if !wl.pre.borrow().is_empty() || ws.persistent {
@@ -819,6 +862,9 @@ impl Lx<'_> {
         }
         let chained = self.wsl_chained_gemms(wl, body, look.as_ref().map(|l| l.0));
         let late = if look.is_none() { self.wsl_late_wait(wl, body, &users, &chained) } else { None };
+        // One warpgroup's opening chain issued at the end of the previous
+        // iteration (`rotate.rs`).
+        let rot = if look.is_none() && late.is_none() { self.wsl_rotation(wl, body, &users) } else { None };
         // Two consumer warpgroups whose loop is split per warpgroup: a
         // gemm of one warpgroup waits in its branch (each copy of the loop
         // is one warpgroup's path: nothing for ptxas to serialize), and may
@@ -890,6 +936,9 @@ impl Lx<'_> {
             for ci in (0..copies.len()).filter(|&ci| first(ci).is_none()) {
                 wait(x, ci);
             }
+            // The rotated chain is issued here in the first iteration only.
+            let first_iter = rot.as_ref().map(|_| x.op("setp.eq.s32", RegClass::Pred, vec![vr.into(), a.into()]));
+            let mut rotated = false;
             let mut saved = Vec::new();
             for &i in &ws.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
@@ -960,6 +1009,7 @@ impl Lx<'_> {
                 if ws.copies.contains(&i) || look.as_ref().is_some_and(|l| l.0 == i) {
                     continue;
                 }
+                let at = x.cur().len();
                 let due = x.wsl_due(wl, body, &mut pending, s, owner_local)?;
                 // A plain gemm's place: its own wait after its issue.
                 let plain = pieces.iter().flatten().all(|p| p.gemm != i)
@@ -1099,8 +1149,26 @@ impl Lx<'_> {
                         }
                         Err(e) => x.errors.push(e),
                     }
+                } else if let Some(r) = rot.as_ref().filter(|_| Some(i) == last_stmt && x.wsl_on_wgmma(s)) {
+                    // The body's last gemm, not waited for: the next
+                    // iteration's chain issued behind it (`rotate.rs`).
+                    match x.capture(|y| y.stmt(s)) {
+                        Ok(code) => x.cur().extend(without_final_wait(code)),
+                        Err(e) => x.errors.push(e),
+                    }
+                    retire(x, std::mem::take(&mut pending));
+                    let n = x.wsl_rotated_next(wl, r, body, (var, vr, b), (stage, phase), &users)?;
+                    let cond = x.warpgroup_pred(r.owner);
+                    let wait = |pending| vec![Stmt::Inst { inst: Inst::WgmmaWait { pending }, guard: None }];
+                    x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: wait(n), otherwise: wait(0) });
+                    rotated = true;
                 } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
+                }
+                if let (Some(r), Some(first)) = (&rot, first_iter) {
+                    if r.stmts.contains(&i) {
+                        Self::wsl_rotated_top(&mut x.cur()[at..], first);
+                    }
                 }
                 if std::mem::take(&mut x.vote_wait) {
                     return Err(x.err("internal: a guarded rescale was not lowered as a parallel nest"));
@@ -1132,6 +1200,19 @@ impl Lx<'_> {
                         release(x, ci);
                     }
                 }
+                // Boxes a warpgroup touches last here (`pieces.rs`).
+                for (ci, p) in pieces.iter().enumerate() {
+                    let Some((p, r)) = p.as_ref().and_then(|p| p.releases.as_ref().map(|r| (p, r))) else { continue };
+                    if r.early.iter().flatten().any(|&e| e == Some(i)) {
+                        let readers = x.wsl_pending_readers(&mut pending, body, &[ci], &copies);
+                        retire(x, readers);
+                        let wrote = touches_memory(x.k, s, copies[ci].dst).1;
+                        for (w, early) in r.early.iter().enumerate() {
+                            let boxes: Vec<usize> = (0..p.boxes).filter(|&j| early[j] == Some(i)).collect();
+                            x.wsl_piece_release(wl, ci, p, stage, w as u32, &boxes, wrote);
+                        }
+                    }
+                }
                 if let Some(l) = late.as_ref().filter(|l| l.after == i) {
                     retire_late(x, l)?;
                 }
@@ -1142,6 +1223,10 @@ impl Lx<'_> {
             }
             for ci in (0..copies.len()).filter(|&ci| last(ci).is_none()) {
                 release(x, ci);
+            }
+            if let Some(r) = rot.as_ref().filter(|_| !rotated) {
+                // (The last statement is no gemm: the chain after it all.)
+                x.wsl_rotated_next(wl, r, body, (var, vr, b), (stage, phase), &users)?;
             }
             if let (Some((_, _, c, regs, twins)), Some(m)) = (&look, more) {
                 // The next iteration's scores, landed (a body's later gemm
@@ -1181,7 +1266,7 @@ impl Lx<'_> {
         // The turns: around the first gemm's issue, or around the next
         // iteration's issued ahead (the `if` holding it: its wait for the
         // stage, fence, wgmmas and commit).
-        let points = match (wl.wants_ping_pong(), &look, ahead_at) {
+        let points = match (wl.wants_ping_pong() && rot.is_none(), &look, ahead_at) {
             (false, _, _) => None,
             (true, None, _) => WslLowering::ping_pong_points(&lowered),
             (true, Some(_), Some(at)) => (!lowered.iter().any(WslLowering::blocks_ping_pong)).then_some((at, at)),
@@ -1201,6 +1286,11 @@ impl Lx<'_> {
         if wl.split_warpgroups && self.k.threads == 256 && own {
             let preds = vec![self.warpgroup_pred(0), self.warpgroup_pred(1)];
             self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds });
+        }
+        if rot.is_some() {
+            // The last iteration's last gemm, left in flight by the rotated
+            // chain's wait (`rotate.rs`).
+            self.emit(Inst::WgmmaWait { pending: 0 });
         }
         if let Some(late) = &late {
             // The last iteration's last gemm: waited for (unconditionally:
@@ -1472,7 +1562,7 @@ impl Lx<'_> {
 
     /// The wait for ring `ci`'s stage `stage` to land (its full barrier's
     /// phase `phase`).
-    fn wsl_full_wait(&mut self, wl: &WslLowering, ci: usize, stages: i64, (stage, phase): (Reg, Reg)) {
+    pub(super) fn wsl_full_wait(&mut self, wl: &WslLowering, ci: usize, stages: i64, (stage, phase): (Reg, Reg)) {
         let full = self.ring_bar_addr(wl.ring(ci), stages, stage, 0);
         let p = self.new_reg(RegClass::Pred);
         self.emit(Inst::MbarWait { addr: full, parity: phase.into(), pred: p });
@@ -1484,7 +1574,17 @@ impl Lx<'_> {
         if fenced {
             self.emit(Inst::FenceProxyAsync);
         }
-        self.wsl_arrive_empty(wl, ci, stage);
+        let pieced = wl.pieces.borrow().get(ci).cloned().flatten();
+        match pieced.as_ref().and_then(|p| p.releases.as_ref().map(|r| (p, r))) {
+            // Each warpgroup's boxes not released early (`pieces.rs`).
+            Some((p, r)) => {
+                for (w, early) in r.early.iter().enumerate() {
+                    let boxes: Vec<usize> = (0..p.boxes).filter(|&j| early[j].is_none()).collect();
+                    self.wsl_piece_release(wl, ci, p, stage, w as u32, &boxes, false);
+                }
+            }
+            None => self.wsl_arrive_empty(wl, ci, stage),
+        }
     }
 
     /// `stage − 1`, wrapping to `stages − 1` at 0. (`defer.rs` computes it
@@ -1553,7 +1653,7 @@ struct LateWait {
 }
 
 /// The instructions of `body`, recursively.
-fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
+pub(super) fn insts_of(body: &[Stmt]) -> Vec<&Inst> {
     let mut out = Vec::new();
     for s in body {
         match s {

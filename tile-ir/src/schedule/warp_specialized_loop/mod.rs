@@ -21,6 +21,8 @@
 //! - `defer.rs`: the consumers' loop with the body's last gemm issued one
 //!   iteration late, after the next iteration's first (FA3's
 //!   intra-warpgroup overlap);
+//! - `rotate.rs`: one warpgroup's opening chain of gemms (MLA's scores)
+//!   issued at the end of the previous iteration, behind its last gemm;
 //! - `pieces.rs`: per-piece barriers, one per TMA box of a stage whose
 //!   first reader is a gemm, waited for right before the wgmmas reading it;
 //! - `persistent.rs`: the persistent variant (its own schedule name,
@@ -43,6 +45,7 @@ mod persistent;
 mod pieces;
 mod plan;
 mod producer;
+mod rotate;
 mod turns;
 
 use lower::WslLowering;

@@ -37,8 +37,26 @@
 //! wgmmas use (a predicate); the `wgmma.fence` after it is the one ptxas
 //! would inject after the wait's loop (its info C7519), as CUTLASS's
 //! mainloop fences after each stage's wait with earlier wgmmas in flight.
+//!
+//! **Per-box releases** ([`crate::CompileOptions::wsloop_piece_releases`];
+//! two consumer warpgroups, not persistent, not multicast): each box also
+//! gets its own empty barrier per stage (the ring's count of arrivals),
+//! and the producer waits for box `j`'s before announcing and issuing box
+//! `j`. Every consumer thread still arrives once per box and iteration:
+//! warpgroup `w` after its last statement touching box `j`, where that
+//! statement is no gemm and not the ring's last user (after any pending
+//! gemm reading the ring is retired, behind a `fence.proxy.async` when the
+//! statement wrote the stage); else with the ring's release (after its
+//! last reader's wait, as the whole stage was). A gemm whose warpgroups
+//! split N (`FullCol`) reading the stage as its B stored `[K, N]` touches
+//! only the boxes of its warpgroup's columns; every other statement
+//! touches every box. MLA's seesaw: warpgroup 0 frees V's left half of a
+//! block (boxes 0–3) once its half of P·V is waited for, and the right half
+//! right after the masking of the keys past the sequence (its last touch
+//! there), warpgroup 1 the other way round, so the producer refills the
+//! left half while warpgroup 1 still runs block 1's softmax.
 
-use super::lower::{Pieces, WslLowering};
+use super::lower::{PieceReleases, Pieces, WslCopy, WslLowering};
 use crate::hopper::Major;
 use crate::ir::{Scope, StmtKind};
 use crate::passes::lower::{Lx, R};
@@ -118,6 +136,7 @@ impl Lx<'_> {
                 if (0..n).any(|j| !slices.contains(&j)) {
                     return None;
                 }
+                let early = self.wsl_piece_early_releases(wl, body, &users[ci], cp, width);
                 Some(Pieces {
                     gemm: gi,
                     bars: 0,
@@ -125,9 +144,124 @@ impl Lx<'_> {
                     box_bytes: cp.bytes / n as i64,
                     slices,
                     per_slice: g.insts.len(),
+                    releases: early.map(|early| PieceReleases { empties: 0, early }),
                 })
             })
             .collect()
+    }
+
+    /// Per consumer warpgroup and box of ring `cp` (boxes of `width`
+    /// columns; `users` the body's statements touching it), the statement
+    /// after which the warpgroup releases the box early, when it is worth
+    /// it (see the module doc): the last statement touching the box on
+    /// that warpgroup, where that is no gemm and not the ring's last user.
+    fn wsl_piece_early_releases(
+        &self,
+        wl: &WslLowering,
+        body: &[crate::ir::Stmt],
+        users: &[usize],
+        cp: &WslCopy,
+        width: i64,
+    ) -> Option<Vec<Vec<Option<usize>>>> {
+        if !wl.piece_releases || wl.plan.persistent || cp.share.is_some() || self.k.threads != 256 {
+            return None;
+        }
+        let (&last, n) = (users.last()?, cp.boxes.len());
+        let mut touch = vec![vec![None; n]; 2];
+        for &i in users {
+            let s = &body[i];
+            let runners = match self.owner_of(s).ok()? {
+                Some(w) => vec![w as usize],
+                None => vec![0, 1],
+            };
+            for w in runners {
+                for (j, t) in touch.get_mut(w)?.iter_mut().enumerate() {
+                    if self.wsl_touches_box(s, cp, (j, width), w as i64) {
+                        *t = Some(i);
+                    }
+                }
+            }
+        }
+        let early: Vec<Vec<Option<usize>>> = touch
+            .into_iter()
+            .map(|v| {
+                v.into_iter()
+                    .map(|t| t.filter(|&i| i != last && !matches!(body[i].kind, StmtKind::Gemm { .. })))
+                    .collect()
+            })
+            .collect();
+        early.iter().flatten().any(Option::is_some).then_some(early)
+    }
+
+    /// Whether warpgroup `w` running statement `s` may touch box `j` (of
+    /// `width` columns) of ring `cp`'s stage: a gemm whose warpgroups split
+    /// N reading the stage as its B stored `[K, N]` reads only its own
+    /// columns; any other statement is taken to touch every box.
+    fn wsl_touches_box(&self, s: &crate::ir::Stmt, cp: &WslCopy, (j, width): (usize, i64), w: i64) -> bool {
+        let StmtKind::Gemm { a, b, c, trans_a, trans_b: false, policy, .. } = &s.kind else { return true };
+        if *b != cp.dst || *a == cp.dst {
+            return true;
+        }
+        match self.wgmma_plan(*a, *b, *c, (*trans_a, false), *policy) {
+            Some(g) if g.owner.is_none() && g.col_groups > 1 => {
+                let cols = g.n / g.col_groups;
+                let lo = (w % g.col_groups) * cols;
+                let x = cp.boxes[j].2;
+                x < lo + cols && lo < x + width
+            }
+            _ => true,
+        }
+    }
+
+    /// Warpgroup `w`'s release of `boxes` of ring `ci` (pieced as `p`) at
+    /// `stage`, in its branch (`fenced`: its generic writes of the stage
+    /// ordered before the producer's refill first).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn wsl_piece_release(
+        &mut self,
+        wl: &WslLowering,
+        ci: usize,
+        p: &Pieces,
+        stage: Reg,
+        w: u32,
+        boxes: &[usize],
+        fenced: bool,
+    ) {
+        let Some(r) = &p.releases else { return };
+        if boxes.is_empty() {
+            return;
+        }
+        let stages = wl.plan.stages as i64;
+        let code = self.capture(|x| {
+            if fenced {
+                x.emit(Inst::FenceProxyAsync);
+            }
+            for &j in boxes {
+                let empty = x.ring_bar_addr(r.empties + 8 * stages * j as i64, stages, stage, 0);
+                x.wsl_arrive_at(wl, ci, empty);
+            }
+            Ok(())
+        });
+        match code {
+            Ok(code) => {
+                let cond = self.warpgroup_pred(w);
+                self.emit_if(Some(cond), false, code, vec![]);
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// The empty barrier of box `j` of `p` at stage `stage` (of `stages`),
+    /// where each box is released on its own.
+    pub(super) fn wsl_piece_empty(
+        &mut self,
+        p: &Pieces,
+        stages: i64,
+        stage: Reg,
+        j: usize,
+    ) -> Option<crate::thread_ir::Address> {
+        let r = p.releases.as_ref()?;
+        Some(self.ring_bar_addr(r.empties + 8 * stages * j as i64, stages, stage, 0))
     }
 
     /// The barrier of box `j` of `p` at stage `stage` (of `stages`).

@@ -128,12 +128,16 @@ impl Lx<'_> {
                     if loads {
                         eval(x, &mut origin)?;
                     }
-                    // This copy's ring: its stage free, its bytes announced.
-                    let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
-                    let p = x.new_reg(RegClass::Pred);
-                    x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
-                    let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
+                    // This copy's ring: its stage free (each box's, where
+                    // each is released on its own: before the box), its
+                    // bytes announced.
                     let pieced = pieces.get(ci).cloned().flatten();
+                    if pieced.as_ref().is_none_or(|p| p.releases.is_none()) {
+                        let empty = x.ring_bar_addr(wl.ring(ci), stages, stage, 1);
+                        let p = x.new_reg(RegClass::Pred);
+                        x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: p });
+                    }
+                    let full = x.ring_bar_addr(wl.ring(ci), stages, stage, 0);
                     if pieced.is_none() {
                         x.emit(Inst::MbarArriveExpectTx { addr: full.clone(), tx_bytes: Operand::Imm(c.bytes) });
                     }
@@ -172,6 +176,10 @@ impl Lx<'_> {
                         // Each box on its own barrier (`pieces.rs`).
                         Some(p) => {
                             for (j, bx) in c.boxes.iter().enumerate() {
+                                if let Some(empty) = x.wsl_piece_empty(&p, stages, stage, j) {
+                                    let ready = x.new_reg(RegClass::Pred);
+                                    x.emit(Inst::MbarWait { addr: empty, parity: parity.into(), pred: ready });
+                                }
                                 let bar = x.wsl_piece_bar(&p, stages, stage, j);
                                 let tx = Operand::Imm(p.box_bytes);
                                 x.emit(Inst::MbarArriveExpectTx { addr: bar.clone(), tx_bytes: tx });
