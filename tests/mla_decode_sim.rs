@@ -277,6 +277,34 @@ fn clusters_multicast_the_kv_warp_specialized_loop() {
     run_split(&c, 7, ("tma_copy", split_meta(2)), Default::default(), None);
 }
 
+/// ptxas (when found) assembles `ptx`, kernel `name` built as `what`,
+/// without serialized wgmmas, injected waits or spills.
+fn assembles_clean(name: &str, ptx: &str, what: &str) {
+    if let Some(r) = ptxas::assemble(name, ptx, "sm_90a") {
+        let bad: Vec<&str> =
+            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
+        assert!(bad.is_empty(), "{name} ({what}):\n{}", bad.join("\n"));
+        assert!(r.contains("0 bytes spill stores"), "{r}");
+    }
+}
+
+/// The seesaw's cases on the simulator, its split kernel compiled with
+/// `options`: many parts; s_q 2 over h_q 64 (the causal mask inside the
+/// last block) in order and under a random interleaving; then `jumping`
+/// with scores that jump at every block, once per interleaving of `seeds`.
+fn seesaw_cases(meta: &'static tile::KernelMeta, options: CompileOptions, jumping: &Case, seeds: &[Option<u64>]) {
+    run_split_with(&many_parts(), 13, ("warp_specialized_loop", meta), options, Default::default(), None);
+    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
+    for seed in [None, Some(3)] {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split_with(&c, 5, ("warp_specialized_loop", meta), options, opts, None);
+    }
+    for &seed in seeds {
+        let opts = sim::RunOptions { seed, ..Default::default() };
+        run_split_with(jumping, 31, ("warp_specialized_loop", meta), options, opts, Some(&mla::jumping_keys(true)));
+    }
+}
+
 /// The seesaw split kernel (`mla_split_seesaw`: two key blocks per
 /// iteration in one-stage rings of their own, block 0's softmax on
 /// warpgroup 0 and block 1's on warpgroup 1 under block 0's P·V, whose
@@ -297,20 +325,9 @@ fn seesaw_warp_specialized_loop() {
     let (k, v) = compiled(meta);
     let ws: Vec<_> = v.iter().filter(|v| v.schedule.starts_with("warp_specialized_loop")).collect();
     assert_eq!(ws.len(), 1, "{:?}", v.iter().map(|v| v.schedule).collect::<Vec<_>>());
-    if let Some(r) = ptxas::assemble(&k.name, &ws[0].ptx, "sm_90a") {
-        let bad: Vec<&str> =
-            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
-        assert!(bad.is_empty(), "{} ({}):\n{}", k.name, ws[0].schedule, bad.join("\n"));
-        assert!(r.contains("0 bytes spill stores"), "{r}");
-    }
-    run_split(&many_parts(), 13, ("warp_specialized_loop", meta), Default::default(), None);
-    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
-    for seed in [None, Some(3)] {
-        let opts = sim::RunOptions { seed, ..Default::default() };
-        run_split(&c, 5, ("warp_specialized_loop", meta), opts, None);
-    }
+    assembles_clean(&k.name, &ws[0].ptx, ws[0].schedule);
     let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
-    run_split(&c, 31, ("warp_specialized_loop", meta), Default::default(), Some(&mla::jumping_keys(true)));
+    seesaw_cases(meta, CompileOptions::default(), &c, &[None]);
 }
 
 /// The seesaw with block 1's P·V issued right behind block 0's
@@ -330,12 +347,7 @@ fn seesaw_guarded_waits_warp_specialized_loop() {
     assert!(v.iter().all(|c| !behind(&c.ptx)), "{}: the default issues P·V behind the other", k.name);
     let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
     assert!(behind(&ws.ptx), "{}: no P·V issued behind the other", k.name);
-    if let Some(r) = ptxas::assemble(&k.name, &ws.ptx, "sm_90a") {
-        let bad: Vec<&str> =
-            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
-        assert!(bad.is_empty(), "{} (guarded waits):\n{}", k.name, bad.join("\n"));
-        assert!(r.contains("0 bytes spill stores"), "{r}");
-    }
+    assembles_clean(&k.name, &ws.ptx, "guarded waits");
     let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
     for seed in [None, Some(7)] {
         let opts = sim::RunOptions { seed, ..Default::default() };
@@ -364,23 +376,9 @@ fn seesaw_rotated_scores_warp_specialized_loop() {
     assert!(v.iter().all(|c| !rotated(&c.ptx)), "{}: the default rotates the scores", k.name);
     let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
     assert!(rotated(&ws.ptx), "{}: the scores are not issued a turn early", k.name);
-    if let Some(r) = ptxas::assemble(&k.name, &ws.ptx, "sm_90a") {
-        let bad: Vec<&str> =
-            r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
-        assert!(bad.is_empty(), "{} (rotated scores):\n{}", k.name, bad.join("\n"));
-        assert!(r.contains("0 bytes spill stores"), "{r}");
-    }
-    run_split_with(&many_parts(), 13, ("warp_specialized_loop", meta), on, Default::default(), None);
-    let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
-    for seed in [None, Some(3)] {
-        let opts = sim::RunOptions { seed, ..Default::default() };
-        run_split_with(&c, 5, ("warp_specialized_loop", meta), on, opts, None);
-    }
+    assembles_clean(&k.name, &ws.ptx, "rotated scores");
     let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
-    for seed in [None, Some(7)] {
-        let opts = sim::RunOptions { seed, ..Default::default() };
-        run_split_with(&c, 31, ("warp_specialized_loop", meta), on, opts, Some(&mla::jumping_keys(true)));
-    }
+    seesaw_cases(meta, on, &c, &[None, Some(7)]);
     // The plain kernel's warp-specialized variant opens with warpgroup 0's
     // scores too (its persistent variant is not rotated).
     let plain = split_meta(1);
@@ -417,21 +415,9 @@ fn seesaw_piece_releases_warp_specialized_loop() {
         let pr = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
         // K of both blocks: eight boxes, one stage each.
         assert_eq!(inits(&pr.ptx), inits(&ws.ptx) + 16, "{}: no per-box empty barriers ({spec})", k.name);
-        if let Some(r) = ptxas::assemble(&k.name, &pr.ptx, "sm_90a") {
-            let bad: Vec<&str> =
-                r.lines().filter(|l| l.contains("Performance Loss") || l.contains("is injected")).collect();
-            assert!(bad.is_empty(), "{} ({spec}):\n{}", k.name, bad.join("\n"));
-            assert!(r.contains("0 bytes spill stores"), "{r}");
-        }
-        run_split_with(&many_parts(), 13, ("warp_specialized_loop", meta), on, Default::default(), None);
-        let c = Case { seqlens: vec![1, 0, 65, 200], s_q: 2, h_q: 64, paged: true, num_parts: 4 };
-        for seed in [None, Some(3)] {
-            let opts = sim::RunOptions { seed, ..Default::default() };
-            run_split_with(&c, 5, ("warp_specialized_loop", meta), on, opts, None);
-        }
+        assembles_clean(&k.name, &pr.ptx, spec);
         let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
-        let opts = sim::RunOptions { seed: Some(9), ..Default::default() };
-        run_split_with(&c, 31, ("warp_specialized_loop", meta), on, opts, Some(&mla::jumping_keys(true)));
+        seesaw_cases(meta, on, &c, &[Some(9)]);
     }
 }
 
