@@ -531,14 +531,19 @@ impl Lx<'_> {
         let users = self.wsl_ring_users(wl, body);
         let Some(users) = users.get(ci) else { return false };
         let dst = wl.copies.borrow()[ci].dst;
-        let on_wgmma = |i: usize| match &body[i].kind {
+        let on_wgmma = |i: usize| self.wsl_on_wgmma(&body[i]);
+        let reads_only_by_wgmma = users.iter().all(|&i| on_wgmma(i) || !touches_memory(self.k, &body[i], dst).0);
+        reads_only_by_wgmma && users.last().is_some_and(|&i| on_wgmma(i))
+    }
+
+    /// Whether `s` is a gemm on wgmma.
+    pub(super) fn wsl_on_wgmma(&self, s: &TStmt) -> bool {
+        match &s.kind {
             StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
                 self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
             }
             _ => false,
-        };
-        let reads_only_by_wgmma = users.iter().all(|&i| on_wgmma(i) || !touches_memory(self.k, &body[i], dst).0);
-        reads_only_by_wgmma && users.last().is_some_and(|&i| on_wgmma(i))
+        }
     }
 
     /// Whether some ring is multicast over the cluster.

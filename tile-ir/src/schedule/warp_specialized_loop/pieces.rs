@@ -227,8 +227,7 @@ impl Lx<'_> {
         boxes: &[usize],
         fenced: bool,
     ) {
-        let Some(r) = &p.releases else { return };
-        if boxes.is_empty() {
+        if p.releases.is_none() || boxes.is_empty() {
             return;
         }
         let stages = wl.plan.stages as i64;
@@ -237,8 +236,9 @@ impl Lx<'_> {
                 x.emit(Inst::FenceProxyAsync);
             }
             for &j in boxes {
-                let empty = x.ring_bar_addr(r.empties + 8 * stages * j as i64, stages, stage, 0);
-                x.wsl_arrive_at(wl, ci, empty);
+                if let Some(empty) = x.wsl_piece_empty(p, stages, stage, j) {
+                    x.wsl_arrive_at(wl, ci, empty);
+                }
             }
             Ok(())
         });

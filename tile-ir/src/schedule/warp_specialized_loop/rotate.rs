@@ -124,16 +124,6 @@ impl Lx<'_> {
         (!r && !w && first_in_chain).then_some(Rotation { stmts: chain, owner })
     }
 
-    /// Whether `s` is a gemm on wgmma.
-    pub(super) fn wsl_on_wgmma(&self, s: &TStmt) -> bool {
-        match &s.kind {
-            StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } => {
-                self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
-            }
-            _ => false,
-        }
-    }
-
     /// The chain `rot` of iteration `k` (the loop variable `var` bound to
     /// it) on the rings' stage and phase `(stage, phase)`: per statement,
     /// the full waits of the unpieced rings it reads first, then its
