@@ -359,7 +359,7 @@ fn seesaw_guarded_waits_warp_specialized_loop() {
 
 /// The seesaw with warpgroup 0's scores of the next iteration issued at the
 /// end of this one, behind block 1's P·V (`wsloop_rotate_scores`, an
-/// experiment until timed): the loop's top issues them only in its first
+/// experiment): the loop's top issues them only in its first
 /// iteration, and the end of each keeps their two groups in flight
 /// (`wgmma.wait_group 2`) while retiring P·V's. Loops of 0, 1 and 2
 /// iterations (chunks of 1, 2, 3 and 9 blocks, empty ones), masked last
@@ -379,28 +379,36 @@ fn seesaw_rotated_scores_warp_specialized_loop() {
     assembles_clean(&k.name, &ws.ptx, "rotated scores");
     let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
     seesaw_cases(meta, on, &c, &[None, Some(7)]);
-    // The plain kernel's warp-specialized variant opens with warpgroup 0's
-    // scores too (its persistent variant is not rotated).
+    // The plain kernel's warp-specialized variants open with warpgroup 0's
+    // scores too; the persistent one (over 3 blocks: tiles of 0, 1 and
+    // more iterations one after another on a block, the rings and the
+    // chain's issue carried across them) as well.
     let plain = split_meta(1);
     let (k, _) = compiled(plain);
     let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
-    let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
-    assert!(rotated(&ws.ptx), "{}: the scores are not issued a turn early", k.name);
-    for seed in [None, Some(11)] {
-        let opts = sim::RunOptions { seed, ..Default::default() };
-        run_split_with(&many_parts(), 13, ("warp_specialized_loop", plain), on, opts, None);
-    }
     let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
-    run_split_with(&c, 31, ("warp_specialized_loop", plain), on, Default::default(), Some(&mla::jumping_keys(true)));
+    for schedule in ["warp_specialized_loop", "warp_specialized_loop_persistent"] {
+        let ws = g.iter().find(|c| c.schedule == schedule).expect("a warp-specialized variant");
+        assert!(rotated(&ws.ptx), "{} ({schedule}): the scores are not issued a turn early", k.name);
+        assembles_clean(&k.name, &ws.ptx, schedule);
+        let blocks = (schedule == "warp_specialized_loop_persistent").then_some([3, 1, 1]);
+        for seed in [None, Some(11)] {
+            let opts = sim::RunOptions { seed, shape: blocks, ..Default::default() };
+            run_split_with(&many_parts(), 13, (schedule, plain), on, opts, None);
+        }
+        let opts = sim::RunOptions { shape: blocks, ..Default::default() };
+        run_split_with(&c, 31, (schedule, plain), on, opts, Some(&mla::jumping_keys(true)));
+    }
 }
 
 /// The seesaw with each 64-column box of block 0's and block 1's K released
 /// on its own barrier by each warpgroup after its last statement touching it
-/// (`wsloop_piece_releases`, an experiment until timed): warpgroup 0 frees
+/// (`wsloop_piece_releases`, an experiment): warpgroup 0 frees
 /// the boxes of V's left half once its half of P·V is done, warpgroup 1
 /// those of the right half, and each the other half's after the masking of
 /// the keys past the sequence; the producer refills box by box. Alone and
-/// with the scores rotated; masked last blocks, jumping keys, random
+/// with the scores rotated (their chain then cut around block 1's release,
+/// `rotate.rs`); masked last blocks, jumping keys, random
 /// interleavings; ptxas assembles it without serialized wgmmas, injected
 /// waits or spills; the default build has none of it.
 #[test]
@@ -415,6 +423,10 @@ fn seesaw_piece_releases_warp_specialized_loop() {
         let pr = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
         // K of both blocks: eight boxes, one stage each.
         assert_eq!(inits(&pr.ptx), inits(&ws.ptx) + 16, "{}: no per-box empty barriers ({spec})", k.name);
+        // Rotated, the next scores are cut around block 1's release: its
+        // P·V retired by `wait_group 1` (the first part's group in flight).
+        let cut = pr.ptx.contains("wgmma.wait_group.sync.aligned 1;");
+        assert_eq!(cut, spec.contains("rotate"), "{}: the chain's cut ({spec})", k.name);
         assembles_clean(&k.name, &pr.ptx, spec);
         let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
         seesaw_cases(meta, on, &c, &[Some(9)]);

@@ -244,8 +244,12 @@ pub struct CompileOptions {
     /// current one, behind its last gemm
     /// (`schedule/warp_specialized_loop/rotate.rs`): MLA's seesaw queues
     /// block 0's next scores behind block 1's P·V, so that the tensor
-    /// cores do not drain at the loop's turn. Off by default until timed
-    /// on the GPU; on for experiments (`TILE_OPTIONS_ON`).
+    /// cores do not drain at the loop's turn. Off: timed on the GPU
+    /// (BENCHMARKS.md, session 35), it loses 9–10 % on the seesaw (whose
+    /// one-stage rings make the early chain wait for block 0's refill
+    /// before block 1's ring is released; 5 % with `wsloop_piece_releases`,
+    /// which cuts the chain around that release) and moves the plain
+    /// kernel by −0.4 to +1.5 %; on for experiments (`TILE_OPTIONS_ON`).
     pub wsloop_rotate_scores: bool,
     /// In a warp-specialized consumers' loop of two consumer warpgroups, a
     /// ring with per-piece barriers (`piece_barriers`) gets an empty
@@ -255,7 +259,10 @@ pub struct CompileOptions {
     /// ring's last reader (`schedule/warp_specialized_loop/pieces.rs`);
     /// the producer refills box by box. MLA's seesaw: warpgroup 0 frees
     /// the left half of block 0's V as soon as its half of P·V is done.
-    /// Off by default until timed on the GPU; on for experiments.
+    /// Off: timed on the GPU (BENCHMARKS.md, session 35), alone it moves
+    /// the seesaw by −0.5 to +0.3 %; with `wsloop_rotate_scores` it cuts
+    /// the rotated chain around block 1's release (FlashMLA's order:
+    /// `rotate.rs`); on for experiments.
     pub wsloop_piece_releases: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128

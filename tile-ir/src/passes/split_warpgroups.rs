@@ -10,6 +10,10 @@
 //! holds for every thread that reaches the loop (the warp-specialized
 //! loop's consumers; its producer has exited).
 //!
+//! A loop listed with a `guard` stands at the top level of a uniform
+//! `if guard { .. }` holding what must run before it on the same path
+//! (a rotated chain's first issue, `rotate.rs`): that `if` is split whole.
+//!
 //! Guarantees the same behaviour with such a loop written
 //! `if p₀ { loop₀ } else if p₁ { loop₁ } ..` (the `wgmma.wait_group`s
 //! right after the loop, warpgroup-collective, in each copy after its
@@ -39,6 +43,9 @@ pub struct SplitLoop {
     pub var: Reg,
     /// "This thread is in warpgroup `w`", for each warpgroup `w` that runs it.
     pub preds: Vec<Reg>,
+    /// The condition of the uniform `if` the loop stands in, split whole
+    /// with it (see the module doc).
+    pub guard: Option<Reg>,
 }
 
 /// Splits the loops of `func.split_loops` (see the module doc).
@@ -60,9 +67,20 @@ struct Cx {
 fn split(body: &mut Vec<Stmt>, loops: &[SplitLoop], cx: &Cx) {
     let mut i = 0;
     while i < body.len() {
+        let unit = match &body[i] {
+            Stmt::For { var, body: b, .. } => {
+                loops.iter().find(|l| l.var == *var && l.guard.is_none() && splittable(b, cx))
+            }
+            Stmt::If { cond, uniform: true, then, otherwise, .. } if otherwise.is_empty() => loops.iter().find(|l| {
+                l.guard == Some(*cond)
+                    && then.iter().any(|s| matches!(s, Stmt::For { var, .. } if *var == l.var))
+                    && splittable(then, cx)
+            }),
+            _ => None,
+        };
         match &mut body[i] {
-            Stmt::For { var, body: b, .. } if loops.iter().any(|l| l.var == *var) && splittable(b, cx) => {
-                let l = loops.iter().find(|l| l.var == *var).expect("found above");
+            _ if unit.is_some() => {
+                let l = unit.expect("matched above");
                 // The `wgmma.wait_group`s right after the loop go into each
                 // copy: ptxas takes the wgmmas one copy leaves in flight at
                 // its exit as in flight through the next copy's code too
@@ -212,7 +230,7 @@ mod tests {
         ];
         let lp = Stmt::For { var: v, start: Operand::Imm(0), end: Operand::Imm(3), exit: e, uniform: true, body };
         f.body = vec![mark(0), lp];
-        f.split_loops = vec![SplitLoop { var: v, preds: vec![p, q] }];
+        f.split_loops = vec![SplitLoop { var: v, preds: vec![p, q], guard: None }];
         split_warpgroup_loops(&mut f);
         let Stmt::If { cond, then, otherwise, .. } = &f.body[1] else { panic!("{:?}", f.body) };
         assert_eq!(*cond, p);
@@ -237,5 +255,50 @@ mod tests {
         f.body = vec![lp.clone()];
         split_warpgroup_loops(&mut f);
         assert_eq!(f.body, vec![lp]);
+    }
+
+    #[test]
+    fn a_guarded_loop_is_split_with_its_guard() {
+        let mut f = Function { barrier_threads: Some(256), ..Function::default() };
+        let (p, q, v, e, g) = (
+            f.new_reg(RegClass::Pred),
+            f.new_reg(RegClass::Pred),
+            f.new_reg(RegClass::B32),
+            f.new_reg(RegClass::Pred),
+            f.new_reg(RegClass::Pred),
+        );
+        let br = |cond, then| Stmt::If { cond, negate: false, uniform: false, then, otherwise: vec![] };
+        let wait = Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None };
+        let body = vec![br(p, vec![mark(2)]), br(q, vec![mark(3)])];
+        let lp = Stmt::For { var: v, start: Operand::Imm(0), end: Operand::Imm(3), exit: e, uniform: true, body };
+        // Warpgroup p's issue before the loop, the wait after it, in `if g`.
+        let guarded = Stmt::If {
+            cond: g,
+            negate: false,
+            uniform: true,
+            then: vec![br(p, vec![mark(1)]), lp.clone(), wait.clone()],
+            otherwise: vec![],
+        };
+        f.body = vec![mark(0), guarded.clone(), mark(4)];
+        f.split_loops = vec![SplitLoop { var: v, preds: vec![p, q], guard: Some(g) }];
+        split_warpgroup_loops(&mut f);
+        let Stmt::If { cond, then, otherwise, .. } = &f.body[1] else { panic!("{:?}", f.body) };
+        assert_eq!(*cond, p);
+        for (copy, want) in [(then, vec![1, 2]), (otherwise, vec![3])] {
+            let [Stmt::If { cond, uniform: true, then: inner, .. }] = &copy[..] else { panic!("{copy:?}") };
+            assert_eq!(*cond, g);
+            assert!(matches!(&inner[..], [.., Stmt::For { .. }, w] if *w == wait), "{inner:?}");
+            let mut m = vec![];
+            marks(inner, &mut m);
+            assert_eq!(m, want);
+        }
+        assert_eq!(f.body.len(), 3);
+        // Without the guard listed, the loop alone is split (inside the `if`).
+        f.body = vec![guarded];
+        f.split_loops = vec![SplitLoop { var: v, preds: vec![p, q], guard: None }];
+        split_warpgroup_loops(&mut f);
+        let Stmt::If { cond, then, .. } = &f.body[0] else { panic!() };
+        assert_eq!(*cond, g);
+        assert!(matches!(&then[..], [Stmt::If { .. }, Stmt::If { .. }]), "{then:?}");
     }
 }

@@ -941,9 +941,8 @@ impl Lx<'_> {
             for ci in (0..copies.len()).filter(|&ci| first(ci).is_none()) {
                 wait(x, ci);
             }
-            // The rotated chain is issued here in the first iteration only.
-            let first_iter = rot.as_ref().map(|_| x.op("setp.eq.s32", RegClass::Pred, vec![vr.into(), a.into()]));
             let mut rotated = false;
+            let mut rotated_rest = Vec::new();
             let mut saved = Vec::new();
             for &i in &ws.copies {
                 if let StmtKind::Copy { dst, .. } = &body[i].kind {
@@ -1127,7 +1126,7 @@ impl Lx<'_> {
                         lazy.push((ci, w));
                     }
                     let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
-                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code, !lazily),
+                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code, !lazily, None),
                         None => Ok(code),
                     });
                     match code {
@@ -1162,7 +1161,8 @@ impl Lx<'_> {
                         Err(e) => x.errors.push(e),
                     }
                     retire(x, std::mem::take(&mut pending));
-                    let n = x.wsl_rotated_next(wl, r, body, (var, vr, b), (stage, phase), &users)?;
+                    let (n, rest) = x.wsl_rotated_next(wl, r, body, (var, vr, b), (stage, phase), &users)?;
+                    rotated_rest = rest;
                     let cond = x.warpgroup_pred(r.owner);
                     let wait = |pending| vec![Stmt::Inst { inst: Inst::WgmmaWait { pending }, guard: None }];
                     x.cur().push(Stmt::If { cond, negate: false, uniform: false, then: wait(n), otherwise: wait(0) });
@@ -1170,10 +1170,9 @@ impl Lx<'_> {
                 } else if let Err(e) = x.stmt(s) {
                     x.errors.push(e);
                 }
-                if let (Some(r), Some(first)) = (&rot, first_iter) {
-                    if r.stmts.contains(&i) {
-                        Self::wsl_rotated_top(&mut x.cur()[at..], first);
-                    }
+                if rot.as_ref().is_some_and(|r| r.stmts.contains(&i)) {
+                    // Issued before the loop or by the previous iteration.
+                    Self::wsl_rotated_top(&mut x.cur()[at..]);
                 }
                 if std::mem::take(&mut x.vote_wait) {
                     return Err(x.err("internal: a guarded rescale was not lowered as a parallel nest"));
@@ -1221,6 +1220,10 @@ impl Lx<'_> {
                 if let Some(l) = late.as_ref().filter(|l| l.after == i) {
                     retire_late(x, l)?;
                 }
+                // The rotated chain's rest, after the last statement's
+                // releases (`rotate.rs`).
+                let rest = std::mem::take(&mut rotated_rest);
+                x.cur().extend(rest);
             }
             retire(x, std::mem::take(&mut pending));
             for st in saved {
@@ -1231,7 +1234,8 @@ impl Lx<'_> {
             }
             if let Some(r) = rot.as_ref().filter(|_| !rotated) {
                 // (The last statement is no gemm: the chain after it all.)
-                x.wsl_rotated_next(wl, r, body, (var, vr, b), (stage, phase), &users)?;
+                let (_, rest) = x.wsl_rotated_next(wl, r, body, (var, vr, b), (stage, phase), &users)?;
+                x.cur().extend(rest);
             }
             if let (Some((_, _, c, regs, twins)), Some(m)) = (&look, more) {
                 // The next iteration's scores, landed (a body's later gemm
@@ -1285,17 +1289,29 @@ impl Lx<'_> {
         // loop and exits).
         let preds: Vec<Reg> = self.f.warpgroup_preds.iter().map(|p| p.0).collect();
         let own = branches_on(&lowered, &preds);
-        self.cur().push(Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered });
+        let lp = Stmt::For { var: vr, start: a.into(), end: b.into(), exit, uniform: true, body: lowered };
+        let guard = match &rot {
+            // The rotated chain's first issue before the loop, the last
+            // iteration's last gemm (left in flight by the chain's wait)
+            // waited for after it, all in an `if a < b` (`rotate.rs`).
+            Some(r) => {
+                let ran = self.op("setp.lt.s32", RegClass::Pred, vec![a.into(), b.into()]);
+                let (mut then, _) = self.wsl_rotated_issue(wl, r, body, (var, a), (stage, phase), &users, None)?;
+                then.push(lp);
+                then.push(Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None });
+                self.cur().push(Stmt::If { cond: ran, negate: false, uniform: true, then, otherwise: vec![] });
+                Some(ran)
+            }
+            None => {
+                self.cur().push(lp);
+                None
+            }
+        };
         let regions = copies.iter().filter_map(|c| self.region_of(c.dst).map(|r| r.id)).collect();
         self.f.ring_loops.push((vr, regions));
         if wl.split_warpgroups && self.k.threads == 256 && own {
             let preds = vec![self.warpgroup_pred(0), self.warpgroup_pred(1)];
-            self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds });
-        }
-        if rot.is_some() {
-            // The last iteration's last gemm, left in flight by the rotated
-            // chain's wait (`rotate.rs`).
-            self.emit(Inst::WgmmaWait { pending: 0 });
+            self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds, guard });
         }
         if let Some(late) = &late {
             // The last iteration's last gemm: waited for (unconditionally:

@@ -63,6 +63,10 @@ use crate::passes::lower::{Lx, R};
 use crate::passes::pipeline::touches_memory;
 use crate::thread_ir::{Inst, Reg, RegClass, Stmt};
 
+/// The mark [`Lx::wsl_piece_waits`] leaves where a chain is cut (a
+/// comment, removed by the cut).
+pub(super) const CHAIN_CUT: &str = "rotated chain cut";
+
 impl Lx<'_> {
     /// Per ring, the statements of the loop body `body` touching its
     /// buffer (its pipelined copy aside), in order.
@@ -281,7 +285,9 @@ impl Lx<'_> {
     /// it (see the module doc). A gemm that one warpgroup runs alone
     /// (`policy(Warpgroup(w))`: its code is that warpgroup's branch) waits
     /// so in the branch, and the other warpgroups, which read the stage
-    /// later (MLA's P·V), wait for every box in its `else`.
+    /// later (MLA's P·V), wait for every box in its `else`. With `cut`,
+    /// a [`CHAIN_CUT`] comment marks the place of box `cut`'s wait (where
+    /// `rotate.rs` splits a rotated chain).
     pub(super) fn wsl_piece_waits(
         &mut self,
         p: &Pieces,
@@ -289,13 +295,14 @@ impl Lx<'_> {
         (stage, phase): (Reg, Reg),
         mut code: Vec<Stmt>,
         others_wait: bool,
+        cut: Option<usize>,
     ) -> R<Vec<Stmt>> {
         // (The owner's branch, then the gemm's closing wait run by every
         // thread, when it has one: `Lx::stmt`.)
         if let [Stmt::If { then, otherwise, uniform: false, .. }, rest @ ..] = &mut code[..] {
             let waits_only = rest.iter().all(|s| matches!(s, Stmt::Inst { inst: Inst::WgmmaWait { .. }, .. }));
             if otherwise.is_empty() && waits_only {
-                *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then), false)?;
+                *then = self.wsl_piece_waits(p, stages, (stage, phase), std::mem::take(then), false, cut)?;
                 if others_wait {
                     *otherwise = self.capture(|x| {
                         for j in 0..p.boxes {
@@ -319,6 +326,9 @@ impl Lx<'_> {
                         .ok_or_else(|| self.err("internal: a pieced gemm has more k16 slices than planned"))?;
                     if !waited[j] {
                         waited[j] = true;
+                        if cut == Some(j) {
+                            out.push(Stmt::Comment(CHAIN_CUT.into()));
+                        }
                         let wait = self.capture(|x| {
                             x.wsl_piece_wait(p, stages, (stage, phase), j);
                             // ptxas puts a `wgmma.fence` after a wait loop
