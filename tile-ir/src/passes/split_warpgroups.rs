@@ -210,16 +210,18 @@ mod tests {
         }
     }
 
+    /// A function of two warpgroups' consumers and its registers: the
+    /// warpgroups' predicates, a loop's variable and exit, one more predicate.
+    fn function() -> (Function, [Reg; 5]) {
+        let mut f = Function { barrier_threads: Some(256), ..Function::default() };
+        let classes = [RegClass::Pred, RegClass::Pred, RegClass::B32, RegClass::Pred, RegClass::Pred];
+        let regs = classes.map(|c| f.new_reg(c));
+        (f, regs)
+    }
+
     #[test]
     fn each_warpgroup_gets_its_branches_and_the_shared_code() {
-        let mut f = Function { barrier_threads: Some(256), ..Function::default() };
-        let (p, q, v, e, other) = (
-            f.new_reg(RegClass::Pred),
-            f.new_reg(RegClass::Pred),
-            f.new_reg(RegClass::B32),
-            f.new_reg(RegClass::Pred),
-            f.new_reg(RegClass::Pred),
-        );
+        let (mut f, [p, q, v, e, other]) = function();
         let br = |cond, negate, then, otherwise| Stmt::If { cond, negate, uniform: false, then, otherwise };
         let body = vec![
             mark(1),
@@ -259,14 +261,7 @@ mod tests {
 
     #[test]
     fn a_guarded_loop_is_split_with_its_guard() {
-        let mut f = Function { barrier_threads: Some(256), ..Function::default() };
-        let (p, q, v, e, g) = (
-            f.new_reg(RegClass::Pred),
-            f.new_reg(RegClass::Pred),
-            f.new_reg(RegClass::B32),
-            f.new_reg(RegClass::Pred),
-            f.new_reg(RegClass::Pred),
-        );
+        let (mut f, [p, q, v, e, g]) = function();
         let br = |cond, then| Stmt::If { cond, negate: false, uniform: false, then, otherwise: vec![] };
         let wait = Stmt::Inst { inst: Inst::WgmmaWait { pending: 0 }, guard: None };
         let body = vec![br(p, vec![mark(2)]), br(q, vec![mark(3)])];
