@@ -330,6 +330,31 @@ fn seesaw_warp_specialized_loop() {
     seesaw_cases(meta, CompileOptions::default(), &c, &[None]);
 }
 
+/// The consumers that read a stage after the other warpgroup's scores
+/// (`wsloop_ordered_observers`, `observers.rs`): in the seesaw each
+/// warpgroup skips its waits for the other block's 9 pieces (8 boxes of K,
+/// K_pe), which the barriers order for it (block 0's: the `barrier()`
+/// after its scores; block 1's: O's rescale after warpgroup 1's `alpha1_s`),
+/// and the simulator (races against the TMA's bytes through
+/// happens-before, barriers included) finds none; the plain kernel's
+/// warpgroup 1, idle until P, keeps its waits (the same PTX with the
+/// option off).
+#[test]
+fn seesaw_observers_skip_ordered_waits() {
+    let waits = |ptx: &str| ptx.matches("mbarrier.try_wait").count();
+    let off = CompileOptions::default().with_off("wsloop_ordered_observers").unwrap();
+    let meta = mla::mla_split_seesaw::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    let w = tile::ir::compile_variants(&k, Target::Sm90a, off).unwrap();
+    let ws = |v: &[Compiled]| v.iter().find(|c| c.schedule == "warp_specialized_loop").map(|c| c.ptx.clone()).unwrap();
+    assert_eq!(waits(&ws(&w)) - waits(&ws(&v)), 18, "{}: each warpgroup skips the other block's 9 pieces", k.name);
+    let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
+    seesaw_cases(meta, off, &c, &[]);
+    let (k, v) = compiled(split_meta(1));
+    let w = tile::ir::compile_variants(&k, Target::Sm90a, off).unwrap();
+    assert!(v.iter().zip(&w).all(|(a, b)| a.ptx == b.ptx), "{}: the plain kernel's waits changed", k.name);
+}
+
 /// The seesaw with block 1's P·V issued right behind block 0's
 /// (`wsloop_guarded_waits`, an experiment until timed): O's rescale between
 /// them waits for block 0's only under a vote of the warpgroup (taken at the

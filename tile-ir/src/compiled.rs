@@ -224,6 +224,14 @@ pub struct CompileOptions {
     /// reader. Off by default (measured: the plain MLA kernel 1.4 % slower
     /// on the H100, the crossed seesaw slower with it); on for experiments.
     pub wsloop_lazy_waits: bool,
+    /// The other consumers of a pieced stage that a gemm of one warpgroup
+    /// reads first (MLA's scores) skip their waits for its pieces where
+    /// they run work of their own before their first touch of it and a
+    /// barrier of all consumers orders that touch after the owner's waits
+    /// (`warp_specialized_loop/observers.rs`): MLA's seesaw, whose
+    /// warpgroup 0 otherwise waits for block 1's pieces before its
+    /// softmax. On by default; off for A/B runs.
+    pub wsloop_ordered_observers: bool,
     /// In a warp-specialized consumers' loop, a pending gemm (its wait
     /// deferred, `wsloop_deferred_waits`) whose accumulator a later nest
     /// rescales only under a row condition (`if alpha[i] != 1.0 { .. }`)
@@ -287,7 +295,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 21] = [
+    pub const SWITCHES: [(&'static str, Switch); 22] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -306,6 +314,7 @@ impl CompileOptions {
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
         ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
         ("wsloop_split_warpgroups", |o| &mut o.wsloop_split_warpgroups),
+        ("wsloop_ordered_observers", |o| &mut o.wsloop_ordered_observers),
         ("warpgroup_barriers", |o| &mut o.warpgroup_barriers),
         ("ring_turns", |o| &mut o.ring_turns),
         ("sunk_barriers", |o| &mut o.sunk_barriers),
@@ -382,6 +391,7 @@ impl Default for CompileOptions {
             wsloop_split_warpgroups: true,
             wsloop_owner_waits: false,
             wsloop_lazy_waits: false,
+            wsloop_ordered_observers: true,
             wsloop_guarded_waits: false,
             wsloop_rotate_scores: false,
             wsloop_piece_releases: false,

@@ -287,6 +287,10 @@ pub(crate) struct WslLowering {
     /// for its stage before their own first statement touching it
     /// ([`crate::CompileOptions::wsloop_lazy_waits`]).
     lazy_waits: bool,
+    /// Whether the other consumers of a pieced stage that one warpgroup's
+    /// gemm reads first skip their waits where barriers order it for them
+    /// ([`crate::CompileOptions::wsloop_ordered_observers`], `observers.rs`).
+    ordered_observers: bool,
     /// Whether a row-guarded rescale of a pending gemm's accumulator waits
     /// only where the warpgroup takes it, and a later gemm into the same
     /// accumulator issues behind the pending one
@@ -349,6 +353,7 @@ impl WslLowering {
             split_warpgroups: options.wsloop_split_warpgroups,
             owner_waits: options.wsloop_owner_waits,
             lazy_waits: options.wsloop_lazy_waits,
+            ordered_observers: options.wsloop_ordered_observers,
             guarded_waits: options.wsloop_guarded_waits,
             ping_pong: options.ping_pong,
             lookahead: options.lookahead,
@@ -1054,6 +1059,22 @@ impl Lx<'_> {
                             x.emit_if(Some(cond), false, code, vec![]);
                             lazy.push((ci, w));
                         }
+                        // The others skip it where barriers order the
+                        // stage for them (`observers.rs`).
+                        Some(w)
+                            if wl.ordered_observers
+                                && ring_owner[ci].is_none()
+                                && pieces[ci].is_none()
+                                && copies[ci].share.is_none()
+                                && x.wsl_observers_ordered(body, &ws.copies, i, w, copies[ci].dst)? =>
+                        {
+                            let code = x.capture(|y| {
+                                y.wsl_full_wait(wl, ci, stages, (stage, phase));
+                                Ok(())
+                            })?;
+                            let cond = x.warpgroup_pred(w);
+                            x.emit_if(Some(cond), false, code, vec![]);
+                        }
                         _ => wait(x, ci),
                     }
                 }
@@ -1125,8 +1146,16 @@ impl Lx<'_> {
                     if let (true, Some(ci), Some(w)) = (lazily, lazy_ring, owner) {
                         lazy.push((ci, w));
                     }
+                    // The other consumers skip their waits where barriers
+                    // order the stage for them (`observers.rs`).
+                    let ordered = match (&pieced, lazy_ring, owner) {
+                        (Some(_), Some(ci), Some(w)) if !lazily && wl.ordered_observers => {
+                            x.wsl_observers_ordered(body, &ws.copies, i, w, copies[ci].dst)?
+                        }
+                        _ => false,
+                    };
                     let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
-                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code, !lazily, None),
+                        Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code, !lazily && !ordered, None),
                         None => Ok(code),
                     });
                     match code {

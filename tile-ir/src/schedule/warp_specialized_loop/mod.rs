@@ -25,6 +25,9 @@
 //!   issued at the end of the previous iteration, behind its last gemm;
 //! - `pieces.rs`: per-piece barriers, one per TMA box of a stage whose
 //!   first reader is a gemm, waited for right before the wgmmas reading it;
+//! - `observers.rs`: where the other consumers of a pieced stage that one
+//!   warpgroup's gemm reads first need not wait for its pieces (barriers
+//!   order it for them);
 //! - `persistent.rs`: the persistent variant (its own schedule name,
 //!   [`PERSISTENT_NAME`], preferred to the plain one): both sides loop over
 //!   the grid's blocks as tiles, the rings' phases carried across tiles and
@@ -41,6 +44,7 @@
 
 mod defer;
 mod lower;
+mod observers;
 mod persistent;
 mod pieces;
 mod plan;

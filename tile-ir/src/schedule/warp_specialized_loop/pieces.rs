@@ -29,7 +29,8 @@
 //! that one warpgroup runs alone (`policy(Warpgroup(w))`) does this in
 //! that warpgroup's branch; every other consumer thread waits for each
 //! piece in the branch's `else`, so the statements after it read a landed
-//! stage on every thread too. Each
+//! stage on every thread too (unless barriers order the stage for them
+//! after the owner's waits, `observers.rs`). Each
 //! piece barrier completes once per use of its stage, as `full_c[s]` did,
 //! so the parities are the ring's (`ph`), and the release (`empty_c`) is
 //! unchanged: the counts and the proof of [`super::lower`] hold piece by
