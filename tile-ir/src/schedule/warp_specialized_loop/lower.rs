@@ -1042,31 +1042,18 @@ impl Lx<'_> {
                     // A ring first read by one warpgroup's statement, read
                     // later by the others too: that warpgroup waits for
                     // its stage now, the others before their first
-                    // statement touching it (not multicast: see above).
+                    // statement touching it (lazy waits), or not at all
+                    // where barriers order the stage for them
+                    // (`observers.rs`); not multicast: see above.
+                    let lazily = owner_local && wl.lazy_waits;
                     match owner {
                         Some(w)
-                            if owner_local
-                                && wl.lazy_waits
-                                && ring_owner[ci].is_none()
-                                && pieces[ci].is_none()
-                                && copies[ci].share.is_none() =>
-                        {
-                            let code = x.capture(|y| {
-                                y.wsl_full_wait(wl, ci, stages, (stage, phase));
-                                Ok(())
-                            })?;
-                            let cond = x.warpgroup_pred(w);
-                            x.emit_if(Some(cond), false, code, vec![]);
-                            lazy.push((ci, w));
-                        }
-                        // The others skip it where barriers order the
-                        // stage for them (`observers.rs`).
-                        Some(w)
-                            if wl.ordered_observers
-                                && ring_owner[ci].is_none()
+                            if ring_owner[ci].is_none()
                                 && pieces[ci].is_none()
                                 && copies[ci].share.is_none()
-                                && x.wsl_observers_ordered(body, &ws.copies, i, w, copies[ci].dst)? =>
+                                && (lazily
+                                    || (wl.ordered_observers
+                                        && x.wsl_observers_ordered(body, &ws.copies, i, w, copies[ci].dst)?)) =>
                         {
                             let code = x.capture(|y| {
                                 y.wsl_full_wait(wl, ci, stages, (stage, phase));
@@ -1074,6 +1061,9 @@ impl Lx<'_> {
                             })?;
                             let cond = x.warpgroup_pred(w);
                             x.emit_if(Some(cond), false, code, vec![]);
+                            if lazily {
+                                lazy.push((ci, w));
+                            }
                         }
                         _ => wait(x, ci),
                     }
