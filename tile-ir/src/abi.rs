@@ -37,6 +37,23 @@ pub fn takes_tile_counter(schedule: &str) -> bool {
     schedule == TILE_COUNTER_SCHEDULE
 }
 
+/// The parameter of a variant built with `CompileOptions::trace`
+/// (`passes::trace`): a `u64` device pointer to
+/// `TRACE_BLOCKS · TRACE_WARPGROUPS · TRACE_CAPACITY` zeroed words, after
+/// the other parameters but the tensor maps (after the tile counter).
+pub const TRACE_PARAM: &str = "tile_trace";
+/// The blocks (the first, by linear block index) whose warpgroups record.
+pub const TRACE_BLOCKS: i64 = 8;
+/// The warpgroups per block with a slot (a block's later ones record nothing).
+pub const TRACE_WARPGROUPS: i64 = 4;
+/// The events a warpgroup's slot holds (the later ones are dropped).
+pub const TRACE_CAPACITY: i64 = 4096;
+
+/// Whether a variant's PTX takes the trace buffer [`TRACE_PARAM`].
+pub fn takes_trace(ptx: &str) -> bool {
+    ptx.contains(&format!(".param .u64 {TRACE_PARAM}"))
+}
+
 /// A tensor whose shape disagrees with the kernel's signature.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

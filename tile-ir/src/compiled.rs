@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, cp_async_wait, merge_branches, pack_cvt, split_warpgroups, wgmma_wait};
+use crate::passes::{barriers, cp_async_wait, merge_branches, pack_cvt, split_warpgroups, trace, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -224,6 +224,11 @@ pub struct CompileOptions {
     /// reader. Off by default (measured: the plain MLA kernel 1.4 % slower
     /// on the H100, the crossed seesaw slower with it); on for experiments.
     pub wsloop_lazy_waits: bool,
+    /// A debugging build: each warpgroup's thread 0 of the first blocks
+    /// records a `%clock64` stamp after every synchronizing instruction
+    /// into a buffer parameter the runtime passes and writes out
+    /// (`passes::trace`; `TILE_TRACE` names the file). Off by default.
+    pub trace: bool,
     /// The other consumers of a pieced stage that a gemm of one warpgroup
     /// reads first (MLA's scores) skip their waits for its pieces where
     /// they run work of their own before their first touch of it and a
@@ -322,7 +327,7 @@ impl CompileOptions {
 
     /// The experiments a build can turn on (`TILE_OPTIONS_ON`), by name:
     /// the transformations off by default, each with its option.
-    pub const EXPERIMENTS: [(&'static str, Switch); 7] = [
+    pub const EXPERIMENTS: [(&'static str, Switch); 8] = [
         ("tma_copies", |o| &mut o.tma_copies),
         ("wsloop_one_warpgroup", |o| &mut o.wsloop_one_warpgroup),
         ("wsloop_owner_waits", |o| &mut o.wsloop_owner_waits),
@@ -330,6 +335,7 @@ impl CompileOptions {
         ("wsloop_guarded_waits", |o| &mut o.wsloop_guarded_waits),
         ("wsloop_rotate_scores", |o| &mut o.wsloop_rotate_scores),
         ("wsloop_piece_releases", |o| &mut o.wsloop_piece_releases),
+        ("trace", |o| &mut o.trace),
     ];
 
     /// These options with the switches named in `spec` (comma-separated,
@@ -391,6 +397,7 @@ impl Default for CompileOptions {
             wsloop_split_warpgroups: true,
             wsloop_owner_waits: false,
             wsloop_lazy_waits: false,
+            trace: false,
             wsloop_ordered_observers: true,
             wsloop_guarded_waits: false,
             wsloop_rotate_scores: false,
@@ -425,6 +432,9 @@ pub(crate) fn finish(
     barriers::insert_barriers(&mut func.body, &barriers::Options { warpgroups, rings, sink: options.sunk_barriers });
     merge_branches::merge_warpgroup_branches(&mut func);
     split_warpgroups::split_warpgroup_loops(&mut func);
+    if options.trace {
+        trace::instrument(&mut func);
+    }
     let limit = target.info().shared_limit;
     if func.shared_bytes > limit {
         return Err(vec![CompileError::new(

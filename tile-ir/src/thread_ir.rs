@@ -70,6 +70,8 @@ pub enum Special {
     /// `%cluster_ctarank`: the block's rank in its thread block cluster
     /// (sm_90; 0 without a cluster).
     ClusterCtaRank,
+    /// `%clock64`: the SM's cycle counter (`passes::trace`).
+    Clock64,
 }
 
 /// An instruction operand: a register, an immediate, a special register or
@@ -762,6 +764,7 @@ pub(crate) fn fmt_operand(f: &Function, o: &Operand) -> String {
         Operand::Special(Special::CtaId(a)) => format!("%ctaid.{}", ["x", "y", "z"][*a as usize % 3]),
         Operand::Special(Special::NctaId(a)) => format!("%nctaid.{}", ["x", "y", "z"][*a as usize % 3]),
         Operand::Special(Special::ClusterCtaRank) => "%cluster_ctarank".into(),
+        Operand::Special(Special::Clock64) => "%clock64".into(),
         Operand::Symbol(s) => s.clone(),
     }
 }

@@ -1230,3 +1230,52 @@ fn mbarrier_protocol_holds_for_any_trip_count() {
     unrelease(&mut c.function.body);
     assert!(model::run(&c.function.body, &setup).unwrap_err().contains("deadlock"));
 }
+
+/// A traced build (`CompileOptions::trace`, `passes::trace`): the buffer
+/// parameter after the other parameters and before the tensor maps, one
+/// numbered event after every synchronizing instruction of the untraced
+/// variant (mbarrier waits and arrivals, wgmma commits and waits, barriers,
+/// TMA loads), each store predicated; ptxas assembles it; the default build
+/// has none of it.
+#[test]
+fn traced_variant_marks_every_synchronizing_instruction() {
+    fn events(body: &[Stmt]) -> usize {
+        body.iter()
+            .map(|s| match s {
+                Stmt::Inst { inst, .. } => usize::from(matches!(
+                    inst,
+                    Inst::MbarWait { .. }
+                        | Inst::MbarArrive { .. }
+                        | Inst::MbarArriveCluster { .. }
+                        | Inst::WgmmaCommit
+                        | Inst::WgmmaWait { .. }
+                        | Inst::BarSync
+                        | Inst::NamedBarSync { .. }
+                        | Inst::BarrierSync { .. }
+                        | Inst::TmaLoad { .. }
+                )),
+                Stmt::If { then, otherwise, .. } => events(then) + events(otherwise),
+                Stmt::For { body, .. } => events(body),
+                Stmt::Comment(_) => 0,
+            })
+            .sum()
+    }
+    let (text, _) = attentions().swap_remove(2);
+    let name = kernel(&text).name;
+    let plain = variant(&text);
+    let traced = variant_with(&text, CompileOptions { trace: true, ..opts() });
+    assert!(!plain.ptx.contains("tile_trace") && !plain.ptx.contains("%clock64"), "{name}");
+    let n = events(&plain.function.body);
+    assert!(n > 10, "{name}: {n} events");
+    assert_eq!(traced.ptx.matches("// trace event ").count(), n, "{name}");
+    assert!(traced.ptx.contains(&format!("// trace event {}: ", n - 1)), "{name}");
+    let params: Vec<&str> = traced.function.params.iter().map(|(p, _)| p.as_str()).collect();
+    let at = params.iter().position(|&p| p == abi::TRACE_PARAM).expect("the trace parameter");
+    assert!(traced.function.params[at + 1..].iter().all(|(_, ty)| *ty == thread_ir::TENSOR_MAP_PARAM), "{params:?}");
+    assert!(traced.function.params[..at].iter().all(|(_, ty)| *ty != thread_ir::TENSOR_MAP_PARAM), "{params:?}");
+    assert!(abi::takes_trace(&traced.ptx) && !abi::takes_trace(&plain.ptx));
+    assert_eq!(traced.ptx.matches("st.global.u64").count(), n, "{name}: one predicated store per event");
+    if let Some(r) = ptxas::assemble(&name, &traced.ptx, "sm_90a") {
+        assert!(r.contains("Used"), "{r}");
+    }
+}

@@ -44,9 +44,12 @@
 //! 11. [`split_warpgroups`]: a warp-specialized consumers' loop split into
 //!     one copy per consumer warpgroup, each with its own branches resolved
 //!     ([`crate::CompileOptions::wsloop_split_warpgroups`]).
-//! 12. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 12. [`trace`] (a debugging build, [`crate::CompileOptions::trace`]): a
+//!     `%clock64` stamp after every synchronizing instruction, recorded by
+//!     each warpgroup's thread 0 of the first blocks.
+//! 13. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 12 and the shared-memory limit (the target's,
+//! Steps 6 to 13 and the shared-memory limit (the target's,
 //! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
@@ -59,4 +62,5 @@ pub mod merge_branches;
 pub mod pack_cvt;
 pub mod pipeline;
 pub mod split_warpgroups;
+pub mod trace;
 pub mod wgmma_wait;

@@ -665,6 +665,8 @@ impl<'f> Sim<'f> {
             Operand::Special(Special::CtaId(a)) => self.ctaid[*a as usize] as u64,
             Operand::Special(Special::ClusterCtaRank) => self.block_of(t) as u64,
             Operand::Special(Special::NctaId(a)) => self.nctaid[*a as usize] as u64,
+            // (No clock: traced builds are not simulated.)
+            Operand::Special(Special::Clock64) => 0,
             Operand::Symbol(s) if s == SMEM => self.smem_symbol(t),
             Operand::Symbol(s) => panic!("unknown symbol {s}"),
         }

@@ -389,6 +389,19 @@ pub(super) fn launch_cuda(
         }
         slots.push(super::args::ParamSlot::new(&address.to_le_bytes()));
     }
+    // A traced build's buffer (`tile_ir::abi::TRACE_PARAM`, after the
+    // counter), zeroed; its timeline is written after the launch
+    // (`trace.rs`).
+    let mut trace = None;
+    let mut _trace_use = None;
+    if tile_ir::abi::takes_trace(target.ptx) {
+        let buf = trace.insert(
+            stream.alloc_zeros::<u64>(super::trace::TRACE_WORDS).map_err(driver_err("cuMemAllocAsync (trace)"))?,
+        );
+        let (ptr, used) = buf.device_ptr_mut(stream);
+        slots.push(super::args::ParamSlot::new(&ptr.to_le_bytes()));
+        _trace_use = Some(used);
+    }
     let mut pointers = param_pointers(&mut slots, &maps);
     dev.ctx.bind_to_thread().map_err(driver_err("cuCtxSetCurrent"))?;
     // A programmatic dependent (`Kernel::dependent_launch`) gets the launch
@@ -459,10 +472,19 @@ pub(super) fn launch_cuda(
     };
     drop(_counter_use);
     drop(counter_lock);
+    drop(_trace_use);
     if launched.is_ok() {
         loaded.launches.fetch_add(1, Ordering::Relaxed);
     }
-    launched
+    launched?;
+    if let (Some(buf), Some(path)) = (trace, super::trace::trace_path(&k.name)) {
+        let mut words = vec![0u64; super::trace::TRACE_WORDS];
+        stream.memcpy_dtoh(&buf, &mut words).map_err(driver_err("cuMemcpyDtoHAsync (trace)"))?;
+        stream.synchronize().map_err(driver_err("cuStreamSynchronize"))?;
+        std::fs::write(&path, super::trace::chrome_trace(target.ptx, &words))
+            .map_err(|e| launch_err(format!("cannot write the trace to {path} (TILE_TRACE): {e}")))?;
+    }
+    Ok(())
 }
 
 impl Device {

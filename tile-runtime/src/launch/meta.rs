@@ -185,12 +185,13 @@ pub(super) fn check_variants(k: &Kernel, targets: &[KernelTarget]) -> std::resul
 /// The parameters a launch passes to variant `t`: one per tensor and
 /// scalar parameter, one per dim, four per divisor
 /// (`tile_ir::abi::dims_divisors`), the tile counter where the schedule
-/// takes one, one per tensor map.
+/// takes one, the trace buffer in a traced build, one per tensor map.
 fn abi_param_count(k: &Kernel, t: &KernelTarget) -> usize {
     k.params.len()
         + k.dims.len()
         + 4 * tile_ir::abi::dims_divisors(k).len()
         + usize::from(tile_ir::abi::takes_tile_counter(t.schedule))
+        + usize::from(tile_ir::abi::takes_trace(t.ptx))
         + t.tensor_maps.len()
 }
 

@@ -38,6 +38,7 @@ mod fixtures;
 mod interp;
 mod limits;
 mod meta;
+mod trace;
 mod variant;
 
 pub use args::{KernelArg, TensorArg, TensorArgMut};
