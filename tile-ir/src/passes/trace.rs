@@ -1,6 +1,6 @@
 //! An intra-kernel timeline (`CompileOptions::trace`, a debugging build:
 //! `TILE_OPTIONS_ON=trace`): each warpgroup's thread 0 of the first
-//! [`TRACE_BLOCKS`](crate::abi::TRACE_BLOCKS) blocks records, after every
+//! [`TRACE_BLOCKS`] blocks records, after every
 //! synchronizing instruction (an `mbarrier` wait or arrival, a
 //! `wgmma` commit or wait, a `bar.sync`, a TMA load), the event's number
 //! and the SM's `%clock64`, so that the runtime can draw where each
@@ -8,10 +8,10 @@
 //!
 //! Expects the final Thread IR (after the barrier, merge and split passes:
 //! what ptxas will see). Guarantees: the kernel gets one more parameter,
-//! [`TRACE_PARAM`](crate::abi::TRACE_PARAM) (`u64`, before the tensor maps),
-//! a buffer of [`TRACE_BLOCKS`](crate::abi::TRACE_BLOCKS) ×
-//! [`TRACE_WARPGROUPS`](crate::abi::TRACE_WARPGROUPS) ×
-//! [`TRACE_CAPACITY`](crate::abi::TRACE_CAPACITY) words, the slot of
+//! [`TRACE_PARAM`] (`u64`, before the tensor maps),
+//! a buffer of [`TRACE_BLOCKS`] ×
+//! [`TRACE_WARPGROUPS`] ×
+//! [`TRACE_CAPACITY`] words, the slot of
 //! (linear block `b`, warpgroup `w`) from word
 //! `(b · TRACE_WARPGROUPS + w) · TRACE_CAPACITY`, each word
 //! `event << 48 | (clock64 mod 2⁴⁸)` in the order the thread passed them
