@@ -455,7 +455,7 @@ pub(crate) fn expr_vars(e: &Expr, vars: &mut HashSet<VarId>, loads: &mut bool) {
     }
 }
 
-fn expr_reads(e: &Expr, buf: BufferId) -> bool {
+pub(crate) fn expr_reads(e: &Expr, buf: BufferId) -> bool {
     match e {
         Expr::Const(_) | Expr::Var(_) => false,
         Expr::Load { buf: b, index } => *b == buf || index.iter().any(|x| expr_reads(x, buf)),

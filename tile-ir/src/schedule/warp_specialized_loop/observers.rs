@@ -36,15 +36,14 @@
 
 use crate::ir::{BufferId, Expr, Kernel, LoopKind, Scope, Stmt as TStmt, StmtKind};
 use crate::passes::lower::{Lx, R};
-use crate::passes::pipeline::touches_memory;
+use crate::passes::pipeline::{expr_reads, touches_memory};
 
 /// Reads and writes of a statement's shared memory that happen on every
 /// path through it: not inside an `if`'s branches (its condition counts),
 /// nor a serial loop's body (which may run no iteration).
 fn certain_touches(k: &Kernel, s: &TStmt, buf: BufferId) -> (bool, bool) {
     let (root, _) = k.view_root(buf);
-    let mine = |b: BufferId| k.view_root(b).0 == root;
-    let reads = |e: &Expr| expr_reads_any(e, &mine);
+    let reads = |e: &Expr| std::iter::once(root).chain(k.views_of(root)).any(|b| expr_reads(e, b));
     match &s.kind {
         StmtKind::If { cond, .. } => (reads(cond), false),
         StmtKind::For { kind: LoopKind::Parallel, body, .. } => {
@@ -52,17 +51,6 @@ fn certain_touches(k: &Kernel, s: &TStmt, buf: BufferId) -> (bool, bool) {
         }
         StmtKind::For { start, end, .. } => (reads(start) || reads(end), false),
         _ => touches_memory(k, s, buf),
-    }
-}
-
-fn expr_reads_any(e: &Expr, mine: &dyn Fn(BufferId) -> bool) -> bool {
-    match e {
-        Expr::Const(_) | Expr::Var(_) => false,
-        Expr::Load { buf, index } => mine(*buf) || index.iter().any(|x| expr_reads_any(x, mine)),
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => expr_reads_any(arg, mine),
-        Expr::Binary { lhs, rhs, .. } => expr_reads_any(lhs, mine) || expr_reads_any(rhs, mine),
-        Expr::Fma { a, b, c } => [a, b, c].iter().any(|x| expr_reads_any(x, mine)),
-        Expr::Select { cond, then, otherwise } => [cond, then, otherwise].iter().any(|x| expr_reads_any(x, mine)),
     }
 }
 
