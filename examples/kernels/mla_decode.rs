@@ -364,6 +364,9 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
         copy(cache.tile([page1, 0.., 0, 512..]), &mut kpe1).evict_first();
         gemm(&q_s, &k0.t(), &mut s0).clear().policy(Warpgroup(0));
         gemm(&qpe_s, &kpe0.t(), &mut s0).policy(Warpgroup(0));
+        // Block 1's scores are issued right behind block 0's (the tensor cores run them in
+        // order), not after block 0's maximum: they run under its mask, maximum and softmax.
+        barrier();
         if (blk0 + 1) * 64 > seqlen - SQ + 1 {
             for (i, j) in parallel((64, 64)) {
                 if blk0 * 64 + j > seqlen - SQ + (rb * 64 + i) / H {
@@ -372,8 +375,6 @@ pub fn mla_split_seesaw<T: Float16, const THREADS: usize>(
             }
         }
         reduce_max(&s0, &mut mb0, 1);
-        // Block 1's scores start once block 0's are done: they run under its softmax.
-        barrier();
         gemm(&q_s, &k1.t(), &mut s1).clear().policy(Warpgroup(1));
         gemm(&qpe_s, &kpe1.t(), &mut s1).policy(Warpgroup(1));
         // Block 1's mask and maximum while warpgroup 0 does block 0's softmax.

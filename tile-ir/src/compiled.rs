@@ -214,9 +214,11 @@ pub struct CompileOptions {
     /// branch and may leave its wait for later as a gemm of every consumer
     /// does (`wsloop_deferred_waits`), released rings' other pending
     /// readers retired first: each warpgroup issues its own P·V (MLA's
-    /// crossed and staggered seesaws, session 31). Off by default: no
-    /// kernel of the examples was measured faster with it (BENCHMARKS.md,
-    /// session 31); on for experiments.
+    /// crossed and staggered seesaws, session 31), and an explicit
+    /// `barrier()` right after one warpgroup's gemm lets the other start
+    /// its own before that gemm completes (MLA's seesaw: block 1's scores
+    /// issued right behind block 0's, +1.0 to +2.9 % at s_q 2 on the H100,
+    /// BENCHMARKS.md session 37). On by default; off for A/B runs.
     pub wsloop_owner_waits: bool,
     /// With `wsloop_owner_waits`, the consumers that do not run a ring's
     /// first reader (a gemm of one warpgroup) wait for its stage only
@@ -273,10 +275,22 @@ pub struct CompileOptions {
     /// the producer refills box by box. MLA's seesaw: warpgroup 0 frees
     /// the left half of block 0's V as soon as its half of P·V is done.
     /// Off: timed on the GPU (BENCHMARKS.md, session 35), alone it moves
-    /// the seesaw by −0.5 to +0.3 %; with `wsloop_rotate_scores` it cuts
+    /// the seesaw by −0.5 to +0.3 % (−0.8 to −1.9 % with `wsloop_owner_waits`
+    /// and the barrier behind S₀, session 37); with `wsloop_rotate_scores` it cuts
     /// the rotated chain around block 1's release (FlashMLA's order:
     /// `rotate.rs`); on for experiments.
     pub wsloop_piece_releases: bool,
+    /// The warp-specialized loop's producer, after issuing iteration `k`'s
+    /// boxes of a ring, prefetches iteration `k + 1`'s into L2
+    /// (`cp.async.bulk.prefetch.tensor`, the same boxes and cache policy;
+    /// its origin, a page index read from a table included, evaluated at
+    /// `k + 1` while `k + 1` is in the loop's range), so that the refill
+    /// of a one-stage ring (MLA's seesaw) reads L2 rather than DRAM. Off:
+    /// timed on the H100 (BENCHMARKS.md, session 37) it loses 17–20 % on
+    /// both MLA kernels, and its trace shows a refill's first box landing
+    /// as late as without it (that latency is the L2-to-SM path, not
+    /// DRAM); on for experiments.
+    pub wsloop_l2_prefetch: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128
     /// threads, not of every thread ([`crate::passes::barriers`]). On by
@@ -300,7 +314,7 @@ pub type Switch = fn(&mut CompileOptions) -> &mut bool;
 impl CompileOptions {
     /// The switches a build can turn off (`TILE_OPTIONS_OFF`), by name:
     /// the transformations on by default, each with its option.
-    pub const SWITCHES: [(&'static str, Switch); 22] = [
+    pub const SWITCHES: [(&'static str, Switch); 23] = [
         ("stage_epilogues", |o| &mut o.stage_epilogues),
         ("tma_store", |o| &mut o.tma_store),
         ("persistent", |o| &mut o.persistent),
@@ -319,6 +333,7 @@ impl CompileOptions {
         ("wsloop_multicast", |o| &mut o.wsloop_multicast),
         ("wsloop_deferred_waits", |o| &mut o.wsloop_deferred_waits),
         ("wsloop_split_warpgroups", |o| &mut o.wsloop_split_warpgroups),
+        ("wsloop_owner_waits", |o| &mut o.wsloop_owner_waits),
         ("wsloop_ordered_observers", |o| &mut o.wsloop_ordered_observers),
         ("warpgroup_barriers", |o| &mut o.warpgroup_barriers),
         ("ring_turns", |o| &mut o.ring_turns),
@@ -330,11 +345,11 @@ impl CompileOptions {
     pub const EXPERIMENTS: [(&'static str, Switch); 8] = [
         ("tma_copies", |o| &mut o.tma_copies),
         ("wsloop_one_warpgroup", |o| &mut o.wsloop_one_warpgroup),
-        ("wsloop_owner_waits", |o| &mut o.wsloop_owner_waits),
         ("wsloop_lazy_waits", |o| &mut o.wsloop_lazy_waits),
         ("wsloop_guarded_waits", |o| &mut o.wsloop_guarded_waits),
         ("wsloop_rotate_scores", |o| &mut o.wsloop_rotate_scores),
         ("wsloop_piece_releases", |o| &mut o.wsloop_piece_releases),
+        ("wsloop_l2_prefetch", |o| &mut o.wsloop_l2_prefetch),
         ("trace", |o| &mut o.trace),
     ];
 
@@ -395,13 +410,14 @@ impl Default for CompileOptions {
             wsloop_multicast: true,
             wsloop_deferred_waits: true,
             wsloop_split_warpgroups: true,
-            wsloop_owner_waits: false,
+            wsloop_owner_waits: true,
             wsloop_lazy_waits: false,
             trace: false,
             wsloop_ordered_observers: true,
             wsloop_guarded_waits: false,
             wsloop_rotate_scores: false,
             wsloop_piece_releases: false,
+            wsloop_l2_prefetch: false,
             warpgroup_barriers: true,
             ring_turns: true,
             sunk_barriers: true,

@@ -409,6 +409,18 @@ pub enum Inst {
         /// memory).
         region: Option<Region>,
     },
+    /// `cp.async.bulk.prefetch.tensor.{N}d.L2.global.tile[.L2::cache_hint] [tmap, {coords}][, cache_hint];`
+    /// with N = `coords.len()`: one box of the tensor map brought into L2
+    /// ahead of the load that will read it (no destination, no completion
+    /// to wait for; out-of-range boxes prefetch nothing).
+    TmaPrefetch {
+        /// The tensor map's generic address ([`Inst::TensorMapAddr`]).
+        tmap: Operand,
+        /// The box's first element, innermost coordinate first, in elements.
+        coords: Vec<Operand>,
+        /// A 64-bit L2 cache policy (`.L2::cache_hint`), if any.
+        cache_hint: Option<Operand>,
+    },
     /// `cp.async.bulk.tensor.{N}d.global.shared::cta.tile.bulk_group [tmap, {coords}], [src];`:
     /// one box from shared memory to the tensor (out-of-bounds elements are
     /// not written); completion is tracked by bulk groups.
@@ -630,6 +642,7 @@ impl Inst {
                 if multicast.is_some() { ".multicast::cluster" } else { "" }
             ),
             Inst::TmaStore { coords, .. } => format!("cp.async.bulk.tensor.{}d.global.shared::cta", coords.len()),
+            Inst::TmaPrefetch { coords, .. } => format!("cp.async.bulk.prefetch.tensor.{}d.L2.global", coords.len()),
             Inst::BulkCommit => "cp.async.bulk.commit_group".into(),
             Inst::BulkWaitRead { .. } => "cp.async.bulk.wait_group.read".into(),
             Inst::WgmmaFence => "wgmma.fence.sync.aligned".into(),
@@ -941,6 +954,18 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             join_operands(f, coords),
             fmt_address(f, src)
         ),
+        Inst::TmaPrefetch { tmap, coords, cache_hint } => {
+            let (hint_mod, hint) = match cache_hint {
+                Some(h) => (".L2::cache_hint", format!(", {}", fmt_operand(f, h))),
+                None => ("", String::new()),
+            };
+            format!(
+                "cp.async.bulk.prefetch.tensor.{}d.L2.global.tile{hint_mod} [{}, {{{}}}]{hint}",
+                coords.len(),
+                fmt_operand(f, tmap),
+                join_operands(f, coords)
+            )
+        }
         Inst::BulkCommit => "cp.async.bulk.commit_group".into(),
         Inst::BulkWaitRead { pending } => format!("cp.async.bulk.wait_group.read {pending}"),
         Inst::WgmmaFence => "wgmma.fence.sync.aligned".into(),

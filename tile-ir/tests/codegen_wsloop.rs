@@ -1279,3 +1279,56 @@ fn traced_variant_marks_every_synchronizing_instruction() {
         assert!(r.contains("Used"), "{r}");
     }
 }
+
+/// `wsloop_l2_prefetch`: in the producer's loop, after each ring's boxes of
+/// iteration `k`, the same boxes of `k + 1` prefetched into L2 under a
+/// branch on `k + 1 < end` (the origin is evaluated only there); the
+/// consumers' code and the default build have none; ptxas assembles it.
+#[test]
+fn l2_prefetch_issues_the_next_iterations_boxes() {
+    fn count(body: &[Stmt], f: &dyn Fn(&Inst) -> bool) -> usize {
+        insts(body).into_iter().filter(|i| f(i)).count()
+    }
+    let is_load = |i: &Inst| matches!(i, Inst::TmaLoad { .. });
+    let is_prefetch = |i: &Inst| matches!(i, Inst::TmaPrefetch { .. });
+    for (text, _) in attentions() {
+        let name = kernel(&text).name;
+        let plain = variant(&text);
+        let with = variant_with(&text, CompileOptions { wsloop_l2_prefetch: true, ..opts() });
+        assert!(!plain.ptx.contains("cp.async.bulk.prefetch.tensor"), "{name}");
+        let (producer, consumers) = split(&with.function.body);
+        assert_eq!(count(consumers, &is_prefetch), 0, "{name}");
+        fn first_loop(body: &[Stmt]) -> Option<&Vec<Stmt>> {
+            body.iter().find_map(|s| match s {
+                Stmt::For { body, .. } => Some(body),
+                Stmt::If { then, otherwise, .. } => first_loop(then).or_else(|| first_loop(otherwise)),
+                _ => None,
+            })
+        }
+        let lp = first_loop(producer).expect("the producer's loop");
+        // Each prefetch stands in a branch that holds nothing but the
+        // origin's arithmetic and the prefetches (no load, no barrier).
+        let branches: Vec<&Vec<Stmt>> = lp
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::If { then, otherwise, .. } if otherwise.is_empty() && count(then, &is_prefetch) > 0 => Some(then),
+                _ => None,
+            })
+            .collect();
+        assert!(!branches.is_empty(), "{name}");
+        let loads = count(lp, &is_load);
+        let prefetches: usize = branches.iter().map(|b| count(b, &is_prefetch)).sum();
+        assert_eq!(prefetches, loads, "{name}: one prefetch per box of the loop");
+        assert_eq!(count(lp, &is_prefetch), prefetches, "{name}: every prefetch under its branch");
+        for b in &branches {
+            for i in insts(b) {
+                assert!(matches!(i, Inst::Op { .. } | Inst::TmaPrefetch { .. }), "{name}: {i:?} in a prefetch branch");
+            }
+        }
+        let lines = with.ptx.lines().filter(|l| l.trim_start().starts_with("cp.async.bulk.prefetch.tensor.")).count();
+        assert_eq!(lines, prefetches, "{name}");
+        if let Some(r) = ptxas::assemble(&name, &with.ptx, "sm_90a") {
+            assert!(r.contains("Used"), "{r}");
+        }
+    }
+}

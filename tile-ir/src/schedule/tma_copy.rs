@@ -368,7 +368,7 @@ impl Lx<'_> {
     }
 
     /// The window origin of `src`, one `i32` register per tensor dim.
-    fn tma_origin(&mut self, src: &TileRef) -> R<Vec<Reg>> {
+    pub(crate) fn tma_origin(&mut self, src: &TileRef) -> R<Vec<Reg>> {
         let mut origin = Vec::new();
         for e in &src.origin {
             let v = self.expr(e)?;
@@ -415,14 +415,7 @@ impl Lx<'_> {
     ) {
         let region = self.region_of(dst);
         for (boff, r0, c0) in boxes {
-            let col = self.add_i32(origin[col_dim].into(), Operand::Imm(*c0));
-            let row = self.add_i32(origin[row_dim].into(), Operand::Imm(*r0));
-            // Coordinates innermost first; a squeezed dim's is its index
-            // (out of range, TMA reads the whole box as zeros).
-            let mut coords = vec![col];
-            for d in (0..col_dim).rev() {
-                coords.push(if d == row_dim { row.clone() } else { Operand::Reg(origin[d]) });
-            }
+            let coords = self.box_coords(origin, (row_dim, col_dim), (*r0, *c0));
             self.emit(Inst::TmaLoad {
                 dst: Address { base: base.base.clone(), offset: base.offset + boff },
                 tmap: map.into(),
@@ -434,6 +427,36 @@ impl Lx<'_> {
                 region,
             });
         }
+    }
+
+    /// [`Lx::tma_boxes`]' boxes prefetched into L2 instead of loaded
+    /// (`cp.async.bulk.prefetch.tensor`): the same coordinates, no
+    /// destination, no barrier.
+    pub(crate) fn tma_prefetch_boxes(
+        &mut self,
+        map: Reg,
+        boxes: &[(i64, i64, i64)],
+        origin: &[Reg],
+        dims: (usize, usize),
+        hint: Option<Reg>,
+    ) {
+        for (_, r0, c0) in boxes {
+            let coords = self.box_coords(origin, dims, (*r0, *c0));
+            self.emit(Inst::TmaPrefetch { tmap: map.into(), coords, cache_hint: hint.map(Operand::Reg) });
+        }
+    }
+
+    /// A box's coordinates, innermost first: the window's `origin` plus the
+    /// box's `(row, column)` offsets on the spanned dims; a squeezed dim's
+    /// is its index (out of range, TMA reads the whole box as zeros).
+    fn box_coords(&mut self, origin: &[Reg], (row_dim, col_dim): (usize, usize), (r0, c0): (i64, i64)) -> Vec<Operand> {
+        let col = self.add_i32(origin[col_dim].into(), Operand::Imm(c0));
+        let row = self.add_i32(origin[row_dim].into(), Operand::Imm(r0));
+        let mut coords = vec![col];
+        for d in (0..col_dim).rev() {
+            coords.push(if d == row_dim { row.clone() } else { Operand::Reg(origin[d]) });
+        }
+        coords
     }
 
     /// Every thread waits for batch `batch` of stage `cur` of the loop over

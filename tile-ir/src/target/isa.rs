@@ -78,9 +78,11 @@ pub fn requirement(inst: &Inst) -> Requirement {
         // The `.shared::cta` destination form is PTX 8.6.
         Inst::TmaLoad { cta_dst: true, .. } => needs(86, Some(Tma)),
         Inst::TmaLoad { multicast: Some(_), .. } => needs(80, Some(Clusters)),
-        Inst::TmaLoad { .. } | Inst::TmaStore { .. } | Inst::BulkCommit | Inst::BulkWaitRead { .. } => {
-            needs(80, Some(Tma))
-        }
+        Inst::TmaLoad { .. }
+        | Inst::TmaStore { .. }
+        | Inst::TmaPrefetch { .. }
+        | Inst::BulkCommit
+        | Inst::BulkWaitRead { .. } => needs(80, Some(Tma)),
         Inst::WgmmaFence | Inst::WgmmaCommit | Inst::WgmmaWait { .. } | Inst::Wgmma { .. } => needs(80, Some(Wgmma)),
         Inst::SetMaxNreg { .. } => needs(80, Some(Setmaxnreg)),
         Inst::ElectSync { .. } => needs(80, Some(ElectSync)),

@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 43;
+const VARIANTS: usize = 44;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -57,6 +57,7 @@ fn variant(inst: &Inst) -> usize {
         Inst::ClusterWait => 40,
         Inst::BarrierSync { .. } => 41,
         Inst::BarRedOr { .. } => 42,
+        Inst::TmaPrefetch { .. } => 43,
     }
 }
 
@@ -148,6 +149,16 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
             Some(Clusters),
         ),
         (Inst::TmaStore { tmap: r(2).into(), coords: vec![r(0).into()], src: smem(0), region: None }, 80, Some(Tma)),
+        (
+            Inst::TmaPrefetch { tmap: r(2).into(), coords: vec![r(0).into(), r(1).into()], cache_hint: None },
+            80,
+            Some(Tma),
+        ),
+        (
+            Inst::TmaPrefetch { tmap: r(2).into(), coords: vec![r(0).into()], cache_hint: Some(r(3).into()) },
+            80,
+            Some(Tma),
+        ),
         (Inst::BulkCommit, 80, Some(Tma)),
         (Inst::BulkWaitRead { pending: 0 }, 80, Some(Tma)),
         (Inst::WgmmaFence, 80, Some(Wgmma)),

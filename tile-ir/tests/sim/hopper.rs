@@ -747,6 +747,8 @@ impl<'f> Sim<'f> {
             }
             // No grid runs before another in the simulator: nothing to wait for.
             Inst::FenceMbarrierInit | Inst::Nanosleep { .. } | Inst::GridDepWait => {}
+            // An L2 prefetch changes no memory the simulator models.
+            Inst::TmaPrefetch { .. } => {}
             Inst::FenceProxyAsync => self.hopper.proxy_fences[t] += 1,
             Inst::TensorMapAddr { dst, param } => {
                 let i = self

@@ -328,6 +328,9 @@ pub(crate) struct WslLowering {
     /// warpgroup after its last statement touching it
     /// ([`crate::CompileOptions::wsloop_piece_releases`], `pieces.rs`).
     pub(super) piece_releases: bool,
+    /// Whether the producer prefetches each ring's next boxes into L2
+    /// ([`crate::CompileOptions::wsloop_l2_prefetch`], `producer.rs`).
+    pub(super) l2_prefetch: bool,
     /// Per ring, its per-piece barriers (`pieces.rs`), decided with the
     /// barriers' placement.
     pub(super) pieces: RefCell<Vec<Option<Pieces>>>,
@@ -364,6 +367,7 @@ impl WslLowering {
             late_last_wait: options.late_last_wait,
             rotate_scores: options.wsloop_rotate_scores,
             piece_releases: options.wsloop_piece_releases,
+            l2_prefetch: options.wsloop_l2_prefetch,
             pieces: RefCell::new(Vec::new()),
             tile: Cell::new(None),
             ring_regs: Cell::new(None),

@@ -12,7 +12,10 @@
 //! bytes are announced on the barrier its consumers wait for before the box
 //! is issued; a copy whose origin loads (a page index from a table) loads it
 //! before waiting for the stage, so that the load's latency hides under the
-//! wait. The persistent variant's producer (`persistent.rs`) runs the same
+//! wait. With [`crate::CompileOptions::wsloop_l2_prefetch`], each ring's
+//! boxes of iteration `k + 1` are prefetched into L2 after iteration `k`'s
+//! are issued (not for a multicast ring), their origin evaluated only
+//! while `k + 1 < b`. The persistent variant's producer (`persistent.rs`) runs the same
 //! loop per tile.
 
 use super::lower::WslLowering;
@@ -118,11 +121,7 @@ impl Lx<'_> {
                     let mut origin = Vec::new();
                     let eval = |x: &mut Lx<'_>, origin: &mut Vec<Reg>| -> R<()> {
                         x.span = body[c.index].span;
-                        for e in &src.origin {
-                            let v = x.expr(e)?;
-                            let v = x.convert(v, DType::I32)?;
-                            origin.push(x.materialize(&v));
-                        }
+                        *origin = x.tma_origin(src)?;
                         Ok(())
                     };
                     if loads {
@@ -189,6 +188,9 @@ impl Lx<'_> {
                         }
                     }
                 }
+                if wl.l2_prefetch {
+                    x.wsl_prefetch_next(wl, maps, policy, (kr, b))?;
+                }
                 x.ring_advance(stages, stage, phase);
                 Ok(())
             })?;
@@ -196,6 +198,43 @@ impl Lx<'_> {
             Ok(())
         })();
         result
+    }
+
+    /// After iteration `k`'s boxes of every ring (their page loads then
+    /// stall nothing that waits), the boxes of iteration `k + 1` prefetched
+    /// into L2 (`wsloop_l2_prefetch`) while `k + 1 < b`, their origins
+    /// evaluated at `k + 1` only there (a page index past the chunk is not
+    /// read); a multicast ring's too are left alone (each block loads a
+    /// share).
+    fn wsl_prefetch_next(&mut self, wl: &WslLowering, maps: &[Reg], policy: Option<Reg>, (kr, b): (Reg, Reg)) -> R<()> {
+        let ws = &wl.plan;
+        let k = self.k;
+        let StmtKind::For { body, .. } = &k.body[ws.loop_index].kind else {
+            return Err(self.err("internal: the warp-specialized loop is not a loop"));
+        };
+        let copies = wl.copies.borrow().clone();
+        let next = self.op("add.s32", RegClass::B32, vec![kr.into(), Operand::Imm(1)]);
+        let more = self.new_reg(RegClass::Pred);
+        self.emit(Inst::Op { op: "setp.lt.s32".into(), dst: more, args: vec![next.into(), b.into()] });
+        let prefetch = self.capture(|x| {
+            x.vars.insert(ws.var, next);
+            for (c, map) in copies.iter().zip(maps).filter(|(c, _)| c.share.is_none()) {
+                let StmtKind::Copy { src, dst, .. } = &body[c.index].kind else {
+                    return Err(x.err("internal: a warp-specialized copy is not a copy"));
+                };
+                let src = ws.pipe.source(src, dst);
+                x.span = body[c.index].span;
+                let origin = x.tma_origin(src)?;
+                let dims = crate::schedule::tma_copy::tma_window_dims(x.k, src)
+                    .ok_or_else(|| x.err("internal: TMA copy of a window TMA cannot load"))?;
+                let hint = if c.cache == CacheHint::EvictFirst { policy } else { None };
+                x.tma_prefetch_boxes(*map, &c.boxes, &origin, dims, hint);
+            }
+            x.vars.insert(ws.var, kr);
+            Ok(())
+        })?;
+        self.cur().push(Stmt::If { cond: more, negate: false, uniform: false, then: prefetch, otherwise: vec![] });
+        Ok(())
     }
 
     /// The producer's pre-loop copies: the bytes of all on their barrier,
@@ -216,12 +255,7 @@ impl Lx<'_> {
             };
             let map = self.new_reg(RegClass::B64);
             self.emit(Inst::TensorMapAddr { dst: map, param: c.param.clone() });
-            let mut origin = Vec::new();
-            for e in &src.origin {
-                let v = self.expr(e)?;
-                let v = self.convert(v, DType::I32)?;
-                origin.push(self.materialize(&v));
-            }
+            let origin = self.tma_origin(src)?;
             let dims = crate::schedule::tma_copy::tma_window_dims(self.k, src)
                 .ok_or_else(|| self.err("internal: TMA copy of a window TMA cannot load"))?;
             let (off, _) =
