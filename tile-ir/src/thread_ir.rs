@@ -800,6 +800,15 @@ fn fmt_list(f: &Function, regs: &[Operand]) -> String {
     }
 }
 
+/// An optional last operand of an instruction: the modifier it needs and
+/// `, operand`, or nothing for either.
+fn optional_operand(f: &Function, operand: &Option<Operand>, modifier: &'static str) -> (&'static str, String) {
+    match operand {
+        Some(o) => (modifier, format!(", {}", fmt_operand(f, o))),
+        None => ("", String::new()),
+    }
+}
+
 fn join_operands(f: &Function, ops: &[Operand]) -> String {
     ops.iter().map(|o| fmt_operand(f, o)).collect::<Vec<_>>().join(", ")
 }
@@ -930,14 +939,8 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::TensorMapAddr { dst, param } => format!("cvta.param.u64 {}, {param}", f.reg_name(*dst)),
         Inst::TmaLoad { dst, tmap, coords, mbar, cache_hint, cta_dst, multicast, .. } => {
             let space = if *cta_dst { "cta" } else { "cluster" };
-            let (hint_mod, hint) = match cache_hint {
-                Some(h) => (".L2::cache_hint", format!(", {}", fmt_operand(f, h))),
-                None => ("", String::new()),
-            };
-            let (cast_mod, mask) = match multicast {
-                Some(m) => (".multicast::cluster", format!(", {}", fmt_operand(f, m))),
-                None => ("", String::new()),
-            };
+            let (hint_mod, hint) = optional_operand(f, cache_hint, ".L2::cache_hint");
+            let (cast_mod, mask) = optional_operand(f, multicast, ".multicast::cluster");
             format!(
                 "cp.async.bulk.tensor.{}d.shared::{space}.global.tile.mbarrier::complete_tx::bytes{cast_mod}{hint_mod} {}, [{}, {{{}}}], {}{mask}{hint}",
                 coords.len(),
@@ -955,10 +958,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
             fmt_address(f, src)
         ),
         Inst::TmaPrefetch { tmap, coords, cache_hint } => {
-            let (hint_mod, hint) = match cache_hint {
-                Some(h) => (".L2::cache_hint", format!(", {}", fmt_operand(f, h))),
-                None => ("", String::new()),
-            };
+            let (hint_mod, hint) = optional_operand(f, cache_hint, ".L2::cache_hint");
             format!(
                 "cp.async.bulk.prefetch.tensor.{}d.L2.global.tile{hint_mod} [{}, {{{}}}]{hint}",
                 coords.len(),
