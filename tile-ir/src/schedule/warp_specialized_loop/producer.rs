@@ -15,8 +15,8 @@
 //! wait. With [`crate::CompileOptions::wsloop_l2_prefetch`], each ring's
 //! boxes of iteration `k + 1` are prefetched into L2 after iteration `k`'s
 //! are issued (not for a multicast ring), their origin evaluated only
-//! while `k + 1 < b`. The persistent variant's producer (`persistent.rs`) runs the same
-//! loop per tile.
+//! while `k + 1 < b`. The persistent variant's producer (`persistent.rs`)
+//! runs the same loop per tile.
 
 use super::lower::WslLowering;
 use crate::ir::{CacheHint, DType, StmtKind};
@@ -204,8 +204,8 @@ impl Lx<'_> {
     /// stall nothing that waits), the boxes of iteration `k + 1` prefetched
     /// into L2 (`wsloop_l2_prefetch`) while `k + 1 < b`, their origins
     /// evaluated at `k + 1` only there (a page index past the chunk is not
-    /// read); a multicast ring's too are left alone (each block loads a
-    /// share).
+    /// read). A multicast ring's boxes are left alone (each block loads
+    /// only a share of them).
     fn wsl_prefetch_next(&mut self, wl: &WslLowering, maps: &[Reg], policy: Option<Reg>, (kr, b): (Reg, Reg)) -> R<()> {
         let ws = &wl.plan;
         let k = self.k;
