@@ -218,7 +218,10 @@ pub struct CompileOptions {
     /// `barrier()` right after one warpgroup's gemm lets the other start
     /// its own before that gemm completes (MLA's seesaw: block 1's scores
     /// issued right behind block 0's, +1.0 to +2.9 % at s_q 2 on the H100,
-    /// BENCHMARKS.md session 37). On by default; off for A/B runs.
+    /// BENCHMARKS.md session 37). On by default; off for A/B runs. Not
+    /// with `wsloop_rotate_scores` or `wsloop_piece_releases`, which were
+    /// built and checked without it (together, the simulator finds a
+    /// shared-memory race: session 37).
     pub wsloop_owner_waits: bool,
     /// With `wsloop_owner_waits`, the consumers that do not run a ring's
     /// first reader (a gemm of one warpgroup) wait for its stage only

@@ -354,7 +354,10 @@ impl WslLowering {
             owner_waits_outside: Cell::new(false),
             deferred_waits: options.wsloop_deferred_waits,
             split_warpgroups: options.wsloop_split_warpgroups,
-            owner_waits: options.wsloop_owner_waits,
+            // The rotation and per-box releases were built and checked
+            // with the owner's waits in the other consumers' `else` (the
+            // simulator finds a shared-memory race with both on: session 37).
+            owner_waits: options.wsloop_owner_waits && !options.wsloop_rotate_scores && !options.wsloop_piece_releases,
             lazy_waits: options.wsloop_lazy_waits,
             ordered_observers: options.wsloop_ordered_observers,
             guarded_waits: options.wsloop_guarded_waits,
