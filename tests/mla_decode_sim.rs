@@ -458,6 +458,48 @@ fn seesaw_piece_releases_warp_specialized_loop() {
     }
 }
 
+/// A barrier one warpgroup need not wait at becomes its arrival
+/// (`wsloop_arrivals`, an experiment): in the seesaw, warpgroup 0 hands
+/// P₀ over and issues its half of P·V₀ without waiting for warpgroup 1's
+/// maximum, warpgroup 1 hands P₁ over likewise (two `barrier.arrive`s, the
+/// zeroing of the keys past the sequence fenced by barriers of its own in
+/// its branch); in the plain kernel warpgroup 0 hands P over (one). Loops
+/// of 0, 1 and 2 iterations, masked last blocks, jumping keys, random
+/// interleavings on the simulator (which orders a `barrier.arrive`'s
+/// earlier accesses only before the threads that wait at the barrier);
+/// ptxas assembles them without serialized wgmmas, injected waits or
+/// spills; the default build has none of it.
+#[test]
+fn arrivals_warp_specialized_loop() {
+    let arrives = |ptx: &str| ptx.matches("barrier.arrive ").count();
+    let on = CompileOptions::default().with_on("wsloop_arrivals").unwrap();
+    let meta = mla::mla_split_seesaw::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    assert!(v.iter().all(|c| arrives(&c.ptx) == 0), "{}: the default build arrives", k.name);
+    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+    let ws = g.iter().find(|c| c.schedule == "warp_specialized_loop").expect("a warp-specialized variant");
+    assert_eq!(arrives(&ws.ptx), 2, "{}: P₀ and P₁ handed over", k.name);
+    assembles_clean(&k.name, &ws.ptx, "arrivals");
+    let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
+    seesaw_cases(meta, on, &c, &[None, Some(5)]);
+    let plain = split_meta(1);
+    let (k, _) = compiled(plain);
+    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+    let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
+    for schedule in ["warp_specialized_loop", "warp_specialized_loop_persistent"] {
+        let ws = g.iter().find(|c| c.schedule == schedule).expect("a warp-specialized variant");
+        assert_eq!(arrives(&ws.ptx), 1, "{} ({schedule}): P handed over", k.name);
+        assembles_clean(&k.name, &ws.ptx, schedule);
+        let blocks = (schedule == "warp_specialized_loop_persistent").then_some([3, 1, 1]);
+        for seed in [None, Some(11)] {
+            let opts = sim::RunOptions { seed, shape: blocks, ..Default::default() };
+            run_split_with(&many_parts(), 13, (schedule, plain), on, opts, None);
+        }
+        let opts = sim::RunOptions { shape: blocks, ..Default::default() };
+        run_split_with(&c, 31, (schedule, plain), on, opts, Some(&mla::jumping_keys(true)));
+    }
+}
+
 #[test]
 fn many_parts_tma_copy() {
     run(&many_parts(), 13, "tma_copy");

@@ -10,7 +10,7 @@
 
 use crate::ir::{Kernel, SpanId};
 use crate::passes::layout_infer::LayoutPlan;
-use crate::passes::{barriers, cp_async_wait, merge_branches, pack_cvt, split_warpgroups, trace, wgmma_wait};
+use crate::passes::{arrivals, barriers, cp_async_wait, merge_branches, pack_cvt, split_warpgroups, trace, wgmma_wait};
 use crate::{thread_ir, CompileError, Target};
 
 /// The result of compiling one kernel for one target.
@@ -294,6 +294,14 @@ pub struct CompileOptions {
     /// as late as without it (that latency is the L2-to-SM path, not
     /// DRAM); on for experiments.
     pub wsloop_l2_prefetch: bool,
+    /// In a warp-specialized consumers' loop split per warpgroup, a
+    /// barrier of both consumer warpgroups where one of them needs nothing
+    /// from the other becomes that one's `barrier.arrive` and the other's
+    /// `barrier.sync` ([`crate::passes::arrivals`]): MLA's seesaw hands P₀
+    /// over from warpgroup 0, which issues its half of P·V₀ without waiting
+    /// for warpgroup 1's maximum, and P₁ from warpgroup 1 (FlashMLA's
+    /// order). Off until timed on the GPU; on for experiments.
+    pub wsloop_arrivals: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128
     /// threads, not of every thread ([`crate::passes::barriers`]). On by
@@ -345,7 +353,7 @@ impl CompileOptions {
 
     /// The experiments a build can turn on (`TILE_OPTIONS_ON`), by name:
     /// the transformations off by default, each with its option.
-    pub const EXPERIMENTS: [(&'static str, Switch); 8] = [
+    pub const EXPERIMENTS: [(&'static str, Switch); 9] = [
         ("tma_copies", |o| &mut o.tma_copies),
         ("wsloop_one_warpgroup", |o| &mut o.wsloop_one_warpgroup),
         ("wsloop_lazy_waits", |o| &mut o.wsloop_lazy_waits),
@@ -353,6 +361,7 @@ impl CompileOptions {
         ("wsloop_rotate_scores", |o| &mut o.wsloop_rotate_scores),
         ("wsloop_piece_releases", |o| &mut o.wsloop_piece_releases),
         ("wsloop_l2_prefetch", |o| &mut o.wsloop_l2_prefetch),
+        ("wsloop_arrivals", |o| &mut o.wsloop_arrivals),
         ("trace", |o| &mut o.trace),
     ];
 
@@ -421,6 +430,7 @@ impl Default for CompileOptions {
             wsloop_rotate_scores: false,
             wsloop_piece_releases: false,
             wsloop_l2_prefetch: false,
+            wsloop_arrivals: false,
             warpgroup_barriers: true,
             ring_turns: true,
             sunk_barriers: true,
@@ -451,6 +461,9 @@ pub(crate) fn finish(
     barriers::insert_barriers(&mut func.body, &barriers::Options { warpgroups, rings, sink: options.sunk_barriers });
     merge_branches::merge_warpgroup_branches(&mut func);
     split_warpgroups::split_warpgroup_loops(&mut func);
+    if options.wsloop_arrivals {
+        arrivals::arrive_where_possible(&mut func);
+    }
     if options.trace {
         trace::instrument(&mut func);
     }

@@ -529,6 +529,21 @@ pub enum Inst {
         /// The threads whose arrival completes it (a multiple of 32).
         threads: u32,
     },
+    /// `barrier.arrive id, threads;`: [`Inst::NamedBarArrive`] without
+    /// `.aligned` (the warpgroups' copies of a split loop reach it at
+    /// different instructions), as the writer's half of a hand-over: the
+    /// barrier completes when `threads` have arrived, the readers with
+    /// [`Inst::BarrierSync`], and then the shared accesses the arriving
+    /// threads made before it are performed relative to every thread taking
+    /// part (PTX ISA, `barrier{.cta}`). Placed only by
+    /// [`crate::passes::arrivals`], which checks that the arriving threads
+    /// need nothing from the others there.
+    BarrierArrive {
+        /// The barrier (0..=15).
+        id: u32,
+        /// The threads whose arrival completes it (a multiple of 32).
+        threads: u32,
+    },
     /// `bar.red.or.pred dst, id, threads, src;`: a barrier over `threads`
     /// threads (a multiple of 32) that also reduces: `dst` is true in every
     /// one of them when `src` is true in any. A warpgroup's vote (`id`
@@ -613,6 +628,7 @@ impl Inst {
                 | Inst::NamedBarSync { .. }
                 | Inst::BarrierSync { .. }
                 | Inst::NamedBarArrive { .. }
+                | Inst::BarrierArrive { .. }
                 | Inst::BarRedOr { .. }
         )
     }
@@ -874,6 +890,7 @@ pub(crate) fn fmt_inst(f: &Function, inst: &Inst) -> String {
         Inst::NamedBarSync { id, threads } => format!("bar.sync {id}, {threads}"),
         Inst::BarrierSync { id, threads } => format!("barrier.sync {id}, {threads}"),
         Inst::NamedBarArrive { id, threads } => format!("bar.arrive {id}, {threads}"),
+        Inst::BarrierArrive { id, threads } => format!("barrier.arrive {id}, {threads}"),
         Inst::BarRedOr { dst, src, id, threads } => {
             format!("bar.red.or.pred {}, {}, {threads}, {}", f.reg_name(*dst), fmt_operand(f, id), f.reg_name(*src))
         }

@@ -44,15 +44,19 @@
 //! 11. [`split_warpgroups`]: a warp-specialized consumers' loop split into
 //!     one copy per consumer warpgroup, each with its own branches resolved
 //!     ([`crate::CompileOptions::wsloop_split_warpgroups`]).
-//! 12. [`trace`] (a debugging build, [`crate::CompileOptions::trace`]): a
+//! 12. [`arrivals`]: in such a split loop, a barrier one warpgroup need
+//!     not wait at becomes its `barrier.arrive`, the other's
+//!     `barrier.sync` ([`crate::CompileOptions::wsloop_arrivals`]).
+//! 13. [`trace`] (a debugging build, [`crate::CompileOptions::trace`]): a
 //!     `%clock64` stamp after every synchronizing instruction, recorded by
 //!     each warpgroup's thread 0 of the first blocks.
-//! 13. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
+//! 14. PTX emission ([`crate::ptx`]): a mechanical print of the Thread IR.
 //!
-//! Steps 6 to 13 and the shared-memory limit (the target's,
+//! Steps 6 to 14 and the shared-memory limit (the target's,
 //! [`crate::target::TargetInfo::shared_limit`]) are `crate::compiled::finish`,
 //! which every schedule ends with.
 
+pub mod arrivals;
 pub mod barriers;
 pub mod cp_async_wait;
 pub mod epilogue;

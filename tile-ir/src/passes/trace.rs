@@ -31,6 +31,7 @@ fn event(inst: &Inst) -> Option<&'static str> {
         Inst::WgmmaCommit => "wgmma.commit_group",
         Inst::WgmmaWait { .. } => "wgmma.wait_group",
         Inst::BarSync | Inst::NamedBarSync { .. } | Inst::BarrierSync { .. } => "bar.sync",
+        Inst::BarrierArrive { .. } => "bar.arrive",
         Inst::TmaLoad { .. } => "cp.async.bulk.tensor",
         _ => return None,
     })

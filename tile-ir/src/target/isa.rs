@@ -56,6 +56,7 @@ pub fn requirement(inst: &Inst) -> Requirement {
         | Inst::NamedBarSync { .. }
         | Inst::BarrierSync { .. }
         | Inst::NamedBarArrive { .. }
+        | Inst::BarrierArrive { .. }
         | Inst::BarRedOr { .. }
         | Inst::Exit
         | Inst::Nanosleep { .. }

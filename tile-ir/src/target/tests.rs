@@ -8,7 +8,7 @@ use crate::ptx::first_unsupported;
 use crate::thread_ir::*;
 
 /// The number of [`Inst`] variants; [`variant`] numbers them.
-const VARIANTS: usize = 44;
+const VARIANTS: usize = 45;
 
 /// A distinct number per [`Inst`] variant (no catch-all: a new variant
 /// must be counted here, and then get a sample in [`samples`]).
@@ -58,6 +58,7 @@ fn variant(inst: &Inst) -> usize {
         Inst::BarrierSync { .. } => 41,
         Inst::BarRedOr { .. } => 42,
         Inst::TmaPrefetch { .. } => 43,
+        Inst::BarrierArrive { .. } => 44,
     }
 }
 
@@ -175,6 +176,7 @@ fn samples() -> Vec<(Inst, u32, Option<Feature>)> {
         (Inst::BarrierSync { id: 1, threads: 256 }, 70, None),
         (Inst::Exit, 70, None),
         (Inst::NamedBarArrive { id: 2, threads: 256 }, 70, None),
+        (Inst::BarrierArrive { id: 6, threads: 256 }, 70, None),
         (Inst::BarRedOr { dst: r(7), src: r(7), id: Operand::Imm(4), threads: 128 }, 70, None),
         (Inst::Printf { id: 0, format: "%d\n".into(), args: vec![(r(1), "s32")] }, 70, None),
     ]

@@ -422,7 +422,9 @@ impl<'f> Sim<'f> {
                 }
                 step
             }
-            Inst::NamedBarArrive { id, threads } => self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard)),
+            Inst::NamedBarArrive { id, threads } | Inst::BarrierArrive { id, threads } => {
+                self.bar_arrive(w, *id, *threads, self.guarded(w, mask, guard))
+            }
             Inst::ClusterArrive => self.cluster_arrive(w, self.guarded(w, mask, guard)),
             Inst::ClusterWait => self.cluster_wait(w, self.guarded(w, mask, guard)),
             Inst::MbarWait { addr, parity, pred } => {
@@ -527,8 +529,8 @@ impl<'f> Sim<'f> {
 
     /// `bar.arrive id, count` by the `on` lanes of warp `w`: the warp's
     /// arrival counts (32 threads) and releases its clock to the warps that
-    /// wait at the barrier; it goes on at once. (The Thread IR has no such
-    /// instruction yet: an `Inst::NamedBarArrive` maps here.)
+    /// wait at the barrier; it goes on at once (`Inst::NamedBarArrive`,
+    /// `Inst::BarrierArrive`).
     fn bar_arrive(&mut self, w: usize, id: u32, count: u32, on: u32) -> Step {
         if on != 0 {
             self.bar_arrival(w, id, Some(count), on, false);
