@@ -405,24 +405,35 @@ fn seesaw_rotated_scores_warp_specialized_loop() {
     let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
     seesaw_cases(meta, on, &c, &[None, Some(7)]);
     // The plain kernel's warp-specialized variants open with warpgroup 0's
-    // scores too; the persistent one (over 3 blocks: tiles of 0, 1 and
-    // more iterations one after another on a block, the rings and the
-    // chain's issue carried across them) as well.
+    // scores too; the persistent one (the chain's issue carried across its
+    // tiles) as well.
+    plain_cases(on, &|name, schedule, ptx| {
+        assert!(rotated(ptx), "{name} ({schedule}): the scores are not issued a turn early")
+    });
+}
+
+/// The plain kernel's warp-specialized variants compiled with `options`,
+/// each checked by `check` (its name, schedule and PTX), assembled by
+/// ptxas without serialized wgmmas, injected waits or spills, and run on
+/// the simulator: many parts and jumping keys, in order and under a random
+/// interleaving; the persistent one over 3 blocks (tiles of 0, 1 and more
+/// iterations one after another on a block, the rings carried across them).
+fn plain_cases(options: CompileOptions, check: &dyn Fn(&str, &str, &str)) {
     let plain = split_meta(1);
     let (k, _) = compiled(plain);
-    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
+    let g = tile::ir::compile_variants(&k, Target::Sm90a, options).unwrap();
     let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
     for schedule in ["warp_specialized_loop", "warp_specialized_loop_persistent"] {
         let ws = g.iter().find(|c| c.schedule == schedule).expect("a warp-specialized variant");
-        assert!(rotated(&ws.ptx), "{} ({schedule}): the scores are not issued a turn early", k.name);
+        check(&k.name, schedule, &ws.ptx);
         assembles_clean(&k.name, &ws.ptx, schedule);
         let blocks = (schedule == "warp_specialized_loop_persistent").then_some([3, 1, 1]);
         for seed in [None, Some(11)] {
             let opts = sim::RunOptions { seed, shape: blocks, ..Default::default() };
-            run_split_with(&many_parts(), 13, (schedule, plain), on, opts, None);
+            run_split_with(&many_parts(), 13, (schedule, plain), options, opts, None);
         }
         let opts = sim::RunOptions { shape: blocks, ..Default::default() };
-        run_split_with(&c, 31, (schedule, plain), on, opts, Some(&mla::jumping_keys(true)));
+        run_split_with(&c, 31, (schedule, plain), options, opts, Some(&mla::jumping_keys(true)));
     }
 }
 
@@ -482,22 +493,7 @@ fn arrivals_warp_specialized_loop() {
     assembles_clean(&k.name, &ws.ptx, "arrivals");
     let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
     seesaw_cases(meta, on, &c, &[None, Some(5)]);
-    let plain = split_meta(1);
-    let (k, _) = compiled(plain);
-    let g = tile::ir::compile_variants(&k, Target::Sm90a, on).unwrap();
-    let c = Case { seqlens: vec![200, 130, 1, 320], s_q: 2, h_q: 16, paged: true, num_parts: 6 };
-    for schedule in ["warp_specialized_loop", "warp_specialized_loop_persistent"] {
-        let ws = g.iter().find(|c| c.schedule == schedule).expect("a warp-specialized variant");
-        assert_eq!(arrives(&ws.ptx), 1, "{} ({schedule}): P handed over", k.name);
-        assembles_clean(&k.name, &ws.ptx, schedule);
-        let blocks = (schedule == "warp_specialized_loop_persistent").then_some([3, 1, 1]);
-        for seed in [None, Some(11)] {
-            let opts = sim::RunOptions { seed, shape: blocks, ..Default::default() };
-            run_split_with(&many_parts(), 13, (schedule, plain), on, opts, None);
-        }
-        let opts = sim::RunOptions { shape: blocks, ..Default::default() };
-        run_split_with(&c, 31, (schedule, plain), on, opts, Some(&mla::jumping_keys(true)));
-    }
+    plain_cases(on, &|name, schedule, ptx| assert_eq!(arrives(ptx), 1, "{name} ({schedule}): P handed over"));
 }
 
 #[test]
