@@ -300,7 +300,11 @@ pub struct CompileOptions {
     /// `barrier.sync` ([`crate::passes::arrivals`]): MLA's seesaw hands P₀
     /// over from warpgroup 0, which issues its half of P·V₀ without waiting
     /// for warpgroup 1's maximum, and P₁ from warpgroup 1 (FlashMLA's
-    /// order). Off until timed on the GPU; on for experiments.
+    /// order). Off: timed on the H100 (BENCHMARKS.md, session 38) it moves
+    /// the seesaw by +0.1 to +0.6 % and the plain kernel by −2.8 % (b128,
+    /// s_q 1) to +0.4 % (b64): warpgroup 1's softmax of block 1 between
+    /// its two P·V halves is what the tensor cores wait for there; on for
+    /// experiments.
     pub wsloop_arrivals: bool,
     /// Shared-memory dependences whose both accesses are one warpgroup's
     /// (in its branches) are ordered by a barrier of that warpgroup's 128
