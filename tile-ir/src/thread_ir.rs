@@ -766,6 +766,12 @@ pub struct Function {
     /// previous use. [`crate::passes::barriers`] orders an iteration's
     /// accesses of them after earlier iterations' with no barrier.
     pub ring_loops: Vec<(Reg, Vec<u32>)>,
+    /// Of those loops (by their variable): the rings' regions whose stage
+    /// only one consumer warpgroup waits for, each with that warpgroup; the
+    /// others read the stage ordered after its waits by a barrier of all
+    /// consumers (`schedule/warp_specialized_loop/observers.rs`), which
+    /// [`crate::passes::arrivals`] must keep a wait for them.
+    pub observed_rings: Vec<(Reg, Vec<(u32, u32)>)>,
 }
 
 impl Function {

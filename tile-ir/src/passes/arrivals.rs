@@ -33,7 +33,10 @@
 //! check is conservative: regions as [`super::barriers`] sees them, a
 //! wgmma's reads from its issue on, and every gemm's reads where a window
 //! holds a `wgmma.wait_group` (it may retire a gemm issued before the
-//! window), nested barriers counted only on their own path); `v` still waits at `X` for all of `w`; a warpgroup arrives at
+//! window), nested barriers counted only on their own path; a ring stage
+//! that only the other warpgroup waits for, which `w` reads ordered after
+//! those waits by a barrier ([`Function::observed_rings`]), as written by
+//! the other's mbarrier waits); `v` still waits at `X` for all of `w`; a warpgroup arrives at
 //! an id again only after waiting at another barrier the other reaches
 //! after completing that id (a barrier `w` waits at follows `X` in the
 //! loop); ids are ones the function does not otherwise use.
@@ -61,6 +64,7 @@ pub fn arrive_where_possible(func: &mut Function) {
             .map(|l| (l.var, [l.preds[0], l.preds[1]]))
             .collect(),
         warpgroup_of: func.warpgroup_preds.clone(),
+        observed: func.observed_rings.clone(),
     };
     let mut free = (FIRST_ARRIVAL_BARRIER..16).filter(|id| !used.contains(id)).collect::<Vec<u32>>().into_iter();
     visit(&mut func.body, &cx, &mut free);
@@ -73,6 +77,8 @@ struct Cx {
     loops: Vec<(Reg, [Reg; 2])>,
     /// Each warpgroup predicate's warpgroup.
     warpgroup_of: Vec<(Reg, u32)>,
+    /// The split loops' observed rings ([`Function::observed_rings`]).
+    observed: Vec<(Reg, Vec<(u32, u32)>)>,
 }
 
 /// Finds the split loops (`if p₀ { loop₀ .. } else { loop₁ .. }` followed
@@ -86,8 +92,10 @@ fn visit(body: &mut [Stmt], cx: &Cx, free: &mut dyn Iterator<Item = u32>) {
                 match pair {
                     Some((ws, var)) if exit_ordered => {
                         let (a, b) = (body_of(then, var), body_of(otherwise, var));
-                        if let (Some(a), Some(b)) = (a, b) {
-                            convert([a, b], ws, cx, free);
+                        // (A loop the lowering did not describe keeps its barriers.)
+                        let observed = cx.observed.iter().find(|o| o.0 == var).map(|o| o.1.as_slice());
+                        if let (Some(a), Some(b), Some(observed)) = (a, b, observed) {
+                            convert([a, b], ws, observed, cx, free);
                         }
                     }
                     _ => {
@@ -212,18 +220,33 @@ struct LoopCopy<'a> {
     /// `wgmma.wait_group` may retire gemms issued before it (in flight
     /// across the barrier it started at), whose reads count as its own.
     wgmma_reads: Vec<Access>,
+    /// The ring regions whose stage another warpgroup waits for, this one
+    /// relying on a barrier after those waits.
+    observes: Vec<u32>,
 }
 
 impl<'a> LoopCopy<'a> {
-    fn new(body: &'a [Stmt], bars: Vec<usize>, w: u32) -> Self {
+    fn new(body: &'a [Stmt], bars: Vec<usize>, w: u32, observed: &[(u32, u32)]) -> Self {
         let mut wgmma_reads = Vec::new();
         body.iter().for_each(|s| gemm_reads(s, &mut wgmma_reads));
-        LoopCopy { body, bars, w, wgmma_reads }
+        let observes = observed.iter().filter(|o| o.0 != w).map(|o| o.1).collect();
+        LoopCopy { body, bars, w, wgmma_reads, observes }
     }
-    /// `s`'s accesses, with every gemm's reads when it waits for gemms.
+    /// `s`'s accesses, with every gemm's reads when it waits for gemms, and
+    /// the ring waits' hand-over: an mbarrier wait counts as a write of
+    /// [`RING_WAITS`], a touch of a ring this warpgroup observes as a read
+    /// of it (the observer must wait at a barrier after the owner's waits).
     fn accesses(&self, s: &Stmt, origin: Origin, out: &mut Vec<Access>) {
+        let at = out.len();
         collect(s, origin, out);
-        if waits_for_gemms(s) {
+        let observed = out[at..].iter().any(|a| self.observes.contains(&a.0.id));
+        if observed {
+            out.push((Region { id: RING_WAITS, op: 0 }, false, origin));
+        }
+        if waits_for(s, &|i| matches!(i, Inst::MbarWait { .. })) {
+            out.push((Region { id: RING_WAITS, op: 1 }, true, origin));
+        }
+        if waits_for(s, &|i| matches!(i, Inst::WgmmaWait { .. })) {
             out.extend(self.wgmma_reads.iter().copied());
         }
     }
@@ -240,12 +263,17 @@ fn gemm_reads(s: &Stmt, out: &mut Vec<Access>) {
     }
 }
 
-fn waits_for_gemms(s: &Stmt) -> bool {
+/// A pseudo-region: the stages of the rings, as the owner's mbarrier waits
+/// make them visible and an observer reads them.
+const RING_WAITS: u32 = u32::MAX;
+
+/// Whether `s` holds an instruction `is` accepts.
+fn waits_for(s: &Stmt, is: &dyn Fn(&Inst) -> bool) -> bool {
     match s {
-        Stmt::Inst { inst, .. } => matches!(inst, Inst::WgmmaWait { .. }),
+        Stmt::Inst { inst, .. } => is(inst),
         Stmt::Comment(_) => false,
-        Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(waits_for_gemms),
-        Stmt::For { body, .. } => body.iter().any(waits_for_gemms),
+        Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(|x| waits_for(x, is)),
+        Stmt::For { body, .. } => body.iter().any(|x| waits_for(x, is)),
     }
 }
 
@@ -368,7 +396,13 @@ fn check(copies: &[LoopCopy; 2], plan: &Plan, k: usize, c: usize, threads: u32) 
 
 /// Decides and applies the arrivals of one split loop (`bodies`: the two
 /// copies' loop bodies, of warpgroups `ws`).
-fn convert(bodies: [&mut Vec<Stmt>; 2], ws: [u32; 2], cx: &Cx, free: &mut dyn Iterator<Item = u32>) {
+fn convert(
+    bodies: [&mut Vec<Stmt>; 2],
+    ws: [u32; 2],
+    observed: &[(u32, u32)],
+    cx: &Cx,
+    free: &mut dyn Iterator<Item = u32>,
+) {
     let bars = |b: &[Stmt]| -> Vec<usize> {
         b.iter().enumerate().filter(|(_, s)| is_consumer_barrier(s, cx.threads)).map(|(i, _)| i).collect()
     };
@@ -389,7 +423,8 @@ fn convert(bodies: [&mut Vec<Stmt>; 2], ws: [u32; 2], cx: &Cx, free: &mut dyn It
             // Up to a few rounds of branch barriers.
             for _ in 0..4 {
                 let (x0, x1) = (with_branch_barriers(b0, &trial, cx), with_branch_barriers(b1, &trial, cx));
-                let copies = [LoopCopy::new(&x0, bars(&x0), ws[0]), LoopCopy::new(&x1, bars(&x1), ws[1])];
+                let copies =
+                    [LoopCopy::new(&x0, bars(&x0), ws[0], observed), LoopCopy::new(&x1, bars(&x1), ws[1], observed)];
                 let mut fix = (Vec::new(), Vec::new());
                 let mut ok = true;
                 for (j, a) in trial.arrive.iter().enumerate() {
@@ -420,7 +455,7 @@ fn convert(bodies: [&mut Vec<Stmt>; 2], ws: [u32; 2], cx: &Cx, free: &mut dyn It
     // Which arrivals need the warpgroup's own barrier after them.
     {
         let (x0, x1) = (with_branch_barriers(b0, &plan, cx), with_branch_barriers(b1, &plan, cx));
-        let copies = [LoopCopy::new(&x0, bars(&x0), ws[0]), LoopCopy::new(&x1, bars(&x1), ws[1])];
+        let copies = [LoopCopy::new(&x0, bars(&x0), ws[0], observed), LoopCopy::new(&x1, bars(&x1), ws[1], observed)];
         for (k, a) in plan.arrive.iter().enumerate() {
             if let Some(c) = *a {
                 locals.push((k, c, check(&copies, &plan, k, c, cx.threads).unwrap_or(true)));
@@ -514,11 +549,16 @@ mod tests {
     /// A split loop of two warpgroups with these copies' bodies, followed by
     /// a barrier of the consumers; the branch condition a test may use.
     fn split(copy0: Vec<Stmt>, copy1: Vec<Stmt>) -> (Function, Reg) {
+        split_observed(copy0, copy1, vec![])
+    }
+    /// [`split`] with these observed rings (warpgroup that waits, region).
+    fn split_observed(copy0: Vec<Stmt>, copy1: Vec<Stmt>, observed: Vec<(u32, u32)>) -> (Function, Reg) {
         let mut f = Function { barrier_threads: Some(256), ..Function::default() };
         let [p0, p1, var, exit, cond] =
             [RegClass::Pred, RegClass::Pred, RegClass::B32, RegClass::Pred, RegClass::Pred].map(|c| f.new_reg(c));
         f.warpgroup_preds = vec![(p0, 0), (p1, 1)];
         f.split_loops = vec![SplitLoop { var, preds: vec![p0, p1], guard: None }];
+        f.observed_rings = vec![(var, observed)];
         let lp = |body| Stmt::For { var, start: Operand::Imm(0), end: Operand::Imm(4), exit, uniform: true, body };
         let copy0 = copy0.into_iter().map(|s| with_cond(s, cond)).collect();
         let copy1 = copy1.into_iter().map(|s| with_cond(s, cond)).collect();
@@ -602,5 +642,29 @@ mod tests {
         let (mut f, _) = split(c0.clone(), c1.clone());
         arrive_where_possible(&mut f);
         assert_eq!(copies(&f), (c0, c1));
+    }
+
+    /// Warpgroup 1 reads a ring's stage that only warpgroup 0 waits for
+    /// (an observer): it may not arrive at the barrier after that wait,
+    /// though no shared access of warpgroup 0 stands in the way.
+    #[test]
+    fn an_observer_keeps_its_wait() {
+        let wait = Stmt::Inst {
+            inst: Inst::MbarWait {
+                addr: Address { base: Operand::Imm(0), offset: 0 },
+                parity: Operand::Imm(0),
+                pred: Reg(0),
+            },
+            guard: None,
+        };
+        let c0 = vec![sync(1, 256), wait, sync(1, 256), ld(2, 4)];
+        let c1 = vec![sync(1, 256), st(2, 5), sync(1, 256), ld(9, 3)];
+        let (mut f, _) = split_observed(c0.clone(), c1.clone(), vec![(0, 9)]);
+        arrive_where_possible(&mut f);
+        assert_eq!(copies(&f), (c0.clone(), c1.clone()));
+        // Not observed (warpgroup 1 waits for it itself): it arrives.
+        let (mut f, _) = split(c0, c1);
+        arrive_where_possible(&mut f);
+        assert!(matches!(copies(&f).1[2], Stmt::Inst { inst: Inst::BarrierArrive { .. }, .. }));
     }
 }

@@ -918,6 +918,9 @@ impl Lx<'_> {
             let multicast = copies.get(ci).is_some_and(|c| c.share.is_some());
             ring_owner.push(w.filter(|_| owners.iter().all(|&o| o == w)).map(|w| (w, multicast)));
         }
+        // The rings whose other consumers skip their waits (`observers.rs`),
+        // with the warpgroup that waits: `Function::observed_rings`.
+        let mut observed: Vec<(u32, BufferId)> = Vec::new();
         let lowered = self.capture(|x| {
             let wait = |x: &mut Self, ci: usize| {
                 if pieces.get(ci).is_some_and(|p| p.is_some()) {
@@ -1070,6 +1073,8 @@ impl Lx<'_> {
                             x.emit_if(Some(cond), false, code, vec![]);
                             if lazily {
                                 lazy.push((ci, w));
+                            } else {
+                                observed.push((w, copies[ci].dst));
                             }
                         }
                         _ => wait(x, ci),
@@ -1151,6 +1156,9 @@ impl Lx<'_> {
                         }
                         _ => false,
                     };
+                    if let (true, Some(ci), Some(w)) = (ordered, lazy_ring, owner) {
+                        observed.push((w, copies[ci].dst));
+                    }
                     let code = x.capture(|y| y.stmt(s)).and_then(|code| match &pieced {
                         Some(p) => x.wsl_piece_waits(p, stages, (stage, phase), code, !lazily && !ordered, None),
                         None => Ok(code),
@@ -1335,6 +1343,8 @@ impl Lx<'_> {
         };
         let regions = copies.iter().filter_map(|c| self.region_of(c.dst).map(|r| r.id)).collect();
         self.f.ring_loops.push((vr, regions));
+        let observed = observed.iter().filter_map(|&(w, b)| self.region_of(b).map(|r| (w, r.id))).collect();
+        self.f.observed_rings.push((vr, observed));
         if wl.split_warpgroups && self.k.threads == 256 && own {
             let preds = vec![self.warpgroup_pred(0), self.warpgroup_pred(1)];
             self.f.split_loops.push(crate::passes::split_warpgroups::SplitLoop { var: vr, preds, guard });
