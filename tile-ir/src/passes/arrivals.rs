@@ -349,20 +349,17 @@ struct Plan {
 /// branches whose barriers would make it valid (none: it cannot be).
 fn check(copies: &[LoopCopy; 2], plan: &Plan, k: usize, c: usize, threads: u32) -> Result<bool, (Vec<Reg>, Vec<Reg>)> {
     let v = 1 - c;
-    let syncs = |who: usize| move |j: usize| plan.arrive[j] != Some(who);
     let n = copies[c].body.len();
+    // The top-level barriers other than `k` that `c` waits at.
+    let waits = |j: usize| j != k && plan.arrive[j] != Some(c);
     // The other's accesses since the last barrier `c` waits at, in this iteration.
     let mut pre = Vec::new();
-    let s_c = syncs(c);
-    let stops = |j: usize| j < k && s_c(j);
-    let st = Stops { stops: &stops, local: None, threads };
+    let st = Stops { stops: &waits, local: None, threads };
     if !walk(&copies[v], 0..copies[v].bars[k], true, &st, &mut pre) {
         return Err((Vec::new(), Vec::new()));
     }
     // `c`'s accesses up to the next barrier it waits at (around the back-edge).
     let mut post = Vec::new();
-    let after = |j: usize| j != k && s_c(j);
-    let st = Stops { stops: &after, local: None, threads };
     let pk = copies[c].bars[k];
     if !walk(&copies[c], pk + 1..n, false, &st, &mut post) && !walk(&copies[c], 0..pk, false, &st, &mut post) {
         return Err((Vec::new(), Vec::new()));
@@ -384,8 +381,7 @@ fn check(copies: &[LoopCopy; 2], plan: &Plan, k: usize, c: usize, threads: u32) 
     // `c`'s own accesses on both sides of the barrier.
     let mut mine_pre = Vec::new();
     let mut mine_post = Vec::new();
-    let own = |j: usize| j != k && s_c(j);
-    let st = Stops { stops: &own, local: Some(copies[c].w), threads };
+    let st = Stops { stops: &waits, local: Some(copies[c].w), threads };
     // (Around the back-edge, both ways.)
     let a = walk(&copies[c], 0..pk, true, &st, &mut mine_pre) || walk(&copies[c], pk + 1..n, true, &st, &mut mine_pre);
     let b =
