@@ -18,6 +18,8 @@
 //! embed.
 #[path = "../examples/kernels/common.rs"]
 mod common;
+#[path = "kernels/mla_halves.rs"]
+mod halves;
 #[path = "../examples/kernels/mla_decode.rs"]
 mod mla;
 #[path = "../tile-ir/tests/ptxas/mod.rs"]
@@ -535,4 +537,70 @@ fn metadata_at_awkward_sizes() {
             "b {b}, {parts} parts: order"
         );
     }
+}
+
+/// In a warp-specialized loop's PTX: whether two groups of `shape`'s
+/// wgmmas run back to back (a commit, then another with no
+/// `wgmma.wait_group` between: the second issued behind the first); whether
+/// every group with A from registers meets a barrier before its wait (left
+/// in flight across a hand-over); and whether a consumer releases a ring
+/// stage (`mbarrier.arrive` without bytes) while any group is in flight.
+fn wgmma_overlaps(ptx: &str, shape: &str) -> (bool, bool, bool) {
+    let (mut open, mut reg_a_open, mut any_open) = (false, false, false);
+    let (mut group, mut reg_a) = (false, false);
+    let (mut behind, mut released) = (false, false);
+    let (mut reg_a_groups, mut across) = (0, 0);
+    for l in ptx.lines().map(str::trim) {
+        if l.starts_with("wgmma.mma_async") {
+            group |= l.contains(shape);
+            // `wgmma.mma_async.. {d..}, {a..}, desc_b, ..`: A from registers.
+            reg_a |= l.split("}, ").nth(1).is_some_and(|a| a.starts_with('{'));
+        } else if l.starts_with("wgmma.commit_group") {
+            behind |= open && group;
+            open = group;
+            any_open = true;
+            reg_a_open = reg_a;
+            reg_a_groups += reg_a as usize;
+            group = false;
+            reg_a = false;
+        } else if l.starts_with("wgmma.wait_group") {
+            open = false;
+            reg_a_open = false;
+            any_open = !l.ends_with(" 0;");
+        } else if l.starts_with("barrier.sync") || l.starts_with("bar.sync") {
+            across += reg_a_open as usize;
+            reg_a_open = false;
+        } else if l.starts_with("mbarrier.arrive.shared") {
+            released |= any_open;
+        }
+    }
+    (behind, reg_a_groups > 0 && across == reg_a_groups, released)
+}
+
+/// MLA's split kernel in FlashMLA's order (`tests/kernels/mla_halves.rs`:
+/// each warpgroup its half of O, its own block's P·V from registers, then
+/// the other block's from shared memory) in its warp-specialized variant:
+/// each warpgroup's P·V from registers stays in flight across the
+/// hand-over barrier that follows it, and warpgroup 1's second P·V issues
+/// behind its first (a chain into one accumulator) with no wait between;
+/// block 1's ring is released only after warpgroup 1's wait for both (the
+/// chain's first P·V reads the stage too). The seesaw's cases on the
+/// simulator, in order and interleaved, with and without arrivals; ptxas
+/// assembles it clean.
+#[test]
+fn halves_warp_specialized_loop() {
+    let meta = halves::mla_split_halves::meta::<f16, 256>();
+    let (k, v) = compiled(meta);
+    let ws: Vec<_> = v.iter().filter(|v| v.schedule.starts_with("warp_specialized_loop")).collect();
+    assert_eq!(ws.len(), 1, "{:?}", v.iter().map(|v| v.schedule).collect::<Vec<_>>());
+    assembles_clean(&k.name, &ws[0].ptx, ws[0].schedule);
+    assert_eq!(
+        wgmma_overlaps(&ws[0].ptx, "m64n256k16"),
+        (true, true, false),
+        "P·V waited for at once, or a stage released under it"
+    );
+    let c = Case { seqlens: vec![200, 130, 1], s_q: 2, h_q: 16, paged: true, num_parts: 4 };
+    seesaw_cases(meta, CompileOptions::default(), &c, &[None, Some(7)]);
+    let on = CompileOptions::default().with_on("wsloop_arrivals").unwrap();
+    seesaw_cases(meta, on, &c, &[Some(5)]);
 }

@@ -133,13 +133,17 @@
 //!
 //! **Deferred waits** ([`crate::CompileOptions::wsloop_deferred_waits`]):
 //! a gemm on wgmma that every consumer runs, with both operands in shared
-//! memory, that is not the body's last, nor pieced, chained, left late or
+//! memory (or, in a loop split per warpgroup with owner waits, one
+//! warpgroup's, its A also from that warpgroup's registers: FlashMLA's
+//! local P·V), that is not the body's last, nor pieced, chained, left late or
 //! where the late gemm is retired, is issued and committed without its
 //! wait; the wait and the releases of the rings it is the last reader of
 //! come right before the first later statement that is a gemm, writes one
 //! of its operands (or a view of them), or touches a fragment whose
-//! registers are its accumulator's (another warpgroup's fragment may
-//! share them), else at the end of the body. Each ring is still released
+//! registers are its accumulator's or its register A's (another
+//! warpgroup's fragment may share them), else at the end of the body. A
+//! deferred gemm that ends a chain keeps the chain's gemms in flight with
+//! it: a ring one of them reads is released only after its wait. Each ring is still released
 //! once per iteration, only later, after its reader's wait; no register
 //! the gemm writes is touched while it runs, and no shared write reaches
 //! what it reads (MLA's seesaw: block 1's softmax on warpgroup 1 under
@@ -1004,6 +1008,8 @@ impl Lx<'_> {
             // reader of, released then, and the warpgroup that runs it alone
             // (which waits in its branch).
             let mut pending: Vec<Pending> = Vec::new();
+            // The chained gemms issued since the last chain's end, unwaited.
+            let mut open_chain: Vec<usize> = Vec::new();
             let retire = |x: &mut Self, pending: Vec<Pending>| {
                 for p in pending {
                     match p.owner {
@@ -1122,7 +1128,8 @@ impl Lx<'_> {
                         Err(e) => x.errors.push(e),
                     }
                     let rings = (0..copies.len()).filter(|&ci| last(ci) == Some(i)).collect();
-                    pending.push(Pending { gemm: i, rings, owner });
+                    let chain = std::mem::take(&mut open_chain);
+                    pending.push(Pending { gemm: i, chain, rings, owner });
                     continue;
                 }
                 if left_in_flight {
@@ -1258,6 +1265,11 @@ impl Lx<'_> {
                 // releases (`rotate.rs`).
                 let rest = std::mem::take(&mut rotated_rest);
                 x.cur().extend(rest);
+                if chained.contains(&i) {
+                    open_chain.push(i);
+                } else {
+                    open_chain.clear();
+                }
             }
             retire(x, std::mem::take(&mut pending));
             for st in saved {
@@ -1394,14 +1406,23 @@ impl Lx<'_> {
 
     /// Whether statement `s` may leave its `wgmma.wait_group 0` for later
     /// ([`crate::CompileOptions::wsloop_deferred_waits`]): a gemm on wgmma
-    /// that every consumer runs, both operands in shared memory.
+    /// that every consumer runs, both operands in shared memory; or, with
+    /// `owner_local`, one warpgroup's, A also from registers (a fragment
+    /// of that warpgroup: [`Lx::wsl_needs_gemm`] keeps its registers
+    /// untouched until the wait).
     fn wsl_deferrable(&self, s: &TStmt, owner_local: bool) -> R<bool> {
         let StmtKind::Gemm { a, b, c, trans_a, trans_b, policy, .. } = &s.kind else { return Ok(false) };
-        let shared = |x: BufferId| self.k.buffer(x).scope == crate::ir::Scope::Shared;
-        Ok(shared(*a)
-            && shared(*b)
+        let scope = |x: BufferId| self.k.buffer(x).scope;
+        let owner = self.owner_of(s)?;
+        let a_ok = match scope(*a) {
+            crate::ir::Scope::Shared => true,
+            crate::ir::Scope::Fragment => owner_local && owner.is_some() && self.frags.contains_key(a),
+            _ => false,
+        };
+        Ok(a_ok
+            && scope(*b) == crate::ir::Scope::Shared
             && self.wgmma_plan(*a, *b, *c, (*trans_a, *trans_b), *policy).is_some()
-            && (owner_local || self.owner_of(s)?.is_none()))
+            && (owner_local || owner.is_none()))
     }
 
     /// The pending gemms (taken out of `pending`, in order) that read the
@@ -1413,7 +1434,8 @@ impl Lx<'_> {
         rings: &[usize],
         copies: &[WslCopy],
     ) -> Vec<Pending> {
-        let reads = |p: &Pending| rings.iter().any(|&ci| touches_memory(self.k, &body[p.gemm], copies[ci].dst).0);
+        let reads =
+            |p: &Pending| rings.iter().any(|&ci| p.gemms().any(|g| touches_memory(self.k, &body[g], copies[ci].dst).0));
         let (out, keep): (Vec<Pending>, Vec<Pending>) = pending.drain(..).partition(reads);
         *pending = keep;
         out
@@ -1436,16 +1458,17 @@ impl Lx<'_> {
         let owner = self.owner_of(s)?;
         let mut due = vec![false; pending.len()];
         for (k, p) in pending.iter().enumerate() {
-            let g = &body[p.gemm];
-            due[k] = match (owner_local, p.owner, owner) {
-                (true, Some(w), Some(v)) if v != w => {
-                    let StmtKind::Gemm { a, b, .. } = &g.kind else {
-                        return Err(self.err("internal: a pending statement is not a gemm"));
-                    };
-                    touches_memory(self.k, s, *a).1 || touches_memory(self.k, s, *b).1
-                }
-                _ => self.wsl_needs_gemm(g, s),
-            };
+            for g in p.gemms().map(|g| &body[g]) {
+                due[k] |= match (owner_local, p.owner, owner) {
+                    (true, Some(w), Some(v)) if v != w => {
+                        let StmtKind::Gemm { a, b, .. } = &g.kind else {
+                            return Err(self.err("internal: a pending statement is not a gemm"));
+                        };
+                        touches_memory(self.k, s, *a).1 || touches_memory(self.k, s, *b).1
+                    }
+                    _ => self.wsl_needs_gemm(g, s),
+                };
+            }
         }
         let copies = wl.copies.borrow();
         loop {
@@ -1456,7 +1479,10 @@ impl Lx<'_> {
                 .flat_map(|p| p.0.rings.iter().map(|&ci| copies[ci].dst))
                 .collect();
             let more: Vec<usize> = (0..pending.len())
-                .filter(|&k| !due[k] && released.iter().any(|&b| touches_memory(self.k, &body[pending[k].gemm], b).0))
+                .filter(|&k| {
+                    !due[k]
+                        && released.iter().any(|&b| pending[k].gemms().any(|g| touches_memory(self.k, &body[g], b).0))
+                })
                 .collect();
             if more.is_empty() {
                 break;
@@ -1481,7 +1507,8 @@ impl Lx<'_> {
     /// Whether statement `s` needs the deferred gemm `g` retired first: it
     /// is a gemm (one wait retires every group), writes `g`'s operands (or
     /// a view of them), or touches a fragment whose registers are `g`'s
-    /// accumulator's (another warpgroup's fragment may share them).
+    /// accumulator's or its register A's (another warpgroup's fragment may
+    /// share them).
     fn wsl_needs_gemm(&self, g: &TStmt, s: &TStmt) -> bool {
         let StmtKind::Gemm { a, b, c, .. } = &g.kind else { return true };
         if matches!(s.kind, StmtKind::Gemm { .. }) {
@@ -1491,9 +1518,11 @@ impl Lx<'_> {
             return true;
         }
         let Some(acc) = self.frags.get(c) else { return true };
+        let a_regs = self.frags.get(a).map(Vec::as_slice).unwrap_or(&[]);
         (0..self.k.buffers.len() as u32).map(BufferId).any(|f| {
             let (r, w) = touches(s, f);
-            (r || w) && self.frags.get(&f).is_some_and(|regs| regs.iter().any(|x| acc.contains(x)))
+            (r || w)
+                && self.frags.get(&f).is_some_and(|regs| regs.iter().any(|x| acc.contains(x) || a_regs.contains(x)))
         })
     }
 
@@ -1512,7 +1541,8 @@ impl Lx<'_> {
     ///   into one accumulator of one shape run in issue order (PTX ISA,
     ///   `wgmma.fence`), so it issues before they are retired.
     fn wsl_guarded(&self, body: &[TStmt], due: &[Pending], s: &TStmt, plain: bool) -> R<Guarded> {
-        if due.is_empty() || due.iter().any(|p| p.owner.is_some()) || self.owner_of(s)?.is_some() {
+        if due.is_empty() || due.iter().any(|p| p.owner.is_some() || !p.chain.is_empty()) || self.owner_of(s)?.is_some()
+        {
             return Ok(Guarded::No);
         }
         let gemm = |t: &TStmt| match &t.kind {
@@ -1765,10 +1795,20 @@ enum Guarded {
 struct Pending {
     /// Its statement in the body.
     gemm: usize,
+    /// The gemms of the chain it ends (`wsl_chained_gemms`), issued before
+    /// it without a wait: in flight until its wait too.
+    chain: Vec<usize>,
     /// The rings it is the last reader of, released when it is retired.
     rings: Vec<usize>,
     /// The warpgroup that runs it alone (`policy(Warpgroup(w))`), if any.
     owner: Option<u32>,
+}
+
+impl Pending {
+    /// Its gemm and the chain's before it, all in flight until its wait.
+    fn gemms(&self) -> impl Iterator<Item = usize> + '_ {
+        self.chain.iter().copied().chain([self.gemm])
+    }
 }
 
 /// Consumer threads of three warpgroups (FA3's head-dim-64 schedule: 192
